@@ -1,0 +1,26 @@
+
+/*
+ * ngx_feed_module: JSON responses, written by libbson.
+ */
+
+
+#ifndef _NGX_HTTP_FEED_JSON_H_INCLUDED_
+#define _NGX_HTTP_FEED_JSON_H_INCLUDED_
+
+
+#include "ngx_http_feed_module.h"
+
+#include <bson.h>
+
+
+ngx_int_t ngx_http_feed_send_json(ngx_http_request_t *r, ngx_uint_t status,
+    const bson_t *doc);
+ngx_int_t ngx_http_feed_send_error(ngx_http_request_t *r, ngx_uint_t status,
+    const char *code, const char *message);
+ngx_int_t ngx_http_feed_send_body(ngx_http_request_t *r, ngx_uint_t status,
+    u_char *data, size_t len);
+ngx_int_t ngx_http_feed_add_header(ngx_http_request_t *r, const char *name,
+    ngx_str_t *value);
+
+
+#endif /* _NGX_HTTP_FEED_JSON_H_INCLUDED_ */

@@ -1,0 +1,441 @@
+
+/*
+ * ngx_feed_module: social timelines at the edge.
+ *
+ * Directives, configuration and the worker's life cycle.  Each flow lives
+ * in a file of its own; Redis and MongoDB plumbing in
+ * ngx_http_feed_redis.c and ngx_http_feed_mongo.c.
+ */
+
+
+#include "ngx_http_feed_module.h"
+#include "ngx_http_feed_redis.h"
+#include "ngx_http_feed_mongo.h"
+
+
+static char *ngx_http_feed_redis_addr(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static ngx_int_t ngx_http_feed_redis_parse_addr(ngx_conf_t *cf,
+    ngx_http_feed_redis_conf_t *rcf, ngx_str_t *addr);
+static ngx_int_t ngx_http_feed_redis_parse_param(ngx_conf_t *cf,
+    ngx_http_feed_redis_conf_t *rcf, ngx_str_t *param);
+static char *ngx_http_feed_mongo_database(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
+static char *ngx_http_feed_positive_msec(ngx_conf_t *cf, void *post,
+    void *data);
+
+static void *ngx_http_feed_create_main_conf(ngx_conf_t *cf);
+static char *ngx_http_feed_init_main_conf(ngx_conf_t *cf, void *conf);
+
+static ngx_int_t ngx_http_feed_init_process(ngx_cycle_t *cycle);
+static void ngx_http_feed_exit_process(ngx_cycle_t *cycle);
+
+
+ngx_http_feed_stats_t  ngx_http_feed_stats;
+
+
+static ngx_conf_post_handler_pt  ngx_http_feed_positive_msec_p =
+    ngx_http_feed_positive_msec;
+
+
+static ngx_command_t  ngx_http_feed_commands[] = {
+
+    { ngx_string("feed_redis"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_1MORE,
+      ngx_http_feed_redis_addr,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("feed_redis_connect_timeout"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_feed_main_conf_t, redis.connect_timeout),
+      &ngx_http_feed_positive_msec_p },
+
+    { ngx_string("feed_redis_timeout"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_feed_main_conf_t, redis.timeout),
+      &ngx_http_feed_positive_msec_p },
+
+    { ngx_string("feed_mongo_uri"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_feed_mongo_uri,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_feed_main_conf_t, mongo),
+      NULL },
+
+    { ngx_string("feed_mongo_database"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_feed_mongo_database,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_feed_main_conf_t, mongo.database),
+      NULL },
+
+    { ngx_string("feed_mongo_timeout"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_feed_main_conf_t, mongo.timeout),
+      &ngx_http_feed_positive_msec_p },
+
+    { ngx_string("feed_thread_pool"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_feed_main_conf_t, mongo.thread_pool_name),
+      NULL },
+
+    { ngx_string("feed_status"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_feed_status,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+      ngx_null_command
+};
+
+
+static ngx_http_module_t  ngx_http_feed_module_ctx = {
+    NULL,                                  /* preconfiguration */
+    NULL,                                  /* postconfiguration */
+
+    ngx_http_feed_create_main_conf,        /* create main configuration */
+    ngx_http_feed_init_main_conf,          /* init main configuration */
+
+    NULL,                                  /* create server configuration */
+    NULL,                                  /* merge server configuration */
+
+    NULL,                                  /* create location configuration */
+    NULL                                   /* merge location configuration */
+};
+
+
+ngx_module_t  ngx_http_feed_module = {
+    NGX_MODULE_V1,
+    &ngx_http_feed_module_ctx,             /* module context */
+    ngx_http_feed_commands,                /* module directives */
+    NGX_HTTP_MODULE,                       /* module type */
+    NULL,                                  /* init master */
+    NULL,                                  /* init module */
+    ngx_http_feed_init_process,            /* init process */
+    NULL,                                  /* init thread */
+    NULL,                                  /* exit thread */
+    ngx_http_feed_exit_process,            /* exit process */
+    NULL,                                  /* exit master */
+    NGX_MODULE_V1_PADDING
+};
+
+
+static char *
+ngx_http_feed_redis_addr(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_feed_main_conf_t  *fmcf = conf;
+
+    ngx_str_t   *value;
+    ngx_uint_t   i;
+
+    if (fmcf->redis_enabled) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (ngx_http_feed_redis_parse_addr(cf, &fmcf->redis, &value[1])
+        != NGX_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
+
+    for (i = 2; i < cf->args->nelts; i++) {
+        if (ngx_http_feed_redis_parse_param(cf, &fmcf->redis, &value[i])
+            != NGX_OK)
+        {
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    fmcf->redis_enabled = 1;
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * Names are resolved here, once: hiredis would resolve them with a
+ * blocking getaddrinfo() on every reconnect, on the event loop.
+ */
+
+static ngx_int_t
+ngx_http_feed_redis_parse_addr(ngx_conf_t *cf,
+    ngx_http_feed_redis_conf_t *rcf, ngx_str_t *addr)
+{
+    size_t               len;
+    ngx_url_t            u;
+    struct sockaddr     *sa;
+    u_char               text[NGX_SOCKADDR_STRLEN];
+#if (NGX_HAVE_UNIX_DOMAIN)
+    struct sockaddr_un  *saun;
+#endif
+
+    ngx_memzero(&u, sizeof(ngx_url_t));
+
+    u.url = *addr;
+    u.default_port = 6379;
+
+    if (ngx_parse_url(cf->pool, &u) != NGX_OK) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "%s in \"feed_redis\" address \"%V\"",
+                           u.err ? u.err : "invalid address", addr);
+        return NGX_ERROR;
+    }
+
+    if (u.naddrs == 0 || u.uri.len) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid \"feed_redis\" address \"%V\"", addr);
+        return NGX_ERROR;
+    }
+
+    rcf->addr_text = *addr;
+    sa = u.addrs[0].sockaddr;
+
+#if (NGX_HAVE_UNIX_DOMAIN)
+    if (sa->sa_family == AF_UNIX) {
+        saun = (struct sockaddr_un *) sa;
+        len = ngx_strlen(saun->sun_path);
+
+        rcf->unix_path = ngx_pcalloc(cf->pool, len + 1);
+        if (rcf->unix_path == NULL) {
+            return NGX_ERROR;
+        }
+
+        ngx_memcpy(rcf->unix_path, saun->sun_path, len);
+
+        return NGX_OK;
+    }
+#endif
+
+    len = ngx_sock_ntop(sa, u.addrs[0].socklen, text, NGX_SOCKADDR_STRLEN, 0);
+
+    rcf->host = ngx_pcalloc(cf->pool, len + 1);
+    if (rcf->host == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(rcf->host, text, len);
+    rcf->port = u.port;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_feed_redis_parse_param(ngx_conf_t *cf,
+    ngx_http_feed_redis_conf_t *rcf, ngx_str_t *param)
+{
+    if (ngx_strncmp(param->data, "password=", 9) == 0
+        && param->len > 9)
+    {
+        rcf->password.data = param->data + 9;
+        rcf->password.len = param->len - 9;
+        return NGX_OK;
+    }
+
+    if (ngx_strncmp(param->data, "db=", 3) == 0) {
+        rcf->db = ngx_atoi(param->data + 3, param->len - 3);
+
+        if (rcf->db != NGX_ERROR && rcf->db < 65536) {
+            return NGX_OK;
+        }
+
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid database index \"%V\" in \"feed_redis\"",
+                           param);
+        return NGX_ERROR;
+    }
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "invalid parameter \"%V\" in \"feed_redis\"", param);
+
+    return NGX_ERROR;
+}
+
+
+/* MongoDB's own rules for database names */
+
+static char *
+ngx_http_feed_mongo_database(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    char  *p = conf;
+
+    ngx_str_t   *value, *field;
+    ngx_uint_t   i;
+
+    field = (ngx_str_t *) (p + cmd->offset);
+
+    if (field->data) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (value[1].len == 0 || value[1].len > 63) {
+        goto invalid;
+    }
+
+    for (i = 0; i < value[1].len; i++) {
+        if (ngx_strchr("/\\. \"$*<>:|?", value[1].data[i]) != NULL
+            || value[1].data[i] < 0x20)
+        {
+            goto invalid;
+        }
+    }
+
+    *field = value[1];
+
+    return NGX_CONF_OK;
+
+invalid:
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "invalid database name \"%V\" in \"%V\"",
+                       &value[1], &cmd->name);
+
+    return NGX_CONF_ERROR;
+}
+
+
+static char *
+ngx_http_feed_positive_msec(ngx_conf_t *cf, void *post, void *data)
+{
+    ngx_msec_t  *ms = data;
+
+    if (*ms == 0) {
+        return "must be positive";
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static void *
+ngx_http_feed_create_main_conf(ngx_conf_t *cf)
+{
+    ngx_http_feed_main_conf_t  *fmcf;
+
+    fmcf = ngx_pcalloc(cf->pool, sizeof(ngx_http_feed_main_conf_t));
+    if (fmcf == NULL) {
+        return NULL;
+    }
+
+    /*
+     * set by ngx_pcalloc():
+     *
+     *     fmcf->redis.host = NULL;
+     *     fmcf->redis.unix_path = NULL;
+     *     fmcf->redis.password = { 0, NULL };
+     *     fmcf->redis.db = 0;
+     *     fmcf->mongo.uri = NULL;
+     *     fmcf->mongo.database = { 0, NULL };
+     *     fmcf->mongo.thread_pool_name = { 0, NULL };
+     */
+
+    fmcf->redis.connect_timeout = NGX_CONF_UNSET_MSEC;
+    fmcf->redis.timeout = NGX_CONF_UNSET_MSEC;
+    fmcf->mongo.timeout = NGX_CONF_UNSET_MSEC;
+
+    return fmcf;
+}
+
+
+static char *
+ngx_http_feed_init_main_conf(ngx_conf_t *cf, void *conf)
+{
+    ngx_http_feed_main_conf_t  *fmcf = conf;
+
+    ngx_conf_init_msec_value(fmcf->redis.connect_timeout, 1000);
+    ngx_conf_init_msec_value(fmcf->redis.timeout, 1000);
+    ngx_conf_init_msec_value(fmcf->mongo.timeout, 3000);
+
+    if (fmcf->mongo.thread_pool_name.data == NULL) {
+        ngx_str_set(&fmcf->mongo.thread_pool_name, "default");
+    }
+
+    if (fmcf->mongo.uri == NULL) {
+        return NGX_CONF_OK;
+    }
+
+    fmcf->mongo_enabled = 1;
+
+    if (ngx_http_feed_mongo_init_conf(cf, &fmcf->mongo) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static ngx_int_t
+ngx_http_feed_init_process(ngx_cycle_t *cycle)
+{
+    ngx_http_feed_main_conf_t  *fmcf;
+
+    /* not in the cache manager and loader: they serve no requests */
+
+    if (ngx_process != NGX_PROCESS_WORKER
+        && ngx_process != NGX_PROCESS_SINGLE)
+    {
+        return NGX_OK;
+    }
+
+    fmcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_feed_module);
+    if (fmcf == NULL) {
+        return NGX_OK;
+    }
+
+    ngx_memzero(&ngx_http_feed_stats, sizeof(ngx_http_feed_stats_t));
+
+    if (fmcf->mongo_enabled) {
+        fmcf->mongo_client = ngx_http_feed_mongo_create(cycle, &fmcf->mongo);
+        if (fmcf->mongo_client == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    if (fmcf->redis_enabled) {
+        fmcf->redis_client = ngx_http_feed_redis_create(cycle, &fmcf->redis);
+        if (fmcf->redis_client == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_feed_exit_process(ngx_cycle_t *cycle)
+{
+    ngx_http_feed_main_conf_t  *fmcf;
+
+    if (ngx_process != NGX_PROCESS_WORKER
+        && ngx_process != NGX_PROCESS_SINGLE)
+    {
+        return;
+    }
+
+    fmcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_feed_module);
+    if (fmcf == NULL) {
+        return;
+    }
+
+    ngx_http_feed_redis_destroy(fmcf->redis_client);
+    fmcf->redis_client = NULL;
+
+    ngx_http_feed_mongo_destroy(fmcf->mongo_client);
+    fmcf->mongo_client = NULL;
+}

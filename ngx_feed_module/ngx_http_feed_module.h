@@ -1,0 +1,85 @@
+
+/*
+ * ngx_feed_module: social timelines at the edge.
+ */
+
+
+#ifndef _NGX_HTTP_FEED_MODULE_H_INCLUDED_
+#define _NGX_HTTP_FEED_MODULE_H_INCLUDED_
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#if !(NGX_THREADS)
+#error ngx_http_feed_module needs nginx built --with-threads
+#endif
+
+#include <ngx_thread_pool.h>
+
+
+typedef struct ngx_http_feed_redis_s  ngx_http_feed_redis_t;
+typedef struct ngx_http_feed_mongo_s  ngx_http_feed_mongo_t;
+
+
+/* per-worker counters, reported by feed_status */
+typedef struct {
+    ngx_atomic_uint_t             requests;
+    ngx_atomic_uint_t             redis_commands;
+    ngx_atomic_uint_t             redis_errors;
+    ngx_atomic_uint_t             redis_timeouts;
+    ngx_atomic_uint_t             redis_reconnects;
+    ngx_atomic_uint_t             mongo_tasks;
+    ngx_atomic_uint_t             mongo_errors;
+} ngx_http_feed_stats_t;
+
+
+typedef struct {
+    ngx_str_t                     addr_text;    /* as written in the conf */
+    char                         *host;         /* IP text or NULL */
+    int                           port;
+    char                         *unix_path;    /* unix socket or NULL */
+    ngx_str_t                     password;
+    ngx_int_t                     db;
+    ngx_msec_t                    connect_timeout;
+    ngx_msec_t                    timeout;
+} ngx_http_feed_redis_conf_t;
+
+
+typedef struct {
+    ngx_str_t                     uri_text;
+    void                         *uri;          /* mongoc_uri_t */
+    ngx_str_t                     database;
+    ngx_msec_t                    timeout;
+    ngx_str_t                     thread_pool_name;
+    ngx_thread_pool_t            *thread_pool;
+} ngx_http_feed_mongo_conf_t;
+
+
+typedef struct {
+    ngx_http_feed_redis_conf_t    redis;
+    ngx_http_feed_mongo_conf_t    mongo;
+
+    unsigned                      redis_enabled:1;
+    unsigned                      mongo_enabled:1;
+
+    /* runtime, per worker: created in init_process */
+    ngx_http_feed_redis_t        *redis_client;
+    ngx_http_feed_mongo_t        *mongo_client;
+} ngx_http_feed_main_conf_t;
+
+
+typedef struct {
+    ngx_uint_t                    dummy;
+} ngx_http_feed_loc_conf_t;
+
+
+extern ngx_module_t           ngx_http_feed_module;
+extern ngx_http_feed_stats_t  ngx_http_feed_stats;
+
+
+char *ngx_http_feed_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+
+
+#endif /* _NGX_HTTP_FEED_MODULE_H_INCLUDED_ */

@@ -1,0 +1,344 @@
+
+/*
+ * ngx_feed_module: MongoDB through a per-worker mongoc_client_pool_t,
+ * used only from nginx thread pool tasks, never on the event loop.
+ */
+
+
+#include "ngx_http_feed_mongo.h"
+
+
+struct ngx_http_feed_mongo_s {
+    mongoc_client_pool_t         *pool;
+    ngx_http_feed_mongo_conf_t   *conf;
+    ngx_log_t                    *log;
+};
+
+
+static void ngx_http_feed_mongo_uri_cleanup(void *data);
+static void ngx_http_feed_mongo_set_timeout(mongoc_uri_t *uri,
+    const char *option, ngx_msec_t timeout);
+static void ngx_http_feed_mongo_thread(void *data, ngx_log_t *log);
+static void ngx_http_feed_mongo_event(ngx_event_t *ev);
+static void ngx_http_feed_mongo_wake(ngx_http_request_t *r);
+
+
+/*
+ * Called at configuration time once the http block is parsed: the URI
+ * itself was validated by the directive, here it gets the timeouts that
+ * keep a dead MongoDB from holding a thread (and so a reload) for long.
+ */
+
+ngx_int_t
+ngx_http_feed_mongo_init_conf(ngx_conf_t *cf, ngx_http_feed_mongo_conf_t *conf)
+{
+    const char  *db;
+
+    ngx_http_feed_mongo_set_timeout(conf->uri, MONGOC_URI_CONNECTTIMEOUTMS,
+                                    conf->timeout);
+    ngx_http_feed_mongo_set_timeout(conf->uri, MONGOC_URI_SOCKETTIMEOUTMS,
+                                    conf->timeout);
+    ngx_http_feed_mongo_set_timeout(conf->uri,
+                                    MONGOC_URI_SERVERSELECTIONTIMEOUTMS,
+                                    conf->timeout);
+
+    if (conf->database.data == NULL) {
+        db = mongoc_uri_get_database(conf->uri);
+
+        if (db == NULL) {
+            db = "feed";
+        }
+
+        conf->database.len = ngx_strlen(db);
+        conf->database.data = ngx_pnalloc(cf->pool, conf->database.len + 1);
+        if (conf->database.data == NULL) {
+            return NGX_ERROR;
+        }
+
+        ngx_memcpy(conf->database.data, db, conf->database.len + 1);
+    }
+
+    conf->thread_pool = ngx_thread_pool_add(cf, &conf->thread_pool_name);
+    if (conf->thread_pool == NULL) {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/* the "feed_mongo_uri" directive */
+
+char *
+ngx_http_feed_mongo_uri(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_str_t                   *value;
+    bson_error_t                 error;
+    mongoc_uri_t                *uri;
+    ngx_pool_cleanup_t          *cln;
+    ngx_http_feed_mongo_conf_t  *mcf;
+
+    mcf = (ngx_http_feed_mongo_conf_t *) ((u_char *) conf + cmd->offset);
+
+    if (mcf->uri) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    /* safe before any other driver call, and only once per process */
+    mongoc_init();
+
+    uri = mongoc_uri_new_with_error((char *) value[1].data, &error);
+    if (uri == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid MongoDB URI \"%V\" in \"%V\": %s",
+                           &value[1], &cmd->name, error.message);
+        return NGX_CONF_ERROR;
+    }
+
+    cln = ngx_pool_cleanup_add(cf->pool, 0);
+    if (cln == NULL) {
+        mongoc_uri_destroy(uri);
+        return NGX_CONF_ERROR;
+    }
+
+    cln->handler = ngx_http_feed_mongo_uri_cleanup;
+    cln->data = uri;
+
+    mcf->uri = uri;
+    mcf->uri_text = value[1];
+
+    return NGX_CONF_OK;
+}
+
+
+static void
+ngx_http_feed_mongo_uri_cleanup(void *data)
+{
+    mongoc_uri_destroy(data);
+}
+
+
+static void
+ngx_http_feed_mongo_set_timeout(mongoc_uri_t *uri, const char *option,
+    ngx_msec_t timeout)
+{
+    /* what the URI says wins: it is the driver's own configuration */
+
+    if (mongoc_uri_has_option(uri, option)) {
+        return;
+    }
+
+    (void) mongoc_uri_set_option_as_int32(uri, option, (int32_t) timeout);
+}
+
+
+ngx_http_feed_mongo_t *
+ngx_http_feed_mongo_create(ngx_cycle_t *cycle,
+    ngx_http_feed_mongo_conf_t *conf)
+{
+    bson_error_t            error;
+    ngx_http_feed_mongo_t  *m;
+
+    m = ngx_calloc(sizeof(ngx_http_feed_mongo_t), cycle->log);
+    if (m == NULL) {
+        return NULL;
+    }
+
+    m->conf = conf;
+    m->log = cycle->log;
+
+    m->pool = mongoc_client_pool_new_with_error(conf->uri, &error);
+    if (m->pool == NULL) {
+        ngx_log_error(NGX_LOG_EMERG, cycle->log, 0,
+                      "mongodb client pool for \"%V\" failed: %s",
+                      &conf->uri_text, error.message);
+        ngx_free(m);
+        return NULL;
+    }
+
+    (void) mongoc_client_pool_set_error_api(m->pool,
+                                            MONGOC_ERROR_API_VERSION_2);
+    (void) mongoc_client_pool_set_appname(m->pool, "ngx_feed_module");
+
+    return m;
+}
+
+
+void
+ngx_http_feed_mongo_destroy(ngx_http_feed_mongo_t *m)
+{
+    if (m == NULL) {
+        return;
+    }
+
+    /* the thread pools have been joined already: no client is in use */
+
+    mongoc_client_pool_destroy(m->pool);
+    ngx_free(m);
+}
+
+
+ngx_http_feed_mongo_task_t *
+ngx_http_feed_mongo_task(ngx_pool_t *pool, ngx_http_feed_mongo_t *m,
+    ngx_http_feed_mongo_run_pt run, ngx_http_feed_mongo_done_pt done,
+    void *data)
+{
+    ngx_thread_task_t           *task;
+    ngx_http_feed_mongo_task_t  *t;
+
+    task = ngx_thread_task_alloc(pool, sizeof(ngx_http_feed_mongo_task_t));
+    if (task == NULL) {
+        return NULL;
+    }
+
+    t = task->ctx;
+
+    t->run = run;
+    t->done = done;
+    t->data = data;
+    t->mongo = m;
+    t->database = m ? (const char *) m->conf->database.data : NULL;
+    t->thread_task = task;
+    t->rc = NGX_ERROR;
+
+    task->handler = ngx_http_feed_mongo_thread;
+    task->event.handler = ngx_http_feed_mongo_event;
+    task->event.data = t;
+
+    return t;
+}
+
+
+/* a task of the worker itself, not tied to a request */
+
+ngx_int_t
+ngx_http_feed_mongo_post(ngx_http_feed_mongo_task_t *t)
+{
+    if (t->mongo == NULL) {
+        return NGX_DECLINED;
+    }
+
+    if (ngx_thread_task_post(t->mongo->conf->thread_pool, t->thread_task)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    ngx_http_feed_stats.mongo_tasks++;
+
+    return NGX_OK;
+}
+
+
+/*
+ * A task for a request: the request stays blocked (it can be neither
+ * freed nor finalized) until the task has come back, since the task's
+ * memory lives in the request pool.
+ */
+
+ngx_int_t
+ngx_http_feed_mongo_post_r(ngx_http_request_t *r,
+    ngx_http_feed_mongo_task_t *t)
+{
+    ngx_int_t  rc;
+
+    t->request = r;
+
+    rc = ngx_http_feed_mongo_post(t);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    r->main->blocked++;
+    r->aio = 1;
+    r->write_event_handler = ngx_http_feed_mongo_wake;
+
+    return NGX_OK;
+}
+
+
+ngx_uint_t
+ngx_http_feed_mongo_error_is_transient(const bson_error_t *err)
+{
+    switch (err->domain) {
+
+    case MONGOC_ERROR_STREAM:
+    case MONGOC_ERROR_SERVER_SELECTION:
+        return 1;
+
+    default:
+        return 0;
+    }
+}
+
+
+static void
+ngx_http_feed_mongo_thread(void *data, ngx_log_t *log)
+{
+    ngx_http_feed_mongo_task_t  *t = data;
+
+    mongoc_client_t  *client;
+
+    /* the pool is larger than any thread pool: this never waits long */
+
+    client = mongoc_client_pool_pop(t->mongo->pool);
+    if (client == NULL) {
+        bson_set_error(&t->error, MONGOC_ERROR_CLIENT,
+                       MONGOC_ERROR_CLIENT_NOT_READY,
+                       "no mongodb client available");
+        t->rc = NGX_ERROR;
+        return;
+    }
+
+    t->run(t, client);
+
+    mongoc_client_pool_push(t->mongo->pool, client);
+}
+
+
+static void
+ngx_http_feed_mongo_event(ngx_event_t *ev)
+{
+    ngx_http_feed_mongo_task_t  *t = ev->data;
+
+    ngx_connection_t    *c;
+    ngx_http_request_t  *r;
+
+    if (t->rc != NGX_OK) {
+        ngx_http_feed_stats.mongo_errors++;
+    }
+
+    r = t->request;
+
+    if (r == NULL) {
+        t->done(t);
+        return;
+    }
+
+    c = r->connection;
+
+    ngx_http_set_log_request(c->log, r);
+
+    r->main->blocked--;
+    r->aio = 0;
+
+    if (r->write_event_handler == ngx_http_feed_mongo_wake) {
+        r->write_event_handler = ngx_http_request_empty_handler;
+        t->done(t);
+
+    } else {
+        /* the request was terminated meanwhile: let nginx finish it */
+        r->write_event_handler(r);
+    }
+
+    ngx_http_run_posted_requests(c);
+}
+
+
+static void
+ngx_http_feed_mongo_wake(ngx_http_request_t *r)
+{
+    /* nothing to do until the task comes back */
+}

@@ -1,0 +1,60 @@
+
+/*
+ * ngx_feed_module: MongoDB through a per-worker mongoc_client_pool_t,
+ * used only from nginx thread pool tasks, never on the event loop.
+ */
+
+
+#ifndef _NGX_HTTP_FEED_MONGO_H_INCLUDED_
+#define _NGX_HTTP_FEED_MONGO_H_INCLUDED_
+
+
+#include "ngx_http_feed_module.h"
+
+#include <mongoc.h>
+
+
+typedef struct ngx_http_feed_mongo_task_s  ngx_http_feed_mongo_task_t;
+
+/* runs in a thread: must touch no nginx pool, request, or log */
+typedef void (*ngx_http_feed_mongo_run_pt)(ngx_http_feed_mongo_task_t *t,
+    mongoc_client_t *client);
+
+/* runs back on the event loop */
+typedef void (*ngx_http_feed_mongo_done_pt)(ngx_http_feed_mongo_task_t *t);
+
+
+struct ngx_http_feed_mongo_task_s {
+    ngx_http_feed_mongo_run_pt    run;
+    ngx_http_feed_mongo_done_pt   done;
+    void                         *data;
+
+    ngx_http_feed_mongo_t        *mongo;
+    const char                   *database;
+    ngx_http_request_t           *request;
+    ngx_thread_task_t            *thread_task;
+
+    /* results, written by run() */
+    ngx_int_t                     rc;
+    bson_error_t                  error;
+};
+
+
+char *ngx_http_feed_mongo_uri(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+ngx_int_t ngx_http_feed_mongo_init_conf(ngx_conf_t *cf,
+    ngx_http_feed_mongo_conf_t *conf);
+ngx_http_feed_mongo_t *ngx_http_feed_mongo_create(ngx_cycle_t *cycle,
+    ngx_http_feed_mongo_conf_t *conf);
+void ngx_http_feed_mongo_destroy(ngx_http_feed_mongo_t *m);
+
+ngx_http_feed_mongo_task_t *ngx_http_feed_mongo_task(ngx_pool_t *pool,
+    ngx_http_feed_mongo_t *m, ngx_http_feed_mongo_run_pt run,
+    ngx_http_feed_mongo_done_pt done, void *data);
+ngx_int_t ngx_http_feed_mongo_post(ngx_http_feed_mongo_task_t *t);
+ngx_int_t ngx_http_feed_mongo_post_r(ngx_http_request_t *r,
+    ngx_http_feed_mongo_task_t *t);
+ngx_uint_t ngx_http_feed_mongo_error_is_transient(const bson_error_t *err);
+
+
+#endif /* _NGX_HTTP_FEED_MONGO_H_INCLUDED_ */

@@ -1,0 +1,743 @@
+
+/*
+ * ngx_feed_module: a hiredis async context per worker, driven by the nginx
+ * event loop.
+ *
+ * Ownership rules:
+ *  - hiredis owns the socket: redisFree() closes it.  Our ngx_connection_t
+ *    only carries the events; the cleanup hook frees it without closing.
+ *  - hiredis owns the command callbacks: they cannot be cancelled, so a
+ *    command lives in worker memory, not in a request pool, and a request
+ *    that goes away only clears the command's handler (a tombstone).
+ *  - RESP replies come in order: a command that times out means nobody
+ *    behind it will be answered in time either, so the connection is
+ *    dropped, every pending command fails at once, and we reconnect.
+ */
+
+
+#include "ngx_http_feed_redis.h"
+
+
+#define NGX_HTTP_FEED_REDIS_BACKOFF_MIN  50
+#define NGX_HTTP_FEED_REDIS_BACKOFF_MAX  2000
+
+
+struct ngx_http_feed_redis_s {
+    redisAsyncContext            *ac;
+    ngx_http_feed_redis_conf_t   *conf;
+    ngx_log_t                    *log;
+    ngx_http_feed_redis_state_e   state;
+
+    ngx_event_t                   connect_timer;
+    ngx_event_t                   reconnect;
+    ngx_msec_t                    backoff;
+
+    /* timer events need a connection-like object for debug logging */
+    ngx_connection_t              dummy;
+
+    ngx_queue_t                   pending;
+    ngx_queue_t                   free;
+    ngx_uint_t                    npending;
+
+    unsigned                      connected_once:1;
+
+    char                          error[128];
+};
+
+
+struct ngx_http_feed_redis_cmd_s {
+    ngx_queue_t                   queue;
+    ngx_http_feed_redis_t        *rd;
+    ngx_http_feed_redis_pt        handler;
+    void                         *data;
+    ngx_pool_cleanup_t           *cleanup;
+    ngx_event_t                   timer;
+};
+
+
+static void ngx_http_feed_redis_connect(ngx_http_feed_redis_t *rd);
+static void ngx_http_feed_redis_drop(ngx_http_feed_redis_t *rd,
+    const char *why);
+static void ngx_http_feed_redis_schedule(ngx_http_feed_redis_t *rd);
+static void ngx_http_feed_redis_reconnect_handler(ngx_event_t *ev);
+static void ngx_http_feed_redis_connect_timeout(ngx_event_t *ev);
+static void ngx_http_feed_redis_on_connect(const redisAsyncContext *ac,
+    int status);
+static void ngx_http_feed_redis_on_disconnect(const redisAsyncContext *ac,
+    int status);
+static void ngx_http_feed_redis_login(ngx_http_feed_redis_t *rd);
+static void ngx_http_feed_redis_login_reply(void *data, redisReply *reply);
+
+static void ngx_http_feed_redis_add_read(void *data);
+static void ngx_http_feed_redis_del_read(void *data);
+static void ngx_http_feed_redis_add_write(void *data);
+static void ngx_http_feed_redis_del_write(void *data);
+static void ngx_http_feed_redis_ev_cleanup(void *data);
+static void ngx_http_feed_redis_read_handler(ngx_event_t *rev);
+static void ngx_http_feed_redis_write_handler(ngx_event_t *wev);
+
+static ngx_http_feed_redis_cmd_t *ngx_http_feed_redis_cmd_get(
+    ngx_http_feed_redis_t *rd);
+static void ngx_http_feed_redis_cmd_put(ngx_http_feed_redis_cmd_t *cmd);
+static void ngx_http_feed_redis_reply(redisAsyncContext *ac, void *reply,
+    void *privdata);
+static void ngx_http_feed_redis_cmd_timeout(ngx_event_t *ev);
+static void ngx_http_feed_redis_cmd_cleanup(void *data);
+
+
+ngx_http_feed_redis_t *
+ngx_http_feed_redis_create(ngx_cycle_t *cycle,
+    ngx_http_feed_redis_conf_t *conf)
+{
+    ngx_http_feed_redis_t  *rd;
+
+    rd = ngx_calloc(sizeof(ngx_http_feed_redis_t), cycle->log);
+    if (rd == NULL) {
+        return NULL;
+    }
+
+    rd->conf = conf;
+    rd->log = cycle->log;
+    rd->state = NGX_HTTP_FEED_REDIS_DOWN;
+    rd->backoff = NGX_HTTP_FEED_REDIS_BACKOFF_MIN;
+
+    rd->dummy.fd = (ngx_socket_t) -1;
+
+    rd->connect_timer.handler = ngx_http_feed_redis_connect_timeout;
+    rd->connect_timer.data = &rd->dummy;
+    rd->connect_timer.log = cycle->log;
+
+    /* a reconnect attempt must not hold up a graceful shutdown */
+    rd->reconnect.handler = ngx_http_feed_redis_reconnect_handler;
+    rd->reconnect.data = &rd->dummy;
+    rd->reconnect.log = cycle->log;
+    rd->reconnect.cancelable = 1;
+
+    ngx_queue_init(&rd->pending);
+    ngx_queue_init(&rd->free);
+
+    ngx_http_feed_redis_connect(rd);
+
+    return rd;
+}
+
+
+void
+ngx_http_feed_redis_destroy(ngx_http_feed_redis_t *rd)
+{
+    ngx_queue_t                *q;
+    redisAsyncContext          *ac;
+    ngx_http_feed_redis_cmd_t  *cmd;
+
+    if (rd == NULL) {
+        return;
+    }
+
+    rd->state = NGX_HTTP_FEED_REDIS_EXITING;
+
+    if (rd->connect_timer.timer_set) {
+        ngx_del_timer(&rd->connect_timer);
+    }
+
+    if (rd->reconnect.timer_set) {
+        ngx_del_timer(&rd->reconnect);
+    }
+
+    /* nobody is left to hear about the commands still in flight */
+
+    for (q = ngx_queue_head(&rd->pending);
+         q != ngx_queue_sentinel(&rd->pending);
+         q = ngx_queue_next(q))
+    {
+        cmd = ngx_queue_data(q, ngx_http_feed_redis_cmd_t, queue);
+        ngx_http_feed_redis_cancel(cmd);
+    }
+
+    if (rd->ac) {
+        ac = rd->ac;
+        rd->ac = NULL;
+        redisAsyncFree(ac);
+    }
+
+    while (!ngx_queue_empty(&rd->free)) {
+        q = ngx_queue_head(&rd->free);
+        ngx_queue_remove(q);
+        ngx_free(ngx_queue_data(q, ngx_http_feed_redis_cmd_t, queue));
+    }
+
+    ngx_free(rd);
+}
+
+
+ngx_http_feed_redis_state_e
+ngx_http_feed_redis_state(ngx_http_feed_redis_t *rd)
+{
+    return rd ? rd->state : NGX_HTTP_FEED_REDIS_DOWN;
+}
+
+
+ngx_uint_t
+ngx_http_feed_redis_pending(ngx_http_feed_redis_t *rd)
+{
+    return rd ? rd->npending : 0;
+}
+
+
+const char *
+ngx_http_feed_redis_last_error(ngx_http_feed_redis_t *rd)
+{
+    return (rd && rd->error[0]) ? rd->error : NULL;
+}
+
+
+static void
+ngx_http_feed_redis_connect(ngx_http_feed_redis_t *rd)
+{
+    ngx_connection_t            *c;
+    redisAsyncContext           *ac;
+    ngx_http_feed_redis_conf_t  *conf;
+
+    conf = rd->conf;
+
+    if (conf->unix_path) {
+        ac = redisAsyncConnectUnix(conf->unix_path);
+
+    } else {
+        ac = redisAsyncConnect(conf->host, conf->port);
+    }
+
+    if (ac == NULL) {
+        ngx_log_error(NGX_LOG_ERR, rd->log, 0,
+                      "redis connect to %V failed: out of memory",
+                      &conf->addr_text);
+        ngx_http_feed_redis_schedule(rd);
+        return;
+    }
+
+    if (ac->err) {
+        ngx_log_error(NGX_LOG_ERR, rd->log, 0,
+                      "redis connect to %V failed: %s",
+                      &conf->addr_text, ac->errstr);
+        ngx_cpystrn((u_char *) rd->error, (u_char *) ac->errstr,
+                    sizeof(rd->error));
+        redisAsyncFree(ac);
+        ngx_http_feed_redis_schedule(rd);
+        return;
+    }
+
+    c = ngx_get_connection(ac->c.fd, rd->log);
+    if (c == NULL) {
+        redisAsyncFree(ac);
+        ngx_http_feed_redis_schedule(rd);
+        return;
+    }
+
+    c->data = ac;
+    c->log = rd->log;
+    c->read->log = rd->log;
+    c->write->log = rd->log;
+    c->read->handler = ngx_http_feed_redis_read_handler;
+    c->write->handler = ngx_http_feed_redis_write_handler;
+
+    ac->data = rd;
+    ac->ev.data = c;
+    ac->ev.addRead = ngx_http_feed_redis_add_read;
+    ac->ev.delRead = ngx_http_feed_redis_del_read;
+    ac->ev.addWrite = ngx_http_feed_redis_add_write;
+    ac->ev.delWrite = ngx_http_feed_redis_del_write;
+    ac->ev.cleanup = ngx_http_feed_redis_ev_cleanup;
+
+    rd->ac = ac;
+    rd->state = NGX_HTTP_FEED_REDIS_CONNECTING;
+
+    /* the connect callback hook adds the write event that reports it */
+    redisAsyncSetConnectCallback(ac, ngx_http_feed_redis_on_connect);
+    redisAsyncSetDisconnectCallback(ac, ngx_http_feed_redis_on_disconnect);
+
+    ngx_add_timer(&rd->connect_timer, conf->connect_timeout);
+
+    ngx_http_feed_redis_login(rd);
+}
+
+
+/*
+ * AUTH and SELECT are queued right behind the connect, ahead of any
+ * other command, so nothing ever runs unauthenticated or in db 0.
+ */
+
+static void
+ngx_http_feed_redis_login(ngx_http_feed_redis_t *rd)
+{
+    u_char                      *p;
+    const char                  *argv[2];
+    size_t                       argvlen[2];
+    u_char                       db[NGX_INT_T_LEN];
+    ngx_http_feed_redis_conf_t  *conf;
+
+    conf = rd->conf;
+
+    if (conf->password.len) {
+        argv[0] = "AUTH";
+        argvlen[0] = 4;
+        argv[1] = (const char *) conf->password.data;
+        argvlen[1] = conf->password.len;
+
+        (void) ngx_http_feed_redis_send(rd, ngx_http_feed_redis_login_reply,
+                                        rd, 2, argv, argvlen);
+    }
+
+    if (conf->db > 0) {
+        p = ngx_sprintf(db, "%i", conf->db);
+
+        argv[0] = "SELECT";
+        argvlen[0] = 6;
+        argv[1] = (const char *) db;
+        argvlen[1] = p - db;
+
+        (void) ngx_http_feed_redis_send(rd, ngx_http_feed_redis_login_reply,
+                                        rd, 2, argv, argvlen);
+    }
+}
+
+
+static void
+ngx_http_feed_redis_login_reply(void *data, redisReply *reply)
+{
+    ngx_http_feed_redis_t  *rd = data;
+
+    if (reply == NULL || reply->type != REDIS_REPLY_ERROR) {
+        return;
+    }
+
+    ngx_log_error(NGX_LOG_ERR, rd->log, 0, "redis login to %V failed: %*s",
+                  &rd->conf->addr_text, (size_t) reply->len, reply->str);
+
+    ngx_http_feed_redis_drop(rd, "login failed");
+}
+
+
+static void
+ngx_http_feed_redis_on_connect(const redisAsyncContext *ac, int status)
+{
+    ngx_http_feed_redis_t  *rd = ac->data;
+
+    if (rd->ac != ac) {
+        return;
+    }
+
+    if (rd->connect_timer.timer_set) {
+        ngx_del_timer(&rd->connect_timer);
+    }
+
+    if (status != REDIS_OK) {
+        /* hiredis frees the context right after we return */
+        ngx_log_error(NGX_LOG_ERR, rd->log, 0,
+                      "redis connect to %V failed: %s",
+                      &rd->conf->addr_text, ac->errstr);
+        ngx_cpystrn((u_char *) rd->error, (u_char *) ac->errstr,
+                    sizeof(rd->error));
+        rd->ac = NULL;
+        rd->state = NGX_HTTP_FEED_REDIS_DOWN;
+        ngx_http_feed_redis_schedule(rd);
+        return;
+    }
+
+    if (rd->connected_once) {
+        ngx_http_feed_stats.redis_reconnects++;
+        ngx_log_error(NGX_LOG_NOTICE, rd->log, 0,
+                      "redis reconnected to %V", &rd->conf->addr_text);
+    }
+
+    rd->connected_once = 1;
+    rd->state = NGX_HTTP_FEED_REDIS_UP;
+    rd->backoff = NGX_HTTP_FEED_REDIS_BACKOFF_MIN;
+    rd->error[0] = '\0';
+}
+
+
+static void
+ngx_http_feed_redis_on_disconnect(const redisAsyncContext *ac, int status)
+{
+    ngx_http_feed_redis_t  *rd = ac->data;
+
+    /* a disconnect we asked for was handled by ngx_http_feed_redis_drop() */
+
+    if (rd->ac != ac) {
+        return;
+    }
+
+    ngx_log_error(NGX_LOG_ERR, rd->log, 0, "redis connection to %V lost: %s",
+                  &rd->conf->addr_text,
+                  ac->errstr[0] ? ac->errstr : "closed");
+
+    ngx_cpystrn((u_char *) rd->error,
+                (u_char *) (ac->errstr[0] ? ac->errstr : "connection closed"),
+                sizeof(rd->error));
+
+    rd->ac = NULL;
+    rd->state = NGX_HTTP_FEED_REDIS_DOWN;
+    ngx_http_feed_redis_schedule(rd);
+}
+
+
+static void
+ngx_http_feed_redis_drop(ngx_http_feed_redis_t *rd, const char *why)
+{
+    redisAsyncContext  *ac;
+
+    ac = rd->ac;
+
+    if (ac == NULL) {
+        return;
+    }
+
+    if (rd->connect_timer.timer_set) {
+        ngx_del_timer(&rd->connect_timer);
+    }
+
+    ngx_cpystrn((u_char *) rd->error, (u_char *) why, sizeof(rd->error));
+
+    rd->ac = NULL;
+    rd->state = NGX_HTTP_FEED_REDIS_DOWN;
+
+    /* fails every pending command with a NULL reply, then closes */
+    redisAsyncFree(ac);
+
+    ngx_http_feed_redis_schedule(rd);
+}
+
+
+static void
+ngx_http_feed_redis_schedule(ngx_http_feed_redis_t *rd)
+{
+    if (rd->state == NGX_HTTP_FEED_REDIS_EXITING || ngx_exiting
+        || ngx_terminate || rd->reconnect.timer_set)
+    {
+        return;
+    }
+
+    ngx_add_timer(&rd->reconnect, rd->backoff);
+
+    rd->backoff = ngx_min(rd->backoff * 2, NGX_HTTP_FEED_REDIS_BACKOFF_MAX);
+}
+
+
+static void
+ngx_http_feed_redis_reconnect_handler(ngx_event_t *ev)
+{
+    ngx_http_feed_redis_t  *rd;
+
+    rd = ngx_queue_data(ev, ngx_http_feed_redis_t, reconnect);
+
+    if (rd->ac || rd->state == NGX_HTTP_FEED_REDIS_EXITING || ngx_exiting) {
+        return;
+    }
+
+    ngx_http_feed_redis_connect(rd);
+}
+
+
+static void
+ngx_http_feed_redis_connect_timeout(ngx_event_t *ev)
+{
+    ngx_http_feed_redis_t  *rd;
+
+    rd = ngx_queue_data(ev, ngx_http_feed_redis_t, connect_timer);
+
+    ngx_log_error(NGX_LOG_ERR, rd->log, NGX_ETIMEDOUT,
+                  "redis connect to %V timed out", &rd->conf->addr_text);
+
+    ngx_http_feed_redis_drop(rd, "connect timed out");
+}
+
+
+/* event hooks: hiredis calls them often, they must be idempotent */
+
+static void
+ngx_http_feed_redis_add_read(void *data)
+{
+    ngx_connection_t  *c = data;
+
+    /*
+     * Level-triggered: hiredis reads at most 16 KiB per call, and an
+     * edge-triggered event would never fire again for the rest of a
+     * larger reply already in the socket buffer.
+     */
+
+    if (!c->read->active
+        && ngx_add_event(c->read, NGX_READ_EVENT, NGX_LEVEL_EVENT) != NGX_OK)
+    {
+        ngx_log_error(NGX_LOG_ERR, c->log, 0, "redis add read event failed");
+    }
+}
+
+
+static void
+ngx_http_feed_redis_del_read(void *data)
+{
+    ngx_connection_t  *c = data;
+
+    if (c->read->active) {
+        (void) ngx_del_event(c->read, NGX_READ_EVENT, NGX_LEVEL_EVENT);
+    }
+}
+
+
+static void
+ngx_http_feed_redis_add_write(void *data)
+{
+    ngx_connection_t  *c = data;
+
+    if (!c->write->active
+        && ngx_add_event(c->write, NGX_WRITE_EVENT, NGX_LEVEL_EVENT)
+           != NGX_OK)
+    {
+        ngx_log_error(NGX_LOG_ERR, c->log, 0, "redis add write event failed");
+    }
+}
+
+
+static void
+ngx_http_feed_redis_del_write(void *data)
+{
+    ngx_connection_t  *c = data;
+
+    if (c->write->active) {
+        (void) ngx_del_event(c->write, NGX_WRITE_EVENT, NGX_LEVEL_EVENT);
+    }
+}
+
+
+static void
+ngx_http_feed_redis_ev_cleanup(void *data)
+{
+    ngx_connection_t  *c = data;
+
+    ngx_http_feed_redis_del_read(c);
+    ngx_http_feed_redis_del_write(c);
+
+    if (c->read->posted) {
+        ngx_delete_posted_event(c->read);
+    }
+
+    if (c->write->posted) {
+        ngx_delete_posted_event(c->write);
+    }
+
+    /* hiredis closes the descriptor itself right after this hook */
+
+    ngx_free_connection(c);
+    c->fd = (ngx_socket_t) -1;
+}
+
+
+static void
+ngx_http_feed_redis_read_handler(ngx_event_t *rev)
+{
+    ngx_connection_t  *c = rev->data;
+
+    redisAsyncHandleRead(c->data);
+}
+
+
+static void
+ngx_http_feed_redis_write_handler(ngx_event_t *wev)
+{
+    ngx_connection_t  *c = wev->data;
+
+    redisAsyncHandleWrite(c->data);
+}
+
+
+/* commands */
+
+ngx_http_feed_redis_cmd_t *
+ngx_http_feed_redis_send(ngx_http_feed_redis_t *rd,
+    ngx_http_feed_redis_pt handler, void *data, int argc, const char **argv,
+    const size_t *argvlen)
+{
+    ngx_http_feed_redis_cmd_t  *cmd;
+
+    if (rd == NULL || rd->ac == NULL) {
+        return NULL;
+    }
+
+    cmd = ngx_http_feed_redis_cmd_get(rd);
+    if (cmd == NULL) {
+        return NULL;
+    }
+
+    cmd->handler = handler;
+    cmd->data = data;
+
+    if (redisAsyncCommandArgv(rd->ac, ngx_http_feed_redis_reply, cmd,
+                              argc, argv, argvlen)
+        != REDIS_OK)
+    {
+        ngx_http_feed_stats.redis_errors++;
+        ngx_http_feed_redis_cmd_put(cmd);
+        return NULL;
+    }
+
+    ngx_queue_insert_tail(&rd->pending, &cmd->queue);
+    rd->npending++;
+
+    ngx_add_timer(&cmd->timer, rd->conf->timeout);
+
+    ngx_http_feed_stats.redis_commands++;
+
+    return cmd;
+}
+
+
+/*
+ * The same, for a request: if the request goes away first, its pool
+ * cleanup turns the command into a tombstone.  NGX_DECLINED means Redis
+ * is unavailable right now and the caller should do without it.
+ */
+
+ngx_int_t
+ngx_http_feed_redis_send_r(ngx_http_request_t *r, ngx_http_feed_redis_t *rd,
+    ngx_http_feed_redis_pt handler, void *data, int argc, const char **argv,
+    const size_t *argvlen)
+{
+    ngx_pool_cleanup_t         *cln;
+    ngx_http_feed_redis_cmd_t  *cmd;
+
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (cln == NULL) {
+        return NGX_ERROR;
+    }
+
+    cmd = ngx_http_feed_redis_send(rd, handler, data, argc, argv, argvlen);
+    if (cmd == NULL) {
+        return NGX_DECLINED;
+    }
+
+    cmd->cleanup = cln;
+    cln->handler = ngx_http_feed_redis_cmd_cleanup;
+    cln->data = cmd;
+
+    return NGX_OK;
+}
+
+
+void
+ngx_http_feed_redis_cancel(ngx_http_feed_redis_cmd_t *cmd)
+{
+    cmd->handler = NULL;
+
+    if (cmd->cleanup) {
+        cmd->cleanup->handler = NULL;
+        cmd->cleanup = NULL;
+    }
+}
+
+
+static void
+ngx_http_feed_redis_cmd_cleanup(void *data)
+{
+    ngx_http_feed_redis_cmd_t  *cmd = data;
+
+    cmd->cleanup = NULL;
+    cmd->handler = NULL;
+}
+
+
+static void
+ngx_http_feed_redis_reply(redisAsyncContext *ac, void *r, void *privdata)
+{
+    redisReply                 *reply = r;
+    ngx_http_feed_redis_cmd_t  *cmd = privdata;
+
+    void                       *data;
+    ngx_http_feed_redis_pt      handler;
+
+    handler = cmd->handler;
+    data = cmd->data;
+
+    ngx_http_feed_redis_cancel(cmd);
+
+    ngx_queue_remove(&cmd->queue);
+    cmd->rd->npending--;
+
+    ngx_http_feed_redis_cmd_put(cmd);
+
+    if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
+        ngx_http_feed_stats.redis_errors++;
+    }
+
+    if (handler) {
+        handler(data, reply);
+    }
+}
+
+
+static void
+ngx_http_feed_redis_cmd_timeout(ngx_event_t *ev)
+{
+    ngx_http_feed_redis_t      *rd;
+    ngx_http_feed_redis_cmd_t  *cmd;
+
+    void                       *data;
+    ngx_http_feed_redis_pt      handler;
+
+    cmd = ngx_queue_data(ev, ngx_http_feed_redis_cmd_t, timer);
+    rd = cmd->rd;
+
+    handler = cmd->handler;
+    data = cmd->data;
+
+    ngx_http_feed_redis_cancel(cmd);
+
+    ngx_http_feed_stats.redis_timeouts++;
+
+    ngx_log_error(NGX_LOG_ERR, rd->log, NGX_ETIMEDOUT,
+                  "redis command to %V timed out", &rd->conf->addr_text);
+
+    ngx_http_feed_redis_drop(rd, "command timed out");
+
+    if (handler) {
+        handler(data, NULL);
+    }
+}
+
+
+static ngx_http_feed_redis_cmd_t *
+ngx_http_feed_redis_cmd_get(ngx_http_feed_redis_t *rd)
+{
+    ngx_queue_t                *q;
+    ngx_http_feed_redis_cmd_t  *cmd;
+
+    if (!ngx_queue_empty(&rd->free)) {
+        q = ngx_queue_head(&rd->free);
+        ngx_queue_remove(q);
+        cmd = ngx_queue_data(q, ngx_http_feed_redis_cmd_t, queue);
+
+    } else {
+        cmd = ngx_alloc(sizeof(ngx_http_feed_redis_cmd_t), rd->log);
+        if (cmd == NULL) {
+            return NULL;
+        }
+    }
+
+    ngx_memzero(cmd, sizeof(ngx_http_feed_redis_cmd_t));
+
+    cmd->rd = rd;
+    cmd->timer.handler = ngx_http_feed_redis_cmd_timeout;
+    cmd->timer.data = &rd->dummy;
+    cmd->timer.log = rd->log;
+
+    return cmd;
+}
+
+
+static void
+ngx_http_feed_redis_cmd_put(ngx_http_feed_redis_cmd_t *cmd)
+{
+    if (cmd->timer.timer_set) {
+        ngx_del_timer(&cmd->timer);
+    }
+
+    ngx_queue_insert_head(&cmd->rd->free, &cmd->queue);
+}

@@ -1,0 +1,316 @@
+
+/*
+ * ngx_feed_module: the "feed_status" location.
+ *
+ * Answers what this worker sees right now: a PING through its Redis
+ * connection and a "ping" command through the MongoDB thread pool, both
+ * run at once, plus the worker's counters.
+ */
+
+
+#include "ngx_http_feed_module.h"
+#include "ngx_http_feed_redis.h"
+#include "ngx_http_feed_mongo.h"
+#include "ngx_http_feed_json.h"
+
+
+typedef struct {
+    ngx_http_request_t           *request;
+    ngx_http_feed_main_conf_t    *fmcf;
+    ngx_uint_t                    waiting;
+
+    unsigned                      redis_up:1;
+    unsigned                      mongo_up:1;
+
+    char                          mongo_error[128];
+} ngx_http_feed_status_ctx_t;
+
+
+static ngx_int_t ngx_http_feed_status_handler(ngx_http_request_t *r);
+static void ngx_http_feed_status_redis_reply(void *data, redisReply *reply);
+static void ngx_http_feed_status_mongo_run(ngx_http_feed_mongo_task_t *t,
+    mongoc_client_t *client);
+static void ngx_http_feed_status_mongo_done(ngx_http_feed_mongo_task_t *t);
+static void ngx_http_feed_status_finish(ngx_http_feed_status_ctx_t *ctx);
+static ngx_int_t ngx_http_feed_status_send(ngx_http_feed_status_ctx_t *ctx);
+static ngx_int_t ngx_http_feed_status_redis(ngx_http_feed_status_ctx_t *ctx,
+    bson_t *doc);
+static ngx_int_t ngx_http_feed_status_mongo(ngx_http_feed_status_ctx_t *ctx,
+    bson_t *doc);
+
+
+static const char  *ngx_http_feed_redis_states[] = {
+    "down", "connecting", "up", "exiting"
+};
+
+
+char *
+ngx_http_feed_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_core_loc_conf_t  *clcf;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+
+    if (clcf->handler) {
+        return "is duplicate";
+    }
+
+    clcf->handler = ngx_http_feed_status_handler;
+
+    return NGX_CONF_OK;
+}
+
+
+static ngx_int_t
+ngx_http_feed_status_handler(ngx_http_request_t *r)
+{
+    ngx_int_t                    rc;
+    const char                  *argv[1];
+    size_t                       argvlen[1];
+    ngx_http_feed_mongo_task_t  *t;
+    ngx_http_feed_status_ctx_t  *ctx;
+
+    ngx_http_feed_stats.requests++;
+
+    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
+        return ngx_http_feed_send_error(r, NGX_HTTP_NOT_ALLOWED,
+                                        "method_not_allowed",
+                                        "only GET and HEAD are allowed");
+    }
+
+    rc = ngx_http_discard_request_body(r);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_feed_status_ctx_t));
+    if (ctx == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ctx->request = r;
+    ctx->fmcf = ngx_http_get_module_main_conf(r, ngx_http_feed_module);
+
+    /* both checks are in flight at once; the last one to finish answers */
+
+    ctx->waiting = 1;
+
+    if (ctx->fmcf->redis_client) {
+        argv[0] = "PING";
+        argvlen[0] = 4;
+
+        rc = ngx_http_feed_redis_send_r(r, ctx->fmcf->redis_client,
+                                        ngx_http_feed_status_redis_reply,
+                                        ctx, 1, argv, argvlen);
+        if (rc == NGX_ERROR) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        ctx->waiting += (rc == NGX_OK);
+    }
+
+    if (ctx->fmcf->mongo_client) {
+        t = ngx_http_feed_mongo_task(r->pool, ctx->fmcf->mongo_client,
+                                     ngx_http_feed_status_mongo_run,
+                                     ngx_http_feed_status_mongo_done, ctx);
+        if (t == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        if (ngx_http_feed_mongo_post_r(r, t) == NGX_OK) {
+            ctx->waiting++;
+
+        } else {
+            ngx_cpystrn((u_char *) ctx->mongo_error,
+                        (u_char *) "thread pool queue overflow",
+                        sizeof(ctx->mongo_error));
+        }
+    }
+
+    if (--ctx->waiting == 0) {
+        return ngx_http_feed_status_send(ctx);
+    }
+
+    r->main->count++;
+
+    return NGX_DONE;
+}
+
+
+static void
+ngx_http_feed_status_redis_reply(void *data, redisReply *reply)
+{
+    ngx_http_feed_status_ctx_t  *ctx = data;
+
+    ngx_connection_t  *c;
+
+    c = ctx->request->connection;
+
+    ctx->redis_up = (reply != NULL && reply->type == REDIS_REPLY_STATUS);
+
+    ngx_http_feed_status_finish(ctx);
+
+    /* a Redis reply does not come through the request's own events */
+    ngx_http_run_posted_requests(c);
+}
+
+
+static void
+ngx_http_feed_status_mongo_run(ngx_http_feed_mongo_task_t *t,
+    mongoc_client_t *client)
+{
+    bson_t  cmd;
+
+    bson_init(&cmd);
+    BSON_APPEND_INT32(&cmd, "ping", 1);
+
+    t->rc = mongoc_client_command_simple(client, "admin", &cmd, NULL, NULL,
+                                         &t->error)
+            ? NGX_OK : NGX_ERROR;
+
+    bson_destroy(&cmd);
+}
+
+
+static void
+ngx_http_feed_status_mongo_done(ngx_http_feed_mongo_task_t *t)
+{
+    ngx_http_feed_status_ctx_t  *ctx = t->data;
+
+    ctx->mongo_up = (t->rc == NGX_OK);
+
+    if (t->rc != NGX_OK) {
+        ngx_log_error(NGX_LOG_WARN, ctx->request->connection->log, 0,
+                      "mongodb ping failed: %s", t->error.message);
+        ngx_cpystrn((u_char *) ctx->mongo_error, (u_char *) t->error.message,
+                    sizeof(ctx->mongo_error));
+    }
+
+    ngx_http_feed_status_finish(ctx);
+}
+
+
+static void
+ngx_http_feed_status_finish(ngx_http_feed_status_ctx_t *ctx)
+{
+    ngx_http_request_t  *r = ctx->request;
+
+    if (--ctx->waiting) {
+        return;
+    }
+
+    if (r->connection->error) {
+        ngx_http_finalize_request(r, NGX_HTTP_CLIENT_CLOSED_REQUEST);
+        return;
+    }
+
+    ngx_http_finalize_request(r, ngx_http_feed_status_send(ctx));
+}
+
+
+static ngx_int_t
+ngx_http_feed_status_send(ngx_http_feed_status_ctx_t *ctx)
+{
+    bson_t     doc;
+    ngx_int_t  rc;
+
+    bson_init(&doc);
+
+    if (!BSON_APPEND_INT64(&doc, "pid", (int64_t) ngx_pid)
+        || !BSON_APPEND_INT64(&doc, "requests",
+                              (int64_t) ngx_http_feed_stats.requests)
+        || ngx_http_feed_status_redis(ctx, &doc) != NGX_OK
+        || ngx_http_feed_status_mongo(ctx, &doc) != NGX_OK)
+    {
+        bson_destroy(&doc);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    rc = ngx_http_feed_send_json(ctx->request, NGX_HTTP_OK, &doc);
+
+    bson_destroy(&doc);
+
+    return rc;
+}
+
+
+static ngx_int_t
+ngx_http_feed_status_redis(ngx_http_feed_status_ctx_t *ctx, bson_t *doc)
+{
+    bson_t                      sub;
+    const char                 *err;
+    ngx_http_feed_redis_t      *rd;
+    ngx_http_feed_stats_t      *st;
+    ngx_http_feed_main_conf_t  *fmcf;
+
+    fmcf = ctx->fmcf;
+    rd = fmcf->redis_client;
+    st = &ngx_http_feed_stats;
+
+    if (!BSON_APPEND_DOCUMENT_BEGIN(doc, "redis", &sub)) {
+        return NGX_ERROR;
+    }
+
+    BSON_APPEND_BOOL(&sub, "configured", fmcf->redis_enabled);
+
+    if (fmcf->redis_enabled) {
+        BSON_APPEND_UTF8(&sub, "address",
+                         (const char *) fmcf->redis.addr_text.data);
+        BSON_APPEND_BOOL(&sub, "up", ctx->redis_up);
+        BSON_APPEND_UTF8(&sub, "state",
+                 ngx_http_feed_redis_states[ngx_http_feed_redis_state(rd)]);
+        BSON_APPEND_INT64(&sub, "pending",
+                          (int64_t) ngx_http_feed_redis_pending(rd));
+        BSON_APPEND_INT64(&sub, "commands", (int64_t) st->redis_commands);
+        BSON_APPEND_INT64(&sub, "errors", (int64_t) st->redis_errors);
+        BSON_APPEND_INT64(&sub, "timeouts", (int64_t) st->redis_timeouts);
+        BSON_APPEND_INT64(&sub, "reconnects",
+                          (int64_t) st->redis_reconnects);
+
+        err = ngx_http_feed_redis_last_error(rd);
+
+        if (err) {
+            BSON_APPEND_UTF8(&sub, "last_error", err);
+
+        } else {
+            BSON_APPEND_NULL(&sub, "last_error");
+        }
+    }
+
+    return bson_append_document_end(doc, &sub) ? NGX_OK : NGX_ERROR;
+}
+
+
+static ngx_int_t
+ngx_http_feed_status_mongo(ngx_http_feed_status_ctx_t *ctx, bson_t *doc)
+{
+    bson_t                      sub;
+    ngx_http_feed_stats_t      *st;
+    ngx_http_feed_main_conf_t  *fmcf;
+
+    fmcf = ctx->fmcf;
+    st = &ngx_http_feed_stats;
+
+    if (!BSON_APPEND_DOCUMENT_BEGIN(doc, "mongo", &sub)) {
+        return NGX_ERROR;
+    }
+
+    BSON_APPEND_BOOL(&sub, "configured", fmcf->mongo_enabled);
+
+    if (fmcf->mongo_enabled) {
+        BSON_APPEND_UTF8(&sub, "database",
+                         (const char *) fmcf->mongo.database.data);
+        BSON_APPEND_BOOL(&sub, "up", ctx->mongo_up);
+        BSON_APPEND_INT64(&sub, "tasks", (int64_t) st->mongo_tasks);
+        BSON_APPEND_INT64(&sub, "errors", (int64_t) st->mongo_errors);
+
+        if (ctx->mongo_error[0]) {
+            BSON_APPEND_UTF8(&sub, "last_error", ctx->mongo_error);
+
+        } else {
+            BSON_APPEND_NULL(&sub, "last_error");
+        }
+    }
+
+    return bson_append_document_end(doc, &sub) ? NGX_OK : NGX_ERROR;
+}
