@@ -40,6 +40,7 @@ struct ngx_http_feed_redis_s {
     ngx_uint_t                    npending;
 
     unsigned                      connected_once:1;
+    unsigned                      failing:1;
 
     char                          error[128];
 };
@@ -59,6 +60,7 @@ static void ngx_http_feed_redis_connect(ngx_http_feed_redis_t *rd);
 static void ngx_http_feed_redis_drop(ngx_http_feed_redis_t *rd,
     const char *why);
 static void ngx_http_feed_redis_schedule(ngx_http_feed_redis_t *rd);
+static ngx_uint_t ngx_http_feed_redis_log_level(ngx_http_feed_redis_t *rd);
 static void ngx_http_feed_redis_reconnect_handler(ngx_event_t *ev);
 static void ngx_http_feed_redis_connect_timeout(ngx_event_t *ev);
 static void ngx_http_feed_redis_on_connect(const redisAsyncContext *ac,
@@ -215,7 +217,7 @@ ngx_http_feed_redis_connect(ngx_http_feed_redis_t *rd)
     }
 
     if (ac->err) {
-        ngx_log_error(NGX_LOG_ERR, rd->log, 0,
+        ngx_log_error(ngx_http_feed_redis_log_level(rd), rd->log, 0,
                       "redis connect to %V failed: %s",
                       &conf->addr_text, ac->errstr);
         ngx_cpystrn((u_char *) rd->error, (u_char *) ac->errstr,
@@ -262,7 +264,7 @@ ngx_http_feed_redis_connect(ngx_http_feed_redis_t *rd)
 
 /*
  * AUTH and SELECT are queued right behind the connect, ahead of any
- * other command, so nothing ever runs unauthenticated or in db 0.
+ * other command, so nothing ever runs unauthenticated or in another db.
  */
 
 static void
@@ -297,6 +299,14 @@ ngx_http_feed_redis_login(ngx_http_feed_redis_t *rd)
         (void) ngx_http_feed_redis_send(rd, ngx_http_feed_redis_login_reply,
                                         rd, 2, argv, argvlen);
     }
+
+    /* its answer proves the connection healthy and resets the backoff */
+
+    argv[0] = "PING";
+    argvlen[0] = 4;
+
+    (void) ngx_http_feed_redis_send(rd, ngx_http_feed_redis_login_reply, rd,
+                                    1, argv, argvlen);
 }
 
 
@@ -331,7 +341,7 @@ ngx_http_feed_redis_on_connect(const redisAsyncContext *ac, int status)
 
     if (status != REDIS_OK) {
         /* hiredis frees the context right after we return */
-        ngx_log_error(NGX_LOG_ERR, rd->log, 0,
+        ngx_log_error(ngx_http_feed_redis_log_level(rd), rd->log, 0,
                       "redis connect to %V failed: %s",
                       &rd->conf->addr_text, ac->errstr);
         ngx_cpystrn((u_char *) rd->error, (u_char *) ac->errstr,
@@ -348,9 +358,10 @@ ngx_http_feed_redis_on_connect(const redisAsyncContext *ac, int status)
                       "redis reconnected to %V", &rd->conf->addr_text);
     }
 
+    /* the backoff is reset by the first good reply, not by a connect */
+
     rd->connected_once = 1;
     rd->state = NGX_HTTP_FEED_REDIS_UP;
-    rd->backoff = NGX_HTTP_FEED_REDIS_BACKOFF_MIN;
     rd->error[0] = '\0';
 }
 
@@ -407,6 +418,21 @@ ngx_http_feed_redis_drop(ngx_http_feed_redis_t *rd, const char *why)
 }
 
 
+/* a Redis that stays down is reported once, then quietly retried */
+
+static ngx_uint_t
+ngx_http_feed_redis_log_level(ngx_http_feed_redis_t *rd)
+{
+    if (rd->failing) {
+        return NGX_LOG_INFO;
+    }
+
+    rd->failing = 1;
+
+    return NGX_LOG_ERR;
+}
+
+
 static void
 ngx_http_feed_redis_schedule(ngx_http_feed_redis_t *rd)
 {
@@ -444,7 +470,7 @@ ngx_http_feed_redis_connect_timeout(ngx_event_t *ev)
 
     rd = ngx_queue_data(ev, ngx_http_feed_redis_t, connect_timer);
 
-    ngx_log_error(NGX_LOG_ERR, rd->log, NGX_ETIMEDOUT,
+    ngx_log_error(ngx_http_feed_redis_log_level(rd), rd->log, NGX_ETIMEDOUT,
                   "redis connect to %V timed out", &rd->conf->addr_text);
 
     ngx_http_feed_redis_drop(rd, "connect timed out");
@@ -651,20 +677,26 @@ ngx_http_feed_redis_reply(redisAsyncContext *ac, void *r, void *privdata)
     ngx_http_feed_redis_cmd_t  *cmd = privdata;
 
     void                       *data;
+    ngx_http_feed_redis_t      *rd;
     ngx_http_feed_redis_pt      handler;
 
+    rd = cmd->rd;
     handler = cmd->handler;
     data = cmd->data;
 
     ngx_http_feed_redis_cancel(cmd);
 
     ngx_queue_remove(&cmd->queue);
-    cmd->rd->npending--;
+    rd->npending--;
 
     ngx_http_feed_redis_cmd_put(cmd);
 
     if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
         ngx_http_feed_stats.redis_errors++;
+
+    } else if (ac == rd->ac) {
+        rd->backoff = NGX_HTTP_FEED_REDIS_BACKOFF_MIN;
+        rd->failing = 0;
     }
 
     if (handler) {

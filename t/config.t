@@ -1,0 +1,116 @@
+#!/usr/bin/perl
+
+# The module loads; "nginx -t" rejects each malformed directive with a
+# message that names it.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use Test::More;
+use FeedTest;
+
+my $t = FeedTest->new;
+
+sub conf {
+    my ($main, $http, $loc) = @_;
+    $main ||= '';
+    $http ||= '';
+    $loc ||= '';
+    return <<"EOF";
+$main
+events { worker_connections 64; }
+http {
+    $http
+    server {
+        listen 127.0.0.1:%%PORT_HTTP%%;
+        location = /status { feed_status; $loc }
+    }
+}
+EOF
+}
+
+my ($ok, $out);
+
+# a good configuration, every directive used
+
+$t->write_conf(conf('thread_pool feed threads=2;',
+    'feed_redis 127.0.0.1:6379 password=secret db=3;
+    feed_redis_connect_timeout 250ms;
+    feed_redis_timeout 2s;
+    feed_mongo_uri "mongodb://127.0.0.1:27017/?appname=x";
+    feed_mongo_database social;
+    feed_mongo_timeout 1500ms;
+    feed_thread_pool feed;'));
+($ok, $out) = $t->test_conf;
+ok($ok, 'full configuration accepted') or diag($out);
+
+$t->write_conf(conf('', 'feed_redis unix:/run/redis/redis.sock;'));
+($ok, $out) = $t->test_conf;
+ok($ok, 'unix socket address accepted') or diag($out);
+
+$t->write_conf(conf('', 'feed_redis localhost;'));
+($ok, $out) = $t->test_conf;
+ok($ok, 'host name without port accepted') or diag($out);
+
+$t->write_conf(conf());
+($ok, $out) = $t->test_conf;
+ok($ok, 'module loads with no feed configuration') or diag($out);
+
+# each malformed directive, and what the message must say
+
+my @bad = (
+    [ 'feed_redis 127.0.0.1:99999;',          qr/feed_redis.*127\.0\.0\.1:99999|invalid port.*feed_redis/ ],
+    [ 'feed_redis 127.0.0.1:6379 passwd=x;',  qr/invalid parameter "passwd=x" in "feed_redis"/ ],
+    [ 'feed_redis 127.0.0.1:6379 db=x;',      qr/invalid database index "db=x" in "feed_redis"/ ],
+    [ 'feed_redis 127.0.0.1:6379 db=-1;',     qr/invalid database index "db=-1" in "feed_redis"/ ],
+    [ 'feed_redis 127.0.0.1:6379 password=;', qr/invalid parameter "password=" in "feed_redis"/ ],
+    [ 'feed_redis no.such.host.invalid;',     qr/feed_redis/ ],
+    [ 'feed_redis 127.0.0.1:6379/path;',      qr/in "feed_redis" address "127\.0\.0\.1:6379\/path"/ ],
+    [ 'feed_redis;',                          qr/invalid number of arguments in "feed_redis"/ ],
+    [ "feed_redis 127.0.0.1;\n    feed_redis 127.0.0.1;",
+                                              qr/"feed_redis" directive is duplicate/ ],
+    [ 'feed_redis_timeout 0;',                qr/"feed_redis_timeout" directive must be positive/ ],
+    [ 'feed_redis_timeout abc;',              qr/"feed_redis_timeout" directive invalid value/ ],
+    [ 'feed_redis_connect_timeout -1s;',      qr/"feed_redis_connect_timeout" directive invalid value/ ],
+    [ 'feed_mongo_uri "http://x";',           qr/invalid MongoDB URI "http:\/\/x" in "feed_mongo_uri"/ ],
+    [ 'feed_mongo_uri "mongodb://";',         qr/invalid MongoDB URI .* in "feed_mongo_uri"/ ],
+    [ 'feed_mongo_uri a b;',                  qr/invalid number of arguments in "feed_mongo_uri"/ ],
+    [ "feed_mongo_uri mongodb://h/;\n    feed_mongo_database a.b;",
+                                              qr/invalid database name "a\.b" in "feed_mongo_database"/ ],
+    [ "feed_mongo_uri mongodb://h/;\n    feed_mongo_database \"\";",
+                                              qr/invalid database name "" in "feed_mongo_database"/ ],
+    [ 'feed_mongo_timeout 0ms;',              qr/"feed_mongo_timeout" directive must be positive/ ],
+    [ "feed_mongo_uri mongodb://h/;\n    feed_thread_pool nosuch;",
+                                              qr/unknown thread pool "nosuch"/ ],
+);
+
+for my $case (@bad) {
+    my ($line, $re) = @$case;
+    $t->write_conf(conf('', $line));
+    ($ok, $out) = $t->test_conf;
+    ok(!$ok, "rejected: $line");
+    like($out, qr/\[emerg\].*$re/, "message for: $line");
+}
+
+# directives in the wrong context
+
+$t->write_conf(conf('', '', 'feed_redis 127.0.0.1;'));
+($ok, $out) = $t->test_conf;
+ok(!$ok, 'feed_redis in a location rejected');
+like($out, qr/"feed_redis" directive is not allowed here/, 'context message');
+
+$t->write_conf(conf('', 'feed_status;'));
+($ok, $out) = $t->test_conf;
+ok(!$ok, 'feed_status at http level rejected');
+like($out, qr/"feed_status" directive is not allowed here/,
+    'feed_status context message');
+
+$t->write_conf(conf('', '', 'feed_status x;'));
+($ok, $out) = $t->test_conf;
+ok(!$ok, 'feed_status with an argument rejected');
+like($out, qr/invalid number of arguments in "feed_status"/,
+    'feed_status arguments message');
+
+done_testing();

@@ -1,0 +1,516 @@
+package FeedTest;
+
+# A small nginx-tests style harness: real nginx, redis-server and the
+# MongoDB stand-in on loopback ports picked at run time, in a private
+# directory.  nginx is always stopped gracefully (SIGQUIT) and every test
+# file ends with the error.log check (no [alert], [emerg], open socket).
+
+use strict;
+use warnings;
+
+use Exporter qw(import);
+use File::Temp qw(tempdir);
+use File::Path qw(make_path);
+use IO::Socket::INET;
+use IO::Select;
+use POSIX qw(WNOHANG);
+use Time::HiRes qw(time sleep);
+use JSON::PP;
+use Test::More;
+
+our @EXPORT_OK = qw(json_decode);
+
+my $ROOT = $ENV{FEED_ROOT} || do {
+    my $d = __FILE__;
+    $d =~ s{/t/lib/FeedTest\.pm$}{};
+    $d = '.' if $d eq __FILE__;
+    $d;
+};
+
+our $MODULE = $ENV{FEED_MODULE} || "$ROOT/build/ngx_http_feed_module.so";
+our $NGINX = $ENV{FEED_NGINX} || '/usr/sbin/nginx';
+our $PYTHON = '/usr/bin/python3';
+our $STANDIN = "$ROOT/tools/mongod-standin";
+
+my @ALL;
+
+sub new {
+    my ($class, %opts) = @_;
+
+    my $dir = tempdir('feed-test-XXXXXX', TMPDIR => 1,
+        CLEANUP => !$ENV{FEED_TEST_KEEP});
+    chmod 0755, $dir;
+    make_path("$dir/tmp");
+
+    my $self = bless {
+        dir => $dir, ports => {}, procs => {}, %opts,
+    }, $class;
+
+    push @ALL, $self;
+    return $self;
+}
+
+sub dir { $_[0]{dir} }
+sub root { $ROOT }
+
+# a free loopback port per name, stable within one test file
+
+sub port {
+    my ($self, $name) = @_;
+
+    return $self->{ports}{$name} if $self->{ports}{$name};
+
+    for (1 .. 50) {
+        my $s = IO::Socket::INET->new(LocalAddr => '127.0.0.1',
+            LocalPort => 0, Proto => 'tcp', Listen => 1, ReuseAddr => 0)
+            or next;
+        my $p = $s->sockport;
+        close $s;
+        next if grep { $_ == $p } values %{$self->{ports}};
+        return $self->{ports}{$name} = $p;
+    }
+
+    die "no free port\n";
+}
+
+# processes
+
+sub spawn {
+    my ($self, $name, @cmd) = @_;
+
+    my $log = "$self->{dir}/$name.out";
+    my $pid = fork();
+    die "fork: $!\n" unless defined $pid;
+
+    if ($pid == 0) {
+        open STDIN, '<', '/dev/null';
+        open STDOUT, '>>', $log;
+        open STDERR, '>&', \*STDOUT;
+        setpgrp(0, 0);
+        exec @cmd or POSIX::_exit(127);
+    }
+
+    $self->{procs}{$name} = $pid;
+    return $pid;
+}
+
+sub pid { $_[0]{procs}{$_[1]} }
+
+sub alive {
+    my ($self, $name) = @_;
+    my $pid = $self->{procs}{$name} or return 0;
+    return waitpid($pid, WNOHANG) == 0;
+}
+
+sub stop_proc {
+    my ($self, $name, $sig, $timeout) = @_;
+
+    my $pid = delete $self->{procs}{$name} or return;
+    $sig ||= 'TERM';
+    $timeout ||= 10;
+
+    kill 'CONT', $pid;
+    kill $sig, $pid;
+
+    my $end = time + $timeout;
+    while (time < $end) {
+        return 1 if waitpid($pid, WNOHANG) != 0;
+        sleep 0.02;
+    }
+
+    diag("$name (pid $pid) did not exit on SIG$sig, killing");
+    kill 'KILL', $pid;
+    waitpid($pid, 0);
+    return 0;
+}
+
+sub signal {
+    my ($self, $name, $sig) = @_;
+    kill $sig, $self->{procs}{$name};
+}
+
+sub wait_port {
+    my ($self, $port, $timeout) = @_;
+
+    my $end = time + ($timeout || 10);
+    while (time < $end) {
+        my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port",
+            Proto => 'tcp');
+        return 1 if $s;
+        sleep 0.02;
+    }
+    return 0;
+}
+
+# redis-server
+
+sub start_redis {
+    my ($self, %o) = @_;
+
+    my $name = $o{name} || 'redis';
+    my $port = $self->port($name);
+    my @args = ('--port', $port, '--bind', '127.0.0.1', '--save', '',
+        '--appendonly', 'no', '--dir', $self->{dir},
+        '--daemonize', 'no', '--loglevel', 'warning');
+
+    push @args, '--requirepass', $o{password} if $o{password};
+    push @args, '--unixsocket', $o{unixsocket}, '--unixsocketperm', '777'
+        if $o{unixsocket};
+
+    $self->spawn($name, '/usr/bin/redis-server', @args);
+
+    my $end = time + 10;
+    while (time < $end) {
+        my $r = eval { $self->redis_cmd_port($port, $o{password}, 'PING') };
+        return $port if defined $r && $r eq 'PONG';
+        sleep 0.02;
+    }
+
+    die "redis-server did not start on $port\n";
+}
+
+sub stop_redis { $_[0]->stop_proc($_[1] || 'redis', 'TERM') }
+
+sub redis {
+    my ($self, @cmd) = @_;
+    return $self->redis_cmd_port($self->port('redis'),
+        $self->{redis_password}, @cmd);
+}
+
+sub redis_cmd_port {
+    my ($self, $port, $password, @cmd) = @_;
+
+    my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port",
+        Proto => 'tcp', Timeout => 5) or die "redis connect: $!\n";
+
+    my @out;
+    for my $c ($password ? (['AUTH', $password]) : (), \@cmd) {
+        my $req = '*' . scalar(@$c) . "\r\n";
+        $req .= '$' . length($_) . "\r\n$_\r\n" for @$c;
+        print $s $req;
+        push @out, _resp_read($s);
+    }
+
+    close $s;
+    return $out[-1];
+}
+
+sub _resp_read {
+    my ($s) = @_;
+
+    local $/ = "\r\n";
+    my $line = <$s>;
+    die "redis: connection closed\n" unless defined $line;
+    chomp $line;
+
+    my ($t, $v) = (substr($line, 0, 1), substr($line, 1));
+
+    return $v if $t eq '+';
+    return $v + 0 if $t eq ':';
+    die "redis error: $v\n" if $t eq '-';
+
+    if ($t eq '$') {
+        return undef if $v < 0;
+        my $buf = '';
+        while (length($buf) < $v + 2) {
+            my $n = read($s, $buf, $v + 2 - length($buf), length($buf));
+            die "redis: short read\n" unless $n;
+        }
+        return substr($buf, 0, $v);
+    }
+
+    if ($t eq '*') {
+        return undef if $v < 0;
+        return [ map { _resp_read($s) } 1 .. $v ];
+    }
+
+    die "redis: bad reply '$line'\n";
+}
+
+# the MongoDB stand-in, or a real MongoDB given FEED_TEST_MONGO_URI
+
+sub real_mongo { $ENV{FEED_TEST_MONGO_URI} }
+
+sub start_mongo {
+    my ($self, %o) = @_;
+
+    my $name = $o{name} || 'mongo';
+    my $port = $self->port($name);
+
+    make_path("$self->{dir}/$name-db");
+
+    my @cmd = ($PYTHON, $STANDIN, '--port', $port,
+        '--log', "$self->{dir}/$name-commands.log",
+        '--dbpath', "$self->{dir}/$name-db",
+        '--latency-file', "$self->{dir}/$name-latency");
+    push @cmd, '--latency-ms', $o{latency_ms} if $o{latency_ms};
+
+    $self->spawn($name, @cmd);
+
+    return $port if $self->wait_port($port, 20);
+    die "mongo stand-in did not start on $port\n";
+}
+
+sub stop_mongo { $_[0]->stop_proc($_[1] || 'mongo', 'TERM') }
+
+sub mongo_latency {
+    my ($self, $ms, $name) = @_;
+    $name ||= 'mongo';
+    my $f = "$self->{dir}/$name-latency";
+    open my $fh, '>', "$f.new" or die "$f: $!\n";
+    print $fh "$ms\n";
+    close $fh;
+    rename "$f.new", $f;
+}
+
+sub mongo_commands {
+    my ($self, $name) = @_;
+    $name ||= 'mongo';
+    open my $fh, '<', "$self->{dir}/$name-commands.log" or return ();
+    my @cmds;
+    while (<$fh>) {
+        my $c = eval { decode_json($_) } or next;
+        push @cmds, $c;
+    }
+    return @cmds;
+}
+
+sub mongo_uri {
+    my ($self, $name) = @_;
+    return real_mongo() if real_mongo();
+    return 'mongodb://127.0.0.1:' . $self->port($name || 'mongo') . '/';
+}
+
+# nginx
+
+sub write_conf {
+    my ($self, $conf, $file) = @_;
+
+    $file ||= 'nginx.conf';
+    my $dir = $self->{dir};
+
+    $conf =~ s/%%PORT_(\w+)%%/$self->port(lc $1)/ge;
+    $conf =~ s/%%TESTDIR%%/$dir/g;
+    $conf =~ s/%%MONGO_URI%%/$self->mongo_uri/ge;
+    $conf =~ s/%%MONGO_URI_(\w+)%%/$self->mongo_uri(lc $1)/ge;
+
+    my $globals = "load_module $MODULE;\n"
+        . "daemon off;\n"
+        . "pid $dir/nginx.pid;\n"
+        . "error_log $dir/error.log "
+        . ($ENV{FEED_TEST_DEBUG} ? 'debug' : 'info') . ";\n"
+        . ($> == 0 ? "user root;\n" : '');
+
+    my $http = "\n    access_log $dir/access.log;\n"
+        . join('', map { "    ${_}_temp_path $dir/tmp/$_;\n" }
+            qw(client_body proxy fastcgi uwsgi scgi));
+
+    $conf =~ s/^(\s*http\s*\{)/$1$http/m;
+
+    open my $fh, '>', "$dir/$file" or die "$file: $!\n";
+    print $fh $globals, $conf;
+    close $fh;
+
+    $self->{conf} = "$dir/$file";
+    return $self;
+}
+
+sub nginx_cmd {
+    my ($self, @args) = @_;
+    return ($NGINX, '-p', "$self->{dir}/", '-c', $self->{conf},
+        '-e', "$self->{dir}/error.log", @args);
+}
+
+# nginx -t: returns (ok, output)
+
+sub test_conf {
+    my ($self) = @_;
+    my @cmd = $self->nginx_cmd('-t');
+    my $out = `@cmd 2>&1`;
+    return ($? == 0, $out);
+}
+
+# starts nginx and waits for its "http" port (and any other named ones)
+
+sub run {
+    my ($self, @names) = @_;
+
+    $self->spawn('nginx', $self->nginx_cmd);
+
+    for my $name ('http', @names) {
+        next unless $self->{ports}{$name};
+        $self->wait_port($self->{ports}{$name})
+            or die "nginx did not listen on $name\n";
+    }
+
+    $self->{nginx_up} = 1;
+    return $self;
+}
+
+sub worker_pids {
+    my ($self) = @_;
+    my $master = $self->pid('nginx') or return ();
+    my @pids = map { /(\d+)/ ? $1 : () }
+        `ps -o pid= --ppid $master 2>/dev/null`;
+    return @pids;
+}
+
+sub reload {
+    my ($self, $timeout) = @_;
+
+    my %old = map { $_ => 1 } $self->worker_pids;
+    $self->signal('nginx', 'HUP');
+
+    my $end = time + ($timeout || 10);
+    while (time < $end) {
+        my @now = $self->worker_pids;
+        return 1 if @now && !grep { $old{$_} } @now;
+        sleep 0.05;
+    }
+    return 0;
+}
+
+sub stop {
+    my ($self) = @_;
+    return 1 unless $self->{procs}{nginx};
+    $self->{nginx_up} = 0;
+    return $self->stop_proc('nginx', 'QUIT', 20);
+}
+
+sub error_log {
+    my ($self) = @_;
+    open my $fh, '<', "$self->{dir}/error.log" or return '';
+    local $/;
+    return <$fh>;
+}
+
+sub bad_log_lines {
+    my ($self) = @_;
+    return grep { /\[(alert|emerg)\]|open socket .* left/ }
+        split /\n/, $self->error_log;
+}
+
+# stops nginx gracefully, then asserts error.log is clean
+sub done {
+    my ($self) = @_;
+
+    ok($self->stop, 'nginx stopped gracefully');
+
+    my @bad = $self->bad_log_lines;
+    ok(!@bad, 'no alerts in error.log') or diag(join "\n", @bad);
+
+    $self->cleanup;
+    done_testing();
+}
+
+sub cleanup {
+    my ($self) = @_;
+    for my $name (keys %{$self->{procs}}) {
+        $self->stop_proc($name, $name eq 'nginx' ? 'QUIT' : 'TERM', 10);
+    }
+}
+
+END {
+    my $rc = $?;
+    $_->cleanup for @ALL;
+    $? = $rc;
+}
+
+# HTTP
+
+sub http {
+    my ($self, $method, $uri, %o) = @_;
+
+    my $port = $o{port} || $self->port('http');
+    my $timeout = $o{timeout} || 10;
+    my $body = defined $o{body} ? $o{body} : undef;
+    my $headers = $o{headers} || {};
+
+    my $req = "$method $uri HTTP/1.1\r\nHost: localhost\r\n"
+        . "Connection: close\r\n";
+    $req .= "$_: $headers->{$_}\r\n" for sort keys %$headers;
+    $req .= "Content-Length: " . length($body) . "\r\n"
+        if defined $body && !exists $headers->{'Content-Length'};
+    $req .= "\r\n";
+    $req .= $body if defined $body;
+
+    my $start = time;
+    my $raw = '';
+
+    my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port",
+        Proto => 'tcp', Timeout => $timeout)
+        or return { status => 0, error => "connect: $!", raw => '' };
+
+    $s->syswrite($req);
+
+    my $sel = IO::Select->new($s);
+    while (1) {
+        my $left = $timeout - (time - $start);
+        last if $left <= 0 || !$sel->can_read($left);
+        my $n = $s->sysread(my $buf, 65536);
+        last unless $n;
+        $raw .= $buf;
+    }
+
+    close $s;
+    my $res = parse_response($raw);
+    $res->{elapsed} = time - $start;
+    return $res;
+}
+
+sub parse_response {
+    my ($raw) = @_;
+
+    my $res = { raw => $raw, status => 0, headers => {}, body => '' };
+    my ($head, $body) = split /\r\n\r\n/, $raw, 2;
+    return $res unless defined $head && $head =~ m{^HTTP/1\.[01] (\d+)};
+
+    $res->{status} = $1;
+
+    for my $line (split /\r\n/, $head) {
+        next unless $line =~ /^([^:]+):\s*(.*)$/;
+        my $k = lc $1;
+        $res->{headers}{$k} = exists $res->{headers}{$k}
+            ? "$res->{headers}{$k}, $2" : $2;
+    }
+
+    $body = '' unless defined $body;
+
+    if (($res->{headers}{'transfer-encoding'} || '') =~ /chunked/i) {
+        my $out = '';
+        while ($body =~ s/^([0-9a-fA-F]+)\r\n//) {
+            my $n = hex $1;
+            last if $n == 0;
+            $out .= substr($body, 0, $n, '');
+            $body =~ s/^\r\n//;
+        }
+        $body = $out;
+    }
+
+    $res->{body} = $body;
+    $res->{json} = eval { json_decode($body) }
+        if ($res->{headers}{'content-type'} || '') =~ m{application/json};
+
+    return $res;
+}
+
+sub get { my ($self, $uri, %o) = @_; $self->http('GET', $uri, %o) }
+
+sub json_decode {
+    my ($text) = @_;
+    return JSON::PP->new->utf8->allow_nonref->decode($text);
+}
+
+# polls $code until it returns true or $timeout seconds pass
+sub wait_for {
+    my ($self, $timeout, $code) = @_;
+    my $end = time + $timeout;
+    while (time < $end) {
+        my $r = $code->();
+        return $r if $r;
+        sleep 0.05;
+    }
+    return $code->();
+}
+
+1;
