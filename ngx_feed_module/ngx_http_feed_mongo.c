@@ -12,6 +12,9 @@ struct ngx_http_feed_mongo_s {
     mongoc_client_pool_t         *pool;
     ngx_http_feed_mongo_conf_t   *conf;
     ngx_log_t                    *log;
+
+    /* timer events need a connection-like object for debug logging */
+    ngx_connection_t              dummy;
 };
 
 
@@ -20,6 +23,7 @@ static void ngx_http_feed_mongo_set_timeout(mongoc_uri_t *uri,
     const char *option, ngx_msec_t timeout);
 static void ngx_http_feed_mongo_thread(void *data, ngx_log_t *log);
 static void ngx_http_feed_mongo_event(ngx_event_t *ev);
+static void ngx_http_feed_mongo_watchdog(ngx_event_t *ev);
 static void ngx_http_feed_mongo_wake(ngx_http_request_t *r);
 
 
@@ -148,6 +152,7 @@ ngx_http_feed_mongo_create(ngx_cycle_t *cycle,
 
     m->conf = conf;
     m->log = cycle->log;
+    m->dummy.fd = (ngx_socket_t) -1;
 
     m->pool = mongoc_client_pool_new_with_error(conf->uri, &error);
     if (m->pool == NULL) {
@@ -207,6 +212,12 @@ ngx_http_feed_mongo_task(ngx_pool_t *pool, ngx_http_feed_mongo_t *m,
     task->event.handler = ngx_http_feed_mongo_event;
     task->event.data = t;
 
+    if (m) {
+        t->watchdog.handler = ngx_http_feed_mongo_watchdog;
+        t->watchdog.data = &m->dummy;
+        t->watchdog.log = m->log;
+    }
+
     return t;
 }
 
@@ -227,6 +238,13 @@ ngx_http_feed_mongo_post(ngx_http_feed_mongo_task_t *t)
     }
 
     ngx_http_feed_stats.mongo_tasks++;
+
+    /*
+     * nginx's graceful shutdown waits for timers only: without one, a
+     * worker would exit under a request whose task is still running.
+     */
+
+    ngx_add_timer(&t->watchdog, 2 * t->mongo->conf->timeout);
 
     return NGX_OK;
 }
@@ -306,6 +324,10 @@ ngx_http_feed_mongo_event(ngx_event_t *ev)
     ngx_connection_t    *c;
     ngx_http_request_t  *r;
 
+    if (t->watchdog.timer_set) {
+        ngx_del_timer(&t->watchdog);
+    }
+
     if (t->rc != NGX_OK) {
         ngx_http_feed_stats.mongo_errors++;
     }
@@ -334,6 +356,27 @@ ngx_http_feed_mongo_event(ngx_event_t *ev)
     }
 
     ngx_http_run_posted_requests(c);
+}
+
+
+static void
+ngx_http_feed_mongo_watchdog(ngx_event_t *ev)
+{
+    ngx_http_feed_mongo_task_t  *t;
+
+    t = ngx_queue_data(ev, ngx_http_feed_mongo_task_t, watchdog);
+
+    /*
+     * A task cannot be cancelled; the driver's own timeouts end it.  This
+     * one waits in the thread pool queue or is unusually slow: say so,
+     * and keep waiting.
+     */
+
+    ngx_log_error(NGX_LOG_WARN, t->mongo->log, 0,
+                  "mongodb task still running after %M ms",
+                  2 * t->mongo->conf->timeout);
+
+    ngx_add_timer(&t->watchdog, t->mongo->conf->timeout);
 }
 
 

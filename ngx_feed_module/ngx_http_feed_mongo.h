@@ -34,6 +34,9 @@ struct ngx_http_feed_mongo_task_s {
     ngx_http_request_t           *request;
     ngx_thread_task_t            *thread_task;
 
+    /* keeps a graceful shutdown waiting for the task, as a timer must */
+    ngx_event_t                   watchdog;
+
     /* results, written by run() */
     ngx_int_t                     rc;
     bson_error_t                  error;

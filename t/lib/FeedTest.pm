@@ -418,12 +418,13 @@ END {
 
 # HTTP
 
-sub http {
+# starts a request without waiting: http_end() collects the response
+
+sub http_start {
     my ($self, $method, $uri, %o) = @_;
 
     my $port = $o{port} || $self->port('http');
-    my $timeout = $o{timeout} || 10;
-    my $body = defined $o{body} ? $o{body} : undef;
+    my $body = $o{body};
     my $headers = $o{headers} || {};
 
     my $req = "$method $uri HTTP/1.1\r\nHost: localhost\r\n"
@@ -434,18 +435,27 @@ sub http {
     $req .= "\r\n";
     $req .= $body if defined $body;
 
-    my $start = time;
-    my $raw = '';
-
     my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port",
-        Proto => 'tcp', Timeout => $timeout)
-        or return { status => 0, error => "connect: $!", raw => '' };
+        Proto => 'tcp', Timeout => 10);
 
-    $s->syswrite($req);
+    my $h = { sock => $s, start => time, timeout => $o{timeout} || 10 };
+    $h->{error} = "connect: $!" unless $s;
+    $s->syswrite($req) if $s;
 
+    return $h;
+}
+
+sub http_end {
+    my ($self, $h) = @_;
+
+    my $s = $h->{sock}
+        or return { status => 0, error => $h->{error}, raw => '' };
+
+    my $raw = '';
     my $sel = IO::Select->new($s);
+
     while (1) {
-        my $left = $timeout - (time - $start);
+        my $left = $h->{timeout} - (time - $h->{start});
         last if $left <= 0 || !$sel->can_read($left);
         my $n = $s->sysread(my $buf, 65536);
         last unless $n;
@@ -453,9 +463,16 @@ sub http {
     }
 
     close $s;
+
     my $res = parse_response($raw);
-    $res->{elapsed} = time - $start;
+    $res->{elapsed} = time - $h->{start};
     return $res;
+}
+
+sub http {
+    my ($self, $method, $uri, %o) = @_;
+
+    return $self->http_end($self->http_start($method, $uri, %o));
 }
 
 sub parse_response {
