@@ -1,0 +1,195 @@
+#!/usr/bin/perl
+# Tests tools/mongod-standin (the MongoDB stand-in built from mockupdb +
+# mongomock) with tools/mongo-check.c, a libmongoc 1.23 client printing TAP.
+# Core Perl modules only.
+use strict;
+use warnings;
+
+use FindBin;
+use File::Spec;
+use File::Temp qw(tempdir);
+use IO::Select;
+use IO::Socket::INET;
+use JSON::PP;
+use POSIX qw(WNOHANG);
+use Test::More;
+use Time::HiRes qw(time sleep);
+
+my $root    = File::Spec->rel2abs("$FindBin::Bin/..");
+my $standin = "$root/tools/mongod-standin";
+my $checkc  = "$root/tools/mongo-check.c";
+
+plan skip_all => '/usr/bin/python3 with mockupdb and mongomock needed'
+  unless system('/usr/bin/python3 -c "import mockupdb, mongomock" 2>/dev/null') == 0;
+plan skip_all => 'libmongoc-1.0 (pkg-config) needed'
+  unless system('pkg-config --exists libmongoc-1.0') == 0;
+
+my $tmp = tempdir('mongo-standin-XXXXXX', TMPDIR => 1, CLEANUP => 1);
+my %children;    # pid => name, everything we started
+my %pipes;       # pid => stdout pipe (dropping it would wait for the child)
+
+END {
+    my $status = $?;
+    kill 'TERM', keys %children;
+    my $deadline = time + 5;
+    while (%children && time < $deadline) {
+        for my $pid (keys %children) {
+            delete $children{$pid} if waitpid($pid, WNOHANG) != 0;
+        }
+        sleep 0.05 if %children;
+    }
+    kill 'KILL', keys %children;
+    waitpid($_, 0) for keys %children;
+    $? = $status;
+}
+
+sub free_port {
+    my $s = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0,
+                                  Proto => 'tcp', Listen => 1)
+      or die "cannot bind: $!";
+    my $port = $s->sockport;
+    close $s;
+    return $port;
+}
+
+sub uri {
+    my ($port) = @_;
+    return "mongodb://127.0.0.1:$port/?serverSelectionTimeoutMS=2000&connectTimeoutMS=1000";
+}
+
+# Start the stand-in; return (pid, port) once it printed "ready <port>".
+sub start_standin {
+    my ($name, @args) = @_;
+    my $port = free_port();
+    my $err  = "$tmp/$name.stderr";
+    my $pid  = open(my $out, '-|') // die "fork: $!";
+    if (!$pid) {
+        open STDERR, '>>', $err or die "stderr: $!";
+        exec $standin, '--port', $port, @args or die "exec $standin: $!";
+    }
+    $children{$pid} = $name;
+    $pipes{$pid}    = $out;
+    my $sel = IO::Select->new($out);
+    my $line = '';
+    if ($sel->can_read(15)) {
+        $line = <$out> // '';
+    }
+    chomp $line;
+    is($line, "ready $port", "$name: stand-in says ready on port $port")
+      or diag(slurp($err));
+    return ($pid, $port);
+}
+
+sub stop_standin {
+    my ($pid, $name) = @_;
+    my $t0 = time;
+    kill 'TERM', $pid;
+    my $done = 0;
+    while (time - $t0 < 10) {
+        if (waitpid($pid, WNOHANG) == $pid) { $done = 1; last }
+        sleep 0.02;
+    }
+    my $code = $?;
+    delete $children{$pid} if $done;
+    ok($done && $code == 0, sprintf('%s: SIGTERM exits cleanly in %.2fs (status %d)',
+                                   $name, time - $t0, $code >> 8));
+}
+
+sub slurp {
+    my ($f) = @_;
+    open my $fh, '<', $f or return '';
+    local $/;
+    return scalar <$fh>;
+}
+
+# Run mongo-check; return (exit status, output).
+sub check {
+    my @args = @_;
+    my $out = qx{"$tmp/mongo-check" @{[ map { "'$_'" } @args ]} 2>&1};
+    return ($? >> 8, $out);
+}
+
+sub tap_passes {
+    my ($name, $status, $out) = @_;
+    my @bad = grep { /^not ok/ } split /\n/, $out;
+    ok($status == 0 && !@bad && $out =~ /^1\.\.\d+$/m, $name)
+      or diag($out);
+}
+
+sub metric {
+    my ($out, $key) = @_;
+    return $out =~ /^# \Q$key\E=(\d+)/m ? $1 : -1;
+}
+
+# ---------------------------------------------------------------------------
+
+my $cc = "cc '$checkc' \$(pkg-config --cflags --libs libmongoc-1.0) -o '$tmp/mongo-check' 2>&1";
+my $cc_out = qx{$cc};
+ok($? == 0, 'mongo-check.c compiles') or BAIL_OUT("cannot build mongo-check: $cc_out");
+
+# Main instance: log, dbpath and a (missing, so 0 ms) latency file.
+my $log    = "$tmp/commands.log";
+my $dbpath = "$tmp/db";
+my $latf   = "$tmp/latency";
+my @main_args = ('--log', $log, '--dbpath', $dbpath, '--latency-file', $latf);
+my ($pid, $port) = start_standin('main', @main_args);
+
+tap_passes('mongo-check: full libmongoc check passes', check(uri($port)));
+
+# The log: one JSON object per line, each with cmd/db/coll/filter.
+my @entries;
+my $json_ok = 1;
+for my $line (split /\n/, slurp($log)) {
+    my $e = eval { decode_json($line) };
+    $json_ok = 0 unless $e && exists $e->{cmd} && exists $e->{db}
+      && exists $e->{coll} && exists $e->{filter};
+    push @entries, $e if $e;
+}
+ok($json_ok && @entries > 50,
+   'log: ' . scalar(@entries) . ' JSON lines, all with cmd/db/coll/filter');
+my %by_cmd;
+$by_cmd{ $_->{cmd} }++ for @entries;
+ok(($by_cmd{find} // 0) > 10 && ($by_cmd{getMore} // 0) > 3,
+   sprintf("log: finds (%d) and getMores (%d) recorded",
+           $by_cmd{find} // 0, $by_cmd{getMore} // 0));
+ok(scalar(grep { $_->{cmd} eq 'find' && ($_->{coll} // '') eq 'items'
+                   && ref $_->{filter} eq 'HASH' } @entries),
+   'log: find entry carries collection and filter');
+
+# Latency file: re-read on every command.
+{
+    my ($st, $out) = check(uri($port), 'latency');
+    ok($st == 0 && metric($out, 'ping2_ms') < 150, 'no latency file: fast ping')
+      or diag($out);
+    open my $fh, '>', $latf or die;
+    print $fh "250\n";
+    close $fh;
+    ($st, $out) = check(uri($port), 'latency');
+    my $p = metric($out, 'ping2_ms');
+    ok($st == 0 && $p >= 240, "latency file 250: ping takes ${p}ms") or diag($out);
+    unlink $latf;
+}
+
+# Persistence across SIGTERM + restart with the same --dbpath.
+tap_passes('persist-write', check(uri($port), 'persist-write'));
+stop_standin($pid, 'main');
+ok(-s "$dbpath/standin-data.bson", 'data file written on SIGTERM');
+($pid, $port) = start_standin('main-restarted', @main_args);
+tap_passes('persist-read after restart', check(uri($port), 'persist-read'));
+
+# --latency-ms: pings delayed, handshake not, connections delayed concurrently.
+{
+    my ($lpid, $lport) = start_standin('latency', '--latency-ms', 300);
+    my ($st, $out) = check(uri($lport), 'latency');
+    my ($first, $second, $par) = map { metric($out, $_) } qw(ping_ms ping2_ms parallel_ms);
+    ok($st == 0, 'latency mode runs') or diag($out);
+    ok($second >= 290, "ping delayed by --latency-ms 300 (${second}ms)");
+    ok($first >= 290 && $first < 580,
+       "first ping incl. handshake ${first}ms: isMaster/hello not delayed");
+    ok($par >= 290 && $par < 800,
+       "4 concurrent pings on 4 connections took ${par}ms (not serialized)");
+    stop_standin($lpid, 'latency');
+}
+
+stop_standin($pid, 'main-restarted');
+done_testing();
