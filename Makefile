@@ -40,13 +40,13 @@ $(MODULE): $(BUILD)/nginx/objs/Makefile $(SOURCES)
 	@echo "built $(MODULE)"
 
 run: build
-	@sh tools/run
+	@bash tools/run
 
 test: build
 	prove -j$(PROVE_JOBS) -r t/
 
 bench: build
-	@sh bench/run
+	@bash bench/run
 
 clean:
 	rm -rf $(BUILD)

@@ -59,6 +59,17 @@ ok($t->wait_for(5, sub { all_say(1) }), 'redis up in every worker');
 is(status()->{redis}{state}, 'up', 'state up');
 ok(status()->{redis}{commands} >= 1, 'commands counted');
 
+# one persistent connection per worker, shared by concurrent requests
+
+my @many = map { $t->http_start('GET', '/status') } 1 .. 40;
+my @answers = map { $t->http_end($_) } @many;
+is(scalar(grep { $_->{status} == 200 && $_->{json}{redis}{up} } @answers),
+    40, '40 concurrent requests answered over the shared connections');
+
+my $list = $t->redis('CLIENT', 'LIST');
+my $nginx_clients = () = $list =~ /cmd=(?:ping|auth|select)/g;
+is($nginx_clients, 2, 'exactly one connection per worker');
+
 $r = $t->http('POST', '/status', body => 'x');
 is($r->{status}, 405, 'POST status is 405');
 is($r->{json}{error}, 'method_not_allowed', 'json error code');
