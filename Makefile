@@ -36,7 +36,9 @@ $(MODULE): $(BUILD)/nginx/objs/Makefile $(SOURCES)
 	$(MAKE) -C $(BUILD)/nginx -f objs/Makefile modules \
 	    CFLAGS_EXTRA= > $(BUILD)/make.log 2>&1 \
 	    || { grep -E 'error|warning' $(BUILD)/make.log | head -30; exit 1; }
-	cp $(BUILD)/nginx/objs/ngx_http_feed_module.so $(MODULE)
+	@# a new inode: a running nginx keeps the old file mapped
+	cp $(BUILD)/nginx/objs/ngx_http_feed_module.so $(MODULE).tmp
+	mv -f $(MODULE).tmp $(MODULE)
 	@echo "built $(MODULE)"
 
 run: build

@@ -26,6 +26,9 @@ static char *ngx_http_feed_positive_msec(ngx_conf_t *cf, void *post,
 
 static void *ngx_http_feed_create_main_conf(ngx_conf_t *cf);
 static char *ngx_http_feed_init_main_conf(ngx_conf_t *cf, void *conf);
+static void *ngx_http_feed_create_loc_conf(ngx_conf_t *cf);
+static char *ngx_http_feed_merge_loc_conf(ngx_conf_t *cf, void *parent,
+    void *child);
 
 static ngx_int_t ngx_http_feed_init_process(ngx_cycle_t *cycle);
 static void ngx_http_feed_exit_process(ngx_cycle_t *cycle);
@@ -89,6 +92,34 @@ static ngx_command_t  ngx_http_feed_commands[] = {
       offsetof(ngx_http_feed_main_conf_t, mongo.thread_pool_name),
       NULL },
 
+    { ngx_string("feed_follow"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_TAKE2,
+      ngx_http_feed_graph_conf,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("feed_following"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_feed_graph_conf,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("feed_followers"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_feed_graph_conf,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("feed_identity"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_set_complex_value_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_feed_loc_conf_t, identity),
+      NULL },
+
     { ngx_string("feed_status"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
       ngx_http_feed_status,
@@ -110,8 +141,8 @@ static ngx_http_module_t  ngx_http_feed_module_ctx = {
     NULL,                                  /* create server configuration */
     NULL,                                  /* merge server configuration */
 
-    NULL,                                  /* create location configuration */
-    NULL                                   /* merge location configuration */
+    ngx_http_feed_create_loc_conf,         /* create location configuration */
+    ngx_http_feed_merge_loc_conf           /* merge location configuration */
 };
 
 
@@ -366,6 +397,12 @@ ngx_http_feed_init_main_conf(ngx_conf_t *cf, void *conf)
     }
 
     if (fmcf->mongo.uri == NULL) {
+        if (fmcf->needs_mongo) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "the feed_* locations need \"feed_mongo_uri\"");
+            return NGX_CONF_ERROR;
+        }
+
         return NGX_CONF_OK;
     }
 
@@ -374,6 +411,44 @@ ngx_http_feed_init_main_conf(ngx_conf_t *cf, void *conf)
     if (ngx_http_feed_mongo_init_conf(cf, &fmcf->mongo) != NGX_OK) {
         return NGX_CONF_ERROR;
     }
+
+    return NGX_CONF_OK;
+}
+
+
+static void *
+ngx_http_feed_create_loc_conf(ngx_conf_t *cf)
+{
+    ngx_http_feed_loc_conf_t  *flcf;
+
+    flcf = ngx_pcalloc(cf->pool, sizeof(ngx_http_feed_loc_conf_t));
+    if (flcf == NULL) {
+        return NULL;
+    }
+
+    /*
+     * set by ngx_pcalloc():
+     *
+     *     flcf->identity = NULL;
+     *     flcf->user = NULL;
+     *     flcf->target = NULL;
+     */
+
+    return flcf;
+}
+
+
+static char *
+ngx_http_feed_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
+{
+    ngx_http_feed_loc_conf_t  *prev = parent;
+    ngx_http_feed_loc_conf_t  *conf = child;
+
+    if (conf->identity == NULL) {
+        conf->identity = prev->identity;
+    }
+
+    /* user and target belong to the location's own handler directive */
 
     return NGX_CONF_OK;
 }
@@ -404,6 +479,10 @@ ngx_http_feed_init_process(ngx_cycle_t *cycle)
         if (fmcf->mongo_client == NULL) {
             return NGX_ERROR;
         }
+
+        if (ngx_http_feed_schema_init(cycle, fmcf->mongo_client) != NGX_OK) {
+            return NGX_ERROR;
+        }
     }
 
     if (fmcf->redis_enabled) {
@@ -432,6 +511,8 @@ ngx_http_feed_exit_process(ngx_cycle_t *cycle)
     if (fmcf == NULL) {
         return;
     }
+
+    ngx_http_feed_schema_exit();
 
     ngx_http_feed_redis_destroy(fmcf->redis_client);
     fmcf->redis_client = NULL;

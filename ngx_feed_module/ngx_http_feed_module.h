@@ -63,6 +63,7 @@ typedef struct {
 
     unsigned                      redis_enabled:1;
     unsigned                      mongo_enabled:1;
+    unsigned                      needs_mongo:1;
 
     /* runtime, per worker: created in init_process */
     ngx_http_feed_redis_t        *redis_client;
@@ -71,7 +72,12 @@ typedef struct {
 
 
 typedef struct {
-    ngx_uint_t                    dummy;
+    /* feed_identity: the authenticated user writes are bound to */
+    ngx_http_complex_value_t     *identity;
+
+    /* the arguments of the location's feed_* handler directive */
+    ngx_http_complex_value_t     *user;
+    ngx_http_complex_value_t     *target;
 } ngx_http_feed_loc_conf_t;
 
 
@@ -80,6 +86,12 @@ extern ngx_http_feed_stats_t  ngx_http_feed_stats;
 
 
 char *ngx_http_feed_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+char *ngx_http_feed_graph_conf(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+
+ngx_int_t ngx_http_feed_schema_init(ngx_cycle_t *cycle,
+    ngx_http_feed_mongo_t *m);
+void ngx_http_feed_schema_exit(void);
 
 
 #endif /* _NGX_HTTP_FEED_MODULE_H_INCLUDED_ */

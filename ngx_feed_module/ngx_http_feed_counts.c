@@ -1,0 +1,175 @@
+
+/*
+ * ngx_feed_module: follow counts cached in Redis in front of MongoDB.
+ *
+ * A hash per user, "feed:cnt:<user>" {following, followers, gen}.  A write
+ * bumps "gen" and drops the counts after MongoDB has the new ones; a reader
+ * that missed fills the cache back only if "gen" is still what it saw
+ * before reading MongoDB, so an old count read before a write can never
+ * be put back after it.  The TTL bounds what a write that could not reach
+ * Redis leaves behind.
+ */
+
+
+#include "ngx_http_feed_counts.h"
+
+
+#define NGX_HTTP_FEED_COUNTS_PREFIX  "feed:cnt:"
+#define NGX_HTTP_FEED_COUNTS_TTL     "600"
+
+
+static const char  ngx_http_feed_counts_warm_lua[] =
+    "local g = redis.call('hget', KEYS[1], 'gen') or '' "
+    "if g ~= ARGV[3] then return 0 end "
+    "redis.call('hset', KEYS[1], ARGV[1], ARGV[2]) "
+    "redis.call('expire', KEYS[1], ARGV[4]) "
+    "return 1";
+
+static const char  ngx_http_feed_counts_invalidate_lua[] =
+    "redis.call('hincrby', KEYS[1], 'gen', 1) "
+    "redis.call('hdel', KEYS[1], 'following', 'followers') "
+    "redis.call('expire', KEYS[1], ARGV[1]) "
+    "return 1";
+
+
+static size_t ngx_http_feed_counts_key(char *buf,
+    ngx_http_feed_user_t *user);
+
+
+ngx_int_t
+ngx_http_feed_counts_lookup(ngx_http_request_t *r, ngx_http_feed_redis_t *rd,
+    ngx_http_feed_user_t *user, const char *field,
+    ngx_http_feed_redis_pt handler, void *data)
+{
+    char         key[sizeof(NGX_HTTP_FEED_COUNTS_PREFIX)
+                     + NGX_HTTP_FEED_USER_MAX];
+    size_t       argvlen[4];
+    const char  *argv[4];
+
+    argv[0] = "HMGET";
+    argvlen[0] = 5;
+    argv[1] = key;
+    argvlen[1] = ngx_http_feed_counts_key(key, user);
+    argv[2] = field;
+    argvlen[2] = ngx_strlen(field);
+    argv[3] = "gen";
+    argvlen[3] = 3;
+
+    return ngx_http_feed_redis_send_r(r, rd, handler, data, 4, argv,
+                                      argvlen);
+}
+
+
+/* NGX_OK with the cached count, NGX_DECLINED on a miss */
+
+ngx_int_t
+ngx_http_feed_counts_parse(redisReply *reply, int64_t *count,
+    ngx_http_feed_counts_gen_t *gen)
+{
+    ngx_int_t    n;
+    redisReply  *c, *g;
+
+    gen->len = 0;
+    gen->data[0] = '\0';
+
+    if (reply == NULL || reply->type != REDIS_REPLY_ARRAY
+        || reply->elements != 2)
+    {
+        return NGX_DECLINED;
+    }
+
+    c = reply->element[0];
+    g = reply->element[1];
+
+    if (g->type == REDIS_REPLY_STRING && g->len < sizeof(gen->data)) {
+        ngx_memcpy(gen->data, g->str, g->len);
+        gen->data[g->len] = '\0';
+        gen->len = g->len;
+    }
+
+    if (c->type != REDIS_REPLY_STRING) {
+        return NGX_DECLINED;
+    }
+
+    n = ngx_atoi((u_char *) c->str, c->len);
+    if (n == NGX_ERROR) {
+        return NGX_DECLINED;
+    }
+
+    *count = n;
+
+    return NGX_OK;
+}
+
+
+/* fire and forget: a reader does not wait for the cache to be filled */
+
+void
+ngx_http_feed_counts_warm(ngx_http_feed_redis_t *rd,
+    ngx_http_feed_user_t *user, const char *field, int64_t count,
+    ngx_http_feed_counts_gen_t *gen)
+{
+    char         key[sizeof(NGX_HTTP_FEED_COUNTS_PREFIX)
+                     + NGX_HTTP_FEED_USER_MAX];
+    u_char       value[NGX_INT64_LEN];
+    size_t       argvlen[8];
+    const char  *argv[8];
+
+    argv[0] = "EVAL";
+    argvlen[0] = 4;
+    argv[1] = ngx_http_feed_counts_warm_lua;
+    argvlen[1] = sizeof(ngx_http_feed_counts_warm_lua) - 1;
+    argv[2] = "1";
+    argvlen[2] = 1;
+    argv[3] = key;
+    argvlen[3] = ngx_http_feed_counts_key(key, user);
+    argv[4] = field;
+    argvlen[4] = ngx_strlen(field);
+    argv[5] = (const char *) value;
+    argvlen[5] = ngx_sprintf(value, "%L", count) - value;
+    argv[6] = gen->data;
+    argvlen[6] = gen->len;
+    argv[7] = NGX_HTTP_FEED_COUNTS_TTL;
+    argvlen[7] = sizeof(NGX_HTTP_FEED_COUNTS_TTL) - 1;
+
+    (void) ngx_http_feed_redis_send(rd, NULL, NULL, 8, argv, argvlen);
+}
+
+
+ngx_int_t
+ngx_http_feed_counts_invalidate(ngx_http_request_t *r,
+    ngx_http_feed_redis_t *rd, ngx_http_feed_user_t *user,
+    ngx_http_feed_redis_pt handler, void *data)
+{
+    char         key[sizeof(NGX_HTTP_FEED_COUNTS_PREFIX)
+                     + NGX_HTTP_FEED_USER_MAX];
+    size_t       argvlen[5];
+    const char  *argv[5];
+
+    argv[0] = "EVAL";
+    argvlen[0] = 4;
+    argv[1] = ngx_http_feed_counts_invalidate_lua;
+    argvlen[1] = sizeof(ngx_http_feed_counts_invalidate_lua) - 1;
+    argv[2] = "1";
+    argvlen[2] = 1;
+    argv[3] = key;
+    argvlen[3] = ngx_http_feed_counts_key(key, user);
+    argv[4] = NGX_HTTP_FEED_COUNTS_TTL;
+    argvlen[4] = sizeof(NGX_HTTP_FEED_COUNTS_TTL) - 1;
+
+    return ngx_http_feed_redis_send_r(r, rd, handler, data, 5, argv,
+                                      argvlen);
+}
+
+
+static size_t
+ngx_http_feed_counts_key(char *buf, ngx_http_feed_user_t *user)
+{
+    u_char  *p;
+
+    p = ngx_cpymem(buf, NGX_HTTP_FEED_COUNTS_PREFIX,
+                   sizeof(NGX_HTTP_FEED_COUNTS_PREFIX) - 1);
+    p = ngx_cpymem(p, user->data, user->len);
+
+    return p - (u_char *) buf;
+}

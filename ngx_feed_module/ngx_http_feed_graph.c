@@ -1,0 +1,490 @@
+
+/*
+ * ngx_feed_module: the follow graph, HTTP side.
+ *
+ *   feed_follow $user $target;   PUT follows, DELETE unfollows: 204
+ *   feed_following $user;        GET the users $user follows
+ *   feed_followers $user;        GET the users following $user
+ *
+ * MongoDB holds the graph and the counters (ngx_http_feed_graph_store.c);
+ * Redis caches the counts in front of it (ngx_http_feed_counts.c).
+ */
+
+
+#include "ngx_http_feed_graph.h"
+#include "ngx_http_feed_counts.h"
+#include "ngx_http_feed_json.h"
+
+
+typedef struct {
+    ngx_http_request_t           *request;
+    ngx_http_feed_main_conf_t    *fmcf;
+    ngx_http_feed_follow_op_t     follow;
+    ngx_http_feed_list_op_t       list;
+    ngx_http_feed_counts_gen_t    gen;
+    const char                   *field;
+    ngx_uint_t                    waiting;
+} ngx_http_feed_graph_ctx_t;
+
+
+static ngx_int_t ngx_http_feed_follow_handler(ngx_http_request_t *r);
+static void ngx_http_feed_follow_done(ngx_http_feed_mongo_task_t *t);
+static void ngx_http_feed_follow_invalidated(void *data, redisReply *reply);
+static ngx_int_t ngx_http_feed_following_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_feed_followers_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_feed_list_handler(ngx_http_request_t *r,
+    ngx_uint_t followers);
+static ngx_int_t ngx_http_feed_list_args(ngx_http_request_t *r,
+    ngx_http_feed_list_op_t *op, const char **code, const char **message);
+static void ngx_http_feed_list_counted(void *data, redisReply *reply);
+static ngx_int_t ngx_http_feed_list_post(ngx_http_feed_graph_ctx_t *ctx);
+static void ngx_http_feed_list_done(ngx_http_feed_mongo_task_t *t);
+static ngx_http_feed_graph_ctx_t *ngx_http_feed_graph_ctx(
+    ngx_http_request_t *r);
+static ngx_int_t ngx_http_feed_graph_failed(ngx_http_request_t *r,
+    ngx_http_feed_mongo_task_t *t);
+
+
+/* "feed_follow", "feed_following", "feed_followers" */
+
+char *
+ngx_http_feed_graph_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_feed_loc_conf_t  *flcf = conf;
+
+    ngx_str_t                         *value;
+    ngx_uint_t                         i;
+    ngx_http_complex_value_t         **cv[2];
+    ngx_http_core_loc_conf_t          *clcf;
+    ngx_http_feed_main_conf_t         *fmcf;
+    ngx_http_compile_complex_value_t   ccv;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+
+    if (clcf->handler) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+    cv[0] = &flcf->user;
+    cv[1] = &flcf->target;
+
+    for (i = 1; i < cf->args->nelts; i++) {
+        *cv[i - 1] = ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t));
+        if (*cv[i - 1] == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        ngx_memzero(&ccv, sizeof(ngx_http_compile_complex_value_t));
+
+        ccv.cf = cf;
+        ccv.value = &value[i];
+        ccv.complex_value = *cv[i - 1];
+
+        if (ngx_http_compile_complex_value(&ccv) != NGX_OK) {
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    if (ngx_strcmp(cmd->name.data, "feed_follow") == 0) {
+        clcf->handler = ngx_http_feed_follow_handler;
+
+    } else if (ngx_strcmp(cmd->name.data, "feed_following") == 0) {
+        clcf->handler = ngx_http_feed_following_handler;
+
+    } else {
+        clcf->handler = ngx_http_feed_followers_handler;
+    }
+
+    fmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_feed_module);
+    fmcf->needs_mongo = 1;
+
+    return NGX_CONF_OK;
+}
+
+
+static ngx_int_t
+ngx_http_feed_follow_handler(ngx_http_request_t *r)
+{
+    ngx_int_t                    rc;
+    ngx_http_feed_loc_conf_t    *flcf;
+    ngx_http_feed_graph_ctx_t   *ctx;
+    ngx_http_feed_mongo_task_t  *t;
+
+    ngx_http_feed_stats.requests++;
+
+    if (!(r->method & (NGX_HTTP_PUT|NGX_HTTP_DELETE))) {
+        return ngx_http_feed_not_allowed(r, "PUT, DELETE");
+    }
+
+    flcf = ngx_http_get_module_loc_conf(r, ngx_http_feed_module);
+
+    ctx = ngx_http_feed_graph_ctx(r);
+    if (ctx == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    rc = ngx_http_feed_get_user(r, flcf->user, &ctx->follow.src);
+    if (rc == NGX_OK) {
+        rc = ngx_http_feed_get_user(r, flcf->target, &ctx->follow.dst);
+    }
+
+    if (rc == NGX_ERROR) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (rc == NGX_DECLINED) {
+        return ngx_http_feed_bad_request(r, "invalid_user_id",
+                   "user ids are 1 to 64 of A-Z a-z 0-9 _ . -");
+    }
+
+    if (ctx->follow.src.len == ctx->follow.dst.len
+        && ngx_strcmp(ctx->follow.src.data, ctx->follow.dst.data) == 0)
+    {
+        return ngx_http_feed_bad_request(r, "self_follow",
+                                         "a user cannot follow themselves");
+    }
+
+    rc = ngx_http_feed_check_identity(r, &ctx->follow.src);
+
+    if (rc == NGX_HTTP_UNAUTHORIZED) {
+        return ngx_http_feed_send_error(r, rc, "unauthorized",
+                                        "no authenticated user");
+    }
+
+    if (rc == NGX_HTTP_FORBIDDEN) {
+        return ngx_http_feed_send_error(r, rc, "forbidden",
+                   "the authenticated user may only change their own "
+                   "follows");
+    }
+
+    if (rc != 0) {
+        return rc;
+    }
+
+    rc = ngx_http_discard_request_body(r);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    ctx->follow.want = (r->method == NGX_HTTP_PUT);
+    ctx->follow.now = (int64_t) ngx_time() * 1000
+                      + (int64_t) ngx_timeofday()->msec;
+
+    t = ngx_http_feed_mongo_task(r->pool, ctx->fmcf->mongo_client,
+                                 ngx_http_feed_graph_follow_run,
+                                 ngx_http_feed_follow_done, &ctx->follow);
+    if (t == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (ngx_http_feed_mongo_post_r(r, t) != NGX_OK) {
+        return ngx_http_feed_unavailable(r, "too many requests waiting for "
+                                            "the database");
+    }
+
+    r->main->count++;
+
+    return NGX_DONE;
+}
+
+
+static void
+ngx_http_feed_follow_done(ngx_http_feed_mongo_task_t *t)
+{
+    ngx_http_feed_follow_op_t  *op = t->data;
+
+    ngx_int_t                   rc;
+    ngx_uint_t                  i;
+    ngx_http_request_t         *r;
+    ngx_http_feed_user_t       *users[2];
+    ngx_http_feed_redis_t      *rd;
+    ngx_http_feed_graph_ctx_t  *ctx;
+
+    r = t->request;
+    ctx = ngx_http_get_module_ctx(r, ngx_http_feed_module);
+
+    if (t->rc != NGX_OK) {
+        ngx_http_finalize_request(r, ngx_http_feed_graph_failed(r, t));
+        return;
+    }
+
+    rd = ctx->fmcf->redis_client;
+
+    if (!op->changed || rd == NULL) {
+        ngx_http_finalize_request(r, ngx_http_feed_no_content(r));
+        return;
+    }
+
+    /* answer once the cached counts of both users are gone */
+
+    users[0] = &op->src;
+    users[1] = &op->dst;
+
+    for (i = 0; i < 2; i++) {
+        rc = ngx_http_feed_counts_invalidate(r, rd, users[i],
+                                             ngx_http_feed_follow_invalidated,
+                                             ctx);
+        if (rc == NGX_ERROR) {
+            ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+            return;
+        }
+
+        ctx->waiting += (rc == NGX_OK);
+    }
+
+    if (ctx->waiting == 0) {
+        ngx_http_finalize_request(r, ngx_http_feed_no_content(r));
+    }
+}
+
+
+static void
+ngx_http_feed_follow_invalidated(void *data, redisReply *reply)
+{
+    ngx_http_feed_graph_ctx_t  *ctx = data;
+
+    if (--ctx->waiting) {
+        return;
+    }
+
+    ngx_http_feed_finalize(ctx->request,
+                           ngx_http_feed_no_content(ctx->request));
+}
+
+
+static ngx_int_t
+ngx_http_feed_following_handler(ngx_http_request_t *r)
+{
+    return ngx_http_feed_list_handler(r, 0);
+}
+
+
+static ngx_int_t
+ngx_http_feed_followers_handler(ngx_http_request_t *r)
+{
+    return ngx_http_feed_list_handler(r, 1);
+}
+
+
+static ngx_int_t
+ngx_http_feed_list_handler(ngx_http_request_t *r, ngx_uint_t followers)
+{
+    ngx_int_t                   rc;
+    const char                 *code, *message;
+    ngx_http_feed_graph_ctx_t  *ctx;
+
+    ngx_http_feed_stats.requests++;
+
+    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
+        return ngx_http_feed_not_allowed(r, "GET, HEAD");
+    }
+
+    ctx = ngx_http_feed_graph_ctx(r);
+    if (ctx == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ctx->list.followers = followers;
+    ctx->field = followers ? "followers" : "following";
+
+    rc = ngx_http_feed_list_args(r, &ctx->list, &code, &message);
+
+    if (rc == NGX_ERROR) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (rc == NGX_DECLINED) {
+        return ngx_http_feed_bad_request(r, code, message);
+    }
+
+    rc = ngx_http_discard_request_body(r);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    /* the count from Redis if it has it, then the page from MongoDB */
+
+    rc = ngx_http_feed_counts_lookup(r, ctx->fmcf->redis_client,
+                                     &ctx->list.user, ctx->field,
+                                     ngx_http_feed_list_counted, ctx);
+    if (rc == NGX_ERROR) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (rc == NGX_DECLINED) {
+        ctx->list.need_count = 1;
+
+        if (ngx_http_feed_list_post(ctx) != NGX_OK) {
+            return ngx_http_feed_unavailable(r, "too many requests waiting "
+                                                "for the database");
+        }
+    }
+
+    r->main->count++;
+
+    return NGX_DONE;
+}
+
+
+/* NGX_DECLINED: malformed, with the error code and message to answer */
+
+static ngx_int_t
+ngx_http_feed_list_args(ngx_http_request_t *r, ngx_http_feed_list_op_t *op,
+    const char **code, const char **message)
+{
+    u_char                    *dst, *src;
+    ngx_int_t                  rc;
+    ngx_str_t                  value, cursor;
+    ngx_http_feed_loc_conf_t  *flcf;
+
+    flcf = ngx_http_get_module_loc_conf(r, ngx_http_feed_module);
+
+    rc = ngx_http_feed_get_user(r, flcf->user, &op->user);
+
+    if (rc != NGX_OK) {
+        *code = "invalid_user_id";
+        *message = "user ids are 1 to 64 of A-Z a-z 0-9 _ . -";
+        return rc;
+    }
+
+    if (ngx_http_feed_arg_limit(r, &op->limit) != NGX_OK) {
+        *code = "invalid_limit";
+        *message = "limit is a number from 1 to 100";
+        return NGX_DECLINED;
+    }
+
+    if (ngx_http_feed_arg(r, "cursor", &value) != NGX_OK) {
+        return NGX_OK;
+    }
+
+    cursor.data = ngx_pnalloc(r->pool, value.len);
+    if (cursor.data == NULL) {
+        return NGX_ERROR;
+    }
+
+    dst = cursor.data;
+    src = value.data;
+    ngx_unescape_uri(&dst, &src, value.len, 0);
+    cursor.len = dst - cursor.data;
+
+    if (ngx_http_feed_graph_cursor_parse(&cursor, op) != NGX_OK) {
+        *code = "invalid_cursor";
+        *message = "cursor is not one this server gave out";
+        return NGX_DECLINED;
+    }
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_feed_list_counted(void *data, redisReply *reply)
+{
+    ngx_http_feed_graph_ctx_t  *ctx = data;
+
+    ctx->list.need_count =
+        (ngx_http_feed_counts_parse(reply, &ctx->list.count, &ctx->gen)
+         != NGX_OK);
+
+    if (ngx_http_feed_list_post(ctx) != NGX_OK) {
+        ngx_http_feed_finalize(ctx->request,
+                               ngx_http_feed_unavailable(ctx->request,
+                                   "too many requests waiting for the "
+                                   "database"));
+    }
+}
+
+
+static ngx_int_t
+ngx_http_feed_list_post(ngx_http_feed_graph_ctx_t *ctx)
+{
+    ngx_http_feed_mongo_task_t  *t;
+
+    t = ngx_http_feed_mongo_task(ctx->request->pool, ctx->fmcf->mongo_client,
+                                 ngx_http_feed_graph_list_run,
+                                 ngx_http_feed_list_done, &ctx->list);
+    if (t == NULL) {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_feed_mongo_post_r(ctx->request, t);
+}
+
+
+static void
+ngx_http_feed_list_done(ngx_http_feed_mongo_task_t *t)
+{
+    ngx_http_feed_list_op_t  *op = t->data;
+
+    u_char                     *p;
+    ngx_http_request_t         *r;
+    ngx_http_feed_graph_ctx_t  *ctx;
+
+    r = t->request;
+    ctx = ngx_http_get_module_ctx(r, ngx_http_feed_module);
+
+    if (t->rc != NGX_OK) {
+        bson_free(op->json);
+        ngx_http_finalize_request(r, ngx_http_feed_graph_failed(r, t));
+        return;
+    }
+
+    if (op->need_count && ctx->fmcf->redis_client) {
+        ngx_http_feed_counts_warm(ctx->fmcf->redis_client, &op->user,
+                                  ctx->field, op->count, &ctx->gen);
+    }
+
+    p = ngx_pnalloc(r->pool, op->json_len + 1);
+    if (p == NULL) {
+        bson_free(op->json);
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    ngx_memcpy(p, op->json, op->json_len);
+    p[op->json_len] = '\n';
+    bson_free(op->json);
+
+    ngx_http_finalize_request(r, ngx_http_feed_send_body(r, NGX_HTTP_OK, p,
+                                                         op->json_len + 1));
+}
+
+
+static ngx_http_feed_graph_ctx_t *
+ngx_http_feed_graph_ctx(ngx_http_request_t *r)
+{
+    ngx_http_feed_graph_ctx_t  *ctx;
+
+    ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_feed_graph_ctx_t));
+    if (ctx == NULL) {
+        return NULL;
+    }
+
+    ctx->request = r;
+    ctx->fmcf = ngx_http_get_module_main_conf(r, ngx_http_feed_module);
+
+    ngx_http_set_ctx(r, ctx, ngx_http_feed_module);
+
+    return ctx;
+}
+
+
+static ngx_int_t
+ngx_http_feed_graph_failed(ngx_http_request_t *r,
+    ngx_http_feed_mongo_task_t *t)
+{
+    if (r->connection->error) {
+        return NGX_HTTP_CLIENT_CLOSED_REQUEST;
+    }
+
+    ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                  "mongodb graph request failed: %s", t->error.message);
+
+    if (ngx_http_feed_mongo_error_is_transient(&t->error)) {
+        return ngx_http_feed_unavailable(r, "the database is unavailable");
+    }
+
+    return ngx_http_feed_send_error(r, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                                    "internal", "database error");
+}

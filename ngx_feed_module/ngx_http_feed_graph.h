@@ -1,0 +1,58 @@
+
+/*
+ * ngx_feed_module: the follow graph.
+ */
+
+
+#ifndef _NGX_HTTP_FEED_GRAPH_H_INCLUDED_
+#define _NGX_HTTP_FEED_GRAPH_H_INCLUDED_
+
+
+#include "ngx_http_feed_module.h"
+#include "ngx_http_feed_mongo.h"
+#include "ngx_http_feed_util.h"
+
+
+#define NGX_HTTP_FEED_FOLLOWS        "follows"
+#define NGX_HTTP_FEED_FOLLOW_COUNTS  "follow_counts"
+
+
+/* follow or unfollow, run in a thread */
+typedef struct {
+    ngx_http_feed_user_t          src;
+    ngx_http_feed_user_t          dst;
+    ngx_uint_t                    want;       /* 1: follow, 0: unfollow */
+    int64_t                       now;        /* ms since epoch */
+    ngx_uint_t                    changed;
+} ngx_http_feed_follow_op_t;
+
+
+/* one page of "following" or "followers", run in a thread */
+typedef struct {
+    ngx_http_feed_user_t          user;
+    ngx_uint_t                    followers;  /* 0: following, 1: followers */
+    ngx_uint_t                    limit;
+
+    ngx_uint_t                    has_cursor;
+    int64_t                       cursor_ms;
+    ngx_http_feed_user_t          cursor_id;
+
+    ngx_uint_t                    need_count;
+    int64_t                       count;
+
+    /* the answer, bson_malloc()ed by the thread, freed on the loop */
+    char                         *json;
+    size_t                        json_len;
+} ngx_http_feed_list_op_t;
+
+
+void ngx_http_feed_graph_follow_run(ngx_http_feed_mongo_task_t *t,
+    mongoc_client_t *client);
+void ngx_http_feed_graph_list_run(ngx_http_feed_mongo_task_t *t,
+    mongoc_client_t *client);
+
+ngx_int_t ngx_http_feed_graph_cursor_parse(ngx_str_t *text,
+    ngx_http_feed_list_op_t *op);
+
+
+#endif /* _NGX_HTTP_FEED_GRAPH_H_INCLUDED_ */

@@ -1,0 +1,638 @@
+
+/*
+ * ngx_feed_module: the follow graph in MongoDB (runs in thread pool tasks).
+ *
+ * An edge is {src, dst, status, created, updated} (seed 002's follow
+ * document) plus a version "v", bumped by every real state change, and
+ * "cv", the version the per-user counters already account for.
+ *
+ * Counters live in "follow_counts" {_id: user, following, followers, ops}.
+ * An edge version is applied to each counter at most once: the update
+ * only matches while "ops" lacks the version's id, and pushes it (the last
+ * 64 are kept).  So a change interrupted half way (MongoDB gone between
+ * two writes) is finished by the next request that touches the edge,
+ * without counting anything twice, and nothing is ever half-written for
+ * good.
+ */
+
+
+#include "ngx_http_feed_graph.h"
+
+
+#define NGX_HTTP_FEED_GRAPH_RETRIES  5
+#define NGX_HTTP_FEED_COUNT_OPS      64
+
+
+typedef struct {
+    bson_oid_t                    id;
+    int64_t                       status;
+    int64_t                       v;
+    int64_t                       cv;
+} ngx_http_feed_edge_t;
+
+
+static ngx_int_t ngx_http_feed_graph_find_edge(mongoc_collection_t *follows,
+    ngx_http_feed_follow_op_t *op, ngx_http_feed_edge_t *edge,
+    bson_error_t *error);
+static ngx_int_t ngx_http_feed_graph_change(mongoc_collection_t *follows,
+    ngx_http_feed_follow_op_t *op, ngx_http_feed_edge_t *edge,
+    ngx_uint_t found, bson_error_t *error);
+static ngx_int_t ngx_http_feed_graph_count(mongoc_collection_t *counts,
+    mongoc_collection_t *follows, ngx_http_feed_follow_op_t *op,
+    ngx_http_feed_edge_t *edge, bson_error_t *error);
+static ngx_int_t ngx_http_feed_graph_count_one(mongoc_collection_t *counts,
+    const char *user, const char *field, int64_t delta, const char *opid,
+    bson_error_t *error);
+static ngx_int_t ngx_http_feed_graph_page(mongoc_collection_t *follows,
+    ngx_http_feed_list_op_t *op, bson_t *items, bson_t *last,
+    bson_error_t *error);
+static ngx_int_t ngx_http_feed_graph_read_count(mongoc_collection_t *counts,
+    ngx_http_feed_list_op_t *op, bson_error_t *error);
+static void ngx_http_feed_graph_cursor(char *buf, int64_t ms,
+    const char *id);
+static int64_t ngx_http_feed_bson_int(const bson_t *doc, const char *key);
+
+
+void
+ngx_http_feed_graph_follow_run(ngx_http_feed_mongo_task_t *t,
+    mongoc_client_t *client)
+{
+    ngx_http_feed_follow_op_t  *op = t->data;
+
+    ngx_int_t              rc;
+    ngx_uint_t             i;
+    mongoc_collection_t   *follows, *counts;
+    ngx_http_feed_edge_t   edge;
+
+    follows = mongoc_client_get_collection(client, t->database,
+                                           NGX_HTTP_FEED_FOLLOWS);
+    counts = mongoc_client_get_collection(client, t->database,
+                                          NGX_HTTP_FEED_FOLLOW_COUNTS);
+
+    t->rc = NGX_ERROR;
+
+    for (i = 0; i < NGX_HTTP_FEED_GRAPH_RETRIES; i++) {
+
+        rc = ngx_http_feed_graph_find_edge(follows, op, &edge, &t->error);
+        if (rc == NGX_ERROR) {
+            goto done;
+        }
+
+        /* first finish whatever an interrupted request left behind */
+
+        if (rc == NGX_OK && edge.v != edge.cv
+            && ngx_http_feed_graph_count(counts, follows, op, &edge,
+                                         &t->error)
+               != NGX_OK)
+        {
+            goto done;
+        }
+
+        if ((rc == NGX_OK ? edge.status : 0) == (int64_t) op->want) {
+            op->changed = 0;
+            t->rc = NGX_OK;
+            goto done;
+        }
+
+        rc = ngx_http_feed_graph_change(follows, op, &edge, rc == NGX_OK,
+                                        &t->error);
+        if (rc == NGX_ERROR) {
+            goto done;
+        }
+
+        if (rc == NGX_AGAIN) {
+            /* someone else changed the edge meanwhile: look again */
+            continue;
+        }
+
+        if (ngx_http_feed_graph_count(counts, follows, op, &edge, &t->error)
+            != NGX_OK)
+        {
+            goto done;
+        }
+
+        op->changed = 1;
+        t->rc = NGX_OK;
+        goto done;
+    }
+
+    bson_set_error(&t->error, MONGOC_ERROR_STREAM, 0,
+                   "too many concurrent changes of one relationship");
+
+done:
+
+    mongoc_collection_destroy(counts);
+    mongoc_collection_destroy(follows);
+}
+
+
+static ngx_int_t
+ngx_http_feed_graph_find_edge(mongoc_collection_t *follows,
+    ngx_http_feed_follow_op_t *op, ngx_http_feed_edge_t *edge,
+    bson_error_t *error)
+{
+    bson_t           filter, opts;
+    bson_iter_t      it;
+    ngx_int_t        rc;
+    const bson_t    *doc;
+    mongoc_cursor_t *cursor;
+
+    bson_init(&filter);
+    BSON_APPEND_UTF8(&filter, "src", op->src.data);
+    BSON_APPEND_UTF8(&filter, "dst", op->dst.data);
+
+    bson_init(&opts);
+    BSON_APPEND_INT64(&opts, "limit", 1);
+    BSON_APPEND_BOOL(&opts, "singleBatch", true);
+
+    cursor = mongoc_collection_find_with_opts(follows, &filter, &opts, NULL);
+
+    rc = NGX_DECLINED;
+
+    if (mongoc_cursor_next(cursor, &doc)) {
+        if (bson_iter_init_find(&it, doc, "_id") && BSON_ITER_HOLDS_OID(&it)) {
+            bson_oid_copy(bson_iter_oid(&it), &edge->id);
+        }
+
+        edge->status = ngx_http_feed_bson_int(doc, "status");
+        edge->v = ngx_http_feed_bson_int(doc, "v");
+        edge->cv = ngx_http_feed_bson_int(doc, "cv");
+        rc = NGX_OK;
+    }
+
+    if (mongoc_cursor_error(cursor, error)) {
+        rc = NGX_ERROR;
+    }
+
+    mongoc_cursor_destroy(cursor);
+    bson_destroy(&opts);
+    bson_destroy(&filter);
+
+    return rc;
+}
+
+
+/*
+ * Writes the new state as the next version of the edge, only if nobody
+ * changed it since we read it: NGX_AGAIN when somebody did.
+ */
+
+static ngx_int_t
+ngx_http_feed_graph_change(mongoc_collection_t *follows,
+    ngx_http_feed_follow_op_t *op, ngx_http_feed_edge_t *edge,
+    ngx_uint_t found, bson_error_t *error)
+{
+    bool     ok;
+    bson_t   doc, selector, update, set, inc, reply;
+    int64_t  matched;
+
+    if (!found) {
+        bson_oid_init(&edge->id, NULL);
+        edge->status = 1;
+        edge->v = 1;
+        edge->cv = 0;
+
+        bson_init(&doc);
+        BSON_APPEND_OID(&doc, "_id", &edge->id);
+        BSON_APPEND_UTF8(&doc, "src", op->src.data);
+        BSON_APPEND_UTF8(&doc, "dst", op->dst.data);
+        BSON_APPEND_INT32(&doc, "status", 1);
+        BSON_APPEND_DATE_TIME(&doc, "created", op->now);
+        BSON_APPEND_DATE_TIME(&doc, "updated", op->now);
+        BSON_APPEND_INT64(&doc, "v", 1);
+        BSON_APPEND_INT64(&doc, "cv", 0);
+
+        ok = mongoc_collection_insert_one(follows, &doc, NULL, NULL, error);
+
+        bson_destroy(&doc);
+
+        if (ok) {
+            return NGX_OK;
+        }
+
+        /* a concurrent follow inserted it first (unique src, dst) */
+        return error->code == MONGOC_ERROR_DUPLICATE_KEY ? NGX_AGAIN
+                                                         : NGX_ERROR;
+    }
+
+    bson_init(&selector);
+    BSON_APPEND_OID(&selector, "_id", &edge->id);
+    BSON_APPEND_INT64(&selector, "v", edge->v);
+
+    bson_init(&update);
+    BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
+    BSON_APPEND_INT32(&set, "status", (int32_t) op->want);
+    BSON_APPEND_DATE_TIME(&set, "updated", op->now);
+
+    if (op->want) {
+        /* a follow after an unfollow is a new relationship */
+        BSON_APPEND_DATE_TIME(&set, "created", op->now);
+    }
+
+    bson_append_document_end(&update, &set);
+    BSON_APPEND_DOCUMENT_BEGIN(&update, "$inc", &inc);
+    BSON_APPEND_INT64(&inc, "v", 1);
+    bson_append_document_end(&update, &inc);
+
+    ok = mongoc_collection_update_one(follows, &selector, &update, NULL,
+                                      &reply, error);
+
+    matched = ok ? ngx_http_feed_bson_int(&reply, "matchedCount") : 0;
+
+    bson_destroy(&reply);
+    bson_destroy(&update);
+    bson_destroy(&selector);
+
+    if (!ok) {
+        return NGX_ERROR;
+    }
+
+    if (matched == 0) {
+        return NGX_AGAIN;
+    }
+
+    edge->status = op->want;
+    edge->v++;
+
+    return NGX_OK;
+}
+
+
+/* applies the edge's current version to both users' counters, once */
+
+static ngx_int_t
+ngx_http_feed_graph_count(mongoc_collection_t *counts,
+    mongoc_collection_t *follows, ngx_http_feed_follow_op_t *op,
+    ngx_http_feed_edge_t *edge, bson_error_t *error)
+{
+    bool     ok;
+    char     opid[64];
+    bson_t   selector, update, set, lt;
+    int64_t  delta;
+
+    bson_oid_to_string(&edge->id, opid);
+    snprintf(opid + 24, sizeof(opid) - 24, ":%lld", (long long) edge->v);
+
+    delta = edge->status ? 1 : -1;
+
+    if (ngx_http_feed_graph_count_one(counts, op->src.data, "following",
+                                      delta, opid, error)
+        != NGX_OK
+        || ngx_http_feed_graph_count_one(counts, op->dst.data, "followers",
+                                         delta, opid, error)
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    bson_init(&selector);
+    BSON_APPEND_OID(&selector, "_id", &edge->id);
+    BSON_APPEND_DOCUMENT_BEGIN(&selector, "cv", &lt);
+    BSON_APPEND_INT64(&lt, "$lt", edge->v);
+    bson_append_document_end(&selector, &lt);
+
+    bson_init(&update);
+    BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
+    BSON_APPEND_INT64(&set, "cv", edge->v);
+    bson_append_document_end(&update, &set);
+
+    ok = mongoc_collection_update_one(follows, &selector, &update, NULL,
+                                      NULL, error);
+
+    bson_destroy(&update);
+    bson_destroy(&selector);
+
+    if (ok) {
+        edge->cv = edge->v;
+    }
+
+    return ok ? NGX_OK : NGX_ERROR;
+}
+
+
+static ngx_int_t
+ngx_http_feed_graph_count_one(mongoc_collection_t *counts, const char *user,
+    const char *field, int64_t delta, const char *opid, bson_error_t *error)
+{
+    bool    ok;
+    bson_t  selector, ne, update, inc, push, each, arr, opts;
+
+    bson_init(&selector);
+    BSON_APPEND_UTF8(&selector, "_id", user);
+    BSON_APPEND_DOCUMENT_BEGIN(&selector, "ops", &ne);
+    BSON_APPEND_UTF8(&ne, "$ne", opid);
+    bson_append_document_end(&selector, &ne);
+
+    bson_init(&update);
+    BSON_APPEND_DOCUMENT_BEGIN(&update, "$inc", &inc);
+    BSON_APPEND_INT64(&inc, field, delta);
+    bson_append_document_end(&update, &inc);
+    BSON_APPEND_DOCUMENT_BEGIN(&update, "$push", &push);
+    BSON_APPEND_DOCUMENT_BEGIN(&push, "ops", &each);
+    BSON_APPEND_ARRAY_BEGIN(&each, "$each", &arr);
+    BSON_APPEND_UTF8(&arr, "0", opid);
+    bson_append_array_end(&each, &arr);
+    BSON_APPEND_INT32(&each, "$slice", -NGX_HTTP_FEED_COUNT_OPS);
+    bson_append_document_end(&push, &each);
+    bson_append_document_end(&update, &push);
+
+    bson_init(&opts);
+    BSON_APPEND_BOOL(&opts, "upsert", true);
+
+    ok = mongoc_collection_update_one(counts, &selector, &update, &opts,
+                                      NULL, error);
+
+    bson_destroy(&opts);
+    bson_destroy(&update);
+    bson_destroy(&selector);
+
+    if (ok) {
+        return NGX_OK;
+    }
+
+    /* the upsert met the user's document: this op was applied already */
+
+    return error->code == MONGOC_ERROR_DUPLICATE_KEY ? NGX_OK : NGX_ERROR;
+}
+
+
+/*
+ * A page, newest relationship first: sorted by (created, other user)
+ * descending, a total order, so the cursor (created, other user) of the
+ * last item resumes exactly after it whatever changes meanwhile.
+ */
+
+void
+ngx_http_feed_graph_list_run(ngx_http_feed_mongo_task_t *t,
+    mongoc_client_t *client)
+{
+    ngx_http_feed_list_op_t  *op = t->data;
+
+    char                  next[128];
+    bson_t                doc, items, last;
+    bson_iter_t           it;
+    ngx_int_t             rc;
+    mongoc_collection_t  *follows, *counts;
+
+    follows = mongoc_client_get_collection(client, t->database,
+                                           NGX_HTTP_FEED_FOLLOWS);
+    counts = mongoc_client_get_collection(client, t->database,
+                                          NGX_HTTP_FEED_FOLLOW_COUNTS);
+
+    bson_init(&doc);
+    bson_init(&items);
+    bson_init(&last);
+
+    t->rc = NGX_ERROR;
+
+    rc = ngx_http_feed_graph_page(follows, op, &items, &last, &t->error);
+    if (rc == NGX_ERROR) {
+        goto done;
+    }
+
+    if (op->need_count
+        && ngx_http_feed_graph_read_count(counts, op, &t->error) != NGX_OK)
+    {
+        goto done;
+    }
+
+    BSON_APPEND_INT64(&doc, "count", op->count);
+    BSON_APPEND_ARRAY(&doc, "items", &items);
+
+    if (rc == NGX_AGAIN) {
+        ngx_http_feed_graph_cursor(next, ngx_http_feed_bson_int(&last,
+                                                                "since"),
+                                   bson_iter_init_find(&it, &last, "id")
+                                   ? bson_iter_utf8(&it, NULL) : "");
+        BSON_APPEND_UTF8(&doc, "next", next);
+
+    } else {
+        BSON_APPEND_NULL(&doc, "next");
+    }
+
+    op->json = bson_as_relaxed_extended_json(&doc, &op->json_len);
+
+    t->rc = op->json ? NGX_OK : NGX_ERROR;
+
+done:
+
+    bson_destroy(&last);
+    bson_destroy(&items);
+    bson_destroy(&doc);
+    mongoc_collection_destroy(counts);
+    mongoc_collection_destroy(follows);
+}
+
+
+/* NGX_AGAIN: there is more after this page */
+
+static ngx_int_t
+ngx_http_feed_graph_page(mongoc_collection_t *follows,
+    ngx_http_feed_list_op_t *op, bson_t *items, bson_t *last,
+    bson_error_t *error)
+{
+    char              key[16];
+    const char       *self, *other, *id, *k;
+    bson_t            filter, opts, sort, proj, any, a, b, lt, lt2, item;
+    int64_t           since;
+    bson_iter_t       it;
+    ngx_int_t         rc;
+    ngx_uint_t        n;
+    const bson_t     *doc;
+    mongoc_cursor_t  *cursor;
+
+    self = op->followers ? "dst" : "src";
+    other = op->followers ? "src" : "dst";
+
+    bson_init(&filter);
+    BSON_APPEND_UTF8(&filter, self, op->user.data);
+    BSON_APPEND_INT32(&filter, "status", 1);
+
+    if (op->has_cursor) {
+        BSON_APPEND_ARRAY_BEGIN(&filter, "$or", &any);
+
+        BSON_APPEND_DOCUMENT_BEGIN(&any, "0", &a);
+        BSON_APPEND_DOCUMENT_BEGIN(&a, "created", &lt);
+        BSON_APPEND_DATE_TIME(&lt, "$lt", op->cursor_ms);
+        bson_append_document_end(&a, &lt);
+        bson_append_document_end(&any, &a);
+
+        BSON_APPEND_DOCUMENT_BEGIN(&any, "1", &b);
+        BSON_APPEND_DATE_TIME(&b, "created", op->cursor_ms);
+        BSON_APPEND_DOCUMENT_BEGIN(&b, other, &lt2);
+        BSON_APPEND_UTF8(&lt2, "$lt", op->cursor_id.data);
+        bson_append_document_end(&b, &lt2);
+        bson_append_document_end(&any, &b);
+
+        bson_append_array_end(&filter, &any);
+    }
+
+    bson_init(&opts);
+    BSON_APPEND_DOCUMENT_BEGIN(&opts, "sort", &sort);
+    BSON_APPEND_INT32(&sort, "created", -1);
+    BSON_APPEND_INT32(&sort, other, -1);
+    bson_append_document_end(&opts, &sort);
+    BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &proj);
+    BSON_APPEND_INT32(&proj, other, 1);
+    BSON_APPEND_INT32(&proj, "created", 1);
+    BSON_APPEND_INT32(&proj, "_id", 0);
+    bson_append_document_end(&opts, &proj);
+    BSON_APPEND_INT64(&opts, "limit", (int64_t) op->limit + 1);
+
+    cursor = mongoc_collection_find_with_opts(follows, &filter, &opts, NULL);
+
+    rc = NGX_OK;
+    n = 0;
+
+    while (mongoc_cursor_next(cursor, &doc)) {
+        if (n == op->limit) {
+            rc = NGX_AGAIN;
+            break;
+        }
+
+        id = bson_iter_init_find(&it, doc, other) && BSON_ITER_HOLDS_UTF8(&it)
+             ? bson_iter_utf8(&it, NULL) : "";
+        since = bson_iter_init_find(&it, doc, "created")
+                && BSON_ITER_HOLDS_DATE_TIME(&it)
+                ? bson_iter_date_time(&it) : 0;
+
+        bson_uint32_to_string(n++, &k, key, sizeof(key));
+
+        BSON_APPEND_DOCUMENT_BEGIN(items, k, &item);
+        BSON_APPEND_UTF8(&item, "id", id);
+        BSON_APPEND_INT64(&item, "since", since);
+        bson_append_document_end(items, &item);
+
+        bson_reinit(last);
+        BSON_APPEND_UTF8(last, "id", id);
+        BSON_APPEND_INT64(last, "since", since);
+    }
+
+    if (mongoc_cursor_error(cursor, error)) {
+        rc = NGX_ERROR;
+    }
+
+    mongoc_cursor_destroy(cursor);
+    bson_destroy(&opts);
+    bson_destroy(&filter);
+
+    return rc;
+}
+
+
+static ngx_int_t
+ngx_http_feed_graph_read_count(mongoc_collection_t *counts,
+    ngx_http_feed_list_op_t *op, bson_error_t *error)
+{
+    const char       *field;
+    bson_t            filter, opts, proj;
+    ngx_int_t         rc;
+    const bson_t     *doc;
+    mongoc_cursor_t  *cursor;
+
+    field = op->followers ? "followers" : "following";
+
+    bson_init(&filter);
+    BSON_APPEND_UTF8(&filter, "_id", op->user.data);
+
+    bson_init(&opts);
+    BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &proj);
+    BSON_APPEND_INT32(&proj, field, 1);
+    bson_append_document_end(&opts, &proj);
+    BSON_APPEND_INT64(&opts, "limit", 1);
+    BSON_APPEND_BOOL(&opts, "singleBatch", true);
+
+    cursor = mongoc_collection_find_with_opts(counts, &filter, &opts, NULL);
+
+    op->count = 0;
+
+    if (mongoc_cursor_next(cursor, &doc)) {
+        op->count = ngx_http_feed_bson_int(doc, field);
+    }
+
+    rc = mongoc_cursor_error(cursor, error) ? NGX_ERROR : NGX_OK;
+
+    mongoc_cursor_destroy(cursor);
+    bson_destroy(&opts);
+    bson_destroy(&filter);
+
+    return rc;
+}
+
+
+/* cursors are opaque: base64url of "<created ms>:<other user>" */
+
+static void
+ngx_http_feed_graph_cursor(char *buf, int64_t ms, const char *id)
+{
+    u_char     raw[96];
+    ngx_str_t  src, dst;
+
+    src.data = raw;
+    src.len = snprintf((char *) raw, sizeof(raw), "%lld:%s",
+                       (long long) ms, id);
+
+    dst.data = (u_char *) buf;
+    ngx_encode_base64url(&dst, &src);
+    buf[dst.len] = '\0';
+}
+
+
+ngx_int_t
+ngx_http_feed_graph_cursor_parse(ngx_str_t *text,
+    ngx_http_feed_list_op_t *op)
+{
+    u_char     *p, *colon;
+    u_char      raw[96];
+    ngx_str_t   dst;
+    ngx_int_t   ms;
+
+    if (text->len == 0 || text->len > 128) {
+        return NGX_DECLINED;
+    }
+
+    dst.data = raw;
+
+    if (ngx_decode_base64url(&dst, text) != NGX_OK) {
+        return NGX_DECLINED;
+    }
+
+    colon = ngx_strlchr(raw, raw + dst.len, ':');
+    if (colon == NULL || colon == raw || colon - raw > 15) {
+        return NGX_DECLINED;
+    }
+
+    ms = ngx_atoi(raw, colon - raw);
+    if (ms == NGX_ERROR) {
+        return NGX_DECLINED;
+    }
+
+    p = colon + 1;
+
+    if (!ngx_http_feed_user_valid(p, raw + dst.len - p)) {
+        return NGX_DECLINED;
+    }
+
+    op->has_cursor = 1;
+    op->cursor_ms = ms;
+    op->cursor_id.len = raw + dst.len - p;
+    ngx_memcpy(op->cursor_id.data, p, op->cursor_id.len);
+    op->cursor_id.data[op->cursor_id.len] = '\0';
+
+    return NGX_OK;
+}
+
+
+/* numbers come back as int32, int64 or double depending on the writer */
+
+static int64_t
+ngx_http_feed_bson_int(const bson_t *doc, const char *key)
+{
+    bson_iter_t  it;
+
+    if (bson_iter_init_find(&it, doc, key) && BSON_ITER_HOLDS_NUMBER(&it)) {
+        return bson_iter_as_int64(&it);
+    }
+
+    return 0;
+}

@@ -1,0 +1,170 @@
+
+/*
+ * ngx_feed_module: the module's MongoDB indexes, created at start-up.
+ *
+ * createIndexes is idempotent, so the first worker simply sends it at
+ * every start; when MongoDB is not there yet it tries again later.  The
+ * same can be done by hand, see docs/storage.md.
+ */
+
+
+#include "ngx_http_feed_module.h"
+#include "ngx_http_feed_mongo.h"
+#include "ngx_http_feed_graph.h"
+
+
+#define NGX_HTTP_FEED_SCHEMA_RETRY  5000
+
+
+typedef struct {
+    ngx_http_feed_mongo_task_t   *task;
+    ngx_event_t                   retry;
+    ngx_connection_t              dummy;
+    ngx_log_t                    *log;
+} ngx_http_feed_schema_t;
+
+
+static void ngx_http_feed_schema_post(ngx_http_feed_schema_t *s);
+static void ngx_http_feed_schema_run(ngx_http_feed_mongo_task_t *t,
+    mongoc_client_t *client);
+static ngx_int_t ngx_http_feed_schema_create(mongoc_database_t *db,
+    const char *coll, const char *json, bson_error_t *error);
+static void ngx_http_feed_schema_done(ngx_http_feed_mongo_task_t *t);
+static void ngx_http_feed_schema_retry(ngx_event_t *ev);
+
+
+static ngx_http_feed_schema_t  ngx_http_feed_schema;
+
+
+/* seed 002's three indexes; the list ones end with the other user, so
+ * that (created, other user) pages come straight from the index */
+
+static const char  ngx_http_feed_follows_indexes[] =
+    "[{\"key\": {\"src\": 1, \"dst\": 1}, \"name\": \"src_dst\","
+    "  \"unique\": true},"
+    " {\"key\": {\"dst\": 1, \"status\": 1, \"created\": -1, \"src\": -1},"
+    "  \"name\": \"dst_status_created\"},"
+    " {\"key\": {\"src\": 1, \"status\": 1, \"created\": -1, \"dst\": -1},"
+    "  \"name\": \"src_status_created\"}]";
+
+
+ngx_int_t
+ngx_http_feed_schema_init(ngx_cycle_t *cycle, ngx_http_feed_mongo_t *m)
+{
+    ngx_http_feed_schema_t  *s = &ngx_http_feed_schema;
+
+    /* one worker is enough */
+
+    if (m == NULL || ngx_worker != 0) {
+        return NGX_OK;
+    }
+
+    s->log = cycle->log;
+    s->dummy.fd = (ngx_socket_t) -1;
+
+    s->retry.handler = ngx_http_feed_schema_retry;
+    s->retry.data = &s->dummy;
+    s->retry.log = cycle->log;
+    s->retry.cancelable = 1;
+
+    s->task = ngx_http_feed_mongo_task(cycle->pool, m,
+                                       ngx_http_feed_schema_run,
+                                       ngx_http_feed_schema_done, s);
+    if (s->task == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_http_feed_schema_post(s);
+
+    return NGX_OK;
+}
+
+
+void
+ngx_http_feed_schema_exit(void)
+{
+    if (ngx_http_feed_schema.retry.timer_set) {
+        ngx_del_timer(&ngx_http_feed_schema.retry);
+    }
+}
+
+
+static void
+ngx_http_feed_schema_post(ngx_http_feed_schema_t *s)
+{
+    if (ngx_exiting) {
+        return;
+    }
+
+    if (ngx_http_feed_mongo_post(s->task) != NGX_OK) {
+        ngx_add_timer(&s->retry, NGX_HTTP_FEED_SCHEMA_RETRY);
+    }
+}
+
+
+static void
+ngx_http_feed_schema_run(ngx_http_feed_mongo_task_t *t,
+    mongoc_client_t *client)
+{
+    mongoc_database_t  *db;
+
+    db = mongoc_client_get_database(client, t->database);
+
+    t->rc = ngx_http_feed_schema_create(db, NGX_HTTP_FEED_FOLLOWS,
+                                        ngx_http_feed_follows_indexes,
+                                        &t->error);
+
+    mongoc_database_destroy(db);
+}
+
+
+static ngx_int_t
+ngx_http_feed_schema_create(mongoc_database_t *db, const char *coll,
+    const char *json, bson_error_t *error)
+{
+    bool     ok;
+    bson_t  *indexes, cmd;
+
+    indexes = bson_new_from_json((const uint8_t *) json, -1, error);
+    if (indexes == NULL) {
+        return NGX_ERROR;
+    }
+
+    bson_init(&cmd);
+    BSON_APPEND_UTF8(&cmd, "createIndexes", coll);
+    BSON_APPEND_ARRAY(&cmd, "indexes", indexes);
+
+    ok = mongoc_database_write_command_with_opts(db, &cmd, NULL, NULL, error);
+
+    bson_destroy(&cmd);
+    bson_destroy(indexes);
+
+    return ok ? NGX_OK : NGX_ERROR;
+}
+
+
+static void
+ngx_http_feed_schema_done(ngx_http_feed_mongo_task_t *t)
+{
+    ngx_http_feed_schema_t  *s = t->data;
+
+    if (t->rc == NGX_OK) {
+        ngx_log_error(NGX_LOG_INFO, s->log, 0, "mongodb indexes ready");
+        return;
+    }
+
+    ngx_log_error(NGX_LOG_WARN, s->log, 0,
+                  "mongodb indexes not created, will retry: %s",
+                  t->error.message);
+
+    if (!ngx_exiting) {
+        ngx_add_timer(&s->retry, NGX_HTTP_FEED_SCHEMA_RETRY);
+    }
+}
+
+
+static void
+ngx_http_feed_schema_retry(ngx_event_t *ev)
+{
+    ngx_http_feed_schema_post(&ngx_http_feed_schema);
+}
