@@ -50,7 +50,6 @@ static ngx_int_t ngx_http_feed_graph_read_count(mongoc_collection_t *counts,
     ngx_http_feed_list_op_t *op, bson_error_t *error);
 static void ngx_http_feed_graph_cursor(char *buf, int64_t ms,
     const char *id);
-static int64_t ngx_http_feed_bson_int(const bson_t *doc, const char *key);
 
 
 void
@@ -131,44 +130,33 @@ ngx_http_feed_graph_find_edge(mongoc_collection_t *follows,
     ngx_http_feed_follow_op_t *op, ngx_http_feed_edge_t *edge,
     bson_error_t *error)
 {
-    bson_t           filter, opts;
-    bson_iter_t      it;
-    ngx_int_t        rc;
-    const bson_t    *doc;
-    mongoc_cursor_t *cursor;
+    bson_t       filter, doc;
+    bson_iter_t  it;
+    ngx_int_t    rc;
 
     bson_init(&filter);
     BSON_APPEND_UTF8(&filter, "src", op->src.data);
     BSON_APPEND_UTF8(&filter, "dst", op->dst.data);
 
-    bson_init(&opts);
-    BSON_APPEND_INT64(&opts, "limit", 1);
-    BSON_APPEND_BOOL(&opts, "singleBatch", true);
+    rc = ngx_http_feed_mongo_find_one(follows, &filter, NULL, &doc, error);
 
-    cursor = mongoc_collection_find_with_opts(follows, &filter, &opts, NULL);
-
-    rc = NGX_DECLINED;
-
-    if (mongoc_cursor_next(cursor, &doc)) {
-        if (bson_iter_init_find(&it, doc, "_id") && BSON_ITER_HOLDS_OID(&it)) {
-            bson_oid_copy(bson_iter_oid(&it), &edge->id);
-        }
-
-        edge->status = ngx_http_feed_bson_int(doc, "status");
-        edge->v = ngx_http_feed_bson_int(doc, "v");
-        edge->cv = ngx_http_feed_bson_int(doc, "cv");
-        rc = NGX_OK;
-    }
-
-    if (mongoc_cursor_error(cursor, error)) {
-        rc = NGX_ERROR;
-    }
-
-    mongoc_cursor_destroy(cursor);
-    bson_destroy(&opts);
     bson_destroy(&filter);
 
-    return rc;
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    if (bson_iter_init_find(&it, &doc, "_id") && BSON_ITER_HOLDS_OID(&it)) {
+        bson_oid_copy(bson_iter_oid(&it), &edge->id);
+    }
+
+    edge->status = ngx_http_feed_bson_int(&doc, "status");
+    edge->v = ngx_http_feed_bson_int(&doc, "v");
+    edge->cv = ngx_http_feed_bson_int(&doc, "cv");
+
+    bson_destroy(&doc);
+
+    return NGX_OK;
 }
 
 
@@ -524,39 +512,31 @@ static ngx_int_t
 ngx_http_feed_graph_read_count(mongoc_collection_t *counts,
     ngx_http_feed_list_op_t *op, bson_error_t *error)
 {
-    const char       *field;
-    bson_t            filter, opts, proj;
-    ngx_int_t         rc;
-    const bson_t     *doc;
-    mongoc_cursor_t  *cursor;
+    bson_t       filter, proj, doc;
+    ngx_int_t    rc;
+    const char  *field;
 
     field = op->followers ? "followers" : "following";
 
     bson_init(&filter);
     BSON_APPEND_UTF8(&filter, "_id", op->user.data);
 
-    bson_init(&opts);
-    BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &proj);
+    bson_init(&proj);
     BSON_APPEND_INT32(&proj, field, 1);
-    bson_append_document_end(&opts, &proj);
-    BSON_APPEND_INT64(&opts, "limit", 1);
-    BSON_APPEND_BOOL(&opts, "singleBatch", true);
 
-    cursor = mongoc_collection_find_with_opts(counts, &filter, &opts, NULL);
+    rc = ngx_http_feed_mongo_find_one(counts, &filter, &proj, &doc, error);
+
+    bson_destroy(&proj);
+    bson_destroy(&filter);
 
     op->count = 0;
 
-    if (mongoc_cursor_next(cursor, &doc)) {
-        op->count = ngx_http_feed_bson_int(doc, field);
+    if (rc == NGX_OK) {
+        op->count = ngx_http_feed_bson_int(&doc, field);
+        bson_destroy(&doc);
     }
 
-    rc = mongoc_cursor_error(cursor, error) ? NGX_ERROR : NGX_OK;
-
-    mongoc_cursor_destroy(cursor);
-    bson_destroy(&opts);
-    bson_destroy(&filter);
-
-    return rc;
+    return rc == NGX_ERROR ? NGX_ERROR : NGX_OK;
 }
 
 
@@ -620,19 +600,4 @@ ngx_http_feed_graph_cursor_parse(ngx_str_t *text,
     op->cursor_id.data[op->cursor_id.len] = '\0';
 
     return NGX_OK;
-}
-
-
-/* numbers come back as int32, int64 or double depending on the writer */
-
-static int64_t
-ngx_http_feed_bson_int(const bson_t *doc, const char *key)
-{
-    bson_iter_t  it;
-
-    if (bson_iter_init_find(&it, doc, key) && BSON_ITER_HOLDS_NUMBER(&it)) {
-        return bson_iter_as_int64(&it);
-    }
-
-    return 0;
 }

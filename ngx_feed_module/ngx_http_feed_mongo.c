@@ -385,3 +385,64 @@ ngx_http_feed_mongo_wake(ngx_http_request_t *r)
 {
     /* nothing to do until the task comes back */
 }
+
+
+/*
+ * The one document matching filter (thread side): NGX_OK with a copy in
+ * *doc, to be bson_destroy()ed, NGX_DECLINED when there is none.
+ */
+
+ngx_int_t
+ngx_http_feed_mongo_find_one(mongoc_collection_t *coll, const bson_t *filter,
+    const bson_t *projection, bson_t *doc, bson_error_t *error)
+{
+    bson_t            opts;
+    ngx_int_t         rc;
+    const bson_t     *found;
+    mongoc_cursor_t  *cursor;
+
+    bson_init(&opts);
+    BSON_APPEND_INT64(&opts, "limit", 1);
+    BSON_APPEND_BOOL(&opts, "singleBatch", true);
+
+    if (projection) {
+        BSON_APPEND_DOCUMENT(&opts, "projection", projection);
+    }
+
+    cursor = mongoc_collection_find_with_opts(coll, filter, &opts, NULL);
+
+    rc = NGX_DECLINED;
+
+    if (mongoc_cursor_next(cursor, &found)) {
+        bson_copy_to(found, doc);
+        rc = NGX_OK;
+    }
+
+    if (mongoc_cursor_error(cursor, error)) {
+        if (rc == NGX_OK) {
+            bson_destroy(doc);
+        }
+
+        rc = NGX_ERROR;
+    }
+
+    mongoc_cursor_destroy(cursor);
+    bson_destroy(&opts);
+
+    return rc;
+}
+
+
+/* numbers come back as int32, int64 or double depending on the writer */
+
+int64_t
+ngx_http_feed_bson_int(const bson_t *doc, const char *key)
+{
+    bson_iter_t  it;
+
+    if (bson_iter_init_find(&it, doc, key) && BSON_ITER_HOLDS_NUMBER(&it)) {
+        return bson_iter_as_int64(&it);
+    }
+
+    return 0;
+}

@@ -59,5 +59,10 @@ ngx_int_t ngx_http_feed_mongo_post_r(ngx_http_request_t *r,
     ngx_http_feed_mongo_task_t *t);
 ngx_uint_t ngx_http_feed_mongo_error_is_transient(const bson_error_t *err);
 
+ngx_int_t ngx_http_feed_mongo_find_one(mongoc_collection_t *coll,
+    const bson_t *filter, const bson_t *projection, bson_t *doc,
+    bson_error_t *error);
+int64_t ngx_http_feed_bson_int(const bson_t *doc, const char *key);
+
 
 #endif /* _NGX_HTTP_FEED_MONGO_H_INCLUDED_ */

@@ -14,10 +14,11 @@ use FeedTest;
 my $t = FeedTest->new;
 
 sub conf {
-    my ($main, $http, $loc) = @_;
+    my ($main, $http, $loc, $server) = @_;
     $main ||= '';
     $http ||= '';
     $loc ||= '';
+    $server ||= '';
     return <<"EOF";
 $main
 events { worker_connections 64; }
@@ -26,6 +27,7 @@ http {
     server {
         listen 127.0.0.1:%%PORT_HTTP%%;
         location = /status { feed_status; $loc }
+        $server
     }
 }
 EOF
@@ -58,6 +60,17 @@ $t->write_conf(conf());
 ($ok, $out) = $t->test_conf;
 ok($ok, 'module loads with no feed configuration') or diag($out);
 
+# the shipped configuration is valid as it is
+
+open my $fh, '<', FeedTest->root . '/conf/nginx.conf' or die $!;
+my $shipped = do { local $/; <$fh> };
+close $fh;
+$shipped =~ s/^load_module .*$//m;
+$shipped =~ s/listen 127\.0\.0\.1:8080;/listen 127.0.0.1:%%PORT_HTTP%%;/;
+$t->write_conf($shipped);
+($ok, $out) = $t->test_conf;
+ok($ok, 'shipped conf/nginx.conf accepted') or diag($out);
+
 # each malformed directive, and what the message must say
 
 my @bad = (
@@ -84,6 +97,7 @@ my @bad = (
     [ 'feed_mongo_timeout 0ms;',              qr/"feed_mongo_timeout" directive must be positive/ ],
     [ "feed_mongo_uri mongodb://h/;\n    feed_thread_pool nosuch;",
                                               qr/unknown thread pool "nosuch"/ ],
+    [ 'feed_identity;',                       qr/invalid number of arguments in "feed_identity"/ ],
 );
 
 for my $case (@bad) {
@@ -106,6 +120,31 @@ $t->write_conf(conf('', 'feed_status;'));
 ok(!$ok, 'feed_status at http level rejected');
 like($out, qr/"feed_status" directive is not allowed here/,
     'feed_status context message');
+
+# graph locations need MongoDB, and their arguments
+
+$t->write_conf(conf('', '', '',
+    'location /f { feed_follow $arg_a $arg_b; }'));
+($ok, $out) = $t->test_conf;
+ok(!$ok, 'feed_follow without feed_mongo_uri rejected');
+like($out, qr/need "feed_mongo_uri"/, 'message names feed_mongo_uri');
+
+for my $bad ('feed_follow $arg_a;', 'feed_following;',
+    'feed_followers a b;')
+{
+    $t->write_conf(conf('', 'feed_mongo_uri mongodb://h/;', '',
+        "location /f { $bad }"));
+    ($ok, $out) = $t->test_conf;
+    ok(!$ok, "rejected: $bad");
+    like($out, qr/invalid number of arguments in "feed_follow/,
+        "message for: $bad");
+}
+
+$t->write_conf(conf('', 'feed_mongo_uri mongodb://h/;', '',
+    'location /f { feed_following $arg_a; feed_followers $arg_a; }'));
+($ok, $out) = $t->test_conf;
+ok(!$ok, 'two handlers in one location rejected');
+like($out, qr/"feed_followers" directive is duplicate/, 'duplicate message');
 
 $t->write_conf(conf('', '', 'feed_status x;'));
 ($ok, $out) = $t->test_conf;
