@@ -2,12 +2,16 @@
 /*
  * ngx_feed_module: follow counts cached in Redis in front of MongoDB.
  *
- * A hash per user, "feed:cnt:<user>" {following, followers, gen}.  A write
- * bumps "gen" and drops the counts after MongoDB has the new ones; a reader
- * that missed fills the cache back only if "gen" is still what it saw
- * before reading MongoDB, so an old count read before a write can never
- * be put back after it.  The TTL bounds what a write that could not reach
- * Redis leaves behind.
+ * A hash per user, "feed:cnt:<user>" {following, followers, gen, rid}.  A
+ * write bumps "gen" and drops the counts after MongoDB has the new ones; a
+ * reader that missed fills the cache back only if "gen" is still what it
+ * saw before reading MongoDB, so an old count read before a write can never
+ * be put back after it.
+ *
+ * "rid" is the run_id of the redis-server that cached the counts: after a
+ * restart (from a snapshot older than the last writes, or a failover) the
+ * counts of an earlier incarnation are not trusted.  The TTL bounds what a
+ * write that could not reach a running Redis leaves behind.
  */
 
 
@@ -21,7 +25,10 @@
 static const char  ngx_http_feed_counts_warm_lua[] =
     "local g = redis.call('hget', KEYS[1], 'gen') or '' "
     "if g ~= ARGV[3] then return 0 end "
-    "redis.call('hset', KEYS[1], ARGV[1], ARGV[2]) "
+    "if redis.call('hget', KEYS[1], 'rid') ~= ARGV[5] then "
+    "  redis.call('hdel', KEYS[1], 'following', 'followers') "
+    "end "
+    "redis.call('hset', KEYS[1], ARGV[1], ARGV[2], 'rid', ARGV[5]) "
     "redis.call('expire', KEYS[1], ARGV[4]) "
     "return 1";
 
@@ -43,8 +50,12 @@ ngx_http_feed_counts_lookup(ngx_http_request_t *r, ngx_http_feed_redis_t *rd,
 {
     char         key[sizeof(NGX_HTTP_FEED_COUNTS_PREFIX)
                      + NGX_HTTP_FEED_USER_MAX];
-    size_t       argvlen[4];
-    const char  *argv[4];
+    size_t       argvlen[5];
+    const char  *argv[5];
+
+    if (ngx_http_feed_redis_run_id(rd) == NULL) {
+        return NGX_DECLINED;
+    }
 
     argv[0] = "HMGET";
     argvlen[0] = 5;
@@ -54,8 +65,10 @@ ngx_http_feed_counts_lookup(ngx_http_request_t *r, ngx_http_feed_redis_t *rd,
     argvlen[2] = ngx_strlen(field);
     argv[3] = "gen";
     argvlen[3] = 3;
+    argv[4] = "rid";
+    argvlen[4] = 3;
 
-    return ngx_http_feed_redis_send_r(r, rd, handler, data, 4, argv,
+    return ngx_http_feed_redis_send_r(r, rd, handler, data, 5, argv,
                                       argvlen);
 }
 
@@ -63,23 +76,25 @@ ngx_http_feed_counts_lookup(ngx_http_request_t *r, ngx_http_feed_redis_t *rd,
 /* NGX_OK with the cached count, NGX_DECLINED on a miss */
 
 ngx_int_t
-ngx_http_feed_counts_parse(redisReply *reply, int64_t *count,
-    ngx_http_feed_counts_gen_t *gen)
+ngx_http_feed_counts_parse(ngx_http_feed_redis_t *rd, redisReply *reply,
+    int64_t *count, ngx_http_feed_counts_gen_t *gen)
 {
     ngx_int_t    n;
-    redisReply  *c, *g;
+    const char  *run_id;
+    redisReply  *c, *g, *rid;
 
     gen->len = 0;
     gen->data[0] = '\0';
 
     if (reply == NULL || reply->type != REDIS_REPLY_ARRAY
-        || reply->elements != 2)
+        || reply->elements != 3)
     {
         return NGX_DECLINED;
     }
 
     c = reply->element[0];
     g = reply->element[1];
+    rid = reply->element[2];
 
     if (g->type == REDIS_REPLY_STRING && g->len < sizeof(gen->data)) {
         ngx_memcpy(gen->data, g->str, g->len);
@@ -87,7 +102,12 @@ ngx_http_feed_counts_parse(redisReply *reply, int64_t *count,
         gen->len = g->len;
     }
 
-    if (c->type != REDIS_REPLY_STRING) {
+    run_id = ngx_http_feed_redis_run_id(rd);
+
+    if (c->type != REDIS_REPLY_STRING || rid->type != REDIS_REPLY_STRING
+        || run_id == NULL || rid->len != ngx_strlen(run_id)
+        || ngx_strncmp(rid->str, run_id, rid->len) != 0)
+    {
         return NGX_DECLINED;
     }
 
@@ -112,8 +132,14 @@ ngx_http_feed_counts_warm(ngx_http_feed_redis_t *rd,
     char         key[sizeof(NGX_HTTP_FEED_COUNTS_PREFIX)
                      + NGX_HTTP_FEED_USER_MAX];
     u_char       value[NGX_INT64_LEN];
-    size_t       argvlen[8];
-    const char  *argv[8];
+    size_t       argvlen[9];
+    const char  *argv[9];
+    const char  *run_id;
+
+    run_id = ngx_http_feed_redis_run_id(rd);
+    if (run_id == NULL) {
+        return;
+    }
 
     argv[0] = "EVAL";
     argvlen[0] = 4;
@@ -131,8 +157,10 @@ ngx_http_feed_counts_warm(ngx_http_feed_redis_t *rd,
     argvlen[6] = gen->len;
     argv[7] = NGX_HTTP_FEED_COUNTS_TTL;
     argvlen[7] = sizeof(NGX_HTTP_FEED_COUNTS_TTL) - 1;
+    argv[8] = run_id;
+    argvlen[8] = ngx_strlen(run_id);
 
-    (void) ngx_http_feed_redis_send(rd, NULL, NULL, 8, argv, argvlen);
+    (void) ngx_http_feed_redis_send(rd, NULL, NULL, 9, argv, argvlen);
 }
 
 

@@ -384,7 +384,8 @@ ngx_http_feed_list_counted(void *data, redisReply *reply)
     ngx_http_feed_graph_ctx_t  *ctx = data;
 
     ctx->list.need_count =
-        (ngx_http_feed_counts_parse(reply, &ctx->list.count, &ctx->gen)
+        (ngx_http_feed_counts_parse(ctx->fmcf->redis_client, reply,
+                                    &ctx->list.count, &ctx->gen)
          != NGX_OK);
 
     if (ngx_http_feed_list_post(ctx) != NGX_OK) {

@@ -43,6 +43,9 @@ struct ngx_http_feed_redis_s {
     unsigned                      failing:1;
 
     char                          error[128];
+
+    /* unique per redis-server process: tells a restart from a reconnect */
+    char                          run_id[48];
 };
 
 
@@ -69,6 +72,7 @@ static void ngx_http_feed_redis_on_disconnect(const redisAsyncContext *ac,
     int status);
 static void ngx_http_feed_redis_login(ngx_http_feed_redis_t *rd);
 static void ngx_http_feed_redis_login_reply(void *data, redisReply *reply);
+static void ngx_http_feed_redis_info_reply(void *data, redisReply *reply);
 
 static void ngx_http_feed_redis_add_read(void *data);
 static void ngx_http_feed_redis_del_read(void *data);
@@ -182,6 +186,13 @@ ngx_uint_t
 ngx_http_feed_redis_pending(ngx_http_feed_redis_t *rd)
 {
     return rd ? rd->npending : 0;
+}
+
+
+const char *
+ngx_http_feed_redis_run_id(ngx_http_feed_redis_t *rd)
+{
+    return (rd && rd->run_id[0]) ? rd->run_id : NULL;
 }
 
 
@@ -300,13 +311,51 @@ ngx_http_feed_redis_login(ngx_http_feed_redis_t *rd)
                                         rd, 2, argv, argvlen);
     }
 
-    /* its answer proves the connection healthy and resets the backoff */
+    /*
+     * Its answer proves the connection healthy and resets the backoff, and
+     * its run_id arrives before the reply to any command sent after it.
+     */
 
-    argv[0] = "PING";
+    argv[0] = "INFO";
     argvlen[0] = 4;
+    argv[1] = "server";
+    argvlen[1] = 6;
 
-    (void) ngx_http_feed_redis_send(rd, ngx_http_feed_redis_login_reply, rd,
-                                    1, argv, argvlen);
+    rd->run_id[0] = '\0';
+
+    (void) ngx_http_feed_redis_send(rd, ngx_http_feed_redis_info_reply, rd,
+                                    2, argv, argvlen);
+}
+
+
+static void
+ngx_http_feed_redis_info_reply(void *data, redisReply *reply)
+{
+    ngx_http_feed_redis_t  *rd = data;
+
+    u_char  *p, *last;
+
+    if (reply == NULL || reply->type != REDIS_REPLY_STRING) {
+        return;
+    }
+
+    p = ngx_strnstr((u_char *) reply->str, "run_id:", reply->len);
+    if (p == NULL) {
+        return;
+    }
+
+    p += sizeof("run_id:") - 1;
+    last = p;
+
+    while (last < (u_char *) reply->str + reply->len
+           && last - p < (ssize_t) sizeof(rd->run_id) - 1
+           && *last != '\r' && *last != '\n')
+    {
+        last++;
+    }
+
+    ngx_memcpy(rd->run_id, p, last - p);
+    rd->run_id[last - p] = '\0';
 }
 
 

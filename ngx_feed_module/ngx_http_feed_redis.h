@@ -49,6 +49,7 @@ ngx_http_feed_redis_state_e ngx_http_feed_redis_state(
     ngx_http_feed_redis_t *rd);
 ngx_uint_t ngx_http_feed_redis_pending(ngx_http_feed_redis_t *rd);
 const char *ngx_http_feed_redis_last_error(ngx_http_feed_redis_t *rd);
+const char *ngx_http_feed_redis_run_id(ngx_http_feed_redis_t *rd);
 
 
 #endif /* _NGX_HTTP_FEED_REDIS_H_INCLUDED_ */
