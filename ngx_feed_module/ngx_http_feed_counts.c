@@ -10,8 +10,10 @@
  *
  * "rid" is the run_id of the redis-server that cached the counts: after a
  * restart (from a snapshot older than the last writes, or a failover) the
- * counts of an earlier incarnation are not trusted.  The TTL bounds what a
- * write that could not reach a running Redis leaves behind.
+ * counts of an earlier incarnation are not trusted.  A write that could not
+ * reach a running Redis is remembered by the worker and its invalidation
+ * replayed as soon as Redis is back; the TTL bounds what is left only if
+ * more than NGX_HTTP_FEED_COUNTS_DEFER such writes pile up meanwhile.
  */
 
 
@@ -20,6 +22,20 @@
 
 #define NGX_HTTP_FEED_COUNTS_PREFIX  "feed:cnt:"
 #define NGX_HTTP_FEED_COUNTS_TTL     "600"
+#define NGX_HTTP_FEED_COUNTS_DEFER   1024
+
+
+typedef enum {
+    NGX_HTTP_FEED_COUNTS_FREE = 0,
+    NGX_HTTP_FEED_COUNTS_WAITING,
+    NGX_HTTP_FEED_COUNTS_SENT
+} ngx_http_feed_counts_state_e;
+
+
+typedef struct {
+    ngx_http_feed_user_t          user;
+    ngx_http_feed_counts_state_e  state;
+} ngx_http_feed_counts_deferred_t;
 
 
 static const char  ngx_http_feed_counts_warm_lua[] =
@@ -41,6 +57,25 @@ static const char  ngx_http_feed_counts_invalidate_lua[] =
 
 static size_t ngx_http_feed_counts_key(char *buf,
     ngx_http_feed_user_t *user);
+static ngx_int_t ngx_http_feed_counts_send_invalidate(ngx_http_request_t *r,
+    ngx_http_feed_redis_t *rd, ngx_http_feed_user_t *user,
+    ngx_http_feed_redis_pt handler, void *data);
+static void ngx_http_feed_counts_replay(ngx_http_feed_redis_t *rd,
+    void *data);
+static void ngx_http_feed_counts_replayed(void *data, redisReply *reply);
+
+
+static ngx_http_feed_counts_deferred_t
+    ngx_http_feed_counts_deferred[NGX_HTTP_FEED_COUNTS_DEFER];
+static ngx_uint_t  ngx_http_feed_counts_dropped;
+
+
+ngx_int_t
+ngx_http_feed_counts_init(ngx_http_feed_redis_t *rd)
+{
+    return ngx_http_feed_redis_on_ready(rd, ngx_http_feed_counts_replay,
+                                        NULL);
+}
 
 
 ngx_int_t
@@ -169,6 +204,110 @@ ngx_http_feed_counts_invalidate(ngx_http_request_t *r,
     ngx_http_feed_redis_t *rd, ngx_http_feed_user_t *user,
     ngx_http_feed_redis_pt handler, void *data)
 {
+    ngx_int_t  rc;
+
+    rc = ngx_http_feed_counts_send_invalidate(r, rd, user, handler, data);
+
+    if (rc == NGX_DECLINED) {
+        ngx_http_feed_counts_defer(user);
+    }
+
+    return rc;
+}
+
+
+/* remembers a user whose cached counts could not be dropped */
+
+void
+ngx_http_feed_counts_defer(ngx_http_feed_user_t *user)
+{
+    ngx_uint_t                        i;
+    ngx_http_feed_counts_deferred_t  *d, *free;
+
+    free = NULL;
+
+    for (i = 0; i < NGX_HTTP_FEED_COUNTS_DEFER; i++) {
+        d = &ngx_http_feed_counts_deferred[i];
+
+        if (d->state == NGX_HTTP_FEED_COUNTS_FREE) {
+            if (free == NULL) {
+                free = d;
+            }
+
+            continue;
+        }
+
+        if (d->user.len == user->len
+            && ngx_strcmp(d->user.data, user->data) == 0)
+        {
+            d->state = NGX_HTTP_FEED_COUNTS_WAITING;
+            return;
+        }
+    }
+
+    if (free == NULL) {
+        if (ngx_http_feed_counts_dropped++ == 0) {
+            ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
+                          "too many count invalidations waiting for redis, "
+                          "cached counts may be stale for up to %ss",
+                          NGX_HTTP_FEED_COUNTS_TTL);
+        }
+
+        return;
+    }
+
+    free->user = *user;
+    free->state = NGX_HTTP_FEED_COUNTS_WAITING;
+}
+
+
+static void
+ngx_http_feed_counts_replay(ngx_http_feed_redis_t *rd, void *data)
+{
+    ngx_uint_t                        i;
+    ngx_http_feed_counts_deferred_t  *d;
+
+    ngx_http_feed_counts_dropped = 0;
+
+    for (i = 0; i < NGX_HTTP_FEED_COUNTS_DEFER; i++) {
+        d = &ngx_http_feed_counts_deferred[i];
+
+        if (d->state != NGX_HTTP_FEED_COUNTS_WAITING) {
+            continue;
+        }
+
+        if (ngx_http_feed_counts_send_invalidate(NULL, rd, &d->user,
+                                                 ngx_http_feed_counts_replayed,
+                                                 d)
+            == NGX_OK)
+        {
+            d->state = NGX_HTTP_FEED_COUNTS_SENT;
+        }
+    }
+}
+
+
+static void
+ngx_http_feed_counts_replayed(void *data, redisReply *reply)
+{
+    ngx_http_feed_counts_deferred_t  *d = data;
+
+    /* a write deferred again meanwhile stays waiting */
+
+    if (d->state != NGX_HTTP_FEED_COUNTS_SENT) {
+        return;
+    }
+
+    d->state = (reply && reply->type != REDIS_REPLY_ERROR)
+               ? NGX_HTTP_FEED_COUNTS_FREE : NGX_HTTP_FEED_COUNTS_WAITING;
+}
+
+
+static ngx_int_t
+ngx_http_feed_counts_send_invalidate(ngx_http_request_t *r,
+    ngx_http_feed_redis_t *rd, ngx_http_feed_user_t *user,
+    ngx_http_feed_redis_pt handler, void *data)
+{
     char         key[sizeof(NGX_HTTP_FEED_COUNTS_PREFIX)
                      + NGX_HTTP_FEED_USER_MAX];
     size_t       argvlen[5];
@@ -185,8 +324,13 @@ ngx_http_feed_counts_invalidate(ngx_http_request_t *r,
     argv[4] = NGX_HTTP_FEED_COUNTS_TTL;
     argvlen[4] = sizeof(NGX_HTTP_FEED_COUNTS_TTL) - 1;
 
-    return ngx_http_feed_redis_send_r(r, rd, handler, data, 5, argv,
-                                      argvlen);
+    if (r) {
+        return ngx_http_feed_redis_send_r(r, rd, handler, data, 5, argv,
+                                          argvlen);
+    }
+
+    return ngx_http_feed_redis_send(rd, handler, data, 5, argv, argvlen)
+           ? NGX_OK : NGX_DECLINED;
 }
 
 

@@ -211,7 +211,7 @@ ngx_http_feed_follow_done(ngx_http_feed_mongo_task_t *t)
 
     rd = ctx->fmcf->redis_client;
 
-    if (!op->changed || rd == NULL) {
+    if (!op->changed || ctx->fmcf->redis_enabled == 0) {
         ngx_http_finalize_request(r, ngx_http_feed_no_content(r));
         return;
     }
@@ -243,6 +243,12 @@ static void
 ngx_http_feed_follow_invalidated(void *data, redisReply *reply)
 {
     ngx_http_feed_graph_ctx_t  *ctx = data;
+
+    if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
+        /* invalidation is idempotent: replay both when Redis is back */
+        ngx_http_feed_counts_defer(&ctx->follow.src);
+        ngx_http_feed_counts_defer(&ctx->follow.dst);
+    }
 
     if (--ctx->waiting) {
         return;

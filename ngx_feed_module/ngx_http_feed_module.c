@@ -11,6 +11,7 @@
 #include "ngx_http_feed_module.h"
 #include "ngx_http_feed_redis.h"
 #include "ngx_http_feed_mongo.h"
+#include "ngx_http_feed_counts.h"
 
 
 static char *ngx_http_feed_redis_addr(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -488,6 +489,10 @@ ngx_http_feed_init_process(ngx_cycle_t *cycle)
     if (fmcf->redis_enabled) {
         fmcf->redis_client = ngx_http_feed_redis_create(cycle, &fmcf->redis);
         if (fmcf->redis_client == NULL) {
+            return NGX_ERROR;
+        }
+
+        if (ngx_http_feed_counts_init(fmcf->redis_client) != NGX_OK) {
             return NGX_ERROR;
         }
     }

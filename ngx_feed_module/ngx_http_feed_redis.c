@@ -20,6 +20,13 @@
 
 #define NGX_HTTP_FEED_REDIS_BACKOFF_MIN  50
 #define NGX_HTTP_FEED_REDIS_BACKOFF_MAX  2000
+#define NGX_HTTP_FEED_REDIS_READY_MAX    4
+
+
+typedef struct {
+    ngx_http_feed_redis_ready_pt  handler;
+    void                         *data;
+} ngx_http_feed_redis_ready_t;
 
 
 struct ngx_http_feed_redis_s {
@@ -46,6 +53,9 @@ struct ngx_http_feed_redis_s {
 
     /* unique per redis-server process: tells a restart from a reconnect */
     char                          run_id[48];
+
+    ngx_http_feed_redis_ready_t   ready[NGX_HTTP_FEED_REDIS_READY_MAX];
+    ngx_uint_t                    nready;
 };
 
 
@@ -73,6 +83,7 @@ static void ngx_http_feed_redis_on_disconnect(const redisAsyncContext *ac,
 static void ngx_http_feed_redis_login(ngx_http_feed_redis_t *rd);
 static void ngx_http_feed_redis_login_reply(void *data, redisReply *reply);
 static void ngx_http_feed_redis_info_reply(void *data, redisReply *reply);
+static void ngx_http_feed_redis_ready(ngx_http_feed_redis_t *rd);
 
 static void ngx_http_feed_redis_add_read(void *data);
 static void ngx_http_feed_redis_del_read(void *data);
@@ -356,6 +367,37 @@ ngx_http_feed_redis_info_reply(void *data, redisReply *reply)
 
     ngx_memcpy(rd->run_id, p, last - p);
     rd->run_id[last - p] = '\0';
+
+    ngx_http_feed_redis_ready(rd);
+}
+
+
+/* the connection is logged in and its server known: tell who asked */
+
+static void
+ngx_http_feed_redis_ready(ngx_http_feed_redis_t *rd)
+{
+    ngx_uint_t  i;
+
+    for (i = 0; i < rd->nready; i++) {
+        rd->ready[i].handler(rd, rd->ready[i].data);
+    }
+}
+
+
+ngx_int_t
+ngx_http_feed_redis_on_ready(ngx_http_feed_redis_t *rd,
+    ngx_http_feed_redis_ready_pt handler, void *data)
+{
+    if (rd->nready == NGX_HTTP_FEED_REDIS_READY_MAX) {
+        return NGX_ERROR;
+    }
+
+    rd->ready[rd->nready].handler = handler;
+    rd->ready[rd->nready].data = data;
+    rd->nready++;
+
+    return NGX_OK;
 }
 
 

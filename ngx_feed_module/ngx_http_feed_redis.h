@@ -24,6 +24,10 @@ typedef struct ngx_http_feed_redis_cmd_s  ngx_http_feed_redis_cmd_t;
  */
 typedef void (*ngx_http_feed_redis_pt)(void *data, redisReply *reply);
 
+/* called each time a (re)connection is logged in and ready */
+typedef void (*ngx_http_feed_redis_ready_pt)(ngx_http_feed_redis_t *rd,
+    void *data);
+
 
 typedef enum {
     NGX_HTTP_FEED_REDIS_DOWN = 0,
@@ -44,6 +48,8 @@ ngx_int_t ngx_http_feed_redis_send_r(ngx_http_request_t *r,
     ngx_http_feed_redis_t *rd, ngx_http_feed_redis_pt handler, void *data,
     int argc, const char **argv, const size_t *argvlen);
 void ngx_http_feed_redis_cancel(ngx_http_feed_redis_cmd_t *cmd);
+ngx_int_t ngx_http_feed_redis_on_ready(ngx_http_feed_redis_t *rd,
+    ngx_http_feed_redis_ready_pt handler, void *data);
 
 ngx_http_feed_redis_state_e ngx_http_feed_redis_state(
     ngx_http_feed_redis_t *rd);

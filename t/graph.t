@@ -571,9 +571,9 @@ ok($t->wait_for(8, sub { status_all('redis') && status_all('mongo') }),
         && defined $r->{json}{next}, 'default limit is 20, count 250, next')
         or diag(join "\n", @p, short($r));
 
-    # walk with limit 100; between pages a new follower comes (an offset
-    # cursor would repeat one) and a visited one leaves (an offset cursor
-    # would skip one)
+    # walk with limit 100; between pages 1 and 2 a new follower comes (an
+    # offset cursor would repeat one), between pages 2 and 3 a visited one
+    # leaves (an offset cursor would skip one)
     my ($gone, @new);
     my $w = walk('star', 'followers', 100, between => sub {
         my ($n, $so_far) = @_;
@@ -585,9 +585,6 @@ ok($t->wait_for(8, sub { status_all('redis') && status_all('mongo') }),
             $gone = $so_far->[0]{id};
             is_204(unfollow($gone, 'star'),
                 'a visited follower leaves between pages');
-            push @new, 'newbie2';
-            is_204(follow('newbie2', 'star'),
-                'another new follower between pages');
         }
     });
     $F{$_}{star} = 1 for @new;
@@ -627,14 +624,14 @@ ok($t->wait_for(8, sub { status_all('redis') && status_all('mongo') }),
     my $want = model_followers('star');
     ok(!@{$w->{problems}}, 'second walk well-formed')
         or diag(join "\n", @{$w->{problems}});
-    is(scalar @$want, 251, 'model: 251 followers of star');
-    ok(!grep({ $_ != 251 } @{$w->{counts}}), 'second walk: count 251')
+    is(scalar @$want, 250, 'model: 250 followers of star');
+    ok(!grep({ $_ != 250 } @{$w->{counts}}), 'second walk: count 250')
         or diag("counts @{$w->{counts}}");
     is_deeply([ sort @{$w->{ids}} ], $want,
         'second walk: exactly the followers, once each');
-    is_deeply($w->{pages}, [100, 100, 51], 'second walk: pages of 100')
+    is_deeply($w->{pages}, [100, 100, 50], 'second walk: pages of 100')
         or diag("page sizes @{$w->{pages}}");
-    is($w->{ids}[0], 'newbie2', 'second walk: the newest first');
+    is($w->{ids}[0], 'newbie1', 'second walk: the newest first');
 
     # following: 120 in order, walked 7 at a time
     my @targets = map { sprintf 't%03d', $_ } 1 .. 120;

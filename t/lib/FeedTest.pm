@@ -227,6 +227,20 @@ sub _resp_read {
     die "redis: bad reply '$line'\n";
 }
 
+# a TCP relay to a server: killing it cuts the server off while it runs on
+
+sub start_proxy {
+    my ($self, $name, $target) = @_;
+
+    my $port = $self->port($name);
+    (my $script = __FILE__) =~ s/FeedTest\.pm$/tcp_proxy.pl/;
+
+    $self->spawn($name, $^X, $script, $port, $target);
+
+    return $port if $self->wait_port($port);
+    die "proxy $name did not start on $port\n";
+}
+
 # the MongoDB stand-in, or a real MongoDB given FEED_TEST_MONGO_URI
 
 sub real_mongo { $ENV{FEED_TEST_MONGO_URI} }
