@@ -37,6 +37,9 @@ static ngx_int_t ngx_http_feed_graph_find_edge(mongoc_collection_t *follows,
 static ngx_int_t ngx_http_feed_graph_change(mongoc_collection_t *follows,
     ngx_http_feed_follow_op_t *op, ngx_http_feed_edge_t *edge,
     ngx_uint_t found, bson_error_t *error);
+static ngx_int_t ngx_http_feed_graph_create(mongoc_collection_t *follows,
+    ngx_http_feed_follow_op_t *op, ngx_http_feed_edge_t *edge,
+    bson_error_t *error);
 static ngx_int_t ngx_http_feed_graph_count(mongoc_collection_t *counts,
     mongoc_collection_t *follows, ngx_http_feed_follow_op_t *op,
     ngx_http_feed_edge_t *edge, bson_error_t *error);
@@ -171,36 +174,11 @@ ngx_http_feed_graph_change(mongoc_collection_t *follows,
     ngx_uint_t found, bson_error_t *error)
 {
     bool     ok;
-    bson_t   doc, selector, update, set, inc, reply;
+    bson_t   selector, update, set, inc, reply;
     int64_t  matched;
 
     if (!found) {
-        bson_oid_init(&edge->id, NULL);
-        edge->status = 1;
-        edge->v = 1;
-        edge->cv = 0;
-
-        bson_init(&doc);
-        BSON_APPEND_OID(&doc, "_id", &edge->id);
-        BSON_APPEND_UTF8(&doc, "src", op->src.data);
-        BSON_APPEND_UTF8(&doc, "dst", op->dst.data);
-        BSON_APPEND_INT32(&doc, "status", 1);
-        BSON_APPEND_DATE_TIME(&doc, "created", op->now);
-        BSON_APPEND_DATE_TIME(&doc, "updated", op->now);
-        BSON_APPEND_INT64(&doc, "v", 1);
-        BSON_APPEND_INT64(&doc, "cv", 0);
-
-        ok = mongoc_collection_insert_one(follows, &doc, NULL, NULL, error);
-
-        bson_destroy(&doc);
-
-        if (ok) {
-            return NGX_OK;
-        }
-
-        /* a concurrent follow inserted it first (unique src, dst) */
-        return error->code == MONGOC_ERROR_DUPLICATE_KEY ? NGX_AGAIN
-                                                         : NGX_ERROR;
+        return ngx_http_feed_graph_create(follows, op, edge, error);
     }
 
     bson_init(&selector);
@@ -243,6 +221,62 @@ ngx_http_feed_graph_change(mongoc_collection_t *follows,
     edge->v++;
 
     return NGX_OK;
+}
+
+
+/*
+ * The first follow of a pair, by upsert: only the upsert that inserts owns
+ * the new edge; one that finds it already there lost a race (NGX_AGAIN).
+ */
+
+static ngx_int_t
+ngx_http_feed_graph_create(mongoc_collection_t *follows,
+    ngx_http_feed_follow_op_t *op, ngx_http_feed_edge_t *edge,
+    bson_error_t *error)
+{
+    bool     ok;
+    bson_t   selector, update, set, opts, reply;
+    int64_t  upserted;
+
+    bson_oid_init(&edge->id, NULL);
+    edge->status = 1;
+    edge->v = 1;
+    edge->cv = 0;
+
+    bson_init(&selector);
+    BSON_APPEND_UTF8(&selector, "src", op->src.data);
+    BSON_APPEND_UTF8(&selector, "dst", op->dst.data);
+
+    bson_init(&update);
+    BSON_APPEND_DOCUMENT_BEGIN(&update, "$setOnInsert", &set);
+    BSON_APPEND_OID(&set, "_id", &edge->id);
+    BSON_APPEND_INT32(&set, "status", 1);
+    BSON_APPEND_DATE_TIME(&set, "created", op->now);
+    BSON_APPEND_DATE_TIME(&set, "updated", op->now);
+    BSON_APPEND_INT64(&set, "v", 1);
+    BSON_APPEND_INT64(&set, "cv", 0);
+    bson_append_document_end(&update, &set);
+
+    bson_init(&opts);
+    BSON_APPEND_BOOL(&opts, "upsert", true);
+
+    ok = mongoc_collection_update_one(follows, &selector, &update, &opts,
+                                      &reply, error);
+
+    upserted = ok ? ngx_http_feed_bson_int(&reply, "upsertedCount") : 0;
+
+    bson_destroy(&reply);
+    bson_destroy(&opts);
+    bson_destroy(&update);
+    bson_destroy(&selector);
+
+    if (!ok) {
+        /* two upserts of one pair at once: one of them meets the index */
+        return error->code == MONGOC_ERROR_DUPLICATE_KEY ? NGX_AGAIN
+                                                         : NGX_ERROR;
+    }
+
+    return upserted ? NGX_OK : NGX_AGAIN;
 }
 
 
