@@ -27,11 +27,11 @@ typedef struct {
 } ngx_http_feed_graph_ctx_t;
 
 
-static ngx_int_t ngx_http_feed_follow_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_feed_follow(ngx_http_request_t *r);
 static void ngx_http_feed_follow_done(ngx_http_feed_mongo_task_t *t);
 static void ngx_http_feed_follow_invalidated(void *data, redisReply *reply);
-static ngx_int_t ngx_http_feed_following_handler(ngx_http_request_t *r);
-static ngx_int_t ngx_http_feed_followers_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_feed_following(ngx_http_request_t *r);
+static ngx_int_t ngx_http_feed_followers(ngx_http_request_t *r);
 static ngx_int_t ngx_http_feed_list_handler(ngx_http_request_t *r,
     ngx_uint_t followers);
 static ngx_int_t ngx_http_feed_list_args(ngx_http_request_t *r,
@@ -41,70 +41,23 @@ static ngx_int_t ngx_http_feed_list_post(ngx_http_feed_graph_ctx_t *ctx);
 static void ngx_http_feed_list_done(ngx_http_feed_mongo_task_t *t);
 static ngx_http_feed_graph_ctx_t *ngx_http_feed_graph_ctx(
     ngx_http_request_t *r);
-static ngx_int_t ngx_http_feed_graph_failed(ngx_http_request_t *r,
-    ngx_http_feed_mongo_task_t *t);
 
 
-/* "feed_follow", "feed_following", "feed_followers" */
+ngx_http_feed_handler_t  ngx_http_feed_follow_handler = {
+    ngx_http_feed_follow
+};
 
-char *
-ngx_http_feed_graph_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
-{
-    ngx_http_feed_loc_conf_t  *flcf = conf;
+ngx_http_feed_handler_t  ngx_http_feed_following_handler = {
+    ngx_http_feed_following
+};
 
-    ngx_str_t                         *value;
-    ngx_uint_t                         i;
-    ngx_http_complex_value_t         **cv[2];
-    ngx_http_core_loc_conf_t          *clcf;
-    ngx_http_feed_main_conf_t         *fmcf;
-    ngx_http_compile_complex_value_t   ccv;
-
-    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
-
-    if (clcf->handler) {
-        return "is duplicate";
-    }
-
-    value = cf->args->elts;
-    cv[0] = &flcf->user;
-    cv[1] = &flcf->target;
-
-    for (i = 1; i < cf->args->nelts; i++) {
-        *cv[i - 1] = ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t));
-        if (*cv[i - 1] == NULL) {
-            return NGX_CONF_ERROR;
-        }
-
-        ngx_memzero(&ccv, sizeof(ngx_http_compile_complex_value_t));
-
-        ccv.cf = cf;
-        ccv.value = &value[i];
-        ccv.complex_value = *cv[i - 1];
-
-        if (ngx_http_compile_complex_value(&ccv) != NGX_OK) {
-            return NGX_CONF_ERROR;
-        }
-    }
-
-    if (ngx_strcmp(cmd->name.data, "feed_follow") == 0) {
-        clcf->handler = ngx_http_feed_follow_handler;
-
-    } else if (ngx_strcmp(cmd->name.data, "feed_following") == 0) {
-        clcf->handler = ngx_http_feed_following_handler;
-
-    } else {
-        clcf->handler = ngx_http_feed_followers_handler;
-    }
-
-    fmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_feed_module);
-    fmcf->needs_mongo = 1;
-
-    return NGX_CONF_OK;
-}
+ngx_http_feed_handler_t  ngx_http_feed_followers_handler = {
+    ngx_http_feed_followers
+};
 
 
 static ngx_int_t
-ngx_http_feed_follow_handler(ngx_http_request_t *r)
+ngx_http_feed_follow(ngx_http_request_t *r)
 {
     ngx_int_t                    rc;
     ngx_http_feed_loc_conf_t    *flcf;
@@ -145,20 +98,8 @@ ngx_http_feed_follow_handler(ngx_http_request_t *r)
                                          "a user cannot follow themselves");
     }
 
-    rc = ngx_http_feed_check_identity(r, &ctx->follow.src);
-
-    if (rc == NGX_HTTP_UNAUTHORIZED) {
-        return ngx_http_feed_send_error(r, rc, "unauthorized",
-                                        "no authenticated user");
-    }
-
-    if (rc == NGX_HTTP_FORBIDDEN) {
-        return ngx_http_feed_send_error(r, rc, "forbidden",
-                   "the authenticated user may only change their own "
-                   "follows");
-    }
-
-    if (rc != 0) {
+    rc = ngx_http_feed_authorize(r, &ctx->follow.src);
+    if (rc != NGX_DECLINED) {
         return rc;
     }
 
@@ -168,8 +109,7 @@ ngx_http_feed_follow_handler(ngx_http_request_t *r)
     }
 
     ctx->follow.want = (r->method == NGX_HTTP_PUT);
-    ctx->follow.now = (int64_t) ngx_time() * 1000
-                      + (int64_t) ngx_timeofday()->msec;
+    ctx->follow.now = ngx_http_feed_now_ms();
 
     t = ngx_http_feed_mongo_task(r->pool, ctx->fmcf->mongo_client,
                                  ngx_http_feed_graph_follow_run,
@@ -205,7 +145,7 @@ ngx_http_feed_follow_done(ngx_http_feed_mongo_task_t *t)
     ctx = ngx_http_get_module_ctx(r, ngx_http_feed_module);
 
     if (t->rc != NGX_OK) {
-        ngx_http_finalize_request(r, ngx_http_feed_graph_failed(r, t));
+        ngx_http_finalize_request(r, ngx_http_feed_db_failed(r, &t->error));
         return;
     }
 
@@ -260,14 +200,14 @@ ngx_http_feed_follow_invalidated(void *data, redisReply *reply)
 
 
 static ngx_int_t
-ngx_http_feed_following_handler(ngx_http_request_t *r)
+ngx_http_feed_following(ngx_http_request_t *r)
 {
     return ngx_http_feed_list_handler(r, 0);
 }
 
 
 static ngx_int_t
-ngx_http_feed_followers_handler(ngx_http_request_t *r)
+ngx_http_feed_followers(ngx_http_request_t *r)
 {
     return ngx_http_feed_list_handler(r, 1);
 }
@@ -433,7 +373,7 @@ ngx_http_feed_list_done(ngx_http_feed_mongo_task_t *t)
 
     if (t->rc != NGX_OK) {
         bson_free(op->json);
-        ngx_http_finalize_request(r, ngx_http_feed_graph_failed(r, t));
+        ngx_http_finalize_request(r, ngx_http_feed_db_failed(r, &t->error));
         return;
     }
 
@@ -474,24 +414,4 @@ ngx_http_feed_graph_ctx(ngx_http_request_t *r)
     ngx_http_set_ctx(r, ctx, ngx_http_feed_module);
 
     return ctx;
-}
-
-
-static ngx_int_t
-ngx_http_feed_graph_failed(ngx_http_request_t *r,
-    ngx_http_feed_mongo_task_t *t)
-{
-    if (r->connection->error) {
-        return NGX_HTTP_CLIENT_CLOSED_REQUEST;
-    }
-
-    ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                  "mongodb graph request failed: %s", t->error.message);
-
-    if (ngx_http_feed_mongo_error_is_transient(&t->error)) {
-        return ngx_http_feed_unavailable(r, "the database is unavailable");
-    }
-
-    return ngx_http_feed_send_error(r, NGX_HTTP_INTERNAL_SERVER_ERROR,
-                                    "internal", "database error");
 }

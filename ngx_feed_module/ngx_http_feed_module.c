@@ -12,6 +12,7 @@
 #include "ngx_http_feed_redis.h"
 #include "ngx_http_feed_mongo.h"
 #include "ngx_http_feed_counts.h"
+#include "ngx_http_feed_outbox.h"
 
 
 static char *ngx_http_feed_redis_addr(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -24,6 +25,10 @@ static char *ngx_http_feed_mongo_database(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
 static char *ngx_http_feed_positive_msec(ngx_conf_t *cf, void *post,
     void *data);
+static char *ngx_http_feed_handler_conf(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_feed_stream(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 
 static void *ngx_http_feed_create_main_conf(ngx_conf_t *cf);
 static char *ngx_http_feed_init_main_conf(ngx_conf_t *cf, void *conf);
@@ -40,6 +45,14 @@ ngx_http_feed_stats_t  ngx_http_feed_stats;
 
 static ngx_conf_post_handler_pt  ngx_http_feed_positive_msec_p =
     ngx_http_feed_positive_msec;
+
+static ngx_conf_num_bounds_t  ngx_http_feed_post_max_chars_bounds = {
+    ngx_conf_check_num_bounds, 1, 100000
+};
+
+static ngx_conf_num_bounds_t  ngx_http_feed_post_data_max_bounds = {
+    ngx_conf_check_num_bounds, 0, 1024 * 1024
+};
 
 
 static ngx_command_t  ngx_http_feed_commands[] = {
@@ -95,22 +108,64 @@ static ngx_command_t  ngx_http_feed_commands[] = {
 
     { ngx_string("feed_follow"),
       NGX_HTTP_LOC_CONF|NGX_CONF_TAKE2,
-      ngx_http_feed_graph_conf,
+      ngx_http_feed_handler_conf,
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
-      NULL },
+      &ngx_http_feed_follow_handler },
 
     { ngx_string("feed_following"),
       NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
-      ngx_http_feed_graph_conf,
+      ngx_http_feed_handler_conf,
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
-      NULL },
+      &ngx_http_feed_following_handler },
 
     { ngx_string("feed_followers"),
       NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
-      ngx_http_feed_graph_conf,
+      ngx_http_feed_handler_conf,
       NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      &ngx_http_feed_followers_handler },
+
+    { ngx_string("feed_posts"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_feed_handler_conf,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      &ngx_http_feed_posts_handler },
+
+    { ngx_string("feed_post"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_feed_handler_conf,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      &ngx_http_feed_post_handler },
+
+    { ngx_string("feed_user_post"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_TAKE2,
+      ngx_http_feed_handler_conf,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      &ngx_http_feed_user_post_handler },
+
+    { ngx_string("feed_post_max_chars"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_feed_main_conf_t, post_max_chars),
+      &ngx_http_feed_post_max_chars_bounds },
+
+    { ngx_string("feed_post_data_max_size"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_size_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_feed_main_conf_t, post_data_max_size),
+      &ngx_http_feed_post_data_max_bounds },
+
+    { ngx_string("feed_stream"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE12,
+      ngx_http_feed_stream,
+      NGX_HTTP_MAIN_CONF_OFFSET,
       0,
       NULL },
 
@@ -341,6 +396,105 @@ invalid:
 }
 
 
+/*
+ * "feed_follow", "feed_posts", ...: the location answers with the
+ * directive's handler; the arguments (variables, usually regex captures)
+ * become the location's user and target.
+ */
+
+static char *
+ngx_http_feed_handler_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_feed_loc_conf_t  *flcf = conf;
+
+    ngx_str_t                         *value;
+    ngx_uint_t                         i;
+    ngx_http_feed_handler_t           *h;
+    ngx_http_complex_value_t         **cv[2];
+    ngx_http_core_loc_conf_t          *clcf;
+    ngx_http_feed_main_conf_t         *fmcf;
+    ngx_http_compile_complex_value_t   ccv;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+
+    if (clcf->handler) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+    cv[0] = &flcf->user;
+    cv[1] = &flcf->target;
+
+    for (i = 1; i < cf->args->nelts; i++) {
+        *cv[i - 1] = ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t));
+        if (*cv[i - 1] == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        ngx_memzero(&ccv, sizeof(ngx_http_compile_complex_value_t));
+
+        ccv.cf = cf;
+        ccv.value = &value[i];
+        ccv.complex_value = *cv[i - 1];
+
+        if (ngx_http_compile_complex_value(&ccv) != NGX_OK) {
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    h = cmd->post;
+    clcf->handler = h->handler;
+
+    fmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_feed_module);
+    fmcf->needs_mongo = 1;
+
+    return NGX_CONF_OK;
+}
+
+
+/* feed_stream name [maxlen=N]; */
+
+static char *
+ngx_http_feed_stream(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_feed_main_conf_t  *fmcf = conf;
+
+    ngx_int_t   n;
+    ngx_str_t  *value;
+
+    if (fmcf->stream.data) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (value[1].len == 0) {
+        return "needs a stream name";
+    }
+
+    fmcf->stream = value[1];
+
+    if (cf->args->nelts == 2) {
+        return NGX_CONF_OK;
+    }
+
+    if (ngx_strncmp(value[2].data, "maxlen=", 7) == 0) {
+        n = ngx_atoi(value[2].data + 7, value[2].len - 7);
+
+        if (n > 0) {
+            fmcf->stream_maxlen = n;
+            return NGX_CONF_OK;
+        }
+    }
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "invalid parameter \"%V\" in \"feed_stream\"",
+                       &value[2]);
+
+    return NGX_CONF_ERROR;
+}
+
+
 static char *
 ngx_http_feed_positive_msec(ngx_conf_t *cf, void *post, void *data)
 {
@@ -374,11 +528,15 @@ ngx_http_feed_create_main_conf(ngx_conf_t *cf)
      *     fmcf->mongo.uri = NULL;
      *     fmcf->mongo.database = { 0, NULL };
      *     fmcf->mongo.thread_pool_name = { 0, NULL };
+     *     fmcf->stream = { 0, NULL };
+     *     fmcf->stream_maxlen = 0;
      */
 
     fmcf->redis.connect_timeout = NGX_CONF_UNSET_MSEC;
     fmcf->redis.timeout = NGX_CONF_UNSET_MSEC;
     fmcf->mongo.timeout = NGX_CONF_UNSET_MSEC;
+    fmcf->post_max_chars = NGX_CONF_UNSET_UINT;
+    fmcf->post_data_max_size = NGX_CONF_UNSET_SIZE;
 
     return fmcf;
 }
@@ -392,6 +550,16 @@ ngx_http_feed_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_msec_value(fmcf->redis.connect_timeout, 1000);
     ngx_conf_init_msec_value(fmcf->redis.timeout, 1000);
     ngx_conf_init_msec_value(fmcf->mongo.timeout, 3000);
+    ngx_conf_init_uint_value(fmcf->post_max_chars, 5000);
+    ngx_conf_init_size_value(fmcf->post_data_max_size, 16384);
+
+    if (fmcf->stream.data == NULL) {
+        ngx_str_set(&fmcf->stream, "feed:posts");
+    }
+
+    if (fmcf->stream_maxlen == 0) {
+        fmcf->stream_maxlen = 1000000;
+    }
 
     if (fmcf->mongo.thread_pool_name.data == NULL) {
         ngx_str_set(&fmcf->mongo.thread_pool_name, "default");
@@ -497,6 +665,10 @@ ngx_http_feed_init_process(ngx_cycle_t *cycle)
         }
     }
 
+    if (ngx_http_feed_outbox_init(cycle, fmcf) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
     return NGX_OK;
 }
 
@@ -518,6 +690,7 @@ ngx_http_feed_exit_process(ngx_cycle_t *cycle)
     }
 
     ngx_http_feed_schema_exit();
+    ngx_http_feed_outbox_exit();
 
     ngx_http_feed_redis_destroy(fmcf->redis_client);
     fmcf->redis_client = NULL;

@@ -61,6 +61,13 @@ typedef struct {
     ngx_http_feed_redis_conf_t    redis;
     ngx_http_feed_mongo_conf_t    mongo;
 
+    ngx_uint_t                    post_max_chars;
+    size_t                        post_data_max_size;
+
+    /* the fanout queue */
+    ngx_str_t                     stream;
+    ngx_uint_t                    stream_maxlen;
+
     unsigned                      redis_enabled:1;
     unsigned                      mongo_enabled:1;
     unsigned                      needs_mongo:1;
@@ -81,13 +88,24 @@ typedef struct {
 } ngx_http_feed_loc_conf_t;
 
 
+/* what a location directive (feed_follow, feed_posts, ...) installs */
+typedef struct {
+    ngx_http_handler_pt           handler;
+} ngx_http_feed_handler_t;
+
+
 extern ngx_module_t           ngx_http_feed_module;
 extern ngx_http_feed_stats_t  ngx_http_feed_stats;
 
+extern ngx_http_feed_handler_t  ngx_http_feed_follow_handler;
+extern ngx_http_feed_handler_t  ngx_http_feed_following_handler;
+extern ngx_http_feed_handler_t  ngx_http_feed_followers_handler;
+extern ngx_http_feed_handler_t  ngx_http_feed_posts_handler;
+extern ngx_http_feed_handler_t  ngx_http_feed_post_handler;
+extern ngx_http_feed_handler_t  ngx_http_feed_user_post_handler;
+
 
 char *ngx_http_feed_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
-char *ngx_http_feed_graph_conf(ngx_conf_t *cf, ngx_command_t *cmd,
-    void *conf);
 
 ngx_int_t ngx_http_feed_schema_init(ngx_cycle_t *cycle,
     ngx_http_feed_mongo_t *m);

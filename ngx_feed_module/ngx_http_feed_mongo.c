@@ -25,6 +25,7 @@ static void ngx_http_feed_mongo_thread(void *data, ngx_log_t *log);
 static void ngx_http_feed_mongo_event(ngx_event_t *ev);
 static void ngx_http_feed_mongo_watchdog(ngx_event_t *ev);
 static void ngx_http_feed_mongo_wake(ngx_http_request_t *r);
+static void ngx_http_feed_mongo_bg_done(ngx_http_feed_mongo_task_t *t);
 
 
 /*
@@ -247,6 +248,70 @@ ngx_http_feed_mongo_post(ngx_http_feed_mongo_task_t *t)
     ngx_add_timer(&t->watchdog, 2 * t->mongo->conf->timeout);
 
     return NGX_OK;
+}
+
+
+/*
+ * A task of the worker with a pool of its own, destroyed after done():
+ * for work that outlives the request that started it.  The caller fills
+ * t->data (from t->pool) before ngx_http_feed_mongo_post().
+ */
+
+ngx_http_feed_mongo_task_t *
+ngx_http_feed_mongo_task_bg(ngx_http_feed_mongo_t *m,
+    ngx_http_feed_mongo_run_pt run, ngx_http_feed_mongo_done_pt done)
+{
+    ngx_pool_t                  *pool;
+    ngx_http_feed_mongo_task_t  *t;
+
+    pool = ngx_create_pool(1024, m->log);
+    if (pool == NULL) {
+        return NULL;
+    }
+
+    t = ngx_http_feed_mongo_task(pool, m, run, ngx_http_feed_mongo_bg_done,
+                                 NULL);
+    if (t == NULL) {
+        ngx_destroy_pool(pool);
+        return NULL;
+    }
+
+    t->pool = pool;
+    t->bg_done = done;
+
+    return t;
+}
+
+
+/* posts a task made by ngx_http_feed_mongo_task_bg(), or frees it */
+
+ngx_int_t
+ngx_http_feed_mongo_post_bg(ngx_http_feed_mongo_task_t *t)
+{
+    if (ngx_http_feed_mongo_post(t) == NGX_OK) {
+        return NGX_OK;
+    }
+
+    ngx_destroy_pool(t->pool);
+
+    return NGX_ERROR;
+}
+
+
+static void
+ngx_http_feed_mongo_bg_done(ngx_http_feed_mongo_task_t *t)
+{
+    if (t->rc != NGX_OK) {
+        ngx_log_error(NGX_LOG_WARN, t->mongo->log, 0,
+                      "mongodb background task failed: %s",
+                      t->error.message);
+    }
+
+    if (t->bg_done) {
+        t->bg_done(t);
+    }
+
+    ngx_destroy_pool(t->pool);
 }
 
 

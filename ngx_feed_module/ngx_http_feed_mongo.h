@@ -37,6 +37,10 @@ struct ngx_http_feed_mongo_task_s {
     /* keeps a graceful shutdown waiting for the task, as a timer must */
     ngx_event_t                   watchdog;
 
+    /* a background task's own pool, and what to call before freeing it */
+    ngx_pool_t                   *pool;
+    ngx_http_feed_mongo_done_pt   bg_done;
+
     /* results, written by run() */
     ngx_int_t                     rc;
     bson_error_t                  error;
@@ -55,6 +59,10 @@ ngx_http_feed_mongo_task_t *ngx_http_feed_mongo_task(ngx_pool_t *pool,
     ngx_http_feed_mongo_t *m, ngx_http_feed_mongo_run_pt run,
     ngx_http_feed_mongo_done_pt done, void *data);
 ngx_int_t ngx_http_feed_mongo_post(ngx_http_feed_mongo_task_t *t);
+ngx_http_feed_mongo_task_t *ngx_http_feed_mongo_task_bg(
+    ngx_http_feed_mongo_t *m, ngx_http_feed_mongo_run_pt run,
+    ngx_http_feed_mongo_done_pt done);
+ngx_int_t ngx_http_feed_mongo_post_bg(ngx_http_feed_mongo_task_t *t);
 ngx_int_t ngx_http_feed_mongo_post_r(ngx_http_request_t *r,
     ngx_http_feed_mongo_task_t *t);
 ngx_uint_t ngx_http_feed_mongo_error_is_transient(const bson_error_t *err);

@@ -11,6 +11,7 @@
 #include "ngx_http_feed_module.h"
 #include "ngx_http_feed_mongo.h"
 #include "ngx_http_feed_graph.h"
+#include "ngx_http_feed_post.h"
 
 
 #define NGX_HTTP_FEED_SCHEMA_RETRY  5000
@@ -34,6 +35,13 @@ static void ngx_http_feed_schema_retry(ngx_event_t *ev);
 
 
 static ngx_http_feed_schema_t  ngx_http_feed_schema;
+
+
+/* the author's posts newest first (fanout on read), and the outbox */
+
+static const char  ngx_http_feed_posts_indexes[] =
+    "[{\"key\": {\"author\": 1, \"_id\": -1}, \"name\": \"author_id\"},"
+    " {\"key\": {\"q\": 1}, \"name\": \"outbox\", \"sparse\": true}]";
 
 
 /* seed 002's three indexes; the list ones end with the other user, so
@@ -113,6 +121,12 @@ ngx_http_feed_schema_run(ngx_http_feed_mongo_task_t *t,
     t->rc = ngx_http_feed_schema_create(db, NGX_HTTP_FEED_FOLLOWS,
                                         ngx_http_feed_follows_indexes,
                                         &t->error);
+
+    if (t->rc == NGX_OK) {
+        t->rc = ngx_http_feed_schema_create(db, NGX_HTTP_FEED_POSTS,
+                                            ngx_http_feed_posts_indexes,
+                                            &t->error);
+    }
 
     mongoc_database_destroy(db);
 }

@@ -7,6 +7,7 @@
 
 #include "ngx_http_feed_util.h"
 #include "ngx_http_feed_json.h"
+#include "ngx_http_feed_mongo.h"
 
 
 /* ^[A-Za-z0-9_.-]{1,64}$ */
@@ -131,7 +132,7 @@ ngx_int_t
 ngx_http_feed_bad_request(ngx_http_request_t *r, const char *code,
     const char *message)
 {
-    return ngx_http_feed_send_error(r, NGX_HTTP_BAD_REQUEST, code, message);
+    return ngx_http_feed_reject(r, NGX_HTTP_BAD_REQUEST, code, message);
 }
 
 
@@ -147,9 +148,9 @@ ngx_http_feed_not_allowed(ngx_http_request_t *r, char *allow)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    return ngx_http_feed_send_error(r, NGX_HTTP_NOT_ALLOWED,
-                                    "method_not_allowed",
-                                    "method not allowed here");
+    return ngx_http_feed_reject(r, NGX_HTTP_NOT_ALLOWED,
+                                "method_not_allowed",
+                                "method not allowed here");
 }
 
 
@@ -188,4 +189,83 @@ ngx_http_feed_finalize(ngx_http_request_t *r, ngx_int_t rc)
 
     ngx_http_finalize_request(r, rc);
     ngx_http_run_posted_requests(c);
+}
+
+
+/* a request refused before its body was read: discard the body first */
+
+ngx_int_t
+ngx_http_feed_reject(ngx_http_request_t *r, ngx_uint_t status,
+    const char *code, const char *message)
+{
+    ngx_int_t  rc;
+
+    rc = ngx_http_discard_request_body(r);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    return ngx_http_feed_send_error(r, status, code, message);
+}
+
+
+/* NGX_DECLINED when the identity may write as user, else the answer */
+
+ngx_int_t
+ngx_http_feed_authorize(ngx_http_request_t *r, ngx_http_feed_user_t *user)
+{
+    ngx_int_t  rc;
+
+    rc = ngx_http_feed_check_identity(r, user);
+
+    if (rc == 0) {
+        return NGX_DECLINED;
+    }
+
+    if (rc == NGX_HTTP_UNAUTHORIZED) {
+        return ngx_http_feed_reject(r, rc, "unauthorized",
+                                    "no authenticated user");
+    }
+
+    if (rc == NGX_HTTP_FORBIDDEN) {
+        return ngx_http_feed_reject(r, rc, "forbidden",
+                                    "the authenticated user may only change "
+                                    "their own data");
+    }
+
+    return rc;
+}
+
+
+/* MongoDB failed a request: 503 when it may work again soon, else 500 */
+
+ngx_int_t
+ngx_http_feed_db_failed(ngx_http_request_t *r, bson_error_t *error)
+{
+    if (r->connection->error) {
+        return NGX_HTTP_CLIENT_CLOSED_REQUEST;
+    }
+
+    ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                  "mongodb request failed: %s", error->message);
+
+    if (ngx_http_feed_mongo_error_is_transient(error)) {
+        return ngx_http_feed_unavailable(r, "the database is unavailable");
+    }
+
+    return ngx_http_feed_send_error(r, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                                    "internal", "database error");
+}
+
+
+/* the event loop's cached time, in ms since the epoch */
+
+int64_t
+ngx_http_feed_now_ms(void)
+{
+    ngx_time_t  *tp;
+
+    tp = ngx_timeofday();
+
+    return (int64_t) tp->sec * 1000 + tp->msec;
 }

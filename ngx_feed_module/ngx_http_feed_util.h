@@ -11,6 +11,8 @@
 
 #include "ngx_http_feed_module.h"
 
+#include <bson.h>
+
 
 #define NGX_HTTP_FEED_USER_MAX      64
 #define NGX_HTTP_FEED_LIMIT_MAX     100
@@ -40,6 +42,12 @@ ngx_int_t ngx_http_feed_unavailable(ngx_http_request_t *r,
     const char *message);
 ngx_int_t ngx_http_feed_no_content(ngx_http_request_t *r);
 void ngx_http_feed_finalize(ngx_http_request_t *r, ngx_int_t rc);
+ngx_int_t ngx_http_feed_reject(ngx_http_request_t *r, ngx_uint_t status,
+    const char *code, const char *message);
+ngx_int_t ngx_http_feed_authorize(ngx_http_request_t *r,
+    ngx_http_feed_user_t *user);
+ngx_int_t ngx_http_feed_db_failed(ngx_http_request_t *r, bson_error_t *error);
+int64_t ngx_http_feed_now_ms(void);
 
 
 #endif /* _NGX_HTTP_FEED_UTIL_H_INCLUDED_ */

@@ -1,0 +1,490 @@
+
+/*
+ * ngx_feed_module: the fanout queue (a Redis Stream) and its outbox.
+ *
+ * A post is stored with the queue entries it still awaits ("q") before its
+ * 201; the request then appends the entry (XADD) and, once Redis has it,
+ * drops it from "q".  If Redis is down, or the worker dies in between, the
+ * entry stays in "q": the first worker's sweeper takes over posts whose
+ * "qt" has passed (claiming them by moving "qt", so two nginx nodes do not
+ * both take one) and appends their entries when Redis is back.  Every
+ * accepted post thus reaches the stream at least once; in the normal path
+ * exactly once.
+ */
+
+
+#include "ngx_http_feed_outbox.h"
+
+
+#define NGX_HTTP_FEED_SWEEP_EVERY  1000
+#define NGX_HTTP_FEED_SWEEP_LEASE  30000
+#define NGX_HTTP_FEED_SWEEP_BATCH  100
+
+
+typedef struct {
+    const char                   *kind;
+    bson_oid_t                    id;
+    ngx_http_feed_user_t          author;
+    int64_t                       ts;
+} ngx_http_feed_outbox_item_t;
+
+
+typedef struct {
+    ngx_http_feed_main_conf_t    *fmcf;
+    ngx_http_feed_mongo_task_t   *task;
+    ngx_event_t                   timer;
+    ngx_connection_t              dummy;
+
+    int64_t                       now;
+    ngx_uint_t                    busy;
+    ngx_uint_t                    waiting;
+    ngx_uint_t                    nitems;
+    ngx_http_feed_outbox_item_t   items[2 * NGX_HTTP_FEED_SWEEP_BATCH];
+} ngx_http_feed_sweeper_t;
+
+
+typedef struct {
+    bson_oid_t                    id;
+    const char                   *kind;
+} ngx_http_feed_outbox_clear_t;
+
+
+static void ngx_http_feed_outbox_clear_run(ngx_http_feed_mongo_task_t *t,
+    mongoc_client_t *client);
+static void ngx_http_feed_sweep(ngx_event_t *ev);
+static void ngx_http_feed_sweep_ready(ngx_http_feed_redis_t *rd, void *data);
+static void ngx_http_feed_sweep_run(ngx_http_feed_mongo_task_t *t,
+    mongoc_client_t *client);
+static ngx_int_t ngx_http_feed_sweep_claim(mongoc_collection_t *posts,
+    ngx_http_feed_sweeper_t *s, const bson_t *doc, bson_error_t *error);
+static void ngx_http_feed_sweep_done(ngx_http_feed_mongo_task_t *t);
+static void ngx_http_feed_sweep_sent(void *data, redisReply *reply);
+static void ngx_http_feed_sweep_rearm(ngx_http_feed_sweeper_t *s);
+
+
+static ngx_http_feed_sweeper_t  ngx_http_feed_sweeper;
+
+
+/* XADD stream MAXLEN ~ N * type T id I author A [ts S] */
+
+ngx_int_t
+ngx_http_feed_outbox_send(ngx_http_request_t *r,
+    ngx_http_feed_main_conf_t *fmcf, const char *kind, const bson_oid_t *id,
+    ngx_http_feed_user_t *author, int64_t ts, ngx_http_feed_redis_pt handler,
+    void *data)
+{
+    int          argc;
+    char         hex[25];
+    u_char       maxlen[NGX_INT_T_LEN], tsbuf[NGX_INT64_LEN];
+    size_t       argvlen[15];
+    const char  *argv[15];
+
+    bson_oid_to_string(id, hex);
+
+    argv[0] = "XADD";
+    argv[1] = (const char *) fmcf->stream.data;
+    argvlen[1] = fmcf->stream.len;
+    argv[2] = "MAXLEN";
+    argv[3] = "~";
+    argv[4] = (const char *) maxlen;
+    argvlen[4] = ngx_sprintf(maxlen, "%ui", fmcf->stream_maxlen) - maxlen;
+    argv[5] = "*";
+    argv[6] = "type";
+    argv[7] = kind;
+    argv[8] = "id";
+    argv[9] = hex;
+    argvlen[9] = 24;
+    argv[10] = "author";
+    argv[11] = author->data;
+    argvlen[11] = author->len;
+    argc = 12;
+
+    if (ts) {
+        argv[12] = "ts";
+        argv[13] = (const char *) tsbuf;
+        argvlen[13] = ngx_sprintf(tsbuf, "%L", ts) - tsbuf;
+        argc = 14;
+    }
+
+    argvlen[0] = 4;
+    argvlen[2] = 6;
+    argvlen[3] = 1;
+    argvlen[5] = 1;
+    argvlen[6] = 4;
+    argvlen[7] = ngx_strlen(kind);
+    argvlen[8] = 2;
+    argvlen[10] = 6;
+    argvlen[12] = 2;
+
+    if (r) {
+        return ngx_http_feed_redis_send_r(r, fmcf->redis_client, handler,
+                                          data, argc, argv, argvlen);
+    }
+
+    return ngx_http_feed_redis_send(fmcf->redis_client, handler, data, argc,
+                                    argv, argvlen)
+           ? NGX_OK : NGX_DECLINED;
+}
+
+
+/* the entry is in the stream: the post no longer awaits it */
+
+void
+ngx_http_feed_outbox_sent(ngx_http_feed_main_conf_t *fmcf,
+    const bson_oid_t *id, const char *kind)
+{
+    ngx_http_feed_mongo_task_t    *t;
+    ngx_http_feed_outbox_clear_t  *c;
+
+    t = ngx_http_feed_mongo_task_bg(fmcf->mongo_client,
+                                    ngx_http_feed_outbox_clear_run, NULL);
+    if (t == NULL) {
+        return;
+    }
+
+    c = ngx_palloc(t->pool, sizeof(ngx_http_feed_outbox_clear_t));
+    if (c == NULL) {
+        ngx_destroy_pool(t->pool);
+        return;
+    }
+
+    bson_oid_copy(id, &c->id);
+    c->kind = kind;
+    t->data = c;
+
+    /* if this fails, the sweeper enqueues the entry once more: harmless */
+
+    (void) ngx_http_feed_mongo_post_bg(t);
+}
+
+
+static void
+ngx_http_feed_outbox_clear_run(ngx_http_feed_mongo_task_t *t,
+    mongoc_client_t *client)
+{
+    ngx_http_feed_outbox_clear_t  *c = t->data;
+
+    bson_t                selector, update, pull;
+    mongoc_collection_t  *posts;
+
+    bson_init(&selector);
+    BSON_APPEND_OID(&selector, "_id", &c->id);
+
+    bson_init(&update);
+    BSON_APPEND_DOCUMENT_BEGIN(&update, "$pull", &pull);
+    BSON_APPEND_UTF8(&pull, "q", c->kind);
+    bson_append_document_end(&update, &pull);
+
+    posts = mongoc_client_get_collection(client, t->database,
+                                         NGX_HTTP_FEED_POSTS);
+
+    t->rc = mongoc_collection_update_one(posts, &selector, &update, NULL,
+                                         NULL, &t->error)
+            ? NGX_OK : NGX_ERROR;
+
+    mongoc_collection_destroy(posts);
+    bson_destroy(&update);
+    bson_destroy(&selector);
+}
+
+
+/* the sweeper runs in the first worker only */
+
+ngx_int_t
+ngx_http_feed_outbox_init(ngx_cycle_t *cycle,
+    ngx_http_feed_main_conf_t *fmcf)
+{
+    ngx_http_feed_sweeper_t  *s = &ngx_http_feed_sweeper;
+
+    if (ngx_worker != 0 || fmcf->mongo_client == NULL
+        || fmcf->redis_client == NULL)
+    {
+        return NGX_OK;
+    }
+
+    s->fmcf = fmcf;
+    s->dummy.fd = (ngx_socket_t) -1;
+
+    s->timer.handler = ngx_http_feed_sweep;
+    s->timer.data = &s->dummy;
+    s->timer.log = cycle->log;
+    s->timer.cancelable = 1;
+
+    s->task = ngx_http_feed_mongo_task(cycle->pool, fmcf->mongo_client,
+                                       ngx_http_feed_sweep_run,
+                                       ngx_http_feed_sweep_done, s);
+    if (s->task == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_feed_redis_on_ready(fmcf->redis_client,
+                                     ngx_http_feed_sweep_ready, s)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    ngx_add_timer(&s->timer, NGX_HTTP_FEED_SWEEP_EVERY);
+
+    return NGX_OK;
+}
+
+
+void
+ngx_http_feed_outbox_exit(void)
+{
+    if (ngx_http_feed_sweeper.timer.timer_set) {
+        ngx_del_timer(&ngx_http_feed_sweeper.timer);
+    }
+}
+
+
+static void
+ngx_http_feed_sweep_ready(ngx_http_feed_redis_t *rd, void *data)
+{
+    ngx_http_feed_sweeper_t  *s = data;
+
+    /* Redis is back: what waited for it need not wait for the timer */
+
+    if (s->timer.timer_set) {
+        ngx_del_timer(&s->timer);
+    }
+
+    ngx_http_feed_sweep(&s->timer);
+}
+
+
+static void
+ngx_http_feed_sweep(ngx_event_t *ev)
+{
+    ngx_http_feed_sweeper_t  *s = &ngx_http_feed_sweeper;
+
+    if (ngx_exiting || s->busy) {
+        return;
+    }
+
+    if (ngx_http_feed_redis_state(s->fmcf->redis_client)
+        != NGX_HTTP_FEED_REDIS_UP)
+    {
+        ngx_http_feed_sweep_rearm(s);
+        return;
+    }
+
+    s->now = ngx_http_feed_now_ms();
+    s->nitems = 0;
+
+    if (ngx_http_feed_mongo_post(s->task) != NGX_OK) {
+        ngx_http_feed_sweep_rearm(s);
+        return;
+    }
+
+    s->busy = 1;
+}
+
+
+static void
+ngx_http_feed_sweep_rearm(ngx_http_feed_sweeper_t *s)
+{
+    s->busy = 0;
+
+    if (!ngx_exiting && !s->timer.timer_set) {
+        ngx_add_timer(&s->timer, NGX_HTTP_FEED_SWEEP_EVERY);
+    }
+}
+
+
+/* posts whose entries are overdue, oldest first, each claimed for us */
+
+static void
+ngx_http_feed_sweep_run(ngx_http_feed_mongo_task_t *t,
+    mongoc_client_t *client)
+{
+    ngx_http_feed_sweeper_t  *s = t->data;
+
+    bson_t                filter, in, kinds, lt, opts, sort;
+    const bson_t         *doc;
+    mongoc_cursor_t      *cursor;
+    mongoc_collection_t  *posts;
+
+    bson_init(&filter);
+    BSON_APPEND_DOCUMENT_BEGIN(&filter, "q", &in);
+    BSON_APPEND_ARRAY_BEGIN(&in, "$in", &kinds);
+    BSON_APPEND_UTF8(&kinds, "0", "post");
+    BSON_APPEND_UTF8(&kinds, "1", "delete");
+    bson_append_array_end(&in, &kinds);
+    bson_append_document_end(&filter, &in);
+    BSON_APPEND_DOCUMENT_BEGIN(&filter, "qt", &lt);
+    BSON_APPEND_INT64(&lt, "$lt", s->now);
+    bson_append_document_end(&filter, &lt);
+
+    bson_init(&opts);
+    BSON_APPEND_DOCUMENT_BEGIN(&opts, "sort", &sort);
+    BSON_APPEND_INT32(&sort, "_id", 1);
+    bson_append_document_end(&opts, &sort);
+    BSON_APPEND_INT64(&opts, "limit", NGX_HTTP_FEED_SWEEP_BATCH);
+
+    posts = mongoc_client_get_collection(client, t->database,
+                                         NGX_HTTP_FEED_POSTS);
+
+    cursor = mongoc_collection_find_with_opts(posts, &filter, &opts, NULL);
+
+    t->rc = NGX_OK;
+
+    while (mongoc_cursor_next(cursor, &doc)) {
+        if (ngx_http_feed_sweep_claim(posts, s, doc, &t->error) != NGX_OK) {
+            t->rc = NGX_ERROR;
+            break;
+        }
+    }
+
+    if (mongoc_cursor_error(cursor, &t->error)) {
+        t->rc = NGX_ERROR;
+    }
+
+    mongoc_cursor_destroy(cursor);
+    mongoc_collection_destroy(posts);
+    bson_destroy(&opts);
+    bson_destroy(&filter);
+}
+
+
+static ngx_int_t
+ngx_http_feed_sweep_claim(mongoc_collection_t *posts,
+    ngx_http_feed_sweeper_t *s, const bson_t *doc, bson_error_t *error)
+{
+    bson_t                        selector, update, set, reply;
+    uint32_t                      len;
+    ngx_uint_t                    k;
+    bson_iter_t                   it, q, kind;
+    const char                   *author;
+    ngx_http_feed_outbox_item_t  *item;
+
+    static const char            *kinds[] = { "post", "delete" };
+
+    if (!bson_iter_init_find(&it, doc, "author") || !BSON_ITER_HOLDS_UTF8(&it))
+    {
+        return NGX_OK;
+    }
+
+    author = bson_iter_utf8(&it, &len);
+
+    if (len > NGX_HTTP_FEED_USER_MAX
+        || !bson_iter_init_find(&it, doc, "_id") || !BSON_ITER_HOLDS_OID(&it))
+    {
+        return NGX_OK;
+    }
+
+    bson_init(&selector);
+    BSON_APPEND_OID(&selector, "_id", bson_iter_oid(&it));
+    BSON_APPEND_INT64(&selector, "qt", ngx_http_feed_bson_int(doc, "qt"));
+
+    bson_init(&update);
+    BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
+    BSON_APPEND_INT64(&set, "qt", s->now + NGX_HTTP_FEED_SWEEP_LEASE);
+    bson_append_document_end(&update, &set);
+
+    if (!mongoc_collection_update_one(posts, &selector, &update, NULL,
+                                      &reply, error))
+    {
+        bson_destroy(&update);
+        bson_destroy(&selector);
+        return NGX_ERROR;
+    }
+
+    bson_destroy(&update);
+    bson_destroy(&selector);
+
+    if (ngx_http_feed_bson_int(&reply, "modifiedCount") != 1) {
+        /* somebody else claimed it */
+        bson_destroy(&reply);
+        return NGX_OK;
+    }
+
+    bson_destroy(&reply);
+
+    /* the post entry goes first, then the delete, as they happened */
+
+    for (k = 0; k < 2; k++) {
+        if (!bson_iter_init_find(&q, doc, "q") || !BSON_ITER_HOLDS_ARRAY(&q)
+            || !bson_iter_recurse(&q, &kind))
+        {
+            break;
+        }
+
+        while (bson_iter_next(&kind)) {
+            if (!BSON_ITER_HOLDS_UTF8(&kind)
+                || ngx_strcmp(bson_iter_utf8(&kind, NULL), kinds[k]) != 0)
+            {
+                continue;
+            }
+
+            item = &s->items[s->nitems++];
+            item->kind = kinds[k];
+            bson_oid_copy(bson_iter_oid(&it), &item->id);
+            ngx_memcpy(item->author.data, author, len);
+            item->author.data[len] = '\0';
+            item->author.len = len;
+            item->ts = (k == 0) ? ngx_http_feed_bson_int(doc, "ts") : 0;
+            break;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_feed_sweep_done(ngx_http_feed_mongo_task_t *t)
+{
+    ngx_http_feed_sweeper_t  *s = t->data;
+
+    ngx_uint_t                    i;
+    ngx_http_feed_outbox_item_t  *item;
+
+    if (t->rc != NGX_OK) {
+        ngx_log_error(NGX_LOG_WARN, s->timer.log, 0,
+                      "outbox sweep failed: %s", t->error.message);
+    }
+
+    if (s->nitems) {
+        ngx_log_error(NGX_LOG_NOTICE, s->timer.log, 0,
+                      "outbox: enqueueing %ui overdue entries", s->nitems);
+    }
+
+    s->waiting = 0;
+
+    for (i = 0; i < s->nitems; i++) {
+        item = &s->items[i];
+
+        if (ngx_http_feed_outbox_send(NULL, s->fmcf, item->kind, &item->id,
+                                      &item->author, item->ts,
+                                      ngx_http_feed_sweep_sent, item)
+            == NGX_OK)
+        {
+            s->waiting++;
+        }
+    }
+
+    /* what could not be sent stays claimed until its lease runs out */
+
+    if (s->waiting == 0) {
+        ngx_http_feed_sweep_rearm(s);
+    }
+}
+
+
+static void
+ngx_http_feed_sweep_sent(void *data, redisReply *reply)
+{
+    ngx_http_feed_outbox_item_t  *item = data;
+
+    ngx_http_feed_sweeper_t  *s = &ngx_http_feed_sweeper;
+
+    if (reply && reply->type == REDIS_REPLY_STRING) {
+        ngx_http_feed_outbox_sent(s->fmcf, &item->id, item->kind);
+    }
+
+    if (--s->waiting == 0) {
+        ngx_http_feed_sweep_rearm(s);
+    }
+}

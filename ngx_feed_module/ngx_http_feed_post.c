@@ -1,0 +1,750 @@
+
+/*
+ * ngx_feed_module: posts, HTTP side.
+ *
+ *   feed_posts $user;           POST a new post, GET the author's posts
+ *   feed_post $id;              GET one post
+ *   feed_user_post $user $id;   DELETE a post of $user
+ *
+ * MongoDB is the content store (ngx_http_feed_post_store.c); every new
+ * post and every delete is appended to the fanout queue
+ * (ngx_http_feed_outbox.c).
+ */
+
+
+#include "ngx_http_feed_post.h"
+#include "ngx_http_feed_outbox.h"
+#include "ngx_http_feed_json.h"
+
+
+typedef struct {
+    ngx_http_request_t           *request;
+    ngx_http_feed_main_conf_t    *fmcf;
+    ngx_http_feed_post_new_t      np;
+    ngx_http_feed_post_op_t       op;
+} ngx_http_feed_post_ctx_t;
+
+
+static ngx_int_t ngx_http_feed_posts(ngx_http_request_t *r);
+static ngx_int_t ngx_http_feed_post(ngx_http_request_t *r);
+static ngx_int_t ngx_http_feed_user_post(ngx_http_request_t *r);
+
+static ngx_int_t ngx_http_feed_post_create(ngx_http_request_t *r,
+    ngx_http_feed_post_ctx_t *ctx);
+static ngx_int_t ngx_http_feed_post_json_type(ngx_http_request_t *r);
+static void ngx_http_feed_post_body(ngx_http_request_t *r);
+static ngx_int_t ngx_http_feed_post_read(ngx_http_request_t *r,
+    ngx_str_t *body);
+static void ngx_http_feed_post_doc_cleanup(void *data);
+static void ngx_http_feed_post_inserted(ngx_http_feed_mongo_task_t *t);
+static void ngx_http_feed_post_enqueued(void *data, redisReply *reply);
+static ngx_int_t ngx_http_feed_post_created(ngx_http_feed_post_ctx_t *ctx);
+
+static ngx_int_t ngx_http_feed_post_list(ngx_http_request_t *r,
+    ngx_http_feed_post_ctx_t *ctx);
+static ngx_int_t ngx_http_feed_post_list_args(ngx_http_request_t *r,
+    ngx_http_feed_post_op_t *op, const char **code, const char **message);
+static void ngx_http_feed_post_listed(ngx_http_feed_mongo_task_t *t);
+static ngx_int_t ngx_http_feed_post_link(ngx_http_request_t *r,
+    ngx_http_feed_post_op_t *op);
+static void ngx_http_feed_post_found(ngx_http_feed_mongo_task_t *t);
+static void ngx_http_feed_post_deleted(ngx_http_feed_mongo_task_t *t);
+static void ngx_http_feed_post_delete_enqueued(void *data,
+    redisReply *reply);
+
+static ngx_http_feed_post_ctx_t *ngx_http_feed_post_ctx(
+    ngx_http_request_t *r);
+static ngx_int_t ngx_http_feed_post_run(ngx_http_feed_post_ctx_t *ctx,
+    ngx_http_feed_mongo_run_pt run, ngx_http_feed_mongo_done_pt done,
+    void *data);
+static ngx_int_t ngx_http_feed_post_answer(ngx_http_request_t *r,
+    ngx_http_feed_post_op_t *op, ngx_uint_t status);
+
+
+ngx_http_feed_handler_t  ngx_http_feed_posts_handler = {
+    ngx_http_feed_posts
+};
+
+ngx_http_feed_handler_t  ngx_http_feed_post_handler = {
+    ngx_http_feed_post
+};
+
+ngx_http_feed_handler_t  ngx_http_feed_user_post_handler = {
+    ngx_http_feed_user_post
+};
+
+
+static ngx_int_t
+ngx_http_feed_posts(ngx_http_request_t *r)
+{
+    ngx_http_feed_post_ctx_t  *ctx;
+
+    ngx_http_feed_stats.requests++;
+
+    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD|NGX_HTTP_POST))) {
+        return ngx_http_feed_not_allowed(r, "GET, HEAD, POST");
+    }
+
+    ctx = ngx_http_feed_post_ctx(r);
+    if (ctx == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (r->method == NGX_HTTP_POST) {
+        return ngx_http_feed_post_create(r, ctx);
+    }
+
+    return ngx_http_feed_post_list(r, ctx);
+}
+
+
+/* POST: checked before the body is read, the body checked before storing */
+
+static ngx_int_t
+ngx_http_feed_post_create(ngx_http_request_t *r,
+    ngx_http_feed_post_ctx_t *ctx)
+{
+    ngx_int_t                  rc;
+    ngx_http_feed_loc_conf_t  *flcf;
+
+    flcf = ngx_http_get_module_loc_conf(r, ngx_http_feed_module);
+
+    rc = ngx_http_feed_get_user(r, flcf->user, &ctx->np.author);
+
+    if (rc == NGX_ERROR) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (rc == NGX_DECLINED) {
+        return ngx_http_feed_reject(r, NGX_HTTP_BAD_REQUEST,
+                   "invalid_user_id",
+                   "user ids are 1 to 64 of A-Z a-z 0-9 _ . -");
+    }
+
+    rc = ngx_http_feed_authorize(r, &ctx->np.author);
+    if (rc != NGX_DECLINED) {
+        return rc;
+    }
+
+    if (ngx_http_feed_post_json_type(r) != NGX_OK) {
+        return ngx_http_feed_reject(r,
+                   NGX_HTTP_UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type",
+                   "the request must be application/json");
+    }
+
+    r->request_body_in_single_buf = 1;
+
+    rc = ngx_http_read_client_request_body(r, ngx_http_feed_post_body);
+
+    if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
+        return rc;
+    }
+
+    return NGX_DONE;
+}
+
+
+/* application/json, with parameters or not, in any case */
+
+static ngx_int_t
+ngx_http_feed_post_json_type(ngx_http_request_t *r)
+{
+    u_char      c;
+    ngx_str_t  *type;
+
+    if (r->headers_in.content_type == NULL) {
+        return NGX_DECLINED;
+    }
+
+    type = &r->headers_in.content_type->value;
+
+    if (type->len < 16
+        || ngx_strncasecmp(type->data, (u_char *) "application/json", 16)
+           != 0)
+    {
+        return NGX_DECLINED;
+    }
+
+    if (type->len == 16) {
+        return NGX_OK;
+    }
+
+    c = type->data[16];
+
+    return (c == ';' || c == ' ' || c == '\t') ? NGX_OK : NGX_DECLINED;
+}
+
+
+static void
+ngx_http_feed_post_body(ngx_http_request_t *r)
+{
+    ngx_int_t                  rc;
+    ngx_str_t                  body;
+    ngx_pool_cleanup_t        *cln;
+    ngx_http_feed_error_t      err;
+    ngx_http_feed_post_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_feed_module);
+
+    if (ngx_http_feed_post_read(r, &body) != NGX_OK) {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (cln == NULL) {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    ctx->np.ts = ngx_http_feed_now_ms();
+
+    if (ngx_http_feed_post_parse(ctx->fmcf, body.data, body.len, &ctx->np,
+                                 &err)
+        != NGX_OK)
+    {
+        ngx_http_finalize_request(r, ngx_http_feed_send_error(r, err.status,
+                                                              err.code,
+                                                              err.message));
+        return;
+    }
+
+    cln->handler = ngx_http_feed_post_doc_cleanup;
+    cln->data = &ctx->np.doc;
+
+    rc = ngx_http_feed_post_run(ctx, ngx_http_feed_post_insert_run,
+                                ngx_http_feed_post_inserted, &ctx->np);
+    if (rc != NGX_DONE) {
+        ngx_http_finalize_request(r, rc);
+    }
+}
+
+
+/* the whole request body in one piece, in memory */
+
+static ngx_int_t
+ngx_http_feed_post_read(ngx_http_request_t *r, ngx_str_t *body)
+{
+    size_t        len;
+    u_char       *p;
+    ssize_t       n;
+    ngx_buf_t    *b;
+    ngx_chain_t  *cl;
+
+    body->len = 0;
+    body->data = (u_char *) "";
+
+    if (r->request_body == NULL || r->request_body->bufs == NULL) {
+        return NGX_OK;
+    }
+
+    cl = r->request_body->bufs;
+
+    if (cl->next == NULL && !cl->buf->in_file) {
+        body->data = cl->buf->pos;
+        body->len = cl->buf->last - cl->buf->pos;
+        return NGX_OK;
+    }
+
+    len = 0;
+
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        len += ngx_buf_size(cl->buf);
+    }
+
+    p = ngx_pnalloc(r->pool, len);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    body->data = p;
+
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        b = cl->buf;
+
+        if (b->in_file) {
+            n = ngx_read_file(b->file, p, b->file_last - b->file_pos,
+                              b->file_pos);
+            if (n != b->file_last - b->file_pos) {
+                return NGX_ERROR;
+            }
+
+            p += n;
+
+        } else {
+            p = ngx_cpymem(p, b->pos, b->last - b->pos);
+        }
+    }
+
+    body->len = p - body->data;
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_feed_post_doc_cleanup(void *data)
+{
+    bson_destroy(data);
+}
+
+
+static void
+ngx_http_feed_post_inserted(ngx_http_feed_mongo_task_t *t)
+{
+    ngx_int_t                  rc;
+    ngx_http_request_t        *r;
+    ngx_http_feed_post_ctx_t  *ctx;
+
+    r = t->request;
+    ctx = ngx_http_get_module_ctx(r, ngx_http_feed_module);
+
+    if (t->rc != NGX_OK) {
+        ngx_http_finalize_request(r, ngx_http_feed_db_failed(r, &t->error));
+        return;
+    }
+
+    /* stored: from here on the post is accepted, whatever Redis does */
+
+    rc = ngx_http_feed_outbox_send(r, ctx->fmcf, "post", &ctx->np.id,
+                                   &ctx->np.author, ctx->np.ts,
+                                   ngx_http_feed_post_enqueued, ctx);
+    if (rc == NGX_OK) {
+        return;
+    }
+
+    ngx_http_finalize_request(r, ngx_http_feed_post_created(ctx));
+}
+
+
+static void
+ngx_http_feed_post_enqueued(void *data, redisReply *reply)
+{
+    ngx_http_feed_post_ctx_t  *ctx = data;
+
+    if (reply && reply->type == REDIS_REPLY_STRING) {
+        ngx_http_feed_outbox_sent(ctx->fmcf, &ctx->np.id, "post");
+    }
+
+    ngx_http_feed_finalize(ctx->request, ngx_http_feed_post_created(ctx));
+}
+
+
+static ngx_int_t
+ngx_http_feed_post_created(ngx_http_feed_post_ctx_t *ctx)
+{
+    u_char              *p;
+    bson_t               out;
+    ngx_int_t            rc;
+    ngx_str_t            location;
+    ngx_http_request_t  *r;
+
+    r = ctx->request;
+
+    p = ngx_pnalloc(r->pool, sizeof("/posts/") - 1 + 24);
+    if (p == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    location.data = p;
+    p = ngx_cpymem(p, "/posts/", sizeof("/posts/") - 1);
+    bson_oid_to_string(&ctx->np.id, (char *) p);
+    location.len = sizeof("/posts/") - 1 + 24;
+
+    if (ngx_http_feed_add_header(r, "Location", &location) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    bson_init(&out);
+
+    if (ngx_http_feed_post_json(&ctx->np.doc, &out) != NGX_OK) {
+        bson_destroy(&out);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    rc = ngx_http_feed_send_json(r, NGX_HTTP_CREATED, &out);
+
+    bson_destroy(&out);
+
+    return rc;
+}
+
+
+/* GET: the author's posts */
+
+static ngx_int_t
+ngx_http_feed_post_list(ngx_http_request_t *r, ngx_http_feed_post_ctx_t *ctx)
+{
+    ngx_int_t    rc;
+    const char  *code, *message;
+
+    rc = ngx_http_feed_post_list_args(r, &ctx->op, &code, &message);
+
+    if (rc == NGX_ERROR) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (rc == NGX_DECLINED) {
+        return ngx_http_feed_reject(r, NGX_HTTP_BAD_REQUEST, code,
+                                         message);
+    }
+
+    return ngx_http_feed_post_run(ctx, ngx_http_feed_post_list_run,
+                                  ngx_http_feed_post_listed, &ctx->op);
+}
+
+
+static ngx_int_t
+ngx_http_feed_post_list_args(ngx_http_request_t *r,
+    ngx_http_feed_post_op_t *op, const char **code, const char **message)
+{
+    ngx_int_t                  rc;
+    ngx_str_t                  value;
+    ngx_http_feed_loc_conf_t  *flcf;
+
+    flcf = ngx_http_get_module_loc_conf(r, ngx_http_feed_module);
+
+    rc = ngx_http_feed_get_user(r, flcf->user, &op->author);
+
+    if (rc != NGX_OK) {
+        *code = "invalid_user_id";
+        *message = "user ids are 1 to 64 of A-Z a-z 0-9 _ . -";
+        return rc;
+    }
+
+    if (ngx_http_feed_arg_limit(r, &op->limit) != NGX_OK) {
+        *code = "invalid_limit";
+        *message = "limit is a number from 1 to 100";
+        return NGX_DECLINED;
+    }
+
+    *code = "invalid_post_id";
+    *message = "post ids are 24 lowercase hexadecimal digits";
+
+    if (ngx_http_feed_arg(r, "max_id", &value) == NGX_OK) {
+        if (ngx_http_feed_post_id(&value, &op->max_id) != NGX_OK) {
+            return NGX_DECLINED;
+        }
+
+        op->has_max = 1;
+    }
+
+    if (ngx_http_feed_arg(r, "since_id", &value) == NGX_OK) {
+        if (ngx_http_feed_post_id(&value, &op->since_id) != NGX_OK) {
+            return NGX_DECLINED;
+        }
+
+        op->has_since = 1;
+    }
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_feed_post_listed(ngx_http_feed_mongo_task_t *t)
+{
+    ngx_http_feed_post_op_t  *op = t->data;
+
+    ngx_http_request_t  *r;
+
+    r = t->request;
+
+    if (t->rc != NGX_OK) {
+        bson_free(op->json);
+        ngx_http_finalize_request(r, ngx_http_feed_db_failed(r, &t->error));
+        return;
+    }
+
+    if (op->has_next && ngx_http_feed_post_link(r, op) != NGX_OK) {
+        bson_free(op->json);
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    ngx_http_finalize_request(r, ngx_http_feed_post_answer(r, op,
+                                                           NGX_HTTP_OK));
+}
+
+
+/* Link: </users/u/posts?limit=20&max_id=...[&since_id=...]>; rel="next" */
+
+static ngx_int_t
+ngx_http_feed_post_link(ngx_http_request_t *r, ngx_http_feed_post_op_t *op)
+{
+    u_char     *p;
+    size_t      len;
+    char        since[25];
+    ngx_str_t   link;
+
+    len = sizeof("<?limit=&max_id=&since_id=>; rel=\"next\"") + r->uri.len
+          + NGX_INT_T_LEN + 2 * 24;
+
+    link.data = ngx_pnalloc(r->pool, len);
+    if (link.data == NULL) {
+        return NGX_ERROR;
+    }
+
+    p = ngx_sprintf(link.data, "<%V?limit=%ui&max_id=%s", &r->uri,
+                    op->limit, op->next);
+
+    if (op->has_since) {
+        bson_oid_to_string(&op->since_id, since);
+        p = ngx_sprintf(p, "&since_id=%s", since);
+    }
+
+    p = ngx_cpymem(p, ">; rel=\"next\"", sizeof(">; rel=\"next\"") - 1);
+    link.len = p - link.data;
+
+    return ngx_http_feed_add_header(r, "Link", &link);
+}
+
+
+/* GET /posts/{id} */
+
+static ngx_int_t
+ngx_http_feed_post(ngx_http_request_t *r)
+{
+    ngx_str_t                  id;
+    ngx_http_feed_loc_conf_t  *flcf;
+    ngx_http_feed_post_ctx_t  *ctx;
+
+    ngx_http_feed_stats.requests++;
+
+    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
+        return ngx_http_feed_not_allowed(r, "GET, HEAD");
+    }
+
+    ctx = ngx_http_feed_post_ctx(r);
+    if (ctx == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    flcf = ngx_http_get_module_loc_conf(r, ngx_http_feed_module);
+
+    if (ngx_http_complex_value(r, flcf->user, &id) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (ngx_http_feed_post_id(&id, &ctx->op.id) != NGX_OK) {
+        return ngx_http_feed_reject(r, NGX_HTTP_BAD_REQUEST,
+                   "invalid_post_id",
+                   "post ids are 24 lowercase hexadecimal digits");
+    }
+
+    return ngx_http_feed_post_run(ctx, ngx_http_feed_post_get_run,
+                                  ngx_http_feed_post_found, &ctx->op);
+}
+
+
+static void
+ngx_http_feed_post_found(ngx_http_feed_mongo_task_t *t)
+{
+    ngx_http_feed_post_op_t  *op = t->data;
+
+    ngx_http_request_t  *r;
+
+    r = t->request;
+
+    if (t->rc != NGX_OK) {
+        bson_free(op->json);
+        ngx_http_finalize_request(r, ngx_http_feed_db_failed(r, &t->error));
+        return;
+    }
+
+    if (!op->found) {
+        ngx_http_finalize_request(r, ngx_http_feed_send_error(r,
+                                  NGX_HTTP_NOT_FOUND, "not_found",
+                                  "no such post"));
+        return;
+    }
+
+    ngx_http_finalize_request(r, ngx_http_feed_post_answer(r, op,
+                                                           NGX_HTTP_OK));
+}
+
+
+/* DELETE /users/{uid}/posts/{id} */
+
+static ngx_int_t
+ngx_http_feed_user_post(ngx_http_request_t *r)
+{
+    ngx_int_t                  rc;
+    ngx_str_t                  id;
+    ngx_http_feed_loc_conf_t  *flcf;
+    ngx_http_feed_post_ctx_t  *ctx;
+
+    ngx_http_feed_stats.requests++;
+
+    if (r->method != NGX_HTTP_DELETE) {
+        return ngx_http_feed_not_allowed(r, "DELETE");
+    }
+
+    ctx = ngx_http_feed_post_ctx(r);
+    if (ctx == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    flcf = ngx_http_get_module_loc_conf(r, ngx_http_feed_module);
+
+    rc = ngx_http_feed_get_user(r, flcf->user, &ctx->op.author);
+
+    if (rc == NGX_ERROR
+        || ngx_http_complex_value(r, flcf->target, &id) != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (rc == NGX_DECLINED) {
+        return ngx_http_feed_reject(r, NGX_HTTP_BAD_REQUEST,
+                   "invalid_user_id",
+                   "user ids are 1 to 64 of A-Z a-z 0-9 _ . -");
+    }
+
+    if (ngx_http_feed_post_id(&id, &ctx->op.id) != NGX_OK) {
+        return ngx_http_feed_reject(r, NGX_HTTP_BAD_REQUEST,
+                   "invalid_post_id",
+                   "post ids are 24 lowercase hexadecimal digits");
+    }
+
+    rc = ngx_http_feed_authorize(r, &ctx->op.author);
+    if (rc != NGX_DECLINED) {
+        return rc;
+    }
+
+    ctx->op.now = ngx_http_feed_now_ms();
+
+    return ngx_http_feed_post_run(ctx, ngx_http_feed_post_delete_run,
+                                  ngx_http_feed_post_deleted, &ctx->op);
+}
+
+
+static void
+ngx_http_feed_post_deleted(ngx_http_feed_mongo_task_t *t)
+{
+    ngx_http_feed_post_op_t  *op = t->data;
+
+    ngx_int_t                  rc;
+    ngx_http_request_t        *r;
+    ngx_http_feed_post_ctx_t  *ctx;
+
+    r = t->request;
+    ctx = ngx_http_get_module_ctx(r, ngx_http_feed_module);
+
+    if (t->rc != NGX_OK) {
+        ngx_http_finalize_request(r, ngx_http_feed_db_failed(r, &t->error));
+        return;
+    }
+
+    if (!op->found) {
+        ngx_http_finalize_request(r, ngx_http_feed_send_error(r,
+                                  NGX_HTTP_NOT_FOUND, "not_found",
+                                  "no such post of this user"));
+        return;
+    }
+
+    rc = ngx_http_feed_outbox_send(r, ctx->fmcf, "delete", &op->id,
+                                   &op->author, 0,
+                                   ngx_http_feed_post_delete_enqueued, ctx);
+    if (rc == NGX_OK) {
+        return;
+    }
+
+    ngx_http_finalize_request(r, ngx_http_feed_no_content(r));
+}
+
+
+static void
+ngx_http_feed_post_delete_enqueued(void *data, redisReply *reply)
+{
+    ngx_http_feed_post_ctx_t  *ctx = data;
+
+    if (reply && reply->type == REDIS_REPLY_STRING) {
+        ngx_http_feed_outbox_sent(ctx->fmcf, &ctx->op.id, "delete");
+    }
+
+    ngx_http_feed_finalize(ctx->request,
+                           ngx_http_feed_no_content(ctx->request));
+}
+
+
+static ngx_http_feed_post_ctx_t *
+ngx_http_feed_post_ctx(ngx_http_request_t *r)
+{
+    ngx_http_feed_post_ctx_t  *ctx;
+
+    ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_feed_post_ctx_t));
+    if (ctx == NULL) {
+        return NULL;
+    }
+
+    ctx->request = r;
+    ctx->fmcf = ngx_http_get_module_main_conf(r, ngx_http_feed_module);
+
+    ngx_http_set_ctx(r, ctx, ngx_http_feed_module);
+
+    return ctx;
+}
+
+
+/* a thread task for a request that has no body to wait for */
+
+static ngx_int_t
+ngx_http_feed_post_run(ngx_http_feed_post_ctx_t *ctx,
+    ngx_http_feed_mongo_run_pt run, ngx_http_feed_mongo_done_pt done,
+    void *data)
+{
+    ngx_int_t                    rc;
+    ngx_http_request_t          *r;
+    ngx_http_feed_mongo_task_t  *t;
+
+    r = ctx->request;
+
+    if (r->method != NGX_HTTP_POST) {
+        rc = ngx_http_discard_request_body(r);
+        if (rc != NGX_OK) {
+            return rc;
+        }
+    }
+
+    t = ngx_http_feed_mongo_task(r->pool, ctx->fmcf->mongo_client, run, done,
+                                 data);
+    if (t == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (ngx_http_feed_mongo_post_r(r, t) != NGX_OK) {
+        return ngx_http_feed_unavailable(r, "too many requests waiting for "
+                                            "the database");
+    }
+
+    /* the body handler already holds the request for a POST */
+
+    if (r->method != NGX_HTTP_POST) {
+        r->main->count++;
+    }
+
+    return NGX_DONE;
+}
+
+
+static ngx_int_t
+ngx_http_feed_post_answer(ngx_http_request_t *r, ngx_http_feed_post_op_t *op,
+    ngx_uint_t status)
+{
+    u_char  *p;
+
+    p = ngx_pnalloc(r->pool, op->json_len + 1);
+    if (p == NULL) {
+        bson_free(op->json);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_memcpy(p, op->json, op->json_len);
+    p[op->json_len] = '\n';
+
+    bson_free(op->json);
+    op->json = NULL;
+
+    return ngx_http_feed_send_body(r, status, p, op->json_len + 1);
+}

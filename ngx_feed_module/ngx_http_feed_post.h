@@ -1,0 +1,77 @@
+
+/*
+ * ngx_feed_module: posts, the content store, and the fanout queue.
+ */
+
+
+#ifndef _NGX_HTTP_FEED_POST_H_INCLUDED_
+#define _NGX_HTTP_FEED_POST_H_INCLUDED_
+
+
+#include "ngx_http_feed_module.h"
+#include "ngx_http_feed_mongo.h"
+#include "ngx_http_feed_util.h"
+
+
+#define NGX_HTTP_FEED_POSTS         "posts"
+
+/* how long the request that stored a post has to enqueue it itself */
+#define NGX_HTTP_FEED_OUTBOX_GRACE  3000
+
+
+typedef struct {
+    ngx_uint_t                    status;
+    const char                   *code;
+    const char                   *message;
+} ngx_http_feed_error_t;
+
+
+/* a new post: checked on the loop, inserted by a thread */
+typedef struct {
+    bson_oid_t                    id;
+    ngx_http_feed_user_t          author;
+    int64_t                       ts;
+    bson_t                        doc;
+    ngx_uint_t                    enqueued;
+} ngx_http_feed_post_new_t;
+
+
+/* reads and deletes */
+typedef struct {
+    ngx_http_feed_user_t          author;
+    bson_oid_t                    id;
+
+    ngx_uint_t                    limit;
+    ngx_uint_t                    has_max;
+    ngx_uint_t                    has_since;
+    bson_oid_t                    max_id;
+    bson_oid_t                    since_id;
+
+    int64_t                       now;
+    ngx_uint_t                    found;
+    ngx_uint_t                    has_next;
+    char                          next[25];
+
+    /* the answer, bson_malloc()ed by the thread, freed on the loop */
+    char                         *json;
+    size_t                        json_len;
+} ngx_http_feed_post_op_t;
+
+
+ngx_int_t ngx_http_feed_post_parse(ngx_http_feed_main_conf_t *fmcf,
+    u_char *p, size_t len, ngx_http_feed_post_new_t *np,
+    ngx_http_feed_error_t *err);
+ngx_int_t ngx_http_feed_post_id(ngx_str_t *text, bson_oid_t *oid);
+ngx_int_t ngx_http_feed_post_json(const bson_t *stored, bson_t *out);
+
+void ngx_http_feed_post_insert_run(ngx_http_feed_mongo_task_t *t,
+    mongoc_client_t *client);
+void ngx_http_feed_post_get_run(ngx_http_feed_mongo_task_t *t,
+    mongoc_client_t *client);
+void ngx_http_feed_post_list_run(ngx_http_feed_mongo_task_t *t,
+    mongoc_client_t *client);
+void ngx_http_feed_post_delete_run(ngx_http_feed_mongo_task_t *t,
+    mongoc_client_t *client);
+
+
+#endif /* _NGX_HTTP_FEED_POST_H_INCLUDED_ */
