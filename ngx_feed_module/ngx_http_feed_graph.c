@@ -34,7 +34,7 @@ static ngx_int_t ngx_http_feed_following(ngx_http_request_t *r);
 static ngx_int_t ngx_http_feed_followers(ngx_http_request_t *r);
 static ngx_int_t ngx_http_feed_list_handler(ngx_http_request_t *r,
     ngx_uint_t followers);
-static ngx_int_t ngx_http_feed_list_args(ngx_http_request_t *r,
+static ngx_int_t ngx_http_feed_graph_list_args(ngx_http_request_t *r,
     ngx_http_feed_list_op_t *op, const char **code, const char **message);
 static void ngx_http_feed_list_counted(void *data, redisReply *reply);
 static ngx_int_t ngx_http_feed_list_post(ngx_http_feed_graph_ctx_t *ctx);
@@ -234,7 +234,7 @@ ngx_http_feed_list_handler(ngx_http_request_t *r, ngx_uint_t followers)
     ctx->list.followers = followers;
     ctx->field = followers ? "followers" : "following";
 
-    rc = ngx_http_feed_list_args(r, &ctx->list, &code, &message);
+    rc = ngx_http_feed_graph_list_args(r, &ctx->list, &code, &message);
 
     if (rc == NGX_ERROR) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -276,28 +276,16 @@ ngx_http_feed_list_handler(ngx_http_request_t *r, ngx_uint_t followers)
 /* NGX_DECLINED: malformed, with the error code and message to answer */
 
 static ngx_int_t
-ngx_http_feed_list_args(ngx_http_request_t *r, ngx_http_feed_list_op_t *op,
-    const char **code, const char **message)
+ngx_http_feed_graph_list_args(ngx_http_request_t *r,
+    ngx_http_feed_list_op_t *op, const char **code, const char **message)
 {
-    u_char                    *dst, *src;
-    ngx_int_t                  rc;
-    ngx_str_t                  value, cursor;
-    ngx_http_feed_loc_conf_t  *flcf;
+    u_char     *dst, *src;
+    ngx_int_t   rc;
+    ngx_str_t   value, cursor;
 
-    flcf = ngx_http_get_module_loc_conf(r, ngx_http_feed_module);
-
-    rc = ngx_http_feed_get_user(r, flcf->user, &op->user);
-
+    rc = ngx_http_feed_list_args(r, &op->user, &op->limit, code, message);
     if (rc != NGX_OK) {
-        *code = "invalid_user_id";
-        *message = "user ids are 1 to 64 of A-Z a-z 0-9 _ . -";
         return rc;
-    }
-
-    if (ngx_http_feed_arg_limit(r, &op->limit) != NGX_OK) {
-        *code = "invalid_limit";
-        *message = "limit is a number from 1 to 100";
-        return NGX_DECLINED;
     }
 
     if (ngx_http_feed_arg(r, "cursor", &value) != NGX_OK) {

@@ -17,12 +17,22 @@
 #include "ngx_http_feed_json.h"
 
 
-typedef struct {
+typedef struct ngx_http_feed_post_ctx_s  ngx_http_feed_post_ctx_t;
+
+typedef ngx_int_t (*ngx_http_feed_post_answer_pt)(
+    ngx_http_feed_post_ctx_t *ctx);
+
+struct ngx_http_feed_post_ctx_s {
     ngx_http_request_t           *request;
     ngx_http_feed_main_conf_t    *fmcf;
     ngx_http_feed_post_new_t      np;
     ngx_http_feed_post_op_t       op;
-} ngx_http_feed_post_ctx_t;
+
+    /* the queue entry being appended, and what to answer after */
+    const char                   *kind;
+    bson_oid_t                   *queued;
+    ngx_http_feed_post_answer_pt  answer;
+};
 
 
 static ngx_int_t ngx_http_feed_posts(ngx_http_request_t *r);
@@ -37,8 +47,12 @@ static ngx_int_t ngx_http_feed_post_read(ngx_http_request_t *r,
     ngx_str_t *body);
 static void ngx_http_feed_post_doc_cleanup(void *data);
 static void ngx_http_feed_post_inserted(ngx_http_feed_mongo_task_t *t);
+static void ngx_http_feed_post_enqueue(ngx_http_feed_post_ctx_t *ctx,
+    const char *kind, bson_oid_t *id, ngx_http_feed_user_t *author,
+    int64_t ts, ngx_http_feed_post_answer_pt answer);
 static void ngx_http_feed_post_enqueued(void *data, redisReply *reply);
 static ngx_int_t ngx_http_feed_post_created(ngx_http_feed_post_ctx_t *ctx);
+static ngx_int_t ngx_http_feed_post_gone(ngx_http_feed_post_ctx_t *ctx);
 
 static ngx_int_t ngx_http_feed_post_list(ngx_http_request_t *r,
     ngx_http_feed_post_ctx_t *ctx);
@@ -49,8 +63,6 @@ static ngx_int_t ngx_http_feed_post_link(ngx_http_request_t *r,
     ngx_http_feed_post_op_t *op);
 static void ngx_http_feed_post_found(ngx_http_feed_mongo_task_t *t);
 static void ngx_http_feed_post_deleted(ngx_http_feed_mongo_task_t *t);
-static void ngx_http_feed_post_delete_enqueued(void *data,
-    redisReply *reply);
 
 static ngx_http_feed_post_ctx_t *ngx_http_feed_post_ctx(
     ngx_http_request_t *r);
@@ -292,7 +304,6 @@ ngx_http_feed_post_doc_cleanup(void *data)
 static void
 ngx_http_feed_post_inserted(ngx_http_feed_mongo_task_t *t)
 {
-    ngx_int_t                  rc;
     ngx_http_request_t        *r;
     ngx_http_feed_post_ctx_t  *ctx;
 
@@ -306,14 +317,31 @@ ngx_http_feed_post_inserted(ngx_http_feed_mongo_task_t *t)
 
     /* stored: from here on the post is accepted, whatever Redis does */
 
-    rc = ngx_http_feed_outbox_send(r, ctx->fmcf, "post", &ctx->np.id,
-                                   &ctx->np.author, ctx->np.ts,
-                                   ngx_http_feed_post_enqueued, ctx);
-    if (rc == NGX_OK) {
-        return;
-    }
+    ngx_http_feed_post_enqueue(ctx, "post", &ctx->np.id, &ctx->np.author,
+                               ctx->np.ts, ngx_http_feed_post_created);
+}
 
-    ngx_http_finalize_request(r, ngx_http_feed_post_created(ctx));
+
+/*
+ * Appends the queue entry, then answers: the answer does not depend on
+ * Redis, an entry that could not be appended is left to the outbox.
+ */
+
+static void
+ngx_http_feed_post_enqueue(ngx_http_feed_post_ctx_t *ctx, const char *kind,
+    bson_oid_t *id, ngx_http_feed_user_t *author, int64_t ts,
+    ngx_http_feed_post_answer_pt answer)
+{
+    ctx->kind = kind;
+    ctx->queued = id;
+    ctx->answer = answer;
+
+    if (ngx_http_feed_outbox_send(ctx->request, ctx->fmcf, kind, id, author,
+                                  ts, ngx_http_feed_post_enqueued, ctx)
+        != NGX_OK)
+    {
+        ngx_http_finalize_request(ctx->request, answer(ctx));
+    }
 }
 
 
@@ -323,10 +351,10 @@ ngx_http_feed_post_enqueued(void *data, redisReply *reply)
     ngx_http_feed_post_ctx_t  *ctx = data;
 
     if (reply && reply->type == REDIS_REPLY_STRING) {
-        ngx_http_feed_outbox_sent(ctx->fmcf, &ctx->np.id, "post");
+        ngx_http_feed_outbox_sent(ctx->fmcf, ctx->queued, ctx->kind);
     }
 
-    ngx_http_feed_finalize(ctx->request, ngx_http_feed_post_created(ctx));
+    ngx_http_feed_finalize(ctx->request, ctx->answer(ctx));
 }
 
 
@@ -398,24 +426,12 @@ static ngx_int_t
 ngx_http_feed_post_list_args(ngx_http_request_t *r,
     ngx_http_feed_post_op_t *op, const char **code, const char **message)
 {
-    ngx_int_t                  rc;
-    ngx_str_t                  value;
-    ngx_http_feed_loc_conf_t  *flcf;
+    ngx_int_t  rc;
+    ngx_str_t  value;
 
-    flcf = ngx_http_get_module_loc_conf(r, ngx_http_feed_module);
-
-    rc = ngx_http_feed_get_user(r, flcf->user, &op->author);
-
+    rc = ngx_http_feed_list_args(r, &op->author, &op->limit, code, message);
     if (rc != NGX_OK) {
-        *code = "invalid_user_id";
-        *message = "user ids are 1 to 64 of A-Z a-z 0-9 _ . -";
         return rc;
-    }
-
-    if (ngx_http_feed_arg_limit(r, &op->limit) != NGX_OK) {
-        *code = "invalid_limit";
-        *message = "limit is a number from 1 to 100";
-        return NGX_DECLINED;
     }
 
     *code = "invalid_post_id";
@@ -624,7 +640,6 @@ ngx_http_feed_post_deleted(ngx_http_feed_mongo_task_t *t)
 {
     ngx_http_feed_post_op_t  *op = t->data;
 
-    ngx_int_t                  rc;
     ngx_http_request_t        *r;
     ngx_http_feed_post_ctx_t  *ctx;
 
@@ -643,28 +658,15 @@ ngx_http_feed_post_deleted(ngx_http_feed_mongo_task_t *t)
         return;
     }
 
-    rc = ngx_http_feed_outbox_send(r, ctx->fmcf, "delete", &op->id,
-                                   &op->author, 0,
-                                   ngx_http_feed_post_delete_enqueued, ctx);
-    if (rc == NGX_OK) {
-        return;
-    }
-
-    ngx_http_finalize_request(r, ngx_http_feed_no_content(r));
+    ngx_http_feed_post_enqueue(ctx, "delete", &op->id, &op->author, 0,
+                               ngx_http_feed_post_gone);
 }
 
 
-static void
-ngx_http_feed_post_delete_enqueued(void *data, redisReply *reply)
+static ngx_int_t
+ngx_http_feed_post_gone(ngx_http_feed_post_ctx_t *ctx)
 {
-    ngx_http_feed_post_ctx_t  *ctx = data;
-
-    if (reply && reply->type == REDIS_REPLY_STRING) {
-        ngx_http_feed_outbox_sent(ctx->fmcf, &ctx->op.id, "delete");
-    }
-
-    ngx_http_feed_finalize(ctx->request,
-                           ngx_http_feed_no_content(ctx->request));
+    return ngx_http_feed_no_content(ctx->request);
 }
 
 

@@ -13,6 +13,9 @@
 #include "ngx_http_feed_post.h"
 
 
+static ngx_int_t ngx_http_feed_post_json_one(u_char *p, size_t len,
+    bson_t *doc);
+static ngx_uint_t ngx_http_feed_post_dollar_key(u_char *p, size_t len);
 static ngx_int_t ngx_http_feed_post_check(ngx_http_feed_main_conf_t *fmcf,
     const bson_t *input, ngx_http_feed_error_t *err);
 static ngx_int_t ngx_http_feed_post_check_data(bson_iter_t *it,
@@ -29,10 +32,9 @@ ngx_int_t
 ngx_http_feed_post_parse(ngx_http_feed_main_conf_t *fmcf, u_char *p,
     size_t len, ngx_http_feed_post_new_t *np, ngx_http_feed_error_t *err)
 {
-    u_char        *q;
-    bson_t         input;
-    bson_iter_t    it;
-    bson_error_t   error;
+    u_char       *q;
+    bson_t        input;
+    bson_iter_t   it;
 
     if (len == 0) {
         return ngx_http_feed_post_fail(err, NGX_HTTP_BAD_REQUEST,
@@ -58,10 +60,20 @@ ngx_http_feed_post_parse(ngx_http_feed_main_conf_t *fmcf, u_char *p,
                                        "the request is not a JSON object");
     }
 
-    if (!bson_init_from_json(&input, (const char *) p, len, &error)) {
+    if (ngx_http_feed_post_json_one(p, len, &input) != NGX_OK) {
         return ngx_http_feed_post_fail(err, NGX_HTTP_BAD_REQUEST,
                                        "invalid_json",
                                        "the request is not a JSON object");
+    }
+
+    /* libbson reads {"$numberLong": "5"} as a number: refuse it first */
+
+    if (ngx_http_feed_post_dollar_key(p, len)) {
+        bson_destroy(&input);
+        return ngx_http_feed_post_fail(err, NGX_HTTP_BAD_REQUEST,
+                   "invalid_data",
+                   "data must be a JSON object without keys that start "
+                   "with $ or contain a dot");
     }
 
     if (ngx_http_feed_post_check(fmcf, &input, err) != NGX_OK) {
@@ -93,12 +105,117 @@ ngx_http_feed_post_parse(ngx_http_feed_main_conf_t *fmcf, u_char *p,
 }
 
 
+/*
+ * Exactly one JSON document and nothing after it: bson_init_from_json()
+ * alone would stop after the first of "{...}{...}".
+ */
+
+static ngx_int_t
+ngx_http_feed_post_json_one(u_char *p, size_t len, bson_t *doc)
+{
+    int                 rc;
+    bson_t              extra;
+    bson_error_t        error;
+    bson_json_reader_t *reader;
+
+    reader = bson_json_data_reader_new(false, len);
+    if (reader == NULL) {
+        return NGX_ERROR;
+    }
+
+    bson_json_data_reader_ingest(reader, p, len);
+
+    bson_init(doc);
+
+    rc = bson_json_reader_read(reader, doc, &error);
+
+    if (rc == 1) {
+        bson_init(&extra);
+        rc = (bson_json_reader_read(reader, &extra, &error) == 0) ? 1 : -1;
+        bson_destroy(&extra);
+    }
+
+    bson_json_reader_destroy(reader);
+
+    if (rc != 1) {
+        bson_destroy(doc);
+        return NGX_DECLINED;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * Whether a key below the top level starts with "$" (or its escape
+ * \u0024), in text already known to be one valid JSON object.
+ */
+
+static ngx_uint_t
+ngx_http_feed_post_dollar_key(u_char *p, size_t len)
+{
+    u_char      *last, *start;
+    ngx_uint_t   depth;
+
+    depth = 0;
+
+    for (last = p + len; p < last; p++) {
+
+        if (*p == '{' || *p == '[') {
+            depth++;
+            continue;
+        }
+
+        if (*p == '}' || *p == ']') {
+            depth--;
+            continue;
+        }
+
+        if (*p != '"') {
+            continue;
+        }
+
+        start = ++p;
+
+        while (p < last && *p != '"') {
+            p += (*p == '\\') ? 2 : 1;
+        }
+
+        if (depth < 2
+            || !(*start == '$'
+                 || (last - start >= 6
+                     && ngx_strncasecmp(start, (u_char *) "\\u0024", 6)
+                        == 0)))
+        {
+            continue;
+        }
+
+        /* a string followed by ":" is a key */
+
+        for (start = p + 1;
+             start < last && (*start == ' ' || *start == '\t'
+                              || *start == '\r' || *start == '\n');
+             start++)
+        {
+            /* void */
+        }
+
+        if (start < last && *start == ':') {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
 static ngx_int_t
 ngx_http_feed_post_check(ngx_http_feed_main_conf_t *fmcf,
     const bson_t *input, ngx_http_feed_error_t *err)
 {
     const char     *key, *s;
     uint32_t        len;
+    ngx_int_t       rc;
     bson_iter_t     it, child;
     ngx_uint_t      body, data;
     const uint8_t  *raw;
@@ -152,10 +269,21 @@ ngx_http_feed_post_check(ngx_http_feed_main_conf_t *fmcf,
                 goto duplicate;
             }
 
-            if (!BSON_ITER_HOLDS_DOCUMENT(&it)
-                || !bson_iter_recurse(&it, &child)
-                || ngx_http_feed_post_check_data(&child, 0) != NGX_OK)
+            rc = NGX_ERROR;
+
+            if (BSON_ITER_HOLDS_DOCUMENT(&it)
+                && bson_iter_recurse(&it, &child))
             {
+                rc = ngx_http_feed_post_check_data(&child, 0);
+            }
+
+            if (rc == NGX_ABORT) {
+                return ngx_http_feed_post_fail(err, NGX_HTTP_BAD_REQUEST,
+                           "invalid_json",
+                           "numbers must be finite JSON numbers");
+            }
+
+            if (rc != NGX_OK) {
                 return ngx_http_feed_post_fail(err, NGX_HTTP_BAD_REQUEST,
                            "invalid_data",
                            "data must be a JSON object without keys that "
@@ -203,6 +331,7 @@ static ngx_int_t
 ngx_http_feed_post_check_data(bson_iter_t *it, ngx_uint_t depth)
 {
     double        d;
+    ngx_int_t     rc;
     const char   *key;
     bson_iter_t   child;
 
@@ -230,19 +359,21 @@ ngx_http_feed_post_check_data(bson_iter_t *it, ngx_uint_t depth)
             d = bson_iter_double(it);
 
             if (d != d || d - d != 0) {
-                /* NaN or infinite: not JSON */
-                return NGX_ERROR;
+                /* NaN or infinite: not JSON at all */
+                return NGX_ABORT;
             }
 
             break;
 
         case BSON_TYPE_DOCUMENT:
         case BSON_TYPE_ARRAY:
-            if (!bson_iter_recurse(it, &child)
-                || ngx_http_feed_post_check_data(&child, depth + 1)
-                   != NGX_OK)
-            {
+            if (!bson_iter_recurse(it, &child)) {
                 return NGX_ERROR;
+            }
+
+            rc = ngx_http_feed_post_check_data(&child, depth + 1);
+            if (rc != NGX_OK) {
+                return rc;
             }
 
             break;

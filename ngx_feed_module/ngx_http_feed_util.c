@@ -95,6 +95,38 @@ ngx_http_feed_arg_limit(ngx_http_request_t *r, ngx_uint_t *limit)
 
 
 /*
+ * The arguments every list has: the location's user and "limit";
+ * NGX_DECLINED with the error to answer when one is malformed.
+ */
+
+ngx_int_t
+ngx_http_feed_list_args(ngx_http_request_t *r, ngx_http_feed_user_t *user,
+    ngx_uint_t *limit, const char **code, const char **message)
+{
+    ngx_int_t                  rc;
+    ngx_http_feed_loc_conf_t  *flcf;
+
+    flcf = ngx_http_get_module_loc_conf(r, ngx_http_feed_module);
+
+    rc = ngx_http_feed_get_user(r, flcf->user, user);
+
+    if (rc != NGX_OK) {
+        *code = "invalid_user_id";
+        *message = "user ids are 1 to 64 of A-Z a-z 0-9 _ . -";
+        return rc;
+    }
+
+    if (ngx_http_feed_arg_limit(r, limit) != NGX_OK) {
+        *code = "invalid_limit";
+        *message = "limit is a number from 1 to 100";
+        return NGX_DECLINED;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
  * With "feed_identity", writes are bound to the authenticated user the
  * variable names: 0 when allowed, else the status to answer.
  */

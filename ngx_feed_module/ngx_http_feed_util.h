@@ -30,6 +30,9 @@ ngx_int_t ngx_http_feed_user_valid(u_char *p, size_t len);
 ngx_int_t ngx_http_feed_get_user(ngx_http_request_t *r,
     ngx_http_complex_value_t *cv, ngx_http_feed_user_t *user);
 ngx_int_t ngx_http_feed_arg_limit(ngx_http_request_t *r, ngx_uint_t *limit);
+ngx_int_t ngx_http_feed_list_args(ngx_http_request_t *r,
+    ngx_http_feed_user_t *user, ngx_uint_t *limit, const char **code,
+    const char **message);
 ngx_int_t ngx_http_feed_arg(ngx_http_request_t *r, char *name,
     ngx_str_t *value);
 ngx_int_t ngx_http_feed_check_identity(ngx_http_request_t *r,
