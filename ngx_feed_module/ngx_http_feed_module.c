@@ -13,6 +13,7 @@
 #include "ngx_http_feed_mongo.h"
 #include "ngx_http_feed_counts.h"
 #include "ngx_http_feed_outbox.h"
+#include "ngx_http_feed_timeline.h"
 
 
 static char *ngx_http_feed_redis_addr(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -25,6 +26,9 @@ static char *ngx_http_feed_mongo_database(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
 static char *ngx_http_feed_positive_msec(ngx_conf_t *cf, void *post,
     void *data);
+static char *ngx_http_feed_positive_sec(ngx_conf_t *cf, void *post,
+    void *data);
+static ngx_int_t ngx_http_feed_add_variables(ngx_conf_t *cf);
 static char *ngx_http_feed_handler_conf(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_feed_stream(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -45,6 +49,19 @@ ngx_http_feed_stats_t  ngx_http_feed_stats;
 
 static ngx_conf_post_handler_pt  ngx_http_feed_positive_msec_p =
     ngx_http_feed_positive_msec;
+
+static ngx_conf_post_handler_pt  ngx_http_feed_positive_sec_p =
+    ngx_http_feed_positive_sec;
+
+static ngx_conf_num_bounds_t  ngx_http_feed_cache_size_bounds = {
+    ngx_conf_check_num_bounds, 1, 100000
+};
+
+static ngx_conf_enum_t  ngx_http_feed_cache_modes[] = {
+    { ngx_string("link"), 0 },
+    { ngx_string("embed"), 1 },
+    { ngx_null_string, 0 }
+};
 
 static ngx_conf_num_bounds_t  ngx_http_feed_post_max_chars_bounds = {
     ngx_conf_check_num_bounds, 1, 100000
@@ -169,6 +186,55 @@ static ngx_command_t  ngx_http_feed_commands[] = {
       0,
       NULL },
 
+    { ngx_string("feed_timeline"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_feed_handler_conf,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      &ngx_http_feed_timeline_handler },
+
+    { ngx_string("feed_timeline_source"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_feed_handler_conf,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      &ngx_http_feed_timeline_source_handler },
+
+    { ngx_string("feed_timeline_fallback"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_feed_loc_conf_t, fallback),
+      NULL },
+
+    { ngx_string("feed_cache_size"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_feed_main_conf_t, cache_size),
+      &ngx_http_feed_cache_size_bounds },
+
+    { ngx_string("feed_cache_ttl"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_sec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_feed_main_conf_t, cache_ttl),
+      &ngx_http_feed_positive_sec_p },
+
+    { ngx_string("feed_cache_mode"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_enum_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_feed_main_conf_t, cache_embed),
+      &ngx_http_feed_cache_modes },
+
+    { ngx_string("feed_cache_lock_timeout"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_feed_main_conf_t, cache_lock_timeout),
+      &ngx_http_feed_positive_msec_p },
+
     { ngx_string("feed_identity"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
       ngx_http_set_complex_value_slot,
@@ -188,7 +254,7 @@ static ngx_command_t  ngx_http_feed_commands[] = {
 
 
 static ngx_http_module_t  ngx_http_feed_module_ctx = {
-    NULL,                                  /* preconfiguration */
+    ngx_http_feed_add_variables,           /* preconfiguration */
     NULL,                                  /* postconfiguration */
 
     ngx_http_feed_create_main_conf,        /* create main configuration */
@@ -496,6 +562,47 @@ ngx_http_feed_stream(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
 
 static char *
+ngx_http_feed_positive_sec(ngx_conf_t *cf, void *post, void *data)
+{
+    time_t  *sec = data;
+
+    if (*sec == 0) {
+        return "must be positive";
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static ngx_http_variable_t  ngx_http_feed_vars[] = {
+
+    { ngx_string("feed_cache_status"), NULL,
+      ngx_http_feed_cache_status_variable, 0, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+      ngx_http_null_variable
+};
+
+
+static ngx_int_t
+ngx_http_feed_add_variables(ngx_conf_t *cf)
+{
+    ngx_http_variable_t  *var, *v;
+
+    for (v = ngx_http_feed_vars; v->name.len; v++) {
+        var = ngx_http_add_variable(cf, &v->name, v->flags);
+        if (var == NULL) {
+            return NGX_ERROR;
+        }
+
+        var->get_handler = v->get_handler;
+        var->data = v->data;
+    }
+
+    return NGX_OK;
+}
+
+
+static char *
 ngx_http_feed_positive_msec(ngx_conf_t *cf, void *post, void *data)
 {
     ngx_msec_t  *ms = data;
@@ -537,6 +644,10 @@ ngx_http_feed_create_main_conf(ngx_conf_t *cf)
     fmcf->mongo.timeout = NGX_CONF_UNSET_MSEC;
     fmcf->post_max_chars = NGX_CONF_UNSET_UINT;
     fmcf->post_data_max_size = NGX_CONF_UNSET_SIZE;
+    fmcf->cache_size = NGX_CONF_UNSET_UINT;
+    fmcf->cache_ttl = NGX_CONF_UNSET;
+    fmcf->cache_embed = NGX_CONF_UNSET_UINT;
+    fmcf->cache_lock_timeout = NGX_CONF_UNSET_MSEC;
 
     return fmcf;
 }
@@ -552,6 +663,11 @@ ngx_http_feed_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_msec_value(fmcf->mongo.timeout, 3000);
     ngx_conf_init_uint_value(fmcf->post_max_chars, 5000);
     ngx_conf_init_size_value(fmcf->post_data_max_size, 16384);
+    ngx_conf_init_uint_value(fmcf->cache_size, 800);
+    ngx_conf_init_value(fmcf->cache_ttl, 7 * 24 * 3600);
+    ngx_conf_init_uint_value(fmcf->cache_embed, 0);
+    ngx_conf_init_msec_value(fmcf->cache_lock_timeout,
+                             2 * fmcf->mongo.timeout + 1000);
 
     if (fmcf->stream.data == NULL) {
         ngx_str_set(&fmcf->stream, "feed:posts");
@@ -601,6 +717,7 @@ ngx_http_feed_create_loc_conf(ngx_conf_t *cf)
      *     flcf->identity = NULL;
      *     flcf->user = NULL;
      *     flcf->target = NULL;
+     *     flcf->fallback = { 0, NULL };
      */
 
     return flcf;
@@ -616,6 +733,9 @@ ngx_http_feed_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     if (conf->identity == NULL) {
         conf->identity = prev->identity;
     }
+
+    ngx_conf_merge_str_value(conf->fallback, prev->fallback,
+                             "/_feed/timeline");
 
     /* user and target belong to the location's own handler directive */
 
@@ -660,13 +780,22 @@ ngx_http_feed_init_process(ngx_cycle_t *cycle)
             return NGX_ERROR;
         }
 
-        if (ngx_http_feed_counts_init(fmcf->redis_client) != NGX_OK) {
+        if (ngx_http_feed_counts_init(fmcf->redis_client) != NGX_OK
+            || ngx_http_feed_timeline_cache_init(fmcf->redis_client)
+               != NGX_OK)
+        {
             return NGX_ERROR;
         }
     }
 
-    if (ngx_http_feed_outbox_init(cycle, fmcf) != NGX_OK) {
+    if (ngx_http_feed_outbox_init(cycle, fmcf) != NGX_OK
+        || ngx_http_feed_timeline_init() != NGX_OK)
+    {
         return NGX_ERROR;
+    }
+
+    if (fmcf->redis_client) {
+        ngx_http_feed_redis_start(fmcf->redis_client);
     }
 
     return NGX_OK;

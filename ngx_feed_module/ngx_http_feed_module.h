@@ -68,6 +68,12 @@ typedef struct {
     ngx_str_t                     stream;
     ngx_uint_t                    stream_maxlen;
 
+    /* the timeline cache */
+    ngx_uint_t                    cache_size;
+    time_t                        cache_ttl;
+    ngx_uint_t                    cache_embed;
+    ngx_msec_t                    cache_lock_timeout;
+
     unsigned                      redis_enabled:1;
     unsigned                      mongo_enabled:1;
     unsigned                      needs_mongo:1;
@@ -85,6 +91,9 @@ typedef struct {
     /* the arguments of the location's feed_* handler directive */
     ngx_http_complex_value_t     *user;
     ngx_http_complex_value_t     *target;
+
+    /* where a timeline is built when the cache cannot answer */
+    ngx_str_t                     fallback;
 } ngx_http_feed_loc_conf_t;
 
 
@@ -103,9 +112,15 @@ extern ngx_http_feed_handler_t  ngx_http_feed_followers_handler;
 extern ngx_http_feed_handler_t  ngx_http_feed_posts_handler;
 extern ngx_http_feed_handler_t  ngx_http_feed_post_handler;
 extern ngx_http_feed_handler_t  ngx_http_feed_user_post_handler;
+extern ngx_http_feed_handler_t  ngx_http_feed_timeline_handler;
+extern ngx_http_feed_handler_t  ngx_http_feed_timeline_source_handler;
 
 
 char *ngx_http_feed_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+
+ngx_int_t ngx_http_feed_timeline_init(void);
+ngx_int_t ngx_http_feed_cache_status_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data);
 
 ngx_int_t ngx_http_feed_schema_init(ngx_cycle_t *cycle,
     ngx_http_feed_mongo_t *m);

@@ -14,6 +14,7 @@
 
 
 #include "ngx_http_feed_outbox.h"
+#include "ngx_http_feed_timeline.h"
 
 
 #define NGX_HTTP_FEED_SWEEP_EVERY  1000
@@ -49,6 +50,8 @@ typedef struct {
 } ngx_http_feed_outbox_clear_t;
 
 
+static void ngx_http_feed_outbox_mark_deleted(
+    ngx_http_feed_main_conf_t *fmcf, const char *hex);
 static void ngx_http_feed_outbox_clear_run(ngx_http_feed_mongo_task_t *t,
     mongoc_client_t *client);
 static void ngx_http_feed_sweep(ngx_event_t *ev);
@@ -80,6 +83,10 @@ ngx_http_feed_outbox_send(ngx_http_request_t *r,
     const char  *argv[15];
 
     bson_oid_to_string(id, hex);
+
+    if (kind[0] == 'd') {
+        ngx_http_feed_outbox_mark_deleted(fmcf, hex);
+    }
 
     argv[0] = "XADD";
     argv[1] = (const char *) fmcf->stream.data;
@@ -124,6 +131,48 @@ ngx_http_feed_outbox_send(ngx_http_request_t *r,
     return ngx_http_feed_redis_send(fmcf->redis_client, handler, data, argc,
                                     argv, argvlen)
            ? NGX_OK : NGX_DECLINED;
+}
+
+
+/*
+ * Cached timelines may still hold a deleted post until fanout removes it:
+ * every read skips posts marked so.  Sent ahead of the delete's entry, on
+ * the same connection, so it is in Redis before anyone hears of the
+ * delete.
+ */
+
+static void
+ngx_http_feed_outbox_mark_deleted(ngx_http_feed_main_conf_t *fmcf,
+    const char *hex)
+{
+    u_char       key[sizeof(NGX_HTTP_FEED_DEL_PREFIX) + 24];
+    u_char       post[sizeof(NGX_HTTP_FEED_POST_PREFIX) + 24];
+    u_char       ttl[NGX_INT_T_LEN];
+    size_t       argvlen[5];
+    const char  *argv[5];
+
+    argv[0] = "SET";
+    argvlen[0] = 3;
+    argv[1] = (const char *) key;
+    argvlen[1] = ngx_sprintf(key, "%s%s", NGX_HTTP_FEED_DEL_PREFIX, hex)
+                 - key;
+    argv[2] = "1";
+    argvlen[2] = 1;
+    argv[3] = "EX";
+    argvlen[3] = 2;
+    argv[4] = (const char *) ttl;
+    argvlen[4] = ngx_sprintf(ttl, "%T", fmcf->cache_ttl) - ttl;
+
+    (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, 5, argv,
+                                    argvlen);
+
+    argv[0] = "DEL";
+    argv[1] = (const char *) post;
+    argvlen[1] = ngx_sprintf(post, "%s%s", NGX_HTTP_FEED_POST_PREFIX, hex)
+                 - post;
+
+    (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, 2, argv,
+                                    argvlen);
 }
 
 

@@ -81,9 +81,7 @@ ngx_http_feed_post_parse(ngx_http_feed_main_conf_t *fmcf, u_char *p,
         return NGX_DECLINED;
     }
 
-    /* the document as stored: the outbox fields say it awaits the queue */
-
-    bson_oid_init(&np->id, NULL);
+    ngx_http_feed_post_oid(&np->id, np->ts);
 
     bson_init(&np->doc);
     BSON_APPEND_OID(&np->doc, "_id", &np->id);
@@ -404,6 +402,48 @@ ngx_http_feed_utf8_chars(const char *s, uint32_t len)
     }
 
     return n;
+}
+
+
+/*
+ * A post id: an ObjectId whose order is the posts' order to the
+ * millisecond, whichever worker or node made it.  The driver's ids order
+ * by second, then by a random value per process: two posts through two
+ * workers within a second would be in either order.  Here: 4 bytes of
+ * seconds (what ObjectId.getTimestamp() reads), 2 of milliseconds, 4
+ * random per process, 2 of a counter.
+ */
+
+void
+ngx_http_feed_post_oid(bson_oid_t *oid, int64_t ms)
+{
+    uint32_t           sec;
+    static uint32_t    process;
+    static uint16_t    counter;
+    static ngx_uint_t  seeded;
+
+    if (!seeded) {
+        process = (uint32_t) ngx_random() ^ ((uint32_t) ngx_pid << 16);
+        counter = (uint16_t) ngx_random();
+        seeded = 1;
+    }
+
+    sec = (uint32_t) (ms / 1000);
+    ms %= 1000;
+    counter++;
+
+    oid->bytes[0] = (uint8_t) (sec >> 24);
+    oid->bytes[1] = (uint8_t) (sec >> 16);
+    oid->bytes[2] = (uint8_t) (sec >> 8);
+    oid->bytes[3] = (uint8_t) sec;
+    oid->bytes[4] = (uint8_t) (ms >> 8);
+    oid->bytes[5] = (uint8_t) ms;
+    oid->bytes[6] = (uint8_t) (process >> 24);
+    oid->bytes[7] = (uint8_t) (process >> 16);
+    oid->bytes[8] = (uint8_t) (process >> 8);
+    oid->bytes[9] = (uint8_t) process;
+    oid->bytes[10] = (uint8_t) (counter >> 8);
+    oid->bytes[11] = (uint8_t) counter;
 }
 
 

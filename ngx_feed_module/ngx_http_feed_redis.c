@@ -17,10 +17,13 @@
 
 #include "ngx_http_feed_redis.h"
 
+#include <ngx_sha1.h>
+
 
 #define NGX_HTTP_FEED_REDIS_BACKOFF_MIN  50
 #define NGX_HTTP_FEED_REDIS_BACKOFF_MAX  2000
 #define NGX_HTTP_FEED_REDIS_READY_MAX    4
+#define NGX_HTTP_FEED_REDIS_SCRIPTS_MAX  8
 
 
 typedef struct {
@@ -56,6 +59,9 @@ struct ngx_http_feed_redis_s {
 
     ngx_http_feed_redis_ready_t   ready[NGX_HTTP_FEED_REDIS_READY_MAX];
     ngx_uint_t                    nready;
+
+    ngx_http_feed_redis_script_t *scripts[NGX_HTTP_FEED_REDIS_SCRIPTS_MAX];
+    ngx_uint_t                    nscripts;
 };
 
 
@@ -133,9 +139,16 @@ ngx_http_feed_redis_create(ngx_cycle_t *cycle,
     ngx_queue_init(&rd->pending);
     ngx_queue_init(&rd->free);
 
-    ngx_http_feed_redis_connect(rd);
-
     return rd;
+}
+
+
+/* after the scripts and ready hooks of every feature are registered */
+
+void
+ngx_http_feed_redis_start(ngx_http_feed_redis_t *rd)
+{
+    ngx_http_feed_redis_connect(rd);
 }
 
 
@@ -293,8 +306,9 @@ static void
 ngx_http_feed_redis_login(ngx_http_feed_redis_t *rd)
 {
     u_char                      *p;
-    const char                  *argv[2];
-    size_t                       argvlen[2];
+    ngx_uint_t                   i;
+    const char                  *argv[3];
+    size_t                       argvlen[3];
     u_char                       db[NGX_INT_T_LEN];
     ngx_http_feed_redis_conf_t  *conf;
 
@@ -320,6 +334,20 @@ ngx_http_feed_redis_login(ngx_http_feed_redis_t *rd)
 
         (void) ngx_http_feed_redis_send(rd, ngx_http_feed_redis_login_reply,
                                         rd, 2, argv, argvlen);
+    }
+
+    /* ahead of any EVALSHA, whatever Redis forgot since the last time */
+
+    for (i = 0; i < rd->nscripts; i++) {
+        argv[0] = "SCRIPT";
+        argvlen[0] = 6;
+        argv[1] = "LOAD";
+        argvlen[1] = 4;
+        argv[2] = rd->scripts[i]->text;
+        argvlen[2] = rd->scripts[i]->len;
+
+        (void) ngx_http_feed_redis_send(rd, ngx_http_feed_redis_login_reply,
+                                        rd, 3, argv, argvlen);
     }
 
     /*
@@ -382,6 +410,40 @@ ngx_http_feed_redis_ready(ngx_http_feed_redis_t *rd)
     for (i = 0; i < rd->nready; i++) {
         rd->ready[i].handler(rd, rd->ready[i].data);
     }
+}
+
+
+/* the SHA1 EVALSHA names a script by, as SCRIPT LOAD computes it */
+
+void
+ngx_http_feed_redis_script_init(ngx_http_feed_redis_script_t *script)
+{
+    u_char      hash[20];
+    ngx_sha1_t  sha1;
+
+    script->len = ngx_strlen(script->text);
+
+    ngx_sha1_init(&sha1);
+    ngx_sha1_update(&sha1, script->text, script->len);
+    ngx_sha1_final(hash, &sha1);
+
+    ngx_hex_dump((u_char *) script->sha1, hash, 20);
+    script->sha1[40] = '\0';
+}
+
+
+ngx_int_t
+ngx_http_feed_redis_add_script(ngx_http_feed_redis_t *rd,
+    ngx_http_feed_redis_script_t *script)
+{
+    if (rd->nscripts == NGX_HTTP_FEED_REDIS_SCRIPTS_MAX) {
+        return NGX_ERROR;
+    }
+
+    ngx_http_feed_redis_script_init(script);
+    rd->scripts[rd->nscripts++] = script;
+
+    return NGX_OK;
 }
 
 
@@ -781,6 +843,13 @@ ngx_http_feed_redis_reply(redisAsyncContext *ac, void *r, void *privdata)
     rd->npending--;
 
     ngx_http_feed_redis_cmd_put(cmd);
+
+    if (reply && reply->type == REDIS_REPLY_ERROR
+        && ngx_strncmp(reply->str, "NOSCRIPT", 8) == 0 && ac == rd->ac)
+    {
+        /* the server forgot our scripts: a new connection loads them */
+        ngx_http_feed_redis_drop(rd, "scripts flushed");
+    }
 
     if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
         ngx_http_feed_stats.redis_errors++;

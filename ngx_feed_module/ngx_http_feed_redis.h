@@ -29,6 +29,14 @@ typedef void (*ngx_http_feed_redis_ready_pt)(ngx_http_feed_redis_t *rd,
     void *data);
 
 
+/* a Lua script, loaded on every connection and run with EVALSHA */
+typedef struct {
+    const char                   *text;
+    size_t                        len;
+    char                          sha1[41];
+} ngx_http_feed_redis_script_t;
+
+
 typedef enum {
     NGX_HTTP_FEED_REDIS_DOWN = 0,
     NGX_HTTP_FEED_REDIS_CONNECTING,
@@ -39,6 +47,7 @@ typedef enum {
 
 ngx_http_feed_redis_t *ngx_http_feed_redis_create(ngx_cycle_t *cycle,
     ngx_http_feed_redis_conf_t *conf);
+void ngx_http_feed_redis_start(ngx_http_feed_redis_t *rd);
 void ngx_http_feed_redis_destroy(ngx_http_feed_redis_t *rd);
 
 ngx_http_feed_redis_cmd_t *ngx_http_feed_redis_send(ngx_http_feed_redis_t *rd,
@@ -50,6 +59,9 @@ ngx_int_t ngx_http_feed_redis_send_r(ngx_http_request_t *r,
 void ngx_http_feed_redis_cancel(ngx_http_feed_redis_cmd_t *cmd);
 ngx_int_t ngx_http_feed_redis_on_ready(ngx_http_feed_redis_t *rd,
     ngx_http_feed_redis_ready_pt handler, void *data);
+void ngx_http_feed_redis_script_init(ngx_http_feed_redis_script_t *script);
+ngx_int_t ngx_http_feed_redis_add_script(ngx_http_feed_redis_t *rd,
+    ngx_http_feed_redis_script_t *script);
 
 ngx_http_feed_redis_state_e ngx_http_feed_redis_state(
     ngx_http_feed_redis_t *rd);

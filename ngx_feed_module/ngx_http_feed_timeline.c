@@ -1,0 +1,989 @@
+
+/*
+ * ngx_feed_module: "feed_timeline", the home timeline.
+ *
+ *   hit     one EVALSHA answers the page from the Redis cache;
+ *   deep    the page runs past a trimmed cache: the rest comes from the
+ *           fallback location, nothing is cached;
+ *   miss    no cache: one request per user rebuilds it from the fallback
+ *           (the others of this worker wait for it, those of other
+ *           workers and nodes poll behind a Redis lock), warms the cache
+ *           in one step, and every waiter reads the page from it;
+ *   bypass  Redis is unavailable: the page comes from the fallback.
+ *
+ * The fallback is an in-memory subrequest to an ordinary location,
+ * "feed_timeline_source" (fanout on read from MongoDB) or proxy_pass.
+ */
+
+
+#include "ngx_http_feed_timeline.h"
+#include "ngx_http_feed_post.h"
+#include "ngx_http_feed_json.h"
+
+
+#define NGX_HTTP_FEED_POLL  20
+
+
+typedef struct ngx_http_feed_tl_ctx_s  ngx_http_feed_tl_ctx_t;
+
+typedef void (*ngx_http_feed_tl_next_pt)(ngx_http_feed_tl_ctx_t *ctx);
+
+
+struct ngx_http_feed_tl_ctx_s {
+    ngx_http_request_t           *request;
+    ngx_http_feed_main_conf_t    *fmcf;
+    ngx_http_feed_page_t          page;
+    ngx_http_feed_cached_t        cached;
+    ngx_http_feed_cache_status_e  status;
+
+    /* coalescing: leaders are in the worker's list, waiters in theirs */
+    ngx_queue_t                   queue;
+    ngx_queue_t                   waiters;
+    ngx_http_feed_tl_ctx_t       *leader;
+    ngx_event_t                   poll;
+
+    /* the fallback subrequest */
+    ngx_http_feed_tl_next_pt      next;
+    ngx_uint_t                    fb_done;
+    ngx_uint_t                    fb_status;
+    bson_t                        fb_doc;
+    bson_t                        fb_items;
+
+    unsigned                      is_leader:1;
+    unsigned                      lock_held:1;
+    unsigned                      has_doc:1;
+};
+
+
+static ngx_int_t ngx_http_feed_timeline(ngx_http_request_t *r);
+static ngx_int_t ngx_http_feed_tl_args(ngx_http_request_t *r,
+    ngx_http_feed_page_t *page, const char **code, const char **message);
+static ngx_int_t ngx_http_feed_tl_arg_id(ngx_http_request_t *r, char *name,
+    char *id, ngx_uint_t *has);
+static void ngx_http_feed_tl_read(ngx_http_feed_tl_ctx_t *ctx);
+static void ngx_http_feed_tl_read_done(void *data, redisReply *reply);
+static void ngx_http_feed_tl_read_reply(ngx_http_feed_tl_ctx_t *ctx,
+    redisReply *reply);
+static void ngx_http_feed_tl_miss(ngx_http_feed_tl_ctx_t *ctx);
+static void ngx_http_feed_tl_locked(void *data, redisReply *reply);
+static void ngx_http_feed_tl_poll(ngx_event_t *ev);
+static void ngx_http_feed_tl_rebuilt(ngx_http_feed_tl_ctx_t *ctx);
+static void ngx_http_feed_tl_warmed(void *data, redisReply *reply);
+static void ngx_http_feed_tl_lead_done(ngx_http_feed_tl_ctx_t *ctx,
+    ngx_int_t rc);
+static void ngx_http_feed_tl_deep(ngx_http_feed_tl_ctx_t *ctx);
+static void ngx_http_feed_tl_deep_done(ngx_http_feed_tl_ctx_t *ctx);
+static void ngx_http_feed_tl_bypass(ngx_http_feed_tl_ctx_t *ctx);
+static void ngx_http_feed_tl_bypass_done(ngx_http_feed_tl_ctx_t *ctx);
+
+static ngx_int_t ngx_http_feed_tl_fallback(ngx_http_feed_tl_ctx_t *ctx,
+    ngx_http_feed_page_t *page, ngx_http_feed_tl_next_pt next);
+static ngx_int_t ngx_http_feed_tl_fallback_done(ngx_http_request_t *sr,
+    void *data, ngx_int_t rc);
+static void ngx_http_feed_tl_wake(ngx_http_request_t *r);
+static ngx_int_t ngx_http_feed_tl_fallback_items(ngx_http_feed_tl_ctx_t *ctx);
+static ngx_int_t ngx_http_feed_tl_add_items(ngx_http_feed_tl_ctx_t *ctx,
+    ngx_uint_t max, ngx_uint_t *more);
+
+static void ngx_http_feed_tl_answer(ngx_http_feed_tl_ctx_t *ctx);
+static ngx_int_t ngx_http_feed_tl_send(ngx_http_feed_tl_ctx_t *ctx);
+static ngx_int_t ngx_http_feed_tl_link(ngx_http_request_t *r,
+    ngx_http_feed_page_t *page, char *next);
+static void ngx_http_feed_tl_fail(ngx_http_feed_tl_ctx_t *ctx,
+    ngx_int_t rc);
+static void ngx_http_feed_tl_cleanup(void *data);
+
+
+static ngx_queue_t  ngx_http_feed_tl_leaders;
+
+
+ngx_http_feed_handler_t  ngx_http_feed_timeline_handler = {
+    ngx_http_feed_timeline
+};
+
+
+static ngx_str_t  ngx_http_feed_cache_statuses[] = {
+    ngx_null_string,
+    ngx_string("HIT"),
+    ngx_string("MISS"),
+    ngx_string("DEEP"),
+    ngx_string("BYPASS")
+};
+
+
+static ngx_int_t
+ngx_http_feed_timeline(ngx_http_request_t *r)
+{
+    ngx_int_t                rc;
+    const char              *code, *message;
+    ngx_pool_cleanup_t      *cln;
+    ngx_http_feed_tl_ctx_t  *ctx;
+
+    ngx_http_feed_stats.requests++;
+
+    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
+        return ngx_http_feed_not_allowed(r, "GET, HEAD");
+    }
+
+    ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_feed_tl_ctx_t));
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+
+    if (ctx == NULL || cln == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ctx->request = r;
+    ctx->fmcf = ngx_http_get_module_main_conf(r, ngx_http_feed_module);
+    ngx_queue_init(&ctx->waiters);
+
+    ctx->poll.handler = ngx_http_feed_tl_poll;
+    ctx->poll.data = r->connection;
+    ctx->poll.log = r->connection->log;
+
+    cln->handler = ngx_http_feed_tl_cleanup;
+    cln->data = ctx;
+
+    ngx_http_set_ctx(r, ctx, ngx_http_feed_module);
+
+    rc = ngx_http_feed_tl_args(r, &ctx->page, &code, &message);
+
+    if (rc == NGX_ERROR) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (rc == NGX_DECLINED) {
+        return ngx_http_feed_bad_request(r, code, message);
+    }
+
+    rc = ngx_http_discard_request_body(r);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    r->main->count++;
+
+    ngx_http_feed_tl_read(ctx);
+
+    return NGX_DONE;
+}
+
+
+static ngx_int_t
+ngx_http_feed_tl_args(ngx_http_request_t *r, ngx_http_feed_page_t *page,
+    const char **code, const char **message)
+{
+    ngx_int_t  rc;
+
+    rc = ngx_http_feed_list_args(r, &page->user, &page->limit, code,
+                                 message);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    *code = "invalid_post_id";
+    *message = "post ids are 24 lowercase hexadecimal digits";
+
+    if (ngx_http_feed_tl_arg_id(r, "max_id", page->max_id, &page->has_max)
+        != NGX_OK
+        || ngx_http_feed_tl_arg_id(r, "since_id", page->since_id,
+                                   &page->has_since)
+           != NGX_OK)
+    {
+        return NGX_DECLINED;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_feed_tl_arg_id(ngx_http_request_t *r, char *name, char *id,
+    ngx_uint_t *has)
+{
+    ngx_str_t   value;
+    bson_oid_t  oid;
+
+    if (ngx_http_feed_arg(r, name, &value) != NGX_OK) {
+        return NGX_OK;
+    }
+
+    if (ngx_http_feed_post_id(&value, &oid) != NGX_OK) {
+        return NGX_DECLINED;
+    }
+
+    ngx_memcpy(id, value.data, 24);
+    id[24] = '\0';
+    *has = 1;
+
+    return NGX_OK;
+}
+
+
+/* the hot path: one round trip */
+
+static void
+ngx_http_feed_tl_read(ngx_http_feed_tl_ctx_t *ctx)
+{
+    ngx_int_t  rc;
+
+    rc = ngx_http_feed_timeline_cache_read(ctx->request, ctx->fmcf,
+                                           &ctx->page,
+                                           ngx_http_feed_tl_read_done, ctx);
+    if (rc == NGX_ERROR) {
+        ngx_http_feed_tl_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    if (rc == NGX_DECLINED) {
+        ngx_http_feed_tl_bypass(ctx);
+    }
+}
+
+
+/*
+ * Redis replies do not come through the request's own events: whatever
+ * they post (a subrequest, a finalized request) is run from here.
+ */
+
+static void
+ngx_http_feed_tl_read_done(void *data, redisReply *reply)
+{
+    ngx_http_feed_tl_ctx_t  *ctx = data;
+
+    ngx_connection_t  *c;
+
+    c = ctx->request->connection;
+
+    ngx_http_feed_tl_read_reply(ctx, reply);
+
+    ngx_http_run_posted_requests(c);
+}
+
+
+static void
+ngx_http_feed_tl_read_reply(ngx_http_feed_tl_ctx_t *ctx, redisReply *reply)
+{
+    ngx_int_t  rc;
+
+    rc = ngx_http_feed_timeline_cache_parse(ctx->request, reply,
+                                            &ctx->cached);
+
+    if (rc == NGX_ERROR) {
+        ngx_http_feed_tl_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    if (rc == NGX_DECLINED) {
+        ngx_http_feed_tl_bypass(ctx);
+        return;
+    }
+
+    if (!ctx->cached.found) {
+        ngx_http_feed_tl_miss(ctx);
+        return;
+    }
+
+    if (ctx->status == NGX_HTTP_FEED_CACHE_NONE) {
+        ctx->status = NGX_HTTP_FEED_CACHE_HIT;
+    }
+
+    if (ctx->cached.deep) {
+        ngx_http_feed_tl_deep(ctx);
+        return;
+    }
+
+    ngx_http_feed_tl_answer(ctx);
+
+    if (ctx->is_leader) {
+        ngx_http_feed_tl_lead_done(ctx, NGX_OK);
+    }
+}
+
+
+/*
+ * No cache: wait for this worker's rebuild of it if there is one, else
+ * lead one, behind the Redis lock when nobody elsewhere holds it.
+ */
+
+static void
+ngx_http_feed_tl_miss(ngx_http_feed_tl_ctx_t *ctx)
+{
+    ngx_queue_t             *q;
+    ngx_http_feed_tl_ctx_t  *l;
+
+    ctx->status = NGX_HTTP_FEED_CACHE_MISS;
+
+    if (!ctx->is_leader) {
+        for (q = ngx_queue_head(&ngx_http_feed_tl_leaders);
+             q != ngx_queue_sentinel(&ngx_http_feed_tl_leaders);
+             q = ngx_queue_next(q))
+        {
+            l = ngx_queue_data(q, ngx_http_feed_tl_ctx_t, queue);
+
+            if (l->page.user.len == ctx->page.user.len
+                && ngx_strcmp(l->page.user.data, ctx->page.user.data) == 0)
+            {
+                ctx->leader = l;
+                ngx_queue_insert_tail(&l->waiters, &ctx->queue);
+                return;
+            }
+        }
+
+        ctx->is_leader = 1;
+        ngx_queue_insert_tail(&ngx_http_feed_tl_leaders, &ctx->queue);
+    }
+
+    if (ctx->cached.locked) {
+        ngx_add_timer(&ctx->poll, NGX_HTTP_FEED_POLL);
+        return;
+    }
+
+    if (ngx_http_feed_timeline_cache_lock(ctx->request, ctx->fmcf,
+                                          &ctx->page.user,
+                                          ngx_http_feed_tl_locked, ctx)
+        != NGX_OK)
+    {
+        ngx_http_feed_tl_bypass(ctx);
+    }
+}
+
+
+static void
+ngx_http_feed_tl_locked(void *data, redisReply *reply)
+{
+    ngx_http_feed_tl_ctx_t  *ctx = data;
+
+    ngx_connection_t      *c;
+    ngx_http_feed_page_t   page;
+
+    c = ctx->request->connection;
+
+    if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
+        ngx_http_feed_tl_bypass(ctx);
+
+    } else if (reply->type != REDIS_REPLY_STATUS) {
+        /* rebuilt elsewhere: look again shortly */
+        ngx_add_timer(&ctx->poll, NGX_HTTP_FEED_POLL);
+
+    } else {
+        /* ours: the newest feed_cache_size posts of the user's timeline */
+
+        ctx->lock_held = 1;
+
+        ngx_memzero(&page, sizeof(ngx_http_feed_page_t));
+        page.user = ctx->page.user;
+        page.limit = ctx->fmcf->cache_size;
+
+        if (ngx_http_feed_tl_fallback(ctx, &page, ngx_http_feed_tl_rebuilt)
+            != NGX_OK)
+        {
+            ngx_http_feed_tl_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
+            ngx_http_feed_tl_lead_done(ctx, NGX_HTTP_SERVICE_UNAVAILABLE);
+        }
+    }
+
+    ngx_http_run_posted_requests(c);
+}
+
+
+static void
+ngx_http_feed_tl_poll(ngx_event_t *ev)
+{
+    ngx_connection_t        *c;
+    ngx_http_feed_tl_ctx_t  *ctx;
+
+    c = ev->data;
+    ctx = ngx_queue_data(ev, ngx_http_feed_tl_ctx_t, poll);
+
+    ngx_http_feed_tl_read(ctx);
+
+    ngx_http_run_posted_requests(c);
+}
+
+
+static void
+ngx_http_feed_tl_rebuilt(ngx_http_feed_tl_ctx_t *ctx)
+{
+    ngx_uint_t  complete;
+
+    if (ngx_http_feed_tl_fallback_items(ctx) != NGX_OK) {
+        return;
+    }
+
+    complete = bson_count_keys(&ctx->fb_items) < ctx->fmcf->cache_size;
+
+    if (ngx_http_feed_timeline_cache_warm(ctx->request, ctx->fmcf,
+                                          &ctx->page.user, &ctx->fb_items,
+                                          complete, ngx_http_feed_tl_warmed,
+                                          ctx)
+        != NGX_OK)
+    {
+        /* Redis went away meanwhile: answer from what the rebuild gave */
+        ngx_http_feed_tl_bypass_done(ctx);
+        ngx_http_feed_tl_lead_done(ctx, NGX_OK);
+    }
+}
+
+
+static void
+ngx_http_feed_tl_warmed(void *data, redisReply *reply)
+{
+    ngx_http_feed_tl_ctx_t  *ctx = data;
+
+    ngx_connection_t  *c;
+
+    c = ctx->request->connection;
+
+    if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
+        ngx_http_feed_tl_bypass_done(ctx);
+
+    } else {
+        /* the warm released the lock; everyone reads the new cache */
+        ctx->lock_held = 0;
+        ngx_http_feed_tl_read(ctx);
+    }
+
+    ngx_http_run_posted_requests(c);
+}
+
+
+/* the leader is done: its waiters read the cache now, or share its error */
+
+static void
+ngx_http_feed_tl_lead_done(ngx_http_feed_tl_ctx_t *ctx, ngx_int_t rc)
+{
+    ngx_queue_t             *q;
+    ngx_http_feed_tl_ctx_t  *w;
+
+    if (ctx->lock_held) {
+        /* the rebuild did not warm the cache: let another one try */
+        ngx_http_feed_timeline_cache_unlock(ctx->fmcf, &ctx->page.user);
+        ctx->lock_held = 0;
+    }
+
+    if (!ctx->is_leader) {
+        return;
+    }
+
+    ctx->is_leader = 0;
+    ngx_queue_remove(&ctx->queue);
+
+    while (!ngx_queue_empty(&ctx->waiters)) {
+        q = ngx_queue_head(&ctx->waiters);
+        ngx_queue_remove(q);
+
+        w = ngx_queue_data(q, ngx_http_feed_tl_ctx_t, queue);
+        w->leader = NULL;
+
+        if (rc == NGX_OK) {
+            ngx_http_feed_tl_read(w);
+
+        } else {
+            ngx_http_feed_tl_fail(w, rc);
+        }
+    }
+}
+
+
+/* past the end of a trimmed cache: the rest from the fallback */
+
+static void
+ngx_http_feed_tl_deep(ngx_http_feed_tl_ctx_t *ctx)
+{
+    ngx_http_feed_page_t  page;
+
+    page = ctx->page;
+    page.limit = ctx->page.limit - ctx->cached.nitems + 1;
+
+    if (ctx->cached.nitems) {
+        ngx_memcpy(page.max_id, ctx->cached.last, 25);
+        page.has_max = 1;
+    }
+
+    if (ctx->status == NGX_HTTP_FEED_CACHE_HIT) {
+        ctx->status = NGX_HTTP_FEED_CACHE_DEEP;
+    }
+
+    if (ngx_http_feed_tl_fallback(ctx, &page, ngx_http_feed_tl_deep_done)
+        != NGX_OK)
+    {
+        ngx_http_feed_tl_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
+    }
+}
+
+
+static void
+ngx_http_feed_tl_deep_done(ngx_http_feed_tl_ctx_t *ctx)
+{
+    ngx_uint_t  more;
+
+    if (ngx_http_feed_tl_fallback_items(ctx) != NGX_OK) {
+        return;
+    }
+
+    if (ngx_http_feed_tl_add_items(ctx,
+                                   ctx->page.limit - ctx->cached.nitems,
+                                   &more)
+        != NGX_OK)
+    {
+        ngx_http_feed_tl_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    ctx->cached.more = more;
+
+    ngx_http_feed_tl_answer(ctx);
+    ngx_http_feed_tl_lead_done(ctx, NGX_OK);
+}
+
+
+/* no Redis: the page straight from the fallback */
+
+static void
+ngx_http_feed_tl_bypass(ngx_http_feed_tl_ctx_t *ctx)
+{
+    ngx_http_feed_page_t  page;
+
+    ctx->status = NGX_HTTP_FEED_CACHE_BYPASS;
+
+    page = ctx->page;
+    page.limit++;
+
+    if (ngx_http_feed_tl_fallback(ctx, &page, ngx_http_feed_tl_bypass_done)
+        != NGX_OK)
+    {
+        ngx_http_feed_tl_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
+    }
+}
+
+
+/* the page from fallback items, after those of the cache if any */
+
+static void
+ngx_http_feed_tl_bypass_done(ngx_http_feed_tl_ctx_t *ctx)
+{
+    ngx_uint_t  more;
+
+    if (!ctx->has_doc && ngx_http_feed_tl_fallback_items(ctx) != NGX_OK) {
+        return;
+    }
+
+    ngx_memzero(&ctx->cached, sizeof(ngx_http_feed_cached_t));
+
+    if (ngx_http_feed_tl_add_items(ctx, ctx->page.limit, &more) != NGX_OK) {
+        ngx_http_feed_tl_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    ctx->cached.more = more;
+
+    ngx_http_feed_tl_answer(ctx);
+    ngx_http_feed_tl_lead_done(ctx, NGX_OK);
+}
+
+
+/*
+ * The fallback: an in-memory subrequest; the request resumes in
+ * ngx_http_feed_tl_wake() once it is done, and goes on with next().
+ */
+
+static ngx_int_t
+ngx_http_feed_tl_fallback(ngx_http_feed_tl_ctx_t *ctx,
+    ngx_http_feed_page_t *page, ngx_http_feed_tl_next_pt next)
+{
+    u_char                      *p;
+    ngx_str_t                    args;
+    ngx_http_request_t          *r, *sr;
+    ngx_http_feed_loc_conf_t    *flcf;
+    ngx_http_post_subrequest_t  *ps;
+
+    r = ctx->request;
+    flcf = ngx_http_get_module_loc_conf(r, ngx_http_feed_module);
+
+    args.data = ngx_pnalloc(r->pool, sizeof("user=&limit=&max_id=&since_id=")
+                                     + NGX_HTTP_FEED_USER_MAX
+                                     + NGX_INT_T_LEN + 2 * 24);
+    ps = ngx_palloc(r->pool, sizeof(ngx_http_post_subrequest_t));
+
+    if (args.data == NULL || ps == NULL) {
+        return NGX_ERROR;
+    }
+
+    p = ngx_sprintf(args.data, "user=%s&limit=%ui", page->user.data,
+                    page->limit);
+
+    if (page->has_max) {
+        p = ngx_sprintf(p, "&max_id=%s", page->max_id);
+    }
+
+    if (page->has_since) {
+        p = ngx_sprintf(p, "&since_id=%s", page->since_id);
+    }
+
+    args.len = p - args.data;
+
+    ps->handler = ngx_http_feed_tl_fallback_done;
+    ps->data = ctx;
+
+    ctx->next = next;
+    ctx->fb_done = 0;
+
+    if (ngx_http_subrequest(r, &flcf->fallback, &args, &sr, ps,
+                            NGX_HTTP_SUBREQUEST_IN_MEMORY
+                            |NGX_HTTP_SUBREQUEST_WAITED)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    r->write_event_handler = ngx_http_feed_tl_wake;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_feed_tl_fallback_done(ngx_http_request_t *sr, void *data,
+    ngx_int_t rc)
+{
+    ngx_http_feed_tl_ctx_t  *ctx = data;
+
+    ngx_buf_t  *b;
+
+    /* may be called more than once: the first time counts */
+
+    if (ctx->fb_done) {
+        return rc;
+    }
+
+    ctx->fb_done = 1;
+    ctx->fb_status = (rc == NGX_OK || rc == NGX_DONE)
+                     ? sr->headers_out.status : NGX_HTTP_BAD_GATEWAY;
+
+    if (ctx->fb_status != NGX_HTTP_OK || sr->out == NULL) {
+        ctx->fb_status = ctx->fb_status == NGX_HTTP_OK
+                         ? NGX_HTTP_BAD_GATEWAY : ctx->fb_status;
+        return rc;
+    }
+
+    if (ctx->has_doc) {
+        bson_destroy(&ctx->fb_doc);
+        ctx->has_doc = 0;
+    }
+
+    b = sr->out->buf;
+
+    if (!bson_init_from_json(&ctx->fb_doc, (const char *) b->pos,
+                             b->last - b->pos, NULL))
+    {
+        ctx->fb_status = NGX_HTTP_BAD_GATEWAY;
+        return rc;
+    }
+
+    ctx->has_doc = 1;
+
+    return rc;
+}
+
+
+static void
+ngx_http_feed_tl_wake(ngx_http_request_t *r)
+{
+    ngx_http_feed_tl_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_feed_module);
+
+    if (!ctx->fb_done) {
+        return;
+    }
+
+    r->write_event_handler = ngx_http_request_empty_handler;
+
+    ctx->next(ctx);
+}
+
+
+/* the "items" of the fallback's answer, or the request failed */
+
+static ngx_int_t
+ngx_http_feed_tl_fallback_items(ngx_http_feed_tl_ctx_t *ctx)
+{
+    bson_iter_t     it;
+    uint32_t        len;
+    const uint8_t  *data;
+
+    if (ctx->fb_status != NGX_HTTP_OK || !ctx->has_doc
+        || !bson_iter_init_find(&it, &ctx->fb_doc, "items")
+        || !BSON_ITER_HOLDS_ARRAY(&it))
+    {
+        ngx_log_error(NGX_LOG_ERR, ctx->request->connection->log, 0,
+                      "timeline fallback failed: status %ui",
+                      ctx->fb_status);
+
+        ngx_http_feed_tl_fail(ctx, ngx_http_feed_unavailable(ctx->request,
+                                       "the timeline cannot be built now"));
+        ngx_http_feed_tl_lead_done(ctx, NGX_HTTP_SERVICE_UNAVAILABLE);
+        return NGX_ERROR;
+    }
+
+    bson_iter_array(&it, &len, &data);
+
+    if (!bson_init_static(&ctx->fb_items, data, len)) {
+        ngx_http_feed_tl_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        ngx_http_feed_tl_lead_done(ctx, NGX_HTTP_SERVICE_UNAVAILABLE);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/* appends up to max fallback items to the page; more: there were others */
+
+static ngx_int_t
+ngx_http_feed_tl_add_items(ngx_http_feed_tl_ctx_t *ctx, ngx_uint_t max,
+    ngx_uint_t *more)
+{
+    char            *json;
+    size_t           len;
+    bson_t           post;
+    uint32_t         doclen;
+    ngx_str_t       *items;
+    ngx_uint_t       n;
+    bson_iter_t      it, id;
+    const uint8_t   *raw;
+
+    n = bson_count_keys(&ctx->fb_items);
+    *more = n > max;
+    n = ngx_min(n, max);
+
+    items = ngx_palloc(ctx->request->pool,
+                       (ctx->cached.nitems + n + 1) * sizeof(ngx_str_t));
+    if (items == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (ctx->cached.nitems) {
+        ngx_memcpy(items, ctx->cached.items,
+                   ctx->cached.nitems * sizeof(ngx_str_t));
+    }
+
+    ctx->cached.items = items;
+
+    if (!bson_iter_init(&it, &ctx->fb_items)) {
+        return NGX_ERROR;
+    }
+
+    while (n && bson_iter_next(&it)) {
+        if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
+            continue;
+        }
+
+        bson_iter_document(&it, &doclen, &raw);
+
+        if (!bson_init_static(&post, raw, doclen)
+            || !bson_iter_init_find(&id, &post, "id")
+            || !BSON_ITER_HOLDS_UTF8(&id))
+        {
+            continue;
+        }
+
+        json = bson_as_relaxed_extended_json(&post, &len);
+        if (json == NULL) {
+            return NGX_ERROR;
+        }
+
+        items[ctx->cached.nitems].data = ngx_pnalloc(ctx->request->pool, len);
+        if (items[ctx->cached.nitems].data == NULL) {
+            bson_free(json);
+            return NGX_ERROR;
+        }
+
+        ngx_memcpy(items[ctx->cached.nitems].data, json, len);
+        items[ctx->cached.nitems].len = len;
+        bson_free(json);
+
+        ngx_cpystrn((u_char *) ctx->cached.last,
+                    (u_char *) bson_iter_utf8(&id, NULL), 25);
+
+        ctx->cached.nitems++;
+        n--;
+    }
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_feed_tl_answer(ngx_http_feed_tl_ctx_t *ctx)
+{
+    ngx_http_feed_finalize(ctx->request, ngx_http_feed_tl_send(ctx));
+}
+
+
+/* {"items": [...], "next": ...}: the items' JSON as the cache had it */
+
+static ngx_int_t
+ngx_http_feed_tl_send(ngx_http_feed_tl_ctx_t *ctx)
+{
+    u_char              *p, *body;
+    size_t               len;
+    ngx_uint_t           i;
+    ngx_http_request_t  *r;
+
+    r = ctx->request;
+
+    if (r->connection->error) {
+        return NGX_HTTP_CLIENT_CLOSED_REQUEST;
+    }
+
+    len = sizeof("{\"items\": [], \"next\": \"\"}\n") + 24;
+
+    for (i = 0; i < ctx->cached.nitems; i++) {
+        len += ctx->cached.items[i].len + 2;
+    }
+
+    body = ngx_pnalloc(r->pool, len);
+    if (body == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    p = ngx_cpymem(body, "{\"items\": [", sizeof("{\"items\": [") - 1);
+
+    for (i = 0; i < ctx->cached.nitems; i++) {
+        if (i) {
+            *p++ = ',';
+            *p++ = ' ';
+        }
+
+        p = ngx_cpymem(p, ctx->cached.items[i].data,
+                       ctx->cached.items[i].len);
+    }
+
+    if (ctx->cached.more && ctx->cached.nitems) {
+        p = ngx_sprintf(p, "], \"next\": \"%s\"}\n", ctx->cached.last);
+
+        if (ngx_http_feed_tl_link(r, &ctx->page, ctx->cached.last)
+            != NGX_OK)
+        {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+    } else {
+        p = ngx_cpymem(p, "], \"next\": null}\n",
+                       sizeof("], \"next\": null}\n") - 1);
+    }
+
+    return ngx_http_feed_send_body(r, NGX_HTTP_OK, body, p - body);
+}
+
+
+/* Link: </users/u/timeline?limit=20&max_id=...[&since_id=...]>; rel="next" */
+
+static ngx_int_t
+ngx_http_feed_tl_link(ngx_http_request_t *r, ngx_http_feed_page_t *page,
+    char *next)
+{
+    u_char     *p;
+    ngx_str_t   link;
+
+    link.data = ngx_pnalloc(r->pool,
+                            sizeof("<?limit=&max_id=&since_id=>; rel=\"next\"")
+                            + r->uri.len + NGX_INT_T_LEN + 2 * 24);
+    if (link.data == NULL) {
+        return NGX_ERROR;
+    }
+
+    p = ngx_sprintf(link.data, "<%V?limit=%ui&max_id=%s", &r->uri,
+                    page->limit, next);
+
+    if (page->has_since) {
+        p = ngx_sprintf(p, "&since_id=%s", page->since_id);
+    }
+
+    p = ngx_cpymem(p, ">; rel=\"next\"", sizeof(">; rel=\"next\"") - 1);
+    link.len = p - link.data;
+
+    return ngx_http_feed_add_header(r, "Link", &link);
+}
+
+
+/* rc: a status to answer, or what answering it returned */
+
+static void
+ngx_http_feed_tl_fail(ngx_http_feed_tl_ctx_t *ctx, ngx_int_t rc)
+{
+    if (rc == NGX_HTTP_INTERNAL_SERVER_ERROR) {
+        rc = ngx_http_feed_send_error(ctx->request, rc, "internal",
+                                      "internal error");
+
+    } else if (rc == NGX_HTTP_SERVICE_UNAVAILABLE) {
+        rc = ngx_http_feed_unavailable(ctx->request,
+                                       "the timeline cannot be built now");
+    }
+
+    ngx_http_feed_finalize(ctx->request, rc);
+}
+
+
+/* a request that goes away takes itself out of the coalescing */
+
+static void
+ngx_http_feed_tl_cleanup(void *data)
+{
+    ngx_http_feed_tl_ctx_t  *ctx = data;
+
+    if (ctx->poll.timer_set) {
+        ngx_del_timer(&ctx->poll);
+    }
+
+    if (ctx->leader) {
+        ngx_queue_remove(&ctx->queue);
+        ctx->leader = NULL;
+    }
+
+    if (ctx->is_leader) {
+        /* whoever waited on it finds the lock and leads a rebuild */
+        ngx_http_feed_tl_lead_done(ctx, NGX_OK);
+    }
+
+    if (ctx->has_doc) {
+        bson_destroy(&ctx->fb_doc);
+    }
+}
+
+
+ngx_int_t
+ngx_http_feed_timeline_init(void)
+{
+    ngx_queue_init(&ngx_http_feed_tl_leaders);
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_feed_cache_status_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
+{
+    ngx_http_core_loc_conf_t  *clcf;
+    ngx_http_feed_tl_ctx_t    *ctx;
+
+    clcf = ngx_http_get_module_loc_conf(r->main, ngx_http_core_module);
+    ctx = ngx_http_get_module_ctx(r->main, ngx_http_feed_module);
+
+    if (ctx == NULL || clcf->handler != ngx_http_feed_timeline
+        || ctx->status == NGX_HTTP_FEED_CACHE_NONE)
+    {
+        v->not_found = 1;
+        return NGX_OK;
+    }
+
+    v->len = ngx_http_feed_cache_statuses[ctx->status].len;
+    v->data = ngx_http_feed_cache_statuses[ctx->status].data;
+    v->valid = 1;
+    v->no_cacheable = 0;
+    v->not_found = 0;
+
+    return NGX_OK;
+}

@@ -1,0 +1,79 @@
+
+/*
+ * ngx_feed_module: home timelines.
+ */
+
+
+#ifndef _NGX_HTTP_FEED_TIMELINE_H_INCLUDED_
+#define _NGX_HTTP_FEED_TIMELINE_H_INCLUDED_
+
+
+#include "ngx_http_feed_module.h"
+#include "ngx_http_feed_redis.h"
+#include "ngx_http_feed_mongo.h"
+#include "ngx_http_feed_util.h"
+
+
+/* a post's JSON in link mode, and the mark of a deleted post */
+#define NGX_HTTP_FEED_POST_PREFIX  "feed:p:"
+#define NGX_HTTP_FEED_DEL_PREFIX   "feed:del:"
+
+
+/* the oldest possible id: the tail of a timeline that has all history */
+#define NGX_HTTP_FEED_TIMELINE_END  "000000000000000000000000"
+
+
+typedef enum {
+    NGX_HTTP_FEED_CACHE_NONE = 0,
+    NGX_HTTP_FEED_CACHE_HIT,
+    NGX_HTTP_FEED_CACHE_MISS,
+    NGX_HTTP_FEED_CACHE_DEEP,
+    NGX_HTTP_FEED_CACHE_BYPASS
+} ngx_http_feed_cache_status_e;
+
+
+/* a page request: the client's, or the one asked of the fallback */
+typedef struct {
+    ngx_http_feed_user_t          user;
+    ngx_uint_t                    limit;
+    ngx_uint_t                    has_max;
+    ngx_uint_t                    has_since;
+    char                          max_id[25];
+    char                          since_id[25];
+} ngx_http_feed_page_t;
+
+
+/* what the cache answered */
+typedef struct {
+    ngx_uint_t                    found;      /* the timeline exists */
+    ngx_uint_t                    locked;     /* missing, being rebuilt */
+    ngx_uint_t                    more;       /* more after this page */
+    ngx_uint_t                    deep;       /* ran past a trimmed cache */
+    char                          last[25];   /* id of the last item */
+    ngx_uint_t                    nitems;
+    ngx_str_t                    *items;      /* JSON of each post */
+} ngx_http_feed_cached_t;
+
+
+ngx_int_t ngx_http_feed_timeline_cache_init(ngx_http_feed_redis_t *rd);
+ngx_int_t ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
+    ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_page_t *page,
+    ngx_http_feed_redis_pt handler, void *data);
+ngx_int_t ngx_http_feed_timeline_cache_parse(ngx_http_request_t *r,
+    redisReply *reply, ngx_http_feed_cached_t *cached);
+ngx_int_t ngx_http_feed_timeline_cache_lock(ngx_http_request_t *r,
+    ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
+    ngx_http_feed_redis_pt handler, void *data);
+void ngx_http_feed_timeline_cache_unlock(ngx_http_feed_main_conf_t *fmcf,
+    ngx_http_feed_user_t *user);
+ngx_int_t ngx_http_feed_timeline_cache_warm(ngx_http_request_t *r,
+    ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
+    bson_t *items, ngx_uint_t complete, ngx_http_feed_redis_pt handler,
+    void *data);
+
+ngx_int_t ngx_http_feed_timeline_source(ngx_http_request_t *r);
+void ngx_http_feed_timeline_source_run(ngx_http_feed_mongo_task_t *t,
+    mongoc_client_t *client);
+
+
+#endif /* _NGX_HTTP_FEED_TIMELINE_H_INCLUDED_ */

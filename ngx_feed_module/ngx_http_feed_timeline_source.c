@@ -1,0 +1,474 @@
+
+/*
+ * ngx_feed_module: "feed_timeline_source", a home timeline built by fanout
+ * on read from MongoDB.
+ *
+ * The timeline location asks it, by subrequest, for
+ *
+ *     GET <fallback>?user=U&limit=N[&max_id=ID][&since_id=ID]
+ *
+ * and it answers {"items": [post, ...]}: the newest N posts of U and of
+ * everyone U follows, with max_id > id > since_id, deleted ones left out.
+ * Any location answering that contract can stand in for it, proxy_pass to
+ * an application included.
+ *
+ * In a thread: whom U follows, then the posts of U and those authors,
+ * newest first, by the {author, _id} index, at most 200 authors per $in
+ * (MongoDB merges index scans only up to 200 values, beyond that it sorts
+ * in memory), the chunks merged here as they stream in.
+ */
+
+
+#include "ngx_http_feed_timeline.h"
+#include "ngx_http_feed_graph.h"
+#include "ngx_http_feed_post.h"
+#include "ngx_http_feed_json.h"
+
+
+#define NGX_HTTP_FEED_SOURCE_CHUNK  200
+#define NGX_HTTP_FEED_SOURCE_MAX    10000
+
+
+typedef struct {
+    ngx_http_feed_page_t          page;
+    char                         *json;
+    size_t                        json_len;
+} ngx_http_feed_source_op_t;
+
+
+typedef struct {
+    mongoc_cursor_t              *cursor;
+    const bson_t                 *doc;
+    bson_oid_t                    id;
+} ngx_http_feed_source_stream_t;
+
+
+static ngx_int_t ngx_http_feed_source_args(ngx_http_request_t *r,
+    ngx_http_feed_page_t *page);
+static ngx_int_t ngx_http_feed_source_arg_id(ngx_http_request_t *r,
+    char *name, char *id, ngx_uint_t *has);
+static void ngx_http_feed_source_done(ngx_http_feed_mongo_task_t *t);
+static char **ngx_http_feed_source_authors(mongoc_client_t *client,
+    const char *database, ngx_http_feed_page_t *page, size_t *n,
+    bson_error_t *error);
+static mongoc_cursor_t *ngx_http_feed_source_query(
+    mongoc_collection_t *posts, ngx_http_feed_page_t *page, char **authors,
+    size_t n);
+static ngx_int_t ngx_http_feed_source_next(
+    ngx_http_feed_source_stream_t *s, bson_error_t *error);
+static ngx_int_t ngx_http_feed_source_merge(
+    ngx_http_feed_source_stream_t *s, size_t ns, ngx_uint_t limit,
+    bson_t *items, bson_error_t *error);
+
+
+ngx_http_feed_handler_t  ngx_http_feed_timeline_source_handler = {
+    ngx_http_feed_timeline_source
+};
+
+
+ngx_int_t
+ngx_http_feed_timeline_source(ngx_http_request_t *r)
+{
+    ngx_int_t                     rc;
+    ngx_http_feed_mongo_task_t   *t;
+    ngx_http_feed_source_op_t    *op;
+    ngx_http_feed_main_conf_t    *fmcf;
+
+    ngx_http_feed_stats.requests++;
+
+    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
+        return ngx_http_feed_not_allowed(r, "GET, HEAD");
+    }
+
+    op = ngx_pcalloc(r->pool, sizeof(ngx_http_feed_source_op_t));
+    if (op == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    rc = ngx_http_feed_source_args(r, &op->page);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    rc = ngx_http_discard_request_body(r);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    fmcf = ngx_http_get_module_main_conf(r, ngx_http_feed_module);
+
+    t = ngx_http_feed_mongo_task(r->pool, fmcf->mongo_client,
+                                 ngx_http_feed_timeline_source_run,
+                                 ngx_http_feed_source_done, op);
+    if (t == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (ngx_http_feed_mongo_post_r(r, t) != NGX_OK) {
+        return ngx_http_feed_unavailable(r, "too many requests waiting for "
+                                            "the database");
+    }
+
+    r->main->count++;
+
+    return NGX_DONE;
+}
+
+
+static ngx_int_t
+ngx_http_feed_source_args(ngx_http_request_t *r, ngx_http_feed_page_t *page)
+{
+    ngx_int_t  n;
+    ngx_str_t  value;
+
+    if (ngx_http_feed_arg(r, "user", &value) != NGX_OK
+        || !ngx_http_feed_user_valid(value.data, value.len))
+    {
+        return ngx_http_feed_bad_request(r, "invalid_user_id",
+                   "user ids are 1 to 64 of A-Z a-z 0-9 _ . -");
+    }
+
+    ngx_memcpy(page->user.data, value.data, value.len);
+    page->user.data[value.len] = '\0';
+    page->user.len = value.len;
+
+    page->limit = NGX_HTTP_FEED_LIMIT_DEFAULT;
+
+    if (ngx_http_feed_arg(r, "limit", &value) == NGX_OK) {
+        n = ngx_atoi(value.data, value.len);
+
+        if (n < 1 || n > NGX_HTTP_FEED_SOURCE_MAX) {
+            return ngx_http_feed_bad_request(r, "invalid_limit",
+                       "limit is a number from 1 to 10000");
+        }
+
+        page->limit = n;
+    }
+
+    if (ngx_http_feed_source_arg_id(r, "max_id", page->max_id,
+                                    &page->has_max)
+        != NGX_OK
+        || ngx_http_feed_source_arg_id(r, "since_id", page->since_id,
+                                       &page->has_since)
+           != NGX_OK)
+    {
+        return ngx_http_feed_bad_request(r, "invalid_post_id",
+                   "post ids are 24 lowercase hexadecimal digits");
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_feed_source_arg_id(ngx_http_request_t *r, char *name, char *id,
+    ngx_uint_t *has)
+{
+    ngx_str_t   value;
+    bson_oid_t  oid;
+
+    if (ngx_http_feed_arg(r, name, &value) != NGX_OK) {
+        return NGX_OK;
+    }
+
+    if (ngx_http_feed_post_id(&value, &oid) != NGX_OK) {
+        return NGX_DECLINED;
+    }
+
+    ngx_memcpy(id, value.data, 24);
+    id[24] = '\0';
+    *has = 1;
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_feed_source_done(ngx_http_feed_mongo_task_t *t)
+{
+    ngx_http_feed_source_op_t  *op = t->data;
+
+    u_char              *p;
+    ngx_http_request_t  *r;
+
+    r = t->request;
+
+    if (t->rc != NGX_OK) {
+        bson_free(op->json);
+        ngx_http_finalize_request(r, ngx_http_feed_db_failed(r, &t->error));
+        return;
+    }
+
+    p = ngx_pnalloc(r->pool, op->json_len);
+    if (p == NULL) {
+        bson_free(op->json);
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    ngx_memcpy(p, op->json, op->json_len);
+    bson_free(op->json);
+
+    ngx_http_finalize_request(r, ngx_http_feed_send_body(r, NGX_HTTP_OK, p,
+                                                         op->json_len));
+}
+
+
+void
+ngx_http_feed_timeline_source_run(ngx_http_feed_mongo_task_t *t,
+    mongoc_client_t *client)
+{
+    ngx_http_feed_source_op_t  *op = t->data;
+
+    char                           **authors;
+    size_t                           n, ns, i;
+    bson_t                           doc, items;
+    mongoc_collection_t             *posts;
+    ngx_http_feed_source_stream_t   *streams;
+
+    t->rc = NGX_ERROR;
+
+    authors = ngx_http_feed_source_authors(client, t->database, &op->page,
+                                           &n, &t->error);
+    if (authors == NULL) {
+        return;
+    }
+
+    ns = (n + NGX_HTTP_FEED_SOURCE_CHUNK - 1) / NGX_HTTP_FEED_SOURCE_CHUNK;
+
+    streams = bson_malloc0(ns * sizeof(ngx_http_feed_source_stream_t));
+    posts = mongoc_client_get_collection(client, t->database,
+                                         NGX_HTTP_FEED_POSTS);
+
+    for (i = 0; i < ns; i++) {
+        streams[i].cursor = ngx_http_feed_source_query(posts, &op->page,
+                                authors + i * NGX_HTTP_FEED_SOURCE_CHUNK,
+                                ngx_min(NGX_HTTP_FEED_SOURCE_CHUNK,
+                                        n - i * NGX_HTTP_FEED_SOURCE_CHUNK));
+    }
+
+    bson_init(&doc);
+    bson_init(&items);
+
+    if (ngx_http_feed_source_merge(streams, ns, op->page.limit, &items,
+                                   &t->error)
+        == NGX_OK)
+    {
+        BSON_APPEND_ARRAY(&doc, "items", &items);
+
+        op->json = bson_as_relaxed_extended_json(&doc, &op->json_len);
+        t->rc = op->json ? NGX_OK : NGX_ERROR;
+    }
+
+    bson_destroy(&items);
+    bson_destroy(&doc);
+
+    for (i = 0; i < ns; i++) {
+        mongoc_cursor_destroy(streams[i].cursor);
+    }
+
+    bson_free(streams);
+    mongoc_collection_destroy(posts);
+
+    for (i = 0; i < n; i++) {
+        bson_free(authors[i]);
+    }
+
+    bson_free(authors);
+}
+
+
+/* the user, and everyone the user follows */
+
+static char **
+ngx_http_feed_source_authors(mongoc_client_t *client, const char *database,
+    ngx_http_feed_page_t *page, size_t *n, bson_error_t *error)
+{
+    char                 **authors;
+    size_t                 size;
+    bson_t                 filter, opts, proj;
+    bson_iter_t            it;
+    const bson_t          *doc;
+    mongoc_cursor_t       *cursor;
+    mongoc_collection_t   *follows;
+
+    size = 64;
+    authors = bson_malloc(size * sizeof(char *));
+    authors[0] = bson_strdup(page->user.data);
+    *n = 1;
+
+    bson_init(&filter);
+    BSON_APPEND_UTF8(&filter, "src", page->user.data);
+    BSON_APPEND_INT32(&filter, "status", 1);
+
+    bson_init(&opts);
+    BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &proj);
+    BSON_APPEND_INT32(&proj, "dst", 1);
+    BSON_APPEND_INT32(&proj, "_id", 0);
+    bson_append_document_end(&opts, &proj);
+
+    follows = mongoc_client_get_collection(client, database,
+                                           NGX_HTTP_FEED_FOLLOWS);
+
+    cursor = mongoc_collection_find_with_opts(follows, &filter, &opts, NULL);
+
+    while (mongoc_cursor_next(cursor, &doc)) {
+        if (!bson_iter_init_find(&it, doc, "dst")
+            || !BSON_ITER_HOLDS_UTF8(&it))
+        {
+            continue;
+        }
+
+        if (*n == size) {
+            size *= 2;
+            authors = bson_realloc(authors, size * sizeof(char *));
+        }
+
+        authors[(*n)++] = bson_strdup(bson_iter_utf8(&it, NULL));
+    }
+
+    if (mongoc_cursor_error(cursor, error)) {
+        while (*n) {
+            bson_free(authors[--(*n)]);
+        }
+
+        bson_free(authors);
+        authors = NULL;
+    }
+
+    mongoc_cursor_destroy(cursor);
+    mongoc_collection_destroy(follows);
+    bson_destroy(&opts);
+    bson_destroy(&filter);
+
+    return authors;
+}
+
+
+static mongoc_cursor_t *
+ngx_http_feed_source_query(mongoc_collection_t *posts,
+    ngx_http_feed_page_t *page, char **authors, size_t n)
+{
+    char              key[16];
+    size_t            i;
+    bson_t            filter, in, list, range, ne, opts, sort;
+    bson_oid_t        oid;
+    const char       *k;
+    mongoc_cursor_t  *cursor;
+
+    bson_init(&filter);
+    BSON_APPEND_DOCUMENT_BEGIN(&filter, "author", &in);
+    BSON_APPEND_ARRAY_BEGIN(&in, "$in", &list);
+
+    for (i = 0; i < n; i++) {
+        bson_uint32_to_string(i, &k, key, sizeof(key));
+        BSON_APPEND_UTF8(&list, k, authors[i]);
+    }
+
+    bson_append_array_end(&in, &list);
+    bson_append_document_end(&filter, &in);
+
+    if (page->has_max || page->has_since) {
+        BSON_APPEND_DOCUMENT_BEGIN(&filter, "_id", &range);
+
+        if (page->has_max) {
+            bson_oid_init_from_string(&oid, page->max_id);
+            BSON_APPEND_OID(&range, "$lt", &oid);
+        }
+
+        if (page->has_since) {
+            bson_oid_init_from_string(&oid, page->since_id);
+            BSON_APPEND_OID(&range, "$gt", &oid);
+        }
+
+        bson_append_document_end(&filter, &range);
+    }
+
+    BSON_APPEND_DOCUMENT_BEGIN(&filter, "deleted", &ne);
+    BSON_APPEND_BOOL(&ne, "$ne", true);
+    bson_append_document_end(&filter, &ne);
+
+    bson_init(&opts);
+    BSON_APPEND_DOCUMENT_BEGIN(&opts, "sort", &sort);
+    BSON_APPEND_INT32(&sort, "_id", -1);
+    bson_append_document_end(&opts, &sort);
+    BSON_APPEND_INT64(&opts, "limit", (int64_t) page->limit);
+    BSON_APPEND_INT32(&opts, "batchSize",
+                      (int32_t) ngx_min(page->limit, 1000));
+
+    cursor = mongoc_collection_find_with_opts(posts, &filter, &opts, NULL);
+
+    bson_destroy(&opts);
+    bson_destroy(&filter);
+
+    return cursor;
+}
+
+
+/* the newest of the chunks' next posts, until limit: a k-way merge */
+
+static ngx_int_t
+ngx_http_feed_source_merge(ngx_http_feed_source_stream_t *s, size_t ns,
+    ngx_uint_t limit, bson_t *items, bson_error_t *error)
+{
+    char         key[16];
+    size_t       i, best;
+    bson_t       item;
+    ngx_uint_t   n;
+    const char  *k;
+
+    for (i = 0; i < ns; i++) {
+        if (ngx_http_feed_source_next(&s[i], error) != NGX_OK) {
+            return NGX_ERROR;
+        }
+    }
+
+    for (n = 0; n < limit; n++) {
+        best = ns;
+
+        for (i = 0; i < ns; i++) {
+            if (s[i].doc
+                && (best == ns || bson_oid_compare(&s[i].id, &s[best].id) > 0))
+            {
+                best = i;
+            }
+        }
+
+        if (best == ns) {
+            break;
+        }
+
+        bson_uint32_to_string(n, &k, key, sizeof(key));
+
+        BSON_APPEND_DOCUMENT_BEGIN(items, k, &item);
+        (void) ngx_http_feed_post_json(s[best].doc, &item);
+        bson_append_document_end(items, &item);
+
+        if (ngx_http_feed_source_next(&s[best], error) != NGX_OK) {
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_feed_source_next(ngx_http_feed_source_stream_t *s,
+    bson_error_t *error)
+{
+    bson_iter_t  it;
+
+    while (mongoc_cursor_next(s->cursor, &s->doc)) {
+        if (bson_iter_init_find(&it, s->doc, "_id")
+            && BSON_ITER_HOLDS_OID(&it))
+        {
+            bson_oid_copy(bson_iter_oid(&it), &s->id);
+            return NGX_OK;
+        }
+    }
+
+    s->doc = NULL;
+
+    return mongoc_cursor_error(s->cursor, error) ? NGX_ERROR : NGX_OK;
+}
