@@ -18,6 +18,7 @@
 
 
 #include "ngx_http_feed_counts.h"
+#include "ngx_http_feed_timeline.h"
 
 
 #define NGX_HTTP_FEED_COUNTS_PREFIX  "feed:cnt:"
@@ -35,6 +36,9 @@ typedef enum {
 typedef struct {
     ngx_http_feed_user_t          user;
     ngx_http_feed_counts_state_e  state;
+    ngx_uint_t                    what;
+    ngx_uint_t                    inflight;
+    ngx_uint_t                    failed;
 } ngx_http_feed_counts_deferred_t;
 
 
@@ -67,14 +71,17 @@ static void ngx_http_feed_counts_replayed(void *data, redisReply *reply);
 
 static ngx_http_feed_counts_deferred_t
     ngx_http_feed_counts_deferred[NGX_HTTP_FEED_COUNTS_DEFER];
-static ngx_uint_t  ngx_http_feed_counts_dropped;
+static ngx_uint_t                  ngx_http_feed_counts_dropped;
+static ngx_http_feed_main_conf_t  *ngx_http_feed_counts_fmcf;
 
 
 ngx_int_t
-ngx_http_feed_counts_init(ngx_http_feed_redis_t *rd)
+ngx_http_feed_counts_init(ngx_http_feed_main_conf_t *fmcf)
 {
-    return ngx_http_feed_redis_on_ready(rd, ngx_http_feed_counts_replay,
-                                        NULL);
+    ngx_http_feed_counts_fmcf = fmcf;
+
+    return ngx_http_feed_redis_on_ready(fmcf->redis_client,
+                                        ngx_http_feed_counts_replay, NULL);
 }
 
 
@@ -209,17 +216,20 @@ ngx_http_feed_counts_invalidate(ngx_http_request_t *r,
     rc = ngx_http_feed_counts_send_invalidate(r, rd, user, handler, data);
 
     if (rc == NGX_DECLINED) {
-        ngx_http_feed_counts_defer(user);
+        ngx_http_feed_counts_defer(user, NGX_HTTP_FEED_DEFER_COUNTS);
     }
 
     return rc;
 }
 
 
-/* remembers a user whose cached counts could not be dropped */
+/*
+ * Remembers a user whose cached counts (or timeline) could not be
+ * dropped; both are idempotent, so they are simply sent again.
+ */
 
 void
-ngx_http_feed_counts_defer(ngx_http_feed_user_t *user)
+ngx_http_feed_counts_defer(ngx_http_feed_user_t *user, ngx_uint_t what)
 {
     ngx_uint_t                        i;
     ngx_http_feed_counts_deferred_t  *d, *free;
@@ -240,6 +250,7 @@ ngx_http_feed_counts_defer(ngx_http_feed_user_t *user)
         if (d->user.len == user->len
             && ngx_strcmp(d->user.data, user->data) == 0)
         {
+            d->what |= what;
             d->state = NGX_HTTP_FEED_COUNTS_WAITING;
             return;
         }
@@ -257,6 +268,7 @@ ngx_http_feed_counts_defer(ngx_http_feed_user_t *user)
     }
 
     free->user = *user;
+    free->what = what;
     free->state = NGX_HTTP_FEED_COUNTS_WAITING;
 }
 
@@ -276,11 +288,30 @@ ngx_http_feed_counts_replay(ngx_http_feed_redis_t *rd, void *data)
             continue;
         }
 
-        if (ngx_http_feed_counts_send_invalidate(NULL, rd, &d->user,
+        d->inflight = 0;
+        d->failed = 0;
+
+        if ((d->what & NGX_HTTP_FEED_DEFER_COUNTS)
+            && ngx_http_feed_counts_send_invalidate(NULL, rd, &d->user,
+                                                ngx_http_feed_counts_replayed,
+                                                d)
+               == NGX_OK)
+        {
+            d->inflight++;
+        }
+
+        if ((d->what & NGX_HTTP_FEED_DEFER_TIMELINE)
+            && ngx_http_feed_timeline_cache_drop(NULL,
+                                                 ngx_http_feed_counts_fmcf,
+                                                 &d->user,
                                                  ngx_http_feed_counts_replayed,
                                                  d)
-            == NGX_OK)
+               == NGX_OK)
         {
+            d->inflight++;
+        }
+
+        if (d->inflight) {
             d->state = NGX_HTTP_FEED_COUNTS_SENT;
         }
     }
@@ -298,8 +329,21 @@ ngx_http_feed_counts_replayed(void *data, redisReply *reply)
         return;
     }
 
-    d->state = (reply && reply->type != REDIS_REPLY_ERROR)
-               ? NGX_HTTP_FEED_COUNTS_FREE : NGX_HTTP_FEED_COUNTS_WAITING;
+    if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
+        d->failed = 1;
+    }
+
+    if (--d->inflight) {
+        return;
+    }
+
+    if (d->failed) {
+        d->state = NGX_HTTP_FEED_COUNTS_WAITING;
+        return;
+    }
+
+    d->state = NGX_HTTP_FEED_COUNTS_FREE;
+    d->what = 0;
 }
 
 

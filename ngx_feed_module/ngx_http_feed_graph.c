@@ -13,6 +13,7 @@
 
 #include "ngx_http_feed_graph.h"
 #include "ngx_http_feed_counts.h"
+#include "ngx_http_feed_timeline.h"
 #include "ngx_http_feed_json.h"
 
 
@@ -156,7 +157,11 @@ ngx_http_feed_follow_done(ngx_http_feed_mongo_task_t *t)
         return;
     }
 
-    /* answer once the cached counts of both users are gone */
+    /*
+     * Answer once the cached counts of both users are gone, and the
+     * follower's cached timeline: the next read rebuilds it with (or
+     * without) the posts of whom they follow now.
+     */
 
     users[0] = &op->src;
     users[1] = &op->dst;
@@ -173,6 +178,20 @@ ngx_http_feed_follow_done(ngx_http_feed_mongo_task_t *t)
         ctx->waiting += (rc == NGX_OK);
     }
 
+    rc = ngx_http_feed_timeline_cache_drop(r, ctx->fmcf, &op->src,
+                                           ngx_http_feed_follow_invalidated,
+                                           ctx);
+    if (rc == NGX_ERROR) {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    if (rc == NGX_DECLINED) {
+        ngx_http_feed_counts_defer(&op->src, NGX_HTTP_FEED_DEFER_TIMELINE);
+    }
+
+    ctx->waiting += (rc == NGX_OK);
+
     if (ctx->waiting == 0) {
         ngx_http_finalize_request(r, ngx_http_feed_no_content(r));
     }
@@ -185,9 +204,12 @@ ngx_http_feed_follow_invalidated(void *data, redisReply *reply)
     ngx_http_feed_graph_ctx_t  *ctx = data;
 
     if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
-        /* invalidation is idempotent: replay both when Redis is back */
-        ngx_http_feed_counts_defer(&ctx->follow.src);
-        ngx_http_feed_counts_defer(&ctx->follow.dst);
+        /* invalidation is idempotent: replay all when Redis is back */
+        ngx_http_feed_counts_defer(&ctx->follow.src,
+                                   NGX_HTTP_FEED_DEFER_COUNTS
+                                   |NGX_HTTP_FEED_DEFER_TIMELINE);
+        ngx_http_feed_counts_defer(&ctx->follow.dst,
+                                   NGX_HTTP_FEED_DEFER_COUNTS);
     }
 
     if (--ctx->waiting) {

@@ -735,6 +735,21 @@ ngx_http_feed_redis_send(ngx_http_feed_redis_t *rd,
     ngx_http_feed_redis_pt handler, void *data, int argc, const char **argv,
     const size_t *argvlen)
 {
+    return ngx_http_feed_redis_send_timeout(rd, 0, handler, data, argc, argv,
+                                            argvlen);
+}
+
+
+/*
+ * The same with a timeout of its own (a BLOCK command waits longer than
+ * feed_redis_timeout); such a wait must not hold up a graceful shutdown.
+ */
+
+ngx_http_feed_redis_cmd_t *
+ngx_http_feed_redis_send_timeout(ngx_http_feed_redis_t *rd,
+    ngx_msec_t timeout, ngx_http_feed_redis_pt handler, void *data,
+    int argc, const char **argv, const size_t *argvlen)
+{
     ngx_http_feed_redis_cmd_t  *cmd;
 
     if (rd == NULL || rd->ac == NULL) {
@@ -761,7 +776,13 @@ ngx_http_feed_redis_send(ngx_http_feed_redis_t *rd,
     ngx_queue_insert_tail(&rd->pending, &cmd->queue);
     rd->npending++;
 
-    ngx_add_timer(&cmd->timer, rd->conf->timeout);
+    if (timeout) {
+        cmd->timer.cancelable = 1;
+        ngx_add_timer(&cmd->timer, timeout);
+
+    } else {
+        ngx_add_timer(&cmd->timer, rd->conf->timeout);
+    }
 
     ngx_http_feed_stats.redis_commands++;
 

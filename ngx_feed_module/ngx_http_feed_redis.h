@@ -53,6 +53,10 @@ void ngx_http_feed_redis_destroy(ngx_http_feed_redis_t *rd);
 ngx_http_feed_redis_cmd_t *ngx_http_feed_redis_send(ngx_http_feed_redis_t *rd,
     ngx_http_feed_redis_pt handler, void *data, int argc, const char **argv,
     const size_t *argvlen);
+ngx_http_feed_redis_cmd_t *ngx_http_feed_redis_send_timeout(
+    ngx_http_feed_redis_t *rd, ngx_msec_t timeout,
+    ngx_http_feed_redis_pt handler, void *data, int argc, const char **argv,
+    const size_t *argvlen);
 ngx_int_t ngx_http_feed_redis_send_r(ngx_http_request_t *r,
     ngx_http_feed_redis_t *rd, ngx_http_feed_redis_pt handler, void *data,
     int argc, const char **argv, const size_t *argvlen);

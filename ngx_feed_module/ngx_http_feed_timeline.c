@@ -49,6 +49,10 @@ struct ngx_http_feed_tl_ctx_s {
     bson_t                        fb_doc;
     bson_t                        fb_items;
 
+    /* the user's follows version when the rebuild began */
+    u_char                        version[24];
+    size_t                        version_len;
+
     unsigned                      is_leader:1;
     unsigned                      lock_held:1;
     unsigned                      has_doc:1;
@@ -358,10 +362,17 @@ ngx_http_feed_tl_locked(void *data, redisReply *reply)
 
     c = ctx->request->connection;
 
-    if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
+    if (reply == NULL || reply->type != REDIS_REPLY_ARRAY
+        || reply->elements == 0
+        || reply->element[0]->type != REDIS_REPLY_INTEGER)
+    {
         ngx_http_feed_tl_bypass(ctx);
 
-    } else if (reply->type != REDIS_REPLY_STATUS) {
+    } else if (reply->element[0]->integer == 0
+               || reply->elements < 2
+               || reply->element[1]->type != REDIS_REPLY_STRING
+               || reply->element[1]->len >= sizeof(ctx->version))
+    {
         /* rebuilt elsewhere: look again shortly */
         ngx_add_timer(&ctx->poll, NGX_HTTP_FEED_POLL);
 
@@ -369,6 +380,9 @@ ngx_http_feed_tl_locked(void *data, redisReply *reply)
         /* ours: the newest feed_cache_size posts of the user's timeline */
 
         ctx->lock_held = 1;
+        ngx_memcpy(ctx->version, reply->element[1]->str,
+                   reply->element[1]->len);
+        ctx->version_len = reply->element[1]->len;
 
         ngx_memzero(&page, sizeof(ngx_http_feed_page_t));
         page.user = ctx->page.user;
@@ -404,6 +418,7 @@ ngx_http_feed_tl_poll(ngx_event_t *ev)
 static void
 ngx_http_feed_tl_rebuilt(ngx_http_feed_tl_ctx_t *ctx)
 {
+    ngx_str_t   version;
     ngx_uint_t  complete;
 
     if (ngx_http_feed_tl_fallback_items(ctx) != NGX_OK) {
@@ -412,10 +427,13 @@ ngx_http_feed_tl_rebuilt(ngx_http_feed_tl_ctx_t *ctx)
 
     complete = bson_count_keys(&ctx->fb_items) < ctx->fmcf->cache_size;
 
+    version.data = ctx->version;
+    version.len = ctx->version_len;
+
     if (ngx_http_feed_timeline_cache_warm(ctx->request, ctx->fmcf,
-                                          &ctx->page.user, &ctx->fb_items,
-                                          complete, ngx_http_feed_tl_warmed,
-                                          ctx)
+                                          &ctx->page.user, &version,
+                                          &ctx->fb_items, complete,
+                                          ngx_http_feed_tl_warmed, ctx)
         != NGX_OK)
     {
         /* Redis went away meanwhile: answer from what the rebuild gave */
@@ -434,7 +452,15 @@ ngx_http_feed_tl_warmed(void *data, redisReply *reply)
 
     c = ctx->request->connection;
 
-    if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
+    if (reply == NULL || reply->type != REDIS_REPLY_INTEGER) {
+        ngx_http_feed_tl_bypass_done(ctx);
+
+    } else if (reply->integer == 0) {
+        /*
+         * The user's follows changed while rebuilding: this answer is as
+         * of the request, the next read rebuilds.
+         */
+        ctx->lock_held = 0;
         ngx_http_feed_tl_bypass_done(ctx);
 
     } else {
@@ -738,7 +764,10 @@ ngx_http_feed_tl_fallback_items(ngx_http_feed_tl_ctx_t *ctx)
 }
 
 
-/* appends up to max fallback items to the page; more: there were others */
+/*
+ * Appends up to max fallback items within the client's bounds to the page
+ * (a rebuild's items are not bounded yet); more: there were others.
+ */
 
 static ngx_int_t
 ngx_http_feed_tl_add_items(ngx_http_feed_tl_ctx_t *ctx, ngx_uint_t max,
@@ -748,17 +777,18 @@ ngx_http_feed_tl_add_items(ngx_http_feed_tl_ctx_t *ctx, ngx_uint_t max,
     size_t           len;
     bson_t           post;
     uint32_t         doclen;
-    ngx_str_t       *items;
+    ngx_str_t       *items, *item;
     ngx_uint_t       n;
-    bson_iter_t      it, id;
+    const char      *id;
+    bson_iter_t      it, iid;
     const uint8_t   *raw;
 
+    *more = 0;
     n = bson_count_keys(&ctx->fb_items);
-    *more = n > max;
-    n = ngx_min(n, max);
 
     items = ngx_palloc(ctx->request->pool,
-                       (ctx->cached.nitems + n + 1) * sizeof(ngx_str_t));
+                       (ctx->cached.nitems + ngx_min(n, max) + 1)
+                       * sizeof(ngx_str_t));
     if (items == NULL) {
         return NGX_ERROR;
     }
@@ -774,7 +804,9 @@ ngx_http_feed_tl_add_items(ngx_http_feed_tl_ctx_t *ctx, ngx_uint_t max,
         return NGX_ERROR;
     }
 
-    while (n && bson_iter_next(&it)) {
+    n = 0;
+
+    while (bson_iter_next(&it)) {
         if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
             continue;
         }
@@ -782,10 +814,25 @@ ngx_http_feed_tl_add_items(ngx_http_feed_tl_ctx_t *ctx, ngx_uint_t max,
         bson_iter_document(&it, &doclen, &raw);
 
         if (!bson_init_static(&post, raw, doclen)
-            || !bson_iter_init_find(&id, &post, "id")
-            || !BSON_ITER_HOLDS_UTF8(&id))
+            || !bson_iter_init_find(&iid, &post, "id")
+            || !BSON_ITER_HOLDS_UTF8(&iid))
         {
             continue;
+        }
+
+        id = bson_iter_utf8(&iid, NULL);
+
+        if (ctx->page.has_max && ngx_strcmp(id, ctx->page.max_id) >= 0) {
+            continue;
+        }
+
+        if (ctx->page.has_since && ngx_strcmp(id, ctx->page.since_id) <= 0) {
+            break;
+        }
+
+        if (n == max) {
+            *more = 1;
+            break;
         }
 
         json = bson_as_relaxed_extended_json(&post, &len);
@@ -793,21 +840,22 @@ ngx_http_feed_tl_add_items(ngx_http_feed_tl_ctx_t *ctx, ngx_uint_t max,
             return NGX_ERROR;
         }
 
-        items[ctx->cached.nitems].data = ngx_pnalloc(ctx->request->pool, len);
-        if (items[ctx->cached.nitems].data == NULL) {
+        item = &items[ctx->cached.nitems];
+
+        item->data = ngx_pnalloc(ctx->request->pool, len);
+        if (item->data == NULL) {
             bson_free(json);
             return NGX_ERROR;
         }
 
-        ngx_memcpy(items[ctx->cached.nitems].data, json, len);
-        items[ctx->cached.nitems].len = len;
+        ngx_memcpy(item->data, json, len);
+        item->len = len;
         bson_free(json);
 
-        ngx_cpystrn((u_char *) ctx->cached.last,
-                    (u_char *) bson_iter_utf8(&id, NULL), 25);
+        ngx_cpystrn((u_char *) ctx->cached.last, (u_char *) id, 25);
 
         ctx->cached.nitems++;
-        n--;
+        n++;
     }
 
     return NGX_OK;

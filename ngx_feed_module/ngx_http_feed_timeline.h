@@ -68,8 +68,18 @@ void ngx_http_feed_timeline_cache_unlock(ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_user_t *user);
 ngx_int_t ngx_http_feed_timeline_cache_warm(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
-    bson_t *items, ngx_uint_t complete, ngx_http_feed_redis_pt handler,
-    void *data);
+    ngx_str_t *version, bson_t *items, ngx_uint_t complete,
+    ngx_http_feed_redis_pt handler, void *data);
+ngx_int_t ngx_http_feed_timeline_cache_drop(ngx_http_request_t *r,
+    ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
+    ngx_http_feed_redis_pt handler, void *data);
+ngx_int_t ngx_http_feed_timeline_cache_deliver(
+    ngx_http_feed_main_conf_t *fmcf, ngx_pool_t *pool,
+    ngx_http_feed_user_t *users, ngx_uint_t n, ngx_str_t *entry,
+    ngx_http_feed_redis_pt handler, void *data);
+ngx_int_t ngx_http_feed_timeline_cache_remove(ngx_http_feed_main_conf_t *fmcf,
+    ngx_pool_t *pool, ngx_http_feed_user_t *users, ngx_uint_t n,
+    const char *id, ngx_http_feed_redis_pt handler, void *data);
 
 ngx_int_t ngx_http_feed_timeline_source(ngx_http_request_t *r);
 void ngx_http_feed_timeline_source_run(ngx_http_feed_mongo_task_t *t,
