@@ -14,6 +14,7 @@
 #include "ngx_http_feed_counts.h"
 #include "ngx_http_feed_outbox.h"
 #include "ngx_http_feed_timeline.h"
+#include "ngx_http_feed_fanout.h"
 
 
 static char *ngx_http_feed_redis_addr(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -61,6 +62,18 @@ static ngx_conf_enum_t  ngx_http_feed_cache_modes[] = {
     { ngx_string("link"), 0 },
     { ngx_string("embed"), 1 },
     { ngx_null_string, 0 }
+};
+
+static ngx_conf_num_bounds_t  ngx_http_feed_fanout_batch_bounds = {
+    ngx_conf_check_num_bounds, 1, 1000
+};
+
+static ngx_conf_num_bounds_t  ngx_http_feed_fanout_page_bounds = {
+    ngx_conf_check_num_bounds, 1, 100000
+};
+
+static ngx_conf_num_bounds_t  ngx_http_feed_fanout_deliver_bounds = {
+    ngx_conf_check_num_bounds, 1, 5000
 };
 
 static ngx_conf_num_bounds_t  ngx_http_feed_post_max_chars_bounds = {
@@ -233,6 +246,55 @@ static ngx_command_t  ngx_http_feed_commands[] = {
       ngx_conf_set_msec_slot,
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_feed_main_conf_t, cache_lock_timeout),
+      &ngx_http_feed_positive_msec_p },
+
+    { ngx_string("feed_fanout"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_feed_main_conf_t, fanout),
+      NULL },
+
+    { ngx_string("feed_fanout_group"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_feed_main_conf_t, fanout_group),
+      NULL },
+
+    { ngx_string("feed_fanout_batch"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_feed_main_conf_t, fanout_batch),
+      &ngx_http_feed_fanout_batch_bounds },
+
+    { ngx_string("feed_fanout_page"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_feed_main_conf_t, fanout_page),
+      &ngx_http_feed_fanout_page_bounds },
+
+    { ngx_string("feed_fanout_deliver_batch"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_feed_main_conf_t, fanout_deliver_batch),
+      &ngx_http_feed_fanout_deliver_bounds },
+
+    { ngx_string("feed_fanout_block"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_feed_main_conf_t, fanout_block),
+      &ngx_http_feed_positive_msec_p },
+
+    { ngx_string("feed_fanout_claim_idle"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_feed_main_conf_t, fanout_claim_idle),
       &ngx_http_feed_positive_msec_p },
 
     { ngx_string("feed_identity"),
@@ -648,6 +710,12 @@ ngx_http_feed_create_main_conf(ngx_conf_t *cf)
     fmcf->cache_ttl = NGX_CONF_UNSET;
     fmcf->cache_embed = NGX_CONF_UNSET_UINT;
     fmcf->cache_lock_timeout = NGX_CONF_UNSET_MSEC;
+    fmcf->fanout = NGX_CONF_UNSET;
+    fmcf->fanout_batch = NGX_CONF_UNSET_UINT;
+    fmcf->fanout_page = NGX_CONF_UNSET_UINT;
+    fmcf->fanout_deliver_batch = NGX_CONF_UNSET_UINT;
+    fmcf->fanout_block = NGX_CONF_UNSET_MSEC;
+    fmcf->fanout_claim_idle = NGX_CONF_UNSET_MSEC;
 
     return fmcf;
 }
@@ -668,6 +736,26 @@ ngx_http_feed_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_uint_value(fmcf->cache_embed, 0);
     ngx_conf_init_msec_value(fmcf->cache_lock_timeout,
                              2 * fmcf->mongo.timeout + 1000);
+    ngx_conf_init_value(fmcf->fanout, 0);
+    ngx_conf_init_uint_value(fmcf->fanout_batch, 16);
+    ngx_conf_init_uint_value(fmcf->fanout_page, 5000);
+    ngx_conf_init_uint_value(fmcf->fanout_deliver_batch, 500);
+    ngx_conf_init_msec_value(fmcf->fanout_block, 2000);
+    ngx_conf_init_msec_value(fmcf->fanout_claim_idle, 30000);
+
+    if (fmcf->fanout_group.data == NULL) {
+        ngx_str_set(&fmcf->fanout_group, "feed");
+    }
+
+    if (fmcf->fanout && !fmcf->redis_enabled) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"feed_fanout\" needs \"feed_redis\"");
+        return NGX_CONF_ERROR;
+    }
+
+    if (fmcf->fanout) {
+        fmcf->needs_mongo = 1;
+    }
 
     if (fmcf->stream.data == NULL) {
         ngx_str_set(&fmcf->stream, "feed:posts");
@@ -798,6 +886,10 @@ ngx_http_feed_init_process(ngx_cycle_t *cycle)
         ngx_http_feed_redis_start(fmcf->redis_client);
     }
 
+    if (ngx_http_feed_fanout_init(cycle, fmcf) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
     return NGX_OK;
 }
 
@@ -820,6 +912,7 @@ ngx_http_feed_exit_process(ngx_cycle_t *cycle)
 
     ngx_http_feed_schema_exit();
     ngx_http_feed_outbox_exit();
+    ngx_http_feed_fanout_exit();
 
     ngx_http_feed_redis_destroy(fmcf->redis_client);
     fmcf->redis_client = NULL;

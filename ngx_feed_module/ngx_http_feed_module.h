@@ -68,6 +68,15 @@ typedef struct {
     ngx_str_t                     stream;
     ngx_uint_t                    stream_maxlen;
 
+    /* fanout on write */
+    ngx_flag_t                    fanout;
+    ngx_str_t                     fanout_group;
+    ngx_uint_t                    fanout_batch;
+    ngx_uint_t                    fanout_page;
+    ngx_uint_t                    fanout_deliver_batch;
+    ngx_msec_t                    fanout_block;
+    ngx_msec_t                    fanout_claim_idle;
+
     /* the timeline cache */
     ngx_uint_t                    cache_size;
     time_t                        cache_ttl;

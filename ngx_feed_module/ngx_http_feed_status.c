@@ -12,6 +12,8 @@
 #include "ngx_http_feed_redis.h"
 #include "ngx_http_feed_mongo.h"
 #include "ngx_http_feed_json.h"
+#include "ngx_http_feed_fanout.h"
+#include "ngx_http_feed_util.h"
 
 
 typedef struct {
@@ -21,6 +23,10 @@ typedef struct {
 
     unsigned                      redis_up:1;
     unsigned                      mongo_up:1;
+    unsigned                      pending_known:1;
+
+    int64_t                       pending;
+    int64_t                       lag;
 
     char                          mongo_error[128];
 } ngx_http_feed_status_ctx_t;
@@ -28,6 +34,11 @@ typedef struct {
 
 static ngx_int_t ngx_http_feed_status_handler(ngx_http_request_t *r);
 static void ngx_http_feed_status_redis_reply(void *data, redisReply *reply);
+static void ngx_http_feed_status_pending_reply(void *data,
+    redisReply *reply);
+static ngx_int_t ngx_http_feed_status_id_ms(redisReply *id);
+static ngx_int_t ngx_http_feed_status_fanout(ngx_http_feed_status_ctx_t *ctx,
+    bson_t *doc);
 static void ngx_http_feed_status_mongo_run(ngx_http_feed_mongo_task_t *t,
     mongoc_client_t *client);
 static void ngx_http_feed_status_mongo_done(ngx_http_feed_mongo_task_t *t);
@@ -65,8 +76,8 @@ static ngx_int_t
 ngx_http_feed_status_handler(ngx_http_request_t *r)
 {
     ngx_int_t                    rc;
-    const char                  *argv[1];
-    size_t                       argvlen[1];
+    const char                  *argv[1], *xargv[3];
+    size_t                       argvlen[1], xargvlen[3];
     ngx_http_feed_mongo_task_t  *t;
     ngx_http_feed_status_ctx_t  *ctx;
 
@@ -102,6 +113,24 @@ ngx_http_feed_status_handler(ngx_http_request_t *r)
         rc = ngx_http_feed_redis_send_r(r, ctx->fmcf->redis_client,
                                         ngx_http_feed_status_redis_reply,
                                         ctx, 1, argv, argvlen);
+        if (rc == NGX_ERROR) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        ctx->waiting += (rc == NGX_OK);
+    }
+
+    if (ctx->fmcf->redis_client && ctx->fmcf->fanout) {
+        xargv[0] = "XPENDING";
+        xargvlen[0] = 8;
+        xargv[1] = (const char *) ctx->fmcf->stream.data;
+        xargvlen[1] = ctx->fmcf->stream.len;
+        xargv[2] = (const char *) ctx->fmcf->fanout_group.data;
+        xargvlen[2] = ctx->fmcf->fanout_group.len;
+
+        rc = ngx_http_feed_redis_send_r(r, ctx->fmcf->redis_client,
+                                        ngx_http_feed_status_pending_reply,
+                                        ctx, 3, xargv, xargvlen);
         if (rc == NGX_ERROR) {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
@@ -151,6 +180,54 @@ ngx_http_feed_status_redis_reply(void *data, redisReply *reply)
     ngx_http_feed_status_finish(ctx);
 
     /* a Redis reply does not come through the request's own events */
+    ngx_http_run_posted_requests(c);
+}
+
+
+/* a stream entry id starts with the ms it was added at: "<ms>-<seq>" */
+
+static ngx_int_t
+ngx_http_feed_status_id_ms(redisReply *id)
+{
+    u_char  *p, *last, *dash;
+
+    p = (u_char *) id->str;
+    last = p + id->len;
+    dash = ngx_strlchr(p, last, '-');
+
+    return ngx_atoi(p, (dash ? dash : last) - p);
+}
+
+
+/* XPENDING summary: [count, oldest id, newest id, consumers] */
+
+static void
+ngx_http_feed_status_pending_reply(void *data, redisReply *reply)
+{
+    ngx_http_feed_status_ctx_t  *ctx = data;
+
+    ngx_int_t          ms;
+    ngx_connection_t  *c;
+
+    c = ctx->request->connection;
+
+    if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements >= 2
+        && reply->element[0]->type == REDIS_REPLY_INTEGER)
+    {
+        ctx->pending_known = 1;
+        ctx->pending = reply->element[0]->integer;
+
+        if (reply->element[1]->type == REDIS_REPLY_STRING) {
+            ms = ngx_http_feed_status_id_ms(reply->element[1]);
+
+            if (ms != NGX_ERROR) {
+                ctx->lag = ngx_http_feed_now_ms() - ms;
+            }
+        }
+    }
+
+    ngx_http_feed_status_finish(ctx);
+
     ngx_http_run_posted_requests(c);
 }
 
@@ -220,7 +297,8 @@ ngx_http_feed_status_send(ngx_http_feed_status_ctx_t *ctx)
         || !BSON_APPEND_INT64(&doc, "requests",
                               (int64_t) ngx_http_feed_stats.requests)
         || ngx_http_feed_status_redis(ctx, &doc) != NGX_OK
-        || ngx_http_feed_status_mongo(ctx, &doc) != NGX_OK)
+        || ngx_http_feed_status_mongo(ctx, &doc) != NGX_OK
+        || ngx_http_feed_status_fanout(ctx, &doc) != NGX_OK)
     {
         bson_destroy(&doc);
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -311,6 +389,36 @@ ngx_http_feed_status_mongo(ngx_http_feed_status_ctx_t *ctx, bson_t *doc)
             BSON_APPEND_NULL(&sub, "last_error");
         }
     }
+
+    return bson_append_document_end(doc, &sub) ? NGX_OK : NGX_ERROR;
+}
+
+
+static ngx_int_t
+ngx_http_feed_status_fanout(ngx_http_feed_status_ctx_t *ctx, bson_t *doc)
+{
+    bson_t       sub;
+    bson_iter_t  it;
+
+    if (ngx_http_feed_fanout_status(doc) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (!ctx->pending_known
+        || !bson_iter_init_find(&it, doc, "fanout")
+        || !BSON_ITER_HOLDS_DOCUMENT(&it))
+    {
+        return NGX_OK;
+    }
+
+    /* the queue as Redis sees it, for every consumer of the group */
+
+    if (!BSON_APPEND_DOCUMENT_BEGIN(doc, "queue", &sub)) {
+        return NGX_ERROR;
+    }
+
+    BSON_APPEND_INT64(&sub, "pending", ctx->pending);
+    BSON_APPEND_INT64(&sub, "lag_ms", ctx->pending ? ctx->lag : 0);
 
     return bson_append_document_end(doc, &sub) ? NGX_OK : NGX_ERROR;
 }

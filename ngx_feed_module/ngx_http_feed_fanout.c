@@ -1,0 +1,906 @@
+
+/*
+ * ngx_feed_module: fanout on write, inside the nginx workers.
+ *
+ * Every worker is a consumer ("<host>:<pid>") of one consumer group of the
+ * posts stream, reading with XREADGROUP ... BLOCK on a Redis connection of
+ * its own, so that the hot path never waits behind it.  For each entry:
+ *
+ *   post    the post from MongoDB (absent or deleted: acknowledged and
+ *           logged, not retried), then the author's followers a page at a
+ *           time, delivered into the timelines that exist (plus the
+ *           author's own) by one script call per batch: one round trip
+ *           for hundreds of followers, the next page read meanwhile;
+ *   delete  the same pages, the post taken out of those timelines.
+ *
+ * XACK only once every delivery succeeded.  An entry that failed stays
+ * pending, as do those of a worker that died: XAUTOCLAIM hands entries idle
+ * for feed_fanout_claim_idle to a live consumer, which completes them.
+ * Deliveries are idempotent, so a redelivered entry leaves one copy.
+ */
+
+
+#include "ngx_http_feed_fanout.h"
+#include "ngx_http_feed_timeline.h"
+#include "ngx_http_feed_post.h"
+
+
+#define NGX_HTTP_FEED_FANOUT_RETRY  500
+
+
+typedef struct ngx_http_feed_fanout_entry_s  ngx_http_feed_fanout_entry_t;
+
+
+typedef struct {
+    ngx_http_feed_main_conf_t    *fmcf;
+    ngx_http_feed_redis_t        *rd;
+    ngx_log_t                    *log;
+    ngx_event_t                   timer;
+    ngx_connection_t              dummy;
+
+    char                          consumer[NGX_MAXHOSTNAMELEN + 24];
+    size_t                        consumer_len;
+
+    ngx_uint_t                    ready;
+    ngx_uint_t                    reading;
+    ngx_uint_t                    active;
+    ngx_msec_t                    last_claim;
+
+    /* counters for feed_status */
+    ngx_uint_t                    consumed;
+    ngx_uint_t                    deliveries;
+    ngx_uint_t                    claims;
+    ngx_uint_t                    acked;
+    ngx_uint_t                    failures;
+    ngx_uint_t                    skipped;
+    char                          error[128];
+} ngx_http_feed_fanout_t;
+
+
+struct ngx_http_feed_fanout_entry_s {
+    ngx_pool_t                   *pool;
+    ngx_http_feed_fanout_t       *fo;
+    ngx_http_feed_mongo_task_t   *task;
+    ngx_http_feed_fanout_page_t   page;
+
+    char                          sid[48];
+    u_char                        kind;
+    ngx_str_t                     entry;
+
+    ngx_uint_t                    waiting;
+    unsigned                      fetching:1;
+    unsigned                      fetched:1;
+    unsigned                      last:1;
+    unsigned                      own:1;
+    unsigned                      failed:1;
+};
+
+
+static void ngx_http_feed_fanout_ready(ngx_http_feed_redis_t *rd,
+    void *data);
+static void ngx_http_feed_fanout_grouped(void *data, redisReply *reply);
+static void ngx_http_feed_fanout_tick(ngx_event_t *ev);
+static void ngx_http_feed_fanout_next(ngx_http_feed_fanout_t *fo);
+static void ngx_http_feed_fanout_read(ngx_http_feed_fanout_t *fo);
+static void ngx_http_feed_fanout_claim(ngx_http_feed_fanout_t *fo);
+static void ngx_http_feed_fanout_got(void *data, redisReply *reply);
+static ngx_uint_t ngx_http_feed_fanout_start_all(ngx_http_feed_fanout_t *fo,
+    redisReply *entries);
+static ngx_int_t ngx_http_feed_fanout_start(ngx_http_feed_fanout_t *fo,
+    redisReply *e);
+static ngx_int_t ngx_http_feed_fanout_parse(ngx_http_feed_fanout_entry_t *fe,
+    redisReply *fields);
+static void ngx_http_feed_fanout_fetch(ngx_http_feed_fanout_entry_t *fe);
+static void ngx_http_feed_fanout_fetched(ngx_http_feed_mongo_task_t *t);
+static void ngx_http_feed_fanout_deliver(ngx_http_feed_fanout_entry_t *fe);
+static void ngx_http_feed_fanout_delivered(void *data, redisReply *reply);
+static void ngx_http_feed_fanout_settle(ngx_http_feed_fanout_entry_t *fe);
+static void ngx_http_feed_fanout_ack(ngx_http_feed_fanout_entry_t *fe);
+static void ngx_http_feed_fanout_acked(void *data, redisReply *reply);
+static void ngx_http_feed_fanout_fail(ngx_http_feed_fanout_entry_t *fe,
+    const char *why);
+static void ngx_http_feed_fanout_free(ngx_http_feed_fanout_entry_t *fe);
+static void ngx_http_feed_fanout_post_cache(ngx_http_feed_fanout_entry_t *fe);
+
+
+static ngx_http_feed_fanout_t  *ngx_http_feed_fanout;
+
+
+ngx_int_t
+ngx_http_feed_fanout_init(ngx_cycle_t *cycle,
+    ngx_http_feed_main_conf_t *fmcf)
+{
+    u_char                  *p;
+    ngx_http_feed_fanout_t  *fo;
+
+    if (!fmcf->fanout || fmcf->redis_client == NULL
+        || fmcf->mongo_client == NULL)
+    {
+        return NGX_OK;
+    }
+
+    fo = ngx_pcalloc(cycle->pool, sizeof(ngx_http_feed_fanout_t));
+    if (fo == NULL) {
+        return NGX_ERROR;
+    }
+
+    fo->fmcf = fmcf;
+    fo->log = cycle->log;
+
+    p = ngx_snprintf((u_char *) fo->consumer, sizeof(fo->consumer) - 1,
+                     "%V:%P", &cycle->hostname, ngx_pid);
+    fo->consumer_len = p - (u_char *) fo->consumer;
+
+    fo->dummy.fd = (ngx_socket_t) -1;
+    fo->timer.handler = ngx_http_feed_fanout_tick;
+    fo->timer.data = &fo->dummy;
+    fo->timer.log = cycle->log;
+    fo->timer.cancelable = 1;
+
+    /* a connection of its own: a BLOCKed read holds up nobody else */
+
+    fo->rd = ngx_http_feed_redis_create(cycle, &fmcf->redis);
+    if (fo->rd == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_feed_redis_on_ready(fo->rd, ngx_http_feed_fanout_ready, fo)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    ngx_http_feed_fanout = fo;
+
+    ngx_http_feed_redis_start(fo->rd);
+
+    return NGX_OK;
+}
+
+
+void
+ngx_http_feed_fanout_exit(void)
+{
+    ngx_http_feed_fanout_t  *fo = ngx_http_feed_fanout;
+
+    if (fo == NULL) {
+        return;
+    }
+
+    if (fo->timer.timer_set) {
+        ngx_del_timer(&fo->timer);
+    }
+
+    /* entries read but not acknowledged are claimed by the others */
+
+    ngx_http_feed_redis_destroy(fo->rd);
+    ngx_http_feed_fanout = NULL;
+}
+
+
+/* the group exists from the first connection on, reading from the start */
+
+static void
+ngx_http_feed_fanout_ready(ngx_http_feed_redis_t *rd, void *data)
+{
+    ngx_http_feed_fanout_t  *fo = data;
+
+    ngx_http_feed_main_conf_t  *fmcf;
+    const char                 *argv[6];
+    size_t                      argvlen[6];
+
+    fmcf = fo->fmcf;
+
+    argv[0] = "XGROUP";
+    argvlen[0] = 6;
+    argv[1] = "CREATE";
+    argvlen[1] = 6;
+    argv[2] = (const char *) fmcf->stream.data;
+    argvlen[2] = fmcf->stream.len;
+    argv[3] = (const char *) fmcf->fanout_group.data;
+    argvlen[3] = fmcf->fanout_group.len;
+    argv[4] = "0";
+    argvlen[4] = 1;
+    argv[5] = "MKSTREAM";
+    argvlen[5] = 8;
+
+    (void) ngx_http_feed_redis_send(rd, ngx_http_feed_fanout_grouped, fo, 6,
+                                    argv, argvlen);
+}
+
+
+static void
+ngx_http_feed_fanout_grouped(void *data, redisReply *reply)
+{
+    ngx_http_feed_fanout_t  *fo = data;
+
+    if (reply == NULL) {
+        return;
+    }
+
+    if (reply->type == REDIS_REPLY_ERROR
+        && ngx_strncmp(reply->str, "BUSYGROUP", 9) != 0)
+    {
+        ngx_log_error(NGX_LOG_ERR, fo->log, 0,
+                      "fanout group create failed: %s", reply->str);
+        return;
+    }
+
+    fo->ready = 1;
+    fo->reading = 0;
+
+    ngx_http_feed_fanout_next(fo);
+}
+
+
+static void
+ngx_http_feed_fanout_tick(ngx_event_t *ev)
+{
+    ngx_http_feed_fanout_next(ngx_http_feed_fanout);
+}
+
+
+/* claim what others left behind when it is time, else read new entries */
+
+static void
+ngx_http_feed_fanout_next(ngx_http_feed_fanout_t *fo)
+{
+    if (ngx_exiting || !fo->ready || fo->reading || fo->active) {
+        return;
+    }
+
+    if (ngx_current_msec - fo->last_claim
+        >= fo->fmcf->fanout_claim_idle / 2)
+    {
+        ngx_http_feed_fanout_claim(fo);
+        return;
+    }
+
+    ngx_http_feed_fanout_read(fo);
+}
+
+
+static void
+ngx_http_feed_fanout_read(ngx_http_feed_fanout_t *fo)
+{
+    u_char                      count[NGX_INT_T_LEN], block[NGX_INT_T_LEN];
+    size_t                      argvlen[11];
+    const char                 *argv[11];
+    ngx_http_feed_main_conf_t  *fmcf;
+
+    fmcf = fo->fmcf;
+
+    argv[0] = "XREADGROUP";
+    argvlen[0] = 10;
+    argv[1] = "GROUP";
+    argvlen[1] = 5;
+    argv[2] = (const char *) fmcf->fanout_group.data;
+    argvlen[2] = fmcf->fanout_group.len;
+    argv[3] = fo->consumer;
+    argvlen[3] = fo->consumer_len;
+    argv[4] = "COUNT";
+    argvlen[4] = 5;
+    argv[5] = (const char *) count;
+    argvlen[5] = ngx_sprintf(count, "%ui", fmcf->fanout_batch) - count;
+    argv[6] = "BLOCK";
+    argvlen[6] = 5;
+    argv[7] = (const char *) block;
+    argvlen[7] = ngx_sprintf(block, "%M", fmcf->fanout_block) - block;
+    argv[8] = "STREAMS";
+    argvlen[8] = 7;
+    argv[9] = (const char *) fmcf->stream.data;
+    argvlen[9] = fmcf->stream.len;
+    argv[10] = ">";
+    argvlen[10] = 1;
+
+    if (ngx_http_feed_redis_send_timeout(fo->rd,
+                                         fmcf->fanout_block
+                                         + fmcf->redis.timeout,
+                                         ngx_http_feed_fanout_got, fo, 11,
+                                         argv, argvlen)
+        == NULL)
+    {
+        ngx_add_timer(&fo->timer, NGX_HTTP_FEED_FANOUT_RETRY);
+        return;
+    }
+
+    fo->reading = 1;
+}
+
+
+static void
+ngx_http_feed_fanout_claim(ngx_http_feed_fanout_t *fo)
+{
+    u_char                      idle[NGX_INT_T_LEN], count[NGX_INT_T_LEN];
+    size_t                      argvlen[8];
+    const char                 *argv[8];
+    ngx_http_feed_main_conf_t  *fmcf;
+
+    fmcf = fo->fmcf;
+    fo->last_claim = ngx_current_msec;
+
+    argv[0] = "XAUTOCLAIM";
+    argvlen[0] = 10;
+    argv[1] = (const char *) fmcf->stream.data;
+    argvlen[1] = fmcf->stream.len;
+    argv[2] = (const char *) fmcf->fanout_group.data;
+    argvlen[2] = fmcf->fanout_group.len;
+    argv[3] = fo->consumer;
+    argvlen[3] = fo->consumer_len;
+    argv[4] = (const char *) idle;
+    argvlen[4] = ngx_sprintf(idle, "%M", fmcf->fanout_claim_idle) - idle;
+    argv[5] = "0-0";
+    argvlen[5] = 3;
+    argv[6] = "COUNT";
+    argvlen[6] = 5;
+    argv[7] = (const char *) count;
+    argvlen[7] = ngx_sprintf(count, "%ui", fmcf->fanout_batch) - count;
+
+    if (ngx_http_feed_redis_send(fo->rd, ngx_http_feed_fanout_got, fo, 8,
+                                 argv, argvlen)
+        == NULL)
+    {
+        ngx_add_timer(&fo->timer, NGX_HTTP_FEED_FANOUT_RETRY);
+        return;
+    }
+
+    fo->reading = 1;
+}
+
+
+/*
+ * XREADGROUP: nil, or [[stream, [entry, ...]]];
+ * XAUTOCLAIM: [next, [entry, ...], [deleted id, ...]].
+ */
+
+static void
+ngx_http_feed_fanout_got(void *data, redisReply *reply)
+{
+    ngx_http_feed_fanout_t  *fo = data;
+
+    ngx_uint_t   n;
+    redisReply  *entries;
+
+    fo->reading = 0;
+
+    if (reply == NULL) {
+        /* the connection is gone: the ready hook starts over */
+        fo->ready = 0;
+        return;
+    }
+
+    entries = NULL;
+
+    if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 1
+        && reply->element[0]->type == REDIS_REPLY_ARRAY
+        && reply->element[0]->elements == 2)
+    {
+        entries = reply->element[0]->element[1];
+
+    } else if (reply->type == REDIS_REPLY_ARRAY && reply->elements >= 2
+               && reply->element[0]->type == REDIS_REPLY_STRING)
+    {
+        entries = reply->element[1];
+        fo->claims += (entries->type == REDIS_REPLY_ARRAY)
+                      ? entries->elements : 0;
+
+    } else if (reply->type == REDIS_REPLY_ERROR) {
+        ngx_log_error(NGX_LOG_ERR, fo->log, 0, "fanout read failed: %s",
+                      reply->str);
+        ngx_cpystrn((u_char *) fo->error, (u_char *) reply->str,
+                    sizeof(fo->error));
+
+        if (ngx_strncmp(reply->str, "NOGROUP", 7) == 0) {
+            /* the stream was deleted: make the group again */
+            fo->ready = 0;
+            ngx_http_feed_fanout_ready(fo->rd, fo);
+            return;
+        }
+
+        ngx_add_timer(&fo->timer, NGX_HTTP_FEED_FANOUT_RETRY);
+        return;
+    }
+
+    n = 0;
+
+    if (entries && entries->type == REDIS_REPLY_ARRAY) {
+        n = ngx_http_feed_fanout_start_all(fo, entries);
+    }
+
+    if (n == 0) {
+        ngx_http_feed_fanout_next(fo);
+    }
+}
+
+
+static ngx_uint_t
+ngx_http_feed_fanout_start_all(ngx_http_feed_fanout_t *fo,
+    redisReply *entries)
+{
+    size_t      i;
+    ngx_uint_t  n;
+
+    n = 0;
+
+    for (i = 0; i < entries->elements; i++) {
+        if (ngx_http_feed_fanout_start(fo, entries->element[i]) == NGX_OK) {
+            n++;
+        }
+    }
+
+    return n;
+}
+
+
+/* one stream entry: [id, [field, value, ...]] */
+
+static ngx_int_t
+ngx_http_feed_fanout_start(ngx_http_feed_fanout_t *fo, redisReply *e)
+{
+    ngx_pool_t                    *pool;
+    ngx_http_feed_fanout_entry_t  *fe;
+
+    if (e->type != REDIS_REPLY_ARRAY || e->elements != 2
+        || e->element[0]->type != REDIS_REPLY_STRING
+        || e->element[0]->len >= sizeof(fe->sid))
+    {
+        return NGX_DECLINED;
+    }
+
+    pool = ngx_create_pool(4096, fo->log);
+    if (pool == NULL) {
+        return NGX_DECLINED;
+    }
+
+    fe = ngx_pcalloc(pool, sizeof(ngx_http_feed_fanout_entry_t));
+    if (fe == NULL) {
+        ngx_destroy_pool(pool);
+        return NGX_DECLINED;
+    }
+
+    fe->pool = pool;
+    fe->fo = fo;
+    ngx_memcpy(fe->sid, e->element[0]->str, e->element[0]->len);
+
+    fo->active++;
+    fo->consumed++;
+
+    if (ngx_http_feed_fanout_parse(fe, e->element[1]) != NGX_OK) {
+        /* a poison entry: it will never make sense, drop it */
+        ngx_log_error(NGX_LOG_WARN, fo->log, 0,
+                      "fanout: malformed stream entry %s acknowledged",
+                      fe->sid);
+        fo->skipped++;
+        ngx_http_feed_fanout_ack(fe);
+        return NGX_OK;
+    }
+
+    fe->task = ngx_http_feed_mongo_task(pool, fo->fmcf->mongo_client,
+                                        ngx_http_feed_fanout_page_run,
+                                        ngx_http_feed_fanout_fetched,
+                                        &fe->page);
+    if (fe->task == NULL) {
+        ngx_http_feed_fanout_fail(fe, "out of memory");
+        return NGX_OK;
+    }
+
+    fe->page.want_post = (fe->kind == 'p');
+    fe->page.limit = fo->fmcf->fanout_page;
+
+    ngx_http_feed_fanout_fetch(fe);
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_feed_fanout_parse(ngx_http_feed_fanout_entry_t *fe,
+    redisReply *fields)
+{
+    size_t       i;
+    ngx_str_t    id;
+    bson_oid_t   oid;
+    redisReply  *k, *v;
+
+    if (fields == NULL || fields->type != REDIS_REPLY_ARRAY) {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i + 1 < fields->elements; i += 2) {
+        k = fields->element[i];
+        v = fields->element[i + 1];
+
+        if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING) {
+            return NGX_ERROR;
+        }
+
+        if (k->len == 4 && ngx_strncmp(k->str, "type", 4) == 0) {
+            if (v->len == 4 && ngx_strncmp(v->str, "post", 4) == 0) {
+                fe->kind = 'p';
+
+            } else if (v->len == 6 && ngx_strncmp(v->str, "delete", 6) == 0) {
+                fe->kind = 'd';
+            }
+
+        } else if (k->len == 2 && ngx_strncmp(k->str, "id", 2) == 0) {
+            id.data = (u_char *) v->str;
+            id.len = v->len;
+
+            if (ngx_http_feed_post_id(&id, &oid) != NGX_OK) {
+                return NGX_ERROR;
+            }
+
+            ngx_memcpy(fe->page.post_id, v->str, 24);
+
+        } else if (k->len == 6 && ngx_strncmp(k->str, "author", 6) == 0) {
+            if (!ngx_http_feed_user_valid((u_char *) v->str, v->len)) {
+                return NGX_ERROR;
+            }
+
+            ngx_memcpy(fe->page.author.data, v->str, v->len);
+            fe->page.author.len = v->len;
+        }
+    }
+
+    if (fe->kind == 0 || fe->page.post_id[0] == '\0'
+        || fe->page.author.len == 0)
+    {
+        return NGX_ERROR;
+    }
+
+    if (fe->kind == 'd') {
+        fe->entry.data = (u_char *) fe->page.post_id;
+        fe->entry.len = 24;
+    }
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_feed_fanout_fetch(ngx_http_feed_fanout_entry_t *fe)
+{
+    if (ngx_http_feed_mongo_post(fe->task) != NGX_OK) {
+        ngx_http_feed_fanout_fail(fe, "thread pool queue overflow");
+        return;
+    }
+
+    fe->fetching = 1;
+}
+
+
+static void
+ngx_http_feed_fanout_fetched(ngx_http_feed_mongo_task_t *t)
+{
+    ngx_http_feed_fanout_entry_t  *fe;
+
+    /* the task's data is the entry's page */
+    fe = ngx_queue_data(t->data, ngx_http_feed_fanout_entry_t, page);
+
+    fe->fetching = 0;
+
+    if (t->rc != NGX_OK) {
+        bson_free(fe->page.json);
+        fe->page.json = NULL;
+        bson_free(fe->page.users);
+        fe->page.users = NULL;
+        ngx_cpystrn((u_char *) fe->fo->error, (u_char *) t->error.message,
+                    sizeof(fe->fo->error));
+        fe->failed = 1;
+        ngx_http_feed_fanout_settle(fe);
+        return;
+    }
+
+    if (fe->page.want_post) {
+        fe->page.want_post = 0;
+
+        if (!fe->page.found) {
+            /* deleted before it could be fanned out, or never stored */
+            ngx_log_error(NGX_LOG_INFO, fe->fo->log, 0,
+                          "fanout: post %s is gone, entry %s acknowledged",
+                          fe->page.post_id, fe->sid);
+            fe->fo->skipped++;
+            bson_free(fe->page.users);
+            fe->page.users = NULL;
+            ngx_http_feed_fanout_ack(fe);
+            return;
+        }
+
+        ngx_http_feed_fanout_post_cache(fe);
+    }
+
+    fe->fetched = 1;
+    fe->last = (fe->page.nusers < fe->page.limit);
+
+    ngx_http_feed_fanout_settle(fe);
+}
+
+
+/*
+ * What timelines get: the id, followed by the JSON in embed mode; in link
+ * mode the JSON goes to the post cache first, on the same connection, so
+ * it is there before any timeline points to it.
+ */
+
+static void
+ngx_http_feed_fanout_post_cache(ngx_http_feed_fanout_entry_t *fe)
+{
+    u_char                     *p, ttl[NGX_INT_T_LEN];
+    size_t                      argvlen[5];
+    const char                 *argv[5];
+    ngx_http_feed_main_conf_t  *fmcf;
+
+    fmcf = fe->fo->fmcf;
+
+    p = ngx_pnalloc(fe->pool, sizeof(NGX_HTTP_FEED_POST_PREFIX) + 24
+                              + fe->page.json_len);
+    if (p == NULL) {
+        fe->failed = 1;
+        return;
+    }
+
+    if (fmcf->cache_embed) {
+        fe->entry.data = p;
+        p = ngx_cpymem(p, fe->page.post_id, 24);
+        p = ngx_cpymem(p, fe->page.json, fe->page.json_len);
+        fe->entry.len = p - fe->entry.data;
+
+    } else {
+        fe->entry.data = (u_char *) fe->page.post_id;
+        fe->entry.len = 24;
+
+        argv[0] = "SET";
+        argvlen[0] = 3;
+        argv[1] = (const char *) p;
+        argvlen[1] = ngx_sprintf(p, "%s%s", NGX_HTTP_FEED_POST_PREFIX,
+                                 fe->page.post_id) - p;
+        argv[2] = fe->page.json;
+        argvlen[2] = fe->page.json_len;
+        argv[3] = "EX";
+        argvlen[3] = 2;
+        argv[4] = (const char *) ttl;
+        argvlen[4] = ngx_sprintf(ttl, "%T", fmcf->cache_ttl) - ttl;
+
+        if (ngx_http_feed_redis_send(fmcf->redis_client,
+                                     ngx_http_feed_fanout_delivered, fe, 5,
+                                     argv, argvlen)
+            != NULL)
+        {
+            fe->waiting++;
+
+        } else {
+            fe->failed = 1;
+        }
+    }
+
+    bson_free(fe->page.json);
+    fe->page.json = NULL;
+}
+
+
+/* a page is in: deliver it, and read the next one meanwhile */
+
+static void
+ngx_http_feed_fanout_settle(ngx_http_feed_fanout_entry_t *fe)
+{
+    if (fe->fetching || fe->waiting) {
+        return;
+    }
+
+    if (fe->failed) {
+        ngx_http_feed_fanout_fail(fe, fe->fo->error);
+        return;
+    }
+
+    if (fe->fetched) {
+        ngx_http_feed_fanout_deliver(fe);
+
+        if (fe->failed) {
+            ngx_http_feed_fanout_settle(fe);
+            return;
+        }
+
+        if (!fe->last) {
+            fe->page.has_cursor = 1;
+            ngx_http_feed_fanout_fetch(fe);
+        }
+
+        if (fe->waiting || fe->fetching) {
+            return;
+        }
+    }
+
+    if (fe->last) {
+        ngx_http_feed_fanout_ack(fe);
+    }
+}
+
+
+static void
+ngx_http_feed_fanout_deliver(ngx_http_feed_fanout_entry_t *fe)
+{
+    ngx_int_t                   rc;
+    ngx_uint_t                  i, n, batch;
+    ngx_http_feed_user_t       *users;
+    ngx_http_feed_main_conf_t  *fmcf;
+
+    fmcf = fe->fo->fmcf;
+    fe->fetched = 0;
+
+    /* the author's own timeline, with the first page */
+
+    n = fe->page.nusers + !fe->own;
+    users = ngx_palloc(fe->pool, (n + 1) * sizeof(ngx_http_feed_user_t));
+
+    if (users == NULL) {
+        fe->failed = 1;
+        bson_free(fe->page.users);
+        fe->page.users = NULL;
+        return;
+    }
+
+    if (fe->page.nusers) {
+        ngx_memcpy(users, fe->page.users,
+                   fe->page.nusers * sizeof(ngx_http_feed_user_t));
+    }
+
+    if (!fe->own) {
+        users[fe->page.nusers] = fe->page.author;
+        fe->own = 1;
+    }
+
+    bson_free(fe->page.users);
+    fe->page.users = NULL;
+
+    batch = fmcf->fanout_deliver_batch;
+
+    for (i = 0; i < n; i += batch) {
+        if (fe->kind == 'p') {
+            rc = ngx_http_feed_timeline_cache_deliver(fmcf, fe->pool,
+                     users + i, ngx_min(batch, n - i), &fe->entry,
+                     ngx_http_feed_fanout_delivered, fe);
+
+        } else {
+            rc = ngx_http_feed_timeline_cache_remove(fmcf, fe->pool,
+                     users + i, ngx_min(batch, n - i), fe->page.post_id,
+                     ngx_http_feed_fanout_delivered, fe);
+        }
+
+        if (rc != NGX_OK) {
+            ngx_cpystrn((u_char *) fe->fo->error,
+                        (u_char *) "redis unavailable",
+                        sizeof(fe->fo->error));
+            fe->failed = 1;
+            return;
+        }
+
+        fe->waiting++;
+    }
+}
+
+
+static void
+ngx_http_feed_fanout_delivered(void *data, redisReply *reply)
+{
+    ngx_http_feed_fanout_entry_t  *fe = data;
+
+    if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
+        ngx_cpystrn((u_char *) fe->fo->error,
+                    (u_char *) (reply ? reply->str : "redis unavailable"),
+                    sizeof(fe->fo->error));
+        fe->failed = 1;
+
+    } else if (reply->type == REDIS_REPLY_INTEGER && fe->kind == 'p') {
+        fe->fo->deliveries += reply->integer;
+    }
+
+    fe->waiting--;
+
+    ngx_http_feed_fanout_settle(fe);
+}
+
+
+static void
+ngx_http_feed_fanout_ack(ngx_http_feed_fanout_entry_t *fe)
+{
+    size_t                      argvlen[4];
+    const char                 *argv[4];
+    ngx_http_feed_main_conf_t  *fmcf;
+
+    fmcf = fe->fo->fmcf;
+
+    argv[0] = "XACK";
+    argvlen[0] = 4;
+    argv[1] = (const char *) fmcf->stream.data;
+    argvlen[1] = fmcf->stream.len;
+    argv[2] = (const char *) fmcf->fanout_group.data;
+    argvlen[2] = fmcf->fanout_group.len;
+    argv[3] = fe->sid;
+    argvlen[3] = ngx_strlen(fe->sid);
+
+    if (ngx_http_feed_redis_send(fe->fo->rd, ngx_http_feed_fanout_acked, fe,
+                                 4, argv, argvlen)
+        == NULL)
+    {
+        /* delivered but not acknowledged: delivered again later, once */
+        ngx_http_feed_fanout_free(fe);
+    }
+}
+
+
+static void
+ngx_http_feed_fanout_acked(void *data, redisReply *reply)
+{
+    ngx_http_feed_fanout_entry_t  *fe = data;
+
+    if (reply && reply->type == REDIS_REPLY_INTEGER) {
+        fe->fo->acked++;
+    }
+
+    ngx_http_feed_fanout_free(fe);
+}
+
+
+/* not acknowledged: the entry stays pending and is claimed again */
+
+static void
+ngx_http_feed_fanout_fail(ngx_http_feed_fanout_entry_t *fe, const char *why)
+{
+    ngx_log_error(NGX_LOG_WARN, fe->fo->log, 0,
+                  "fanout of entry %s failed, will retry: %s", fe->sid, why);
+
+    fe->fo->failures++;
+
+    ngx_http_feed_fanout_free(fe);
+}
+
+
+static void
+ngx_http_feed_fanout_free(ngx_http_feed_fanout_entry_t *fe)
+{
+    ngx_http_feed_fanout_t  *fo = fe->fo;
+
+    bson_free(fe->page.json);
+    bson_free(fe->page.users);
+
+    ngx_destroy_pool(fe->pool);
+
+    if (--fo->active == 0) {
+        ngx_http_feed_fanout_next(fo);
+    }
+}
+
+
+ngx_int_t
+ngx_http_feed_fanout_status(bson_t *doc)
+{
+    bson_t                   sub;
+    ngx_http_feed_fanout_t  *fo = ngx_http_feed_fanout;
+
+    if (!BSON_APPEND_DOCUMENT_BEGIN(doc, "fanout", &sub)) {
+        return NGX_ERROR;
+    }
+
+    BSON_APPEND_BOOL(&sub, "enabled", fo != NULL);
+
+    if (fo) {
+        BSON_APPEND_UTF8(&sub, "consumer", fo->consumer);
+        BSON_APPEND_BOOL(&sub, "reading", fo->ready);
+        BSON_APPEND_INT64(&sub, "consumed", (int64_t) fo->consumed);
+        BSON_APPEND_INT64(&sub, "deliveries", (int64_t) fo->deliveries);
+        BSON_APPEND_INT64(&sub, "acked", (int64_t) fo->acked);
+        BSON_APPEND_INT64(&sub, "claims", (int64_t) fo->claims);
+        BSON_APPEND_INT64(&sub, "failures", (int64_t) fo->failures);
+        BSON_APPEND_INT64(&sub, "skipped", (int64_t) fo->skipped);
+        BSON_APPEND_INT64(&sub, "in_flight", (int64_t) fo->active);
+
+        if (fo->error[0]) {
+            BSON_APPEND_UTF8(&sub, "last_error", fo->error);
+
+        } else {
+            BSON_APPEND_NULL(&sub, "last_error");
+        }
+    }
+
+    return bson_append_document_end(doc, &sub) ? NGX_OK : NGX_ERROR;
+}

@@ -1,0 +1,47 @@
+
+/*
+ * ngx_feed_module: fanout on write, inside the nginx workers.
+ */
+
+
+#ifndef _NGX_HTTP_FEED_FANOUT_H_INCLUDED_
+#define _NGX_HTTP_FEED_FANOUT_H_INCLUDED_
+
+
+#include "ngx_http_feed_module.h"
+#include "ngx_http_feed_redis.h"
+#include "ngx_http_feed_mongo.h"
+#include "ngx_http_feed_util.h"
+
+
+/* one page of an author's followers, read by a thread */
+typedef struct {
+    ngx_http_feed_user_t          author;
+    char                          post_id[25];
+    ngx_uint_t                    want_post;
+    ngx_uint_t                    limit;
+
+    /* where the page starts: after (created, src) of the last one */
+    ngx_uint_t                    has_cursor;
+    int64_t                       cursor_created;
+    ngx_http_feed_user_t          cursor_src;
+
+    /* results, bson_malloc()ed by the thread, freed on the loop */
+    ngx_uint_t                    found;      /* the post exists */
+    char                         *json;       /* the post's JSON */
+    size_t                        json_len;
+    ngx_http_feed_user_t         *users;
+    ngx_uint_t                    nusers;
+} ngx_http_feed_fanout_page_t;
+
+
+void ngx_http_feed_fanout_page_run(ngx_http_feed_mongo_task_t *t,
+    mongoc_client_t *client);
+
+ngx_int_t ngx_http_feed_fanout_init(ngx_cycle_t *cycle,
+    ngx_http_feed_main_conf_t *fmcf);
+void ngx_http_feed_fanout_exit(void);
+ngx_int_t ngx_http_feed_fanout_status(bson_t *doc);
+
+
+#endif /* _NGX_HTTP_FEED_FANOUT_H_INCLUDED_ */
