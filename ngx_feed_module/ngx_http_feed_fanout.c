@@ -659,7 +659,7 @@ ngx_http_feed_fanout_post_cache(ngx_http_feed_fanout_entry_t *fe)
         argv[3] = "EX";
         argvlen[3] = 2;
         argv[4] = (const char *) ttl;
-        argvlen[4] = ngx_sprintf(ttl, "%T", fmcf->cache_ttl) - ttl;
+        argvlen[4] = ngx_sprintf(ttl, "%T", 2 * fmcf->cache_ttl) - ttl;
 
         if (ngx_http_feed_redis_send(fmcf->redis_client,
                                      ngx_http_feed_fanout_delivered, fe, 5,
@@ -808,6 +808,11 @@ ngx_http_feed_fanout_ack(ngx_http_feed_fanout_entry_t *fe)
     ngx_http_feed_main_conf_t  *fmcf;
 
     fmcf = fe->fo->fmcf;
+
+    if (fe->kind == 'd' && fe->last) {
+        /* out of every timeline: reads need not skip it much longer */
+        ngx_http_feed_timeline_deleted(fmcf, fe->page.post_id, 1);
+    }
 
     argv[0] = "XACK";
     argvlen[0] = 4;

@@ -138,35 +138,21 @@ ngx_http_feed_outbox_send(ngx_http_request_t *r,
  * Cached timelines may still hold a deleted post until fanout removes it:
  * every read skips posts marked so.  Sent ahead of the delete's entry, on
  * the same connection, so it is in Redis before anyone hears of the
- * delete.
+ * delete; the copy of the post in link mode goes too.
  */
 
 static void
 ngx_http_feed_outbox_mark_deleted(ngx_http_feed_main_conf_t *fmcf,
     const char *hex)
 {
-    u_char       key[sizeof(NGX_HTTP_FEED_DEL_PREFIX) + 24];
     u_char       post[sizeof(NGX_HTTP_FEED_POST_PREFIX) + 24];
-    u_char       ttl[NGX_INT_T_LEN];
-    size_t       argvlen[5];
-    const char  *argv[5];
+    size_t       argvlen[2];
+    const char  *argv[2];
 
-    argv[0] = "SET";
-    argvlen[0] = 3;
-    argv[1] = (const char *) key;
-    argvlen[1] = ngx_sprintf(key, "%s%s", NGX_HTTP_FEED_DEL_PREFIX, hex)
-                 - key;
-    argv[2] = "1";
-    argvlen[2] = 1;
-    argv[3] = "EX";
-    argvlen[3] = 2;
-    argv[4] = (const char *) ttl;
-    argvlen[4] = ngx_sprintf(ttl, "%T", fmcf->cache_ttl) - ttl;
-
-    (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, 5, argv,
-                                    argvlen);
+    ngx_http_feed_timeline_deleted(fmcf, hex, 0);
 
     argv[0] = "DEL";
+    argvlen[0] = 3;
     argv[1] = (const char *) post;
     argvlen[1] = ngx_sprintf(post, "%s%s", NGX_HTTP_FEED_POST_PREFIX, hex)
                  - post;

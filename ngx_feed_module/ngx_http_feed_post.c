@@ -15,6 +15,7 @@
 #include "ngx_http_feed_post.h"
 #include "ngx_http_feed_outbox.h"
 #include "ngx_http_feed_json.h"
+#include "ngx_http_feed_redis.h"
 
 
 typedef struct ngx_http_feed_post_ctx_s  ngx_http_feed_post_ctx_t;
@@ -626,6 +627,19 @@ ngx_http_feed_user_post(ngx_http_request_t *r)
     rc = ngx_http_feed_authorize(r, &ctx->op.author);
     if (rc != NGX_DECLINED) {
         return rc;
+    }
+
+    /*
+     * Cached timelines skip a deleted post from the moment Redis knows of
+     * it: without Redis that cannot be promised, so nothing is done.
+     */
+
+    if (ctx->fmcf->redis_enabled
+        && ngx_http_feed_redis_state(ctx->fmcf->redis_client)
+           != NGX_HTTP_FEED_REDIS_UP)
+    {
+        return ngx_http_feed_unavailable(r, "the cache is unavailable, "
+                                            "nothing was deleted");
     }
 
     ctx->op.now = ngx_http_feed_now_ms();

@@ -53,8 +53,14 @@ struct ngx_http_feed_tl_ctx_s {
     u_char                        version[24];
     size_t                        version_len;
 
+    /* the first page kept as answered, as the HGET got it */
+    ngx_str_t                     kept;
+    ngx_uint_t                    rereads;
+
     unsigned                      is_leader:1;
     unsigned                      lock_held:1;
+    unsigned                      items_ready:1;
+    unsigned                      polling:1;
     unsigned                      has_doc:1;
 };
 
@@ -65,6 +71,7 @@ static ngx_int_t ngx_http_feed_tl_args(ngx_http_request_t *r,
 static ngx_int_t ngx_http_feed_tl_arg_id(ngx_http_request_t *r, char *name,
     char *id, ngx_uint_t *has);
 static void ngx_http_feed_tl_read(ngx_http_feed_tl_ctx_t *ctx);
+static void ngx_http_feed_tl_kept(void *data, redisReply *reply);
 static void ngx_http_feed_tl_read_done(void *data, redisReply *reply);
 static void ngx_http_feed_tl_read_reply(ngx_http_feed_tl_ctx_t *ctx,
     redisReply *reply);
@@ -230,8 +237,10 @@ ngx_http_feed_tl_read(ngx_http_feed_tl_ctx_t *ctx)
 {
     ngx_int_t  rc;
 
+    ctx->kept.len = 0;
+
     rc = ngx_http_feed_timeline_cache_read(ctx->request, ctx->fmcf,
-                                           &ctx->page,
+                                           &ctx->page, ngx_http_feed_tl_kept,
                                            ngx_http_feed_tl_read_done, ctx);
     if (rc == NGX_ERROR) {
         ngx_http_feed_tl_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
@@ -241,6 +250,27 @@ ngx_http_feed_tl_read(ngx_http_feed_tl_ctx_t *ctx)
     if (rc == NGX_DECLINED) {
         ngx_http_feed_tl_bypass(ctx);
     }
+}
+
+
+/* the HGET of the first page kept as answered: copied, checked after */
+
+static void
+ngx_http_feed_tl_kept(void *data, redisReply *reply)
+{
+    ngx_http_feed_tl_ctx_t  *ctx = data;
+
+    if (reply == NULL || reply->type != REDIS_REPLY_STRING) {
+        return;
+    }
+
+    ctx->kept.data = ngx_pnalloc(ctx->request->pool, reply->len);
+    if (ctx->kept.data == NULL) {
+        return;
+    }
+
+    ngx_memcpy(ctx->kept.data, reply->str, reply->len);
+    ctx->kept.len = reply->len;
 }
 
 
@@ -287,6 +317,25 @@ ngx_http_feed_tl_read_reply(ngx_http_feed_tl_ctx_t *ctx, redisReply *reply)
         return;
     }
 
+    if (ctx->cached.kept
+        && ngx_http_feed_timeline_cache_kept(&ctx->kept, &ctx->cached)
+           != NGX_OK)
+    {
+        /*
+         * The page changed between the HGET and the script, which both ran
+         * in one round trip but not atomically: rare, read again.
+         */
+
+        if (ctx->rereads++ < 3) {
+            ngx_http_feed_tl_read(ctx);
+
+        } else {
+            ngx_http_feed_tl_fail(ctx, NGX_HTTP_SERVICE_UNAVAILABLE);
+        }
+
+        return;
+    }
+
     if (ctx->status == NGX_HTTP_FEED_CACHE_NONE) {
         ctx->status = NGX_HTTP_FEED_CACHE_HIT;
     }
@@ -297,10 +346,6 @@ ngx_http_feed_tl_read_reply(ngx_http_feed_tl_ctx_t *ctx, redisReply *reply)
     }
 
     ngx_http_feed_tl_answer(ctx);
-
-    if (ctx->is_leader) {
-        ngx_http_feed_tl_lead_done(ctx, NGX_OK);
-    }
 }
 
 
@@ -337,7 +382,14 @@ ngx_http_feed_tl_miss(ngx_http_feed_tl_ctx_t *ctx)
         ngx_queue_insert_tail(&ngx_http_feed_tl_leaders, &ctx->queue);
     }
 
-    if (ctx->cached.locked) {
+    if (ctx->cached.locked == 2 && ctx->polling) {
+        /* the rebuild waited for failed elsewhere: its answer is ours */
+        ngx_http_feed_tl_fail(ctx, NGX_HTTP_SERVICE_UNAVAILABLE);
+        return;
+    }
+
+    if (ctx->cached.locked == 1) {
+        ctx->polling = 1;
         ngx_add_timer(&ctx->poll, NGX_HTTP_FEED_POLL);
         return;
     }
@@ -374,6 +426,7 @@ ngx_http_feed_tl_locked(void *data, redisReply *reply)
                || reply->element[1]->len >= sizeof(ctx->version))
     {
         /* rebuilt elsewhere: look again shortly */
+        ctx->polling = 1;
         ngx_add_timer(&ctx->poll, NGX_HTTP_FEED_POLL);
 
     } else {
@@ -392,7 +445,6 @@ ngx_http_feed_tl_locked(void *data, redisReply *reply)
             != NGX_OK)
         {
             ngx_http_feed_tl_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
-            ngx_http_feed_tl_lead_done(ctx, NGX_HTTP_SERVICE_UNAVAILABLE);
         }
     }
 
@@ -438,7 +490,6 @@ ngx_http_feed_tl_rebuilt(ngx_http_feed_tl_ctx_t *ctx)
     {
         /* Redis went away meanwhile: answer from what the rebuild gave */
         ngx_http_feed_tl_bypass_done(ctx);
-        ngx_http_feed_tl_lead_done(ctx, NGX_OK);
     }
 }
 
@@ -482,8 +533,9 @@ ngx_http_feed_tl_lead_done(ngx_http_feed_tl_ctx_t *ctx, ngx_int_t rc)
     ngx_http_feed_tl_ctx_t  *w;
 
     if (ctx->lock_held) {
-        /* the rebuild did not warm the cache: let another one try */
-        ngx_http_feed_timeline_cache_unlock(ctx->fmcf, &ctx->page.user);
+        /* the rebuild did not warm the cache: another one may try */
+        ngx_http_feed_timeline_cache_unlock(ctx->fmcf, &ctx->page.user,
+                                            rc != NGX_OK);
         ctx->lock_held = 0;
     }
 
@@ -559,7 +611,6 @@ ngx_http_feed_tl_deep_done(ngx_http_feed_tl_ctx_t *ctx)
     ctx->cached.more = more;
 
     ngx_http_feed_tl_answer(ctx);
-    ngx_http_feed_tl_lead_done(ctx, NGX_OK);
 }
 
 
@@ -590,7 +641,8 @@ ngx_http_feed_tl_bypass_done(ngx_http_feed_tl_ctx_t *ctx)
 {
     ngx_uint_t  more;
 
-    if (!ctx->has_doc && ngx_http_feed_tl_fallback_items(ctx) != NGX_OK) {
+    if (!ctx->items_ready && ngx_http_feed_tl_fallback_items(ctx) != NGX_OK)
+    {
         return;
     }
 
@@ -604,7 +656,6 @@ ngx_http_feed_tl_bypass_done(ngx_http_feed_tl_ctx_t *ctx)
     ctx->cached.more = more;
 
     ngx_http_feed_tl_answer(ctx);
-    ngx_http_feed_tl_lead_done(ctx, NGX_OK);
 }
 
 
@@ -653,6 +704,7 @@ ngx_http_feed_tl_fallback(ngx_http_feed_tl_ctx_t *ctx,
 
     ctx->next = next;
     ctx->fb_done = 0;
+    ctx->items_ready = 0;
 
     if (ngx_http_subrequest(r, &flcf->fallback, &args, &sr, ps,
                             NGX_HTTP_SUBREQUEST_IN_MEMORY
@@ -746,9 +798,7 @@ ngx_http_feed_tl_fallback_items(ngx_http_feed_tl_ctx_t *ctx)
                       "timeline fallback failed: status %ui",
                       ctx->fb_status);
 
-        ngx_http_feed_tl_fail(ctx, ngx_http_feed_unavailable(ctx->request,
-                                       "the timeline cannot be built now"));
-        ngx_http_feed_tl_lead_done(ctx, NGX_HTTP_SERVICE_UNAVAILABLE);
+        ngx_http_feed_tl_fail(ctx, NGX_HTTP_SERVICE_UNAVAILABLE);
         return NGX_ERROR;
     }
 
@@ -756,9 +806,10 @@ ngx_http_feed_tl_fallback_items(ngx_http_feed_tl_ctx_t *ctx)
 
     if (!bson_init_static(&ctx->fb_items, data, len)) {
         ngx_http_feed_tl_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
-        ngx_http_feed_tl_lead_done(ctx, NGX_HTTP_SERVICE_UNAVAILABLE);
         return NGX_ERROR;
     }
+
+    ctx->items_ready = 1;
 
     return NGX_OK;
 }
@@ -862,20 +913,30 @@ ngx_http_feed_tl_add_items(ngx_http_feed_tl_ctx_t *ctx, ngx_uint_t max,
 }
 
 
+/*
+ * Waiters are woken before the request is answered: answering may free it,
+ * and its cleanup would then send them rebuilding on their own.
+ */
+
 static void
 ngx_http_feed_tl_answer(ngx_http_feed_tl_ctx_t *ctx)
 {
+    ngx_http_feed_tl_lead_done(ctx, NGX_OK);
     ngx_http_feed_finalize(ctx->request, ngx_http_feed_tl_send(ctx));
 }
 
 
-/* {"items": [...], "next": ...}: the items' JSON as the cache had it */
+/*
+ * {"items": [...], "next": ...}: the items' JSON as the cache had it, or
+ * the whole page as it was answered before.
+ */
 
 static ngx_int_t
 ngx_http_feed_tl_send(ngx_http_feed_tl_ctx_t *ctx)
 {
-    u_char              *p, *body;
+    u_char              *p;
     size_t               len;
+    ngx_str_t            body;
     ngx_uint_t           i;
     ngx_http_request_t  *r;
 
@@ -885,18 +946,29 @@ ngx_http_feed_tl_send(ngx_http_feed_tl_ctx_t *ctx)
         return NGX_HTTP_CLIENT_CLOSED_REQUEST;
     }
 
+    if (ctx->cached.more && ctx->cached.nitems
+        && ngx_http_feed_tl_link(r, &ctx->page, ctx->cached.last) != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (ctx->cached.kept) {
+        return ngx_http_feed_send_body(r, NGX_HTTP_OK, ctx->cached.body.data,
+                                       ctx->cached.body.len);
+    }
+
     len = sizeof("{\"items\": [], \"next\": \"\"}\n") + 24;
 
     for (i = 0; i < ctx->cached.nitems; i++) {
         len += ctx->cached.items[i].len + 2;
     }
 
-    body = ngx_pnalloc(r->pool, len);
-    if (body == NULL) {
+    body.data = ngx_pnalloc(r->pool, len);
+    if (body.data == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    p = ngx_cpymem(body, "{\"items\": [", sizeof("{\"items\": [") - 1);
+    p = ngx_cpymem(body.data, "{\"items\": [", sizeof("{\"items\": [") - 1);
 
     for (i = 0; i < ctx->cached.nitems; i++) {
         if (i) {
@@ -911,18 +983,23 @@ ngx_http_feed_tl_send(ngx_http_feed_tl_ctx_t *ctx)
     if (ctx->cached.more && ctx->cached.nitems) {
         p = ngx_sprintf(p, "], \"next\": \"%s\"}\n", ctx->cached.last);
 
-        if (ngx_http_feed_tl_link(r, &ctx->page, ctx->cached.last)
-            != NGX_OK)
-        {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-
     } else {
         p = ngx_cpymem(p, "], \"next\": null}\n",
                        sizeof("], \"next\": null}\n") - 1);
     }
 
-    return ngx_http_feed_send_body(r, NGX_HTTP_OK, body, p - body);
+    body.len = p - body.data;
+
+    /* a first page read whole from the cache is kept as answered */
+
+    if (ctx->cached.version.len && !ctx->cached.deep
+        && !ctx->page.has_max && !ctx->page.has_since)
+    {
+        ngx_http_feed_timeline_cache_page(r, ctx->fmcf, &ctx->page,
+                                          &ctx->cached, &body);
+    }
+
+    return ngx_http_feed_send_body(r, NGX_HTTP_OK, body.data, body.len);
 }
 
 
@@ -956,11 +1033,18 @@ ngx_http_feed_tl_link(ngx_http_request_t *r, ngx_http_feed_page_t *page,
 }
 
 
-/* rc: a status to answer, or what answering it returned */
+/*
+ * rc: a status to answer, or what answering returned.  A leader's waiters
+ * get the same error, not a rebuild each.
+ */
 
 static void
 ngx_http_feed_tl_fail(ngx_http_feed_tl_ctx_t *ctx, ngx_int_t rc)
 {
+    ngx_http_feed_tl_lead_done(ctx, (rc == NGX_HTTP_INTERNAL_SERVER_ERROR
+                                     || rc == NGX_HTTP_SERVICE_UNAVAILABLE)
+                                    ? rc : NGX_OK);
+
     if (rc == NGX_HTTP_INTERNAL_SERVER_ERROR) {
         rc = ngx_http_feed_send_error(ctx->request, rc, "internal",
                                       "internal error");

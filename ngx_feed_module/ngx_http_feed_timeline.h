@@ -14,9 +14,8 @@
 #include "ngx_http_feed_util.h"
 
 
-/* a post's JSON in link mode, and the mark of a deleted post */
+/* a post's JSON in link mode */
 #define NGX_HTTP_FEED_POST_PREFIX  "feed:p:"
-#define NGX_HTTP_FEED_DEL_PREFIX   "feed:del:"
 
 
 /* the oldest possible id: the tail of a timeline that has all history */
@@ -46,26 +45,40 @@ typedef struct {
 /* what the cache answered */
 typedef struct {
     ngx_uint_t                    found;      /* the timeline exists */
-    ngx_uint_t                    locked;     /* missing, being rebuilt */
+    ngx_uint_t                    locked;     /* missing: 1 being rebuilt,
+                                                 2 its rebuild failed */
     ngx_uint_t                    more;       /* more after this page */
     ngx_uint_t                    deep;       /* ran past a trimmed cache */
     char                          last[25];   /* id of the last item */
     ngx_uint_t                    nitems;
     ngx_str_t                    *items;      /* JSON of each post */
+
+    ngx_str_t                     version;    /* of the list read */
+    ngx_str_t                     ids;        /* of the items, concatenated */
+
+    ngx_uint_t                    kept;       /* a page kept as answered */
+    ngx_str_t                     body;
 } ngx_http_feed_cached_t;
 
 
 ngx_int_t ngx_http_feed_timeline_cache_init(ngx_http_feed_redis_t *rd);
 ngx_int_t ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_page_t *page,
-    ngx_http_feed_redis_pt handler, void *data);
+    ngx_http_feed_redis_pt kept, ngx_http_feed_redis_pt handler, void *data);
+ngx_int_t ngx_http_feed_timeline_cache_kept(ngx_str_t *page,
+    ngx_http_feed_cached_t *cached);
+void ngx_http_feed_timeline_cache_page(ngx_http_request_t *r,
+    ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_page_t *page,
+    ngx_http_feed_cached_t *cached, ngx_str_t *body);
+void ngx_http_feed_timeline_deleted(ngx_http_feed_main_conf_t *fmcf,
+    const char *id, ngx_uint_t done);
 ngx_int_t ngx_http_feed_timeline_cache_parse(ngx_http_request_t *r,
     redisReply *reply, ngx_http_feed_cached_t *cached);
 ngx_int_t ngx_http_feed_timeline_cache_lock(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
     ngx_http_feed_redis_pt handler, void *data);
 void ngx_http_feed_timeline_cache_unlock(ngx_http_feed_main_conf_t *fmcf,
-    ngx_http_feed_user_t *user);
+    ngx_http_feed_user_t *user, ngx_uint_t failed);
 ngx_int_t ngx_http_feed_timeline_cache_warm(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
     ngx_str_t *version, bson_t *items, ngx_uint_t complete,

@@ -9,7 +9,16 @@
  * timeline that holds the user's whole history: without it the list was
  * trimmed, and pages past its end continue from the fallback.
  *
- * Deleted posts are marked "feed:del:<id>" and skipped by every read.
+ * Every change of a list bumps its version, "feed:tln:{user}".  The first
+ * pages, as answered, are kept in "feed:tlp:{user}" with the version they
+ * were made from: a read whose page is there and current gets it whole, a
+ * single string, instead of each post through the script.
+ *
+ * Deleted posts are in the sorted set "feed:deleting" until fanout has
+ * taken them out of every list (score +inf), then for a grace period that
+ * covers rebuilds already under way: every read skips them, every warm
+ * leaves them out.
+ *
  * Each read is one EVALSHA: one round trip, the JSON of the page ready.
  */
 
@@ -22,9 +31,24 @@
 #define NGX_HTTP_FEED_LOCK_PREFIX  "feed:lock:{"
 #define NGX_HTTP_FEED_TLV_PREFIX   "feed:tlv:{"
 #define NGX_HTTP_FEED_TLQ_PREFIX   "feed:tlq:{"
+#define NGX_HTTP_FEED_TLN_PREFIX   "feed:tln:{"
+#define NGX_HTTP_FEED_TLP_PREFIX   "feed:tlp:{"
+
+/*
+ * A list changed: its version moves, the pages made from it are stale.
+ * The version outlives any page made from it (pages live one ttl).
+ */
+#define NGX_HTTP_FEED_LUA_CHANGED                                             \
+    "local function changed(tl, ttl) "                                        \
+    "  local v = 'feed:tln:' .. string.sub(tl, 9) "                           \
+    "  redis.call('incr', v) "                                                \
+    "  redis.call('expire', v, 2 * tonumber(ttl)) "                           \
+    "end "
 
 #define NGX_HTTP_FEED_KEY_LEN      (sizeof(NGX_HTTP_FEED_LOCK_PREFIX)        \
                                     + NGX_HTTP_FEED_USER_MAX + 1)
+
+#define NGX_HTTP_FEED_DELETING     "feed:deleting"
 
 
 /*
@@ -59,60 +83,146 @@
 
 
 /*
- * KEYS: timeline, lock.  ARGV: limit, max_id, since_id, ttl, mode,
- * post prefix, deleted prefix.  {0, locked} when there is no timeline,
- * else {1, more, deep, last id, JSON, ...}.
+ * KEYS: timeline, lock, pages, version, deleting.  ARGV: limit, max_id,
+ * since_id, ttl, mode, post prefix.
+ *
+ *   {0, locked}                          no timeline: 1 while being
+ *                                        rebuilt, 2 when a rebuild just
+ *                                        failed
+ *   {3, version}                         the first page kept as answered
+ *                                        (read by the HGET sent just before
+ *                                        this, in the same round trip) is
+ *                                        current: its bytes never go
+ *                                        through the script
+ *   {1, more, deep, last, version, ids, JSON, ...}
+ *
+ * A few calls per page, whatever its size: a chunk of the list, a check of
+ * its candidates against the deleted posts when there are any, one MGET of
+ * their posts in link mode; further chunks only past deleted posts or
+ * max_id.
  */
 
 static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_read_lua = {
     "local tl = KEYS[1] "
-    "if redis.call('exists', tl) == 0 then "
-    "  return {0, redis.call('exists', KEYS[2])} "
-    "end "
-    "redis.call('expire', tl, ARGV[4]) "
     "local limit, max, since = tonumber(ARGV[1]), ARGV[2], ARGV[3] "
-    "local embed = ARGV[5] == 'e' "
-    "local out = {1, 0, 1, ''} "
-    "local n, pos = 0, 0 "
-    "while true do "
-    "  local part = redis.call('lrange', tl, pos, pos + 63) "
-    "  if #part == 0 then return out end "
-    "  pos = pos + #part "
-    "  for i = 1, #part do "
-    "    local e = part[i] "
-    "    local id = string.sub(e, 1, 24) "
-    "    if id == '" NGX_HTTP_FEED_TIMELINE_END "' then "
-    "      out[3] = 0 return out "
-    "    end "
-    "    if since ~= '' and id <= since then out[3] = 0 return out end "
-    "    if (max == '' or id < max) "
-    "       and redis.call('exists', ARGV[7] .. id) == 0 then "
-    "      if n == limit then out[2] = 1 out[3] = 0 return out end "
-    "      local json "
-    "      if embed then "
-    "        json = string.sub(e, 25) "
-    "      else "
-    "        json = redis.call('get', ARGV[6] .. id) "
-    "        if not json then redis.call('del', tl) return {0, 0} end "
-    "        redis.call('expire', ARGV[6] .. id, ARGV[4]) "
-    "      end "
-    "      n = n + 1 "
-    "      out[4 + n] = json "
-    "      out[4] = id "
+    "local ver = redis.call('get', KEYS[4]) or '0' "
+    "local deleting = redis.call('zcard', KEYS[5]) > 0 "
+    "if max == '' and since == '' "
+    "   and redis.call('hget', KEYS[3], 'v' .. ARGV[1]) == ver then "
+    "  local fresh = true "
+    "  if deleting then "
+    "    local ids = {} "
+    "    local s = redis.call('hget', KEYS[3], 'i' .. ARGV[1]) or '' "
+    "    for i = 1, #s, 24 do ids[#ids + 1] = string.sub(s, i, i + 23) end "
+    "    if #ids > 0 then "
+    "      local d = redis.call('zmscore', KEYS[5], unpack(ids)) "
+    "      for i = 1, #d do if d[i] then fresh = false end end "
     "    end "
     "  end "
-    "end",
+    "  if fresh and redis.call('expire', tl, ARGV[4]) == 1 then "
+    "    return {3, ver} "
+    "  end "
+    "end "
+    "local embed = ARGV[5] == 'e' "
+    "local chunk = limit + 1 "
+    "local part = redis.call('lrange', tl, 0, chunk - 1) "
+    "if #part == 0 then "
+    "  local l = redis.call('get', KEYS[2]) "
+    "  return {0, l and (l == 'failed' and 2 or 1) or 0} "
+    "end "
+    "redis.call('expire', tl, ARGV[4]) "
+    "local out, got, n, pos = {1, 0, 1, '', ver, ''}, {}, 0, 0 "
+    "while true do "
+    "  local ids, entries, stop = {}, {}, false "
+    "  for i = 1, #part do "
+    "    local id = string.sub(part[i], 1, 24) "
+    "    if id == '" NGX_HTTP_FEED_TIMELINE_END "' "
+    "       or (since ~= '' and id <= since) then "
+    "      stop = true break "
+    "    end "
+    "    if max == '' or id < max then "
+    "      ids[#ids + 1] = id "
+    "      entries[#entries + 1] = part[i] "
+    "    end "
+    "  end "
+    "  if #ids > 0 then "
+    "    local dead = {} "
+    "    if deleting then "
+    "      dead = redis.call('zmscore', KEYS[5], unpack(ids)) "
+    "    end "
+    "    local live, keys = {}, {} "
+    "    for i = 1, #ids do "
+    "      if not dead[i] then "
+    "        live[#live + 1] = i "
+    "        keys[#keys + 1] = ARGV[6] .. ids[i] "
+    "      end "
+    "    end "
+    "    local posts = {} "
+    "    if not embed and #keys > 0 then "
+    "      posts = redis.call('mget', unpack(keys)) "
+    "    end "
+    "    for j = 1, #live do "
+    "      local i = live[j] "
+    "      local json "
+    "      if embed then "
+    "        json = string.sub(entries[i], 25) "
+    "      else "
+    "        json = posts[j] "
+    "        if not json then "
+    "          redis.call('del', tl, KEYS[3]) "
+    "          return {0, 0} "
+    "        end "
+    "      end "
+    "      if n == limit then "
+    "        out[2] = 1 out[3] = 0 out[6] = table.concat(got) "
+    "        return out "
+    "      end "
+    "      n = n + 1 "
+    "      out[6 + n] = json "
+    "      out[4] = ids[i] "
+    "      got[n] = ids[i] "
+    "    end "
+    "  end "
+    "  if stop then out[3] = 0 break end "
+    "  if #part < chunk then break end "
+    "  pos = pos + #part "
+    "  if #ids == 0 then chunk = chunk * 2 end "
+    "  part = redis.call('lrange', tl, pos, pos + chunk - 1) "
+    "  if #part == 0 then break end "
+    "end "
+    "out[6] = table.concat(got) "
+    "return out",
+    0, ""
+};
+
+
+/*
+ * KEYS: pages, version.  ARGV: limit, page, ttl, version, ids.  Keeps a
+ * first page as answered, with its version and its posts' ids, only if the
+ * list did not change since it was read.
+ */
+
+static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_page_lua = {
+    "if (redis.call('get', KEYS[2]) or '0') == ARGV[4] then "
+    "  redis.call('hset', KEYS[1], ARGV[1], ARGV[2], "
+    "             'v' .. ARGV[1], ARGV[4], 'i' .. ARGV[1], ARGV[5]) "
+    "  redis.call('expire', KEYS[1], ARGV[3]) "
+    "end "
+    "return 1",
     0, ""
 };
 
 
 /*
  * KEYS: lock, version.  ARGV: token, ms.  {1, version} when the rebuild
- * is ours, {0} when another one runs.
+ * is ours (none runs; one that just failed is tried again), {0} when
+ * another one runs.
  */
 
 static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_lock_lua = {
-    "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
+    "local l = redis.call('get', KEYS[1]) "
+    "if not l or l == 'failed' then "
+    "  redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) "
     "  return {1, redis.call('get', KEYS[2]) or ''} "
     "end "
     "return {0}",
@@ -121,8 +231,8 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_lock_lua = {
 
 
 /*
- * KEYS: timeline, lock, version, queue.  ARGV: ttl, cap, mode, post
- * prefix, complete, version, then id, JSON pairs, newest first.
+ * KEYS: timeline, lock, version, queue, deleting.  ARGV: ttl, cap, mode,
+ * post prefix, complete, version, then id, JSON pairs, newest first.
  *
  * Creates the timeline in one step, unless someone else did already or
  * the user's follows changed since the rebuild began (the version moved:
@@ -132,20 +242,28 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_lock_lua = {
 
 static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_warm_lua = {
     NGX_HTTP_FEED_LUA_INSERT
+    NGX_HTTP_FEED_LUA_CHANGED
     "local tl, cap = KEYS[1], tonumber(ARGV[2]) "
     "if (redis.call('get', KEYS[3]) or '') ~= ARGV[6] then "
     "  redis.call('del', KEYS[2]) "
     "  return 0 "
     "end "
     "if redis.call('exists', tl) == 0 then "
-    "  local entries = {} "
-    "  for i = 7, #ARGV, 2 do "
-    "    if ARGV[3] == 'e' then "
-    "      entries[#entries + 1] = ARGV[i] .. ARGV[i + 1] "
-    "    else "
-    "      entries[#entries + 1] = ARGV[i] "
-    "      redis.call('set', ARGV[4] .. ARGV[i], ARGV[i + 1], "
-    "                 'EX', ARGV[1]) "
+    "  local ids, entries, dead = {}, {}, {} "
+    "  for i = 7, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end "
+    "  if #ids > 0 and redis.call('zcard', KEYS[5]) > 0 then "
+    "    dead = redis.call('zmscore', KEYS[5], unpack(ids)) "
+    "  end "
+    "  for j = 1, #ids do "
+    "    local i = 5 + 2 * j "
+    "    if not dead[j] then "
+    "      if ARGV[3] == 'e' then "
+    "        entries[#entries + 1] = ARGV[i] .. ARGV[i + 1] "
+    "      else "
+    "        entries[#entries + 1] = ARGV[i] "
+    "        redis.call('set', ARGV[4] .. ARGV[i], ARGV[i + 1], "
+    "                   'EX', 2 * tonumber(ARGV[1])) "
+    "      end "
     "    end "
     "  end "
     "  if ARGV[5] == '1' then "
@@ -161,6 +279,7 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_warm_lua = {
     "      insert(tl, e, cap) "
     "    end "
     "    redis.call('expire', tl, ARGV[1]) "
+    "    changed(tl, ARGV[1]) "
     "  end "
     "end "
     "redis.call('del', KEYS[2], KEYS[4]) "
@@ -171,17 +290,33 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_warm_lua = {
 
 /*
  * Fanout.  KEYS: timeline, lock, queue of each follower.  ARGV: entry,
- * cap, queue ms.  Delivers into the timelines that exist (inactive users
+ * cap, queue ms, ttl.  Delivers into the timelines that exist (inactive users
  * get nothing: they are rebuilt on their next read), and queues it for
  * those being rebuilt right now.  Returns how many got it.
  */
 
 static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_deliver_lua = {
     NGX_HTTP_FEED_LUA_INSERT
+    NGX_HTTP_FEED_LUA_CHANGED
     "local entry, cap, n = ARGV[1], tonumber(ARGV[2]), 0 "
+    "local id = string.sub(entry, 1, 24) "
     "for i = 1, #KEYS, 3 do "
-    "  if redis.call('exists', KEYS[i]) == 1 then "
-    "    if insert(KEYS[i], entry, cap) == 1 then n = n + 1 end "
+    "  local head = redis.call('lindex', KEYS[i], 0) "
+    "  if head then "
+    "    local hid = string.sub(head, 1, 24) "
+    "    local done = false "
+    "    if hid < id then "
+    "      if redis.call('lpush', KEYS[i], entry) > cap then "
+    "        redis.call('rpop', KEYS[i]) "
+    "      end "
+    "      done = true "
+    "    elseif hid ~= id and insert(KEYS[i], entry, cap) == 1 then "
+    "      done = true "
+    "    end "
+    "    if done then "
+    "      n = n + 1 "
+    "      changed(KEYS[i], ARGV[4]) "
+    "    end "
     "  elseif redis.call('exists', KEYS[i + 1]) == 1 then "
     "    redis.call('rpush', KEYS[i + 2], entry) "
     "    redis.call('pexpire', KEYS[i + 2], ARGV[3]) "
@@ -193,12 +328,12 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_deliver_lua = {
 
 
 /*
- * KEYS: timeline, version.  ARGV: ttl.  The user's follows changed: the
- * cache goes, and a rebuild that began before is not warmed.
+ * KEYS: timeline, follows version, pages.  ARGV: ttl.  The user's follows
+ * changed: the cache goes, and a rebuild that began before is not warmed.
  */
 
 static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_drop_lua = {
-    "redis.call('del', KEYS[1]) "
+    "redis.call('del', KEYS[1], KEYS[3]) "
     "redis.call('incr', KEYS[2]) "
     "redis.call('expire', KEYS[2], ARGV[1]) "
     "return 1",
@@ -209,6 +344,7 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_drop_lua = {
 /* KEYS: timelines.  ARGV: post id.  Takes the post out of each. */
 
 static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_remove_lua = {
+    NGX_HTTP_FEED_LUA_CHANGED
     "local id, n = ARGV[1], 0 "
     "for i = 1, #KEYS do "
     "  local pos, done = 0, false "
@@ -219,6 +355,7 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_remove_lua = {
     "      local eid = string.sub(part[j], 1, 24) "
     "      if eid == id then "
     "        n = n + redis.call('lrem', KEYS[i], 1, part[j]) "
+    "        changed(KEYS[i], ARGV[2]) "
     "        done = true break "
     "      end "
     "      if eid < id then done = true break end "
@@ -233,6 +370,8 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_remove_lua = {
 
 static size_t ngx_http_feed_timeline_key(char *buf, const char *prefix,
     ngx_http_feed_user_t *user);
+static ngx_int_t ngx_http_feed_timeline_cache_copy(ngx_http_request_t *r,
+    redisReply *e, ngx_str_t *to);
 
 
 ngx_int_t
@@ -246,7 +385,8 @@ ngx_http_feed_timeline_cache_init(ngx_http_feed_redis_t *rd)
         &ngx_http_feed_timeline_warm_lua,
         &ngx_http_feed_timeline_deliver_lua,
         &ngx_http_feed_timeline_remove_lua,
-        &ngx_http_feed_timeline_drop_lua
+        &ngx_http_feed_timeline_drop_lua,
+        &ngx_http_feed_timeline_page_lua
     };
 
     for (i = 0; i < sizeof(scripts) / sizeof(scripts[0]); i++) {
@@ -259,46 +399,133 @@ ngx_http_feed_timeline_cache_init(ngx_http_feed_redis_t *rd)
 }
 
 
+/*
+ * The read script, preceded for a first page by a plain HGET of the page
+ * kept as answered: both in one round trip; kept() gets the HGET's reply.
+ */
+
 ngx_int_t
 ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_page_t *page,
-    ngx_http_feed_redis_pt handler, void *data)
+    ngx_http_feed_redis_pt kept, ngx_http_feed_redis_pt handler, void *data)
 {
-    char         tl[NGX_HTTP_FEED_KEY_LEN], lock[NGX_HTTP_FEED_KEY_LEN];
+    char         keys[4][NGX_HTTP_FEED_KEY_LEN];
     u_char       limit[NGX_INT_T_LEN], ttl[NGX_INT_T_LEN];
-    size_t       argvlen[12];
-    const char  *argv[12];
+    size_t       argvlen[14], hgetlen[3];
+    ngx_int_t    rc;
+    ngx_uint_t   i;
+    const char  *argv[14], *hget[3];
+
+    static const char  *prefixes[] = {
+        NGX_HTTP_FEED_TL_PREFIX, NGX_HTTP_FEED_LOCK_PREFIX,
+        NGX_HTTP_FEED_TLP_PREFIX, NGX_HTTP_FEED_TLN_PREFIX
+    };
 
     argv[0] = "EVALSHA";
+    argvlen[0] = 7;
     argv[1] = ngx_http_feed_timeline_read_lua.sha1;
+    argvlen[1] = 40;
+    argv[2] = "5";
+    argvlen[2] = 1;
+
+    for (i = 0; i < 4; i++) {
+        argv[3 + i] = keys[i];
+        argvlen[3 + i] = ngx_http_feed_timeline_key(keys[i], prefixes[i],
+                                                    &page->user);
+    }
+
+    argv[7] = NGX_HTTP_FEED_DELETING;
+    argvlen[7] = sizeof(NGX_HTTP_FEED_DELETING) - 1;
+    argv[8] = (const char *) limit;
+    argvlen[8] = ngx_sprintf(limit, "%ui", page->limit) - limit;
+    argv[9] = page->has_max ? page->max_id : "";
+    argvlen[9] = page->has_max ? 24 : 0;
+    argv[10] = page->has_since ? page->since_id : "";
+    argvlen[10] = page->has_since ? 24 : 0;
+    argv[11] = (const char *) ttl;
+    argvlen[11] = ngx_sprintf(ttl, "%T", fmcf->cache_ttl) - ttl;
+    argv[12] = fmcf->cache_embed ? "e" : "l";
+    argvlen[12] = 1;
+    argv[13] = NGX_HTTP_FEED_POST_PREFIX;
+    argvlen[13] = sizeof(NGX_HTTP_FEED_POST_PREFIX) - 1;
+
+    if (!page->has_max && !page->has_since) {
+        hget[0] = "HGET";
+        hgetlen[0] = 4;
+        hget[1] = keys[2];
+        hgetlen[1] = argvlen[5];
+        hget[2] = (const char *) limit;
+        hgetlen[2] = argvlen[8];
+
+        rc = ngx_http_feed_redis_send_r(r, fmcf->redis_client, kept, data, 3,
+                                        hget, hgetlen);
+        if (rc != NGX_OK) {
+            return rc;
+        }
+    }
+
+    return ngx_http_feed_redis_send_r(r, fmcf->redis_client, handler, data,
+                                      14, argv, argvlen);
+}
+
+
+/*
+ * A first page as the read answered it, kept for the next reads while the
+ * list stays as it is: "version\nnext\nJSON".  Fire and forget.
+ */
+
+void
+ngx_http_feed_timeline_cache_page(ngx_http_request_t *r,
+    ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_page_t *page,
+    ngx_http_feed_cached_t *cached, ngx_str_t *body)
+{
+    u_char      *p, *value, limit[NGX_INT_T_LEN], ttl[NGX_INT_T_LEN];
+    char         keys[2][NGX_HTTP_FEED_KEY_LEN];
+    size_t       argvlen[10], len;
+    const char  *argv[10];
+
+    len = cached->version.len + body->len + 24 + 2;
+
+    value = ngx_pnalloc(r->pool, len);
+    if (value == NULL) {
+        return;
+    }
+
+    p = ngx_cpymem(value, cached->version.data, cached->version.len);
+    *p++ = '\n';
+
+    if (cached->more && cached->nitems) {
+        p = ngx_cpymem(p, cached->last, 24);
+    }
+
+    *p++ = '\n';
+    p = ngx_cpymem(p, body->data, body->len);
+
+    argv[0] = "EVALSHA";
+    argvlen[0] = 7;
+    argv[1] = ngx_http_feed_timeline_page_lua.sha1;
+    argvlen[1] = 40;
     argv[2] = "2";
-    argv[3] = tl;
-    argvlen[3] = ngx_http_feed_timeline_key(tl, NGX_HTTP_FEED_TL_PREFIX,
+    argvlen[2] = 1;
+    argv[3] = keys[0];
+    argvlen[3] = ngx_http_feed_timeline_key(keys[0], NGX_HTTP_FEED_TLP_PREFIX,
                                             &page->user);
-    argv[4] = lock;
-    argvlen[4] = ngx_http_feed_timeline_key(lock, NGX_HTTP_FEED_LOCK_PREFIX,
+    argv[4] = keys[1];
+    argvlen[4] = ngx_http_feed_timeline_key(keys[1], NGX_HTTP_FEED_TLN_PREFIX,
                                             &page->user);
     argv[5] = (const char *) limit;
     argvlen[5] = ngx_sprintf(limit, "%ui", page->limit) - limit;
-    argv[6] = page->has_max ? page->max_id : "";
-    argvlen[6] = page->has_max ? 24 : 0;
-    argv[7] = page->has_since ? page->since_id : "";
-    argvlen[7] = page->has_since ? 24 : 0;
-    argv[8] = (const char *) ttl;
-    argvlen[8] = ngx_sprintf(ttl, "%T", fmcf->cache_ttl) - ttl;
-    argv[9] = fmcf->cache_embed ? "e" : "l";
-    argv[10] = NGX_HTTP_FEED_POST_PREFIX;
-    argvlen[10] = sizeof(NGX_HTTP_FEED_POST_PREFIX) - 1;
-    argv[11] = NGX_HTTP_FEED_DEL_PREFIX;
-    argvlen[11] = sizeof(NGX_HTTP_FEED_DEL_PREFIX) - 1;
+    argv[6] = (const char *) value;
+    argvlen[6] = p - value;
+    argv[7] = (const char *) ttl;
+    argvlen[7] = ngx_sprintf(ttl, "%T", fmcf->cache_ttl) - ttl;
+    argv[8] = (const char *) cached->version.data;
+    argvlen[8] = cached->version.len;
+    argv[9] = (const char *) cached->ids.data;
+    argvlen[9] = cached->ids.len;
 
-    argvlen[0] = 7;
-    argvlen[1] = 40;
-    argvlen[2] = 1;
-    argvlen[9] = 1;
-
-    return ngx_http_feed_redis_send_r(r, fmcf->redis_client, handler, data,
-                                      12, argv, argvlen);
+    (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, 10, argv,
+                                    argvlen);
 }
 
 
@@ -315,25 +542,55 @@ ngx_http_feed_timeline_cache_parse(ngx_http_request_t *r, redisReply *reply,
 
     if (reply == NULL || reply->type != REDIS_REPLY_ARRAY
         || reply->elements < 2
-        || reply->element[0]->type != REDIS_REPLY_INTEGER
-        || reply->element[1]->type != REDIS_REPLY_INTEGER)
+        || reply->element[0]->type != REDIS_REPLY_INTEGER)
     {
         return NGX_DECLINED;
     }
 
-    if (reply->element[0]->integer == 0) {
+    switch (reply->element[0]->integer) {
+
+    case 0:
+        if (reply->element[1]->type != REDIS_REPLY_INTEGER) {
+            return NGX_DECLINED;
+        }
+
         cached->locked = reply->element[1]->integer;
         return NGX_OK;
+
+    case 3:
+        if (reply->element[1]->type != REDIS_REPLY_STRING) {
+            return NGX_DECLINED;
+        }
+
+        cached->found = 1;
+        cached->kept = 1;
+
+        return ngx_http_feed_timeline_cache_copy(r, reply->element[1],
+                                                 &cached->version);
+
+    default:
+        break;
     }
 
-    if (reply->elements < 4 || reply->element[3]->type != REDIS_REPLY_STRING
-        || reply->element[3]->len > 24)
-    {
+    if (reply->elements < 6) {
+        return NGX_DECLINED;
+    }
+
+    for (i = 1; i < reply->elements; i++) {
+        e = reply->element[i];
+
+        if (i >= 3 && e->type != REDIS_REPLY_STRING) {
+            return NGX_DECLINED;
+        }
+    }
+
+    if (reply->element[3]->len > 24) {
         return NGX_DECLINED;
     }
 
     cached->found = 1;
-    cached->more = reply->element[1]->integer;
+    cached->more = reply->element[1]->type == REDIS_REPLY_INTEGER
+                   && reply->element[1]->integer;
     cached->deep = reply->element[2]->type == REDIS_REPLY_INTEGER
                    && reply->element[2]->integer;
 
@@ -341,7 +598,17 @@ ngx_http_feed_timeline_cache_parse(ngx_http_request_t *r, redisReply *reply,
                reply->element[3]->len);
     cached->last[reply->element[3]->len] = '\0';
 
-    cached->nitems = reply->elements - 4;
+    if (ngx_http_feed_timeline_cache_copy(r, reply->element[4],
+                                          &cached->version)
+        != NGX_OK
+        || ngx_http_feed_timeline_cache_copy(r, reply->element[5],
+                                             &cached->ids)
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    cached->nitems = reply->elements - 6;
 
     if (cached->nitems == 0) {
         return NGX_OK;
@@ -354,20 +621,73 @@ ngx_http_feed_timeline_cache_parse(ngx_http_request_t *r, redisReply *reply,
     }
 
     for (i = 0; i < cached->nitems; i++) {
-        e = reply->element[4 + i];
-
-        if (e->type != REDIS_REPLY_STRING) {
-            return NGX_DECLINED;
-        }
-
-        cached->items[i].len = e->len;
-        cached->items[i].data = ngx_pnalloc(r->pool, e->len);
-        if (cached->items[i].data == NULL) {
+        if (ngx_http_feed_timeline_cache_copy(r, reply->element[6 + i],
+                                              &cached->items[i])
+            != NGX_OK)
+        {
             return NGX_ERROR;
         }
-
-        ngx_memcpy(cached->items[i].data, e->str, e->len);
     }
+
+    return NGX_OK;
+}
+
+
+/*
+ * The page the HGET got, "version\nnext\nJSON", if it is the version the
+ * script found current: its JSON is the answer as it is.
+ */
+
+ngx_int_t
+ngx_http_feed_timeline_cache_kept(ngx_str_t *page,
+    ngx_http_feed_cached_t *cached)
+{
+    u_char  *p, *last, *nl;
+
+    p = page->data;
+    last = p + page->len;
+
+    nl = ngx_strlchr(p, last, '\n');
+
+    if (nl == NULL || (size_t) (nl - p) != cached->version.len
+        || ngx_strncmp(p, cached->version.data, cached->version.len) != 0)
+    {
+        return NGX_DECLINED;
+    }
+
+    p = nl + 1;
+    nl = ngx_strlchr(p, last, '\n');
+
+    if (nl == NULL || (nl - p != 0 && nl - p != 24)) {
+        return NGX_DECLINED;
+    }
+
+    if (nl - p == 24) {
+        ngx_memcpy(cached->last, p, 24);
+        cached->last[24] = '\0';
+        cached->more = 1;
+        cached->nitems = 1;
+    }
+
+    cached->body.data = nl + 1;
+    cached->body.len = last - (nl + 1);
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_feed_timeline_cache_copy(ngx_http_request_t *r, redisReply *e,
+    ngx_str_t *to)
+{
+    to->len = e->len;
+    to->data = ngx_pnalloc(r->pool, e->len ? e->len : 1);
+
+    if (to->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(to->data, e->str, e->len);
 
     return NGX_OK;
 }
@@ -407,19 +727,41 @@ ngx_http_feed_timeline_cache_lock(ngx_http_request_t *r,
 }
 
 
+/*
+ * A rebuild that did not warm releases its lock; one that failed leaves it
+ * saying so for a moment, so that those waiting on it elsewhere give the
+ * same answer instead of each rebuilding in turn.
+ */
+
 void
 ngx_http_feed_timeline_cache_unlock(ngx_http_feed_main_conf_t *fmcf,
-    ngx_http_feed_user_t *user)
+    ngx_http_feed_user_t *user, ngx_uint_t failed)
 {
     char         lock[NGX_HTTP_FEED_KEY_LEN];
-    size_t       argvlen[2];
-    const char  *argv[2];
+    size_t       argvlen[5];
+    const char  *argv[5];
 
-    argv[0] = "DEL";
-    argvlen[0] = 3;
     argv[1] = lock;
     argvlen[1] = ngx_http_feed_timeline_key(lock, NGX_HTTP_FEED_LOCK_PREFIX,
                                             user);
+
+    if (failed) {
+        argv[0] = "SET";
+        argvlen[0] = 3;
+        argv[2] = "failed";
+        argvlen[2] = 6;
+        argv[3] = "PX";
+        argvlen[3] = 2;
+        argv[4] = "1000";
+        argvlen[4] = 4;
+
+        (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, 5,
+                                        argv, argvlen);
+        return;
+    }
+
+    argv[0] = "DEL";
+    argvlen[0] = 3;
 
     (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, 2, argv,
                                     argvlen);
@@ -455,8 +797,8 @@ ngx_http_feed_timeline_cache_warm(ngx_http_request_t *r,
 
     n = bson_count_keys(items);
 
-    argv = ngx_palloc(r->pool, (13 + 2 * n) * sizeof(char *));
-    argvlen = ngx_palloc(r->pool, (13 + 2 * n) * sizeof(size_t));
+    argv = ngx_palloc(r->pool, (14 + 2 * n) * sizeof(char *));
+    argvlen = ngx_palloc(r->pool, (14 + 2 * n) * sizeof(size_t));
     keys = ngx_pnalloc(r->pool, 4 * NGX_HTTP_FEED_KEY_LEN
                                 + 2 * NGX_INT_T_LEN);
 
@@ -468,7 +810,7 @@ ngx_http_feed_timeline_cache_warm(ngx_http_request_t *r,
     argvlen[0] = 7;
     argv[1] = ngx_http_feed_timeline_warm_lua.sha1;
     argvlen[1] = 40;
-    argv[2] = "4";
+    argv[2] = "5";
     argvlen[2] = 1;
 
     for (i = 0; i < 4; i++) {
@@ -477,23 +819,26 @@ ngx_http_feed_timeline_cache_warm(ngx_http_request_t *r,
                                                     prefixes[i], user);
     }
 
+    argv[7] = NGX_HTTP_FEED_DELETING;
+    argvlen[7] = sizeof(NGX_HTTP_FEED_DELETING) - 1;
+
     ttl = keys + 4 * NGX_HTTP_FEED_KEY_LEN;
     cap = ttl + NGX_INT_T_LEN;
 
-    argv[7] = (const char *) ttl;
-    argvlen[7] = ngx_sprintf(ttl, "%T", fmcf->cache_ttl) - ttl;
-    argv[8] = (const char *) cap;
-    argvlen[8] = ngx_sprintf(cap, "%ui", fmcf->cache_size) - cap;
-    argv[9] = fmcf->cache_embed ? "e" : "l";
-    argvlen[9] = 1;
-    argv[10] = NGX_HTTP_FEED_POST_PREFIX;
-    argvlen[10] = sizeof(NGX_HTTP_FEED_POST_PREFIX) - 1;
-    argv[11] = complete ? "1" : "0";
-    argvlen[11] = 1;
-    argv[12] = (const char *) version->data;
-    argvlen[12] = version->len;
+    argv[8] = (const char *) ttl;
+    argvlen[8] = ngx_sprintf(ttl, "%T", fmcf->cache_ttl) - ttl;
+    argv[9] = (const char *) cap;
+    argvlen[9] = ngx_sprintf(cap, "%ui", fmcf->cache_size) - cap;
+    argv[10] = fmcf->cache_embed ? "e" : "l";
+    argvlen[10] = 1;
+    argv[11] = NGX_HTTP_FEED_POST_PREFIX;
+    argvlen[11] = sizeof(NGX_HTTP_FEED_POST_PREFIX) - 1;
+    argv[12] = complete ? "1" : "0";
+    argvlen[12] = 1;
+    argv[13] = (const char *) version->data;
+    argvlen[13] = version->len;
 
-    argc = 13;
+    argc = 14;
 
     if (!bson_iter_init(&it, items)) {
         return NGX_ERROR;
@@ -556,32 +901,39 @@ ngx_http_feed_timeline_cache_drop(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
     ngx_http_feed_redis_pt handler, void *data)
 {
-    char         tl[NGX_HTTP_FEED_KEY_LEN], tlv[NGX_HTTP_FEED_KEY_LEN];
+    char         keys[3][NGX_HTTP_FEED_KEY_LEN];
     u_char       ttl[NGX_INT_T_LEN];
-    size_t       argvlen[6];
-    const char  *argv[6];
+    size_t       argvlen[7];
+    ngx_uint_t   i;
+    const char  *argv[7];
+
+    static const char  *prefixes[] = {
+        NGX_HTTP_FEED_TL_PREFIX, NGX_HTTP_FEED_TLV_PREFIX,
+        NGX_HTTP_FEED_TLP_PREFIX
+    };
 
     argv[0] = "EVALSHA";
     argvlen[0] = 7;
     argv[1] = ngx_http_feed_timeline_drop_lua.sha1;
     argvlen[1] = 40;
-    argv[2] = "2";
+    argv[2] = "3";
     argvlen[2] = 1;
-    argv[3] = tl;
-    argvlen[3] = ngx_http_feed_timeline_key(tl, NGX_HTTP_FEED_TL_PREFIX,
-                                            user);
-    argv[4] = tlv;
-    argvlen[4] = ngx_http_feed_timeline_key(tlv, NGX_HTTP_FEED_TLV_PREFIX,
-                                            user);
-    argv[5] = (const char *) ttl;
-    argvlen[5] = ngx_sprintf(ttl, "%T", fmcf->cache_ttl) - ttl;
+
+    for (i = 0; i < 3; i++) {
+        argv[3 + i] = keys[i];
+        argvlen[3 + i] = ngx_http_feed_timeline_key(keys[i], prefixes[i],
+                                                    user);
+    }
+
+    argv[6] = (const char *) ttl;
+    argvlen[6] = ngx_sprintf(ttl, "%T", fmcf->cache_ttl) - ttl;
 
     if (r) {
         return ngx_http_feed_redis_send_r(r, fmcf->redis_client, handler,
-                                          data, 6, argv, argvlen);
+                                          data, 7, argv, argvlen);
     }
 
-    return ngx_http_feed_redis_send(fmcf->redis_client, handler, data, 6,
+    return ngx_http_feed_redis_send(fmcf->redis_client, handler, data, 7,
                                     argv, argvlen)
            ? NGX_OK : NGX_DECLINED;
 }
@@ -608,10 +960,10 @@ ngx_http_feed_timeline_cache_deliver(ngx_http_feed_main_conf_t *fmcf,
         NGX_HTTP_FEED_TLQ_PREFIX
     };
 
-    argv = ngx_palloc(pool, (6 + 3 * n) * sizeof(char *));
-    argvlen = ngx_palloc(pool, (6 + 3 * n) * sizeof(size_t));
+    argv = ngx_palloc(pool, (7 + 3 * n) * sizeof(char *));
+    argvlen = ngx_palloc(pool, (7 + 3 * n) * sizeof(size_t));
     keys = ngx_pnalloc(pool, 3 * n * NGX_HTTP_FEED_KEY_LEN
-                             + 3 * NGX_INT_T_LEN);
+                             + 4 * NGX_INT_T_LEN);
 
     if (argv == NULL || argvlen == NULL || keys == NULL) {
         return NGX_ERROR;
@@ -647,9 +999,12 @@ ngx_http_feed_timeline_cache_deliver(ngx_http_feed_main_conf_t *fmcf,
     argvlen[i + 1] = ngx_sprintf(cap, "%ui", fmcf->cache_size) - cap;
     argv[i + 2] = (const char *) ms;
     argvlen[i + 2] = ngx_sprintf(ms, "%M", fmcf->cache_lock_timeout) - ms;
+    argv[i + 3] = (const char *) ms + NGX_INT_T_LEN;
+    argvlen[i + 3] = ngx_sprintf(ms + NGX_INT_T_LEN, "%T", fmcf->cache_ttl)
+                     - (ms + NGX_INT_T_LEN);
 
     return ngx_http_feed_redis_send(fmcf->redis_client, handler, data,
-                                    (int) (i + 3), argv, argvlen)
+                                    (int) (i + 4), argv, argvlen)
            ? NGX_OK : NGX_DECLINED;
 }
 
@@ -664,9 +1019,9 @@ ngx_http_feed_timeline_cache_remove(ngx_http_feed_main_conf_t *fmcf,
     ngx_uint_t    i;
     const char  **argv;
 
-    argv = ngx_palloc(pool, (4 + n) * sizeof(char *));
-    argvlen = ngx_palloc(pool, (4 + n) * sizeof(size_t));
-    keys = ngx_pnalloc(pool, n * NGX_HTTP_FEED_KEY_LEN + NGX_INT_T_LEN);
+    argv = ngx_palloc(pool, (5 + n) * sizeof(char *));
+    argvlen = ngx_palloc(pool, (5 + n) * sizeof(size_t));
+    keys = ngx_pnalloc(pool, n * NGX_HTTP_FEED_KEY_LEN + 2 * NGX_INT_T_LEN);
 
     if (argv == NULL || argvlen == NULL || keys == NULL) {
         return NGX_ERROR;
@@ -690,10 +1045,80 @@ ngx_http_feed_timeline_cache_remove(ngx_http_feed_main_conf_t *fmcf,
 
     argv[3 + n] = id;
     argvlen[3 + n] = 24;
+    argv[4 + n] = (const char *) nkeys + NGX_INT_T_LEN;
+    argvlen[4 + n] = ngx_sprintf(nkeys + NGX_INT_T_LEN, "%T", fmcf->cache_ttl)
+                     - (nkeys + NGX_INT_T_LEN);
 
     return ngx_http_feed_redis_send(fmcf->redis_client, handler, data,
-                                    (int) (4 + n), argv, argvlen)
+                                    (int) (5 + n), argv, argvlen)
            ? NGX_OK : NGX_DECLINED;
+}
+
+
+/*
+ * A post is deleted (done: 0) or fanout took it out of every timeline
+ * (done: 1).  Reads skip it until then, and for a grace period after,
+ * in which a rebuild begun before the delete could still warm it; without
+ * fanout nothing takes it out, and it is skipped as long as lists live.
+ */
+
+void
+ngx_http_feed_timeline_deleted(ngx_http_feed_main_conf_t *fmcf,
+    const char *id, ngx_uint_t done)
+{
+    u_char       score[NGX_INT64_LEN + 1], now[NGX_INT64_LEN + 1];
+    size_t       argvlen[5];
+    int64_t      ms;
+    const char  *argv[5];
+
+    ms = ngx_http_feed_now_ms();
+
+    argv[0] = "ZADD";
+    argvlen[0] = 4;
+    argv[1] = NGX_HTTP_FEED_DELETING;
+    argvlen[1] = sizeof(NGX_HTTP_FEED_DELETING) - 1;
+
+    if (done) {
+        argv[2] = "XX";
+        argvlen[2] = 2;
+        argv[3] = (const char *) score;
+        argvlen[3] = ngx_sprintf(score, "%L",
+                                 ms + 2 * (int64_t) fmcf->cache_lock_timeout)
+                     - score;
+
+    } else {
+        argv[2] = "GT";
+        argvlen[2] = 2;
+
+        if (fmcf->fanout) {
+            argv[3] = "+inf";
+            argvlen[3] = 4;
+
+        } else {
+            argv[3] = (const char *) score;
+            argvlen[3] = ngx_sprintf(score, "%L",
+                                     ms + 2000 * (int64_t) fmcf->cache_ttl)
+                         - score;
+        }
+    }
+
+    argv[4] = id;
+    argvlen[4] = 24;
+
+    (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, 5, argv,
+                                    argvlen);
+
+    /* what no read needs any more */
+
+    argv[0] = "ZREMRANGEBYSCORE";
+    argvlen[0] = 16;
+    argv[2] = "-inf";
+    argvlen[2] = 4;
+    argv[3] = (const char *) now;
+    argvlen[3] = ngx_sprintf(now, "(%L", ms) - now;
+
+    (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, 4, argv,
+                                    argvlen);
 }
 
 

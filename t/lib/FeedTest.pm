@@ -315,7 +315,8 @@ sub write_conf {
         . ($ENV{FEED_TEST_DEBUG} ? 'debug' : 'info') . ";\n"
         . ($> == 0 ? "user root;\n" : '');
 
-    my $http = "\n    access_log $dir/access.log;\n"
+    my $http = "\n    access_log "
+        . ($self->{no_access_log} ? 'off' : "$dir/access.log") . ";\n"
         . join('', map { "    ${_}_temp_path $dir/tmp/$_;\n" }
             qw(client_body proxy fastcgi uwsgi scgi));
 
