@@ -292,7 +292,8 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_warm_lua = {
  * Fanout.  KEYS: timeline, lock, queue of each follower.  ARGV: entry,
  * cap, queue ms, ttl.  Delivers into the timelines that exist (inactive users
  * get nothing: they are rebuilt on their next read), and queues it for
- * those being rebuilt right now.  Returns how many got it.
+ * those being rebuilt right now; a post deleted meanwhile goes nowhere
+ * (its delete may be fanned out at the same time).  Returns how many got it.
  */
 
 static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_deliver_lua = {
@@ -300,6 +301,9 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_deliver_lua = {
     NGX_HTTP_FEED_LUA_CHANGED
     "local entry, cap, n = ARGV[1], tonumber(ARGV[2]), 0 "
     "local id = string.sub(entry, 1, 24) "
+    "if redis.call('zscore', '" NGX_HTTP_FEED_DELETING "', id) then "
+    "  return 0 "
+    "end "
     "for i = 1, #KEYS, 3 do "
     "  local head = redis.call('lindex', KEYS[i], 0) "
     "  if head then "
