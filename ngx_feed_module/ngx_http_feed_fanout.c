@@ -43,6 +43,7 @@ typedef struct {
 
     ngx_uint_t                    ready;
     ngx_uint_t                    reading;
+    int64_t                       client_id;
     ngx_uint_t                    active;
     ngx_msec_t                    last_claim;
 
@@ -79,6 +80,9 @@ struct ngx_http_feed_fanout_entry_s {
 static void ngx_http_feed_fanout_ready(ngx_http_feed_redis_t *rd,
     void *data);
 static void ngx_http_feed_fanout_grouped(void *data, redisReply *reply);
+static void ngx_http_feed_fanout_client_id(void *data, redisReply *reply);
+static void ngx_http_feed_fanout_stop(ngx_http_feed_redis_t *rd,
+    void *data);
 static void ngx_http_feed_fanout_tick(ngx_event_t *ev);
 static void ngx_http_feed_fanout_next(ngx_http_feed_fanout_t *fo);
 static void ngx_http_feed_fanout_read(ngx_http_feed_fanout_t *fo);
@@ -150,6 +154,8 @@ ngx_http_feed_fanout_init(ngx_cycle_t *cycle,
         return NGX_ERROR;
     }
 
+    ngx_http_feed_redis_on_exit(fo->rd, ngx_http_feed_fanout_stop, fo);
+
     ngx_http_feed_fanout = fo;
 
     ngx_http_feed_redis_start(fo->rd);
@@ -191,6 +197,16 @@ ngx_http_feed_fanout_ready(ngx_http_feed_redis_t *rd, void *data)
 
     fmcf = fo->fmcf;
 
+    /* the id by which a shutdown can end our blocked read at once */
+
+    argv[0] = "CLIENT";
+    argvlen[0] = 6;
+    argv[1] = "ID";
+    argvlen[1] = 2;
+
+    (void) ngx_http_feed_redis_send(rd, ngx_http_feed_fanout_client_id, fo,
+                                    2, argv, argvlen);
+
     argv[0] = "XGROUP";
     argvlen[0] = 6;
     argv[1] = "CREATE";
@@ -230,6 +246,52 @@ ngx_http_feed_fanout_grouped(void *data, redisReply *reply)
     fo->reading = 0;
 
     ngx_http_feed_fanout_next(fo);
+}
+
+
+static void
+ngx_http_feed_fanout_client_id(void *data, redisReply *reply)
+{
+    ngx_http_feed_fanout_t  *fo = data;
+
+    if (reply && reply->type == REDIS_REPLY_INTEGER) {
+        fo->client_id = reply->integer;
+    }
+}
+
+
+/*
+ * A graceful shutdown began: no more reading.  A read blocked in Redis is
+ * ended from the other connection, so that no entry goes to a worker on
+ * its way out; the entries it holds are finished.
+ */
+
+static void
+ngx_http_feed_fanout_stop(ngx_http_feed_redis_t *rd, void *data)
+{
+    ngx_http_feed_fanout_t  *fo = data;
+
+    u_char       id[NGX_INT64_LEN];
+    size_t       argvlen[3];
+    const char  *argv[3];
+
+    if (fo->timer.timer_set) {
+        ngx_del_timer(&fo->timer);
+    }
+
+    if (!fo->reading || fo->client_id == 0) {
+        return;
+    }
+
+    argv[0] = "CLIENT";
+    argvlen[0] = 6;
+    argv[1] = "UNBLOCK";
+    argvlen[1] = 7;
+    argv[2] = (const char *) id;
+    argvlen[2] = ngx_sprintf(id, "%L", fo->client_id) - id;
+
+    (void) ngx_http_feed_redis_send(fo->fmcf->redis_client, NULL, NULL, 3,
+                                    argv, argvlen);
 }
 
 

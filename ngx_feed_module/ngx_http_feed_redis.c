@@ -62,6 +62,10 @@ struct ngx_http_feed_redis_s {
 
     ngx_http_feed_redis_script_t *scripts[NGX_HTTP_FEED_REDIS_SCRIPTS_MAX];
     ngx_uint_t                    nscripts;
+
+    /* called when a graceful shutdown begins (the connection is "idle") */
+    ngx_http_feed_redis_ready_pt  on_exit;
+    void                         *on_exit_data;
 };
 
 
@@ -271,6 +275,13 @@ ngx_http_feed_redis_connect(ngx_http_feed_redis_t *rd)
 
     c->data = ac;
     c->log = rd->log;
+
+    /*
+     * nginx tells idle connections first when a graceful shutdown begins:
+     * that is how a connection that waits on Redis for long hears of it.
+     */
+
+    c->idle = (rd->on_exit != NULL);
     c->read->log = rd->log;
     c->write->log = rd->log;
     c->read->handler = ngx_http_feed_redis_read_handler;
@@ -444,6 +455,15 @@ ngx_http_feed_redis_add_script(ngx_http_feed_redis_t *rd,
     rd->scripts[rd->nscripts++] = script;
 
     return NGX_OK;
+}
+
+
+void
+ngx_http_feed_redis_on_exit(ngx_http_feed_redis_t *rd,
+    ngx_http_feed_redis_ready_pt handler, void *data)
+{
+    rd->on_exit = handler;
+    rd->on_exit_data = data;
 }
 
 
@@ -715,7 +735,29 @@ ngx_http_feed_redis_read_handler(ngx_event_t *rev)
 {
     ngx_connection_t  *c = rev->data;
 
-    redisAsyncHandleRead(c->data);
+    redisAsyncContext      *ac;
+    ngx_http_feed_redis_t  *rd;
+
+    ac = c->data;
+
+    if (c->close) {
+        /* ngx_close_idle_connections(): the worker is shutting down */
+
+        c->close = 0;
+        c->idle = 0;
+
+        rd = ac->data;
+
+        if (rd->on_exit) {
+            rd->on_exit(rd, rd->on_exit_data);
+        }
+
+        if (!rev->ready) {
+            return;
+        }
+    }
+
+    redisAsyncHandleRead(ac);
 }
 
 
