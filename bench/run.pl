@@ -43,6 +43,9 @@ my $sha = '';
 sub conf {
     my (%o) = @_;
     my $mode = $o{mode} || 'link';
+    my $mongo = $o{mongo} ? '%%MONGO_URI_' . uc($o{mongo}) . '%%'
+                          : '%%MONGO_URI%%';
+    my $timeout = $o{mongo_timeout} || '10s';
     my $m = $mode eq 'embed' ? 'e' : 'l';
     my $lua = $sha ? <<"EOF" : '';
         location ~ ^/lua/([^/]+)/timeline\$ {
@@ -74,8 +77,8 @@ http {
     lua_package_path "/usr/share/lua/5.1/?.lua;;";
     feed_redis 127.0.0.1:%%PORT_REDIS%%;
     feed_redis_timeout 5s;
-    feed_mongo_uri "%%MONGO_URI%%";
-    feed_mongo_timeout 10s;
+    feed_mongo_uri "$mongo";
+    feed_mongo_timeout $timeout;
     feed_thread_pool feedtp;
     feed_cache_mode $mode;
     feed_fanout on;
@@ -122,7 +125,12 @@ sub post {
 sub follow {
     my ($u, $v) = @_;
     my $r = $t->http('PUT', "/users/$u/following/$v");
-    die "follow: $r->{status}\n" unless $r->{status} == 204;
+    return if $r->{status} == 204;
+
+    print STDERR "follow $u $v: status $r->{status} $r->{body}\n",
+        `tail -5 $dir/error.log`, `tail -3 $dir/mongo-commands.log`,
+        `tail -5 $dir/mongo.out`;
+    die "follow: $r->{status}\n";
 }
 
 sub wrk {
@@ -271,17 +279,23 @@ $result{storm} = {
 
 # --------------------------------------------------------- 4. fanout --
 
+# a stand-in of their own: its unique indexes are not enforced (mongomock
+# checks each insert against the whole collection), and it goes after
+
+$t->stop;
+$t->start_mongo(name => 'mongofan', args => ['--no-unique']);
+
 for my $f (@FANOUT) {
     my $star = "star$f";
 
     # the follows go in the stand-in's data file while it is stopped
 
     $t->stop;
-    $t->stop_mongo;
-    system("$dir/seed", "$dir/mongo-db/standin-data.bson", 'feed', $star, $f)
-        == 0 or die "seed failed\n";
-    $t->start_mongo;
-    start_nginx(mode => 'link');
+    $t->stop_mongo('mongofan');
+    system("$dir/seed", "$dir/mongofan-db/standin-data.bson", 'feed', $star,
+        $f) == 0 or die "seed failed\n";
+    $t->start_mongo(name => 'mongofan', args => ['--no-unique']);
+    start_nginx(mode => 'link', mongo => 'mongofan', mongo_timeout => '60s');
 
     # every follower has a cached timeline
 
@@ -304,7 +318,7 @@ for my $f (@FANOUT) {
     my $id = post($star, "news for $f followers");
     my $t201 = time;
 
-    my ($tdone, $deadline) = (undef, time + 60);
+    my ($tdone, $deadline) = (undef, time + 120);
 
     while (time < $deadline) {
         my @left = grep { !$seen{$_} } @sample;
@@ -331,14 +345,20 @@ for my $f (@FANOUT) {
         sleep 0.002;
     }
 
+    # the module times its own deliveries: first batch sent, last reply
+
+    my $fs = $t->get('/status')->{json}{fanout} || {};
+    my $ms = $fs->{last_post_ms} // 0;
+    my $nd = $fs->{last_post_deliveries} // 0;
+
     my @delays = sort { $a <=> $b } map { ($_ - $t0) * 1000 } values %seen;
     my $first = $seen{1};
     $result{"fanout$f"} = {
         n => $f,
         seen => scalar(@delays),
         done => $tdone ? ($tdone - $t0) : undef,
-        rate => ($tdone && $first && $tdone > $first)
-                ? $f / ($tdone - $first) : undef,
+        rate => $nd ? $nd / (($ms || 1) / 1000) : undef,
+        deliver_ms => $ms,
         e2e => $tdone ? $f / ($tdone - $t0) : undef,
         p50 => @delays ? $delays[int(@delays * 0.5)] : undef,
         p99 => @delays ? $delays[int(@delays * 0.99)] : undef,
@@ -347,6 +367,9 @@ for my $f (@FANOUT) {
 
     $t->redis('FLUSHALL');
 }
+
+$t->stop;
+$t->stop_mongo('mongofan');
 
 # --------------------------------------------------------- 5. memory --
 
@@ -441,21 +464,25 @@ push @out, "## 3. Stampede", '',
 
 push @out, "## 4. Fanout", '',
     'One post by an author whose followers all have a cached timeline. '
-    . 'Followers are read from the MongoDB stand-in in one page; '
-    . '"delivery rate" counts from the first follower reached to the last '
-    . '(deliveries into Redis), "end to end" from the POST.', '',
-    '| followers | delivered | first reached (ms) | all reached (s) '
-    . '| delivery rate (/s) | end to end (/s) | visible p50 (ms) | p99 (ms) |',
-    '|---|---|---|---|---|---|---|---|';
+    . 'Followers are read from the MongoDB stand-in in one page. "Delivering" '
+    . 'is the time the module spent delivering into Redis (from its first '
+    . 'script call for the post to the last reply, as `feed_status` reports '
+    . 'it), hence the delivery rate; "end to end" counts from the POST to '
+    . 'the last follower reached, reading the followers from the stand-in '
+    . 'included; visibility is sampled over 200 followers.', '',
+    '| followers | delivered | delivering (ms) | delivery rate (/s) '
+    . '| all reached (s) | end to end (/s) | first visible (ms) '
+    . '| visible p50 (ms) | p99 (ms) |',
+    '|---|---|---|---|---|---|---|---|---|';
 
 for my $f (@FANOUT) {
     my $r = $result{"fanout$f"};
-    push @out, sprintf('| %d | %s | %s | %s | **%s** | %s | %s | %s |',
-        $f, $r->{done} ? 'all' : 'NOT all',
-        fmt_ms($r->{first}), $r->{done} ? sprintf('%.2f', $r->{done}) : '-',
+    push @out, sprintf('| %d | %s | %s | **%s** | %s | %s | %s | %s | %s |',
+        $f, $r->{done} ? 'all' : 'NOT all', $r->{deliver_ms} // '-',
         $r->{rate} ? sprintf('%.0f', $r->{rate}) : '-',
+        $r->{done} ? sprintf('%.2f', $r->{done}) : '-',
         $r->{e2e} ? sprintf('%.0f', $r->{e2e}) : '-',
-        fmt_ms($r->{p50}), fmt_ms($r->{p99}));
+        fmt_ms($r->{first}), fmt_ms($r->{p50}), fmt_ms($r->{p99}));
 }
 
 push @out, '', 'Target: ≥ 200,000 deliveries/s.', '';

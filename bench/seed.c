@@ -5,7 +5,9 @@
  * builds its indexes once after: inserted one by one through a driver,
  * its unique index check would scan the collection for each of 100,000.
  *
- *   seed FILE DATABASE AUTHOR N
+ *   seed FILE DATABASE AUTHOR N [FORMAT]
+ *
+ * FORMAT names the followers from 1 to N, "f%d" by default.
  */
 
 #include <bson.h>
@@ -36,15 +38,18 @@ main(int argc, char **argv)
 {
     int          i, n;
     FILE        *f;
-    char         src[32];
+    char         src[65];
+    const char  *format;
     bson_t      *doc;
     int64_t      now;
     bson_oid_t   oid;
 
-    if (argc != 5) {
-        fprintf(stderr, "usage: seed FILE DATABASE AUTHOR N\n");
+    if (argc != 5 && argc != 6) {
+        fprintf(stderr, "usage: seed FILE DATABASE AUTHOR N [FORMAT]\n");
         return 2;
     }
+
+    format = (argc == 6) ? argv[5] : "f%d";
 
     f = fopen(argv[1], "ab");
     if (f == NULL) {
@@ -56,7 +61,7 @@ main(int argc, char **argv)
     now = (int64_t) time(NULL) * 1000;
 
     for (i = 1; i <= n; i++) {
-        snprintf(src, sizeof(src), "f%d", i);
+        snprintf(src, sizeof(src), format, i);
         bson_oid_init(&oid, NULL);
 
         /* f1 is the newest relationship: the first one fanout reaches */

@@ -55,6 +55,10 @@ typedef struct {
     ngx_uint_t                    failures;
     ngx_uint_t                    skipped;
     char                          error[128];
+
+    /* the last post fanned out: how many got it, over how long */
+    ngx_uint_t                    last_deliveries;
+    ngx_msec_t                    last_ms;
 } ngx_http_feed_fanout_t;
 
 
@@ -69,6 +73,9 @@ struct ngx_http_feed_fanout_entry_s {
     ngx_str_t                     entry;
 
     ngx_uint_t                    waiting;
+    ngx_uint_t                    deliveries;
+    ngx_msec_t                    first_sent;
+    ngx_msec_t                    last_reply;
     unsigned                      fetching:1;
     unsigned                      fetched:1;
     unsigned                      last:1;
@@ -816,6 +823,10 @@ ngx_http_feed_fanout_deliver(ngx_http_feed_fanout_entry_t *fe)
 
     batch = fmcf->fanout_deliver_batch;
 
+    if (fe->first_sent == 0) {
+        fe->first_sent = ngx_current_msec;
+    }
+
     for (i = 0; i < n; i += batch) {
         if (fe->kind == 'p') {
             rc = ngx_http_feed_timeline_cache_deliver(fmcf, fe->pool,
@@ -854,7 +865,11 @@ ngx_http_feed_fanout_delivered(void *data, redisReply *reply)
 
     } else if (reply->type == REDIS_REPLY_INTEGER && fe->kind == 'p') {
         fe->fo->deliveries += reply->integer;
+        fe->deliveries += reply->integer;
     }
+
+    ngx_time_update();
+    fe->last_reply = ngx_current_msec;
 
     fe->waiting--;
 
@@ -870,6 +885,11 @@ ngx_http_feed_fanout_ack(ngx_http_feed_fanout_entry_t *fe)
     ngx_http_feed_main_conf_t  *fmcf;
 
     fmcf = fe->fo->fmcf;
+
+    if (fe->kind == 'p' && fe->deliveries) {
+        fe->fo->last_deliveries = fe->deliveries;
+        fe->fo->last_ms = fe->last_reply - fe->first_sent;
+    }
 
     if (fe->kind == 'd' && fe->last) {
         /* out of every timeline: reads need not skip it much longer */
@@ -960,6 +980,9 @@ ngx_http_feed_fanout_status(bson_t *doc)
         BSON_APPEND_INT64(&sub, "failures", (int64_t) fo->failures);
         BSON_APPEND_INT64(&sub, "skipped", (int64_t) fo->skipped);
         BSON_APPEND_INT64(&sub, "in_flight", (int64_t) fo->active);
+        BSON_APPEND_INT64(&sub, "last_post_deliveries",
+                          (int64_t) fo->last_deliveries);
+        BSON_APPEND_INT64(&sub, "last_post_ms", (int64_t) fo->last_ms);
 
         if (fo->error[0]) {
             BSON_APPEND_UTF8(&sub, "last_error", fo->error);

@@ -6,6 +6,11 @@
 
 
 #include "ngx_http_feed_mongo.h"
+#include "ngx_http_feed_util.h"
+
+
+/* how many feed_mongo_timeout a task may wait for a thread */
+#define NGX_HTTP_FEED_MONGO_QUEUED_MAX  10
 
 
 struct ngx_http_feed_mongo_s {
@@ -232,6 +237,9 @@ ngx_http_feed_mongo_post(ngx_http_feed_mongo_task_t *t)
         return NGX_DECLINED;
     }
 
+    t->deadline = ngx_http_feed_now_ms()
+                  + NGX_HTTP_FEED_MONGO_QUEUED_MAX * t->mongo->conf->timeout;
+
     if (ngx_thread_task_post(t->mongo->conf->thread_pool, t->thread_task)
         != NGX_OK)
     {
@@ -362,7 +370,24 @@ ngx_http_feed_mongo_thread(void *data, ngx_log_t *log)
 {
     ngx_http_feed_mongo_task_t  *t = data;
 
+    struct timeval    tv;
     mongoc_client_t  *client;
+
+    /*
+     * A task that waited in the queue many times feed_mongo_timeout is not
+     * run: its client has given up, and a MongoDB that fell behind must not
+     * be asked for work nobody waits for any more.
+     */
+
+    ngx_gettimeofday(&tv);
+
+    if ((int64_t) tv.tv_sec * 1000 + tv.tv_usec / 1000 > t->deadline) {
+        bson_set_error(&t->error, MONGOC_ERROR_STREAM,
+                       MONGOC_ERROR_STREAM_SOCKET,
+                       "waited too long for a thread");
+        t->rc = NGX_ERROR;
+        return;
+    }
 
     /* the pool is larger than any thread pool: this never waits long */
 

@@ -37,6 +37,9 @@ struct ngx_http_feed_mongo_task_s {
     /* keeps a graceful shutdown waiting for the task, as a timer must */
     ngx_event_t                   watchdog;
 
+    /* past this (ms since the epoch) the task is not worth running */
+    int64_t                       deadline;
+
     /* a background task's own pool, and what to call before freeing it */
     ngx_pool_t                   *pool;
     ngx_http_feed_mongo_done_pt   bg_done;

@@ -66,6 +66,9 @@ struct ngx_http_feed_redis_s {
     /* called when a graceful shutdown begins (the connection is "idle") */
     ngx_http_feed_redis_ready_pt  on_exit;
     void                         *on_exit_data;
+
+    /* hiredis's reply functions, but a reply a handler kept is not freed */
+    redisReplyObjectFunctions     fns;
 };
 
 
@@ -103,6 +106,8 @@ static void ngx_http_feed_redis_ev_cleanup(void *data);
 static void ngx_http_feed_redis_read_handler(ngx_event_t *rev);
 static void ngx_http_feed_redis_write_handler(ngx_event_t *wev);
 
+static void ngx_http_feed_redis_free_reply(void *reply);
+static void ngx_http_feed_redis_kept_cleanup(void *data);
 static ngx_http_feed_redis_cmd_t *ngx_http_feed_redis_cmd_get(
     ngx_http_feed_redis_t *rd);
 static void ngx_http_feed_redis_cmd_put(ngx_http_feed_redis_cmd_t *cmd);
@@ -286,6 +291,14 @@ ngx_http_feed_redis_connect(ngx_http_feed_redis_t *rd)
     c->write->log = rd->log;
     c->read->handler = ngx_http_feed_redis_read_handler;
     c->write->handler = ngx_http_feed_redis_write_handler;
+
+    /* handlers may keep a reply rather than copy it: see keep_reply() */
+
+    if (ac->c.reader && ac->c.reader->fn) {
+        rd->fns = *ac->c.reader->fn;
+        rd->fns.freeObject = ngx_http_feed_redis_free_reply;
+        ac->c.reader->fn = &rd->fns;
+    }
 
     ac->data = rd;
     ac->ev.data = c;
@@ -767,6 +780,52 @@ ngx_http_feed_redis_write_handler(ngx_event_t *wev)
     ngx_connection_t  *c = wev->data;
 
     redisAsyncHandleWrite(c->data);
+}
+
+
+/*
+ * A handler keeps the reply it was given instead of copying it: it is
+ * freed with the pool.  Only the reply being handled can be kept.
+ */
+
+static void  *ngx_http_feed_redis_kept;
+
+
+ngx_int_t
+ngx_http_feed_redis_keep_reply(ngx_pool_t *pool, redisReply *reply)
+{
+    ngx_pool_cleanup_t  *cln;
+
+    cln = ngx_pool_cleanup_add(pool, 0);
+    if (cln == NULL) {
+        return NGX_ERROR;
+    }
+
+    cln->handler = ngx_http_feed_redis_kept_cleanup;
+    cln->data = reply;
+
+    ngx_http_feed_redis_kept = reply;
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_feed_redis_kept_cleanup(void *data)
+{
+    freeReplyObject(data);
+}
+
+
+static void
+ngx_http_feed_redis_free_reply(void *reply)
+{
+    if (reply == ngx_http_feed_redis_kept) {
+        ngx_http_feed_redis_kept = NULL;
+        return;
+    }
+
+    freeReplyObject(reply);
 }
 
 

@@ -260,16 +260,16 @@ ngx_http_feed_tl_kept(void *data, redisReply *reply)
 {
     ngx_http_feed_tl_ctx_t  *ctx = data;
 
-    if (reply == NULL || reply->type != REDIS_REPLY_STRING) {
+    if (reply == NULL || reply->type != REDIS_REPLY_STRING
+        || ngx_http_feed_redis_keep_reply(ctx->request->pool, reply)
+           != NGX_OK)
+    {
         return;
     }
 
-    ctx->kept.data = ngx_pnalloc(ctx->request->pool, reply->len);
-    if (ctx->kept.data == NULL) {
-        return;
-    }
+    /* the answer is sent from the reply itself */
 
-    ngx_memcpy(ctx->kept.data, reply->str, reply->len);
+    ctx->kept.data = (u_char *) reply->str;
     ctx->kept.len = reply->len;
 }
 

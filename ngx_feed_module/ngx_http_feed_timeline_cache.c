@@ -533,7 +533,7 @@ ngx_http_feed_timeline_cache_page(ngx_http_request_t *r,
 }
 
 
-/* the page as Redis answered it, copied once into the request pool */
+/* the page as Redis answered it, kept by the request, not copied */
 
 ngx_int_t
 ngx_http_feed_timeline_cache_parse(ngx_http_request_t *r, redisReply *reply,
@@ -562,7 +562,9 @@ ngx_http_feed_timeline_cache_parse(ngx_http_request_t *r, redisReply *reply,
         return NGX_OK;
 
     case 3:
-        if (reply->element[1]->type != REDIS_REPLY_STRING) {
+        if (reply->element[1]->type != REDIS_REPLY_STRING
+            || ngx_http_feed_redis_keep_reply(r->pool, reply) != NGX_OK)
+        {
             return NGX_DECLINED;
         }
 
@@ -578,6 +580,10 @@ ngx_http_feed_timeline_cache_parse(ngx_http_request_t *r, redisReply *reply,
 
     if (reply->elements < 6) {
         return NGX_DECLINED;
+    }
+
+    if (ngx_http_feed_redis_keep_reply(r->pool, reply) != NGX_OK) {
+        return NGX_ERROR;
     }
 
     for (i = 1; i < reply->elements; i++) {
@@ -680,18 +686,14 @@ ngx_http_feed_timeline_cache_kept(ngx_str_t *page,
 }
 
 
+/* the reply is kept by the request: its strings are used where they are */
+
 static ngx_int_t
 ngx_http_feed_timeline_cache_copy(ngx_http_request_t *r, redisReply *e,
     ngx_str_t *to)
 {
     to->len = e->len;
-    to->data = ngx_pnalloc(r->pool, e->len ? e->len : 1);
-
-    if (to->data == NULL) {
-        return NGX_ERROR;
-    }
-
-    ngx_memcpy(to->data, e->str, e->len);
+    to->data = (u_char *) e->str;
 
     return NGX_OK;
 }

@@ -258,6 +258,7 @@ sub start_mongo {
         '--dbpath', "$self->{dir}/$name-db",
         '--latency-file', "$self->{dir}/$name-latency");
     push @cmd, '--latency-ms', $o{latency_ms} if $o{latency_ms};
+    push @cmd, @{$o{args}} if $o{args};
 
     $self->spawn($name, @cmd);
 
