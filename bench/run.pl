@@ -23,7 +23,9 @@ my $QUICK = $ENV{FEED_BENCH_QUICK};
 my $ROOT = FeedTest->root;
 my $DUR = $QUICK ? 1 : 5;
 my $CONNS = 32;
-my @FANOUT = $QUICK ? (500) : (10_000, 100_000);
+my @FANOUT = $ENV{FEED_BENCH_FANOUT}
+    ? split(/,/, $ENV{FEED_BENCH_FANOUT})
+    : $QUICK ? (500) : (10_000, 100_000);
 my $started = time;
 
 my $t = FeedTest->new(no_access_log => 1);
@@ -82,7 +84,7 @@ http {
     feed_thread_pool feedtp;
     feed_cache_mode $mode;
     feed_fanout on;
-    feed_fanout_page 100000;
+    feed_fanout_page 200000;
     feed_fanout_block 200ms;
 
     server {
@@ -313,7 +315,8 @@ for my $f (@FANOUT) {
     my @sample = (1, $f, map { 1 + int(rand($f)) } 1 .. 198);
     my %seen;
 
-    my $st0 = $t->get('/status')->{json}{fanout}{deliveries} // 0;
+    my $st0 = $t->get('/status', timeout => 120)->{json}{fanout}{deliveries}
+        // 0;
     my $t0 = time;
     my $id = post($star, "news for $f followers");
     my $t201 = time;
@@ -336,7 +339,8 @@ for my $f (@FANOUT) {
             }
         }
 
-        my $d = $t->get('/status')->{json}{fanout}{deliveries} // 0;
+        my $d = $t->get('/status', timeout => 120)->{json}{fanout}{deliveries}
+            // 0;
         if ($d - $st0 >= $f + 1 || ($d - $st0 >= $f && !@left)) {
             $tdone = time;
             last if !@left;
@@ -347,7 +351,12 @@ for my $f (@FANOUT) {
 
     # the module times its own deliveries: first batch sent, last reply
 
-    my $fs = $t->get('/status')->{json}{fanout} || {};
+    # (the status pings MongoDB too, which the stand-in answers slowly with
+    # a hundred thousand follows in memory)
+    my $sr = $t->get('/status', timeout => 120);
+    my $fs = $sr->{json}{fanout} || {};
+    print STDERR "fanout $f: status $sr->{status}, elapsed $sr->{elapsed}: "
+        . substr($sr->{body}, 0, 600) . "\n" if $ENV{FEED_BENCH_DEBUG};
     my $ms = $fs->{last_post_ms} // 0;
     my $nd = $fs->{last_post_deliveries} // 0;
 

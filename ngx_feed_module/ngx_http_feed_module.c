@@ -69,7 +69,7 @@ static ngx_conf_num_bounds_t  ngx_http_feed_fanout_batch_bounds = {
 };
 
 static ngx_conf_num_bounds_t  ngx_http_feed_fanout_page_bounds = {
-    ngx_conf_check_num_bounds, 1, 100000
+    ngx_conf_check_num_bounds, 1, 1000000
 };
 
 static ngx_conf_num_bounds_t  ngx_http_feed_fanout_deliver_bounds = {

@@ -36,19 +36,20 @@
 
 /*
  * A list changed: its version moves, the pages made from it are stale.
- * The version outlives any page made from it (pages live one ttl).
+ * Versions are never reused (a nonce of the worker, not a counter that
+ * could start over after expiring), and outlive the pages made from them.
  */
 #define NGX_HTTP_FEED_LUA_CHANGED                                             \
-    "local function changed(tl, ttl) "                                        \
-    "  local v = 'feed:tln:' .. string.sub(tl, 9) "                           \
-    "  redis.call('incr', v) "                                                \
-    "  redis.call('expire', v, 2 * tonumber(ttl)) "                           \
+    "local function changed(tl, ttl, nonce) "                                 \
+    "  redis.call('set', 'feed:tln:' .. string.sub(tl, 9), nonce, "          \
+    "             'EX', 2 * tonumber(ttl)) "                                  \
     "end "
 
 #define NGX_HTTP_FEED_KEY_LEN      (sizeof(NGX_HTTP_FEED_LOCK_PREFIX)        \
                                     + NGX_HTTP_FEED_USER_MAX + 1)
 
 #define NGX_HTTP_FEED_DELETING     "feed:deleting"
+#define NGX_HTTP_FEED_NONCE_LEN    (3 * NGX_INT64_LEN)
 
 
 /*
@@ -232,7 +233,8 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_lock_lua = {
 
 /*
  * KEYS: timeline, lock, version, queue, deleting.  ARGV: ttl, cap, mode,
- * post prefix, complete, version, then id, JSON pairs, newest first.
+ * post prefix, complete, version, nonce, then id, JSON pairs, newest
+ * first.
  *
  * Creates the timeline in one step, unless someone else did already or
  * the user's follows changed since the rebuild began (the version moved:
@@ -250,12 +252,12 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_warm_lua = {
     "end "
     "if redis.call('exists', tl) == 0 then "
     "  local ids, entries, dead = {}, {}, {} "
-    "  for i = 7, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end "
+    "  for i = 8, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end "
     "  if #ids > 0 and redis.call('zcard', KEYS[5]) > 0 then "
     "    dead = redis.call('zmscore', KEYS[5], unpack(ids)) "
     "  end "
     "  for j = 1, #ids do "
-    "    local i = 5 + 2 * j "
+    "    local i = 6 + 2 * j "
     "    if not dead[j] then "
     "      if ARGV[3] == 'e' then "
     "        entries[#entries + 1] = ARGV[i] .. ARGV[i + 1] "
@@ -279,7 +281,7 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_warm_lua = {
     "      insert(tl, e, cap) "
     "    end "
     "    redis.call('expire', tl, ARGV[1]) "
-    "    changed(tl, ARGV[1]) "
+    "    changed(tl, ARGV[1], ARGV[7]) "
     "  end "
     "end "
     "redis.call('del', KEYS[2], KEYS[4]) "
@@ -290,7 +292,7 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_warm_lua = {
 
 /*
  * Fanout.  KEYS: timeline, lock, queue of each follower.  ARGV: entry,
- * cap, queue ms, ttl.  Delivers into the timelines that exist (inactive users
+ * cap, queue ms, ttl, nonce.  Delivers into the timelines that exist (inactive users
  * get nothing: they are rebuilt on their next read), and queues it for
  * those being rebuilt right now; a post deleted meanwhile goes nowhere
  * (its delete may be fanned out at the same time).  Returns how many got it.
@@ -319,7 +321,7 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_deliver_lua = {
     "    end "
     "    if done then "
     "      n = n + 1 "
-    "      changed(KEYS[i], ARGV[4]) "
+    "      changed(KEYS[i], ARGV[4], ARGV[5]) "
     "    end "
     "  elseif redis.call('exists', KEYS[i + 1]) == 1 then "
     "    redis.call('rpush', KEYS[i + 2], entry) "
@@ -345,7 +347,7 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_drop_lua = {
 };
 
 
-/* KEYS: timelines.  ARGV: post id.  Takes the post out of each. */
+/* KEYS: timelines.  ARGV: post id, ttl, nonce.  Takes the post out. */
 
 static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_remove_lua = {
     NGX_HTTP_FEED_LUA_CHANGED
@@ -359,7 +361,7 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_remove_lua = {
     "      local eid = string.sub(part[j], 1, 24) "
     "      if eid == id then "
     "        n = n + redis.call('lrem', KEYS[i], 1, part[j]) "
-    "        changed(KEYS[i], ARGV[2]) "
+    "        changed(KEYS[i], ARGV[2], ARGV[3]) "
     "        done = true break "
     "      end "
     "      if eid < id then done = true break end "
@@ -374,6 +376,7 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_remove_lua = {
 
 static size_t ngx_http_feed_timeline_key(char *buf, const char *prefix,
     ngx_http_feed_user_t *user);
+static u_char *ngx_http_feed_timeline_nonce(u_char *buf);
 static ngx_int_t ngx_http_feed_timeline_cache_copy(ngx_http_request_t *r,
     redisReply *e, ngx_str_t *to);
 
@@ -803,10 +806,11 @@ ngx_http_feed_timeline_cache_warm(ngx_http_request_t *r,
 
     n = bson_count_keys(items);
 
-    argv = ngx_palloc(r->pool, (14 + 2 * n) * sizeof(char *));
-    argvlen = ngx_palloc(r->pool, (14 + 2 * n) * sizeof(size_t));
+    argv = ngx_palloc(r->pool, (15 + 2 * n) * sizeof(char *));
+    argvlen = ngx_palloc(r->pool, (15 + 2 * n) * sizeof(size_t));
     keys = ngx_pnalloc(r->pool, 4 * NGX_HTTP_FEED_KEY_LEN
-                                + 2 * NGX_INT_T_LEN);
+                                + 2 * NGX_INT_T_LEN
+                                + NGX_HTTP_FEED_NONCE_LEN);
 
     if (argv == NULL || argvlen == NULL || keys == NULL) {
         return NGX_ERROR;
@@ -843,8 +847,11 @@ ngx_http_feed_timeline_cache_warm(ngx_http_request_t *r,
     argvlen[12] = 1;
     argv[13] = (const char *) version->data;
     argvlen[13] = version->len;
+    argv[14] = (const char *) cap + NGX_INT_T_LEN;
+    argvlen[14] = ngx_http_feed_timeline_nonce(cap + NGX_INT_T_LEN)
+                  - (cap + NGX_INT_T_LEN);
 
-    argc = 14;
+    argc = 15;
 
     if (!bson_iter_init(&it, items)) {
         return NGX_ERROR;
@@ -966,10 +973,10 @@ ngx_http_feed_timeline_cache_deliver(ngx_http_feed_main_conf_t *fmcf,
         NGX_HTTP_FEED_TLQ_PREFIX
     };
 
-    argv = ngx_palloc(pool, (7 + 3 * n) * sizeof(char *));
-    argvlen = ngx_palloc(pool, (7 + 3 * n) * sizeof(size_t));
+    argv = ngx_palloc(pool, (8 + 3 * n) * sizeof(char *));
+    argvlen = ngx_palloc(pool, (8 + 3 * n) * sizeof(size_t));
     keys = ngx_pnalloc(pool, 3 * n * NGX_HTTP_FEED_KEY_LEN
-                             + 4 * NGX_INT_T_LEN);
+                             + 4 * NGX_INT_T_LEN + NGX_HTTP_FEED_NONCE_LEN);
 
     if (argv == NULL || argvlen == NULL || keys == NULL) {
         return NGX_ERROR;
@@ -1008,9 +1015,12 @@ ngx_http_feed_timeline_cache_deliver(ngx_http_feed_main_conf_t *fmcf,
     argv[i + 3] = (const char *) ms + NGX_INT_T_LEN;
     argvlen[i + 3] = ngx_sprintf(ms + NGX_INT_T_LEN, "%T", fmcf->cache_ttl)
                      - (ms + NGX_INT_T_LEN);
+    argv[i + 4] = (const char *) ms + 2 * NGX_INT_T_LEN;
+    argvlen[i + 4] = ngx_http_feed_timeline_nonce(ms + 2 * NGX_INT_T_LEN)
+                     - (ms + 2 * NGX_INT_T_LEN);
 
     return ngx_http_feed_redis_send(fmcf->redis_client, handler, data,
-                                    (int) (i + 4), argv, argvlen)
+                                    (int) (i + 5), argv, argvlen)
            ? NGX_OK : NGX_DECLINED;
 }
 
@@ -1025,9 +1035,10 @@ ngx_http_feed_timeline_cache_remove(ngx_http_feed_main_conf_t *fmcf,
     ngx_uint_t    i;
     const char  **argv;
 
-    argv = ngx_palloc(pool, (5 + n) * sizeof(char *));
-    argvlen = ngx_palloc(pool, (5 + n) * sizeof(size_t));
-    keys = ngx_pnalloc(pool, n * NGX_HTTP_FEED_KEY_LEN + 2 * NGX_INT_T_LEN);
+    argv = ngx_palloc(pool, (6 + n) * sizeof(char *));
+    argvlen = ngx_palloc(pool, (6 + n) * sizeof(size_t));
+    keys = ngx_pnalloc(pool, n * NGX_HTTP_FEED_KEY_LEN + 2 * NGX_INT_T_LEN
+                             + NGX_HTTP_FEED_NONCE_LEN);
 
     if (argv == NULL || argvlen == NULL || keys == NULL) {
         return NGX_ERROR;
@@ -1054,9 +1065,12 @@ ngx_http_feed_timeline_cache_remove(ngx_http_feed_main_conf_t *fmcf,
     argv[4 + n] = (const char *) nkeys + NGX_INT_T_LEN;
     argvlen[4 + n] = ngx_sprintf(nkeys + NGX_INT_T_LEN, "%T", fmcf->cache_ttl)
                      - (nkeys + NGX_INT_T_LEN);
+    argv[5 + n] = (const char *) nkeys + 2 * NGX_INT_T_LEN;
+    argvlen[5 + n] = ngx_http_feed_timeline_nonce(nkeys + 2 * NGX_INT_T_LEN)
+                     - (nkeys + 2 * NGX_INT_T_LEN);
 
     return ngx_http_feed_redis_send(fmcf->redis_client, handler, data,
-                                    (int) (5 + n), argv, argvlen)
+                                    (int) (6 + n), argv, argvlen)
            ? NGX_OK : NGX_DECLINED;
 }
 
@@ -1125,6 +1139,17 @@ ngx_http_feed_timeline_deleted(ngx_http_feed_main_conf_t *fmcf,
 
     (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, 4, argv,
                                     argvlen);
+}
+
+
+/* a version no other change of any list ever had: worker, count, time */
+
+static u_char *
+ngx_http_feed_timeline_nonce(u_char *buf)
+{
+    static uint64_t  n;
+
+    return ngx_sprintf(buf, "%P-%uL-%M", ngx_pid, ++n, ngx_current_msec);
 }
 
 
