@@ -194,6 +194,16 @@ ngx_http_feed_tl_args(ngx_http_request_t *r, ngx_http_feed_page_t *page,
     *code = "invalid_post_id";
     *message = "post ids are 24 lowercase hexadecimal digits";
 
+    return ngx_http_feed_timeline_bounds(r, page);
+}
+
+
+/* max_id and since_id, when given: NGX_DECLINED when malformed */
+
+ngx_int_t
+ngx_http_feed_timeline_bounds(ngx_http_request_t *r,
+    ngx_http_feed_page_t *page)
+{
     if (ngx_http_feed_tl_arg_id(r, "max_id", page->max_id, &page->has_max)
         != NGX_OK
         || ngx_http_feed_tl_arg_id(r, "since_id", page->since_id,

@@ -94,6 +94,8 @@ ngx_int_t ngx_http_feed_timeline_cache_remove(ngx_http_feed_main_conf_t *fmcf,
     ngx_pool_t *pool, ngx_http_feed_user_t *users, ngx_uint_t n,
     const char *id, ngx_http_feed_redis_pt handler, void *data);
 
+ngx_int_t ngx_http_feed_timeline_bounds(ngx_http_request_t *r,
+    ngx_http_feed_page_t *page);
 ngx_int_t ngx_http_feed_timeline_source(ngx_http_request_t *r);
 void ngx_http_feed_timeline_source_run(ngx_http_feed_mongo_task_t *t,
     mongoc_client_t *client);

@@ -45,8 +45,6 @@ typedef struct {
 
 static ngx_int_t ngx_http_feed_source_args(ngx_http_request_t *r,
     ngx_http_feed_page_t *page);
-static ngx_int_t ngx_http_feed_source_arg_id(ngx_http_request_t *r,
-    char *name, char *id, ngx_uint_t *has);
 static void ngx_http_feed_source_done(ngx_http_feed_mongo_task_t *t);
 static char **ngx_http_feed_source_authors(mongoc_client_t *client,
     const char *database, ngx_http_feed_page_t *page, size_t *n,
@@ -145,39 +143,10 @@ ngx_http_feed_source_args(ngx_http_request_t *r, ngx_http_feed_page_t *page)
         page->limit = n;
     }
 
-    if (ngx_http_feed_source_arg_id(r, "max_id", page->max_id,
-                                    &page->has_max)
-        != NGX_OK
-        || ngx_http_feed_source_arg_id(r, "since_id", page->since_id,
-                                       &page->has_since)
-           != NGX_OK)
-    {
+    if (ngx_http_feed_timeline_bounds(r, page) != NGX_OK) {
         return ngx_http_feed_bad_request(r, "invalid_post_id",
                    "post ids are 24 lowercase hexadecimal digits");
     }
-
-    return NGX_OK;
-}
-
-
-static ngx_int_t
-ngx_http_feed_source_arg_id(ngx_http_request_t *r, char *name, char *id,
-    ngx_uint_t *has)
-{
-    ngx_str_t   value;
-    bson_oid_t  oid;
-
-    if (ngx_http_feed_arg(r, name, &value) != NGX_OK) {
-        return NGX_OK;
-    }
-
-    if (ngx_http_feed_post_id(&value, &oid) != NGX_OK) {
-        return NGX_DECLINED;
-    }
-
-    ngx_memcpy(id, value.data, 24);
-    id[24] = '\0';
-    *has = 1;
 
     return NGX_OK;
 }

@@ -80,7 +80,9 @@ sub check_down_without_stall {
 
     my @res = map { $t->http_end($_) } @pending;
     ok(!grep({ $_->{status} != 200 || $_->{json}{mongo}{up} } @res),
-        "$what: status says down");
+        "$what: status says down")
+        or diag(join "\n", map { "$_->{status} $_->{elapsed}s $_->{body}" }
+            @res);
     ok(!grep({ $_->{elapsed} > 2.5 } @res), "$what: within the timeout")
         or diag(join ' ', map { $_->{elapsed} } @res);
 }
@@ -88,6 +90,7 @@ sub check_down_without_stall {
 # hung: connections stay open but nothing answers
 
 $t->signal('mongo', 'STOP');
+sleep 0.2;
 check_down_without_stall('hung');
 $t->signal('mongo', 'CONT');
 ok($t->wait_for(6, sub { all_say(1) }), 'up again after SIGCONT');
