@@ -25,7 +25,8 @@
 #include "ngx_http_feed_post.h"
 
 
-#define NGX_HTTP_FEED_FANOUT_RETRY  500
+#define NGX_HTTP_FEED_FANOUT_RETRY   500
+#define NGX_HTTP_FEED_FANOUT_WINDOW  4
 
 
 typedef struct ngx_http_feed_fanout_entry_s  ngx_http_feed_fanout_entry_t;
@@ -72,6 +73,11 @@ struct ngx_http_feed_fanout_entry_s {
     u_char                        kind;
     ngx_str_t                     entry;
 
+    /* the page being delivered, batch after batch */
+    ngx_http_feed_user_t         *users;
+    ngx_uint_t                    nusers;
+    ngx_uint_t                    next;
+
     ngx_uint_t                    waiting;
     ngx_uint_t                    deliveries;
     ngx_msec_t                    first_sent;
@@ -104,6 +110,7 @@ static ngx_int_t ngx_http_feed_fanout_parse(ngx_http_feed_fanout_entry_t *fe,
 static void ngx_http_feed_fanout_fetch(ngx_http_feed_fanout_entry_t *fe);
 static void ngx_http_feed_fanout_fetched(ngx_http_feed_mongo_task_t *t);
 static void ngx_http_feed_fanout_deliver(ngx_http_feed_fanout_entry_t *fe);
+static void ngx_http_feed_fanout_send(ngx_http_feed_fanout_entry_t *fe);
 static void ngx_http_feed_fanout_delivered(void *data, redisReply *reply);
 static void ngx_http_feed_fanout_settle(ngx_http_feed_fanout_entry_t *fe);
 static void ngx_http_feed_fanout_ack(ngx_http_feed_fanout_entry_t *fe);
@@ -788,12 +795,9 @@ ngx_http_feed_fanout_settle(ngx_http_feed_fanout_entry_t *fe)
 static void
 ngx_http_feed_fanout_deliver(ngx_http_feed_fanout_entry_t *fe)
 {
-    ngx_int_t                   rc;
-    ngx_uint_t                  i, n, batch;
-    ngx_http_feed_user_t       *users;
-    ngx_http_feed_main_conf_t  *fmcf;
+    ngx_uint_t             n;
+    ngx_http_feed_user_t  *users;
 
-    fmcf = fe->fo->fmcf;
     fe->fetched = 0;
 
     /* the author's own timeline, with the first page */
@@ -821,21 +825,46 @@ ngx_http_feed_fanout_deliver(ngx_http_feed_fanout_entry_t *fe)
     bson_free(fe->page.users);
     fe->page.users = NULL;
 
-    batch = fmcf->fanout_deliver_batch;
+    fe->users = users;
+    fe->nusers = n;
+    fe->next = 0;
 
     if (fe->first_sent == 0) {
         fe->first_sent = ngx_current_msec;
     }
 
-    for (i = 0; i < n; i += batch) {
+    ngx_http_feed_fanout_send(fe);
+}
+
+
+/*
+ * A few batches in flight at a time, the next one sent as each reply
+ * comes: Redis works on one while nginx builds the next, and reads on the
+ * same connection wait behind a few batches, not behind the whole page.
+ */
+
+static void
+ngx_http_feed_fanout_send(ngx_http_feed_fanout_entry_t *fe)
+{
+    ngx_int_t                   rc;
+    ngx_uint_t                  n;
+    ngx_http_feed_main_conf_t  *fmcf;
+
+    fmcf = fe->fo->fmcf;
+
+    while (fe->next < fe->nusers
+           && fe->waiting < NGX_HTTP_FEED_FANOUT_WINDOW)
+    {
+        n = ngx_min(fmcf->fanout_deliver_batch, fe->nusers - fe->next);
+
         if (fe->kind == 'p') {
             rc = ngx_http_feed_timeline_cache_deliver(fmcf, fe->pool,
-                     users + i, ngx_min(batch, n - i), &fe->entry,
+                     fe->users + fe->next, n, &fe->entry,
                      ngx_http_feed_fanout_delivered, fe);
 
         } else {
             rc = ngx_http_feed_timeline_cache_remove(fmcf, fe->pool,
-                     users + i, ngx_min(batch, n - i), fe->page.post_id,
+                     fe->users + fe->next, n, fe->page.post_id,
                      ngx_http_feed_fanout_delivered, fe);
         }
 
@@ -844,9 +873,11 @@ ngx_http_feed_fanout_deliver(ngx_http_feed_fanout_entry_t *fe)
                         (u_char *) "redis unavailable",
                         sizeof(fe->fo->error));
             fe->failed = 1;
+            fe->next = fe->nusers;
             return;
         }
 
+        fe->next += n;
         fe->waiting++;
     }
 }
@@ -863,6 +894,9 @@ ngx_http_feed_fanout_delivered(void *data, redisReply *reply)
                     sizeof(fe->fo->error));
         fe->failed = 1;
 
+        /* the entry stays pending: no more batches of it */
+        fe->next = fe->nusers;
+
     } else if (reply->type == REDIS_REPLY_INTEGER && fe->kind == 'p') {
         fe->fo->deliveries += reply->integer;
         fe->deliveries += reply->integer;
@@ -872,6 +906,10 @@ ngx_http_feed_fanout_delivered(void *data, redisReply *reply)
     fe->last_reply = ngx_current_msec;
 
     fe->waiting--;
+
+    if (fe->next < fe->nusers) {
+        ngx_http_feed_fanout_send(fe);
+    }
 
     ngx_http_feed_fanout_settle(fe);
 }

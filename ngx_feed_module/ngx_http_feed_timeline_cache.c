@@ -9,10 +9,14 @@
  * timeline that holds the user's whole history: without it the list was
  * trimmed, and pages past its end continue from the fallback.
  *
- * Every change of a list bumps its version, "feed:tln:{user}".  The first
- * pages, as answered, are kept in "feed:tlp:{user}" with the version they
- * were made from: a read whose page is there and current gets it whole, a
- * single string, instead of each post through the script.
+ * The first pages, as answered, are kept in "feed:tlp:{user}" with the
+ * version of the list they were made from: a read whose page is there and
+ * current gets it whole, a single string, instead of each post through the
+ * script.  A version is the list's nonce, "feed:tln:{user}", which every
+ * change but one moves, and its head.  The exception is the common one,
+ * a delivery of a post newer than the head: it deletes the kept pages
+ * instead (cheaper than a new nonce per follower), and the new head keeps
+ * a page made before it from being stored after it.
  *
  * Deleted posts are in the sorted set "feed:deleting" until fanout has
  * taken them out of every list (score +inf), then for a grace period that
@@ -108,8 +112,9 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_read_lua = {
     "local limit, max, since = tonumber(ARGV[1]), ARGV[2], ARGV[3] "
     "local ver = redis.call('get', KEYS[4]) or '0' "
     "local deleting = redis.call('zcard', KEYS[5]) > 0 "
-    "if max == '' and since == '' "
-    "   and redis.call('hget', KEYS[3], 'v' .. ARGV[1]) == ver then "
+    "local kv = max == '' and since == '' "
+    "           and redis.call('hget', KEYS[3], 'v' .. ARGV[1]) "
+    "if kv and string.sub(kv, 1, #ver + 1) == ver .. ':' then "
     "  local fresh = true "
     "  if deleting then "
     "    local ids = {} "
@@ -121,7 +126,7 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_read_lua = {
     "    end "
     "  end "
     "  if fresh and redis.call('expire', tl, ARGV[4]) == 1 then "
-    "    return {3, ver} "
+    "    return {3, kv} "
     "  end "
     "end "
     "local embed = ARGV[5] == 'e' "
@@ -132,7 +137,9 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_read_lua = {
     "  return {0, l and (l == 'failed' and 2 or 1) or 0} "
     "end "
     "redis.call('expire', tl, ARGV[4]) "
-    "local out, got, n, pos = {1, 0, 1, '', ver, ''}, {}, 0, 0 "
+    "local out, got, n, pos = {1, 0, 1, '', "
+    "                          ver .. ':' .. string.sub(part[1], 1, 24), "
+    "                          ''}, {}, 0, 0 "
     "while true do "
     "  local ids, entries, stop = {}, {}, false "
     "  for i = 1, #part do "
@@ -198,13 +205,17 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_read_lua = {
 
 
 /*
- * KEYS: pages, version.  ARGV: limit, page, ttl, version, ids.  Keeps a
- * first page as answered, with its version and its posts' ids, only if the
- * list did not change since it was read.
+ * KEYS: pages, version, timeline.  ARGV: limit, page, ttl, version, ids.
+ * Keeps a first page as answered, with its version and its posts' ids,
+ * only if the list did not change since it was read: same version, same
+ * head (a delivery of a newer post, the common change, only moves the
+ * head).
  */
 
 static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_page_lua = {
-    "if (redis.call('get', KEYS[2]) or '0') == ARGV[4] then "
+    "local head = redis.call('lindex', KEYS[3], 0) or '' "
+    "if (redis.call('get', KEYS[2]) or '0') .. ':' .. string.sub(head, 1, 24) "
+    "   == ARGV[4] then "
     "  redis.call('hset', KEYS[1], ARGV[1], ARGV[2], "
     "             'v' .. ARGV[1], ARGV[4], 'i' .. ARGV[1], ARGV[5]) "
     "  redis.call('expire', KEYS[1], ARGV[3]) "
@@ -291,11 +302,17 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_warm_lua = {
 
 
 /*
- * Fanout.  KEYS: timeline, lock, queue of each follower.  ARGV: entry,
- * cap, queue ms, ttl, nonce.  Delivers into the timelines that exist (inactive users
- * get nothing: they are rebuilt on their next read), and queues it for
- * those being rebuilt right now; a post deleted meanwhile goes nowhere
- * (its delete may be fanned out at the same time).  Returns how many got it.
+ * Fanout.  KEYS: the followers' timelines.  ARGV: entry, cap, queue ms, ttl,
+ * nonce.  Delivers into the timelines that exist (inactive users get
+ * nothing: they are rebuilt on their next read), and queues it for those
+ * being rebuilt right now; a post deleted meanwhile goes nowhere (its
+ * delete may be fanned out at the same time).  Returns how many got it.
+ *
+ * The common case is a post newer than the list's head: a push, and the
+ * kept pages go (a new head tells the page store they are stale, so the
+ * list's version stays).  The lock and queue keys are only needed when
+ * the list is missing: their names are made here, not sent for each
+ * follower.
  */
 
 static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_deliver_lua = {
@@ -306,26 +323,28 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_deliver_lua = {
     "if redis.call('zscore', '" NGX_HTTP_FEED_DELETING "', id) then "
     "  return 0 "
     "end "
-    "for i = 1, #KEYS, 3 do "
-    "  local head = redis.call('lindex', KEYS[i], 0) "
+    "for i = 1, #KEYS do "
+    "  local tl = KEYS[i] "
+    "  local head = redis.call('lindex', tl, 0) "
     "  if head then "
     "    local hid = string.sub(head, 1, 24) "
-    "    local done = false "
     "    if hid < id then "
-    "      if redis.call('lpush', KEYS[i], entry) > cap then "
-    "        redis.call('rpop', KEYS[i]) "
+    "      if redis.call('lpush', tl, entry) > cap then "
+    "        redis.call('rpop', tl) "
     "      end "
-    "      done = true "
-    "    elseif hid ~= id and insert(KEYS[i], entry, cap) == 1 then "
-    "      done = true "
-    "    end "
-    "    if done then "
+    "      redis.call('del', 'feed:tlp:' .. string.sub(tl, 9)) "
     "      n = n + 1 "
-    "      changed(KEYS[i], ARGV[4], ARGV[5]) "
+    "    elseif hid ~= id and insert(tl, entry, cap) == 1 then "
+    "      changed(tl, ARGV[4], ARGV[5]) "
+    "      n = n + 1 "
     "    end "
-    "  elseif redis.call('exists', KEYS[i + 1]) == 1 then "
-    "    redis.call('rpush', KEYS[i + 2], entry) "
-    "    redis.call('pexpire', KEYS[i + 2], ARGV[3]) "
+    "  else "
+    "    local u = string.sub(tl, 9) "
+    "    if redis.call('exists', 'feed:lock:' .. u) == 1 then "
+    "      local q = 'feed:tlq:' .. u "
+    "      redis.call('rpush', q, entry) "
+    "      redis.call('pexpire', q, ARGV[3]) "
+    "    end "
     "  end "
     "end "
     "return n",
@@ -377,6 +396,11 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_remove_lua = {
 static size_t ngx_http_feed_timeline_key(char *buf, const char *prefix,
     ngx_http_feed_user_t *user);
 static u_char *ngx_http_feed_timeline_nonce(u_char *buf);
+static ngx_int_t ngx_http_feed_timeline_cache_batch(
+    ngx_http_feed_main_conf_t *fmcf, ngx_log_t *log,
+    ngx_http_feed_redis_script_t *script, ngx_http_feed_user_t *users,
+    ngx_uint_t n, ngx_uint_t nargs, char **args, size_t *lens,
+    ngx_http_feed_redis_pt handler, void *data);
 static ngx_int_t ngx_http_feed_timeline_cache_copy(ngx_http_request_t *r,
     redisReply *e, ngx_str_t *to);
 
@@ -487,9 +511,9 @@ ngx_http_feed_timeline_cache_page(ngx_http_request_t *r,
     ngx_http_feed_cached_t *cached, ngx_str_t *body)
 {
     u_char      *p, *value, limit[NGX_INT_T_LEN], ttl[NGX_INT_T_LEN];
-    char         keys[2][NGX_HTTP_FEED_KEY_LEN];
-    size_t       argvlen[10], len;
-    const char  *argv[10];
+    char         keys[3][NGX_HTTP_FEED_KEY_LEN];
+    size_t       argvlen[11], len;
+    const char  *argv[11];
 
     len = cached->version.len + body->len + 24 + 2;
 
@@ -512,7 +536,7 @@ ngx_http_feed_timeline_cache_page(ngx_http_request_t *r,
     argvlen[0] = 7;
     argv[1] = ngx_http_feed_timeline_page_lua.sha1;
     argvlen[1] = 40;
-    argv[2] = "2";
+    argv[2] = "3";
     argvlen[2] = 1;
     argv[3] = keys[0];
     argvlen[3] = ngx_http_feed_timeline_key(keys[0], NGX_HTTP_FEED_TLP_PREFIX,
@@ -520,18 +544,21 @@ ngx_http_feed_timeline_cache_page(ngx_http_request_t *r,
     argv[4] = keys[1];
     argvlen[4] = ngx_http_feed_timeline_key(keys[1], NGX_HTTP_FEED_TLN_PREFIX,
                                             &page->user);
-    argv[5] = (const char *) limit;
-    argvlen[5] = ngx_sprintf(limit, "%ui", page->limit) - limit;
-    argv[6] = (const char *) value;
-    argvlen[6] = p - value;
-    argv[7] = (const char *) ttl;
-    argvlen[7] = ngx_sprintf(ttl, "%T", fmcf->cache_ttl) - ttl;
-    argv[8] = (const char *) cached->version.data;
-    argvlen[8] = cached->version.len;
-    argv[9] = (const char *) cached->ids.data;
-    argvlen[9] = cached->ids.len;
+    argv[5] = keys[2];
+    argvlen[5] = ngx_http_feed_timeline_key(keys[2], NGX_HTTP_FEED_TL_PREFIX,
+                                            &page->user);
+    argv[6] = (const char *) limit;
+    argvlen[6] = ngx_sprintf(limit, "%ui", page->limit) - limit;
+    argv[7] = (const char *) value;
+    argvlen[7] = p - value;
+    argv[8] = (const char *) ttl;
+    argvlen[8] = ngx_sprintf(ttl, "%T", fmcf->cache_ttl) - ttl;
+    argv[9] = (const char *) cached->version.data;
+    argvlen[9] = cached->version.len;
+    argv[10] = (const char *) cached->ids.data;
+    argvlen[10] = cached->ids.len;
 
-    (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, 10, argv,
+    (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, 11, argv,
                                     argvlen);
 }
 
@@ -954,8 +981,7 @@ ngx_http_feed_timeline_cache_drop(ngx_http_request_t *r,
 
 /*
  * Fanout of one entry (the id, and the JSON in embed mode) to a batch of
- * users: one script call, one round trip.  Keys and arguments are copied
- * by hiredis before this returns.
+ * users: one script call, one round trip.
  */
 
 ngx_int_t
@@ -963,115 +989,112 @@ ngx_http_feed_timeline_cache_deliver(ngx_http_feed_main_conf_t *fmcf,
     ngx_pool_t *pool, ngx_http_feed_user_t *users, ngx_uint_t n,
     ngx_str_t *entry, ngx_http_feed_redis_pt handler, void *data)
 {
-    u_char       *keys, *p, *nkeys, *cap, *ms;
-    size_t       *argvlen;
-    ngx_uint_t    i, k;
-    const char  **argv;
+    u_char  cap[NGX_INT_T_LEN], ms[NGX_INT_T_LEN], ttl[NGX_INT_T_LEN],
+            nonce[NGX_HTTP_FEED_NONCE_LEN];
+    size_t  argvlen[5];
+    char   *argv[5];
 
-    static const char  *prefixes[] = {
-        NGX_HTTP_FEED_TL_PREFIX, NGX_HTTP_FEED_LOCK_PREFIX,
-        NGX_HTTP_FEED_TLQ_PREFIX
-    };
+    argv[0] = (char *) entry->data;
+    argvlen[0] = entry->len;
+    argv[1] = (char *) cap;
+    argvlen[1] = ngx_sprintf(cap, "%ui", fmcf->cache_size) - cap;
+    argv[2] = (char *) ms;
+    argvlen[2] = ngx_sprintf(ms, "%M", fmcf->cache_lock_timeout) - ms;
+    argv[3] = (char *) ttl;
+    argvlen[3] = ngx_sprintf(ttl, "%T", fmcf->cache_ttl) - ttl;
+    argv[4] = (char *) nonce;
+    argvlen[4] = ngx_http_feed_timeline_nonce(nonce) - nonce;
 
-    argv = ngx_palloc(pool, (8 + 3 * n) * sizeof(char *));
-    argvlen = ngx_palloc(pool, (8 + 3 * n) * sizeof(size_t));
-    keys = ngx_pnalloc(pool, 3 * n * NGX_HTTP_FEED_KEY_LEN
-                             + 4 * NGX_INT_T_LEN + NGX_HTTP_FEED_NONCE_LEN);
-
-    if (argv == NULL || argvlen == NULL || keys == NULL) {
-        return NGX_ERROR;
-    }
-
-    nkeys = keys + 3 * n * NGX_HTTP_FEED_KEY_LEN;
-    cap = nkeys + NGX_INT_T_LEN;
-    ms = cap + NGX_INT_T_LEN;
-
-    argv[0] = "EVALSHA";
-    argvlen[0] = 7;
-    argv[1] = ngx_http_feed_timeline_deliver_lua.sha1;
-    argvlen[1] = 40;
-    argv[2] = (const char *) nkeys;
-    argvlen[2] = ngx_sprintf(nkeys, "%ui", 3 * n) - nkeys;
-
-    p = keys;
-
-    for (i = 0; i < n; i++) {
-        for (k = 0; k < 3; k++) {
-            argv[3 + 3 * i + k] = (const char *) p;
-            argvlen[3 + 3 * i + k] = ngx_http_feed_timeline_key((char *) p,
-                                                    prefixes[k], &users[i]);
-            p += NGX_HTTP_FEED_KEY_LEN;
-        }
-    }
-
-    i = 3 + 3 * n;
-
-    argv[i] = (const char *) entry->data;
-    argvlen[i] = entry->len;
-    argv[i + 1] = (const char *) cap;
-    argvlen[i + 1] = ngx_sprintf(cap, "%ui", fmcf->cache_size) - cap;
-    argv[i + 2] = (const char *) ms;
-    argvlen[i + 2] = ngx_sprintf(ms, "%M", fmcf->cache_lock_timeout) - ms;
-    argv[i + 3] = (const char *) ms + NGX_INT_T_LEN;
-    argvlen[i + 3] = ngx_sprintf(ms + NGX_INT_T_LEN, "%T", fmcf->cache_ttl)
-                     - (ms + NGX_INT_T_LEN);
-    argv[i + 4] = (const char *) ms + 2 * NGX_INT_T_LEN;
-    argvlen[i + 4] = ngx_http_feed_timeline_nonce(ms + 2 * NGX_INT_T_LEN)
-                     - (ms + 2 * NGX_INT_T_LEN);
-
-    return ngx_http_feed_redis_send(fmcf->redis_client, handler, data,
-                                    (int) (i + 5), argv, argvlen)
-           ? NGX_OK : NGX_DECLINED;
+    return ngx_http_feed_timeline_cache_batch(fmcf, pool->log,
+                                        &ngx_http_feed_timeline_deliver_lua,
+                                        users, n, 5, argv, argvlen,
+                                        handler, data);
 }
 
+
+/* the delete of a post fanned out to a batch of users */
 
 ngx_int_t
 ngx_http_feed_timeline_cache_remove(ngx_http_feed_main_conf_t *fmcf,
     ngx_pool_t *pool, ngx_http_feed_user_t *users, ngx_uint_t n,
     const char *id, ngx_http_feed_redis_pt handler, void *data)
 {
-    u_char       *keys, *nkeys;
+    u_char  ttl[NGX_INT_T_LEN], nonce[NGX_HTTP_FEED_NONCE_LEN];
+    size_t  argvlen[3];
+    char   *argv[3];
+
+    argv[0] = (char *) id;
+    argvlen[0] = 24;
+    argv[1] = (char *) ttl;
+    argvlen[1] = ngx_sprintf(ttl, "%T", fmcf->cache_ttl) - ttl;
+    argv[2] = (char *) nonce;
+    argvlen[2] = ngx_http_feed_timeline_nonce(nonce) - nonce;
+
+    return ngx_http_feed_timeline_cache_batch(fmcf, pool->log,
+                                        &ngx_http_feed_timeline_remove_lua,
+                                        users, n, 3, argv, argvlen,
+                                        handler, data);
+}
+
+
+/*
+ * A script call on the timelines of a batch of users, then nargs
+ * arguments.  What it is built in is freed as soon as hiredis has copied
+ * it: one entry may go to hundreds of thousands of followers, batch after
+ * batch.
+ */
+
+static ngx_int_t
+ngx_http_feed_timeline_cache_batch(ngx_http_feed_main_conf_t *fmcf,
+    ngx_log_t *log, ngx_http_feed_redis_script_t *script,
+    ngx_http_feed_user_t *users, ngx_uint_t n, ngx_uint_t nargs,
+    char **args, size_t *lens, ngx_http_feed_redis_pt handler, void *data)
+{
+    u_char       *p;
     size_t       *argvlen;
-    ngx_uint_t    i;
+    ngx_int_t     rc;
+    ngx_uint_t    i, argc;
     const char  **argv;
 
-    argv = ngx_palloc(pool, (6 + n) * sizeof(char *));
-    argvlen = ngx_palloc(pool, (6 + n) * sizeof(size_t));
-    keys = ngx_pnalloc(pool, n * NGX_HTTP_FEED_KEY_LEN + 2 * NGX_INT_T_LEN
-                             + NGX_HTTP_FEED_NONCE_LEN);
+    argc = 3 + n + nargs;
 
-    if (argv == NULL || argvlen == NULL || keys == NULL) {
+    argv = ngx_alloc(argc * (sizeof(char *) + sizeof(size_t))
+                     + NGX_INT_T_LEN + n * NGX_HTTP_FEED_KEY_LEN, log);
+    if (argv == NULL) {
         return NGX_ERROR;
     }
 
-    nkeys = keys + n * NGX_HTTP_FEED_KEY_LEN;
+    argvlen = (size_t *) (argv + argc);
+    p = (u_char *) (argvlen + argc);
 
     argv[0] = "EVALSHA";
     argvlen[0] = 7;
-    argv[1] = ngx_http_feed_timeline_remove_lua.sha1;
+    argv[1] = script->sha1;
     argvlen[1] = 40;
-    argv[2] = (const char *) nkeys;
-    argvlen[2] = ngx_sprintf(nkeys, "%ui", n) - nkeys;
+    argv[2] = (const char *) p;
+    argvlen[2] = ngx_sprintf(p, "%ui", n) - p;
+    p += NGX_INT_T_LEN;
 
     for (i = 0; i < n; i++) {
-        argv[3 + i] = (const char *) keys + i * NGX_HTTP_FEED_KEY_LEN;
-        argvlen[3 + i] = ngx_http_feed_timeline_key((char *) argv[3 + i],
+        argv[3 + i] = (const char *) p;
+        argvlen[3 + i] = ngx_http_feed_timeline_key((char *) p,
                                                     NGX_HTTP_FEED_TL_PREFIX,
                                                     &users[i]);
+        p += NGX_HTTP_FEED_KEY_LEN;
     }
 
-    argv[3 + n] = id;
-    argvlen[3 + n] = 24;
-    argv[4 + n] = (const char *) nkeys + NGX_INT_T_LEN;
-    argvlen[4 + n] = ngx_sprintf(nkeys + NGX_INT_T_LEN, "%T", fmcf->cache_ttl)
-                     - (nkeys + NGX_INT_T_LEN);
-    argv[5 + n] = (const char *) nkeys + 2 * NGX_INT_T_LEN;
-    argvlen[5 + n] = ngx_http_feed_timeline_nonce(nkeys + 2 * NGX_INT_T_LEN)
-                     - (nkeys + 2 * NGX_INT_T_LEN);
+    for (i = 0; i < nargs; i++) {
+        argv[3 + n + i] = args[i];
+        argvlen[3 + n + i] = lens[i];
+    }
 
-    return ngx_http_feed_redis_send(fmcf->redis_client, handler, data,
-                                    (int) (6 + n), argv, argvlen)
-           ? NGX_OK : NGX_DECLINED;
+    rc = ngx_http_feed_redis_send(fmcf->redis_client, handler, data,
+                                  (int) argc, argv, argvlen)
+         ? NGX_OK : NGX_DECLINED;
+
+    ngx_free(argv);
+
+    return rc;
 }
 
 

@@ -230,12 +230,12 @@ sub _resp_read {
 # a TCP relay to a server: killing it cuts the server off while it runs on
 
 sub start_proxy {
-    my ($self, $name, $target) = @_;
+    my ($self, $name, $target, $delay_ms) = @_;
 
     my $port = $self->port($name);
     (my $script = __FILE__) =~ s/FeedTest\.pm$/tcp_proxy.pl/;
 
-    $self->spawn($name, $^X, $script, $port, $target);
+    $self->spawn($name, $^X, $script, $port, $target, $delay_ms || 0);
 
     return $port if $self->wait_port($port);
     die "proxy $name did not start on $port\n";

@@ -1,0 +1,294 @@
+#!/usr/bin/perl
+
+# Kept first pages (feed:tlp:{uid}) never outlive the list they were made
+# from.  A first page, as answered, is kept with the list's version: its
+# nonce (feed:tln:{uid}) and its head.  A delivery of a newer post deletes
+# the kept pages; every other change (an older post put in its place, a
+# delete fanned out) moves the nonce.  With 2 workers, link and embed mode:
+#
+#   - a read keeps its page; the next read answers it as kept (shown by
+#     marking the kept bytes in Redis);
+#   - a new post, once delivered, is in the next read: the kept page is
+#     gone, never answered again;
+#   - an older post delivered into the middle, and a delete fanned out,
+#     make the kept page stale;
+#   - through a proxy that delays every byte to and from Redis by 50 ms,
+#     deliveries land between a read's script and the storing of its page:
+#     that page is refused, the next read shows the post, and the page kept
+#     at the end is the list's current one.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use Test::More;
+use Time::HiRes qw(time sleep);
+use JSON::PP ();
+use IO::Select;
+use FeedTest;
+
+my $t = FeedTest->new;
+
+$t->start_redis;
+$t->start_mongo;
+
+my $CONF = <<'EOF';
+worker_processes 2;
+thread_pool feedtp threads=8;
+events { worker_connections 1024; }
+http {
+    feed_redis 127.0.0.1:@@REDIS@@;
+    feed_redis_timeout 2s;
+    feed_mongo_uri "%%MONGO_URI%%";
+    feed_mongo_timeout 2s;
+    feed_thread_pool feedtp;
+    feed_cache_mode @@MODE@@;
+    feed_fanout on;
+    feed_fanout_block 200ms;
+
+    server {
+        listen 127.0.0.1:%%PORT_HTTP%% reuseport;
+        location ~ ^/users/([^/]+)/following/([^/]+)$ { feed_follow $1 $2; }
+        location ~ ^/users/([^/]+)/posts$ { feed_posts $1; }
+        location ~ ^/users/([^/]+)/posts/([^/]+)$ { feed_user_post $1 $2; }
+        location ~ ^/users/([^/]+)/timeline$ {
+            feed_timeline $1;
+            add_header X-Feed-Cache $feed_cache_status always;
+        }
+        location /_feed/timeline {
+            internal;
+            subrequest_output_buffer_size 16m;
+            feed_timeline_source;
+        }
+        location = /status { feed_status; }
+    }
+}
+EOF
+
+my $JSON = JSON::PP->new->utf8->canonical;
+my $RUN = $$ . int(time);
+my $MARK = 'kept-page-mark';
+
+sub rd { my @r = eval { $t->redis(@_) }; $@ ? undef : $r[0] }
+
+sub short {
+    my ($r) = @_;
+    my $b = substr($r->{body} // '', 0, 300);
+    return "status $r->{status}, x-feed-cache "
+        . ($r->{headers}{'x-feed-cache'} // '(none)') . ", body: $b";
+}
+
+sub post {
+    my ($uid, $body) = @_;
+    my $r = $t->http('POST', "/users/$uid/posts",
+        body => $JSON->encode({ body => $body }),
+        headers => { 'Content-Type' => 'application/json' });
+    return $r->{json}{id} if $r->{status} == 201 && ref $r->{json} eq 'HASH';
+    diag('post: ' . short($r));
+    return;
+}
+
+sub ids {
+    my ($r) = @_;
+    return () unless $r->{status} == 200 && ref $r->{json} eq 'HASH'
+        && ref $r->{json}{items} eq 'ARRAY';
+    return map { $_->{id} } @{ $r->{json}{items} };
+}
+
+sub read_tl { $t->get("/users/$_[0]/timeline?limit=20") }
+
+# the head of the user's list, as fanout left it
+sub head { substr(rd('LINDEX', "feed:tl:{$_[0]}", 0) // '', 0, 24) }
+
+sub delivered {
+    my ($uid, $id, $what) = @_;
+    ok($t->wait_for(5, sub { head($uid) eq $id }), "$what: delivered");
+}
+
+# marks the kept page's JSON, keeping its version: a read that answers the
+# kept page then shows the mark
+sub mark_kept {
+    my ($uid) = @_;
+    my $k = "feed:tlp:{$uid}";
+    my $page = rd('HGET', $k, '20') // return 0;
+    diag("kept: " . substr($page, 0, 200)) if $ENV{TEST_VERBOSE};
+    $page =~ s/("body"\s*:\s*")/$1$MARK /
+        or return 0;
+    rd('HSET', $k, '20', $page);
+    return 1;
+}
+
+sub marked { index($_[0]{body} // '', $MARK) >= 0 }
+
+sub start_nginx {
+    my ($mode, $redis) = @_;
+    (my $conf = $CONF) =~ s/\@\@MODE\@\@/$mode/g;
+    $conf =~ s/\@\@REDIS\@\@/$redis/g;
+    $t->write_conf($conf);
+    $t->run;
+}
+
+$t->start_proxy('redisslow', $t->port('redis'), 50);
+
+for my $mode (qw(link embed)) {
+    start_nginx($mode, $t->port('redis'));
+
+    my ($author, $reader) = ("pa$mode$RUN", "pr$mode$RUN");
+    my $r = $t->http('PUT', "/users/$reader/following/$author");
+    is($r->{status}, 204, "$mode: follow");
+
+    my @posts = map { post($author, "post $_") } 1 .. 5;
+    is(scalar(grep { defined } @posts), 5, "$mode: 5 posts");
+
+    # ------------------------------------------------- a page is kept --
+
+    $r = read_tl($reader);
+    is($r->{status}, 200, "$mode: first read") or diag(short($r));
+    is_deeply([ ids($r) ], [ reverse @posts ], "$mode: first read, posts");
+
+    # the page is stored after the answer: fire and forget
+    my $kv = $t->wait_for(3, sub { rd('HGET', "feed:tlp:{$reader}", 'v20') });
+    like($kv // '', qr/^[^:]+:[0-9a-f]{24}\z/,
+        "$mode: page kept with nonce:head");
+    is((split /:/, $kv // '')[-1], head($reader),
+        "$mode: the kept page's head is the list's");
+
+    ok(mark_kept($reader), "$mode: kept page marked");
+    $r = read_tl($reader);
+    ok(marked($r), "$mode: the next read answers the kept page")
+        or diag(short($r));
+    is($r->{headers}{'x-feed-cache'}, 'HIT', "$mode: HIT");
+
+    # ------------------------------------ a new post: the page goes --
+
+    my $id = post($author, 'newer');
+    delivered($reader, $id, "$mode: newer post");
+    is(rd('EXISTS', "feed:tlp:{$reader}"), 0,
+        "$mode: delivery deleted the kept pages");
+    $r = read_tl($reader);
+    ok(!marked($r), "$mode: stale page not answered") or diag(short($r));
+    is((ids($r))[0], $id, "$mode: the new post first");
+    unshift @posts, $id;
+
+    # ------------------------- an older post in its place: nonce moves --
+
+    $t->wait_for(3, sub { rd('HGET', "feed:tlp:{$reader}", 'v20') });
+    ok(mark_kept($reader), "$mode: kept again, marked");
+    my $old = $posts[-3];
+
+    # out of the list behind the module's back, then redelivered: fanout
+    # puts it back where it belongs, in the middle
+    rd('LREM', "feed:tl:{$reader}", 0,
+        $mode eq 'link' ? $old : rd('LINDEX', "feed:tl:{$reader}", 3));
+    my $n0 = rd('GET', "feed:tln:{$reader}") // '';
+    rd('XADD', 'feed:posts', '*', 'type', 'post', 'id', $old,
+        'author', $author);
+    ok($t->wait_for(5, sub { (rd('GET', "feed:tln:{$reader}") // '') ne $n0 }),
+        "$mode: older post put back, nonce moved");
+    $r = read_tl($reader);
+    ok(!marked($r), "$mode: stale page not answered after an insert")
+        or diag(short($r));
+    is_deeply([ ids($r) ], [ reverse sort @posts ],
+        "$mode: every post, in order");
+
+    # ------------------------------------ a delete fanned out: stale --
+
+    $t->wait_for(3, sub { rd('HGET', "feed:tlp:{$reader}", 'v20') });
+    ok(mark_kept($reader), "$mode: kept again, marked");
+    my $gone = $posts[1];
+    $r = $t->http('DELETE', "/users/$author/posts/$gone");
+    is($r->{status}, 204, "$mode: delete") or diag(short($r));
+    ok($t->wait_for(5, sub {
+        !grep { substr($_, 0, 24) eq $gone }
+            $t->redis('LRANGE', "feed:tl:{$reader}", 0, -1)
+    }), "$mode: delete fanned out");
+    $r = read_tl($reader);
+    ok(!marked($r), "$mode: stale page not answered after a delete")
+        or diag(short($r));
+    @posts = grep { $_ ne $gone } @posts;
+    is_deeply([ ids($r) ], [ reverse sort @posts ],
+        "$mode: the deleted post is not there");
+
+    # ------------------- a delivery between a read and its page store --
+
+    $t->stop;
+    start_nginx($mode, $t->port('redisslow'));
+
+    # The race: a read's script runs before a delivery, its page store
+    # after.  With Redis 50 ms away, a read's script runs 50 ms after it
+    # is sent and its page store 100 ms later.  The post delivered is one
+    # already delivered, taken out of the list and sent again: the
+    # delivery is then of a post newer than the head, the common case.
+
+    my ($races, $lat, @stale, @log) = (0, 0.25);
+    $id = post($author, 'raced');
+    $t->wait_for(5, sub { head($reader) eq $id });
+    my $entry = rd('LINDEX', "feed:tl:{$reader}", 0);
+
+    for my $i (1 .. 30) {
+        last if $races >= 5;
+        rd('LREM', "feed:tl:{$reader}", 0, $entry);
+        rd('DEL', "feed:tlp:{$reader}");
+
+        # the read starts so that the delivery, which takes $lat after the
+        # entry is sent, lands mid-way through its window
+        my $sent = time;
+        rd('XADD', 'feed:posts', '*', 'type', 'post', 'id', $id,
+            'author', $author);
+        sleep($lat - 0.1) if $lat > 0.1;
+        my $h = $t->http_start('GET', "/users/$reader/timeline?limit=20");
+
+        # when the delivery is seen, and when the read's answer comes
+        my ($seen, $sel) = (undef, IO::Select->new($h->{sock}));
+        until ($sel->can_read(0.002)) {
+            $seen //= time if head($reader) eq $id;
+            last if time - $h->{start} > 5;
+        }
+        my $answered = time;
+        my $r = $t->http_end($h);
+
+        # the page store was sent as the answer was: it runs 50 ms later
+        while (!defined $seen && time < $answered + 0.04) {
+            $seen = time if head($reader) eq $id;
+            sleep 0.002;
+        }
+        $t->wait_for(3, sub { head($reader) eq $id }) or next;
+        my $delivered = time;
+        $lat = (defined $seen ? $seen : $delivered) - $sent;
+
+        # delivered after the read's script (its answer lacks the post),
+        # before the read's page store
+        my $raced = $r->{status} == 200 && (ids($r))[0] ne $id
+            && defined $seen;
+        $races++ if $raced;
+
+        sleep 0.3;      # the page store has landed (or was refused)
+        my $after = read_tl($reader);
+        my $first = (ids($after))[0] // '(none)';
+        push @stale, "try $i: first $first, want $id ("
+            . ($after->{headers}{'x-feed-cache'} // '') . ')'
+            if $first ne $id;
+        push @log, sprintf('try %d: %s, answer at %.0f ms, delivered by '
+            . '%.0f ms, seen at %s', $i, $raced ? 'raced' : 'no race',
+            ($answered - $h->{start}) * 1000,
+            ($delivered - $h->{start}) * 1000,
+            defined $seen ? sprintf('%.0f ms', ($seen - $h->{start}) * 1000)
+            : '-');
+    }
+
+    ok($races >= 5, "$mode: 5 deliveries between a read and its page "
+        . "store, Redis 50 ms away") or diag(join("\n", @log));
+    ok(!@stale, "$mode: every read after a delivery shows it")
+        or diag(scalar(@stale) . " stale, first: $stale[0]");
+
+    # the last kept page, if any, is the list's current one
+    $kv = rd('HGET', "feed:tlp:{$reader}", 'v20');
+    ok(!defined $kv || (split /:/, $kv)[-1] eq head($reader),
+        "$mode: the page kept at the end has the list's head");
+
+    $t->stop;
+    $t->redis('FLUSHALL');
+}
+
+$t->done;
