@@ -16,7 +16,8 @@ if not ok then
 end
 
 -- a first page kept as answered, then the script that says whether it is
--- current (or reads the page): one round trip, as the module does
+-- current (or reads the page): one round trip, as the module does when it
+-- has no copy of the page of its own (the last argument)
 
 local tlp = "feed:tlp:{" .. uid .. "}"
 
@@ -25,7 +26,8 @@ red:hget(tlp, limit)
 red:evalsha(ngx.var.feed_read_sha, 5,
             "feed:tl:{" .. uid .. "}", "feed:lock:{" .. uid .. "}", tlp,
             "feed:tln:{" .. uid .. "}", "feed:deleting",
-            limit, "", "", ngx.var.feed_ttl, ngx.var.feed_mode, "feed:p:")
+            limit, "", "", ngx.var.feed_ttl, ngx.var.feed_mode, "feed:p:",
+            "")
 local both = red:commit_pipeline()
 
 red:set_keepalive(10000, 64)

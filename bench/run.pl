@@ -5,6 +5,7 @@
 # one nginx with one worker.  Prints a table and writes docs/benchmarks.md.
 #
 # FEED_BENCH_QUICK=1: a smoke run with tiny sizes (not written to docs/).
+# FEED_BENCH_PHASES=1,4: only those parts (not written to docs/ either).
 
 use strict;
 use warnings;
@@ -20,6 +21,8 @@ use FeedTest qw(json_decode);
 Test::More->builder->no_ending(1);
 
 my $QUICK = $ENV{FEED_BENCH_QUICK};
+my %PHASES = map { $_ => 1 } split /,/, $ENV{FEED_BENCH_PHASES} || '1,2,3,4,5';
+my $ALL = keys %PHASES == 5;
 my $ROOT = FeedTest->root;
 my $DUR = $QUICK ? 1 : 5;
 my $CONNS = 32;
@@ -176,6 +179,8 @@ sub read_sha {
     die "no EVALSHA seen\n";
 }
 
+sub phase { $PHASES{ $_[0] } }
+
 sub fmt_ms { defined $_[0] ? sprintf('%.2f', $_[0]) : '-' }
 
 # ---------------------------------------------------------------- data --
@@ -193,222 +198,246 @@ for my $a (@authors) {
 
 # --------------------------------------------------- 1. hot path reads --
 
-for my $mode (qw(link embed)) {
-    $t->redis('FLUSHALL');
-    start_nginx(mode => $mode);
+if (phase(1)) {
 
-    body('/users/reader/timeline?limit=50');
-    $sha ||= read_sha();
-    start_nginx(mode => $mode);
+    for my $mode (qw(link embed)) {
+        $t->redis('FLUSHALL');
+        start_nginx(mode => $mode);
 
-    for my $limit (20, 50) {
-        my $url = "/users/reader/timeline?limit=$limit";
-        my $mine = body($url);
-        for my $peer ('lua', 'luas') {
-            die "the $peer peer's answer differs from the module's\n"
-                unless body("/$peer/reader/timeline?limit=$limit") eq $mine;
+        body('/users/reader/timeline?limit=50');
+        $sha ||= read_sha();
+        start_nginx(mode => $mode);
+
+        for my $limit (20, 50) {
+            my $url = "/users/reader/timeline?limit=$limit";
+            my $mine = body($url);
+            for my $peer ('lua', 'luas') {
+                die "the $peer peer's answer differs from the module's\n"
+                    unless body("/$peer/reader/timeline?limit=$limit") eq $mine;
+            }
+
+            open my $fh, '>', "$dir/static/t$limit.json" or die $!;
+            print $fh $mine;
+            close $fh;
+
+            my $m = wrk($url);
+            my $l = wrk("/lua/reader/timeline?limit=$limit");
+            my $ls = wrk("/luas/reader/timeline?limit=$limit");
+            my $s = wrk("/static/t$limit.json");
+
+            push @table, [ "hit, limit $limit, $mode", length($mine), $m, $l,
+                           $s, $ls ];
         }
-
-        open my $fh, '>', "$dir/static/t$limit.json" or die $!;
-        print $fh $mine;
-        close $fh;
-
-        my $m = wrk($url);
-        my $l = wrk("/lua/reader/timeline?limit=$limit");
-        my $ls = wrk("/luas/reader/timeline?limit=$limit");
-        my $s = wrk("/static/t$limit.json");
-
-        push @table, [ "hit, limit $limit, $mode", length($mine), $m, $l,
-                       $s, $ls ];
     }
+
 }
 
 # ------------------------------------------- 2. the event loop is free --
 
-start_nginx(mode => 'link');
-body('/users/reader/timeline');
+if (phase(2)) {
 
-my $calm = wrk('/users/reader/timeline');
+    start_nginx(mode => 'link');
+    body('/users/reader/timeline');
 
-$t->mongo_latency(300);
+    my $calm = wrk('/users/reader/timeline');
 
-my $misses_out = "$dir/misses.out";
-my $pid = fork();
-if ($pid == 0) {
-    exec("wrk -t1 -c16 -d" . ($DUR + 3) . "s -s $ROOT/bench/misses.lua "
-        . "http://127.0.0.1:${\ $t->port('http')}/ > $misses_out 2>&1");
+    $t->mongo_latency(300);
+
+    my $misses_out = "$dir/misses.out";
+    my $pid = fork();
+    if ($pid == 0) {
+        exec("wrk -t1 -c16 -d" . ($DUR + 3) . "s -s $ROOT/bench/misses.lua "
+            . "http://127.0.0.1:${\ $t->port('http')}/ > $misses_out 2>&1");
+    }
+
+    sleep 1;
+    my $busy = wrk('/users/reader/timeline');
+    waitpid($pid, 0);
+    $t->mongo_latency(0);
+
+    my $misses = 0;
+    if (open my $fh, '<', $misses_out) {
+        local $/;
+        my $o = <$fh>;
+        $misses = $1 if $o =~ /(\d+) requests in/;
+    }
+
+    $result{loop} = { calm => $calm, busy => $busy, misses => $misses };
+
 }
-
-sleep 1;
-my $busy = wrk('/users/reader/timeline');
-waitpid($pid, 0);
-$t->mongo_latency(0);
-
-my $misses = 0;
-if (open my $fh, '<', $misses_out) {
-    local $/;
-    my $o = <$fh>;
-    $misses = $1 if $o =~ /(\d+) requests in/;
-}
-
-$result{loop} = { calm => $calm, busy => $busy, misses => $misses };
 
 # ------------------------------------------------------- 3. stampede --
 
-my $storm = 'storm';
-follow($storm, $_) for @authors;
+if (phase(3)) {
 
-$t->mongo_latency(200);
-my $before = () = $t->mongo_commands;
+    my $storm = 'storm';
+    follow($storm, $_) for @authors;
 
-my $n = $QUICK ? 100 : 1000;
-my @h = map { $t->http_start('GET', "/users/$storm/timeline",
-    timeout => 30) } 1 .. $n;
-my @res = map { $t->http_end($_) } @h;
-$t->mongo_latency(0);
+    $t->mongo_latency(200);
+    my $before = () = $t->mongo_commands;
 
-my @cmds = $t->mongo_commands;
-my $rebuilds = grep {
-    $_->{cmd} eq 'find' && ($_->{coll} // '') eq 'follows'
-    && ($_->{filter}{src} // '') eq $storm
-} @cmds[$before .. $#cmds];
+    my $n = $QUICK ? 100 : 1000;
+    my @h = map { $t->http_start('GET', "/users/$storm/timeline",
+        timeout => 30) } 1 .. $n;
+    my @res = map { $t->http_end($_) } @h;
+    $t->mongo_latency(0);
 
-my %bodies = map { $_->{body} => 1 } grep { $_->{status} == 200 } @res;
-$result{storm} = {
-    n => $n, ok => scalar(grep { $_->{status} == 200 } @res),
-    identical => scalar(keys %bodies) == 1, rebuilds => $rebuilds,
-};
+    my @cmds = $t->mongo_commands;
+    my $rebuilds = grep {
+        $_->{cmd} eq 'find' && ($_->{coll} // '') eq 'follows'
+        && ($_->{filter}{src} // '') eq $storm
+    } @cmds[$before .. $#cmds];
+
+    my %bodies = map { $_->{body} => 1 } grep { $_->{status} == 200 } @res;
+    $result{storm} = {
+        n => $n, ok => scalar(grep { $_->{status} == 200 } @res),
+        identical => scalar(keys %bodies) == 1, rebuilds => $rebuilds,
+    };
+
+}
 
 # --------------------------------------------------------- 4. fanout --
 
-# a stand-in of their own: its unique indexes are not enforced (mongomock
-# checks each insert against the whole collection), and it goes after
+if (phase(4)) {
 
-$t->stop;
-$t->start_mongo(name => 'mongofan', args => ['--no-unique']);
+    # a stand-in of their own: its unique indexes are not enforced (mongomock
+    # checks each insert against the whole collection), and it goes after
 
-for my $f (@FANOUT) {
-    my $star = "star$f";
+    $t->stop;
+    $t->start_mongo(name => 'mongofan', args => ['--no-unique']);
 
-    # the follows go in the stand-in's data file while it is stopped
+    for my $f (@FANOUT) {
+        my $star = "star$f";
+
+        # the follows go in the stand-in's data file while it is stopped
+
+        $t->stop;
+        $t->stop_mongo('mongofan');
+        system("$dir/seed", "$dir/mongofan-db/standin-data.bson", 'feed', $star,
+            $f) == 0 or die "seed failed\n";
+        $t->start_mongo(name => 'mongofan', args => ['--no-unique']);
+        start_nginx(mode => 'link', mongo => 'mongofan',
+            mongo_timeout => '60s');
+
+        # every follower has a cached timeline
+
+        my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:'
+            . $t->port('redis')) or die "redis: $!\n";
+        my $req = '';
+        for my $i (1 .. $f) {
+            my $k = "feed:tl:{f$i}";
+            $req .= "*3\r\n\$5\r\nRPUSH\r\n\$" . length($k) . "\r\n$k\r\n"
+                . "\$24\r\n000000000000000000000000\r\n";
+        }
+        print $s $req;
+        <$s> for 1 .. $f;
+
+        my @sample = (1, $f, map { 1 + int(rand($f)) } 1 .. 198);
+        my %seen;
+
+        my $st0 = $t->get('/status', timeout => 120)->{json}{fanout}{deliveries}
+            // 0;
+        my $t0 = time;
+        my $id = post($star, "news for $f followers");
+        my $t201 = time;
+
+        my ($tdone, $deadline) = (undef, time + 120);
+
+        while (time < $deadline) {
+            my @left = grep { !$seen{$_} } @sample;
+            if (@left) {
+                my $q = '';
+                for my $i (@left) {
+                    my $k = "feed:tl:{f$i}";
+                    $q .= "*3\r\n\$6\r\nLINDEX\r\n\$" . length($k)
+                        . "\r\n$k\r\n"
+                        . "\$1\r\n0\r\n";
+                }
+                print $s $q;
+                for my $i (@left) {
+                    my $r = FeedTest::_resp_read($s);
+                    $seen{$i} = time if defined $r && $r eq $id;
+                }
+            }
+
+            my $d = $t->get('/status', timeout => 120)
+                ->{json}{fanout}{deliveries}
+                // 0;
+            if ($d - $st0 >= $f + 1 || ($d - $st0 >= $f && !@left)) {
+                $tdone = time;
+                last if !@left;
+            }
+            last if $tdone && !@left;
+            sleep 0.002;
+        }
+
+        # the module times its own deliveries: first batch sent, last reply
+
+        # (the status pings MongoDB too, which the stand-in answers slowly with
+        # a hundred thousand follows in memory)
+        my $sr = $t->get('/status', timeout => 120);
+        my $fs = $sr->{json}{fanout} || {};
+        print STDERR "fanout $f: status $sr->{status}, elapsed $sr->{elapsed}: "
+            . substr($sr->{body}, 0, 600) . "\n" if $ENV{FEED_BENCH_DEBUG};
+        my $ms = $fs->{last_post_ms} // 0;
+        my $nd = $fs->{last_post_deliveries} // 0;
+
+        my @delays = sort { $a <=> $b } map { ($_ - $t0) * 1000 } values %seen;
+        my $first = $seen{1};
+        $result{"fanout$f"} = {
+            n => $f,
+            seen => scalar(@delays),
+            done => $tdone ? ($tdone - $t0) : undef,
+            rate => $nd ? $nd / (($ms || 1) / 1000) : undef,
+            deliver_ms => $ms,
+            e2e => $tdone ? $f / ($tdone - $t0) : undef,
+            p50 => @delays ? $delays[int(@delays * 0.5)] : undef,
+            p99 => @delays ? $delays[int(@delays * 0.99)] : undef,
+            first => $first ? ($first - $t0) * 1000 : undef,
+        };
+
+        $t->redis('FLUSHALL');
+    }
 
     $t->stop;
     $t->stop_mongo('mongofan');
-    system("$dir/seed", "$dir/mongofan-db/standin-data.bson", 'feed', $star,
-        $f) == 0 or die "seed failed\n";
-    $t->start_mongo(name => 'mongofan', args => ['--no-unique']);
-    start_nginx(mode => 'link', mongo => 'mongofan', mongo_timeout => '60s');
 
-    # every follower has a cached timeline
-
-    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:'
-        . $t->port('redis')) or die "redis: $!\n";
-    my $req = '';
-    for my $i (1 .. $f) {
-        my $k = "feed:tl:{f$i}";
-        $req .= "*3\r\n\$5\r\nRPUSH\r\n\$" . length($k) . "\r\n$k\r\n"
-            . "\$24\r\n000000000000000000000000\r\n";
-    }
-    print $s $req;
-    <$s> for 1 .. $f;
-
-    my @sample = (1, $f, map { 1 + int(rand($f)) } 1 .. 198);
-    my %seen;
-
-    my $st0 = $t->get('/status', timeout => 120)->{json}{fanout}{deliveries}
-        // 0;
-    my $t0 = time;
-    my $id = post($star, "news for $f followers");
-    my $t201 = time;
-
-    my ($tdone, $deadline) = (undef, time + 120);
-
-    while (time < $deadline) {
-        my @left = grep { !$seen{$_} } @sample;
-        if (@left) {
-            my $q = '';
-            for my $i (@left) {
-                my $k = "feed:tl:{f$i}";
-                $q .= "*3\r\n\$6\r\nLINDEX\r\n\$" . length($k) . "\r\n$k\r\n"
-                    . "\$1\r\n0\r\n";
-            }
-            print $s $q;
-            for my $i (@left) {
-                my $r = FeedTest::_resp_read($s);
-                $seen{$i} = time if defined $r && $r eq $id;
-            }
-        }
-
-        my $d = $t->get('/status', timeout => 120)->{json}{fanout}{deliveries}
-            // 0;
-        if ($d - $st0 >= $f + 1 || ($d - $st0 >= $f && !@left)) {
-            $tdone = time;
-            last if !@left;
-        }
-        last if $tdone && !@left;
-        sleep 0.002;
-    }
-
-    # the module times its own deliveries: first batch sent, last reply
-
-    # (the status pings MongoDB too, which the stand-in answers slowly with
-    # a hundred thousand follows in memory)
-    my $sr = $t->get('/status', timeout => 120);
-    my $fs = $sr->{json}{fanout} || {};
-    print STDERR "fanout $f: status $sr->{status}, elapsed $sr->{elapsed}: "
-        . substr($sr->{body}, 0, 600) . "\n" if $ENV{FEED_BENCH_DEBUG};
-    my $ms = $fs->{last_post_ms} // 0;
-    my $nd = $fs->{last_post_deliveries} // 0;
-
-    my @delays = sort { $a <=> $b } map { ($_ - $t0) * 1000 } values %seen;
-    my $first = $seen{1};
-    $result{"fanout$f"} = {
-        n => $f,
-        seen => scalar(@delays),
-        done => $tdone ? ($tdone - $t0) : undef,
-        rate => $nd ? $nd / (($ms || 1) / 1000) : undef,
-        deliver_ms => $ms,
-        e2e => $tdone ? $f / ($tdone - $t0) : undef,
-        p50 => @delays ? $delays[int(@delays * 0.5)] : undef,
-        p99 => @delays ? $delays[int(@delays * 0.99)] : undef,
-        first => $first ? ($first - $t0) * 1000 : undef,
-    };
-
-    $t->redis('FLUSHALL');
 }
-
-$t->stop;
-$t->stop_mongo('mongofan');
 
 # --------------------------------------------------------- 5. memory --
 
-my $cap = 800;
-my $memposts = $QUICK ? 60 : $cap + 50;
+if (phase(5)) {
 
-start_nginx(mode => 'link');
-follow('mem', 'memauthor');
-post('memauthor', "memory post $_: an ordinary post of about one hundred "
-    . "and forty characters, like most of them, with words") for 1 .. $memposts;
+    my $cap = 800;
+    my $memposts = $QUICK ? 60 : $cap + 50;
 
-for my $mode (qw(link embed)) {
-    $t->redis('FLUSHALL');
-    start_nginx(mode => $mode);
-    body('/users/mem/timeline');
+    start_nginx(mode => 'link');
+    follow('mem', 'memauthor');
+    post('memauthor', "memory post $_: an ordinary post of about one hundred "
+        . "and forty characters, like most of them, with words")
+        for 1 .. $memposts;
 
-    my $key = 'feed:tl:{mem}';
-    my $len = $t->redis('LLEN', $key);
-    my $bytes = $t->redis('MEMORY', 'USAGE', $key, 'SAMPLES', '0');
-    my $first = $t->redis('LINDEX', $key, 0);
-    my $post = $mode eq 'link'
-        ? $t->redis('MEMORY', 'USAGE', 'feed:p:' . substr($first, 0, 24))
-        : 0;
+    for my $mode (qw(link embed)) {
+        $t->redis('FLUSHALL');
+        start_nginx(mode => $mode);
+        body('/users/mem/timeline');
 
-    $result{"mem$mode"} = { entries => $len, bytes => $bytes,
-        per => $bytes / $len, post => $post };
+        my $key = 'feed:tl:{mem}';
+        my $len = $t->redis('LLEN', $key);
+        my $bytes = $t->redis('MEMORY', 'USAGE', $key, 'SAMPLES', '0');
+        my $first = $t->redis('LINDEX', $key, 0);
+        my $post = $mode eq 'link'
+            ? $t->redis('MEMORY', 'USAGE', 'feed:p:' . substr($first, 0, 24))
+            : 0;
+
+        $result{"mem$mode"} = { entries => $len, bytes => $bytes,
+            per => $bytes / $len, post => $post };
+    }
+
+    $t->stop;
+    $t->cleanup;
+
 }
-
-$t->stop;
-$t->cleanup;
 
 # -------------------------------------------------------------- report --
 
@@ -426,94 +455,109 @@ push @out, "# Benchmarks", '',
     . " s), one nginx worker, one redis-server, the MongoDB stand-in. "
     . "wrk -t1 -c$CONNS, ${DUR} s per run, on the same machine.", '';
 
-push @out, "## 1. Hot path: a timeline read from the cache", '',
-    "Requests/s and latency (ms) of the same page, answered by: the module; "
-    . "the OpenResty-style peer (`bench/peer.lua`: lua-resty-redis with "
-    . "keepalive, plain commands pipelined, the logic in Lua, on the same "
-    . "Redis data); nginx serving the same bytes from a file; and, for "
-    . "reference, a Lua handler calling the module's own read script "
-    . "(`bench/peer_script.lua`: the same Redis work as the module, so only "
-    . "the nginx side differs). Every answer was checked byte for byte "
-    . "against the module's.", '',
-    '| read | bytes | module req/s | p50 | p99 | Lua req/s | p50 | p99 '
-    . '| static req/s | **module/Lua** | **module/static** '
-    . '| Lua+script req/s | module/Lua+script |',
-    '|---|---|---|---|---|---|---|---|---|---|---|---|---|';
+if (phase(1)) {
+    push @out, "## 1. Hot path: a timeline read from the cache", '',
+        "Requests/s and latency (ms) of the same page, answered by: the "
+        . "module; "
+        . "the OpenResty-style peer (`bench/peer.lua`: lua-resty-redis with "
+        . "keepalive, plain commands pipelined, the logic in Lua, on the same "
+        . "Redis data); nginx serving the same bytes from a file; and, for "
+        . "reference, a Lua handler calling the module's own read script "
+        . "(`bench/peer_script.lua`: the same Redis work as the module, so "
+        . "only "
+        . "the nginx side differs). Every answer was checked byte for byte "
+        . "against the module's.", '',
+        '| read | bytes | module req/s | p50 | p99 | Lua req/s | p50 | p99 '
+        . '| static req/s | **module/Lua** | **module/static** '
+        . '| Lua+script req/s | module/Lua+script |',
+        '|---|---|---|---|---|---|---|---|---|---|---|---|---|';
 
-for my $row (@table) {
-    my ($name, $bytes, $m, $l, $s, $ls) = @$row;
-    push @out, sprintf('| %s | %d | %.0f | %s | %s | %.0f | %s | %s | %.0f '
-        . '| **%.2f** | **%.2f** | %.0f | %.2f |', $name, $bytes,
-        $m->{rps}, fmt_ms($m->{p50}), fmt_ms($m->{p99}),
-        $l->{rps}, fmt_ms($l->{p50}), fmt_ms($l->{p99}), $s->{rps},
-        $l->{rps} ? $m->{rps} / $l->{rps} : 0,
-        $s->{rps} ? $m->{rps} / $s->{rps} : 0,
-        $ls->{rps}, $ls->{rps} ? $m->{rps} / $ls->{rps} : 0);
+    for my $row (@table) {
+        my ($name, $bytes, $m, $l, $s, $ls) = @$row;
+        push @out, sprintf('| %s | %d | %.0f | %s | %s | %.0f | %s | %s | %.0f '
+            . '| **%.2f** | **%.2f** | %.0f | %.2f |', $name, $bytes,
+            $m->{rps}, fmt_ms($m->{p50}), fmt_ms($m->{p99}),
+            $l->{rps}, fmt_ms($l->{p50}), fmt_ms($l->{p99}), $s->{rps},
+            $l->{rps} ? $m->{rps} / $l->{rps} : 0,
+            $s->{rps} ? $m->{rps} / $s->{rps} : 0,
+            $ls->{rps}, $ls->{rps} ? $m->{rps} / $ls->{rps} : 0);
+    }
+
+    push @out, '',
+        'Targets: module ≥ 2.0× the Lua peer, ≥ 0.6× static.', '';
 }
 
-push @out, '', 'Targets: module ≥ 2.0× the Lua peer, ≥ 0.6× static.', '';
-
-my $lp = $result{loop};
-push @out, "## 2. The event loop is never blocked", '',
-    sprintf('Cache hits alone: %.0f req/s (p99 %s ms). The same while 16 '
-        . 'connections keep reading timelines of new users (misses, each '
-        . 'waiting on MongoDB with 300 ms injected latency; %d answered): '
-        . '%.0f req/s (p99 %s ms). Ratio **%.2f** (target ≥ 0.9).',
-        $lp->{calm}{rps}, fmt_ms($lp->{calm}{p99}), $lp->{misses},
-        $lp->{busy}{rps}, fmt_ms($lp->{busy}{p99}),
-        $lp->{calm}{rps} ? $lp->{busy}{rps} / $lp->{calm}{rps} : 0), '';
-
-my $sm = $result{storm};
-push @out, "## 3. Stampede", '',
-    sprintf('%d concurrent cold reads of one user (MongoDB at 200 ms): '
-        . '%d answered 200, %s; MongoDB rebuilds: **%d** (target 1).',
-        $sm->{n}, $sm->{ok},
-        $sm->{identical} ? 'all identical' : 'NOT all identical',
-        $sm->{rebuilds}), '';
-
-push @out, "## 4. Fanout", '',
-    'One post by an author whose followers all have a cached timeline. '
-    . 'Followers are read from the MongoDB stand-in in one page. "Delivering" '
-    . 'is the time the module spent delivering into Redis (from its first '
-    . 'script call for the post to the last reply, as `feed_status` reports '
-    . 'it), hence the delivery rate; "end to end" counts from the POST to '
-    . 'the last follower reached, reading the followers from the stand-in '
-    . 'included; visibility is sampled over 200 followers.', '',
-    '| followers | delivered | delivering (ms) | delivery rate (/s) '
-    . '| all reached (s) | end to end (/s) | first visible (ms) '
-    . '| visible p50 (ms) | p99 (ms) |',
-    '|---|---|---|---|---|---|---|---|---|';
-
-for my $f (@FANOUT) {
-    my $r = $result{"fanout$f"};
-    push @out, sprintf('| %d | %s | %s | **%s** | %s | %s | %s | %s | %s |',
-        $f, $r->{done} ? 'all' : 'NOT all', $r->{deliver_ms} // '-',
-        $r->{rate} ? sprintf('%.0f', $r->{rate}) : '-',
-        $r->{done} ? sprintf('%.2f', $r->{done}) : '-',
-        $r->{e2e} ? sprintf('%.0f', $r->{e2e}) : '-',
-        fmt_ms($r->{first}), fmt_ms($r->{p50}), fmt_ms($r->{p99}));
+if (phase(2)) {
+    my $lp = $result{loop};
+    push @out, "## 2. The event loop is never blocked", '',
+        sprintf('Cache hits alone: %.0f req/s (p99 %s ms). The same while 16 '
+            . 'connections keep reading timelines of new users (misses, each '
+            . 'waiting on MongoDB with 300 ms injected latency; %d answered): '
+            . '%.0f req/s (p99 %s ms). Ratio **%.2f** (target ≥ 0.9).',
+            $lp->{calm}{rps}, fmt_ms($lp->{calm}{p99}), $lp->{misses},
+            $lp->{busy}{rps}, fmt_ms($lp->{busy}{p99}),
+            $lp->{calm}{rps} ? $lp->{busy}{rps} / $lp->{calm}{rps} : 0), '';
 }
 
-push @out, '', 'Target: ≥ 200,000 deliveries/s.', '';
-
-push @out, "## 5. Memory", '',
-    '`MEMORY USAGE` of a full cached timeline, divided by its entries.', '',
-    '| mode | entries | bytes | bytes per entry | post copy (link) |',
-    '|---|---|---|---|---|';
-
-for my $mode (qw(link embed)) {
-    my $r = $result{"mem$mode"};
-    push @out, sprintf('| %s | %d | %d | **%.1f** | %s |', $mode,
-        $r->{entries}, $r->{bytes}, $r->{per},
-        $mode eq 'link' ? "$r->{post} B once per post" : 'in the entry');
+if (phase(3)) {
+    my $sm = $result{storm};
+    push @out, "## 3. Stampede", '',
+        sprintf('%d concurrent cold reads of one user (MongoDB at 200 ms): '
+            . '%d answered 200, %s; MongoDB rebuilds: **%d** (target 1).',
+            $sm->{n}, $sm->{ok},
+            $sm->{identical} ? 'all identical' : 'NOT all identical',
+            $sm->{rebuilds}), '';
 }
 
-push @out, '', 'Target: ≤ 64 B per entry in link mode.', '';
+if (phase(4)) {
+    push @out, "## 4. Fanout", '',
+        'One post by an author whose followers all have a cached timeline. '
+        . 'Followers are read from the MongoDB stand-in in one page. '
+        . '"Delivering" '
+        . 'is the time the module spent delivering into Redis (from its first '
+        . 'script call for the post to the last reply, as `feed_status` '
+        . 'reports '
+        . 'it), hence the delivery rate; "end to end" counts from the POST to '
+        . 'the last follower reached, reading the followers from the stand-in '
+        . 'included; visibility is sampled over 200 followers.', '',
+        '| followers | delivered | delivering (ms) | delivery rate (/s) '
+        . '| all reached (s) | end to end (/s) | first visible (ms) '
+        . '| visible p50 (ms) | p99 (ms) |',
+        '|---|---|---|---|---|---|---|---|---|';
+
+    for my $f (@FANOUT) {
+        my $r = $result{"fanout$f"};
+        push @out, sprintf('| %d | %s | %s | **%s** | %s | %s | %s | %s | %s |',
+            $f, $r->{done} ? 'all' : 'NOT all', $r->{deliver_ms} // '-',
+            $r->{rate} ? sprintf('%.0f', $r->{rate}) : '-',
+            $r->{done} ? sprintf('%.2f', $r->{done}) : '-',
+            $r->{e2e} ? sprintf('%.0f', $r->{e2e}) : '-',
+            fmt_ms($r->{first}), fmt_ms($r->{p50}), fmt_ms($r->{p99}));
+    }
+
+    push @out, '', 'Target: ≥ 200,000 deliveries/s.', '';
+}
+
+if (phase(5)) {
+    push @out, "## 5. Memory", '',
+        '`MEMORY USAGE` of a full cached timeline, divided by its entries.', '',
+        '| mode | entries | bytes | bytes per entry | post copy (link) |',
+        '|---|---|---|---|---|';
+
+    for my $mode (qw(link embed)) {
+        my $r = $result{"mem$mode"};
+        push @out, sprintf('| %s | %d | %d | **%.1f** | %s |', $mode,
+            $r->{entries}, $r->{bytes}, $r->{per},
+            $mode eq 'link' ? "$r->{post} B once per post" : 'in the entry');
+    }
+
+    push @out, '', 'Target: ≤ 64 B per entry in link mode.', '';
+}
 
 my $report = join("\n", @out) . "\n";
 print $report;
 
-if (!$QUICK) {
+if (!$QUICK && $ALL) {
     my $file = "$ROOT/docs/benchmarks.md";
     my $old = '';
     if (open my $fh, '<', $file) {

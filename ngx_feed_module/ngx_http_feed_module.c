@@ -241,6 +241,13 @@ static ngx_command_t  ngx_http_feed_commands[] = {
       offsetof(ngx_http_feed_main_conf_t, cache_embed),
       &ngx_http_feed_cache_modes },
 
+    { ngx_string("feed_cache_local"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_size_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_feed_main_conf_t, cache_local),
+      NULL },
+
     { ngx_string("feed_cache_lock_timeout"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_conf_set_msec_slot,
@@ -710,6 +717,7 @@ ngx_http_feed_create_main_conf(ngx_conf_t *cf)
     fmcf->cache_ttl = NGX_CONF_UNSET;
     fmcf->cache_embed = NGX_CONF_UNSET_UINT;
     fmcf->cache_lock_timeout = NGX_CONF_UNSET_MSEC;
+    fmcf->cache_local = NGX_CONF_UNSET_SIZE;
     fmcf->fanout = NGX_CONF_UNSET;
     fmcf->fanout_batch = NGX_CONF_UNSET_UINT;
     fmcf->fanout_page = NGX_CONF_UNSET_UINT;
@@ -736,6 +744,7 @@ ngx_http_feed_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_uint_value(fmcf->cache_embed, 0);
     ngx_conf_init_msec_value(fmcf->cache_lock_timeout,
                              2 * fmcf->mongo.timeout + 1000);
+    ngx_conf_init_size_value(fmcf->cache_local, 16 * 1024 * 1024);
     ngx_conf_init_value(fmcf->fanout, 0);
     ngx_conf_init_uint_value(fmcf->fanout_batch, 16);
     ngx_conf_init_uint_value(fmcf->fanout_page, 5000);
@@ -876,6 +885,8 @@ ngx_http_feed_init_process(ngx_cycle_t *cycle)
         }
     }
 
+    ngx_http_feed_timeline_local_init(fmcf->cache_local);
+
     if (ngx_http_feed_outbox_init(cycle, fmcf) != NGX_OK
         || ngx_http_feed_timeline_init() != NGX_OK)
     {
@@ -913,6 +924,7 @@ ngx_http_feed_exit_process(ngx_cycle_t *cycle)
     ngx_http_feed_schema_exit();
     ngx_http_feed_outbox_exit();
     ngx_http_feed_fanout_exit();
+    ngx_http_feed_timeline_local_exit();
 
     ngx_http_feed_redis_destroy(fmcf->redis_client);
     fmcf->redis_client = NULL;

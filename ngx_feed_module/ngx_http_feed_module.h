@@ -82,6 +82,7 @@ typedef struct {
     time_t                        cache_ttl;
     ngx_uint_t                    cache_embed;
     ngx_msec_t                    cache_lock_timeout;
+    size_t                        cache_local;
 
     unsigned                      redis_enabled:1;
     unsigned                      mongo_enabled:1;

@@ -57,11 +57,15 @@ struct ngx_http_feed_tl_ctx_s {
     ngx_str_t                     kept;
     ngx_uint_t                    rereads;
 
+    /* the version of the worker's own copy of it, when it has one */
+    ngx_str_t                     have;
+
     unsigned                      is_leader:1;
     unsigned                      lock_held:1;
     unsigned                      items_ready:1;
     unsigned                      polling:1;
     unsigned                      has_doc:1;
+    unsigned                      no_local:1;
 };
 
 
@@ -72,6 +76,7 @@ static ngx_int_t ngx_http_feed_tl_arg_id(ngx_http_request_t *r, char *name,
     char *id, ngx_uint_t *has);
 static void ngx_http_feed_tl_read(ngx_http_feed_tl_ctx_t *ctx);
 static void ngx_http_feed_tl_kept(void *data, redisReply *reply);
+static ngx_int_t ngx_http_feed_tl_kept_page(ngx_http_feed_tl_ctx_t *ctx);
 static void ngx_http_feed_tl_read_done(void *data, redisReply *reply);
 static void ngx_http_feed_tl_read_reply(ngx_http_feed_tl_ctx_t *ctx,
     redisReply *reply);
@@ -245,12 +250,35 @@ ngx_http_feed_tl_arg_id(ngx_http_request_t *r, char *name, char *id,
 static void
 ngx_http_feed_tl_read(ngx_http_feed_tl_ctx_t *ctx)
 {
-    ngx_int_t  rc;
+    u_char     *nl;
+    ngx_int_t   rc;
+    ngx_str_t   copy;
 
     ctx->kept.len = 0;
+    ctx->have.len = 0;
+
+    if (!ctx->page.has_max && !ctx->page.has_since && !ctx->no_local) {
+        copy = ngx_http_feed_timeline_local_get(&ctx->page.user,
+                                                ctx->page.limit);
+
+        nl = copy.len ? ngx_strlchr(copy.data, copy.data + copy.len, '\n')
+                      : NULL;
+
+        if (nl) {
+            copy.len = nl - copy.data;
+            ctx->have.len = copy.len;
+            ctx->have.data = ngx_pstrdup(ctx->request->pool, &copy);
+
+            if (ctx->have.data == NULL) {
+                ngx_http_feed_tl_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
+                return;
+            }
+        }
+    }
 
     rc = ngx_http_feed_timeline_cache_read(ctx->request, ctx->fmcf,
-                                           &ctx->page, ngx_http_feed_tl_kept,
+                                           &ctx->page, &ctx->have,
+                                           ngx_http_feed_tl_kept,
                                            ngx_http_feed_tl_read_done, ctx);
     if (rc == NGX_ERROR) {
         ngx_http_feed_tl_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
@@ -281,6 +309,51 @@ ngx_http_feed_tl_kept(void *data, redisReply *reply)
 
     ctx->kept.data = (u_char *) reply->str;
     ctx->kept.len = reply->len;
+}
+
+
+/*
+ * The kept page the script found current: the worker's own copy (taken
+ * into the request: the copy may go while the answer is being sent), or
+ * the one in the reply, which the worker then keeps a copy of.
+ */
+
+static ngx_int_t
+ngx_http_feed_tl_kept_page(ngx_http_feed_tl_ctx_t *ctx)
+{
+    ngx_str_t  copy;
+
+    if (ctx->cached.local) {
+        copy = ngx_http_feed_timeline_local_get(&ctx->page.user,
+                                                ctx->page.limit);
+        if (copy.len == 0) {
+            return NGX_DECLINED;
+        }
+
+        ctx->kept.data = ngx_pstrdup(ctx->request->pool, &copy);
+        if (ctx->kept.data == NULL) {
+            return NGX_ERROR;
+        }
+
+        ctx->kept.len = copy.len;
+
+        return ngx_http_feed_timeline_cache_kept(&ctx->kept, &ctx->cached);
+    }
+
+    if (ctx->cached.page.len) {
+        ctx->kept = ctx->cached.page;
+    }
+
+    if (ngx_http_feed_timeline_cache_kept(&ctx->kept, &ctx->cached)
+        != NGX_OK)
+    {
+        return NGX_DECLINED;
+    }
+
+    ngx_http_feed_timeline_local_put(&ctx->page.user, ctx->page.limit,
+                                     &ctx->kept);
+
+    return NGX_OK;
 }
 
 
@@ -327,14 +400,14 @@ ngx_http_feed_tl_read_reply(ngx_http_feed_tl_ctx_t *ctx, redisReply *reply)
         return;
     }
 
-    if (ctx->cached.kept
-        && ngx_http_feed_timeline_cache_kept(&ctx->kept, &ctx->cached)
-           != NGX_OK)
-    {
+    if (ctx->cached.kept && ngx_http_feed_tl_kept_page(ctx) != NGX_OK) {
         /*
          * The page changed between the HGET and the script, which both ran
-         * in one round trip but not atomically: rare, read again.
+         * in one round trip but not atomically, or the worker's copy went
+         * meanwhile: rare, read again.
          */
+
+        ctx->no_local = 1;
 
         if (ctx->rereads++ < 3) {
             ngx_http_feed_tl_read(ctx);

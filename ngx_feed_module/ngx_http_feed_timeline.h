@@ -57,6 +57,8 @@ typedef struct {
     ngx_str_t                     ids;        /* of the items, concatenated */
 
     ngx_uint_t                    kept;       /* a page kept as answered */
+    ngx_uint_t                    local;      /* ours is it */
+    ngx_str_t                     page;       /* it, when in the reply */
     ngx_str_t                     body;
 } ngx_http_feed_cached_t;
 
@@ -64,9 +66,17 @@ typedef struct {
 ngx_int_t ngx_http_feed_timeline_cache_init(ngx_http_feed_redis_t *rd);
 ngx_int_t ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_page_t *page,
-    ngx_http_feed_redis_pt kept, ngx_http_feed_redis_pt handler, void *data);
+    ngx_str_t *have, ngx_http_feed_redis_pt kept,
+    ngx_http_feed_redis_pt handler, void *data);
 ngx_int_t ngx_http_feed_timeline_cache_kept(ngx_str_t *page,
     ngx_http_feed_cached_t *cached);
+
+void ngx_http_feed_timeline_local_init(size_t max);
+void ngx_http_feed_timeline_local_exit(void);
+ngx_str_t ngx_http_feed_timeline_local_get(ngx_http_feed_user_t *user,
+    ngx_uint_t limit);
+void ngx_http_feed_timeline_local_put(ngx_http_feed_user_t *user,
+    ngx_uint_t limit, ngx_str_t *page);
 void ngx_http_feed_timeline_cache_page(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_page_t *page,
     ngx_http_feed_cached_t *cached, ngx_str_t *body);

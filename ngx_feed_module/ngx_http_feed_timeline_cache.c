@@ -89,7 +89,8 @@
 
 /*
  * KEYS: timeline, lock, pages, version, deleting.  ARGV: limit, max_id,
- * since_id, ttl, mode, post prefix.
+ * since_id, ttl, mode, post prefix, the version of the worker's own copy
+ * of the first page ('' without one).
  *
  *   {0, locked}                          no timeline: 1 while being
  *                                        rebuilt, 2 when a rebuild just
@@ -99,6 +100,8 @@
  *                                        this, in the same round trip) is
  *                                        current: its bytes never go
  *                                        through the script
+ *   {4, version}                         the worker's own copy is current
+ *   {3, version, page}                   it is not, this one is
  *   {1, more, deep, last, version, ids, JSON, ...}
  *
  * A few calls per page, whatever its size: a chunk of the list, a check of
@@ -126,7 +129,9 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_read_lua = {
     "    end "
     "  end "
     "  if fresh and redis.call('expire', tl, ARGV[4]) == 1 then "
-    "    return {3, kv} "
+    "    if ARGV[7] == '' then return {3, kv} end "
+    "    if ARGV[7] == kv then return {4, kv} end "
+    "    return {3, kv, redis.call('hget', KEYS[3], ARGV[1])} "
     "  end "
     "end "
     "local embed = ARGV[5] == 'e' "
@@ -207,15 +212,18 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_read_lua = {
 /*
  * KEYS: pages, version, timeline.  ARGV: limit, page, ttl, version, ids.
  * Keeps a first page as answered, with its version and its posts' ids,
- * only if the list did not change since it was read: same version, same
+ * only if the list did not change since it was read: same nonce, same
  * head (a delivery of a newer post, the common change, only moves the
- * head).
+ * head).  The version is "nonce:head:token", the token new at each
+ * store: two pages made from one list can still differ (a post deleted
+ * in between), and workers tell their copies apart by it.
  */
 
 static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_page_lua = {
     "local head = redis.call('lindex', KEYS[3], 0) or '' "
-    "if (redis.call('get', KEYS[2]) or '0') .. ':' .. string.sub(head, 1, 24) "
-    "   == ARGV[4] then "
+    "local cur = (redis.call('get', KEYS[2]) or '0') .. ':' "
+    "            .. string.sub(head, 1, 24) .. ':' "
+    "if string.sub(ARGV[4], 1, #cur) == cur then "
     "  redis.call('hset', KEYS[1], ARGV[1], ARGV[2], "
     "             'v' .. ARGV[1], ARGV[4], 'i' .. ARGV[1], ARGV[5]) "
     "  redis.call('expire', KEYS[1], ARGV[3]) "
@@ -438,14 +446,15 @@ ngx_http_feed_timeline_cache_init(ngx_http_feed_redis_t *rd)
 ngx_int_t
 ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_page_t *page,
-    ngx_http_feed_redis_pt kept, ngx_http_feed_redis_pt handler, void *data)
+    ngx_str_t *have, ngx_http_feed_redis_pt kept,
+    ngx_http_feed_redis_pt handler, void *data)
 {
     char         keys[4][NGX_HTTP_FEED_KEY_LEN];
     u_char       limit[NGX_INT_T_LEN], ttl[NGX_INT_T_LEN];
-    size_t       argvlen[14], hgetlen[3];
+    size_t       argvlen[15], hgetlen[3];
     ngx_int_t    rc;
     ngx_uint_t   i;
-    const char  *argv[14], *hget[3];
+    const char  *argv[15], *hget[3];
 
     static const char  *prefixes[] = {
         NGX_HTTP_FEED_TL_PREFIX, NGX_HTTP_FEED_LOCK_PREFIX,
@@ -479,8 +488,12 @@ ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
     argvlen[12] = 1;
     argv[13] = NGX_HTTP_FEED_POST_PREFIX;
     argvlen[13] = sizeof(NGX_HTTP_FEED_POST_PREFIX) - 1;
+    argv[14] = (const char *) have->data;
+    argvlen[14] = have->len;
 
-    if (!page->has_max && !page->has_since) {
+    /* with a copy of its own, the worker needs the page only if it changed */
+
+    if (!page->has_max && !page->has_since && have->len == 0) {
         hget[0] = "HGET";
         hgetlen[0] = 4;
         hget[1] = keys[2];
@@ -496,7 +509,7 @@ ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
     }
 
     return ngx_http_feed_redis_send_r(r, fmcf->redis_client, handler, data,
-                                      14, argv, argvlen);
+                                      15, argv, argvlen);
 }
 
 
@@ -512,17 +525,24 @@ ngx_http_feed_timeline_cache_page(ngx_http_request_t *r,
 {
     u_char      *p, *value, limit[NGX_INT_T_LEN], ttl[NGX_INT_T_LEN];
     char         keys[3][NGX_HTTP_FEED_KEY_LEN];
-    size_t       argvlen[11], len;
+    size_t       argvlen[11], len, vlen;
+    ngx_str_t    kept;
     const char  *argv[11];
 
-    len = cached->version.len + body->len + 24 + 2;
+    len = cached->version.len + 1 + NGX_HTTP_FEED_NONCE_LEN + body->len
+          + 24 + 2;
 
     value = ngx_pnalloc(r->pool, len);
     if (value == NULL) {
         return;
     }
 
+    /* the version the page is stored under: the list's, and a token */
+
     p = ngx_cpymem(value, cached->version.data, cached->version.len);
+    *p++ = ':';
+    p = ngx_http_feed_timeline_nonce(p);
+    vlen = p - value;
     *p++ = '\n';
 
     if (cached->more && cached->nitems) {
@@ -553,13 +573,24 @@ ngx_http_feed_timeline_cache_page(ngx_http_request_t *r,
     argvlen[7] = p - value;
     argv[8] = (const char *) ttl;
     argvlen[8] = ngx_sprintf(ttl, "%T", fmcf->cache_ttl) - ttl;
-    argv[9] = (const char *) cached->version.data;
-    argvlen[9] = cached->version.len;
+    argv[9] = (const char *) value;
+    argvlen[9] = vlen;
     argv[10] = (const char *) cached->ids.data;
     argvlen[10] = cached->ids.len;
 
     (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, 11, argv,
                                     argvlen);
+
+    /*
+     * The worker's own copy, under the same version: if the store is
+     * refused, no current page has that version, and the copy is never
+     * answered.
+     */
+
+    kept.data = value;
+    kept.len = p - value;
+
+    ngx_http_feed_timeline_local_put(&page->user, page->limit, &kept);
 }
 
 
@@ -592,6 +623,7 @@ ngx_http_feed_timeline_cache_parse(ngx_http_request_t *r, redisReply *reply,
         return NGX_OK;
 
     case 3:
+    case 4:
         if (reply->element[1]->type != REDIS_REPLY_STRING
             || ngx_http_feed_redis_keep_reply(r->pool, reply) != NGX_OK)
         {
@@ -600,6 +632,14 @@ ngx_http_feed_timeline_cache_parse(ngx_http_request_t *r, redisReply *reply,
 
         cached->found = 1;
         cached->kept = 1;
+        cached->local = (reply->element[0]->integer == 4);
+
+        if (reply->elements > 2
+            && reply->element[2]->type == REDIS_REPLY_STRING)
+        {
+            (void) ngx_http_feed_timeline_cache_copy(r, reply->element[2],
+                                                     &cached->page);
+        }
 
         return ngx_http_feed_timeline_cache_copy(r, reply->element[1],
                                                  &cached->version);

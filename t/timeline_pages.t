@@ -12,6 +12,10 @@
 #     gone, never answered again;
 #   - an older post delivered into the middle, and a delete fanned out,
 #     make the kept page stale;
+#   - the workers' own copies (feed_cache_local): reads answer them
+#     without the page crossing the network; a post deleted while it is in
+#     every copy (fanout off, so the list keeps it) is never shown again;
+#     a tiny feed_cache_local keeps answers right while copies come and go;
 #   - through a proxy that delays every byte to and from Redis by 50 ms,
 #     deliveries land between a read's script and the storing of its page:
 #     that page is refused, the next read shows the post, and the page kept
@@ -44,8 +48,9 @@ http {
     feed_mongo_timeout 2s;
     feed_thread_pool feedtp;
     feed_cache_mode @@MODE@@;
-    feed_fanout on;
+    feed_fanout @@FANOUT@@;
     feed_fanout_block 200ms;
+    feed_cache_local @@LOCAL@@;
 
     server {
         listen 127.0.0.1:%%PORT_HTTP%% reuseport;
@@ -106,25 +111,49 @@ sub delivered {
     ok($t->wait_for(5, sub { head($uid) eq $id }), "$what: delivered");
 }
 
-# marks the kept page's JSON, keeping its version: a read that answers the
-# kept page then shows the mark
+# marks the kept page's JSON, keeping its list's version (with a token of
+# its own, as every page store has, so that the workers' copies of the
+# page before are not current): a read that answers the kept page then
+# shows the mark
 sub mark_kept {
     my ($uid) = @_;
     my $k = "feed:tlp:{$uid}";
     my $page = rd('HGET', $k, '20') // return 0;
-    diag("kept: " . substr($page, 0, 200)) if $ENV{TEST_VERBOSE};
     $page =~ s/("body"\s*:\s*")/$1$MARK /
         or return 0;
-    rd('HSET', $k, '20', $page);
+    $page =~ s/^([^\n]+)/$1m/;
+    rd('HSET', $k, '20', $page, 'v20', rd('HGET', $k, 'v20') . 'm');
     return 1;
 }
 
 sub marked { index($_[0]{body} // '', $MARK) >= 0 }
 
+sub sent {
+    my ($stats) = $t->redis('INFO', 'stats');
+    return $stats =~ /total_net_output_bytes:(\d+)/ ? $1 : 0;
+}
+
+# $n reads of a user's first page: the distinct answers, how many were not
+# 200 HIT, and how many bytes Redis sent meanwhile
+sub reads {
+    my ($uid, $n) = @_;
+    my $h0 = sent();
+    my (%bodies, $bad);
+    for (1 .. $n) {
+        my $r = read_tl($uid);
+        $bad++ unless $r->{status} == 200
+            && ($r->{headers}{'x-feed-cache'} // '') eq 'HIT';
+        $bodies{ $r->{body} // '' }++;
+    }
+    return ([ keys %bodies ], $bad // 0, sent() - $h0);
+}
+
 sub start_nginx {
-    my ($mode, $redis) = @_;
+    my ($mode, $redis, %o) = @_;
     (my $conf = $CONF) =~ s/\@\@MODE\@\@/$mode/g;
     $conf =~ s/\@\@REDIS\@\@/$redis/g;
+    $conf =~ s/\@\@FANOUT\@\@/$o{fanout} || 'on'/ge;
+    $conf =~ s/\@\@LOCAL\@\@/$o{local} || '16m'/ge;
     $t->write_conf($conf);
     $t->run;
 }
@@ -149,9 +178,9 @@ for my $mode (qw(link embed)) {
 
     # the page is stored after the answer: fire and forget
     my $kv = $t->wait_for(3, sub { rd('HGET', "feed:tlp:{$reader}", 'v20') });
-    like($kv // '', qr/^[^:]+:[0-9a-f]{24}\z/,
-        "$mode: page kept with nonce:head");
-    is((split /:/, $kv // '')[-1], head($reader),
+    like($kv // '', qr/^[^:]+:[0-9a-f]{24}:[^:]+\z/,
+        "$mode: page kept with nonce:head:token");
+    is((split /:/, $kv // '')[1], head($reader),
         "$mode: the kept page's head is the list's");
 
     ok(mark_kept($reader), "$mode: kept page marked");
@@ -209,6 +238,56 @@ for my $mode (qw(link embed)) {
     @posts = grep { $_ ne $gone } @posts;
     is_deeply([ ids($r) ], [ reverse sort @posts ],
         "$mode: the deleted post is not there");
+
+    # ------------------------------------- the workers' own copies --
+
+    # without fanout, so that a deleted post stays in the list: a worker's
+    # copy made before the delete must not be answered once a page without
+    # it was kept (same list, another page)
+    $t->stop;
+    start_nginx($mode, $t->port('redis'), fanout => 'off');
+    rd('DEL', "feed:tl:{$reader}", "feed:tlp:{$reader}");
+    is(read_tl($reader)->{status}, 200, "$mode: rebuilt, fanout off");
+
+    my ($bodies, $bad, $sent) = reads($reader, 40);
+    is(scalar(@$bodies), 1, "$mode: 40 reads, one answer");
+    is($bad, 0, "$mode: all 200 HIT");
+    my $len = length($bodies->[0]);
+    ok($sent < 40 * $len / 2, "$mode: the workers answered their own copies "
+        . "(Redis sent $sent bytes for 40 reads of $len bytes)");
+
+    my $x = (ids({ status => 200, json => $JSON->decode($bodies->[0]) }))[1];
+    $r = $t->http('DELETE', "/users/$author/posts/$x");
+    is($r->{status}, 204, "$mode: delete of a post in every copy")
+        or diag(short($r));
+    @posts = grep { $_ ne $x } @posts;
+
+    ($bodies, $bad) = reads($reader, 40);
+    my @shown = grep { index($_, $x) >= 0 } @$bodies;
+    ok(!@shown, "$mode: 40 reads after it, never the deleted post")
+        or diag(substr($shown[0], 0, 300));
+    is_deeply([ map { [ ids({ status => 200,
+            json => eval { $JSON->decode($_) } }) ] } @$bodies ],
+        [ [ reverse sort @posts ] ], "$mode: one answer, every other post");
+
+    # a worker's memory for copies, tiny: they come and go, answers stay
+    $t->stop;
+    start_nginx($mode, $t->port('redis'), local => '24k');
+    my @users = map { "pl$mode$RUN$_" } 1 .. 12;
+    for my $u (@users) {
+        $t->http('PUT', "/users/$u/following/$author");
+    }
+    my (%want, @wrong);
+    for my $round (1 .. 4) {
+        for my $u (@users) {
+            my $r = read_tl($u);
+            $want{$u} //= $r->{body};
+            push @wrong, "$u round $round: " . short($r)
+                if $r->{status} != 200 || $r->{body} ne $want{$u};
+        }
+    }
+    ok(!@wrong, "$mode: feed_cache_local 24k, 12 users read 4 times: "
+        . 'the same answers') or diag($wrong[0]);
 
     # ------------------- a delivery between a read and its page store --
 
@@ -284,7 +363,7 @@ for my $mode (qw(link embed)) {
 
     # the last kept page, if any, is the list's current one
     $kv = rd('HGET', "feed:tlp:{$reader}", 'v20');
-    ok(!defined $kv || (split /:/, $kv)[-1] eq head($reader),
+    ok(!defined $kv || (split /:/, $kv)[1] eq head($reader),
         "$mode: the page kept at the end has the list's head");
 
     $t->stop;

@@ -1,0 +1,196 @@
+
+/*
+ * ngx_feed_module: each worker's copies of the first pages it answered.
+ *
+ * A kept first page ("version\nnext\nJSON", see the timeline cache) is
+ * also kept here, in the worker's memory, by user and limit.  A read that
+ * has a copy asks Redis only whether that version is still the current
+ * one: the page's bytes then do not cross the network again.  A version
+ * names one page stored once (its list's nonce, head and a token of the
+ * store), so a copy is never answered for a page that differs from it.
+ *
+ * Least recently used copies go first when feed_cache_local is full.
+ */
+
+
+#include "ngx_http_feed_timeline.h"
+
+
+/* by "<limit>:<user>" */
+typedef struct {
+    ngx_str_node_t                sn;
+    ngx_queue_t                   queue;
+    size_t                        size;
+    ngx_str_t                     page;
+} ngx_http_feed_tl_local_t;
+
+
+#define NGX_HTTP_FEED_LOCAL_KEY_LEN  (NGX_INT_T_LEN + 1                       \
+                                      + NGX_HTTP_FEED_USER_MAX)
+
+
+typedef struct {
+    ngx_rbtree_t                  rbtree;
+    ngx_rbtree_node_t             sentinel;
+    ngx_queue_t                   lru;
+    size_t                        size;
+    size_t                        max;
+} ngx_http_feed_tl_locals_t;
+
+
+static ngx_http_feed_tl_local_t *ngx_http_feed_tl_local_find(
+    ngx_str_t *key, uint32_t hash);
+static void ngx_http_feed_tl_local_free(ngx_http_feed_tl_local_t *lp);
+static uint32_t ngx_http_feed_tl_local_key(u_char *buf,
+    ngx_http_feed_user_t *user, ngx_uint_t limit, ngx_str_t *key);
+
+
+static ngx_http_feed_tl_locals_t  ngx_http_feed_tl_locals;
+
+
+void
+ngx_http_feed_timeline_local_init(size_t max)
+{
+    ngx_http_feed_tl_locals_t  *ls = &ngx_http_feed_tl_locals;
+
+    ngx_rbtree_init(&ls->rbtree, &ls->sentinel, ngx_str_rbtree_insert_value);
+    ngx_queue_init(&ls->lru);
+    ls->size = 0;
+    ls->max = max;
+}
+
+
+void
+ngx_http_feed_timeline_local_exit(void)
+{
+    ngx_queue_t                *q;
+    ngx_http_feed_tl_locals_t  *ls = &ngx_http_feed_tl_locals;
+
+    if (ls->max == 0) {
+        return;
+    }
+
+    while (!ngx_queue_empty(&ls->lru)) {
+        q = ngx_queue_last(&ls->lru);
+        ngx_http_feed_tl_local_free(
+            ngx_queue_data(q, ngx_http_feed_tl_local_t, queue));
+    }
+}
+
+
+/*
+ * The copy of a user's first page of this limit, "version\nnext\nJSON",
+ * or an empty string.  It stays valid until the next call of put: a
+ * request that needs it after waiting copies it.
+ */
+
+ngx_str_t
+ngx_http_feed_timeline_local_get(ngx_http_feed_user_t *user,
+    ngx_uint_t limit)
+{
+    u_char                      buf[NGX_HTTP_FEED_LOCAL_KEY_LEN];
+    uint32_t                    hash;
+    ngx_str_t                   key, none = ngx_null_string;
+    ngx_http_feed_tl_local_t   *lp;
+    ngx_http_feed_tl_locals_t  *ls = &ngx_http_feed_tl_locals;
+
+    if (ls->max == 0) {
+        return none;
+    }
+
+    hash = ngx_http_feed_tl_local_key(buf, user, limit, &key);
+
+    lp = ngx_http_feed_tl_local_find(&key, hash);
+    if (lp == NULL) {
+        return none;
+    }
+
+    ngx_queue_remove(&lp->queue);
+    ngx_queue_insert_head(&ls->lru, &lp->queue);
+
+    return lp->page;
+}
+
+
+/* a copy of the page replaces the one there was; errors just skip it */
+
+void
+ngx_http_feed_timeline_local_put(ngx_http_feed_user_t *user,
+    ngx_uint_t limit, ngx_str_t *page)
+{
+    u_char                      buf[NGX_HTTP_FEED_LOCAL_KEY_LEN];
+    size_t                      size;
+    uint32_t                    hash;
+    ngx_str_t                   key;
+    ngx_queue_t                *q;
+    ngx_http_feed_tl_local_t   *lp;
+    ngx_http_feed_tl_locals_t  *ls = &ngx_http_feed_tl_locals;
+
+    hash = ngx_http_feed_tl_local_key(buf, user, limit, &key);
+    size = sizeof(ngx_http_feed_tl_local_t) + key.len + page->len;
+
+    if (ls->max == 0 || size > ls->max / 8) {
+        return;
+    }
+
+    lp = ngx_http_feed_tl_local_find(&key, hash);
+    if (lp) {
+        ngx_http_feed_tl_local_free(lp);
+    }
+
+    while (ls->size + size > ls->max && !ngx_queue_empty(&ls->lru)) {
+        q = ngx_queue_last(&ls->lru);
+        ngx_http_feed_tl_local_free(
+            ngx_queue_data(q, ngx_http_feed_tl_local_t, queue));
+    }
+
+    lp = ngx_alloc(size, ngx_cycle->log);
+    if (lp == NULL) {
+        return;
+    }
+
+    lp->sn.node.key = hash;
+    lp->sn.str.data = (u_char *) (lp + 1);
+    lp->sn.str.len = key.len;
+    lp->size = size;
+    lp->page.data = ngx_cpymem(lp->sn.str.data, key.data, key.len);
+    lp->page.len = page->len;
+    ngx_memcpy(lp->page.data, page->data, page->len);
+
+    ngx_rbtree_insert(&ls->rbtree, &lp->sn.node);
+    ngx_queue_insert_head(&ls->lru, &lp->queue);
+    ls->size += size;
+}
+
+
+static ngx_http_feed_tl_local_t *
+ngx_http_feed_tl_local_find(ngx_str_t *key, uint32_t hash)
+{
+    ngx_str_node_t  *sn;
+
+    sn = ngx_str_rbtree_lookup(&ngx_http_feed_tl_locals.rbtree, key, hash);
+
+    return (ngx_http_feed_tl_local_t *) sn;
+}
+
+
+static void
+ngx_http_feed_tl_local_free(ngx_http_feed_tl_local_t *lp)
+{
+    ngx_rbtree_delete(&ngx_http_feed_tl_locals.rbtree, &lp->sn.node);
+    ngx_queue_remove(&lp->queue);
+    ngx_http_feed_tl_locals.size -= lp->size;
+    ngx_free(lp);
+}
+
+
+static uint32_t
+ngx_http_feed_tl_local_key(u_char *buf, ngx_http_feed_user_t *user,
+    ngx_uint_t limit, ngx_str_t *key)
+{
+    key->data = buf;
+    key->len = ngx_sprintf(buf, "%ui:%*s", limit, user->len, user->data)
+               - buf;
+
+    return ngx_crc32_short(key->data, key->len);
+}
