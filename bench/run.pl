@@ -239,30 +239,42 @@ if (phase(2)) {
     start_nginx(mode => 'link');
     body('/users/reader/timeline');
 
-    my $calm = wrk('/users/reader/timeline');
+    # three pairs, each undisturbed then disturbed: the median pair's
+    # ratio, as the machine's other load drifts over a run
+    my @pairs;
+    for (1 .. 3) {
+        my $calm = wrk('/users/reader/timeline');
 
-    $t->mongo_latency(300);
+        $t->mongo_latency(300);
 
-    my $misses_out = "$dir/misses.out";
-    my $pid = fork();
-    if ($pid == 0) {
-        exec("wrk -t1 -c16 -d" . ($DUR + 3) . "s -s $ROOT/bench/misses.lua "
-            . "http://127.0.0.1:${\ $t->port('http')}/ > $misses_out 2>&1");
+        my $misses_out = "$dir/misses.out";
+        my $pid = fork();
+        if ($pid == 0) {
+            exec("wrk -t1 -c16 -d" . ($DUR + 3) . "s -s "
+                . "$ROOT/bench/misses.lua "
+                . "http://127.0.0.1:${\ $t->port('http')}/ "
+                . "-- $$" . int(time * 1000) . " > $misses_out 2>&1");
+        }
+
+        sleep 1;
+        my $busy = wrk('/users/reader/timeline');
+        waitpid($pid, 0);
+        $t->mongo_latency(0);
+
+        my $misses = 0;
+        if (open my $fh, '<', $misses_out) {
+            local $/;
+            my $o = <$fh>;
+            $misses = $1 if $o =~ /(\d+) requests in/;
+        }
+
+        push @pairs, { calm => $calm, busy => $busy, misses => $misses,
+            ratio => $calm->{rps} ? $busy->{rps} / $calm->{rps} : 0 };
     }
 
-    sleep 1;
-    my $busy = wrk('/users/reader/timeline');
-    waitpid($pid, 0);
-    $t->mongo_latency(0);
-
-    my $misses = 0;
-    if (open my $fh, '<', $misses_out) {
-        local $/;
-        my $o = <$fh>;
-        $misses = $1 if $o =~ /(\d+) requests in/;
-    }
-
-    $result{loop} = { calm => $calm, busy => $busy, misses => $misses };
+    @pairs = sort { $a->{ratio} <=> $b->{ratio} } @pairs;
+    $result{loop} = { %{ $pairs[1] },
+        ratios => [ map { $_->{ratio} } @pairs ] };
 
 }
 
@@ -493,10 +505,12 @@ if (phase(2)) {
         sprintf('Cache hits alone: %.0f req/s (p99 %s ms). The same while 16 '
             . 'connections keep reading timelines of new users (misses, each '
             . 'waiting on MongoDB with 300 ms injected latency; %d answered): '
-            . '%.0f req/s (p99 %s ms). Ratio **%.2f** (target ≥ 0.9).',
+            . '%.0f req/s (p99 %s ms). Ratio **%.2f** (target ≥ 0.9): the '
+            . 'median of three such pairs, whose ratios were %s.',
             $lp->{calm}{rps}, fmt_ms($lp->{calm}{p99}), $lp->{misses},
-            $lp->{busy}{rps}, fmt_ms($lp->{busy}{p99}),
-            $lp->{calm}{rps} ? $lp->{busy}{rps} / $lp->{calm}{rps} : 0), '';
+            $lp->{busy}{rps}, fmt_ms($lp->{busy}{p99}), $lp->{ratio},
+            join(', ', map { sprintf('%.2f', $_) } @{ $lp->{ratios} })),
+        '';
 }
 
 if (phase(3)) {
