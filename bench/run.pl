@@ -445,11 +445,13 @@ if (phase(5)) {
         $result{"mem$mode"} = { entries => $len, bytes => $bytes,
             per => $bytes / $len, post => $post };
     }
-
-    $t->stop;
-    $t->cleanup;
-
 }
+
+# nginx stops gracefully, with nothing alarming in its log over the run
+
+my $stopped = $t->stop;
+my @bad = $t->bad_log_lines;
+$t->cleanup;
 
 # -------------------------------------------------------------- report --
 
@@ -570,6 +572,12 @@ if (phase(5)) {
 
 my $report = join("\n", @out) . "\n";
 print $report;
+
+if (!$stopped || @bad) {
+    print STDERR "nginx did not stop gracefully\n" unless $stopped;
+    print STDERR "error.log: $_\n" for @bad;
+    exit 1;
+}
 
 if (!$QUICK && $ALL) {
     my $file = "$ROOT/docs/benchmarks.md";

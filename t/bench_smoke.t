@@ -1,0 +1,47 @@
+#!/usr/bin/perl
+
+# make bench, a smoke run with tiny sizes (FEED_BENCH_QUICK=1): it installs
+# what its peers need, runs every part against real nginx, Redis and the
+# stand-in (the peers' answers are checked byte for byte against the
+# module's inside), prints every table, and leaves docs/benchmarks.md
+# alone.  No speed is asserted here: see docs/benchmarks.md.
+
+use strict;
+use warnings;
+
+use FindBin;
+use Test::More;
+use Digest::MD5 ();
+
+my $ROOT = "$FindBin::Bin/..";
+my $DOC = "$ROOT/docs/benchmarks.md";
+
+sub md5 {
+    open my $fh, '<', $_[0] or return '';
+    binmode $fh;
+    return Digest::MD5->new->addfile($fh)->hexdigest;
+}
+
+my $before = md5($DOC);
+my $out = `cd $ROOT && FEED_BENCH_QUICK=1 bash bench/run 2>&1`;
+my $rc = $? >> 8;
+
+is($rc, 0, 'bench/run exits 0') or diag(substr($out, -2000));
+
+for my $h ('## 1. Hot path', '## 2. The event loop', '## 3. Stampede',
+    '## 4. Fanout', '## 5. Memory')
+{
+    like($out, qr/^\Q$h\E/m, "prints \"$h\"");
+}
+
+my @rates = $out =~ /^\| hit, limit \d+, (?:link|embed) \| \d+ \| (\d+) /mg;
+is(scalar(@rates), 4, 'four hot path rows: limit 20 and 50, link and embed');
+ok(!grep({ $_ == 0 } @rates), 'the module answered in every hot path run');
+like($out, qr/Ratio \*\*[\d.]+\*\*/, 'an event loop ratio');
+like($out, qr/: 100 answered 200, all identical; MongoDB rebuilds: \*\*1\*\*/,
+    'stampede: 100 cold reads, identical answers, one rebuild');
+like($out, qr/^\| 500 \| all \|/m, 'fanout: the post reached all 500');
+like($out, qr/^\| link \| \d+ \| \d+ \| \*\*[\d.]+\*\*/m, 'memory, link');
+is(md5($DOC), $before, 'docs/benchmarks.md left alone');
+
+done_testing;
