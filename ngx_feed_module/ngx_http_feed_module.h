@@ -32,6 +32,7 @@ typedef struct {
     ngx_atomic_uint_t             redis_reconnects;
     ngx_atomic_uint_t             mongo_tasks;
     ngx_atomic_uint_t             mongo_errors;
+    ngx_atomic_uint_t             local_answers;
 } ngx_http_feed_stats_t;
 
 

@@ -13,6 +13,7 @@
 #include "ngx_http_feed_mongo.h"
 #include "ngx_http_feed_json.h"
 #include "ngx_http_feed_fanout.h"
+#include "ngx_http_feed_timeline.h"
 #include "ngx_http_feed_util.h"
 
 
@@ -298,7 +299,8 @@ ngx_http_feed_status_send(ngx_http_feed_status_ctx_t *ctx)
                               (int64_t) ngx_http_feed_stats.requests)
         || ngx_http_feed_status_redis(ctx, &doc) != NGX_OK
         || ngx_http_feed_status_mongo(ctx, &doc) != NGX_OK
-        || ngx_http_feed_status_fanout(ctx, &doc) != NGX_OK)
+        || ngx_http_feed_status_fanout(ctx, &doc) != NGX_OK
+        || ngx_http_feed_timeline_local_status(&doc) != NGX_OK)
     {
         bson_destroy(&doc);
         return NGX_HTTP_INTERNAL_SERVER_ERROR;

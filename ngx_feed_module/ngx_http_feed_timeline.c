@@ -337,7 +337,15 @@ ngx_http_feed_tl_kept_page(ngx_http_feed_tl_ctx_t *ctx)
 
         ctx->kept.len = copy.len;
 
-        return ngx_http_feed_timeline_cache_kept(&ctx->kept, &ctx->cached);
+        if (ngx_http_feed_timeline_cache_kept(&ctx->kept, &ctx->cached)
+            != NGX_OK)
+        {
+            return NGX_DECLINED;
+        }
+
+        ngx_http_feed_stats.local_answers++;
+
+        return NGX_OK;
     }
 
     if (ctx->cached.page.len) {

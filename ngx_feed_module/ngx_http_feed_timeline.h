@@ -77,6 +77,7 @@ ngx_str_t ngx_http_feed_timeline_local_get(ngx_http_feed_user_t *user,
     ngx_uint_t limit);
 void ngx_http_feed_timeline_local_put(ngx_http_feed_user_t *user,
     ngx_uint_t limit, ngx_str_t *page);
+ngx_int_t ngx_http_feed_timeline_local_status(bson_t *doc);
 void ngx_http_feed_timeline_cache_page(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_page_t *page,
     ngx_http_feed_cached_t *cached, ngx_str_t *body);

@@ -35,6 +35,7 @@ typedef struct {
     ngx_queue_t                   lru;
     size_t                        size;
     size_t                        max;
+    ngx_uint_t                    pages;
 } ngx_http_feed_tl_locals_t;
 
 
@@ -56,6 +57,7 @@ ngx_http_feed_timeline_local_init(size_t max)
     ngx_rbtree_init(&ls->rbtree, &ls->sentinel, ngx_str_rbtree_insert_value);
     ngx_queue_init(&ls->lru);
     ls->size = 0;
+    ls->pages = 0;
     ls->max = max;
 }
 
@@ -129,13 +131,17 @@ ngx_http_feed_timeline_local_put(ngx_http_feed_user_t *user,
     hash = ngx_http_feed_tl_local_key(buf, user, limit, &key);
     size = sizeof(ngx_http_feed_tl_local_t) + key.len + page->len;
 
-    if (ls->max == 0 || size > ls->max / 8) {
+    if (ls->max == 0) {
         return;
     }
 
     lp = ngx_http_feed_tl_local_find(&key, hash);
     if (lp) {
         ngx_http_feed_tl_local_free(lp);
+    }
+
+    if (size > ls->max / 8) {
+        return;
     }
 
     while (ls->size + size > ls->max && !ngx_queue_empty(&ls->lru)) {
@@ -160,6 +166,29 @@ ngx_http_feed_timeline_local_put(ngx_http_feed_user_t *user,
     ngx_rbtree_insert(&ls->rbtree, &lp->sn.node);
     ngx_queue_insert_head(&ls->lru, &lp->queue);
     ls->size += size;
+    ls->pages++;
+}
+
+
+/* for feed_status: what the worker holds, and how often it served it */
+
+ngx_int_t
+ngx_http_feed_timeline_local_status(bson_t *doc)
+{
+    bson_t                      sub;
+    ngx_http_feed_tl_locals_t  *ls = &ngx_http_feed_tl_locals;
+
+    if (!BSON_APPEND_DOCUMENT_BEGIN(doc, "local_pages", &sub)) {
+        return NGX_ERROR;
+    }
+
+    BSON_APPEND_INT64(&sub, "max_bytes", (int64_t) ls->max);
+    BSON_APPEND_INT64(&sub, "bytes", (int64_t) ls->size);
+    BSON_APPEND_INT64(&sub, "pages", (int64_t) ls->pages);
+    BSON_APPEND_INT64(&sub, "answered",
+                      (int64_t) ngx_http_feed_stats.local_answers);
+
+    return bson_append_document_end(doc, &sub) ? NGX_OK : NGX_ERROR;
 }
 
 
@@ -180,6 +209,7 @@ ngx_http_feed_tl_local_free(ngx_http_feed_tl_local_t *lp)
     ngx_rbtree_delete(&ngx_http_feed_tl_locals.rbtree, &lp->sn.node);
     ngx_queue_remove(&lp->queue);
     ngx_http_feed_tl_locals.size -= lp->size;
+    ngx_http_feed_tl_locals.pages--;
     ngx_free(lp);
 }
 

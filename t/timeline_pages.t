@@ -133,6 +133,17 @@ sub sent {
     return $stats =~ /total_net_output_bytes:(\d+)/ ? $1 : 0;
 }
 
+# feed_status's local_pages of every worker (reached over a few tries)
+sub locals {
+    my %by;
+    for (1 .. 30) {
+        my $r = $t->get('/status');
+        next unless ref $r->{json} eq 'HASH' && $r->{json}{local_pages};
+        $by{ $r->{json}{pid} } = $r->{json}{local_pages};
+    }
+    return values %by;
+}
+
 # $n reads of a user's first page: the distinct answers, how many were not
 # 200 HIT, and how many bytes Redis sent meanwhile
 sub reads {
@@ -249,12 +260,25 @@ for my $mode (qw(link embed)) {
     rd('DEL', "feed:tl:{$reader}", "feed:tlp:{$reader}");
     is(read_tl($reader)->{status}, 200, "$mode: rebuilt, fanout off");
 
+    my $answered0 = 0;
+    $answered0 += $_->{answered} for locals();
     my ($bodies, $bad, $sent) = reads($reader, 40);
     is(scalar(@$bodies), 1, "$mode: 40 reads, one answer");
     is($bad, 0, "$mode: all 200 HIT");
     my $len = length($bodies->[0]);
     ok($sent < 40 * $len / 2, "$mode: the workers answered their own copies "
         . "(Redis sent $sent bytes for 40 reads of $len bytes)");
+
+    my @locals = locals();
+    my $answered = -$answered0;
+    $answered += $_->{answered} for @locals;
+    is(scalar(@locals), 2, "$mode: feed_status of both workers");
+    ok($answered >= 30 && $answered <= 40,
+        "$mode: feed_status: $answered of 40 reads answered from copies");
+    ok(!grep({ $_->{pages} < 1 || $_->{bytes} < $len
+            || $_->{max_bytes} != 16 * 1024 * 1024 } @locals),
+        "$mode: feed_status: each worker holds the page, within 16m")
+        or diag(explain(\@locals));
 
     my $x = (ids({ status => 200, json => $JSON->decode($bodies->[0]) }))[1];
     $r = $t->http('DELETE', "/users/$author/posts/$x");
