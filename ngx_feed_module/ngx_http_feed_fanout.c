@@ -158,7 +158,11 @@ ngx_http_feed_fanout_init(ngx_cycle_t *cycle,
     /* a connection of its own: a BLOCKed read holds up nobody else */
 
     fo->rd = ngx_http_feed_redis_create(cycle, &fmcf->redis);
-    if (fo->rd == NULL) {
+    if (fo->rd == NULL
+        || ngx_http_feed_fanout_consumers_init(cycle, fo->rd, fmcf,
+                                               fo->consumer, fo->consumer_len)
+           != NGX_OK)
+    {
         return NGX_ERROR;
     }
 
@@ -394,6 +398,8 @@ ngx_http_feed_fanout_claim(ngx_http_feed_fanout_t *fo)
 
     fmcf = fo->fmcf;
     fo->last_claim = ngx_current_msec;
+
+    ngx_http_feed_fanout_consumers_clean();
 
     argv[0] = "XAUTOCLAIM";
     argvlen[0] = 10;

@@ -43,5 +43,10 @@ ngx_int_t ngx_http_feed_fanout_init(ngx_cycle_t *cycle,
 void ngx_http_feed_fanout_exit(void);
 ngx_int_t ngx_http_feed_fanout_status(bson_t *doc);
 
+ngx_int_t ngx_http_feed_fanout_consumers_init(ngx_cycle_t *cycle,
+    ngx_http_feed_redis_t *rd, ngx_http_feed_main_conf_t *fmcf,
+    const char *self, size_t len);
+void ngx_http_feed_fanout_consumers_clean(void);
+
 
 #endif /* _NGX_HTTP_FEED_FANOUT_H_INCLUDED_ */

@@ -241,7 +241,7 @@ for my $mode (qw(link embed)) {
     is($r->{status}, 204, "$mode: delete") or diag(short($r));
     ok($t->wait_for(5, sub {
         !grep { substr($_, 0, 24) eq $gone }
-            $t->redis('LRANGE', "feed:tl:{$reader}", 0, -1)
+            @{ $t->redis('LRANGE', "feed:tl:{$reader}", 0, -1) }
     }), "$mode: delete fanned out");
     $r = read_tl($reader);
     ok(!marked($r), "$mode: stale page not answered after a delete")

@@ -1,0 +1,246 @@
+
+/*
+ * ngx_feed_module: the consumers of the fanout group that are gone.
+ *
+ * Each worker reads the stream as a consumer of its own, "<host>:<pid>",
+ * and Redis keeps a consumer until it is deleted: every reload and every
+ * restart would leave some behind, forever listed by XINFO and XPENDING.
+ * Along with its claims, each worker deletes, once nothing is pending for
+ * them (what a dead worker held is claimed first):
+ *
+ *   - the consumers of its own host whose process is gone;
+ *   - any consumer idle for an hour (a host that went away).  Redis 7.0
+ *     counts idleness from the last entry a consumer got, so a live but
+ *     quiet one may go too: that is harmless, its next read brings it
+ *     back.
+ *
+ * The choice is made from XINFO; the delete is a script that checks again
+ * that nothing is pending, in the same step.
+ */
+
+
+#include "ngx_http_feed_fanout.h"
+
+
+#define NGX_HTTP_FEED_CONSUMER_IDLE  (3600 * 1000)
+#define NGX_HTTP_FEED_CONSUMERS_MAX  64
+
+
+typedef struct {
+    ngx_http_feed_redis_t        *rd;
+    ngx_http_feed_main_conf_t    *fmcf;
+    ngx_str_t                     self;
+    ngx_str_t                     host;
+    ngx_log_t                    *log;
+} ngx_http_feed_consumers_t;
+
+
+/* KEYS: stream.  ARGV: group, consumers.  Returns how many went. */
+
+static ngx_http_feed_redis_script_t  ngx_http_feed_fanout_consumers_lua = {
+    "local idle, n = {}, 0 "
+    "for _, c in ipairs(redis.call('xinfo', 'consumers', KEYS[1], "
+    "                              ARGV[1])) do "
+    "  local f = {} "
+    "  for i = 1, #c, 2 do f[c[i]] = c[i + 1] end "
+    "  if f.pending == 0 then idle[f.name] = true end "
+    "end "
+    "for i = 2, #ARGV do "
+    "  if idle[ARGV[i]] then "
+    "    redis.call('xgroup', 'delconsumer', KEYS[1], ARGV[1], ARGV[i]) "
+    "    n = n + 1 "
+    "  end "
+    "end "
+    "return n",
+    0, ""
+};
+
+
+static void ngx_http_feed_consumers_info(void *data, redisReply *reply);
+static ngx_uint_t ngx_http_feed_consumer_gone(ngx_http_feed_consumers_t *cs,
+    redisReply *c);
+static void ngx_http_feed_consumers_done(void *data, redisReply *reply);
+
+
+static ngx_http_feed_consumers_t  ngx_http_feed_consumers;
+
+
+ngx_int_t
+ngx_http_feed_fanout_consumers_init(ngx_cycle_t *cycle,
+    ngx_http_feed_redis_t *rd, ngx_http_feed_main_conf_t *fmcf,
+    const char *self, size_t len)
+{
+    ngx_http_feed_consumers_t  *cs = &ngx_http_feed_consumers;
+
+    cs->rd = rd;
+    cs->fmcf = fmcf;
+    cs->self.data = (u_char *) self;
+    cs->self.len = len;
+    cs->host = cycle->hostname;
+    cs->log = cycle->log;
+
+    return ngx_http_feed_redis_add_script(rd,
+                                          &ngx_http_feed_fanout_consumers_lua);
+}
+
+
+/* on the fanout's own connection, ahead of its claim */
+
+void
+ngx_http_feed_fanout_consumers_clean(void)
+{
+    size_t                      argvlen[4];
+    const char                 *argv[4];
+    ngx_http_feed_consumers_t  *cs = &ngx_http_feed_consumers;
+
+    argv[0] = "XINFO";
+    argvlen[0] = 5;
+    argv[1] = "CONSUMERS";
+    argvlen[1] = 9;
+    argv[2] = (const char *) cs->fmcf->stream.data;
+    argvlen[2] = cs->fmcf->stream.len;
+    argv[3] = (const char *) cs->fmcf->fanout_group.data;
+    argvlen[3] = cs->fmcf->fanout_group.len;
+
+    (void) ngx_http_feed_redis_send(cs->rd, ngx_http_feed_consumers_info, cs,
+                                    4, argv, argvlen);
+}
+
+
+static void
+ngx_http_feed_consumers_info(void *data, redisReply *reply)
+{
+    ngx_http_feed_consumers_t  *cs = data;
+
+    size_t       argvlen[5 + NGX_HTTP_FEED_CONSUMERS_MAX];
+    ngx_uint_t   i, n;
+    const char  *argv[5 + NGX_HTTP_FEED_CONSUMERS_MAX];
+
+    if (reply == NULL || reply->type != REDIS_REPLY_ARRAY) {
+        return;
+    }
+
+    n = 0;
+
+    for (i = 0; i < reply->elements && n < NGX_HTTP_FEED_CONSUMERS_MAX; i++) {
+        if (ngx_http_feed_consumer_gone(cs, reply->element[i])) {
+            /* the name is the second field */
+            argv[5 + n] = reply->element[i]->element[1]->str;
+            argvlen[5 + n] = reply->element[i]->element[1]->len;
+            n++;
+        }
+    }
+
+    if (n == 0) {
+        return;
+    }
+
+    argv[0] = "EVALSHA";
+    argvlen[0] = 7;
+    argv[1] = ngx_http_feed_fanout_consumers_lua.sha1;
+    argvlen[1] = 40;
+    argv[2] = "1";
+    argvlen[2] = 1;
+    argv[3] = (const char *) cs->fmcf->stream.data;
+    argvlen[3] = cs->fmcf->stream.len;
+    argv[4] = (const char *) cs->fmcf->fanout_group.data;
+    argvlen[4] = cs->fmcf->fanout_group.len;
+
+    (void) ngx_http_feed_redis_send(cs->rd, ngx_http_feed_consumers_done,
+                                    cs, 5 + n, argv, argvlen);
+}
+
+
+/*
+ * XINFO CONSUMERS gives, for each: name, pending, idle (and more in later
+ * versions), as field, value pairs.
+ */
+
+static ngx_uint_t
+ngx_http_feed_consumer_gone(ngx_http_feed_consumers_t *cs, redisReply *c)
+{
+    u_char      *colon;
+    ngx_int_t    pid;
+    ngx_str_t    name;
+    ngx_uint_t   i;
+    long long    pending, idle;
+    redisReply  *k, *v;
+
+    if (c->type != REDIS_REPLY_ARRAY || c->elements < 6
+        || c->element[0]->type != REDIS_REPLY_STRING
+        || ngx_strcmp(c->element[0]->str, "name") != 0
+        || c->element[1]->type != REDIS_REPLY_STRING)
+    {
+        return 0;
+    }
+
+    name.data = (u_char *) c->element[1]->str;
+    name.len = c->element[1]->len;
+
+    pending = -1;
+    idle = -1;
+
+    for (i = 2; i + 1 < c->elements; i += 2) {
+        k = c->element[i];
+        v = c->element[i + 1];
+
+        if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_INTEGER) {
+            continue;
+        }
+
+        if (ngx_strcmp(k->str, "pending") == 0) {
+            pending = v->integer;
+
+        } else if (ngx_strcmp(k->str, "idle") == 0) {
+            idle = v->integer;
+        }
+    }
+
+    if (pending != 0
+        || (name.len == cs->self.len
+            && ngx_strncmp(name.data, cs->self.data, name.len) == 0))
+    {
+        return 0;
+    }
+
+    if (idle >= NGX_HTTP_FEED_CONSUMER_IDLE) {
+        return 1;
+    }
+
+    /* one of this host's: is its process still there? */
+
+    if (name.len <= cs->host.len + 1
+        || ngx_strncmp(name.data, cs->host.data, cs->host.len) != 0
+        || name.data[cs->host.len] != ':')
+    {
+        return 0;
+    }
+
+    colon = name.data + cs->host.len;
+    pid = ngx_atoi(colon + 1, name.data + name.len - (colon + 1));
+
+    return pid > 0 && kill((ngx_pid_t) pid, 0) == -1 && ngx_errno == NGX_ESRCH;
+}
+
+
+static void
+ngx_http_feed_consumers_done(void *data, redisReply *reply)
+{
+    ngx_http_feed_consumers_t  *cs = data;
+
+    if (reply == NULL) {
+        return;
+    }
+
+    if (reply->type == REDIS_REPLY_ERROR) {
+        ngx_log_error(NGX_LOG_WARN, cs->log, 0,
+                      "fanout: removing consumers failed: %s", reply->str);
+        return;
+    }
+
+    if (reply->type == REDIS_REPLY_INTEGER && reply->integer > 0) {
+        ngx_log_error(NGX_LOG_INFO, cs->log, 0,
+                      "fanout: %L consumers that were gone removed",
+                      reply->integer);
+    }
+}
