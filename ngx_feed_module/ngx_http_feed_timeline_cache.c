@@ -30,6 +30,10 @@
 #include "ngx_http_feed_timeline.h"
 #include "ngx_http_feed_post.h"
 
+#if (NGX_LINUX)
+#include <sys/random.h>
+#endif
+
 
 #define NGX_HTTP_FEED_TL_PREFIX    "feed:tl:{"
 #define NGX_HTTP_FEED_LOCK_PREFIX  "feed:lock:{"
@@ -1205,14 +1209,28 @@ ngx_http_feed_timeline_deleted(ngx_http_feed_main_conf_t *fmcf,
 }
 
 
-/* a version no other change of any list ever had: worker, count, time */
+/*
+ * A version no other change of any list ever had, on any node: 64 random
+ * bits drawn once per worker, and a count.  Process ids and clocks alone
+ * repeat across containers.
+ */
 
 static u_char *
 ngx_http_feed_timeline_nonce(u_char *buf)
 {
-    static uint64_t  n;
+    static uint64_t  seed, n;
 
-    return ngx_sprintf(buf, "%P-%uL-%M", ngx_pid, ++n, ngx_current_msec);
+    if (seed == 0) {
+#if (NGX_LINUX)
+        if (getrandom(&seed, sizeof(seed), GRND_NONBLOCK) != sizeof(seed))
+#endif
+        {
+            seed = ((uint64_t) ngx_random() << 32) ^ (uint64_t) ngx_random()
+                   ^ ((uint64_t) ngx_pid << 48) ^ ngx_current_msec;
+        }
+    }
+
+    return ngx_sprintf(buf, "%xL-%uL", seed, ++n);
 }
 
 
