@@ -39,6 +39,9 @@ use Time::HiRes qw(time sleep);
 use JSON::PP ();
 use Sys::Hostname ();
 use FeedTest;
+use FeedTest::Util qw($STREAM $GROUP short rd tl_key copies copies_summary
+    all_n follow_each read_each none_failed post group_info wait_settled
+    statuses fsum);
 
 my $t = FeedTest->new;
 my $T0 = time;
@@ -87,205 +90,44 @@ http {
 }
 EOF
 
-my $STREAM = 'feed:posts';
-my $GROUP = 'feed';
 my $END = '0' x 24;
-my $OID = qr/^[0-9a-f]{24}\z/;
 my $JSON = JSON::PP->new->utf8->canonical;
 
 # ---------------------------------------------------------------- helpers --
 
-sub short {
-    my ($r) = @_;
-    my $b = defined $r->{body} ? $r->{body} : '';
-    $b = substr($b, 0, 300) . '...' if length $b > 300;
-    return "status $r->{status}"
-        . ($r->{error} ? " ($r->{error})" : '')
-        . sprintf(' (%.3fs)', $r->{elapsed} // 0)
-        . ', x-feed-cache ' . ($r->{headers}{'x-feed-cache'} // '(none)')
-        . ", body: $b";
-}
-
-sub rd { my @r = eval { $t->redis(@_) }; $@ ? undef : $r[0] }
-
-sub tl_key { "feed:tl:{$_[0]}" }
-
-# requests, $batch at a time: [method, uri, body]; the responses in order
-sub parallel {
-    my ($batch, @reqs) = @_;
-    my @res;
-    while (my @b = splice(@reqs, 0, $batch)) {
-        my @h = map {
-            $t->http_start($_->[0], $_->[1], defined $_->[2]
-                ? (body => $_->[2],
-                    headers => { 'Content-Type' => 'application/json' })
-                : ())
-        } @b;
-        push @res, map { $t->http_end($_) } @h;
-    }
-    return @res;
-}
-
 sub follow_all {
     my ($name, $target, @users) = @_;
     my $t0 = time;
-    my @res = parallel(50, map { [ 'PUT', "/users/$_/following/$target" ] }
-        @users);
-    my @bad = map { "$users[$_]: " . short($res[$_]) }
-        grep { $res[$_]{status} != 204 } 0 .. $#res;
-    ok(!@bad, sprintf('%s: %d follows of %s (%.1fs)', $name,
-        scalar @users, $target, time - $t0))
-        or diag(scalar(@bad) . " failed, first: $bad[0]");
+    my @bad = follow_each($t, $target, @users);
+    none_failed(\@bad, sprintf('%s: %d follows of %s (%.1fs)', $name,
+        scalar @users, $target, time - $t0));
 }
 
 # reads each user's timeline once (200): their cache exists afterwards
 sub read_all {
     my ($name, @users) = @_;
     my $t0 = time;
-    my @res = parallel(50, map { [ 'GET', "/users/$_/timeline" ] } @users);
-    my @bad = map { "$users[$_]: " . short($res[$_]) }
-        grep { $res[$_]{status} != 200 } 0 .. $#res;
-    ok(!@bad, sprintf('%s: %d timelines read (%.1fs)', $name,
-        scalar @users, time - $t0))
-        or diag(scalar(@bad) . " failed, first: $bad[0]");
-    return @res;
+    my ($res, @bad) = read_each($t, @users);
+    none_failed(\@bad, sprintf('%s: %d timelines read (%.1fs)', $name,
+        scalar @users, time - $t0));
+    return @$res;
 }
 
 my %POST;   # id => the 201's JSON
-
-sub post {
-    my ($uid, $body) = @_;
-    my $r = $t->http('POST', "/users/$uid/posts",
-        body => $JSON->encode({ body => $body }),
-        headers => { 'Content-Type' => 'application/json' });
-    unless ($r->{status} == 201 && ref $r->{json} eq 'HASH'
-        && ($r->{json}{id} // '') =~ $OID)
-    {
-        fail("post by $uid: 201 with an id");
-        diag(short($r));
-        return;
-    }
-    $POST{$r->{json}{id}} = $r->{json};
-    return wantarray ? ($r->{json}{id}, $r) : $r->{json}{id};
-}
-
-# per key: -1 when the list does not exist, else how many of its entries
-# are for post $id; one round trip for any number of users
-my $COPIES_LUA = <<'LUA';
-local out = {}
-for i = 1, #KEYS do
-  if redis.call('exists', KEYS[i]) == 0 then
-    out[i] = -1
-  else
-    local n = 0
-    for _, e in ipairs(redis.call('lrange', KEYS[i], 0, -1)) do
-      if string.sub(e, 1, 24) == ARGV[1] then n = n + 1 end
-    end
-    out[i] = n
-  end
-end
-return out
-LUA
-
-sub copies {
-    my ($id, @users) = @_;
-    my %c;
-    while (my @b = splice(@users, 0, 500)) {
-        my $r = rd('EVAL', $COPIES_LUA, scalar @b, (map { tl_key($_) } @b),
-            $id);
-        return undef unless ref $r eq 'ARRAY';
-        @c{@b} = @$r;
-    }
-    return \%c;
-}
-
-# a summary of copies(): "n users: 198 x1, 2 x0 (f007 f123)"
-sub copies_summary {
-    my ($c) = @_;
-    my %by;
-    push @{$by{$c->{$_}}}, $_ for sort keys %$c;
-    return join ', ', map {
-        my $k = $_;
-        ($k == -1 ? 'no list' : "x$k") . ': ' . scalar(@{$by{$k}})
-            . ($k != 1 ? ' (' . join(' ', grep defined,
-                @{$by{$k}}[0 .. 5]) . ')' : '')
-    } sort { $a <=> $b } keys %by;
-}
-
-sub all_n {
-    my ($c, $n) = @_;
-    return 0 unless $c;
-    return !grep { $_ != $n } values %$c;
-}
 
 sub exists_count {
     my (@users) = @_;
     my $n = 0;
     while (my @b = splice(@users, 0, 500)) {
-        my $r = rd('EXISTS', map { tl_key($_) } @b);
+        my $r = rd($t, 'EXISTS', map { tl_key($_) } @b);
         return -1 unless defined $r;
         $n += $r;
     }
     return $n;
 }
 
-# the group as XINFO GROUPS has it
-sub group_info {
-    my $g = rd('XINFO', 'GROUPS', $STREAM);
-    return undef unless ref $g eq 'ARRAY';
-    for my $x (@$g) {
-        my %h = @$x;
-        return \%h if $h{name} eq $GROUP;
-    }
-    return undef;
-}
-
-sub last_id {
-    my $s = rd('XINFO', 'STREAM', $STREAM) or return '';
-    my %h = @$s;
-    return $h{'last-generated-id'};
-}
-
-# every entry of the stream read by the group and acknowledged
-sub settled {
-    my $g = group_info() or return 0;
-    return $g->{pending} == 0 && $g->{'last-delivered-id'} eq last_id();
-}
-
-sub wait_settled {
-    my ($name, $timeout) = @_;
-    my $ok = $t->wait_for($timeout || 10, \&settled);
-    ok($ok, "$name: every stream entry read and acknowledged")
-        or diag('group: ' . $JSON->encode(group_info() // {})
-            . ', last id ' . last_id() . ', pending: '
-            . $JSON->encode(rd('XPENDING', $STREAM, $GROUP, '-', '+', 20)));
-    return $ok;
-}
-
-# /status of every worker (pid => JSON): reuseport spreads the
-# connections, so a few dozen requests reach them all
-sub statuses {
-    my %want = map { $_ => 1 } $t->worker_pids;
-    my %got;
-    for (1 .. 200) {
-        my $j = $t->get('/status', timeout => 5)->{json};
-        $got{$j->{pid}} = $j if ref $j eq 'HASH' && $want{$j->{pid} // 0};
-        return \%got if keys %got == keys %want;
-    }
-    diag('status: reached workers ' . join(' ', sort keys %got)
-        . ' of ' . join(' ', sort keys %want));
-    return \%got;
-}
-
-sub fsum {
-    my ($st, $k) = @_;
-    my $s = 0;
-    $s += $_->{fanout}{$k} // 0 for values %$st;
-    return $s;
-}
-
 sub counters {
-    my $st = statuses();
+    my $st = statuses($t, verbose => 1);
     return { map { $_ => fsum($st, $_) }
         qw(consumed deliveries acked claims failures skipped in_flight) };
 }
@@ -336,7 +178,7 @@ sub start_nginx {
     $c =~ s/\@\@EXTRA\@\@/$extra || ''/e;
     $t->write_conf($c)->run;
     ok($t->wait_for(10, sub {
-        my $st = statuses();
+        my $st = statuses($t, verbose => 1);
         keys %$st == 3 && !grep {
             !($_->{redis}{up} && $_->{mongo}{up} && $_->{fanout}{reading})
         } values %$st;
@@ -349,7 +191,7 @@ sub start_nginx {
 start_nginx('link', 800);
 
 {
-    my $st = statuses();
+    my $st = statuses($t, verbose => 1);
     my @pids = sort { $a <=> $b } $t->worker_pids;
     is(scalar @pids, 3, 'three workers');
     my $host = lc Sys::Hostname::hostname();
@@ -385,14 +227,14 @@ start_nginx('link', 800);
         . '"<host>:<pid>", counters at 0, queue empty')
         or diag(join "\n", @bad);
 
-    my $g = group_info();
+    my $g = group_info($t);
     ok($g, "group '$GROUP' of $STREAM exists")
-        or diag($JSON->encode(rd('XINFO', 'GROUPS', $STREAM) // 'none'));
+        or diag($JSON->encode(rd($t, 'XINFO', 'GROUPS', $STREAM) // 'none'));
 
     # two connections per worker; one of them blocked in XREADGROUP
     my ($n, $blocked, $list) = (0, 0, '');
     $t->wait_for(5, sub {
-        $list = rd('CLIENT', 'LIST') // '';
+        $list = rd($t, 'CLIENT', 'LIST') // '';
         my @c = grep { !/cmd=client\|list/ } split /\n/, $list;
         $n = @c;
         $blocked = grep { /flags=\S*b/ && /cmd=xreadgroup/ } @c;
@@ -423,14 +265,14 @@ my %SLA;
 
 for my $round (1 .. 3) {
     my $c0 = counters();
-    my ($id, $r) = post($STAR, "star post $round");
+    my $id = post($t, $STAR, "star post $round", keep => \%POST);
     last unless $id;
     my $t201 = time;
     push @SP, $id;
 
     my ($c, $when);
     $t->wait_for(5, sub {
-        $c = copies($id, @ACTIVE, $STAR);
+        $c = copies($t, $id, @ACTIVE, $STAR);
         $when = time - $t201;
         $c && !grep { $_ < 1 } values %$c;
     });
@@ -439,14 +281,14 @@ for my $round (1 .. 3) {
         . 'follower caches and the author\'s within 1 s of its 201 (%.3fs)',
         $round, $when)) or diag(copies_summary($c));
 
-    wait_settled("star post $round");
+    wait_settled($t, "star post $round");
 
-    $c = copies($id, @ACTIVE, $STAR);
+    $c = copies($t, $id, @ACTIVE, $STAR);
     ok(all_n($c, 1), "star post $round: exactly one copy in each of the 201")
         or diag(copies_summary($c));
     is(exists_count(@IDLE), 0,
         "star post $round: still no cache for the 300 without one");
-    my @k = map { @{rd('KEYS', $_) // []} } 'feed:tl:*', 'feed:tlq:*';
+    my @k = map { @{rd($t, 'KEYS', $_) // []} } 'feed:tl:*', 'feed:tlq:*';
     my %ok = map { (tl_key($_) => 1) } @ACTIVE, $STAR;
     my @stray = grep { !$ok{$_} } @k;
     ok(!@stray, "star post $round: no other feed:tl: or feed:tlq: key")
@@ -462,13 +304,13 @@ for my $round (1 .. 3) {
     my @want = (reverse(@SP), $END);
     my @bad;
     for my $u (@ACTIVE[0, 57, 199], $STAR) {
-        my $l = rd('LRANGE', tl_key($u), 0, -1) // [];
+        my $l = rd($t, 'LRANGE', tl_key($u), 0, -1) // [];
         push @bad, "$u: @$l" unless "@$l" eq "@want";
     }
     ok(!@bad, 'star: lists hold the 3 posts newest first, then the end '
         . 'mark, entries are bare ids (link mode)') or diag(join "\n", @bad);
 
-    my @json = grep { !defined rd('GET', "feed:p:$_") } @SP;
+    my @json = grep { !defined rd($t, 'GET', "feed:p:$_") } @SP;
     ok(!@json, 'star: each post\'s JSON in feed:p:<id>') or diag("@json");
 
     # reads: HIT, the posts as created
@@ -504,31 +346,31 @@ for my $round (1 .. 3) {
     my $id = $SP[0];
     my $p = $POST{$id};
     my $c0 = counters();
-    my $len0 = rd('LLEN', tl_key($ACTIVE[0]));
+    my $len0 = rd($t, 'LLEN', tl_key($ACTIVE[0]));
 
     # the same entry again, five times at once: consumers race on it
     for (1 .. 5) {
-        rd('XADD', $STREAM, '*', 'type', 'post', 'id', $id,
+        rd($t, 'XADD', $STREAM, '*', 'type', 'post', 'id', $id,
             'author', $STAR, 'ts', $p->{ts});
     }
-    wait_settled('redelivery x5');
+    wait_settled($t, 'redelivery x5');
 
-    my $c = copies($id, @ACTIVE, $STAR);
+    my $c = copies($t, $id, @ACTIVE, $STAR);
     ok(all_n($c, 1), 'redelivery x5 of star post 1: still one copy in each '
         . 'of the ' . scalar(keys %$c) . ' caches') or diag(copies_summary($c));
-    is(rd('LLEN', tl_key($ACTIVE[0])), $len0,
+    is(rd($t, 'LLEN', tl_key($ACTIVE[0])), $len0,
         'redelivery: list length unchanged');
     counters_are($c0, { consumed => 5, acked => 5, deliveries => 0,
         failures => 0 }, 'redelivery x5');
 
     # and the newest post again
-    rd('XADD', $STREAM, '*', 'type', 'post', 'id', $SP[-1],
+    rd($t, 'XADD', $STREAM, '*', 'type', 'post', 'id', $SP[-1],
         'author', $STAR, 'ts', $POST{$SP[-1]}{ts});
-    wait_settled('redelivery of the newest');
-    $c = copies($SP[-1], @ACTIVE, $STAR);
+    wait_settled($t, 'redelivery of the newest');
+    $c = copies($t, $SP[-1], @ACTIVE, $STAR);
     ok(all_n($c, 1), 'redelivery of star post 3: one copy')
         or diag(copies_summary($c));
-    my $l = rd('LRANGE', tl_key($ACTIVE[0]), 0, -1) // [];
+    my $l = rd($t, 'LRANGE', tl_key($ACTIVE[0]), 0, -1) // [];
     is("@$l", join(' ', reverse(@SP), $END),
         'redelivery: the list unchanged, in order');
 }
@@ -540,27 +382,27 @@ for my $round (1 .. 3) {
     my $ghost = '0123456789abcdef01234567';
     my %sid;
 
-    $sid{ghost} = rd('XADD', $STREAM, '*', 'type', 'post', 'id', $ghost,
+    $sid{ghost} = rd($t, 'XADD', $STREAM, '*', 'type', 'post', 'id', $ghost,
         'author', $STAR, 'ts', int(time * 1000));
-    $sid{bad_id} = rd('XADD', $STREAM, '*', 'type', 'post', 'id', 'zz',
+    $sid{bad_id} = rd($t, 'XADD', $STREAM, '*', 'type', 'post', 'id', 'zz',
         'author', $STAR);
-    $sid{upper_id} = rd('XADD', $STREAM, '*', 'type', 'post',
+    $sid{upper_id} = rd($t, 'XADD', $STREAM, '*', 'type', 'post',
         'id', uc($SP[0]), 'author', $STAR);
-    $sid{bad_type} = rd('XADD', $STREAM, '*', 'type', 'bogus',
+    $sid{bad_type} = rd($t, 'XADD', $STREAM, '*', 'type', 'bogus',
         'id', $SP[0], 'author', $STAR);
-    $sid{no_author} = rd('XADD', $STREAM, '*', 'type', 'post',
+    $sid{no_author} = rd($t, 'XADD', $STREAM, '*', 'type', 'post',
         'id', $SP[0]);
-    $sid{bad_author} = rd('XADD', $STREAM, '*', 'type', 'post',
+    $sid{bad_author} = rd($t, 'XADD', $STREAM, '*', 'type', 'post',
         'id', $SP[0], 'author', 'no such/user!');
-    $sid{junk} = rd('XADD', $STREAM, '*', 'foo', 'bar');
+    $sid{junk} = rd($t, 'XADD', $STREAM, '*', 'foo', 'bar');
 
-    my $ok = wait_settled('poison entries');
-    my $g = group_info() // {};
+    my $ok = wait_settled($t, 'poison entries');
+    my $g = group_info($t) // {};
     is($g->{pending}, 0, 'poison entries: none left pending (not retried)');
 
     # still nothing after a claim period: no entry came back
     sleep 2.5;
-    is((rd('XPENDING', $STREAM, $GROUP) // [ -1 ])->[0], 0,
+    is((rd($t, 'XPENDING', $STREAM, $GROUP) // [ -1 ])->[0], 0,
         'poison entries: nothing pending after claim_idle');
 
     counters_are($c0, { consumed => 7, acked => 7, skipped => 7,
@@ -574,10 +416,10 @@ for my $round (1 .. 3) {
     ok(!@missing, 'poison: each malformed entry logged with its id')
         or diag("not logged: @missing");
 
-    my $c = copies($ghost, @ACTIVE, $STAR);
+    my $c = copies($t, $ghost, @ACTIVE, $STAR);
     ok(all_n($c, 0), 'poison: the ghost post is in no cache')
         or diag(copies_summary($c));
-    $c = copies($SP[0], @ACTIVE, $STAR);
+    $c = copies($t, $SP[0], @ACTIVE, $STAR);
     ok(all_n($c, 1), 'poison: entries naming star post 1 changed nothing')
         or diag(copies_summary($c));
 }
@@ -587,8 +429,9 @@ for my $round (1 .. 3) {
 {
     my ($ann, $bob, $carl) = ('ann', 'bob', 'carl');
 
-    my @c = map { scalar post($carl, "carl $_") } 1 .. 2;
-    my @b = map { scalar post($bob, "bob $_") } 1 .. 3;
+    my @c = map { scalar post($t, $carl, "carl $_", keep => \%POST) }
+        1 .. 2;
+    my @b = map { scalar post($t, $bob, "bob $_", keep => \%POST) } 1 .. 3;
 
     is($t->http('PUT', "/users/$ann/following/$carl")->{status}, 204,
         'graph: ann follows carl');
@@ -599,7 +442,7 @@ for my $round (1 .. 3) {
     # follow: the cache goes with the 204, the next read has bob's posts
     $r = $t->http('PUT', "/users/$ann/following/$bob");
     is($r->{status}, 204, 'follow: ann follows bob') or diag(short($r));
-    is(rd('EXISTS', tl_key($ann)), 0,
+    is(rd($t, 'EXISTS', tl_key($ann)), 0,
         'follow: ann\'s cached timeline dropped before the 204');
     $r = $t->get("/users/$ann/timeline");
     my @ids = map { $_->{id} } @{$r->{json}{items} // []};
@@ -608,14 +451,14 @@ for my $round (1 .. 3) {
         'follow: it shows bob\'s recent posts, with carl\'s');
 
     # bob's new post reaches ann's cache
-    my $b4 = post($bob, 'bob 4');
-    ok($t->wait_for(3, sub { (copies($b4, $ann) // {})->{$ann} == 1 }),
+    my $b4 = post($t, $bob, 'bob 4', keep => \%POST);
+    ok($t->wait_for(3, sub { (copies($t, $b4, $ann) // {})->{$ann} == 1 }),
         'follow: bob\'s next post delivered into ann\'s cache');
 
     # unfollow: cache dropped, the next read has none of bob's posts
     $r = $t->http('DELETE', "/users/$ann/following/$bob");
     is($r->{status}, 204, 'unfollow: ann unfollows bob') or diag(short($r));
-    is(rd('EXISTS', tl_key($ann)), 0,
+    is(rd($t, 'EXISTS', tl_key($ann)), 0,
         'unfollow: ann\'s cached timeline dropped before the 204');
     $r = $t->get("/users/$ann/timeline");
     @ids = map { $_->{id} } @{$r->{json}{items} // []};
@@ -623,9 +466,9 @@ for my $round (1 .. 3) {
     is("@ids", join(' ', sort { $b cmp $a } @c),
         'unfollow: none of bob\'s posts, carl\'s still there');
 
-    my $b5 = post($bob, 'bob 5');
-    wait_settled('unfollow: bob posts again');
-    is((copies($b5, $ann) // {})->{$ann}, 0,
+    my $b5 = post($t, $bob, 'bob 5', keep => \%POST);
+    wait_settled($t, 'unfollow: bob posts again');
+    is((copies($t, $b5, $ann) // {})->{$ann}, 0,
         'unfollow: bob\'s new post not delivered to ann');
     $r = $t->get("/users/$ann/timeline");
     @ids = map { $_->{id} } @{$r->{json}{items} // []};
@@ -647,36 +490,37 @@ for my $round (1 .. 3) {
     ok(!@shown, 'delete: no read shows it, right after the 204')
         or diag(join "\n", @shown);
 
-    wait_settled('delete');
-    my $cc = copies($gone, @ACTIVE, $STAR);
+    wait_settled($t, 'delete');
+    my $cc = copies($t, $gone, @ACTIVE, $STAR);
     ok(all_n($cc, 0), 'delete: gone from all ' . scalar(keys %$cc)
         . ' cached lists after fanout') or diag(copies_summary($cc));
-    $cc = copies($SP[0], @ACTIVE, $STAR);
+    $cc = copies($t, $SP[0], @ACTIVE, $STAR);
     ok(all_n($cc, 1), 'delete: the other posts stay')
         or diag(copies_summary($cc));
-    is(rd('EXISTS', "feed:p:$gone"), 0, 'delete: feed:p:<id> dropped');
+    is(rd($t, 'EXISTS', "feed:p:$gone"), 0, 'delete: feed:p:<id> dropped');
     @SP = grep { $_ ne $gone } @SP;
 
     # a redelivered post entry of the deleted post does not bring it back
-    rd('XADD', $STREAM, '*', 'type', 'post', 'id', $gone, 'author', $STAR,
+    rd($t, 'XADD', $STREAM, '*', 'type', 'post', 'id', $gone, 'author', $STAR,
         'ts', $POST{$gone}{ts});
-    wait_settled('delete, then its post entry again');
-    $cc = copies($gone, @ACTIVE, $STAR);
+    wait_settled($t, 'delete, then its post entry again');
+    $cc = copies($t, $gone, @ACTIVE, $STAR);
     ok(all_n($cc, 0), 'delete: a late post entry of it delivers nothing')
         or diag(copies_summary($cc));
 
     # posted and deleted at once, 5 times: in no list once fanout is done
     my @quick;
     for my $i (1 .. 5) {
-        my $id = post($STAR, "short-lived $i") or next;
+        my $id = post($t, $STAR, "short-lived $i", keep => \%POST)
+            or next;
         my $d = $t->http('DELETE', "/users/$STAR/posts/$id");
         push @quick, $id if $d->{status} == 204;
     }
     is(scalar @quick, 5, 'delete at once: 5 posts created and deleted');
-    wait_settled('delete at once');
+    wait_settled($t, 'delete at once');
     my @left;
     for my $id (@quick) {
-        my $x = copies($id, @ACTIVE, $STAR);
+        my $x = copies($t, $id, @ACTIVE, $STAR);
         push @left, "$id: " . copies_summary($x) unless all_n($x, 0);
     }
     ok(!@left, 'delete at once: none of them left in any cached list')
@@ -693,7 +537,8 @@ for my $round (1 .. 3) {
     my $off = -s $t->dir . '/mongo-commands.log';
     $t->mongo_latency(800);
     my $t0 = time;
-    my $id = post($STAR, 'deleted while being fanned out');
+    my $id = post($t, $STAR, 'deleted while being fanned out',
+        keep => \%POST);
     my $page = $t->wait_for(3, sub {
         grep { $_->{cmd} eq 'find' && ($_->{coll} // '') eq 'follows'
             && ref $_->{filter} eq 'HASH'
@@ -705,12 +550,12 @@ for my $round (1 .. 3) {
     $r = $t->http('DELETE', "/users/$STAR/posts/$id");
     is($r->{status}, 204, 'delete during fanout: deleted')
         or diag(short($r));
-    wait_settled('delete during fanout');
+    wait_settled($t, 'delete during fanout');
     sleep 0.2;
-    my $dc = copies($id, @ACTIVE, $STAR);
+    my $dc = copies($t, $id, @ACTIVE, $STAR);
     ok(all_n($dc, 0), 'delete during fanout: the post is in no cached list '
         . 'once both entries are done') or diag(copies_summary($dc)
-        . "\nstream: " . $JSON->encode(rd('XREVRANGE', $STREAM, '+', '-',
+        . "\nstream: " . $JSON->encode(rd($t, 'XREVRANGE', $STREAM, '+', '-',
             'COUNT', 2)));
     $x = $t->get("/users/$ACTIVE[0]/timeline");
     ok($x->{status} == 200 && $x->{body} !~ /\Q$id\E/,
@@ -720,7 +565,7 @@ for my $round (1 .. 3) {
 # ------------------------------------------------------------------ status --
 
 {
-    my $st = statuses();
+    my $st = statuses($t, verbose => 1);
     my @bad;
     for my $pid (sort keys %$st) {
         my $j = $st->{$pid};
@@ -736,7 +581,7 @@ for my $round (1 .. 3) {
         or diag(join "\n", @bad);
 
     my $sum = counters();
-    my $g = group_info() // {};
+    my $g = group_info($t) // {};
     is($sum->{consumed}, $g->{'entries-read'},
         'status: consumed summed over the workers = the group\'s '
         . 'entries-read') or diag($JSON->encode($sum));
@@ -746,7 +591,7 @@ for my $round (1 .. 3) {
     # (Redis 7.0 creates none for a read blocked on an empty stream)
     my $host = lc Sys::Hostname::hostname();
     my %cons = map { my %h = @$_; ($h{name} => \%h) }
-        @{rd('XINFO', 'CONSUMERS', $STREAM, $GROUP) // []};
+        @{rd($t, 'XINFO', 'CONSUMERS', $STREAM, $GROUP) // []};
     my @want = map { "$host:$_" } grep { $st->{$_}{fanout}{consumed} > 0 }
         keys %$st;
     my %cur = map { ("$host:$_" => 1) } keys %$st;
@@ -792,7 +637,7 @@ sub seed_follows {
 }
 
 sub status_all_mongo {
-    my $st = statuses();
+    my $st = statuses($t, verbose => 1);
     return keys %$st && !grep { !$st->{$_}{mongo}{up} } keys %$st;
 }
 
@@ -812,10 +657,11 @@ sub status_all_mongo {
     # flight when the old workers are told to quit
     my @old = sort { $a <=> $b } $t->worker_pids;
     $t->mongo_latency(300);
-    my ($id) = post($big, 'posted right before a reload');
+    my ($id) = post($t, $big, 'posted right before a reload',
+        keep => \%POST);
     my $pend = [];
     $t->wait_for(1, sub {
-        $pend = rd('XPENDING', $STREAM, $GROUP, '-', '+', 10) // [];
+        $pend = rd($t, 'XPENDING', $STREAM, $GROUP, '-', '+', 10) // [];
         @$pend;
     });
     my $holder = @$pend ? $pend->[0][1] : '(none)';
@@ -828,11 +674,12 @@ sub status_all_mongo {
 
     # posts right after the HUP: whoever takes them, none is lost
     my @small;
-    push @small, scalar post($big, "after the reload $_") for 1 .. 3;
+    push @small, scalar post($t, $big, "after the reload $_",
+        keep => \%POST) for 1 .. 3;
 
     my ($c, $when);
     $t->wait_for(2 + 8, sub {
-        $c = copies($id, @bact, $big);
+        $c = copies($t, $id, @bact, $big);
         $when = time - $thup;
         $c && !grep { $_ < 1 } values %$c;
     });
@@ -845,13 +692,13 @@ sub status_all_mongo {
         keys %now == 3 && !grep { $now{$_} } @old;
     }), 'reload: the old workers exited, 3 new ones run');
 
-    wait_settled('reload', 15);
-    $c = copies($id, @bact, $big);
+    wait_settled($t, 'reload', 15);
+    $c = copies($t, $id, @bact, $big);
     ok(all_n($c, 1), 'reload: exactly one copy in each')
         or diag(copies_summary($c));
     my @bad;
     for my $s (@small) {
-        my $x = copies($s, @bact, $big);
+        my $x = copies($t, $s, @bact, $big);
         push @bad, "$s: " . copies_summary($x) unless all_n($x, 1);
     }
     ok(!@bad, 'reload: the 3 posts sent during the reload: one copy in '
@@ -860,14 +707,14 @@ sub status_all_mongo {
         . scalar(@bidle) . ' followers without one');
 
     # finished by the old worker, not left to be claimed by the new ones
-    my $st = statuses();
+    my $st = statuses($t, verbose => 1);
     my $claims = fsum($st, 'claims');
     is($claims, 0, 'reload: the old workers finished their entries in '
         . 'flight (no claims by the new workers)')
         or diag(join "\n", map { "$_: " . $JSON->encode($st->{$_}{fanout}) }
             sort keys %$st);
     my @stuck = grep { $_ } map { my %h = @$_; $h{pending} }
-        @{rd('XINFO', 'CONSUMERS', $STREAM, $GROUP) // []};
+        @{rd($t, 'XINFO', 'CONSUMERS', $STREAM, $GROUP) // []};
     ok(!@stuck, 'reload: no consumer holds pending entries');
 
     my $r = $t->get("/users/$bact[0]/timeline");
@@ -890,21 +737,22 @@ start_nginx('embed', 5,
     my ($ca, $r) = ('capa', 'capr');
     is($t->http('PUT', "/users/$r/following/$ca")->{status}, 204,
         'cap: capr follows capa');
-    my @old = map { scalar post($ca, "cap old $_") } 1 .. 8;
+    my @old = map { scalar post($t, $ca, "cap old $_", keep => \%POST) }
+        1 .. 8;
     read_all('cap', $r);
-    my $l = rd('LRANGE', tl_key($r), 0, -1) // [];
+    my $l = rd($t, 'LRANGE', tl_key($r), 0, -1) // [];
     is(join(' ', map { substr($_, 0, 24) } @$l),
         join(' ', reverse @old[3 .. 7]),
         'cap: the rebuilt list holds the 5 newest, no end mark');
 
     my @new;
     for my $i (1 .. 3) {
-        my $id = post($ca, "cap new $i") or next;
+        my $id = post($t, $ca, "cap new $i", keep => \%POST) or next;
         push @new, $id;
-        $t->wait_for(3, sub { (copies($id, $r) // {})->{$r} == 1 });
+        $t->wait_for(3, sub { (copies($t, $id, $r) // {})->{$r} == 1 });
     }
-    wait_settled('cap');
-    $l = rd('LRANGE', tl_key($r), 0, -1) // [];
+    wait_settled($t, 'cap');
+    $l = rd($t, 'LRANGE', tl_key($r), 0, -1) // [];
     my @want = (reverse(@new), reverse(@old[6, 7]));
     is(join(' ', map { substr($_, 0, 24) } @$l), join(' ', @want),
         'cap: 3 deliveries: still 5 entries, the newest first');
@@ -921,12 +769,12 @@ start_nginx('embed', 5,
         or diag(join "\n", @bad);
 
     # redelivered (the newest) and an old post (past the trimmed end)
-    rd('XADD', $STREAM, '*', 'type', 'post', 'id', $new[-1], 'author', $ca,
+    rd($t, 'XADD', $STREAM, '*', 'type', 'post', 'id', $new[-1], 'author', $ca,
         'ts', $POST{$new[-1]}{ts});
-    rd('XADD', $STREAM, '*', 'type', 'post', 'id', $old[0], 'author', $ca,
+    rd($t, 'XADD', $STREAM, '*', 'type', 'post', 'id', $old[0], 'author', $ca,
         'ts', $POST{$old[0]}{ts});
-    wait_settled('cap: redelivery');
-    $l = rd('LRANGE', tl_key($r), 0, -1) // [];
+    wait_settled($t, 'cap: redelivery');
+    $l = rd($t, 'LRANGE', tl_key($r), 0, -1) // [];
     is(join(' ', map { substr($_, 0, 24) } @$l), join(' ', @want),
         'cap: a redelivery and an old post leave the list as it was');
 
@@ -960,13 +808,13 @@ start_nginx('embed', 5,
 
     my @ids;
     for my $i (1 .. 3) {
-        my $id = post($au, "paged $i") or next;
+        my $id = post($t, $au, "paged $i", keep => \%POST) or next;
         push @ids, $id;
     }
-    wait_settled('pages');
+    wait_settled($t, 'pages');
     my @bad;
     for my $id (@ids) {
-        my $c = copies($id, @pact, $au);
+        my $c = copies($t, $id, @pact, $au);
         push @bad, "$id: " . copies_summary($c) unless all_n($c, 1);
     }
     ok(!@bad, 'pages: 3 posts, each once in the 48 caches and the '
@@ -975,11 +823,11 @@ start_nginx('embed', 5,
 
     my $r = $t->http('DELETE', "/users/$au/posts/$ids[1]");
     is($r->{status}, 204, 'pages: the second post deleted');
-    wait_settled('pages: delete');
-    my $c = copies($ids[1], @pact, $au);
+    wait_settled($t, 'pages: delete');
+    my $c = copies($t, $ids[1], @pact, $au);
     ok(all_n($c, 0), 'pages: the delete reached every cache')
         or diag(copies_summary($c));
-    $c = copies($ids[2], @pact, $au);
+    $c = copies($t, $ids[2], @pact, $au);
     ok(all_n($c, 1), 'pages: the others stay') or diag(copies_summary($c));
 }
 

@@ -19,9 +19,9 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
 use Time::HiRes qw(time sleep);
-use JSON::PP ();
 use POSIX ();
 use FeedTest;
+use FeedTest::Util qw(post);
 
 my $t = FeedTest->new;
 
@@ -57,7 +57,6 @@ EOF
 
 $t->run;
 
-my $JSON = JSON::PP->new->utf8->canonical;
 my $RUN = $$ . int(time);
 my ($STREAM, $GROUP) = ('feed:posts', 'feed');
 
@@ -69,14 +68,6 @@ sub consumers {
         $c{ $f{name} } = [ $f{pending}, $f{idle} ];
     }
     return \%c;
-}
-
-sub post {
-    my ($uid, $body) = @_;
-    my $r = $t->http('POST', "/users/$uid/posts",
-        body => $JSON->encode({ body => $body }),
-        headers => { 'Content-Type' => 'application/json' });
-    return $r->{status} == 201 ? $r->{json}{id} : undef;
 }
 
 my ($author, $reader) = ("ca$RUN", "cr$RUN");
@@ -95,7 +86,7 @@ sub delivered {
 my @workers = sort { $a <=> $b } $t->worker_pids;
 my $id;
 for my $i (1 .. 6) {
-    $id = post($author, "warm-up $i");
+    $id = post($t, $author, "warm-up $i", quiet => 1);
     delivered($id);
 }
 
@@ -171,7 +162,7 @@ ok($t->wait_for(10, sub { !strangers(\@new) }),
     sprintf('the old workers\' consumers deleted (%.1fs)', time - $t0))
     or diag(explain(consumers()));
 
-$id = post($author, 'after the reload');
+$id = post($t, $author, 'after the reload', quiet => 1);
 ok(delivered($id), 'a post after the reload delivered');
 ok(!strangers(\@new), 'only the new workers are consumers');
 

@@ -34,12 +34,12 @@ use Time::HiRes qw(time sleep);
 use JSON::PP ();
 use IO::Socket::INET;
 use FeedTest;
+use FeedTest::Util qw($STREAM $GROUP short rd copies copies_summary all_n
+    follow_each read_each none_failed post post_start post_end
+    group_info wait_settled statuses fsum);
 
 my $T0 = time;
 my $JSON = JSON::PP->new->utf8->canonical;
-my $STREAM = 'feed:posts';
-my $GROUP = 'feed';
-my $OID = qr/^[0-9a-f]{24}\z/;
 
 my $CONF = <<'EOF';
 worker_processes 3;
@@ -79,21 +79,6 @@ EOF
 # ---------------------------------------------------------------- helpers --
 # each takes the FeedTest instance first: two of them run in this file
 
-sub short {
-    my ($r) = @_;
-    my $b = defined $r->{body} ? $r->{body} : '';
-    $b = substr($b, 0, 300) . '...' if length $b > 300;
-    return "status $r->{status}"
-        . ($r->{error} ? " ($r->{error})" : '')
-        . sprintf(' (%.3fs)', $r->{elapsed} // 0)
-        . ', x-feed-cache ' . ($r->{headers}{'x-feed-cache'} // '(none)')
-        . ", body: $b";
-}
-
-sub rd { my $t = shift; my @r = eval { $t->redis(@_) }; $@ ? undef : $r[0] }
-
-sub tl_key { "feed:tl:{$_[0]}" }
-
 sub start_nginx {
     my ($t, $name, %o) = @_;
     (my $c = $CONF) =~ s/\@\@MONGO_TIMEOUT\@\@/$o{mongo_timeout} || '1s'/e;
@@ -106,109 +91,17 @@ sub start_nginx {
     }), "$name: 3 workers up, redis and mongodb up, each worker reading");
 }
 
-sub parallel {
-    my ($t, $batch, @reqs) = @_;
-    my @res;
-    while (my @b = splice(@reqs, 0, $batch)) {
-        my @h = map {
-            $t->http_start($_->[0], $_->[1], defined $_->[2]
-                ? (body => $_->[2],
-                    headers => { 'Content-Type' => 'application/json' })
-                : ())
-        } @b;
-        push @res, map { $t->http_end($_) } @h;
-    }
-    return @res;
-}
-
 sub follow_all {
     my ($t, $name, $target, @users) = @_;
-    my @res = parallel($t, 50,
-        map { [ 'PUT', "/users/$_/following/$target" ] } @users);
-    my @bad = map { "$users[$_]: " . short($res[$_]) }
-        grep { $res[$_]{status} != 204 } 0 .. $#res;
-    ok(!@bad, "$name: " . scalar(@users) . " follow $target")
-        or diag(scalar(@bad) . " failed, first: $bad[0]");
+    none_failed([ follow_each($t, $target, @users) ],
+        "$name: " . scalar(@users) . " follow $target");
 }
 
 sub read_all {
     my ($t, $name, @users) = @_;
-    my @res = parallel($t, 50, map { [ 'GET', "/users/$_/timeline" ] }
-        @users);
-    my @bad = map { "$users[$_]: " . short($res[$_]) }
-        grep { $res[$_]{status} != 200 } 0 .. $#res;
-    ok(!@bad, "$name: " . scalar(@users) . ' timelines read')
-        or diag(scalar(@bad) . " failed, first: $bad[0]");
-    return @res;
-}
-
-# starts a post; post_end() returns its id (undef unless 201)
-sub post_start {
-    my ($t, $uid, $body) = @_;
-    return $t->http_start('POST', "/users/$uid/posts",
-        body => $JSON->encode({ body => $body }),
-        headers => { 'Content-Type' => 'application/json' });
-}
-
-sub post_end {
-    my ($t, $h, $name) = @_;
-    my $r = $t->http_end($h);
-    return $r->{json}{id} if $r->{status} == 201 && ref $r->{json} eq 'HASH'
-        && ($r->{json}{id} // '') =~ $OID;
-    fail("$name: 201 with an id");
-    diag(short($r));
-    return;
-}
-
-sub post {
-    my ($t, $uid, $body) = @_;
-    return post_end($t, post_start($t, $uid, $body), "post by $uid");
-}
-
-my $COPIES_LUA = <<'LUA';
-local out = {}
-for i = 1, #KEYS do
-  if redis.call('exists', KEYS[i]) == 0 then
-    out[i] = -1
-  else
-    local n = 0
-    for _, e in ipairs(redis.call('lrange', KEYS[i], 0, -1)) do
-      if string.sub(e, 1, 24) == ARGV[1] then n = n + 1 end
-    end
-    out[i] = n
-  end
-end
-return out
-LUA
-
-# per user: -1 no list, else copies of post $id in it
-sub copies {
-    my ($t, $id, @users) = @_;
-    my $r = rd($t, 'EVAL', $COPIES_LUA, scalar @users,
-        (map { tl_key($_) } @users), $id);
-    return undef unless ref $r eq 'ARRAY';
-    my %c;
-    @c{@users} = @$r;
-    return \%c;
-}
-
-sub copies_summary {
-    my ($c) = @_;
-    return 'redis unreachable' unless $c;
-    my %by;
-    push @{$by{$c->{$_}}}, $_ for sort keys %$c;
-    return join ', ', map {
-        my $k = $_;
-        ($k == -1 ? 'no list' : "x$k") . ': ' . scalar(@{$by{$k}})
-            . ($k != 1 ? ' (' . join(' ', grep defined,
-                @{$by{$k}}[0 .. 5]) . ')' : '')
-    } sort { $a <=> $b } keys %by;
-}
-
-sub all_n {
-    my ($c, $n) = @_;
-    return 0 unless $c;
-    return !grep { $_ != $n } values %$c;
+    my ($res, @bad) = read_each($t, @users);
+    none_failed(\@bad, "$name: " . scalar(@users) . ' timelines read');
+    return @$res;
 }
 
 # every post of @ids once in every cache of @users; a list of problems
@@ -222,63 +115,10 @@ sub delivered_once {
     return @bad;
 }
 
-sub group_info {
-    my ($t) = @_;
-    my $g = rd($t, 'XINFO', 'GROUPS', $STREAM);
-    return undef unless ref $g eq 'ARRAY';
-    for my $x (@$g) {
-        my %h = @$x;
-        return \%h if $h{name} eq $GROUP;
-    }
-    return undef;
-}
-
-sub last_id {
-    my ($t) = @_;
-    my $s = rd($t, 'XINFO', 'STREAM', $STREAM) or return '';
-    my %h = @$s;
-    return $h{'last-generated-id'};
-}
-
-sub settled {
-    my ($t) = @_;
-    my $g = group_info($t) or return 0;
-    return $g->{pending} == 0 && $g->{'last-delivered-id'} eq last_id($t);
-}
-
-sub wait_settled {
-    my ($t, $name, $timeout) = @_;
-    my $ok = $t->wait_for($timeout || 10, sub { settled($t) });
-    ok($ok, "$name: every stream entry read and acknowledged")
-        or diag('group: ' . $JSON->encode(group_info($t) // {})
-            . ', last id ' . last_id($t) . ', pending: ' . $JSON->encode(
-                rd($t, 'XPENDING', $STREAM, $GROUP, '-', '+', 20)));
-    return $ok;
-}
-
 sub pending_entries {
     my ($t) = @_;
     my $p = rd($t, 'XPENDING', $STREAM, $GROUP, '-', '+', 100);
     return ref $p eq 'ARRAY' ? @$p : ();
-}
-
-sub statuses {
-    my ($t) = @_;
-    my %want = map { $_ => 1 } $t->worker_pids;
-    my %got;
-    for (1 .. 200) {
-        my $j = $t->get('/status', timeout => 5)->{json};
-        $got{$j->{pid}} = $j if ref $j eq 'HASH' && $want{$j->{pid} // 0};
-        return \%got if keys %got == keys %want;
-    }
-    return \%got;
-}
-
-sub fsum {
-    my ($st, $k) = @_;
-    my $s = 0;
-    $s += $_->{fanout}{$k} // 0 for values %$st;
-    return $s;
 }
 
 sub all_reading {

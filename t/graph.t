@@ -13,10 +13,10 @@ use warnings;
 
 use FindBin;
 use lib "$FindBin::Bin/lib";
-use B ();
 use Test::More;
 use Time::HiRes qw(time sleep);
 use FeedTest;
+use FeedTest::Util qw(short now_ms json_int is_str dupes is_error status_all);
 
 my $t = FeedTest->new;
 my $REAL = FeedTest::real_mongo();
@@ -62,30 +62,6 @@ sub esc {
     $s =~ s/([^A-Za-z0-9_.~-])/sprintf('%%%02X', ord $1)/ge;
     return $s;
 }
-
-sub now_ms { time * 1000 }
-
-sub short {
-    my ($r) = @_;
-    my $b = defined $r->{body} ? $r->{body} : '';
-    $b = substr($b, 0, 300) . '...' if length $b > 300;
-    return "status $r->{status}"
-        . ($r->{error} ? " ($r->{error})" : '')
-        . ', content-type ' . ($r->{headers}{'content-type'} // '(none)')
-        . ", body: $b";
-}
-
-# a JSON number as decoded (IV/NV, never a string): check before any use
-sub json_int {
-    my ($v) = @_;
-    return 0 unless defined $v && !ref $v;
-    my $f = B::svref_2object(\$v)->FLAGS;
-    return 0 unless $f & (B::SVp_IOK | B::SVp_NOK);
-    return 0 if $f & B::SVp_POK;
-    return $v == int($v);
-}
-
-sub is_str { defined $_[0] && !ref $_[0] && length $_[0] }
 
 # the shape of one list page; returns a list of problems
 sub page_problems {
@@ -165,13 +141,6 @@ sub walk {
         problems => \@problems, ids => [ map { $_->{id} } @items ] };
 }
 
-sub dupes {
-    my (@ids) = @_;
-    my %n;
-    $n{$_}++ for @ids;
-    return sort grep { $n{$_} > 1 } keys %n;
-}
-
 sub non_increasing {
     my ($items) = @_;
     for my $i (1 .. $#$items) {
@@ -220,18 +189,6 @@ sub follow {
 sub unfollow {
     my ($u, $v, %o) = @_;
     return $t->http('DELETE', "/users/$u/following/$v", %o);
-}
-
-# a JSON error with this status
-sub is_error {
-    my ($r, $status, $name) = @_;
-    my $ok = $r->{status} == $status
-        && ($r->{headers}{'content-type'} // '') =~ m{^application/json}
-        && ref $r->{json} eq 'HASH'
-        && is_str($r->{json}{error})
-        && is_str($r->{json}{message});
-    ok($ok, "$name: $status JSON error {error, message}") or diag(short($r));
-    return $ok;
 }
 
 # the model: $F{a}{b} = 1 when a follows b
@@ -308,16 +265,7 @@ sub no_new_writes {
             . "redis write commands $before->[1] -> $now[1]");
 }
 
-sub status_all {
-    my ($what) = @_;
-    for (1 .. 6) {
-        my $j = $t->get('/status', timeout => 5)->{json} or return 0;
-        return 0 unless $j->{$what} && $j->{$what}{up};
-    }
-    return 1;
-}
-
-ok($t->wait_for(8, sub { status_all('redis') && status_all('mongo') }),
+ok($t->wait_for(8, sub { status_all($t, 'redis') && status_all($t, 'mongo') }),
     'redis and mongodb up');
 
 # ------------------------------------------------ 1. follow and unfollow --
@@ -461,7 +409,7 @@ ok($t->wait_for(8, sub { status_all('redis') && status_all('mongo') }),
             || ($m eq 'PUT' && $uri !~ m{/following/});
         my $r = $t->http($m, $uri, $body ? (body => '{}') : ());
 
-        is_error($r, $status, $name);
+        is_error($r, $status, undef, $name);
 
         if ($status == 405) {
             my $allow = $r->{headers}{allow} // '';
@@ -512,11 +460,12 @@ ok($t->wait_for(8, sub { status_all('redis') && status_all('mongo') }),
         my $path = '/users/alice/following/dave';
 
         is_error($t->http($m, $path, port => $p,
-            headers => { 'X-User' => 'mallory' }), 403, "identity: $m as other");
+            headers => { 'X-User' => 'mallory' }), 403, undef,
+            "identity: $m as other");
         is_error($t->http($m, $path, port => $p,
-            headers => { 'X-User' => 'ALICE' }), 403,
+            headers => { 'X-User' => 'ALICE' }), 403, undef,
             "identity: $m as other (case differs)");
-        is_error($t->http($m, $path, port => $p), 401,
+        is_error($t->http($m, $path, port => $p), 401, undef,
             "identity: $m without X-User");
 
         my $r = $t->http($m, $path, port => $p,
@@ -751,7 +700,7 @@ sub counts_right {
     check_users('redis stopped: after writes', qw(r1 r2 r3));
 
     $t->start_redis;
-    ok($t->wait_for(8, sub { status_all('redis') }), 'redis back');
+    ok($t->wait_for(8, sub { status_all($t, 'redis') }), 'redis back');
     counts_right('redis back (empty)', qw(r1 r2 r3));
 
     # B. restarted from a snapshot taken before writes made while it was
@@ -767,7 +716,7 @@ sub counts_right {
     check_users('redis stopped again', qw(r1 r3 r4));
 
     $t->start_redis;
-    ok($t->wait_for(8, sub { status_all('redis') }),
+    ok($t->wait_for(8, sub { status_all($t, 'redis') }),
         'redis back from its snapshot');
     counts_right('redis back from a stale snapshot', qw(r1 r3 r4));
 
@@ -783,7 +732,7 @@ sub counts_right {
     check_users('redis hung', qw(r5 r6));
 
     $t->signal('redis', 'CONT');
-    ok($t->wait_for(8, sub { status_all('redis') }), 'redis resumed');
+    ok($t->wait_for(8, sub { status_all($t, 'redis') }), 'redis resumed');
     sleep 0.3;
     counts_right('redis resumed with old data', qw(r5 r6));
 }
@@ -804,7 +753,7 @@ SKIP: {
             my ($m, $to) = @$req;
             my $r = $t->http($m, "/users/m1/following/$to", timeout => 15);
             my $name = "mongodb stopped: $m m1 -> $to ($i)";
-            is_error($r, 503, $name);
+            is_error($r, 503, undef, $name);
             like($r->{headers}{'retry-after'} // '',
                 qr/^\s*(\d+|\w{3}, \d\d \w{3} \d{4} [\d:]{8} GMT)\s*$/,
                 "$name: Retry-After");
@@ -814,7 +763,7 @@ SKIP: {
     }
 
     $t->start_mongo;
-    ok($t->wait_for(10, sub { status_all('mongo') }), 'mongodb back');
+    ok($t->wait_for(10, sub { status_all($t, 'mongo') }), 'mongodb back');
 
     counts_right('mongodb back: nothing half-written', qw(m1 m2 m3));
 

@@ -13,6 +13,7 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 use Time::HiRes qw(time sleep);
 use FeedTest;
+use FeedTest::Util qw(status_all);
 
 my $t = FeedTest->new;
 
@@ -40,13 +41,10 @@ sub status {
     return $r->{json} || {};
 }
 
+# every worker agrees: asks a few times (requests spread over workers)
 sub all_say {
     my ($up) = @_;
-    for (1 .. 4) {
-        my $m = status()->{mongo} or return 0;
-        return 0 unless !!$m->{up} == !!$up;
-    }
-    return 1;
+    return status_all($t, 'mongo', up => $up, tries => 4);
 }
 
 my $s = status();

@@ -14,11 +14,12 @@ use warnings;
 
 use FindBin;
 use lib "$FindBin::Bin/lib";
-use B ();
 use JSON::PP ();
 use Test::More;
 use Time::HiRes qw(time sleep);
 use FeedTest;
+use FeedTest::Util qw(short enc now_ms is_str tag dupes is_error
+    post_problems status_all);
 
 my $t = FeedTest->new;
 my $REAL = FeedTest::real_mongo();
@@ -67,57 +68,6 @@ my $JSON = JSON::PP->new->utf8->canonical;
 
 # ---------------------------------------------------------------- helpers --
 
-sub now_ms { time * 1000 }
-
-sub enc { $JSON->encode($_[0]) }
-
-sub short {
-    my ($r) = @_;
-    my $b = defined $r->{body} ? $r->{body} : '';
-    $b = substr($b, 0, 300) . '...' if length $b > 300;
-    return "status $r->{status}"
-        . ($r->{error} ? " ($r->{error})" : '')
-        . ', content-type ' . ($r->{headers}{'content-type'} // '(none)')
-        . ($r->{headers}{location} ? ", location $r->{headers}{location}" : '')
-        . ($r->{headers}{link} ? ", link $r->{headers}{link}" : '')
-        . ", body: $b";
-}
-
-sub is_str { defined $_[0] && !ref $_[0] && length $_[0] }
-
-# a JSON integer as decoded (IV/NV, never a string): check before any use
-sub json_int {
-    my ($v) = @_;
-    return 0 unless defined $v && !ref $v;
-    my $f = B::svref_2object(\$v)->FLAGS;
-    return 0 unless $f & (B::SVp_IOK | B::SVp_NOK);
-    return 0 if $f & B::SVp_POK;
-    return $v == int($v);
-}
-
-# a decoded JSON value with its JSON types made explicit, so that is_deeply
-# tells 1 from "1" from true; to be taken before anything stringifies it
-sub tag {
-    my ($v) = @_;
-    return 'null' unless defined $v;
-    return 'bool:' . ($v ? 'true' : 'false') if JSON::PP::is_bool($v);
-    return { map { $_ => tag($v->{$_}) } keys %$v } if ref $v eq 'HASH';
-    return [ map { tag($_) } @$v ] if ref $v eq 'ARRAY';
-    return 'ref:' . ref $v if ref $v;
-    my $f = B::svref_2object(\$v)->FLAGS;
-    return 'str:' . $v if $f & B::SVp_POK;
-    return 'num:' . (0 + $v);
-}
-
-sub status_all {
-    my ($what) = @_;
-    for (1 .. 6) {
-        my $j = $t->get('/status', timeout => 5)->{json} or return 0;
-        return 0 unless $j->{$what} && $j->{$what}{up};
-    }
-    return 1;
-}
-
 # POST raw bytes; ctype => undef sends no Content-Type
 sub post_raw {
     my ($uid, $bytes, %o) = @_;
@@ -128,34 +78,6 @@ sub post_raw {
     return $t->http('POST', "/users/$uid/posts", body => $bytes,
         headers => \%h, timeout => $o{timeout} || 10,
         $o{port} ? (port => $o{port}) : ());
-}
-
-# the shape of a post as the API returns it; returns a list of problems
-sub post_problems {
-    my ($j, %w) = @_;
-    my @p;
-
-    return ('not a JSON object') unless ref $j eq 'HASH';
-
-    my @extra = grep { !/^(id|author|body|ts|data)$/ } sort keys %$j;
-    push @p, "unexpected fields: @extra" if @extra;
-    push @p, 'ts is not a JSON integer' unless json_int($j->{ts});
-    push @p, 'id is not 24 lowercase hex: ' . ($j->{id} // 'none')
-        unless is_str($j->{id}) && $j->{id} =~ $OID;
-    push @p, 'author is ' . ($j->{author} // 'none') . ", want $w{author}"
-        if defined $w{author}
-            && !(is_str($j->{author}) && $j->{author} eq $w{author});
-    push @p, 'body is not a non-empty string'
-        unless is_str($j->{body});
-    push @p, 'data is present but not an object'
-        if exists $j->{data} && ref $j->{data} ne 'HASH';
-    if (defined $w{from} && json_int($j->{ts})) {
-        push @p, sprintf('ts %s not within the request (%.0f .. %.0f)',
-            $j->{ts}, $w{from}, $w{to})
-            if $j->{ts} < $w{from} - 3000 || $j->{ts} > $w{to} + 3000;
-    }
-
-    return @p;
 }
 
 # the model: every accepted post (normal path), and the stream events
@@ -282,20 +204,6 @@ sub remove {
     return $ok;
 }
 
-# a JSON error with this status and code (code undef: any)
-sub is_error {
-    my ($r, $status, $code, $name) = @_;
-    my $ok = $r->{status} == $status
-        && ($r->{headers}{'content-type'} // '') =~ m{^application/json}i
-        && ref $r->{json} eq 'HASH'
-        && is_str($r->{json}{error})
-        && (!defined $code || $r->{json}{error} eq $code)
-        && is_str($r->{json}{message});
-    ok($ok, "$name: $status " . ($code // 'JSON error') . ' {error, message}')
-        or diag(short($r));
-    return $ok;
-}
-
 # the post by id: 200 and identical to what was created
 sub get_is {
     my ($id, $want_tag, $name) = @_;
@@ -400,12 +308,6 @@ sub walk {
         pages => \@sizes, problems => \@problems };
 }
 
-sub dupes {
-    my %n;
-    $n{$_}++ for @_;
-    return sort grep { $n{$_} > 1 } keys %n;
-}
-
 # one page: exactly these posts (ids, newest first, identical content)
 sub page_is {
     my ($uid, $q, $want, $want_next, $name) = @_;
@@ -484,7 +386,7 @@ sub stream {
     } @$r ];
 }
 
-ok($t->wait_for(8, sub { status_all('redis') && status_all('mongo') }),
+ok($t->wait_for(8, sub { status_all($t, 'redis') && status_all($t, 'mongo') }),
     'redis and mongodb up');
 
 # ------------------------------------------------------ 1. round trip --
@@ -1135,7 +1037,7 @@ my %NORMAL = map { $_ => 1 } keys %POSTS;
         'redis down: listed');
 
     $t->start_redis;
-    ok($t->wait_for(8, sub { status_all('redis') }), 'redis back');
+    ok($t->wait_for(8, sub { status_all($t, 'redis') }), 'redis back');
 
     my $all_there = sub {
         my %seen = map { ($_->{type} // '') eq 'post' ? ($_->{id} => 1) : () }
@@ -1192,7 +1094,7 @@ SKIP: {
     is(xlen(), $x0, 'mongodb down: nothing enqueued');
 
     $t->start_mongo;
-    ok($t->wait_for(10, sub { status_all('mongo') }), 'mongodb back');
+    ok($t->wait_for(10, sub { status_all($t, 'mongo') }), 'mongodb back');
 
     page_is('mdown', {}, $pre ? [ $pre->{id} ] : [], 0,
         'mongodb back: none of the refused posts stored');

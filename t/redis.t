@@ -12,6 +12,7 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 use Time::HiRes qw(time sleep);
 use FeedTest;
+use FeedTest::Util qw(status_all);
 
 my $t = FeedTest->new;
 my $dir = $t->dir;
@@ -44,11 +45,7 @@ sub status {
 # every worker agrees: asks a few times (requests spread over workers)
 sub all_say {
     my ($up, $n) = @_;
-    for (1 .. ($n || 6)) {
-        my $s = status();
-        return 0 unless $s->{redis} && !!$s->{redis}{up} == !!$up;
-    }
-    return 1;
+    return status_all($t, 'redis', up => $up, tries => $n, timeout => 10);
 }
 
 my $r = $t->get('/status');

@@ -26,11 +26,12 @@ use warnings;
 
 use FindBin;
 use lib "$FindBin::Bin/lib";
-use B ();
 use JSON::PP ();
 use Test::More;
 use Time::HiRes qw(time sleep);
 use FeedTest;
+use FeedTest::Util qw(short enc is_str tag summary post_problems tl_uri
+    tl_page_problems status_all tl_key);
 
 my $t = FeedTest->new;
 my $REAL = FeedTest::real_mongo();
@@ -75,92 +76,12 @@ EOF
 
 my $TTL = 7 * 24 * 3600;
 my $END = '0' x 24;
-my $OID = qr/^[0-9a-f]{24}\z/;
 my $JSON = JSON::PP->new->utf8->canonical;
 
 # against a real MongoDB, data outlives the run: user ids unique per run
 my $SFX = $REAL ? sprintf('-%x%x', $$, int(time) % 65536) : '';
 
 # ---------------------------------------------------------------- helpers --
-
-sub enc { $JSON->encode($_[0]) }
-
-sub short {
-    my ($r) = @_;
-    my $b = defined $r->{body} ? $r->{body} : '';
-    $b = substr($b, 0, 300) . '...' if length $b > 300;
-    return "status $r->{status}"
-        . ($r->{error} ? " ($r->{error})" : '')
-        . sprintf(' (%.3fs)', $r->{elapsed} // 0)
-        . ', content-type ' . ($r->{headers}{'content-type'} // '(none)')
-        . ', x-feed-cache ' . ($r->{headers}{'x-feed-cache'} // '(none)')
-        . ($r->{headers}{link} ? ", link $r->{headers}{link}" : '')
-        . ", body: $b";
-}
-
-sub is_str { defined $_[0] && !ref $_[0] && length $_[0] }
-
-sub json_int {
-    my ($v) = @_;
-    return 0 unless defined $v && !ref $v;
-    my $f = B::svref_2object(\$v)->FLAGS;
-    return 0 unless $f & (B::SVp_IOK | B::SVp_NOK);
-    return 0 if $f & B::SVp_POK;
-    return $v == int($v);
-}
-
-# a decoded JSON value with its JSON types explicit (1 vs "1" vs true);
-# taken before anything stringifies it
-sub tag {
-    my ($v) = @_;
-    return 'null' unless defined $v;
-    return 'bool:' . ($v ? 'true' : 'false') if JSON::PP::is_bool($v);
-    return { map { $_ => tag($v->{$_}) } keys %$v } if ref $v eq 'HASH';
-    return [ map { tag($_) } @$v ] if ref $v eq 'ARRAY';
-    return 'ref:' . ref $v if ref $v;
-    my $f = B::svref_2object(\$v)->FLAGS;
-    return 'str:' . $v if $f & B::SVp_POK;
-    return 'num:' . (0 + $v);
-}
-
-sub dupes {
-    my %n;
-    $n{$_}++ for @_;
-    return sort grep { $n{$_} > 1 } keys %n;
-}
-
-sub first_diff {
-    my ($got, $want) = @_;
-    for my $i (0 .. ($#$got > $#$want ? $#$got : $#$want)) {
-        my ($g, $w) = ($got->[$i] // '(none)', $want->[$i] // '(none)');
-        return "first difference at $i: got $g, want $w" if $g ne $w;
-    }
-    return 'no difference';
-}
-
-sub summary {
-    my ($got, $want) = @_;
-    my %w = map { $_ => 1 } @$want;
-    my %g = map { $_ => 1 } @$got;
-    my @extra = grep { !$w{$_} } @$got;
-    my @missing = grep { !$g{$_} } @$want;
-    my @d = dupes(@$got);
-    return sprintf('got %d, want %d; %d missing (%s), %d unexpected (%s), '
-        . '%d twice (%s); %s', scalar @$got, scalar @$want,
-        scalar @missing, join(' ', grep defined, @missing[0 .. 4]),
-        scalar @extra, join(' ', grep defined, @extra[0 .. 4]),
-        scalar @d, join(' ', grep defined, @d[0 .. 4]),
-        first_diff($got, $want));
-}
-
-sub status_all {
-    my ($what) = @_;
-    for (1 .. 6) {
-        my $j = $t->get('/status', timeout => 5)->{json} or return 0;
-        return 0 unless $j->{$what} && $j->{$what}{up};
-    }
-    return 1;
-}
 
 my ($MODE, $SIZE);
 
@@ -171,7 +92,8 @@ sub start_nginx {
     (my $c = $CONF) =~ s/\@\@SIZE\@\@/$size/;
     $c =~ s/\@\@MODE\@\@/$mode/;
     $t->write_conf($c)->run;
-    ok($t->wait_for(8, sub { status_all('redis') && status_all('mongo') }),
+    ok($t->wait_for(8,
+        sub { status_all($t, 'redis') && status_all($t, 'mongo') }),
         "$mode, cache $size: nginx up, redis and mongodb up");
 }
 
@@ -198,23 +120,6 @@ sub follow {
     }
     ok(!@bad, "$u follows " . ($n > 5 ? "$n users" : "@all"))
         or diag(join "\n", @bad[0 .. ($#bad > 4 ? 4 : $#bad)]);
-}
-
-# the shape of a post as the posts API returns it; a list of problems
-sub post_problems {
-    my ($j) = @_;
-    my @p;
-    return ('not a JSON object') unless ref $j eq 'HASH';
-    my @extra = grep { !/^(id|author|body|ts|data)$/ } sort keys %$j;
-    push @p, "unexpected fields: @extra" if @extra;
-    push @p, 'ts is not a JSON integer' unless json_int($j->{ts});
-    push @p, 'id is not 24 lowercase hex: ' . ($j->{id} // 'none')
-        unless is_str($j->{id}) && $j->{id} =~ $OID;
-    push @p, 'author is not a string' unless is_str($j->{author});
-    push @p, 'body is not a non-empty string' unless is_str($j->{body});
-    push @p, 'data is present but not an object'
-        if exists $j->{data} && ref $j->{data} ne 'HASH';
-    return @p;
 }
 
 # creates posts, 25 in flight: each spec [uid, post hash or JSON bytes];
@@ -284,73 +189,9 @@ sub expected {
 
 # --- timeline pages --
 
-sub tl_uri {
-    my ($uid, %q) = @_;
-    my @q = map { "$_=$q{$_}" }
-        grep { defined $q{$_} } qw(limit max_id since_id);
-    return "/users/$uid/timeline" . (@q ? '?' . join('&', @q) : '');
-}
-
 sub tl_get {
     my ($uid, %q) = @_;
     return $t->get(tl_uri($uid, %q));
-}
-
-# the shape of one timeline page; returns a list of problems
-sub page_problems {
-    my ($r, $uid, $limit) = @_;
-    my @p;
-
-    return ('not 200: ' . short($r)) unless $r->{status} == 200;
-    push @p, 'content-type ' . ($r->{headers}{'content-type'} // '(none)')
-        unless ($r->{headers}{'content-type'} // '') =~ m{^application/json}i;
-    my $j = $r->{json};
-    return (@p, 'not a JSON object: ' . short($r)) unless ref $j eq 'HASH';
-    return (@p, 'items is not an array: ' . short($r))
-        unless ref $j->{items} eq 'ARRAY';
-    my @extra = grep { !/^(items|next)$/ } sort keys %$j;
-    push @p, "unexpected fields: @extra" if @extra;
-
-    my $n = 0;
-    for my $it (@{$j->{items}}) {
-        push @p, map { "item $n: $_" } post_problems($it);
-        $n++;
-    }
-    my @ids = map { ref $_ eq 'HASH' ? $_->{id} // '' : '' } @{$j->{items}};
-    for my $i (1 .. $#ids) {
-        push @p, "item $i ($ids[$i]) not older than item " . ($i - 1)
-            . " ($ids[$i-1])" unless $ids[$i] lt $ids[$i - 1];
-    }
-    push @p, scalar(@ids) . " items, more than limit $limit"
-        if @ids > $limit;
-
-    my $cache = $r->{headers}{'x-feed-cache'} // '';
-    push @p, "X-Feed-Cache '$cache'" unless $cache =~ /^(HIT|MISS|DEEP|BYPASS)$/;
-
-    if (!exists $j->{next}) {
-        push @p, 'no next field';
-    } elsif (defined $j->{next}) {
-        push @p, "next '$j->{next}' is not a post id"
-            unless is_str($j->{next}) && $j->{next} =~ $OID;
-        my $link = $r->{headers}{link} // '';
-        if ($link =~ /^\s*<([^>]*)>\s*;\s*rel="?next"?\s*$/) {
-            my $u = $1;
-            push @p, "Link <$u> is not for /users/$uid/timeline"
-                unless $u =~ m{^(?:https?://[^/]+)?/users/\Q$uid\E/timeline\?};
-            push @p, "Link <$u> has not max_id=$j->{next}"
-                unless $u =~ /[?&]max_id=\Q$j->{next}\E(&|$)/;
-            push @p, "Link <$u> has not limit=$limit"
-                unless $u =~ /[?&]limit=\Q$limit\E(&|$)/
-                    || ($limit == 20 && $u !~ /[?&]limit=/);
-        } else {
-            push @p, "next is not null but no Link rel=next: '$link'";
-        }
-    } else {
-        push @p, "next is null but a Link header: $r->{headers}{link}"
-            if defined $r->{headers}{link};
-    }
-    push @p, 'response: ' . short($r) if @p;
-    return @p;
 }
 
 # one page: exactly these posts, each identical to its 201
@@ -358,7 +199,7 @@ sub page_is {
     my ($uid, $q, $want, $want_next, $name, %o) = @_;
     my $r = tl_get($uid, %$q);
     my $tags = tag($r->{json});
-    my @p = page_problems($r, $uid, $q->{limit} // 20);
+    my @p = tl_page_problems($r, $uid, $q->{limit} // 20);
     ok(!@p, "$name: a well-formed 200 page") or diag(join "\n", @p);
     return $r if @p;
     my $j = $r->{json};
@@ -389,7 +230,7 @@ sub walk {
     for my $n (1 .. 400) {
         my $r = $t->get($uri);
         my $tags = tag($r->{json});
-        my @p = page_problems($r, $uid, $limit);
+        my @p = tl_page_problems($r, $uid, $limit);
         if (@p) {
             push @problems, map { "$uid, page $n ($uri): $_" } @p;
             last;
@@ -469,8 +310,6 @@ sub cache_statuses_hit_then_deep {
 }
 
 # --- the cache in Redis --
-
-sub tl_key { "feed:tl:{$_[0]}" }
 
 sub cache_entries {
     my ($u) = @_;
@@ -912,7 +751,7 @@ for my $mode (qw(link embed)) {
                 since_id => $q->{since_id});
             my @w = @$all[0 .. ($#$all < $q->{limit} - 1 ? $#$all
                 : $q->{limit} - 1)];
-            my @p = page_problems($r, $u2, $q->{limit});
+            my @p = tl_page_problems($r, $u2, $q->{limit});
             my @got = @p ? () : map { $_->{id} } @{$r->{json}{items}};
             push @wrong, tl_uri($u2, %$q) . ': '
                 . (@p ? $p[0] : summary(\@got, \@w))

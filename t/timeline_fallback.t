@@ -24,11 +24,12 @@ use warnings;
 
 use FindBin;
 use lib "$FindBin::Bin/lib";
-use B ();
 use JSON::PP ();
 use Test::More;
 use Time::HiRes qw(time sleep);
 use FeedTest;
+use FeedTest::Util qw(short enc is_str tag summary post_problems tl_uri
+    tl_page_problems status_all tl_key);
 
 my $t = FeedTest->new;
 my $REAL = FeedTest::real_mongo();
@@ -76,89 +77,10 @@ my $SOURCE = 'feed_timeline_source;';
 my $PROXY = 'proxy_pass http://127.0.0.1:%%PORT_APP%%;';
 
 my $END = '0' x 24;
-my $OID = qr/^[0-9a-f]{24}\z/;
 my $JSON = JSON::PP->new->utf8->canonical;
 my $SFX = $REAL ? sprintf('-%x%x', $$, int(time) % 65536) : '';
 
 # ---------------------------------------------------------------- helpers --
-
-sub enc { $JSON->encode($_[0]) }
-
-sub short {
-    my ($r) = @_;
-    my $b = defined $r->{body} ? $r->{body} : '';
-    $b = substr($b, 0, 300) . '...' if length $b > 300;
-    return "status $r->{status}"
-        . ($r->{error} ? " ($r->{error})" : '')
-        . sprintf(' (%.3fs)', $r->{elapsed} // 0)
-        . ', content-type ' . ($r->{headers}{'content-type'} // '(none)')
-        . ', x-feed-cache ' . ($r->{headers}{'x-feed-cache'} // '(none)')
-        . (defined $r->{headers}{'retry-after'}
-            ? ", retry-after $r->{headers}{'retry-after'}" : '')
-        . ($r->{headers}{link} ? ", link $r->{headers}{link}" : '')
-        . ", body: $b";
-}
-
-sub is_str { defined $_[0] && !ref $_[0] && length $_[0] }
-
-sub json_int {
-    my ($v) = @_;
-    return 0 unless defined $v && !ref $v;
-    my $f = B::svref_2object(\$v)->FLAGS;
-    return 0 unless $f & (B::SVp_IOK | B::SVp_NOK);
-    return 0 if $f & B::SVp_POK;
-    return $v == int($v);
-}
-
-sub tag {
-    my ($v) = @_;
-    return 'null' unless defined $v;
-    return 'bool:' . ($v ? 'true' : 'false') if JSON::PP::is_bool($v);
-    return { map { $_ => tag($v->{$_}) } keys %$v } if ref $v eq 'HASH';
-    return [ map { tag($_) } @$v ] if ref $v eq 'ARRAY';
-    return 'ref:' . ref $v if ref $v;
-    my $f = B::svref_2object(\$v)->FLAGS;
-    return 'str:' . $v if $f & B::SVp_POK;
-    return 'num:' . (0 + $v);
-}
-
-sub dupes {
-    my %n;
-    $n{$_}++ for @_;
-    return sort grep { $n{$_} > 1 } keys %n;
-}
-
-sub summary {
-    my ($got, $want) = @_;
-    my %w = map { $_ => 1 } @$want;
-    my %g = map { $_ => 1 } @$got;
-    my @extra = grep { !$w{$_} } @$got;
-    my @missing = grep { !$g{$_} } @$want;
-    my $first = '';
-    for my $i (0 .. ($#$got > $#$want ? $#$got : $#$want)) {
-        my ($g, $w) = ($got->[$i] // '(none)', $want->[$i] // '(none)');
-        if ($g ne $w) { $first = "first difference at $i: got $g, want $w"; last }
-    }
-    return sprintf('got %d, want %d; %d missing (%s), %d unexpected (%s); %s',
-        scalar @$got, scalar @$want,
-        scalar @missing, join(' ', grep defined, @missing[0 .. 4]),
-        scalar @extra, join(' ', grep defined, @extra[0 .. 4]), $first);
-}
-
-sub status_of {
-    my ($what) = @_;
-    my $j = $t->get('/status', timeout => 5)->{json} or return undef;
-    return $j->{$what} && $j->{$what}{up} ? 1 : 0;
-}
-
-sub all_up {
-    my ($what, $up) = @_;
-    for (1 .. 6) {
-        my $s = status_of($what);
-        return 0 unless defined $s && $s == $up;
-    }
-    return 1;
-}
 
 my ($MODE, $SIZE);
 
@@ -171,7 +93,8 @@ sub start_nginx {
     $c =~ s/\@\@FALLBACK\@\@/$o{fallback}/;
     $c =~ s/\@\@REDIS\@\@/'%%PORT_' . uc($o{redis} || 'redis') . '%%'/e;
     $t->write_conf($c)->run;
-    ok($t->wait_for(8, sub { all_up('redis', 1) && all_up('mongo', 1) }),
+    ok($t->wait_for(8,
+        sub { status_all($t, 'redis') && status_all($t, 'mongo') }),
         "$o{name}: nginx up, redis and mongodb up");
 }
 
@@ -191,20 +114,6 @@ sub follow {
         }
     }
     ok(!@bad, "$u follows @vs") or diag(join "\n", @bad);
-}
-
-sub post_problems {
-    my ($j) = @_;
-    my @p;
-    return ('not a JSON object') unless ref $j eq 'HASH';
-    my @extra = grep { !/^(id|author|body|ts|data)$/ } sort keys %$j;
-    push @p, "unexpected fields: @extra" if @extra;
-    push @p, 'ts is not a JSON integer' unless json_int($j->{ts});
-    push @p, 'id is not 24 lowercase hex: ' . ($j->{id} // 'none')
-        unless is_str($j->{id}) && $j->{id} =~ $OID;
-    push @p, 'author is not a string' unless is_str($j->{author});
-    push @p, 'body is not a non-empty string' unless is_str($j->{body});
-    return @p;
 }
 
 sub create_posts {
@@ -278,72 +187,11 @@ sub expected {
 
 # --- timeline pages --
 
-sub tl_uri {
-    my ($uid, %q) = @_;
-    my @q = map { "$_=$q{$_}" }
-        grep { defined $q{$_} } qw(limit max_id since_id);
-    return "/users/$uid/timeline" . (@q ? '?' . join('&', @q) : '');
-}
-
-sub page_problems {
-    my ($r, $uid, $limit) = @_;
-    my @p;
-
-    return ('not 200: ' . short($r)) unless $r->{status} == 200;
-    push @p, 'content-type ' . ($r->{headers}{'content-type'} // '(none)')
-        unless ($r->{headers}{'content-type'} // '') =~ m{^application/json}i;
-    my $j = $r->{json};
-    return (@p, 'not a JSON object: ' . short($r)) unless ref $j eq 'HASH';
-    return (@p, 'items is not an array: ' . short($r))
-        unless ref $j->{items} eq 'ARRAY';
-    my @extra = grep { !/^(items|next)$/ } sort keys %$j;
-    push @p, "unexpected fields: @extra" if @extra;
-    my $n = 0;
-    for my $it (@{$j->{items}}) {
-        push @p, map { "item $n: $_" } post_problems($it);
-        $n++;
-    }
-    my @ids = map { ref $_ eq 'HASH' ? $_->{id} // '' : '' } @{$j->{items}};
-    for my $i (1 .. $#ids) {
-        push @p, "item $i ($ids[$i]) not older than item " . ($i - 1)
-            . " ($ids[$i-1])" unless $ids[$i] lt $ids[$i - 1];
-    }
-    push @p, scalar(@ids) . " items, more than limit $limit"
-        if @ids > $limit;
-    my $cache = $r->{headers}{'x-feed-cache'} // '';
-    push @p, "X-Feed-Cache '$cache'"
-        unless $cache =~ /^(HIT|MISS|DEEP|BYPASS)$/;
-    if (!exists $j->{next}) {
-        push @p, 'no next field';
-    } elsif (defined $j->{next}) {
-        push @p, "next '$j->{next}' is not a post id"
-            unless is_str($j->{next}) && $j->{next} =~ $OID;
-        my $link = $r->{headers}{link} // '';
-        if ($link =~ /^\s*<([^>]*)>\s*;\s*rel="?next"?\s*$/) {
-            my $u = $1;
-            push @p, "Link <$u> is not for /users/$uid/timeline"
-                unless $u =~ m{^(?:https?://[^/]+)?/users/\Q$uid\E/timeline\?};
-            push @p, "Link <$u> has not max_id=$j->{next}"
-                unless $u =~ /[?&]max_id=\Q$j->{next}\E(&|$)/;
-            push @p, "Link <$u> has not limit=$limit"
-                unless $u =~ /[?&]limit=\Q$limit\E(&|$)/
-                    || ($limit == 20 && $u !~ /[?&]limit=/);
-        } else {
-            push @p, "next is not null but no Link rel=next: '$link'";
-        }
-    } else {
-        push @p, "next is null but a Link header: $r->{headers}{link}"
-            if defined $r->{headers}{link};
-    }
-    push @p, 'response: ' . short($r) if @p;
-    return @p;
-}
-
 sub page_is {
     my ($uid, $q, $want, $want_next, $name, %o) = @_;
     my $r = $t->get(tl_uri($uid, %$q), timeout => $o{timeout} || 10);
     my $tags = tag($r->{json});
-    my @p = page_problems($r, $uid, $q->{limit} // 20);
+    my @p = tl_page_problems($r, $uid, $q->{limit} // 20);
     ok(!@p, "$name: a well-formed 200 page") or diag(join "\n", @p);
     return $r if @p;
     my $j = $r->{json};
@@ -372,7 +220,7 @@ sub walk {
         my $before = $o{count} ? $o{count}->() : 0;
         my $r = $t->get($uri);
         my $tags = tag($r->{json});
-        my @p = page_problems($r, $uid, $limit);
+        my @p = tl_page_problems($r, $uid, $limit);
         if (@p) {
             push @problems, map { "$uid, page $n ($uri): $_" } @p;
             last;
@@ -425,8 +273,6 @@ sub unavailable_problems {
             /^\s*(\d+|\w{3}, \d\d \w{3} \d{4} [\d:]{8} GMT)\s*$/;
     return @p ? (@p, short($r)) : ();
 }
-
-sub tl_key { "feed:tl:{$_[0]}" }
 
 sub cache_ids {
     my $l = eval { $t->redis('LRANGE', tl_key($_[0]), 0, -1) };
@@ -566,7 +412,7 @@ for my $mode (qw(link embed)) {
             $el[0], $el[-1]));
 
         $t->start_mongo;
-        ok($t->wait_for(10, sub { all_up('mongo', 1) }),
+        ok($t->wait_for(10, sub { status_all($t, 'mongo') }),
             "$mode: mongodb back");
         page_is($cold[6], { limit => 100 }, expected($cold[6]), 0,
             "$mode, mongodb back: a miss", cache => 'MISS');
@@ -589,7 +435,8 @@ for my $mode (qw(link embed)) {
         "$mode: rd warm", cache => 'MISS');
 
     $t->stop_redis;
-    ok($t->wait_for(5, sub { all_up('redis', 0) }), "$mode: redis down");
+    ok($t->wait_for(5, sub { status_all($t, 'redis', up => 0) }),
+        "$mode: redis down");
 
     my $r = page_is($ru, { limit => 100 }, $wr, 0,
         "$mode, redis down: rd (cached before)", cache => 'BYPASS');
@@ -614,7 +461,7 @@ for my $mode (qw(link embed)) {
         cache => 'BYPASS');
 
     $t->start_redis;
-    ok($t->wait_for(8, sub { all_up('redis', 1) }), "$mode: redis back");
+    ok($t->wait_for(8, sub { status_all($t, 'redis') }), "$mode: redis back");
     remove($AUTHOR{$wr->[1]}, $wr->[1], "$mode, redis back: the delete");
     my $wr2 = expected($ru);
     page_is($ru, { limit => 100 }, $wr2, 0, "$mode, redis back: rebuilt",
@@ -635,7 +482,7 @@ for my $mode (qw(link embed)) {
         ok($rh->{elapsed} < 2.5, sprintf('%s, redis hung: answered in '
             . '%.2fs (feed_redis_timeout 1s)', $mode, $rh->{elapsed}));
         $t->signal('redis', 'CONT');
-        ok($t->wait_for(8, sub { all_up('redis', 1) }),
+        ok($t->wait_for(8, sub { status_all($t, 'redis') }),
             "$mode: redis running again");
         page_is($ru, { limit => 100 }, $wr2, 0,
             "$mode, redis running again", cache => 'HIT');
@@ -661,14 +508,15 @@ for my $mode (qw(link embed)) {
     page_is($u, { limit => 100 }, $w, 0, 'cut: hit', cache => 'HIT');
 
     $t->stop_proc('redisproxy', 'TERM');
-    ok($t->wait_for(5, sub { all_up('redis', 0) }), 'cut: redis unreachable');
+    ok($t->wait_for(5, sub { status_all($t, 'redis', up => 0) }),
+        'cut: redis unreachable');
     my $gone = $w->[2];
     remove_refused($AUTHOR{$gone}, $gone, 'cut: a delete meanwhile');
     page_is($u, { limit => 100 }, $w, 0, 'cut: still shown meanwhile',
         cache => 'BYPASS');
 
     $t->start_proxy('redisproxy', $t->port('redis'));
-    ok($t->wait_for(8, sub { all_up('redis', 1) }), 'cut: redis reachable '
+    ok($t->wait_for(8, sub { status_all($t, 'redis') }), 'cut: redis reachable '
         . 'again, the cache still there')
         or diag('cache: ' . join(' ', @{cache_ids($u)}));
     remove($AUTHOR{$gone}, $gone, 'cut: the delete, redis back');
@@ -925,7 +773,7 @@ EOF
 
         # Redis down: pages straight from the application
         $t->stop_redis;
-        ok($t->wait_for(5, sub { all_up('redis', 0) }),
+        ok($t->wait_for(5, sub { status_all($t, 'redis', up => 0) }),
             "$mode, proxy: redis down");
         my $n6 = scalar $asked->("app6$SFX");
         page_is("app6$SFX", { limit => 5 }, [ @{$want{"app6$SFX"}}[0 .. 4] ],
@@ -935,7 +783,7 @@ EOF
         ok(scalar($asked->("app6$SFX")) > $n6, "$mode, proxy, redis down: "
             . 'the application was asked');
         $t->start_redis;
-        ok($t->wait_for(8, sub { all_up('redis', 1) }),
+        ok($t->wait_for(8, sub { status_all($t, 'redis') }),
             "$mode, proxy: redis back");
         $TIMING{"$mode, proxy_pass"} = time - $tp;
     }

@@ -31,6 +31,7 @@ use Time::HiRes qw(time sleep);
 use JSON::PP ();
 use IO::Select;
 use FeedTest;
+use FeedTest::Util qw(short rd post);
 
 my $t = FeedTest->new;
 
@@ -75,25 +76,6 @@ my $JSON = JSON::PP->new->utf8->canonical;
 my $RUN = $$ . int(time);
 my $MARK = 'kept-page-mark';
 
-sub rd { my @r = eval { $t->redis(@_) }; $@ ? undef : $r[0] }
-
-sub short {
-    my ($r) = @_;
-    my $b = substr($r->{body} // '', 0, 300);
-    return "status $r->{status}, x-feed-cache "
-        . ($r->{headers}{'x-feed-cache'} // '(none)') . ", body: $b";
-}
-
-sub post {
-    my ($uid, $body) = @_;
-    my $r = $t->http('POST', "/users/$uid/posts",
-        body => $JSON->encode({ body => $body }),
-        headers => { 'Content-Type' => 'application/json' });
-    return $r->{json}{id} if $r->{status} == 201 && ref $r->{json} eq 'HASH';
-    diag('post: ' . short($r));
-    return;
-}
-
 sub ids {
     my ($r) = @_;
     return () unless $r->{status} == 200 && ref $r->{json} eq 'HASH'
@@ -104,7 +86,7 @@ sub ids {
 sub read_tl { $t->get("/users/$_[0]/timeline?limit=20") }
 
 # the head of the user's list, as fanout left it
-sub head { substr(rd('LINDEX', "feed:tl:{$_[0]}", 0) // '', 0, 24) }
+sub head { substr(rd($t, 'LINDEX', "feed:tl:{$_[0]}", 0) // '', 0, 24) }
 
 sub delivered {
     my ($uid, $id, $what) = @_;
@@ -118,11 +100,11 @@ sub delivered {
 sub mark_kept {
     my ($uid) = @_;
     my $k = "feed:tlp:{$uid}";
-    my $page = rd('HGET', $k, '20') // return 0;
+    my $page = rd($t, 'HGET', $k, '20') // return 0;
     $page =~ s/("body"\s*:\s*")/$1$MARK /
         or return 0;
     $page =~ s/^([^\n]+)/$1m/;
-    rd('HSET', $k, '20', $page, 'v20', rd('HGET', $k, 'v20') . 'm');
+    rd($t, 'HSET', $k, '20', $page, 'v20', rd($t, 'HGET', $k, 'v20') . 'm');
     return 1;
 }
 
@@ -178,7 +160,7 @@ for my $mode (qw(link embed)) {
     my $r = $t->http('PUT', "/users/$reader/following/$author");
     is($r->{status}, 204, "$mode: follow");
 
-    my @posts = map { post($author, "post $_") } 1 .. 5;
+    my @posts = map { post($t, $author, "post $_", quiet => 1) } 1 .. 5;
     is(scalar(grep { defined } @posts), 5, "$mode: 5 posts");
 
     # ------------------------------------------------- a page is kept --
@@ -188,7 +170,8 @@ for my $mode (qw(link embed)) {
     is_deeply([ ids($r) ], [ reverse @posts ], "$mode: first read, posts");
 
     # the page is stored after the answer: fire and forget
-    my $kv = $t->wait_for(3, sub { rd('HGET', "feed:tlp:{$reader}", 'v20') });
+    my $kv = $t->wait_for(3,
+        sub { rd($t, 'HGET', "feed:tlp:{$reader}", 'v20') });
     like($kv // '', qr/^[^:]+:[0-9a-f]{24}:[^:]+\z/,
         "$mode: page kept with nonce:head:token");
     is((split /:/, $kv // '')[1], head($reader),
@@ -202,9 +185,9 @@ for my $mode (qw(link embed)) {
 
     # ------------------------------------ a new post: the page goes --
 
-    my $id = post($author, 'newer');
+    my $id = post($t, $author, 'newer', quiet => 1);
     delivered($reader, $id, "$mode: newer post");
-    is(rd('EXISTS', "feed:tlp:{$reader}"), 0,
+    is(rd($t, 'EXISTS', "feed:tlp:{$reader}"), 0,
         "$mode: delivery deleted the kept pages");
     $r = read_tl($reader);
     ok(!marked($r), "$mode: stale page not answered") or diag(short($r));
@@ -213,18 +196,19 @@ for my $mode (qw(link embed)) {
 
     # ------------------------- an older post in its place: nonce moves --
 
-    $t->wait_for(3, sub { rd('HGET', "feed:tlp:{$reader}", 'v20') });
+    $t->wait_for(3, sub { rd($t, 'HGET', "feed:tlp:{$reader}", 'v20') });
     ok(mark_kept($reader), "$mode: kept again, marked");
     my $old = $posts[-3];
 
     # out of the list behind the module's back, then redelivered: fanout
     # puts it back where it belongs, in the middle
-    rd('LREM', "feed:tl:{$reader}", 0,
-        $mode eq 'link' ? $old : rd('LINDEX', "feed:tl:{$reader}", 3));
-    my $n0 = rd('GET', "feed:tln:{$reader}") // '';
-    rd('XADD', 'feed:posts', '*', 'type', 'post', 'id', $old,
+    rd($t, 'LREM', "feed:tl:{$reader}", 0,
+        $mode eq 'link' ? $old : rd($t, 'LINDEX', "feed:tl:{$reader}", 3));
+    my $n0 = rd($t, 'GET', "feed:tln:{$reader}") // '';
+    rd($t, 'XADD', 'feed:posts', '*', 'type', 'post', 'id', $old,
         'author', $author);
-    ok($t->wait_for(5, sub { (rd('GET', "feed:tln:{$reader}") // '') ne $n0 }),
+    ok($t->wait_for(5,
+        sub { (rd($t, 'GET', "feed:tln:{$reader}") // '') ne $n0 }),
         "$mode: older post put back, nonce moved");
     $r = read_tl($reader);
     ok(!marked($r), "$mode: stale page not answered after an insert")
@@ -234,7 +218,7 @@ for my $mode (qw(link embed)) {
 
     # ------------------------------------ a delete fanned out: stale --
 
-    $t->wait_for(3, sub { rd('HGET', "feed:tlp:{$reader}", 'v20') });
+    $t->wait_for(3, sub { rd($t, 'HGET', "feed:tlp:{$reader}", 'v20') });
     ok(mark_kept($reader), "$mode: kept again, marked");
     my $gone = $posts[1];
     $r = $t->http('DELETE', "/users/$author/posts/$gone");
@@ -257,7 +241,7 @@ for my $mode (qw(link embed)) {
     # it was kept (same list, another page)
     $t->stop;
     start_nginx($mode, $t->port('redis'), fanout => 'off');
-    rd('DEL', "feed:tl:{$reader}", "feed:tlp:{$reader}");
+    rd($t, 'DEL', "feed:tl:{$reader}", "feed:tlp:{$reader}");
     is(read_tl($reader)->{status}, 200, "$mode: rebuilt, fanout off");
 
     my $answered0 = 0;
@@ -325,19 +309,19 @@ for my $mode (qw(link embed)) {
     # delivery is then of a post newer than the head, the common case.
 
     my ($races, $lat, @stale, @log) = (0, 0.25);
-    $id = post($author, 'raced');
+    $id = post($t, $author, 'raced', quiet => 1);
     $t->wait_for(5, sub { head($reader) eq $id });
-    my $entry = rd('LINDEX', "feed:tl:{$reader}", 0);
+    my $entry = rd($t, 'LINDEX', "feed:tl:{$reader}", 0);
 
     for my $i (1 .. 30) {
         last if $races >= 5;
-        rd('LREM', "feed:tl:{$reader}", 0, $entry);
-        rd('DEL', "feed:tlp:{$reader}");
+        rd($t, 'LREM', "feed:tl:{$reader}", 0, $entry);
+        rd($t, 'DEL', "feed:tlp:{$reader}");
 
         # the read starts so that the delivery, which takes $lat after the
         # entry is sent, lands mid-way through its window
         my $sent = time;
-        rd('XADD', 'feed:posts', '*', 'type', 'post', 'id', $id,
+        rd($t, 'XADD', 'feed:posts', '*', 'type', 'post', 'id', $id,
             'author', $author);
         sleep($lat - 0.1) if $lat > 0.1;
         my $h = $t->http_start('GET', "/users/$reader/timeline?limit=20");
@@ -386,7 +370,7 @@ for my $mode (qw(link embed)) {
         or diag(scalar(@stale) . " stale, first: $stale[0]");
 
     # the last kept page, if any, is the list's current one
-    $kv = rd('HGET', "feed:tlp:{$reader}", 'v20');
+    $kv = rd($t, 'HGET', "feed:tlp:{$reader}", 'v20');
     ok(!defined $kv || (split /:/, $kv)[1] eq head($reader),
         "$mode: the page kept at the end has the list's head");
 

@@ -1,0 +1,461 @@
+package FeedTest::Util;
+
+# Helpers shared by the test files: summaries of responses for diagnostics,
+# JSON type checks, the shape of posts and timeline pages, requests in
+# flight together, /status of the workers, Redis calls, and the fanout's
+# stream, group and cached timelines.  Those that need the harness take the
+# FeedTest instance first.  Those that assert report the caller's line.
+
+use strict;
+use warnings;
+
+use Exporter qw(import);
+use B ();
+use JSON::PP ();
+use Test::More;
+use Time::HiRes ();
+
+our @EXPORT_OK = qw(
+    $STREAM $GROUP
+    short enc now_ms is_str json_int tag dupes summary
+    is_error post_problems tl_uri tl_page_problems
+    status_all statuses fsum
+    parallel follow_each read_each none_failed
+    post post_start post_end
+    rd tl_key copies copies_summary all_n group_info wait_settled
+);
+
+# the posts' stream and the fanout's consumer group (the defaults)
+our $STREAM = 'feed:posts';
+our $GROUP = 'feed';
+
+my $OID = qr/^[0-9a-f]{24}\z/;
+
+my $JSON = JSON::PP->new->utf8->canonical;
+
+# ---------------------------------------------------- values and responses --
+
+# a response on one line: status, error, time taken, the headers that
+# matter here, the body's first 300 bytes
+sub short {
+    my ($r) = @_;
+    my $h = $r->{headers} || {};
+    my $b = defined $r->{body} ? $r->{body} : '';
+    $b = substr($b, 0, 300) . '...' if length $b > 300;
+    return "status $r->{status}"
+        . ($r->{error} ? " ($r->{error})" : '')
+        . sprintf(' (%.3fs)', $r->{elapsed} // 0)
+        . ', content-type ' . ($h->{'content-type'} // '(none)')
+        . ', x-feed-cache ' . ($h->{'x-feed-cache'} // '(none)')
+        . (defined $h->{'retry-after'}
+            ? ", retry-after $h->{'retry-after'}" : '')
+        . ($h->{location} ? ", location $h->{location}" : '')
+        . ($h->{link} ? ", link $h->{link}" : '')
+        . ", body: $b";
+}
+
+sub enc { $JSON->encode($_[0]) }
+
+sub now_ms { Time::HiRes::time() * 1000 }
+
+sub is_str { defined $_[0] && !ref $_[0] && length $_[0] }
+
+# a JSON integer as decoded (IV/NV, never a string): check before any use
+sub json_int {
+    my ($v) = @_;
+    return 0 unless defined $v && !ref $v;
+    my $f = B::svref_2object(\$v)->FLAGS;
+    return 0 unless $f & (B::SVp_IOK | B::SVp_NOK);
+    return 0 if $f & B::SVp_POK;
+    return $v == int($v);
+}
+
+# a decoded JSON value with its JSON types made explicit, so that is_deeply
+# tells 1 from "1" from true; to be taken before anything stringifies it
+sub tag {
+    my ($v) = @_;
+    return 'null' unless defined $v;
+    return 'bool:' . ($v ? 'true' : 'false') if JSON::PP::is_bool($v);
+    return { map { $_ => tag($v->{$_}) } keys %$v } if ref $v eq 'HASH';
+    return [ map { tag($_) } @$v ] if ref $v eq 'ARRAY';
+    return 'ref:' . ref $v if ref $v;
+    my $f = B::svref_2object(\$v)->FLAGS;
+    return 'str:' . $v if $f & B::SVp_POK;
+    return 'num:' . (0 + $v);
+}
+
+# the values given more than once
+sub dupes {
+    my %n;
+    $n{$_}++ for @_;
+    return sort grep { $n{$_} > 1 } keys %n;
+}
+
+sub first_diff {
+    my ($got, $want) = @_;
+    for my $i (0 .. ($#$got > $#$want ? $#$got : $#$want)) {
+        my ($g, $w) = ($got->[$i] // '(none)', $want->[$i] // '(none)');
+        return "first difference at $i: got $g, want $w" if $g ne $w;
+    }
+    return 'no difference';
+}
+
+# how two lists of ids differ, for a diagnostic
+sub summary {
+    my ($got, $want) = @_;
+    my %w = map { $_ => 1 } @$want;
+    my %g = map { $_ => 1 } @$got;
+    my @extra = grep { !$w{$_} } @$got;
+    my @missing = grep { !$g{$_} } @$want;
+    my @d = dupes(@$got);
+    return sprintf('got %d, want %d; %d missing (%s), %d unexpected (%s), '
+        . '%d twice (%s); %s', scalar @$got, scalar @$want,
+        scalar @missing, join(' ', grep defined, @missing[0 .. 4]),
+        scalar @extra, join(' ', grep defined, @extra[0 .. 4]),
+        scalar @d, join(' ', grep defined, @d[0 .. 4]),
+        first_diff($got, $want));
+}
+
+# a JSON error with this status and code (code undef: any)
+sub is_error {
+    my ($r, $status, $code, $name) = @_;
+    local $Test::Builder::Level = $Test::Builder::Level + 1;
+    my $ok = $r->{status} == $status
+        && ($r->{headers}{'content-type'} // '') =~ m{^application/json}
+        && ref $r->{json} eq 'HASH'
+        && is_str($r->{json}{error})
+        && (!defined $code || $r->{json}{error} eq $code)
+        && is_str($r->{json}{message});
+    ok($ok, "$name: $status " . ($code // 'JSON error') . ' {error, message}')
+        or diag(short($r));
+    return $ok;
+}
+
+# ------------------------------------------------------- posts, timelines --
+
+# the shape of a post as the API returns it; returns a list of problems.
+# author => the author it must have (else: any string); from, to => the
+# request's time (ms): ts within it, give or take 3 s
+sub post_problems {
+    my ($j, %w) = @_;
+    my @p;
+
+    return ('not a JSON object') unless ref $j eq 'HASH';
+
+    my @extra = grep { !/^(id|author|body|ts|data)$/ } sort keys %$j;
+    push @p, "unexpected fields: @extra" if @extra;
+    push @p, 'ts is not a JSON integer' unless json_int($j->{ts});
+    push @p, 'id is not 24 lowercase hex: ' . ($j->{id} // 'none')
+        unless is_str($j->{id}) && $j->{id} =~ $OID;
+    if (defined $w{author}) {
+        push @p, 'author is ' . ($j->{author} // 'none')
+            . ", want $w{author}"
+            unless is_str($j->{author}) && $j->{author} eq $w{author};
+    } else {
+        push @p, 'author is not a string' unless is_str($j->{author});
+    }
+    push @p, 'body is not a non-empty string'
+        unless is_str($j->{body});
+    push @p, 'data is present but not an object'
+        if exists $j->{data} && ref $j->{data} ne 'HASH';
+    if (defined $w{from} && json_int($j->{ts})) {
+        push @p, sprintf('ts %s not within the request (%.0f .. %.0f)',
+            $j->{ts}, $w{from}, $w{to})
+            if $j->{ts} < $w{from} - 3000 || $j->{ts} > $w{to} + 3000;
+    }
+
+    return @p;
+}
+
+sub tl_uri {
+    my ($uid, %q) = @_;
+    my @q = map { "$_=$q{$_}" }
+        grep { defined $q{$_} } qw(limit max_id since_id);
+    return "/users/$uid/timeline" . (@q ? '?' . join('&', @q) : '');
+}
+
+# the shape of one home timeline page; returns a list of problems
+sub tl_page_problems {
+    my ($r, $uid, $limit) = @_;
+    my @p;
+
+    return ('not 200: ' . short($r)) unless $r->{status} == 200;
+    push @p, 'content-type ' . ($r->{headers}{'content-type'} // '(none)')
+        unless ($r->{headers}{'content-type'} // '') =~ m{^application/json}i;
+    my $j = $r->{json};
+    return (@p, 'not a JSON object: ' . short($r)) unless ref $j eq 'HASH';
+    return (@p, 'items is not an array: ' . short($r))
+        unless ref $j->{items} eq 'ARRAY';
+    my @extra = grep { !/^(items|next)$/ } sort keys %$j;
+    push @p, "unexpected fields: @extra" if @extra;
+
+    my $n = 0;
+    for my $it (@{$j->{items}}) {
+        push @p, map { "item $n: $_" } post_problems($it);
+        $n++;
+    }
+    my @ids = map { ref $_ eq 'HASH' ? $_->{id} // '' : '' } @{$j->{items}};
+    for my $i (1 .. $#ids) {
+        push @p, "item $i ($ids[$i]) not older than item " . ($i - 1)
+            . " ($ids[$i-1])" unless $ids[$i] lt $ids[$i - 1];
+    }
+    push @p, scalar(@ids) . " items, more than limit $limit"
+        if @ids > $limit;
+
+    my $cache = $r->{headers}{'x-feed-cache'} // '';
+    push @p, "X-Feed-Cache '$cache'"
+        unless $cache =~ /^(HIT|MISS|DEEP|BYPASS)$/;
+
+    if (!exists $j->{next}) {
+        push @p, 'no next field';
+    } elsif (defined $j->{next}) {
+        push @p, "next '$j->{next}' is not a post id"
+            unless is_str($j->{next}) && $j->{next} =~ $OID;
+        my $link = $r->{headers}{link} // '';
+        if ($link =~ /^\s*<([^>]*)>\s*;\s*rel="?next"?\s*$/) {
+            my $u = $1;
+            push @p, "Link <$u> is not for /users/$uid/timeline"
+                unless $u =~ m{^(?:https?://[^/]+)?/users/\Q$uid\E/timeline\?};
+            push @p, "Link <$u> has not max_id=$j->{next}"
+                unless $u =~ /[?&]max_id=\Q$j->{next}\E(&|$)/;
+            push @p, "Link <$u> has not limit=$limit"
+                unless $u =~ /[?&]limit=\Q$limit\E(&|$)/
+                    || ($limit == 20 && $u !~ /[?&]limit=/);
+        } else {
+            push @p, "next is not null but no Link rel=next: '$link'";
+        }
+    } else {
+        push @p, "next is null but a Link header: $r->{headers}{link}"
+            if defined $r->{headers}{link};
+    }
+    push @p, 'response: ' . short($r) if @p;
+    return @p;
+}
+
+# ----------------------------------------------------------------- status --
+
+# true when $what (redis, mongo) is up in every answer to $o{tries} (6)
+# requests for /status, spread over the workers; up => 0: down in every one
+sub status_all {
+    my ($t, $what, %o) = @_;
+    my $up = $o{up} // 1;
+    for (1 .. ($o{tries} || 6)) {
+        my $j = $t->get('/status', timeout => $o{timeout} || 5)->{json}
+            or return 0;
+        return 0 unless $j->{$what} && !!$j->{$what}{up} == !!$up;
+    }
+    return 1;
+}
+
+# /status of every worker (pid => JSON): reuseport spreads the
+# connections, so a few dozen requests reach them all.  verbose => 1: a
+# diag naming the workers not reached (old ones shutting down never are)
+sub statuses {
+    my ($t, %o) = @_;
+    my %want = map { $_ => 1 } $t->worker_pids;
+    my %got;
+    for (1 .. 200) {
+        my $j = $t->get('/status', timeout => 5)->{json};
+        $got{$j->{pid}} = $j if ref $j eq 'HASH' && $want{$j->{pid} // 0};
+        return \%got if keys %got == keys %want;
+    }
+    diag('status: reached workers ' . join(' ', sort keys %got)
+        . ' of ' . join(' ', sort keys %want)) if $o{verbose};
+    return \%got;
+}
+
+# a fanout counter summed over the workers of statuses()
+sub fsum {
+    my ($st, $k) = @_;
+    my $s = 0;
+    $s += $_->{fanout}{$k} // 0 for values %$st;
+    return $s;
+}
+
+# --------------------------------------------------- requests in parallel --
+
+# requests, $batch at a time: [method, uri, body]; the responses in order
+sub parallel {
+    my ($t, $batch, @reqs) = @_;
+    my @res;
+    while (my @b = splice(@reqs, 0, $batch)) {
+        my @h = map {
+            $t->http_start($_->[0], $_->[1], defined $_->[2]
+                ? (body => $_->[2],
+                    headers => { 'Content-Type' => 'application/json' })
+                : ())
+        } @b;
+        push @res, map { $t->http_end($_) } @h;
+    }
+    return @res;
+}
+
+# "$keys->[$i]: <response>" for each of @res not answered $status
+sub failed_answers {
+    my ($status, $keys, @res) = @_;
+    return map { "$keys->[$_]: " . short($res[$_]) }
+        grep { $res[$_]{status} != $status } 0 .. $#res;
+}
+
+# each of @users follows $target, 50 at a time; the failures (not 204)
+sub follow_each {
+    my ($t, $target, @users) = @_;
+    my @res = parallel($t, 50,
+        map { [ 'PUT', "/users/$_/following/$target" ] } @users);
+    return failed_answers(204, \@users, @res);
+}
+
+# reads each user's timeline once, 50 at a time: their cache exists
+# afterwards; the responses (an array), then the failures (not 200)
+sub read_each {
+    my ($t, @users) = @_;
+    my @res = parallel($t, 50, map { [ 'GET', "/users/$_/timeline" ] }
+        @users);
+    return (\@res, failed_answers(200, \@users, @res));
+}
+
+# a test that none of a batch failed: how many did, and the first
+sub none_failed {
+    my ($bad, $name) = @_;
+    local $Test::Builder::Level = $Test::Builder::Level + 1;
+    ok(!@$bad, $name) or diag(scalar(@$bad) . " failed, first: $bad->[0]");
+    return !@$bad;
+}
+
+# ------------------------------------------------------------------ posts --
+
+# starts a post by $uid; post_end() collects it
+sub post_start {
+    my ($t, $uid, $body) = @_;
+    return $t->http_start('POST', "/users/$uid/posts",
+        body => $JSON->encode({ body => $body }),
+        headers => { 'Content-Type' => 'application/json' });
+}
+
+# the new post's id; nothing unless a 201 with an id: then a failed test
+# "$name: 201 with an id" (only a diag with quiet => 1) and the response.
+# keep => \%posts: the 201's JSON kept in it by id
+sub post_end {
+    my ($t, $h, $name, %o) = @_;
+    local $Test::Builder::Level = $Test::Builder::Level + 1;
+    my $r = $t->http_end($h);
+    if ($r->{status} == 201 && ref $r->{json} eq 'HASH'
+        && ($r->{json}{id} // '') =~ $OID)
+    {
+        $o{keep}{$r->{json}{id}} = $r->{json} if $o{keep};
+        return $r->{json}{id};
+    }
+    if ($o{quiet}) {
+        diag("$name: " . short($r));
+    } else {
+        fail("$name: 201 with an id");
+        diag(short($r));
+    }
+    return;
+}
+
+# a post by $uid, {"body": $body}: as post_end()
+sub post {
+    my ($t, $uid, $body, %o) = @_;
+    local $Test::Builder::Level = $Test::Builder::Level + 1;
+    return post_end($t, post_start($t, $uid, $body), "post by $uid", %o);
+}
+
+# ------------------------------------------- Redis: fanout, cached lists --
+
+# a Redis command's reply; undef on any error
+sub rd { my $t = shift; my @r = eval { $t->redis(@_) }; $@ ? undef : $r[0] }
+
+sub tl_key { "feed:tl:{$_[0]}" }
+
+# per key: -1 when the list does not exist, else how many of its entries
+# are for post $id; one round trip for up to 500 users
+my $COPIES_LUA = <<'LUA';
+local out = {}
+for i = 1, #KEYS do
+  if redis.call('exists', KEYS[i]) == 0 then
+    out[i] = -1
+  else
+    local n = 0
+    for _, e in ipairs(redis.call('lrange', KEYS[i], 0, -1)) do
+      if string.sub(e, 1, 24) == ARGV[1] then n = n + 1 end
+    end
+    out[i] = n
+  end
+end
+return out
+LUA
+
+# user => copies of post $id in their cached timeline (-1: no list);
+# undef when Redis does not answer
+sub copies {
+    my ($t, $id, @users) = @_;
+    my %c;
+    while (my @b = splice(@users, 0, 500)) {
+        my $r = rd($t, 'EVAL', $COPIES_LUA, scalar @b,
+            (map { tl_key($_) } @b), $id);
+        return undef unless ref $r eq 'ARRAY';
+        @c{@b} = @$r;
+    }
+    return \%c;
+}
+
+# a summary of copies(): "x0: 2 (f007 f123), x1: 198"
+sub copies_summary {
+    my ($c) = @_;
+    return 'redis unreachable' unless $c;
+    my %by;
+    push @{$by{$c->{$_}}}, $_ for sort keys %$c;
+    return join ', ', map {
+        my $k = $_;
+        ($k == -1 ? 'no list' : "x$k") . ': ' . scalar(@{$by{$k}})
+            . ($k != 1 ? ' (' . join(' ', grep defined,
+                @{$by{$k}}[0 .. 5]) . ')' : '')
+    } sort { $a <=> $b } keys %by;
+}
+
+# every user of copies() has $n copies
+sub all_n {
+    my ($c, $n) = @_;
+    return 0 unless $c;
+    return !grep { $_ != $n } values %$c;
+}
+
+# the group as XINFO GROUPS has it
+sub group_info {
+    my ($t) = @_;
+    my $g = rd($t, 'XINFO', 'GROUPS', $STREAM);
+    return undef unless ref $g eq 'ARRAY';
+    for my $x (@$g) {
+        my %h = @$x;
+        return \%h if $h{name} eq $GROUP;
+    }
+    return undef;
+}
+
+sub last_id {
+    my ($t) = @_;
+    my $s = rd($t, 'XINFO', 'STREAM', $STREAM) or return '';
+    my %h = @$s;
+    return $h{'last-generated-id'};
+}
+
+# every entry of the stream read by the group and acknowledged
+sub settled {
+    my ($t) = @_;
+    my $g = group_info($t) or return 0;
+    return $g->{pending} == 0 && $g->{'last-delivered-id'} eq last_id($t);
+}
+
+sub wait_settled {
+    my ($t, $name, $timeout) = @_;
+    local $Test::Builder::Level = $Test::Builder::Level + 1;
+    my $ok = $t->wait_for($timeout || 10, sub { settled($t) });
+    ok($ok, "$name: every stream entry read and acknowledged")
+        or diag('group: ' . $JSON->encode(group_info($t) // {})
+            . ', last id ' . last_id($t) . ', pending: ' . $JSON->encode(
+                rd($t, 'XPENDING', $STREAM, $GROUP, '-', '+', 20)));
+    return $ok;
+}
+
+1;
