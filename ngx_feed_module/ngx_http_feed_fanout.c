@@ -831,6 +831,12 @@ ngx_http_feed_fanout_deliver(ngx_http_feed_fanout_entry_t *fe)
     bson_free(fe->page.users);
     fe->page.users = NULL;
 
+    /* the page before is delivered: its copy goes (pages may be large) */
+
+    if (fe->users) {
+        (void) ngx_pfree(fe->pool, fe->users);
+    }
+
     fe->users = users;
     fe->nusers = n;
     fe->next = 0;
