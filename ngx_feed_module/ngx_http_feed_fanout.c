@@ -48,13 +48,7 @@ typedef struct {
     ngx_uint_t                    active;
     ngx_msec_t                    last_claim;
 
-    /* counters for feed_status */
-    ngx_uint_t                    consumed;
-    ngx_uint_t                    deliveries;
-    ngx_uint_t                    claims;
-    ngx_uint_t                    acked;
-    ngx_uint_t                    failures;
-    ngx_uint_t                    skipped;
+    /* for feed_status, with the counters of ngx_http_feed_stats */
     char                          error[128];
 
     /* the last post fanned out: how many got it, over how long */
@@ -463,8 +457,9 @@ ngx_http_feed_fanout_got(void *data, redisReply *reply)
                && reply->element[0]->type == REDIS_REPLY_STRING)
     {
         entries = reply->element[1];
-        fo->claims += (entries->type == REDIS_REPLY_ARRAY)
-                      ? entries->elements : 0;
+        ngx_http_feed_stat(fanout_claims,
+                           (entries->type == REDIS_REPLY_ARRAY)
+                           ? entries->elements : 0);
 
     } else if (reply->type == REDIS_REPLY_ERROR) {
         ngx_log_error(NGX_LOG_ERR, fo->log, 0, "fanout read failed: %s",
@@ -545,14 +540,14 @@ ngx_http_feed_fanout_start(ngx_http_feed_fanout_t *fo, redisReply *e)
     ngx_memcpy(fe->sid, e->element[0]->str, e->element[0]->len);
 
     fo->active++;
-    fo->consumed++;
+    ngx_http_feed_stat(fanout_consumed, 1);
 
     if (ngx_http_feed_fanout_parse(fe, e->element[1]) != NGX_OK) {
         /* a poison entry: it will never make sense, drop it */
         ngx_log_error(NGX_LOG_WARN, fo->log, 0,
                       "fanout: malformed stream entry %s acknowledged",
                       fe->sid);
-        fo->skipped++;
+        ngx_http_feed_stat(fanout_skipped, 1);
         ngx_http_feed_fanout_ack(fe);
         return NGX_OK;
     }
@@ -681,7 +676,7 @@ ngx_http_feed_fanout_fetched(ngx_http_feed_mongo_task_t *t)
             ngx_log_error(NGX_LOG_INFO, fe->fo->log, 0,
                           "fanout: post %s is gone, entry %s acknowledged",
                           fe->page.post_id, fe->sid);
-            fe->fo->skipped++;
+            ngx_http_feed_stat(fanout_skipped, 1);
             bson_free(fe->page.users);
             fe->page.users = NULL;
             ngx_http_feed_fanout_ack(fe);
@@ -910,7 +905,7 @@ ngx_http_feed_fanout_delivered(void *data, redisReply *reply)
         fe->next = fe->nusers;
 
     } else if (reply->type == REDIS_REPLY_INTEGER && fe->kind == 'p') {
-        fe->fo->deliveries += reply->integer;
+        ngx_http_feed_stat(fanout_deliveries, reply->integer);
         fe->deliveries += reply->integer;
     }
 
@@ -971,7 +966,7 @@ ngx_http_feed_fanout_acked(void *data, redisReply *reply)
     ngx_http_feed_fanout_entry_t  *fe = data;
 
     if (reply && reply->type == REDIS_REPLY_INTEGER) {
-        fe->fo->acked++;
+        ngx_http_feed_stat(fanout_acked, 1);
     }
 
     ngx_http_feed_fanout_free(fe);
@@ -986,7 +981,7 @@ ngx_http_feed_fanout_fail(ngx_http_feed_fanout_entry_t *fe, const char *why)
     ngx_log_error(NGX_LOG_WARN, fe->fo->log, 0,
                   "fanout of entry %s failed, will retry: %s", fe->sid, why);
 
-    fe->fo->failures++;
+    ngx_http_feed_stat(fanout_failures, 1);
 
     ngx_http_feed_fanout_free(fe);
 }
@@ -1012,6 +1007,7 @@ ngx_int_t
 ngx_http_feed_fanout_status(bson_t *doc)
 {
     bson_t                   sub;
+    ngx_http_feed_stats_t   *st = &ngx_http_feed_stats;
     ngx_http_feed_fanout_t  *fo = ngx_http_feed_fanout;
 
     if (!BSON_APPEND_DOCUMENT_BEGIN(doc, "fanout", &sub)) {
@@ -1023,12 +1019,12 @@ ngx_http_feed_fanout_status(bson_t *doc)
     if (fo) {
         BSON_APPEND_UTF8(&sub, "consumer", fo->consumer);
         BSON_APPEND_BOOL(&sub, "reading", fo->ready);
-        BSON_APPEND_INT64(&sub, "consumed", (int64_t) fo->consumed);
-        BSON_APPEND_INT64(&sub, "deliveries", (int64_t) fo->deliveries);
-        BSON_APPEND_INT64(&sub, "acked", (int64_t) fo->acked);
-        BSON_APPEND_INT64(&sub, "claims", (int64_t) fo->claims);
-        BSON_APPEND_INT64(&sub, "failures", (int64_t) fo->failures);
-        BSON_APPEND_INT64(&sub, "skipped", (int64_t) fo->skipped);
+        BSON_APPEND_INT64(&sub, "consumed", (int64_t) st->fanout_consumed);
+        BSON_APPEND_INT64(&sub, "deliveries", (int64_t) st->fanout_deliveries);
+        BSON_APPEND_INT64(&sub, "acked", (int64_t) st->fanout_acked);
+        BSON_APPEND_INT64(&sub, "claims", (int64_t) st->fanout_claims);
+        BSON_APPEND_INT64(&sub, "failures", (int64_t) st->fanout_failures);
+        BSON_APPEND_INT64(&sub, "skipped", (int64_t) st->fanout_skipped);
         BSON_APPEND_INT64(&sub, "in_flight", (int64_t) fo->active);
         BSON_APPEND_INT64(&sub, "last_post_deliveries",
                           (int64_t) fo->last_deliveries);

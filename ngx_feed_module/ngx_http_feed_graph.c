@@ -65,7 +65,7 @@ ngx_http_feed_follow(ngx_http_request_t *r)
     ngx_http_feed_graph_ctx_t   *ctx;
     ngx_http_feed_mongo_task_t  *t;
 
-    ngx_http_feed_stats.requests++;
+    ngx_http_feed_stat(requests, 1);
 
     if (!(r->method & (NGX_HTTP_PUT|NGX_HTTP_DELETE))) {
         return ngx_http_feed_not_allowed(r, "PUT, DELETE");
@@ -242,7 +242,7 @@ ngx_http_feed_list_handler(ngx_http_request_t *r, ngx_uint_t followers)
     const char                 *code, *message;
     ngx_http_feed_graph_ctx_t  *ctx;
 
-    ngx_http_feed_stats.requests++;
+    ngx_http_feed_stat(requests, 1);
 
     if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
         return ngx_http_feed_not_allowed(r, "GET, HEAD");

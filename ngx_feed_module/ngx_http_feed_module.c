@@ -41,11 +41,16 @@ static void *ngx_http_feed_create_loc_conf(ngx_conf_t *cf);
 static char *ngx_http_feed_merge_loc_conf(ngx_conf_t *cf, void *parent,
     void *child);
 
+static ngx_int_t ngx_http_feed_stats_zone(ngx_conf_t *cf,
+    ngx_http_feed_main_conf_t *fmcf);
+static ngx_int_t ngx_http_feed_stats_init_zone(ngx_shm_zone_t *shm_zone,
+    void *data);
 static ngx_int_t ngx_http_feed_init_process(ngx_cycle_t *cycle);
 static void ngx_http_feed_exit_process(ngx_cycle_t *cycle);
 
 
-ngx_http_feed_stats_t  ngx_http_feed_stats;
+ngx_http_feed_stats_t   ngx_http_feed_stats;
+ngx_http_feed_stats_t  *ngx_http_feed_node_stats;
 
 
 static ngx_conf_post_handler_pt  ngx_http_feed_positive_msec_p =
@@ -734,6 +739,10 @@ ngx_http_feed_init_main_conf(ngx_conf_t *cf, void *conf)
 {
     ngx_http_feed_main_conf_t  *fmcf = conf;
 
+    if (ngx_http_feed_stats_zone(cf, fmcf) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
     ngx_conf_init_msec_value(fmcf->redis.connect_timeout, 1000);
     ngx_conf_init_msec_value(fmcf->redis.timeout, 1000);
     ngx_conf_init_msec_value(fmcf->mongo.timeout, 3000);
@@ -840,6 +849,58 @@ ngx_http_feed_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 }
 
 
+/*
+ * The node's counters: a small shared zone that every worker adds to.  A
+ * reload keeps it, and its counts, when it is the same size.
+ */
+
+static ngx_int_t
+ngx_http_feed_stats_zone(ngx_conf_t *cf, ngx_http_feed_main_conf_t *fmcf)
+{
+    ngx_str_t  name = ngx_string("ngx_http_feed_stats");
+
+    fmcf->stats_zone = ngx_shared_memory_add(cf, &name, 8 * 4096,
+                                             &ngx_http_feed_module);
+    if (fmcf->stats_zone == NULL) {
+        return NGX_ERROR;
+    }
+
+    fmcf->stats_zone->init = ngx_http_feed_stats_init_zone;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_feed_stats_init_zone(ngx_shm_zone_t *shm_zone, void *data)
+{
+    ngx_slab_pool_t        *shpool;
+    ngx_http_feed_stats_t  *st;
+
+    if (data) {
+        shm_zone->data = data;
+        return NGX_OK;
+    }
+
+    shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
+
+    if (shm_zone->shm.exists) {
+        shm_zone->data = shpool->data;
+        return NGX_OK;
+    }
+
+    st = ngx_slab_calloc(shpool, sizeof(ngx_http_feed_stats_t));
+    if (st == NULL) {
+        return NGX_ERROR;
+    }
+
+    shpool->data = st;
+    shm_zone->data = st;
+
+    return NGX_OK;
+}
+
+
 static ngx_int_t
 ngx_http_feed_init_process(ngx_cycle_t *cycle)
 {
@@ -859,6 +920,7 @@ ngx_http_feed_init_process(ngx_cycle_t *cycle)
     }
 
     ngx_memzero(&ngx_http_feed_stats, sizeof(ngx_http_feed_stats_t));
+    ngx_http_feed_node_stats = fmcf->stats_zone->data;
 
     if (fmcf->mongo_enabled) {
         fmcf->mongo_client = ngx_http_feed_mongo_create(cycle, &fmcf->mongo);

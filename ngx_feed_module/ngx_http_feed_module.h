@@ -23,17 +23,34 @@ typedef struct ngx_http_feed_redis_s  ngx_http_feed_redis_t;
 typedef struct ngx_http_feed_mongo_s  ngx_http_feed_mongo_t;
 
 
-/* per-worker counters, reported by feed_status */
+/*
+ * Counters reported by feed_status: each worker's own, and the node's (all
+ * workers of this nginx, in shared memory, kept across reloads).
+ */
 typedef struct {
-    ngx_atomic_uint_t             requests;
-    ngx_atomic_uint_t             redis_commands;
-    ngx_atomic_uint_t             redis_errors;
-    ngx_atomic_uint_t             redis_timeouts;
-    ngx_atomic_uint_t             redis_reconnects;
-    ngx_atomic_uint_t             mongo_tasks;
-    ngx_atomic_uint_t             mongo_errors;
-    ngx_atomic_uint_t             local_answers;
+    ngx_atomic_t                  requests;
+    ngx_atomic_t                  redis_commands;
+    ngx_atomic_t                  redis_errors;
+    ngx_atomic_t                  redis_timeouts;
+    ngx_atomic_t                  redis_reconnects;
+    ngx_atomic_t                  mongo_tasks;
+    ngx_atomic_t                  mongo_errors;
+    ngx_atomic_t                  local_answers;
+    ngx_atomic_t                  fanout_consumed;
+    ngx_atomic_t                  fanout_deliveries;
+    ngx_atomic_t                  fanout_acked;
+    ngx_atomic_t                  fanout_claims;
+    ngx_atomic_t                  fanout_failures;
+    ngx_atomic_t                  fanout_skipped;
 } ngx_http_feed_stats_t;
+
+
+#define ngx_http_feed_stat(field, n)                                         \
+    (ngx_http_feed_stats.field += (n),                                        \
+     ngx_http_feed_node_stats                                                 \
+         ? (void) ngx_atomic_fetch_add(&ngx_http_feed_node_stats->field,     \
+                                       (ngx_atomic_int_t) (n))                \
+         : (void) 0)
 
 
 typedef struct {
@@ -89,6 +106,9 @@ typedef struct {
     unsigned                      mongo_enabled:1;
     unsigned                      needs_mongo:1;
 
+    /* the node's counters, for feed_status */
+    ngx_shm_zone_t               *stats_zone;
+
     /* runtime, per worker: created in init_process */
     ngx_http_feed_redis_t        *redis_client;
     ngx_http_feed_mongo_t        *mongo_client;
@@ -115,7 +135,8 @@ typedef struct {
 
 
 extern ngx_module_t           ngx_http_feed_module;
-extern ngx_http_feed_stats_t  ngx_http_feed_stats;
+extern ngx_http_feed_stats_t   ngx_http_feed_stats;
+extern ngx_http_feed_stats_t  *ngx_http_feed_node_stats;
 
 extern ngx_http_feed_handler_t  ngx_http_feed_follow_handler;
 extern ngx_http_feed_handler_t  ngx_http_feed_following_handler;

@@ -246,7 +246,7 @@ ngx_http_feed_mongo_post(ngx_http_feed_mongo_task_t *t)
         return NGX_ERROR;
     }
 
-    ngx_http_feed_stats.mongo_tasks++;
+    ngx_http_feed_stat(mongo_tasks, 1);
 
     /*
      * nginx's graceful shutdown waits for timers only: without one, a
@@ -419,7 +419,7 @@ ngx_http_feed_mongo_event(ngx_event_t *ev)
     }
 
     if (t->rc != NGX_OK) {
-        ngx_http_feed_stats.mongo_errors++;
+        ngx_http_feed_stat(mongo_errors, 1);
     }
 
     r = t->request;

@@ -92,7 +92,7 @@ ngx_http_feed_posts(ngx_http_request_t *r)
 {
     ngx_http_feed_post_ctx_t  *ctx;
 
-    ngx_http_feed_stats.requests++;
+    ngx_http_feed_stat(requests, 1);
 
     if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD|NGX_HTTP_POST))) {
         return ngx_http_feed_not_allowed(r, "GET, HEAD, POST");
@@ -526,7 +526,7 @@ ngx_http_feed_post(ngx_http_request_t *r)
     ngx_http_feed_loc_conf_t  *flcf;
     ngx_http_feed_post_ctx_t  *ctx;
 
-    ngx_http_feed_stats.requests++;
+    ngx_http_feed_stat(requests, 1);
 
     if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
         return ngx_http_feed_not_allowed(r, "GET, HEAD");
@@ -591,7 +591,7 @@ ngx_http_feed_user_post(ngx_http_request_t *r)
     ngx_http_feed_loc_conf_t  *flcf;
     ngx_http_feed_post_ctx_t  *ctx;
 
-    ngx_http_feed_stats.requests++;
+    ngx_http_feed_stat(requests, 1);
 
     if (r->method != NGX_HTTP_DELETE) {
         return ngx_http_feed_not_allowed(r, "DELETE");

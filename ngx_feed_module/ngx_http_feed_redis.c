@@ -539,7 +539,7 @@ ngx_http_feed_redis_on_connect(const redisAsyncContext *ac, int status)
     }
 
     if (rd->connected_once) {
-        ngx_http_feed_stats.redis_reconnects++;
+        ngx_http_feed_stat(redis_reconnects, 1);
         ngx_log_error(NGX_LOG_NOTICE, rd->log, 0,
                       "redis reconnected to %V", &rd->conf->addr_text);
     }
@@ -869,7 +869,7 @@ ngx_http_feed_redis_send_timeout(ngx_http_feed_redis_t *rd,
                               argc, argv, argvlen)
         != REDIS_OK)
     {
-        ngx_http_feed_stats.redis_errors++;
+        ngx_http_feed_stat(redis_errors, 1);
         ngx_http_feed_redis_cmd_put(cmd);
         return NULL;
     }
@@ -885,7 +885,7 @@ ngx_http_feed_redis_send_timeout(ngx_http_feed_redis_t *rd,
         ngx_add_timer(&cmd->timer, rd->conf->timeout);
     }
 
-    ngx_http_feed_stats.redis_commands++;
+    ngx_http_feed_stat(redis_commands, 1);
 
     return cmd;
 }
@@ -974,7 +974,7 @@ ngx_http_feed_redis_reply(redisAsyncContext *ac, void *r, void *privdata)
     }
 
     if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
-        ngx_http_feed_stats.redis_errors++;
+        ngx_http_feed_stat(redis_errors, 1);
 
     } else if (ac == rd->ac) {
         rd->backoff = NGX_HTTP_FEED_REDIS_BACKOFF_MIN;
@@ -1004,7 +1004,7 @@ ngx_http_feed_redis_cmd_timeout(ngx_event_t *ev)
 
     ngx_http_feed_redis_cancel(cmd);
 
-    ngx_http_feed_stats.redis_timeouts++;
+    ngx_http_feed_stat(redis_timeouts, 1);
 
     ngx_log_error(NGX_LOG_ERR, rd->log, NGX_ETIMEDOUT,
                   "redis command to %V timed out", &rd->conf->addr_text);

@@ -40,6 +40,7 @@ static void ngx_http_feed_status_pending_reply(void *data,
 static ngx_int_t ngx_http_feed_status_id_ms(redisReply *id);
 static ngx_int_t ngx_http_feed_status_fanout(ngx_http_feed_status_ctx_t *ctx,
     bson_t *doc);
+static ngx_int_t ngx_http_feed_status_node(bson_t *doc);
 static void ngx_http_feed_status_mongo_run(ngx_http_feed_mongo_task_t *t,
     mongoc_client_t *client);
 static void ngx_http_feed_status_mongo_done(ngx_http_feed_mongo_task_t *t);
@@ -82,7 +83,7 @@ ngx_http_feed_status_handler(ngx_http_request_t *r)
     ngx_http_feed_mongo_task_t  *t;
     ngx_http_feed_status_ctx_t  *ctx;
 
-    ngx_http_feed_stats.requests++;
+    ngx_http_feed_stat(requests, 1);
 
     if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
         return ngx_http_feed_send_error(r, NGX_HTTP_NOT_ALLOWED,
@@ -300,7 +301,8 @@ ngx_http_feed_status_send(ngx_http_feed_status_ctx_t *ctx)
         || ngx_http_feed_status_redis(ctx, &doc) != NGX_OK
         || ngx_http_feed_status_mongo(ctx, &doc) != NGX_OK
         || ngx_http_feed_status_fanout(ctx, &doc) != NGX_OK
-        || ngx_http_feed_timeline_local_status(&doc) != NGX_OK)
+        || ngx_http_feed_timeline_local_status(&doc) != NGX_OK
+        || ngx_http_feed_status_node(&doc) != NGX_OK)
     {
         bson_destroy(&doc);
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -421,6 +423,56 @@ ngx_http_feed_status_fanout(ngx_http_feed_status_ctx_t *ctx, bson_t *doc)
 
     BSON_APPEND_INT64(&sub, "pending", ctx->pending);
     BSON_APPEND_INT64(&sub, "lag_ms", ctx->pending ? ctx->lag : 0);
+
+    return bson_append_document_end(doc, &sub) ? NGX_OK : NGX_ERROR;
+}
+
+
+/*
+ * The same counters for all the workers of this nginx together, since it
+ * started (reloads included): what a monitor that reaches any worker wants.
+ */
+
+static ngx_int_t
+ngx_http_feed_status_node(bson_t *doc)
+{
+    bson_t                  sub, part;
+    ngx_http_feed_stats_t  *st = ngx_http_feed_node_stats;
+
+    if (st == NULL) {
+        return NGX_OK;
+    }
+
+    if (!BSON_APPEND_DOCUMENT_BEGIN(doc, "node", &sub)) {
+        return NGX_ERROR;
+    }
+
+    BSON_APPEND_INT64(&sub, "requests", (int64_t) st->requests);
+
+    BSON_APPEND_DOCUMENT_BEGIN(&sub, "redis", &part);
+    BSON_APPEND_INT64(&part, "commands", (int64_t) st->redis_commands);
+    BSON_APPEND_INT64(&part, "errors", (int64_t) st->redis_errors);
+    BSON_APPEND_INT64(&part, "timeouts", (int64_t) st->redis_timeouts);
+    BSON_APPEND_INT64(&part, "reconnects", (int64_t) st->redis_reconnects);
+    bson_append_document_end(&sub, &part);
+
+    BSON_APPEND_DOCUMENT_BEGIN(&sub, "mongo", &part);
+    BSON_APPEND_INT64(&part, "tasks", (int64_t) st->mongo_tasks);
+    BSON_APPEND_INT64(&part, "errors", (int64_t) st->mongo_errors);
+    bson_append_document_end(&sub, &part);
+
+    BSON_APPEND_DOCUMENT_BEGIN(&sub, "fanout", &part);
+    BSON_APPEND_INT64(&part, "consumed", (int64_t) st->fanout_consumed);
+    BSON_APPEND_INT64(&part, "deliveries", (int64_t) st->fanout_deliveries);
+    BSON_APPEND_INT64(&part, "acked", (int64_t) st->fanout_acked);
+    BSON_APPEND_INT64(&part, "claims", (int64_t) st->fanout_claims);
+    BSON_APPEND_INT64(&part, "failures", (int64_t) st->fanout_failures);
+    BSON_APPEND_INT64(&part, "skipped", (int64_t) st->fanout_skipped);
+    bson_append_document_end(&sub, &part);
+
+    BSON_APPEND_DOCUMENT_BEGIN(&sub, "local_pages", &part);
+    BSON_APPEND_INT64(&part, "answered", (int64_t) st->local_answers);
+    bson_append_document_end(&sub, &part);
 
     return bson_append_document_end(doc, &sub) ? NGX_OK : NGX_ERROR;
 }

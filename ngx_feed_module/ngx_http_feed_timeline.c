@@ -135,7 +135,7 @@ ngx_http_feed_timeline(ngx_http_request_t *r)
     ngx_pool_cleanup_t      *cln;
     ngx_http_feed_tl_ctx_t  *ctx;
 
-    ngx_http_feed_stats.requests++;
+    ngx_http_feed_stat(requests, 1);
 
     if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
         return ngx_http_feed_not_allowed(r, "GET, HEAD");
@@ -343,7 +343,7 @@ ngx_http_feed_tl_kept_page(ngx_http_feed_tl_ctx_t *ctx)
             return NGX_DECLINED;
         }
 
-        ngx_http_feed_stats.local_answers++;
+        ngx_http_feed_stat(local_answers, 1);
 
         return NGX_OK;
     }

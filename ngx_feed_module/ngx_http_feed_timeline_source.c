@@ -72,7 +72,7 @@ ngx_http_feed_timeline_source(ngx_http_request_t *r)
     ngx_http_feed_source_op_t    *op;
     ngx_http_feed_main_conf_t    *fmcf;
 
-    ngx_http_feed_stats.requests++;
+    ngx_http_feed_stat(requests, 1);
 
     if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
         return ngx_http_feed_not_allowed(r, "GET, HEAD");
