@@ -53,6 +53,10 @@ struct ngx_http_feed_tl_ctx_s {
     u_char                        version[24];
     size_t                        version_len;
 
+    /* the rebuild lock's token, ours while lock_held */
+    u_char                        token_data[NGX_HTTP_FEED_NONCE_LEN];
+    ngx_str_t                     token;
+
     /* the first page kept as answered, as the HGET got it */
     ngx_str_t                     kept;
     ngx_uint_t                    rereads;
@@ -485,8 +489,10 @@ ngx_http_feed_tl_miss(ngx_http_feed_tl_ctx_t *ctx)
         return;
     }
 
+    ctx->token.data = ctx->token_data;
+
     if (ngx_http_feed_timeline_cache_lock(ctx->request, ctx->fmcf,
-                                          &ctx->page.user,
+                                          &ctx->page.user, &ctx->token,
                                           ngx_http_feed_tl_locked, ctx)
         != NGX_OK)
     {
@@ -575,8 +581,9 @@ ngx_http_feed_tl_rebuilt(ngx_http_feed_tl_ctx_t *ctx)
 
     if (ngx_http_feed_timeline_cache_warm(ctx->request, ctx->fmcf,
                                           &ctx->page.user, &version,
-                                          &ctx->fb_items, complete,
-                                          ngx_http_feed_tl_warmed, ctx)
+                                          &ctx->token, &ctx->fb_items,
+                                          complete, ngx_http_feed_tl_warmed,
+                                          ctx)
         != NGX_OK)
     {
         /* Redis went away meanwhile: answer from what the rebuild gave */
@@ -626,7 +633,7 @@ ngx_http_feed_tl_lead_done(ngx_http_feed_tl_ctx_t *ctx, ngx_int_t rc)
     if (ctx->lock_held) {
         /* the rebuild did not warm the cache: another one may try */
         ngx_http_feed_timeline_cache_unlock(ctx->fmcf, &ctx->page.user,
-                                            rc != NGX_OK);
+                                            &ctx->token, rc != NGX_OK);
         ctx->lock_held = 0;
     }
 

@@ -18,6 +18,10 @@
 #define NGX_HTTP_FEED_POST_PREFIX  "feed:p:"
 
 
+/* a value no other node or worker ever makes: versions, lock tokens */
+#define NGX_HTTP_FEED_NONCE_LEN    (3 * NGX_INT64_LEN)
+
+
 /* the oldest possible id: the tail of a timeline that has all history */
 #define NGX_HTTP_FEED_TIMELINE_END  "000000000000000000000000"
 
@@ -87,13 +91,13 @@ ngx_int_t ngx_http_feed_timeline_cache_parse(ngx_http_request_t *r,
     redisReply *reply, ngx_http_feed_cached_t *cached);
 ngx_int_t ngx_http_feed_timeline_cache_lock(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
-    ngx_http_feed_redis_pt handler, void *data);
+    ngx_str_t *token, ngx_http_feed_redis_pt handler, void *data);
 void ngx_http_feed_timeline_cache_unlock(ngx_http_feed_main_conf_t *fmcf,
-    ngx_http_feed_user_t *user, ngx_uint_t failed);
+    ngx_http_feed_user_t *user, ngx_str_t *token, ngx_uint_t failed);
 ngx_int_t ngx_http_feed_timeline_cache_warm(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
-    ngx_str_t *version, bson_t *items, ngx_uint_t complete,
-    ngx_http_feed_redis_pt handler, void *data);
+    ngx_str_t *version, ngx_str_t *token, bson_t *items,
+    ngx_uint_t complete, ngx_http_feed_redis_pt handler, void *data);
 ngx_int_t ngx_http_feed_timeline_cache_drop(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
     ngx_http_feed_redis_pt handler, void *data);

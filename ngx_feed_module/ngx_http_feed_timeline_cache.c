@@ -57,7 +57,6 @@
                                     + NGX_HTTP_FEED_USER_MAX + 1)
 
 #define NGX_HTTP_FEED_DELETING     "feed:deleting"
-#define NGX_HTTP_FEED_NONCE_LEN    (3 * NGX_INT64_LEN)
 
 
 /*
@@ -255,32 +254,56 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_lock_lua = {
 
 
 /*
+ * KEYS: lock.  ARGV: token, failed.  Only a lock that is still ours goes
+ * (or says that our rebuild failed): one that expired meanwhile may be
+ * another rebuild's now.
+ */
+
+static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_unlock_lua = {
+    "if redis.call('get', KEYS[1]) == ARGV[1] then "
+    "  if ARGV[2] == '1' then "
+    "    redis.call('set', KEYS[1], 'failed', 'PX', 1000) "
+    "  else "
+    "    redis.call('del', KEYS[1]) "
+    "  end "
+    "end "
+    "return 1",
+    0, ""
+};
+
+
+/*
  * KEYS: timeline, lock, version, queue, deleting.  ARGV: ttl, cap, mode,
- * post prefix, complete, version, nonce, then id, JSON pairs, newest
- * first.
+ * post prefix, complete, version, nonce, lock token, then id, JSON pairs,
+ * newest first.
  *
  * Creates the timeline in one step, unless someone else did already or
  * the user's follows changed since the rebuild began (the version moved:
  * 0 is returned), then puts in the posts fanout queued meanwhile, and
- * releases the rebuild lock.
+ * releases the rebuild lock if it is still ours.
  */
 
 static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_warm_lua = {
     NGX_HTTP_FEED_LUA_INSERT
     NGX_HTTP_FEED_LUA_CHANGED
     "local tl, cap = KEYS[1], tonumber(ARGV[2]) "
+    "local function unlock() "
+    "  if redis.call('get', KEYS[2]) == ARGV[8] then "
+    "    redis.call('del', KEYS[2]) "
+    "  end "
+    "end "
     "if (redis.call('get', KEYS[3]) or '') ~= ARGV[6] then "
-    "  redis.call('del', KEYS[2]) "
+    "  unlock() "
     "  return 0 "
     "end "
     "if redis.call('exists', tl) == 0 then "
     "  local ids, entries, dead = {}, {}, {} "
-    "  for i = 8, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end "
+    "  for i = 9, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end "
     "  if #ids > 0 and redis.call('zcard', KEYS[5]) > 0 then "
     "    dead = redis.call('zmscore', KEYS[5], unpack(ids)) "
     "  end "
     "  for j = 1, #ids do "
-    "    local i = 6 + 2 * j "
+    "    local i = 7 + 2 * j "
     "    if not dead[j] then "
     "      if ARGV[3] == 'e' then "
     "        entries[#entries + 1] = ARGV[i] .. ARGV[i + 1] "
@@ -307,7 +330,8 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_warm_lua = {
     "    changed(tl, ARGV[1], ARGV[7]) "
     "  end "
     "end "
-    "redis.call('del', KEYS[2], KEYS[4]) "
+    "unlock() "
+    "redis.call('del', KEYS[4]) "
     "return 1",
     0, ""
 };
@@ -425,6 +449,7 @@ ngx_http_feed_timeline_cache_init(ngx_http_feed_redis_t *rd)
     static ngx_http_feed_redis_script_t  *scripts[] = {
         &ngx_http_feed_timeline_read_lua,
         &ngx_http_feed_timeline_lock_lua,
+        &ngx_http_feed_timeline_unlock_lua,
         &ngx_http_feed_timeline_warm_lua,
         &ngx_http_feed_timeline_deliver_lua,
         &ngx_http_feed_timeline_remove_lua,
@@ -778,12 +803,16 @@ ngx_http_feed_timeline_cache_copy(ngx_http_request_t *r, redisReply *e,
 ngx_int_t
 ngx_http_feed_timeline_cache_lock(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
-    ngx_http_feed_redis_pt handler, void *data)
+    ngx_str_t *token, ngx_http_feed_redis_pt handler, void *data)
 {
     char         lock[NGX_HTTP_FEED_KEY_LEN], tlv[NGX_HTTP_FEED_KEY_LEN];
-    u_char       ms[NGX_INT_T_LEN], token[NGX_INT_T_LEN];
+    u_char       ms[NGX_INT_T_LEN];
     size_t       argvlen[7];
     const char  *argv[7];
+
+    /* token->data: NGX_HTTP_FEED_NONCE_LEN bytes of the caller's */
+
+    token->len = ngx_http_feed_timeline_nonce(token->data) - token->data;
 
     argv[0] = "EVALSHA";
     argvlen[0] = 7;
@@ -797,8 +826,8 @@ ngx_http_feed_timeline_cache_lock(ngx_http_request_t *r,
     argv[4] = tlv;
     argvlen[4] = ngx_http_feed_timeline_key(tlv, NGX_HTTP_FEED_TLV_PREFIX,
                                             user);
-    argv[5] = (const char *) token;
-    argvlen[5] = ngx_sprintf(token, "%P", ngx_pid) - token;
+    argv[5] = (const char *) token->data;
+    argvlen[5] = token->len;
     argv[6] = (const char *) ms;
     argvlen[6] = ngx_sprintf(ms, "%M", fmcf->cache_lock_timeout) - ms;
 
@@ -815,35 +844,27 @@ ngx_http_feed_timeline_cache_lock(ngx_http_request_t *r,
 
 void
 ngx_http_feed_timeline_cache_unlock(ngx_http_feed_main_conf_t *fmcf,
-    ngx_http_feed_user_t *user, ngx_uint_t failed)
+    ngx_http_feed_user_t *user, ngx_str_t *token, ngx_uint_t failed)
 {
     char         lock[NGX_HTTP_FEED_KEY_LEN];
-    size_t       argvlen[5];
-    const char  *argv[5];
+    size_t       argvlen[6];
+    const char  *argv[6];
 
-    argv[1] = lock;
-    argvlen[1] = ngx_http_feed_timeline_key(lock, NGX_HTTP_FEED_LOCK_PREFIX,
+    argv[0] = "EVALSHA";
+    argvlen[0] = 7;
+    argv[1] = ngx_http_feed_timeline_unlock_lua.sha1;
+    argvlen[1] = 40;
+    argv[2] = "1";
+    argvlen[2] = 1;
+    argv[3] = lock;
+    argvlen[3] = ngx_http_feed_timeline_key(lock, NGX_HTTP_FEED_LOCK_PREFIX,
                                             user);
+    argv[4] = (const char *) token->data;
+    argvlen[4] = token->len;
+    argv[5] = failed ? "1" : "0";
+    argvlen[5] = 1;
 
-    if (failed) {
-        argv[0] = "SET";
-        argvlen[0] = 3;
-        argv[2] = "failed";
-        argvlen[2] = 6;
-        argv[3] = "PX";
-        argvlen[3] = 2;
-        argv[4] = "1000";
-        argvlen[4] = 4;
-
-        (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, 5,
-                                        argv, argvlen);
-        return;
-    }
-
-    argv[0] = "DEL";
-    argvlen[0] = 3;
-
-    (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, 2, argv,
+    (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, 6, argv,
                                     argvlen);
 }
 
@@ -853,8 +874,8 @@ ngx_http_feed_timeline_cache_unlock(ngx_http_feed_main_conf_t *fmcf,
 ngx_int_t
 ngx_http_feed_timeline_cache_warm(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
-    ngx_str_t *version, bson_t *items, ngx_uint_t complete,
-    ngx_http_feed_redis_pt handler, void *data)
+    ngx_str_t *version, ngx_str_t *token, bson_t *items,
+    ngx_uint_t complete, ngx_http_feed_redis_pt handler, void *data)
 {
     int             argc;
     char           *json;
@@ -877,8 +898,8 @@ ngx_http_feed_timeline_cache_warm(ngx_http_request_t *r,
 
     n = bson_count_keys(items);
 
-    argv = ngx_palloc(r->pool, (15 + 2 * n) * sizeof(char *));
-    argvlen = ngx_palloc(r->pool, (15 + 2 * n) * sizeof(size_t));
+    argv = ngx_palloc(r->pool, (16 + 2 * n) * sizeof(char *));
+    argvlen = ngx_palloc(r->pool, (16 + 2 * n) * sizeof(size_t));
     keys = ngx_pnalloc(r->pool, 4 * NGX_HTTP_FEED_KEY_LEN
                                 + 2 * NGX_INT_T_LEN
                                 + NGX_HTTP_FEED_NONCE_LEN);
@@ -921,8 +942,10 @@ ngx_http_feed_timeline_cache_warm(ngx_http_request_t *r,
     argv[14] = (const char *) cap + NGX_INT_T_LEN;
     argvlen[14] = ngx_http_feed_timeline_nonce(cap + NGX_INT_T_LEN)
                   - (cap + NGX_INT_T_LEN);
+    argv[15] = (const char *) token->data;
+    argvlen[15] = token->len;
 
-    argc = 15;
+    argc = 16;
 
     if (!bson_iter_init(&it, items)) {
         return NGX_ERROR;
