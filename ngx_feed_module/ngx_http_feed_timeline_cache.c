@@ -48,9 +48,16 @@
  * could start over after expiring), and outlive the pages made from them.
  */
 #define NGX_HTTP_FEED_LUA_CHANGED                                             \
+    NGX_HTTP_FEED_LUA_KEY                                                     \
     "local function changed(tl, ttl, nonce) "                                 \
-    "  redis.call('set', 'feed:tln:' .. string.sub(tl, 9), nonce, "          \
+    "  redis.call('set', key('" NGX_HTTP_FEED_TLN_PREFIX "', tl), nonce, "   \
     "             'EX', 2 * tonumber(ttl)) "                                  \
+    "end "
+
+/* another key of the timeline's user, in a script: key(prefix, timeline) */
+#define NGX_HTTP_FEED_LUA_KEY                                                 \
+    "local function key(prefix, tl) "                                         \
+    "  return prefix .. string.sub(tl, #'" NGX_HTTP_FEED_TL_PREFIX "' + 1) " \
     "end "
 
 #define NGX_HTTP_FEED_KEY_LEN      (sizeof(NGX_HTTP_FEED_LOCK_PREFIX)        \
@@ -368,16 +375,17 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_deliver_lua = {
     "      if redis.call('lpush', tl, entry) > cap then "
     "        redis.call('rpop', tl) "
     "      end "
-    "      redis.call('del', 'feed:tlp:' .. string.sub(tl, 9)) "
+    "      redis.call('del', key('" NGX_HTTP_FEED_TLP_PREFIX "', tl)) "
     "      n = n + 1 "
     "    elseif hid ~= id and insert(tl, entry, cap) == 1 then "
     "      changed(tl, ARGV[4], ARGV[5]) "
     "      n = n + 1 "
     "    end "
     "  else "
-    "    local u = string.sub(tl, 9) "
-    "    if redis.call('exists', 'feed:lock:' .. u) == 1 then "
-    "      local q = 'feed:tlq:' .. u "
+    "    if redis.call('exists', key('" NGX_HTTP_FEED_LOCK_PREFIX "', tl)) "
+    "       == 1 "
+    "    then "
+    "      local q = key('" NGX_HTTP_FEED_TLQ_PREFIX "', tl) "
     "      redis.call('rpush', q, entry) "
     "      redis.call('pexpire', q, ARGV[3]) "
     "    end "

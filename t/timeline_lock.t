@@ -10,7 +10,11 @@
 #   - the rebuild that fails (MongoDB slower than feed_mongo_timeout)
 #     answers 503 and does not mark the other rebuild's lock "failed";
 #   - undisturbed, a rebuild releases its own lock, and a failed one
-#     leaves "failed" for a moment.
+#     leaves "failed" for a moment;
+#   - a post fanned out while a follower's timeline is being rebuilt (its
+#     lock held, no list yet) is queued for that rebuild (feed:tlq:{uid},
+#     for at most feed_cache_lock_timeout), not written into a list of its
+#     own; the rebuild's warm takes the queue in and deletes it.
 
 use strict;
 use warnings;
@@ -40,10 +44,13 @@ http {
     feed_mongo_timeout 1s;
     feed_thread_pool feedtp;
     feed_cache_lock_timeout 5s;
+    feed_fanout on;
+    feed_fanout_block 200ms;
 
     server {
         listen 127.0.0.1:%%PORT_HTTP%%;
         location ~ ^/users/([^/]+)/following/([^/]+)$ { feed_follow $1 $2; }
+        location ~ ^/users/([^/]+)/posts$ { feed_posts $1; }
         location ~ ^/users/([^/]+)/timeline$ { feed_timeline $1; }
         location /_feed/timeline {
             internal;
@@ -104,5 +111,32 @@ ok($held, 'a failing rebuild holds the lock; another one takes it over');
 is($r->{status}, 503, 'the first fails: 503') or diag(short($r));
 is(lock_of("lu${RUN}4"), 'another',
     'the other rebuild\'s lock is not marked "failed"');
+
+# ------------------------------------------- fanout during a rebuild --
+
+my ($qu, $qa) = ("qu$RUN", "qa$RUN");
+is($t->http('PUT', "/users/$qu/following/$qa")->{status}, 204, 'follow');
+$t->redis('SET', "feed:lock:{$qu}", 'elsewhere', 'PX', 10000);
+
+$r = $t->http('POST', "/users/$qa/posts", body => '{"body": "queued"}',
+    headers => { 'Content-Type' => 'application/json' });
+is($r->{status}, 201, 'a post while the follower is being rebuilt')
+    or diag(short($r));
+my $id = ref $r->{json} eq 'HASH' ? $r->{json}{id} // '' : '';
+
+ok($t->wait_for(5, sub {
+    grep { substr($_, 0, 24) eq $id }
+        @{ $t->redis('LRANGE', "feed:tlq:{$qu}", 0, -1) || [] }
+}), 'fanout queued it for the rebuild');
+my $pttl = $t->redis('PTTL', "feed:tlq:{$qu}");
+ok($pttl > 0 && $pttl <= 5000, "the queue expires ($pttl ms)");
+is($t->redis('EXISTS', "feed:tl:{$qu}"), 0, 'no list made by fanout');
+
+$t->redis('DEL', "feed:lock:{$qu}");
+$r = $t->get("/users/$qu/timeline");
+is($r->{status}, 200, 'the rebuild answers') or diag(short($r));
+is(ref $r->{json} eq 'HASH' ? $r->{json}{items}[0]{id} : undef, $id,
+    'with the post');
+is($t->redis('EXISTS', "feed:tlq:{$qu}"), 0, 'the warm took the queue in');
 
 $t->done;
