@@ -656,6 +656,14 @@ ngx_http_feed_fanout_fetched(ngx_http_feed_mongo_task_t *t)
 
     fe->fetching = 0;
 
+    if (fe->page.skipped) {
+        ngx_log_error(NGX_LOG_WARN, fe->fo->log, 0,
+                      "fanout: followers of \"%s\": %ui documents with "
+                      "invalid user ids skipped", fe->page.author.data,
+                      fe->page.skipped);
+        fe->page.skipped = 0;
+    }
+
     if (t->rc != NGX_OK) {
         bson_free(fe->page.json);
         fe->page.json = NULL;

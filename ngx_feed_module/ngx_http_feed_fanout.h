@@ -32,6 +32,9 @@ typedef struct {
     size_t                        json_len;
     ngx_http_feed_user_t         *users;
     ngx_uint_t                    nusers;
+
+    /* follows whose user id is not one of ours, written by others */
+    ngx_uint_t                    skipped;
 } ngx_http_feed_fanout_page_t;
 
 

@@ -101,10 +101,8 @@ ngx_http_feed_fanout_followers(mongoc_client_t *client, const char *database,
     ngx_http_feed_fanout_page_t *page, bson_error_t *error)
 {
     bson_t                filter, any, a, b, lt, lt2, opts, sort, proj;
-    uint32_t              len;
     ngx_int_t             rc;
     bson_iter_t           it;
-    const char           *src;
     const bson_t         *doc;
     mongoc_cursor_t      *cursor;
     mongoc_collection_t  *follows;
@@ -143,7 +141,8 @@ ngx_http_feed_fanout_followers(mongoc_client_t *client, const char *database,
     BSON_APPEND_INT32(&proj, "created", 1);
     BSON_APPEND_INT32(&proj, "_id", 0);
     bson_append_document_end(&opts, &proj);
-    BSON_APPEND_INT64(&opts, "limit", (int64_t) page->limit);
+
+    /* no limit: ids that are not ours are skipped, not counted */
     BSON_APPEND_INT32(&opts, "batchSize", (int32_t) page->limit);
 
     follows = mongoc_client_get_collection(client, database,
@@ -154,23 +153,15 @@ ngx_http_feed_fanout_followers(mongoc_client_t *client, const char *database,
     page->users = bson_malloc(page->limit * sizeof(ngx_http_feed_user_t));
     page->nusers = 0;
 
-    while (mongoc_cursor_next(cursor, &doc)) {
-        if (!bson_iter_init_find(&it, doc, "src")
-            || !BSON_ITER_HOLDS_UTF8(&it))
-        {
+    while (page->nusers < page->limit && mongoc_cursor_next(cursor, &doc)) {
+        u = &page->users[page->nusers];
+
+        if (ngx_http_feed_bson_user(doc, "src", u) != NGX_OK) {
+            page->skipped++;
             continue;
         }
 
-        src = bson_iter_utf8(&it, &len);
-
-        if (len > NGX_HTTP_FEED_USER_MAX || page->nusers == page->limit) {
-            continue;
-        }
-
-        u = &page->users[page->nusers++];
-        ngx_memcpy(u->data, src, len);
-        u->data[len] = '\0';
-        u->len = len;
+        page->nusers++;
 
         page->cursor_src = *u;
         page->cursor_created = bson_iter_init_find(&it, doc, "created")

@@ -387,6 +387,12 @@ ngx_http_feed_list_done(ngx_http_feed_mongo_task_t *t)
         return;
     }
 
+    if (op->skipped) {
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                      "follows of \"%s\": %ui documents with invalid user "
+                      "ids skipped", op->user.data, op->skipped);
+    }
+
     if (op->need_count && ctx->fmcf->redis_client) {
         ngx_http_feed_counts_warm(ctx->fmcf->redis_client, &op->user,
                                   ctx->field, op->count, &ctx->gen);

@@ -17,6 +17,20 @@
 #define NGX_HTTP_FEED_FOLLOW_COUNTS  "follow_counts"
 
 
+/* a list cursor decoded: "<ms>:<user>", and its base64url text */
+#define NGX_HTTP_FEED_GRAPH_CURSOR_RAW  (NGX_INT64_LEN + 1                  \
+                                         + NGX_HTTP_FEED_USER_MAX)
+#define NGX_HTTP_FEED_GRAPH_CURSOR_MAX                                      \
+    ngx_base64_encoded_length(NGX_HTTP_FEED_GRAPH_CURSOR_RAW)
+
+
+/* where a list page ended: the last relationship in it */
+typedef struct {
+    ngx_http_feed_user_t          user;
+    int64_t                       since;
+} ngx_http_feed_graph_pos_t;
+
+
 /* follow or unfollow, run in a thread */
 typedef struct {
     ngx_http_feed_user_t          src;
@@ -39,6 +53,9 @@ typedef struct {
 
     ngx_uint_t                    need_count;
     int64_t                       count;
+
+    /* documents whose user id is not one of ours, written by others */
+    ngx_uint_t                    skipped;
 
     /* the answer, bson_malloc()ed by the thread, freed on the loop */
     char                         *json;

@@ -47,12 +47,12 @@ static ngx_int_t ngx_http_feed_graph_count_one(mongoc_collection_t *counts,
     const char *user, const char *field, int64_t delta, const char *opid,
     bson_error_t *error);
 static ngx_int_t ngx_http_feed_graph_page(mongoc_collection_t *follows,
-    ngx_http_feed_list_op_t *op, bson_t *items, bson_t *last,
-    bson_error_t *error);
+    ngx_http_feed_list_op_t *op, bson_t *items,
+    ngx_http_feed_graph_pos_t *last, bson_error_t *error);
 static ngx_int_t ngx_http_feed_graph_read_count(mongoc_collection_t *counts,
     ngx_http_feed_list_op_t *op, bson_error_t *error);
-static void ngx_http_feed_graph_cursor(char *buf, int64_t ms,
-    const char *id);
+static void ngx_http_feed_graph_cursor(char *buf, size_t size,
+    ngx_http_feed_graph_pos_t *pos);
 
 
 void
@@ -390,11 +390,11 @@ ngx_http_feed_graph_list_run(ngx_http_feed_mongo_task_t *t,
 {
     ngx_http_feed_list_op_t  *op = t->data;
 
-    char                  next[128];
-    bson_t                doc, items, last;
-    bson_iter_t           it;
-    ngx_int_t             rc;
-    mongoc_collection_t  *follows, *counts;
+    char                        next[NGX_HTTP_FEED_GRAPH_CURSOR_MAX + 1];
+    bson_t                      doc, items;
+    ngx_int_t                   rc;
+    mongoc_collection_t        *follows, *counts;
+    ngx_http_feed_graph_pos_t   last;
 
     follows = mongoc_client_get_collection(client, t->database,
                                            NGX_HTTP_FEED_FOLLOWS);
@@ -403,7 +403,6 @@ ngx_http_feed_graph_list_run(ngx_http_feed_mongo_task_t *t,
 
     bson_init(&doc);
     bson_init(&items);
-    bson_init(&last);
 
     t->rc = NGX_ERROR;
 
@@ -422,10 +421,7 @@ ngx_http_feed_graph_list_run(ngx_http_feed_mongo_task_t *t,
     BSON_APPEND_ARRAY(&doc, "items", &items);
 
     if (rc == NGX_AGAIN) {
-        ngx_http_feed_graph_cursor(next, ngx_http_feed_bson_int(&last,
-                                                                "since"),
-                                   bson_iter_init_find(&it, &last, "id")
-                                   ? bson_iter_utf8(&it, NULL) : "");
+        ngx_http_feed_graph_cursor(next, sizeof(next), &last);
         BSON_APPEND_UTF8(&doc, "next", next);
 
     } else {
@@ -438,7 +434,6 @@ ngx_http_feed_graph_list_run(ngx_http_feed_mongo_task_t *t,
 
 done:
 
-    bson_destroy(&last);
     bson_destroy(&items);
     bson_destroy(&doc);
     mongoc_collection_destroy(counts);
@@ -450,18 +445,19 @@ done:
 
 static ngx_int_t
 ngx_http_feed_graph_page(mongoc_collection_t *follows,
-    ngx_http_feed_list_op_t *op, bson_t *items, bson_t *last,
-    bson_error_t *error)
+    ngx_http_feed_list_op_t *op, bson_t *items,
+    ngx_http_feed_graph_pos_t *last, bson_error_t *error)
 {
-    char              key[16];
-    const char       *self, *other, *id, *k;
-    bson_t            filter, opts, sort, proj, any, a, b, lt, lt2, item;
-    int64_t           since;
-    bson_iter_t       it;
-    ngx_int_t         rc;
-    ngx_uint_t        n;
-    const bson_t     *doc;
-    mongoc_cursor_t  *cursor;
+    char                   key[16];
+    const char            *self, *other, *k;
+    bson_t                 filter, opts, sort, proj, any, a, b, lt, lt2, item;
+    int64_t                since;
+    bson_iter_t            it;
+    ngx_int_t              rc;
+    ngx_uint_t             n;
+    const bson_t          *doc;
+    mongoc_cursor_t       *cursor;
+    ngx_http_feed_user_t   id;
 
     self = op->followers ? "dst" : "src";
     other = op->followers ? "src" : "dst";
@@ -499,7 +495,9 @@ ngx_http_feed_graph_page(mongoc_collection_t *follows,
     BSON_APPEND_INT32(&proj, "created", 1);
     BSON_APPEND_INT32(&proj, "_id", 0);
     bson_append_document_end(&opts, &proj);
-    BSON_APPEND_INT64(&opts, "limit", (int64_t) op->limit + 1);
+
+    /* no limit: ids that are not ours are skipped, not counted */
+    BSON_APPEND_INT32(&opts, "batchSize", (int32_t) op->limit + 1);
 
     cursor = mongoc_collection_find_with_opts(follows, &filter, &opts, NULL);
 
@@ -507,13 +505,16 @@ ngx_http_feed_graph_page(mongoc_collection_t *follows,
     n = 0;
 
     while (mongoc_cursor_next(cursor, &doc)) {
+        if (ngx_http_feed_bson_user(doc, other, &id) != NGX_OK) {
+            op->skipped++;
+            continue;
+        }
+
         if (n == op->limit) {
             rc = NGX_AGAIN;
             break;
         }
 
-        id = bson_iter_init_find(&it, doc, other) && BSON_ITER_HOLDS_UTF8(&it)
-             ? bson_iter_utf8(&it, NULL) : "";
         since = bson_iter_init_find(&it, doc, "created")
                 && BSON_ITER_HOLDS_DATE_TIME(&it)
                 ? bson_iter_date_time(&it) : 0;
@@ -521,13 +522,12 @@ ngx_http_feed_graph_page(mongoc_collection_t *follows,
         bson_uint32_to_string(n++, &k, key, sizeof(key));
 
         BSON_APPEND_DOCUMENT_BEGIN(items, k, &item);
-        BSON_APPEND_UTF8(&item, "id", id);
+        BSON_APPEND_UTF8(&item, "id", id.data);
         BSON_APPEND_INT64(&item, "since", since);
         bson_append_document_end(items, &item);
 
-        bson_reinit(last);
-        BSON_APPEND_UTF8(last, "id", id);
-        BSON_APPEND_INT64(last, "since", since);
+        last->user = id;
+        last->since = since;
     }
 
     if (mongoc_cursor_error(cursor, error)) {
@@ -574,17 +574,28 @@ ngx_http_feed_graph_read_count(mongoc_collection_t *counts,
 }
 
 
-/* cursors are opaque: base64url of "<created ms>:<other user>" */
+/*
+ * Cursors are opaque: base64url of "<created ms>:<other user>", the user
+ * a valid id (so at most NGX_HTTP_FEED_GRAPH_CURSOR_RAW bytes in all);
+ * written for the thread, so with no nginx pool.
+ */
 
 static void
-ngx_http_feed_graph_cursor(char *buf, int64_t ms, const char *id)
+ngx_http_feed_graph_cursor(char *buf, size_t size,
+    ngx_http_feed_graph_pos_t *pos)
 {
-    u_char     raw[96];
+    u_char     raw[NGX_HTTP_FEED_GRAPH_CURSOR_RAW];
     ngx_str_t  src, dst;
 
     src.data = raw;
-    src.len = snprintf((char *) raw, sizeof(raw), "%lld:%s",
-                       (long long) ms, id);
+    src.len = ngx_snprintf(raw, sizeof(raw), "%L:%s", pos->since,
+                           pos->user.data)
+              - raw;
+
+    if (ngx_base64_encoded_length(src.len) >= size) {
+        buf[0] = '\0';
+        return;
+    }
 
     dst.data = (u_char *) buf;
     ngx_encode_base64url(&dst, &src);
@@ -597,11 +608,13 @@ ngx_http_feed_graph_cursor_parse(ngx_str_t *text,
     ngx_http_feed_list_op_t *op)
 {
     u_char     *p, *colon;
-    u_char      raw[96];
+    u_char      raw[NGX_HTTP_FEED_GRAPH_CURSOR_RAW];
     ngx_str_t   dst;
     ngx_int_t   ms;
 
-    if (text->len == 0 || text->len > 128) {
+    if (text->len == 0 || text->len > NGX_HTTP_FEED_GRAPH_CURSOR_MAX
+        || ngx_base64_decoded_length(text->len) > sizeof(raw))
+    {
         return NGX_DECLINED;
     }
 

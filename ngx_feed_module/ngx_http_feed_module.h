@@ -19,6 +19,36 @@
 #include <ngx_thread_pool.h>
 
 
+/*
+ * The sanitizer build (make test-asan) gives every block the module takes
+ * from a pool a heap allocation of its own, freed with the pool as nginx's
+ * large allocations are: AddressSanitizer then sees a write one byte past
+ * any of them, which inside a shared pool block it cannot.
+ */
+
+#if (NGX_HTTP_FEED_EXACT_ALLOC)
+
+static ngx_inline void *
+ngx_http_feed_exact_alloc(ngx_pool_t *pool, size_t size, ngx_uint_t zero)
+{
+    void  *p;
+
+    p = ngx_pmemalign(pool, size ? size : 1, NGX_ALIGNMENT);
+
+    if (p && zero) {
+        ngx_memzero(p, size);
+    }
+
+    return p;
+}
+
+#define ngx_palloc(pool, size)   ngx_http_feed_exact_alloc(pool, size, 0)
+#define ngx_pnalloc(pool, size)  ngx_http_feed_exact_alloc(pool, size, 0)
+#define ngx_pcalloc(pool, size)  ngx_http_feed_exact_alloc(pool, size, 1)
+
+#endif
+
+
 typedef struct ngx_http_feed_redis_s  ngx_http_feed_redis_t;
 typedef struct ngx_http_feed_mongo_s  ngx_http_feed_mongo_t;
 

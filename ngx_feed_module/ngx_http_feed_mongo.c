@@ -536,3 +536,35 @@ ngx_http_feed_bson_int(const bson_t *doc, const char *key)
 
     return 0;
 }
+
+
+/*
+ * A user id read from MongoDB, which other applications may write too:
+ * only an id the API itself accepts is taken (NGX_DECLINED otherwise), so
+ * that every buffer sized for user ids holds whatever a document says.
+ */
+
+ngx_int_t
+ngx_http_feed_bson_user(const bson_t *doc, const char *key,
+    ngx_http_feed_user_t *user)
+{
+    uint32_t     len;
+    const char  *s;
+    bson_iter_t  it;
+
+    if (!bson_iter_init_find(&it, doc, key) || !BSON_ITER_HOLDS_UTF8(&it)) {
+        return NGX_DECLINED;
+    }
+
+    s = bson_iter_utf8(&it, &len);
+
+    if (!ngx_http_feed_user_valid((u_char *) s, len)) {
+        return NGX_DECLINED;
+    }
+
+    ngx_memcpy(user->data, s, len);
+    user->data[len] = '\0';
+    user->len = len;
+
+    return NGX_OK;
+}

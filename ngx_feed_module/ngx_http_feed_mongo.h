@@ -10,6 +10,7 @@
 
 
 #include "ngx_http_feed_module.h"
+#include "ngx_http_feed_util.h"
 
 #include <mongoc.h>
 
@@ -74,6 +75,8 @@ ngx_int_t ngx_http_feed_mongo_find_one(mongoc_collection_t *coll,
     const bson_t *filter, const bson_t *projection, bson_t *doc,
     bson_error_t *error);
 int64_t ngx_http_feed_bson_int(const bson_t *doc, const char *key);
+ngx_int_t ngx_http_feed_bson_user(const bson_t *doc, const char *key,
+    ngx_http_feed_user_t *user);
 
 
 #endif /* _NGX_HTTP_FEED_MONGO_H_INCLUDED_ */

@@ -388,22 +388,14 @@ ngx_http_feed_sweep_claim(mongoc_collection_t *posts,
     ngx_http_feed_sweeper_t *s, const bson_t *doc, bson_error_t *error)
 {
     bson_t                        selector, update, set, reply;
-    uint32_t                      len;
     ngx_uint_t                    k;
     bson_iter_t                   it, q, kind;
-    const char                   *author;
+    ngx_http_feed_user_t          author;
     ngx_http_feed_outbox_item_t  *item;
 
     static const char            *kinds[] = { "post", "delete" };
 
-    if (!bson_iter_init_find(&it, doc, "author") || !BSON_ITER_HOLDS_UTF8(&it))
-    {
-        return NGX_OK;
-    }
-
-    author = bson_iter_utf8(&it, &len);
-
-    if (len > NGX_HTTP_FEED_USER_MAX
+    if (ngx_http_feed_bson_user(doc, "author", &author) != NGX_OK
         || !bson_iter_init_find(&it, doc, "_id") || !BSON_ITER_HOLDS_OID(&it))
     {
         return NGX_OK;
@@ -456,9 +448,7 @@ ngx_http_feed_sweep_claim(mongoc_collection_t *posts,
             item = &s->items[s->nitems++];
             item->kind = kinds[k];
             bson_oid_copy(bson_iter_oid(&it), &item->id);
-            ngx_memcpy(item->author.data, author, len);
-            item->author.data[len] = '\0';
-            item->author.len = len;
+            item->author = author;
             item->ts = (k == 0) ? ngx_http_feed_bson_int(doc, "ts") : 0;
             break;
         }

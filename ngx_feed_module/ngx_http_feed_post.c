@@ -370,7 +370,9 @@ ngx_http_feed_post_created(ngx_http_feed_post_ctx_t *ctx)
 
     r = ctx->request;
 
-    p = ngx_pnalloc(r->pool, sizeof("/posts/") - 1 + 24);
+    /* bson_oid_to_string() ends the 24 digits with a NUL */
+
+    p = ngx_pnalloc(r->pool, sizeof("/posts/") + 24);
     if (p == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }

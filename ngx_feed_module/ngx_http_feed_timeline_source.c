@@ -256,10 +256,10 @@ ngx_http_feed_source_authors(mongoc_client_t *client, const char *database,
     char                 **authors;
     size_t                 size;
     bson_t                 filter, opts, proj;
-    bson_iter_t            it;
     const bson_t          *doc;
     mongoc_cursor_t       *cursor;
     mongoc_collection_t   *follows;
+    ngx_http_feed_user_t   dst;
 
     size = 64;
     authors = bson_malloc(size * sizeof(char *));
@@ -282,9 +282,7 @@ ngx_http_feed_source_authors(mongoc_client_t *client, const char *database,
     cursor = mongoc_collection_find_with_opts(follows, &filter, &opts, NULL);
 
     while (mongoc_cursor_next(cursor, &doc)) {
-        if (!bson_iter_init_find(&it, doc, "dst")
-            || !BSON_ITER_HOLDS_UTF8(&it))
-        {
+        if (ngx_http_feed_bson_user(doc, "dst", &dst) != NGX_OK) {
             continue;
         }
 
@@ -293,7 +291,7 @@ ngx_http_feed_source_authors(mongoc_client_t *client, const char *database,
             authors = bson_realloc(authors, size * sizeof(char *));
         }
 
-        authors[(*n)++] = bson_strdup(bson_iter_utf8(&it, NULL));
+        authors[(*n)++] = bson_strndup(dst.data, dst.len);
     }
 
     if (mongoc_cursor_error(cursor, error)) {

@@ -290,6 +290,30 @@ sub mongo_commands {
     return @cmds;
 }
 
+# documents written straight into MongoDB, as another application sharing
+# the database would: extended JSON strings, through Debian's pymongo
+
+sub mongo_insert {
+    my ($self, $coll, @docs) = @_;
+
+    my $py = <<'PY';
+import sys
+from bson import json_util
+from pymongo import MongoClient
+uri, coll = sys.argv[1], sys.argv[2]
+db = MongoClient(uri, serverSelectionTimeoutMS=5000).get_default_database('feed')
+db[coll].insert_many([json_util.loads(d) for d in sys.argv[3:]])
+PY
+
+    my $pid = fork() // die "fork: $!\n";
+    if ($pid == 0) {
+        exec($PYTHON, '-c', $py, $self->mongo_uri, $coll, @docs)
+            or POSIX::_exit(127);
+    }
+    waitpid($pid, 0);
+    die "mongo_insert into $coll failed\n" if $?;
+}
+
 sub mongo_uri {
     my ($self, $name) = @_;
     return real_mongo() if real_mongo();
