@@ -73,6 +73,7 @@ struct ngx_http_feed_fanout_entry_s {
     ngx_uint_t                    next;
 
     ngx_uint_t                    waiting;
+    ngx_uint_t                    pages;
     ngx_uint_t                    deliveries;
     ngx_msec_t                    first_sent;
     ngx_msec_t                    last_reply;
@@ -565,6 +566,7 @@ ngx_http_feed_fanout_start(ngx_http_feed_fanout_t *fo, redisReply *e)
     fe->page.limit = fo->fmcf->fanout_page;
 
     ngx_http_feed_fanout_fetch(fe);
+    ngx_http_feed_fanout_settle(fe);
 
     return NGX_OK;
 }
@@ -634,13 +636,28 @@ ngx_http_feed_fanout_parse(ngx_http_feed_fanout_entry_t *fe,
 }
 
 
+/*
+ * The next page.  A task that cannot be posted (the thread pool's queue is
+ * full) fails the entry, which is let go only once the batches of the page
+ * before are answered: their callbacks hold it.
+ */
+
 static void
 ngx_http_feed_fanout_fetch(ngx_http_feed_fanout_entry_t *fe)
 {
+    fe->pages++;
+
     if (ngx_http_feed_mongo_post(fe->task) != NGX_OK) {
-        ngx_http_feed_fanout_fail(fe, "thread pool queue overflow");
+        ngx_cpystrn((u_char *) fe->fo->error,
+                    (u_char *) "thread pool queue overflow",
+                    sizeof(fe->fo->error));
+        fe->failed = 1;
         return;
     }
+
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, fe->fo->log, 0,
+                   "fanout entry %s: page %ui fetching, %ui batches out",
+                   fe->sid, fe->pages, fe->waiting);
 
     fe->fetching = 1;
 }
@@ -763,7 +780,11 @@ ngx_http_feed_fanout_post_cache(ngx_http_feed_fanout_entry_t *fe)
 }
 
 
-/* a page is in: deliver it, and read the next one meanwhile */
+/*
+ * A page is in: deliver it, and read the next one meanwhile.  Called
+ * whenever a fetch or a batch is answered; the entry is let go (failed or
+ * acknowledged) only here, and only once nothing of it is in flight.
+ */
 
 static void
 ngx_http_feed_fanout_settle(ngx_http_feed_fanout_entry_t *fe)
@@ -772,20 +793,10 @@ ngx_http_feed_fanout_settle(ngx_http_feed_fanout_entry_t *fe)
         return;
     }
 
-    if (fe->failed) {
-        ngx_http_feed_fanout_fail(fe, fe->fo->error);
-        return;
-    }
-
-    if (fe->fetched) {
+    if (!fe->failed && fe->fetched) {
         ngx_http_feed_fanout_deliver(fe);
 
-        if (fe->failed) {
-            ngx_http_feed_fanout_settle(fe);
-            return;
-        }
-
-        if (!fe->last) {
+        if (!fe->failed && !fe->last) {
             fe->page.has_cursor = 1;
             ngx_http_feed_fanout_fetch(fe);
         }
@@ -793,6 +804,11 @@ ngx_http_feed_fanout_settle(ngx_http_feed_fanout_entry_t *fe)
         if (fe->waiting || fe->fetching) {
             return;
         }
+    }
+
+    if (fe->failed) {
+        ngx_http_feed_fanout_fail(fe, fe->fo->error);
+        return;
     }
 
     if (fe->last) {
@@ -867,7 +883,7 @@ ngx_http_feed_fanout_send(ngx_http_feed_fanout_entry_t *fe)
 
     fmcf = fe->fo->fmcf;
 
-    while (fe->next < fe->nusers
+    while (!fe->failed && fe->next < fe->nusers
            && fe->waiting < NGX_HTTP_FEED_FANOUT_WINDOW)
     {
         n = ngx_min(fmcf->fanout_deliver_batch, fe->nusers - fe->next);
@@ -987,7 +1003,9 @@ static void
 ngx_http_feed_fanout_fail(ngx_http_feed_fanout_entry_t *fe, const char *why)
 {
     ngx_log_error(NGX_LOG_WARN, fe->fo->log, 0,
-                  "fanout of entry %s failed, will retry: %s", fe->sid, why);
+                  "fanout of entry %s failed at page %ui after %ui "
+                  "deliveries, will retry: %s", fe->sid, fe->pages,
+                  fe->deliveries, why);
 
     ngx_http_feed_stat(fanout_failures, 1);
 
