@@ -41,6 +41,7 @@ struct ngx_http_feed_tl_ctx_s {
     ngx_queue_t                   waiters;
     ngx_http_feed_tl_ctx_t       *leader;
     ngx_event_t                   poll;
+    ngx_int_t                     wake_rc;
 
     /* the fallback subrequest */
     ngx_http_feed_tl_next_pt      next;
@@ -549,16 +550,36 @@ ngx_http_feed_tl_locked(void *data, redisReply *reply)
 }
 
 
+/*
+ * The poll timer of a request waiting for a rebuild elsewhere, or the
+ * event posted by the leader it waited for: either way it goes on in its
+ * own event, so that what it posts (a fallback subrequest when Redis went
+ * away) is run on its own connection.
+ */
+
 static void
 ngx_http_feed_tl_poll(ngx_event_t *ev)
 {
+    ngx_int_t                rc;
     ngx_connection_t        *c;
     ngx_http_feed_tl_ctx_t  *ctx;
 
     c = ev->data;
     ctx = ngx_queue_data(ev, ngx_http_feed_tl_ctx_t, poll);
 
-    ngx_http_feed_tl_read(ctx);
+    rc = ctx->wake_rc;
+    ctx->wake_rc = NGX_OK;
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, c->log, 0,
+                   "feed timeline of \"%s\" woken: %i",
+                   ctx->page.user.data, rc);
+
+    if (rc != NGX_OK) {
+        ngx_http_feed_tl_fail(ctx, rc);
+
+    } else {
+        ngx_http_feed_tl_read(ctx);
+    }
 
     ngx_http_run_posted_requests(c);
 }
@@ -650,13 +671,9 @@ ngx_http_feed_tl_lead_done(ngx_http_feed_tl_ctx_t *ctx, ngx_int_t rc)
 
         w = ngx_queue_data(q, ngx_http_feed_tl_ctx_t, queue);
         w->leader = NULL;
+        w->wake_rc = rc;
 
-        if (rc == NGX_OK) {
-            ngx_http_feed_tl_read(w);
-
-        } else {
-            ngx_http_feed_tl_fail(w, rc);
-        }
+        ngx_post_event(&w->poll, &ngx_posted_events);
     }
 }
 
@@ -1165,6 +1182,10 @@ ngx_http_feed_tl_cleanup(void *data)
 
     if (ctx->poll.timer_set) {
         ngx_del_timer(&ctx->poll);
+    }
+
+    if (ctx->poll.posted) {
+        ngx_delete_posted_event(&ctx->poll);
     }
 
     if (ctx->leader) {
