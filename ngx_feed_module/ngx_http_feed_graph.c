@@ -365,6 +365,8 @@ ngx_http_feed_list_post(ngx_http_feed_graph_ctx_t *ctx)
         return NGX_ERROR;
     }
 
+    t->result = &ctx->list.json;
+
     return ngx_http_feed_mongo_post_r(ctx->request, t);
 }
 

@@ -442,6 +442,16 @@ ngx_http_feed_mongo_event(ngx_event_t *ev)
 
     } else {
         /* the request was terminated meanwhile: let nginx finish it */
+
+        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, c->log, 0,
+                       "mongodb task of a terminated request done: %i",
+                       t->rc);
+
+        if (t->result) {
+            bson_free(*t->result);
+            *t->result = NULL;
+        }
+
         r->write_event_handler(r);
     }
 

@@ -48,6 +48,12 @@ struct ngx_http_feed_mongo_task_s {
     /* results, written by run() */
     ngx_int_t                     rc;
     bson_error_t                  error;
+
+    /*
+     * run()'s bson_malloc()ed answer, for done() to free; freed here when
+     * done() is not called: the request was terminated meanwhile
+     */
+    char                        **result;
 };
 
 

@@ -731,6 +731,9 @@ ngx_http_feed_post_run(ngx_http_feed_post_ctx_t *ctx,
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
+    /* reads answer JSON; an insert leaves it NULL */
+    t->result = &ctx->op.json;
+
     if (ngx_http_feed_mongo_post_r(r, t) != NGX_OK) {
         return ngx_http_feed_unavailable(r, "too many requests waiting for "
                                             "the database");

@@ -102,6 +102,8 @@ ngx_http_feed_timeline_source(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
+    t->result = &op->json;
+
     if (ngx_http_feed_mongo_post_r(r, t) != NGX_OK) {
         return ngx_http_feed_unavailable(r, "too many requests waiting for "
                                             "the database");
