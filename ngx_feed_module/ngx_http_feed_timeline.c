@@ -45,6 +45,7 @@ struct ngx_http_feed_tl_ctx_s {
 
     /* the fallback subrequest */
     ngx_http_feed_tl_next_pt      next;
+    ngx_uint_t                    fb_limit;
     ngx_uint_t                    fb_done;
     ngx_uint_t                    fb_status;
     bson_t                        fb_doc;
@@ -818,6 +819,7 @@ ngx_http_feed_tl_fallback(ngx_http_feed_tl_ctx_t *ctx,
     ps->data = ctx;
 
     ctx->next = next;
+    ctx->fb_limit = page->limit;
     ctx->fb_done = 0;
     ctx->items_ready = 0;
 
@@ -932,7 +934,9 @@ ngx_http_feed_tl_fallback_items(ngx_http_feed_tl_ctx_t *ctx)
 
 /*
  * Appends up to max fallback items within the client's bounds to the page
- * (a rebuild's items are not bounded yet); more: there were others.
+ * (a rebuild's items are not bounded yet); more: there were others.  The
+ * fallback may be any application: an item whose id is not a post id is
+ * skipped, since ids go into "next" and the Link header as they are.
  */
 
 static ngx_int_t
@@ -942,15 +946,18 @@ ngx_http_feed_tl_add_items(ngx_http_feed_tl_ctx_t *ctx, ngx_uint_t max,
     char            *json;
     size_t           len;
     bson_t           post;
-    uint32_t         doclen;
-    ngx_str_t       *items, *item;
-    ngx_uint_t       n;
+    uint32_t         doclen, idlen;
+    ngx_str_t       *items, *item, value;
+    ngx_uint_t       n, skipped, answered;
+    bson_oid_t       oid;
     const char      *id;
     bson_iter_t      it, iid;
     const uint8_t   *raw;
 
     *more = 0;
-    n = bson_count_keys(&ctx->fb_items);
+    skipped = 0;
+    answered = bson_count_keys(&ctx->fb_items);
+    n = answered;
 
     items = ngx_palloc(ctx->request->pool,
                        (ctx->cached.nitems + ngx_min(n, max) + 1)
@@ -986,7 +993,15 @@ ngx_http_feed_tl_add_items(ngx_http_feed_tl_ctx_t *ctx, ngx_uint_t max,
             continue;
         }
 
-        id = bson_iter_utf8(&iid, NULL);
+        id = bson_iter_utf8(&iid, &idlen);
+
+        value.data = (u_char *) id;
+        value.len = idlen;
+
+        if (ngx_http_feed_post_id(&value, &oid) != NGX_OK) {
+            skipped++;
+            continue;
+        }
 
         if (ctx->page.has_max && ngx_strcmp(id, ctx->page.max_id) >= 0) {
             continue;
@@ -1022,6 +1037,18 @@ ngx_http_feed_tl_add_items(ngx_http_feed_tl_ctx_t *ctx, ngx_uint_t max,
 
         ctx->cached.nitems++;
         n++;
+    }
+
+    if (skipped) {
+        ngx_log_error(NGX_LOG_WARN, ctx->request->connection->log, 0,
+                      "timeline fallback answered %ui items without a "
+                      "valid post id, skipped", skipped);
+
+        /* a full answer may go on past what was skipped: a short page */
+
+        if (n && answered >= ctx->fb_limit) {
+            *more = 1;
+        }
     }
 
     return NGX_OK;

@@ -640,6 +640,17 @@ EOF
     $mk->("app4$SFX", 30, 'app4', 'appf1');
     $mk->("app5$SFX", 8, 'app5');
     $mk->("app6$SFX", 8, 'app6');
+    $mk->("app7$SFX", 6, 'app7');
+
+    # among app7's posts, ids that are not post ids: an application's bug,
+    # or worse (they went into "next" and the Link header as they were)
+    my $i = 0;
+    for my $bad ("0123456789abcdef01234567\r\nX-Injected: yes",
+        'abc"def', 'ABCDEF0123456789ABCDEF01')
+    {
+        splice(@{$tl{"app7$SFX"}}, 1 + 2 * $i++, 0, { id => $bad,
+            author => 'app7', body => 'not a post id', ts => $base * 1000 });
+    }
 
     open $fh, '>', $data or die "$data: $!\n";
     print $fh $JSON->encode(\%tl);
@@ -649,7 +660,8 @@ EOF
             $TAG{$p->{id}} = tag(FeedTest::json_decode($JSON->encode($p)));
         }
     }
-    my %want = map { $_ => [ map { $_->{id} } @{$tl{$_}} ] } keys %tl;
+    my %want = map { $_ => [ grep { /^[0-9a-f]{24}$/ }
+        map { $_->{id} } @{$tl{$_}} ] } keys %tl;
 
     my $set_status = sub {
         open my $c, '>', "$ctl.new" or die;
@@ -780,6 +792,16 @@ EOF
             1, "$mode, proxy, redis down: from the application",
             cache => 'BYPASS');
         walk_is(walk($u, 40), $w, "$mode, proxy, redis down: by 40");
+        my $x7 = page_is("app7$SFX", { limit => 2 },
+            [ @{$want{"app7$SFX"}}[0 .. 1] ], 1,
+            "$mode, proxy, redis down: ids that are not post ids skipped",
+            cache => 'BYPASS');
+        ok(!grep({ /injected/i } keys %{$x7->{headers}}),
+            "$mode, proxy, redis down: no header injected by an id");
+        walk_is(walk("app7$SFX", 2), $want{"app7$SFX"},
+            "$mode, proxy, redis down: by 2 past ids that are not post ids");
+        like($t->error_log, qr/items without a valid post id, skipped/,
+            "$mode, proxy, redis down: the skipped ids logged");
         ok(scalar($asked->("app6$SFX")) > $n6, "$mode, proxy, redis down: "
             . 'the application was asked');
         $t->start_redis;
