@@ -21,7 +21,10 @@
 #include "ngx_http_feed_json.h"
 
 
-#define NGX_HTTP_FEED_POLL  20
+#define NGX_HTTP_FEED_POLL     20
+
+/* rebuilds with fewer posts after an answer too large for the buffer */
+#define NGX_HTTP_FEED_SHRINKS  5
 
 
 typedef struct ngx_http_feed_tl_ctx_s  ngx_http_feed_tl_ctx_t;
@@ -46,6 +49,8 @@ struct ngx_http_feed_tl_ctx_s {
     /* the fallback subrequest */
     ngx_http_feed_tl_next_pt      next;
     ngx_uint_t                    fb_limit;
+    ngx_uint_t                    fb_fit;
+    ngx_uint_t                    shrinks;
     ngx_uint_t                    fb_done;
     ngx_uint_t                    fb_status;
     bson_t                        fb_doc;
@@ -72,6 +77,7 @@ struct ngx_http_feed_tl_ctx_s {
     unsigned                      polling:1;
     unsigned                      has_doc:1;
     unsigned                      no_local:1;
+    unsigned                      fb_broke:1;
 };
 
 
@@ -90,6 +96,7 @@ static void ngx_http_feed_tl_miss(ngx_http_feed_tl_ctx_t *ctx);
 static void ngx_http_feed_tl_locked(void *data, redisReply *reply);
 static void ngx_http_feed_tl_poll(ngx_event_t *ev);
 static void ngx_http_feed_tl_rebuilt(ngx_http_feed_tl_ctx_t *ctx);
+static ngx_int_t ngx_http_feed_tl_shrink(ngx_http_feed_tl_ctx_t *ctx);
 static void ngx_http_feed_tl_warmed(void *data, redisReply *reply);
 static void ngx_http_feed_tl_lead_done(ngx_http_feed_tl_ctx_t *ctx,
     ngx_int_t rc);
@@ -102,6 +109,8 @@ static ngx_int_t ngx_http_feed_tl_fallback(ngx_http_feed_tl_ctx_t *ctx,
     ngx_http_feed_page_t *page, ngx_http_feed_tl_next_pt next);
 static ngx_int_t ngx_http_feed_tl_fallback_done(ngx_http_request_t *sr,
     void *data, ngx_int_t rc);
+static ngx_int_t ngx_http_feed_tl_fallback_broke(ngx_http_feed_tl_ctx_t *ctx,
+    ngx_http_request_t *sr);
 static void ngx_http_feed_tl_wake(ngx_http_request_t *r);
 static ngx_int_t ngx_http_feed_tl_fallback_items(ngx_http_feed_tl_ctx_t *ctx);
 static ngx_int_t ngx_http_feed_tl_add_items(ngx_http_feed_tl_ctx_t *ctx,
@@ -589,14 +598,29 @@ ngx_http_feed_tl_poll(ngx_event_t *ev)
 static void
 ngx_http_feed_tl_rebuilt(ngx_http_feed_tl_ctx_t *ctx)
 {
+    ngx_int_t   rc;
     ngx_str_t   version;
     ngx_uint_t  complete;
+
+    if (ctx->fb_broke) {
+        rc = ngx_http_feed_tl_shrink(ctx);
+
+        if (rc == NGX_OK) {
+            return;
+        }
+
+        if (rc == NGX_ERROR) {
+            ngx_http_feed_tl_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
+            return;
+        }
+    }
 
     if (ngx_http_feed_tl_fallback_items(ctx) != NGX_OK) {
         return;
     }
 
-    complete = bson_count_keys(&ctx->fb_items) < ctx->fmcf->cache_size;
+    /* fewer posts than asked for: the timeline's whole history */
+    complete = bson_count_keys(&ctx->fb_items) < ctx->fb_limit;
 
     version.data = ctx->version;
     version.len = ctx->version_len;
@@ -641,6 +665,40 @@ ngx_http_feed_tl_warmed(void *data, redisReply *reply)
     }
 
     ngx_http_run_posted_requests(c);
+}
+
+
+/*
+ * The rebuild's answer was too large for the fallback location's buffer:
+ * the cache is made of fewer posts (the rest is read past its end, page by
+ * page), as many as the answer's length says would fit, or half as many.
+ * NGX_DECLINED: no more tries, the rebuild fails.
+ */
+
+static ngx_int_t
+ngx_http_feed_tl_shrink(ngx_http_feed_tl_ctx_t *ctx)
+{
+    ngx_uint_t            limit;
+    ngx_http_feed_page_t  page;
+
+    if (ctx->fb_limit <= 1 || ctx->shrinks++ == NGX_HTTP_FEED_SHRINKS) {
+        return NGX_DECLINED;
+    }
+
+    limit = ctx->fb_fit ? ngx_min(ctx->fb_fit, ctx->fb_limit - 1)
+                        : ctx->fb_limit / 2;
+
+    ngx_log_error(NGX_LOG_WARN, ctx->request->connection->log, 0,
+                  "timeline of \"%s\" rebuilt with %ui posts instead of "
+                  "%ui: raise subrequest_output_buffer_size of the "
+                  "fallback location", ctx->page.user.data, limit,
+                  ctx->fb_limit);
+
+    ngx_memzero(&page, sizeof(ngx_http_feed_page_t));
+    page.user = ctx->page.user;
+    page.limit = limit;
+
+    return ngx_http_feed_tl_fallback(ctx, &page, ngx_http_feed_tl_rebuilt);
 }
 
 
@@ -820,6 +878,8 @@ ngx_http_feed_tl_fallback(ngx_http_feed_tl_ctx_t *ctx,
 
     ctx->next = next;
     ctx->fb_limit = page->limit;
+    ctx->fb_fit = 0;
+    ctx->fb_broke = 0;
     ctx->fb_done = 0;
     ctx->items_ready = 0;
 
@@ -845,6 +905,10 @@ ngx_http_feed_tl_fallback_done(ngx_http_request_t *sr, void *data,
 
     ngx_buf_t  *b;
 
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, sr->connection->log, 0,
+                   "feed timeline fallback done: %i, status %ui, again %ui",
+                   rc, sr->headers_out.status, ctx->fb_done);
+
     /* may be called more than once: the first time counts */
 
     if (ctx->fb_done) {
@@ -852,6 +916,14 @@ ngx_http_feed_tl_fallback_done(ngx_http_request_t *sr, void *data,
     }
 
     ctx->fb_done = 1;
+
+    if (rc == NGX_ERROR) {
+        rc = ngx_http_feed_tl_fallback_broke(ctx, sr);
+
+        if (rc != NGX_ERROR) {
+            return rc;
+        }
+    }
     ctx->fb_status = (rc == NGX_OK || rc == NGX_DONE)
                      ? sr->headers_out.status : NGX_HTTP_BAD_GATEWAY;
 
@@ -878,6 +950,62 @@ ngx_http_feed_tl_fallback_done(ngx_http_request_t *sr, void *data,
     ctx->has_doc = 1;
 
     return rc;
+}
+
+
+/*
+ * The fallback's answer broke off: nginx would terminate the client's
+ * request with it, which would get no answer at all.  The subrequest ends
+ * as done instead, and the request goes on knowing it, when the client's
+ * connection is not at fault: an error of the fallback's own (its
+ * upstream failed), or an answer larger than the fallback location's
+ * subrequest_output_buffer_size, for which nginx marks the connection that
+ * both requests share as failed although nothing was written to it.
+ */
+
+static ngx_int_t
+ngx_http_feed_tl_fallback_broke(ngx_http_feed_tl_ctx_t *ctx,
+    ngx_http_request_t *sr)
+{
+    off_t                      len;
+    ngx_connection_t          *c;
+    ngx_http_core_loc_conf_t  *clcf;
+
+    c = sr->connection;
+    clcf = ngx_http_get_module_loc_conf(sr, ngx_http_core_module);
+    len = sr->headers_out.content_length_n;
+
+    if (c->error) {
+        if (!sr->subrequest_in_memory
+            || (len <= (off_t) clcf->subrequest_output_buffer_size
+                && sr->out == NULL))
+        {
+            return NGX_ERROR;
+        }
+
+        c->error = 0;
+    }
+
+    ctx->fb_status = NGX_HTTP_BAD_GATEWAY;
+    ctx->fb_broke = 1;
+
+    if (len > 0 && (size_t) len > clcf->subrequest_output_buffer_size) {
+        /* as many posts as fit, with room for some larger than others */
+        ctx->fb_fit = (ngx_uint_t) (ctx->fb_limit
+                                    * clcf->subrequest_output_buffer_size
+                                    / len * 3 / 4);
+
+        if (ctx->fb_fit == 0) {
+            ctx->fb_fit = 1;
+        }
+    }
+
+    ngx_log_error(NGX_LOG_ERR, sr->connection->log, 0,
+                  "timeline fallback answer for %ui posts failed, %O bytes "
+                  "for a subrequest_output_buffer_size of %uz",
+                  ctx->fb_limit, len, clcf->subrequest_output_buffer_size);
+
+    return NGX_OK;
 }
 
 
