@@ -60,7 +60,7 @@ static ngx_conf_post_handler_pt  ngx_http_feed_positive_sec_p =
     ngx_http_feed_positive_sec;
 
 static ngx_conf_num_bounds_t  ngx_http_feed_cache_size_bounds = {
-    ngx_conf_check_num_bounds, 1, 100000
+    ngx_conf_check_num_bounds, 1, NGX_HTTP_FEED_CACHE_SIZE_MAX
 };
 
 static ngx_conf_enum_t  ngx_http_feed_cache_modes[] = {

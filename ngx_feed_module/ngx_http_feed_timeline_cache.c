@@ -67,6 +67,25 @@
 
 
 /*
+ * Which of the ids are being deleted (KEYS[5]), as ZMSCORE answers them
+ * (false: not), asked 1000 at a time: Redis's Lua unpacks at most 8000
+ * values into one call ("too many results to unpack"), and a warm checks
+ * up to feed_cache_size ids.
+ */
+
+#define NGX_HTTP_FEED_LUA_DELETED                                             \
+    "local function deleted(ids) "                                            \
+    "  local d = {} "                                                         \
+    "  for i = 1, #ids, 1000 do "                                             \
+    "    local part = redis.call('zmscore', KEYS[5], "                        \
+    "                            unpack(ids, i, math.min(i + 999, #ids))) "   \
+    "    for j = 1, #part do d[i + j - 1] = part[j] end "                     \
+    "  end "                                                                  \
+    "  return d "                                                             \
+    "end "
+
+
+/*
  * Puts an entry in its place, newest first: once (an entry already there
  * is left alone, so a redelivered post leaves one copy), within the cap,
  * and nowhere if it is older than the end of a trimmed list.
@@ -117,10 +136,12 @@
  * A few calls per page, whatever its size: a chunk of the list, a check of
  * its candidates against the deleted posts when there are any, one MGET of
  * their posts in link mode; further chunks only past deleted posts or
- * max_id.
+ * max_id, twice as large each time up to 1000 entries, so that no call
+ * gets more ids than Lua can unpack, however deep max_id is.
  */
 
 static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_read_lua = {
+    NGX_HTTP_FEED_LUA_DELETED
     "local tl = KEYS[1] "
     "local limit, max, since = tonumber(ARGV[1]), ARGV[2], ARGV[3] "
     "local ver = redis.call('get', KEYS[4]) or '0' "
@@ -134,7 +155,7 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_read_lua = {
     "    local s = redis.call('hget', KEYS[3], 'i' .. ARGV[1]) or '' "
     "    for i = 1, #s, 24 do ids[#ids + 1] = string.sub(s, i, i + 23) end "
     "    if #ids > 0 then "
-    "      local d = redis.call('zmscore', KEYS[5], unpack(ids)) "
+    "      local d = deleted(ids) "
     "      for i = 1, #d do if d[i] then fresh = false end end "
     "    end "
     "  end "
@@ -170,9 +191,7 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_read_lua = {
     "  end "
     "  if #ids > 0 then "
     "    local dead = {} "
-    "    if deleting then "
-    "      dead = redis.call('zmscore', KEYS[5], unpack(ids)) "
-    "    end "
+    "    if deleting then dead = deleted(ids) end "
     "    local live, keys = {}, {} "
     "    for i = 1, #ids do "
     "      if not dead[i] then "
@@ -209,7 +228,7 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_read_lua = {
     "  if stop then out[3] = 0 break end "
     "  if #part < chunk then break end "
     "  pos = pos + #part "
-    "  if #ids == 0 then chunk = chunk * 2 end "
+    "  if #ids == 0 then chunk = math.min(chunk * 2, 1000) end "
     "  part = redis.call('lrange', tl, pos, pos + chunk - 1) "
     "  if #part == 0 then break end "
     "end "
@@ -291,6 +310,7 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_unlock_lua = {
  */
 
 static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_warm_lua = {
+    NGX_HTTP_FEED_LUA_DELETED
     NGX_HTTP_FEED_LUA_INSERT
     NGX_HTTP_FEED_LUA_CHANGED
     "local tl, cap = KEYS[1], tonumber(ARGV[2]) "
@@ -307,7 +327,7 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_warm_lua = {
     "  local ids, entries, dead = {}, {}, {} "
     "  for i = 9, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end "
     "  if #ids > 0 and redis.call('zcard', KEYS[5]) > 0 then "
-    "    dead = redis.call('zmscore', KEYS[5], unpack(ids)) "
+    "    dead = deleted(ids) "
     "  end "
     "  for j = 1, #ids do "
     "    local i = 7 + 2 * j "
