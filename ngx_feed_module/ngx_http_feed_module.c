@@ -51,6 +51,14 @@ static void ngx_http_feed_exit_process(ngx_cycle_t *cycle);
 
 ngx_http_feed_stats_t   ngx_http_feed_stats;
 ngx_http_feed_stats_t  *ngx_http_feed_node_stats;
+ngx_http_feed_ids_t    *ngx_http_feed_node_ids;
+
+
+/* what the node's shared zone holds */
+typedef struct {
+    ngx_http_feed_stats_t         stats;
+    ngx_http_feed_ids_t           ids;
+} ngx_http_feed_node_t;
 
 
 static ngx_conf_post_handler_pt  ngx_http_feed_positive_msec_p =
@@ -850,8 +858,9 @@ ngx_http_feed_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
 
 /*
- * The node's counters: a small shared zone that every worker adds to.  A
- * reload keeps it, and its counts, when it is the same size.
+ * The node's counters and post id sequence: a small shared zone that every
+ * worker adds to.  A reload keeps it, its counts and its sequence, when it
+ * is the same size.
  */
 
 static ngx_int_t
@@ -874,8 +883,8 @@ ngx_http_feed_stats_zone(ngx_conf_t *cf, ngx_http_feed_main_conf_t *fmcf)
 static ngx_int_t
 ngx_http_feed_stats_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 {
-    ngx_slab_pool_t        *shpool;
-    ngx_http_feed_stats_t  *st;
+    ngx_slab_pool_t       *shpool;
+    ngx_http_feed_node_t  *node;
 
     if (data) {
         shm_zone->data = data;
@@ -889,13 +898,15 @@ ngx_http_feed_stats_init_zone(ngx_shm_zone_t *shm_zone, void *data)
         return NGX_OK;
     }
 
-    st = ngx_slab_calloc(shpool, sizeof(ngx_http_feed_stats_t));
-    if (st == NULL) {
+    node = ngx_slab_calloc(shpool, sizeof(ngx_http_feed_node_t));
+    if (node == NULL) {
         return NGX_ERROR;
     }
 
-    shpool->data = st;
-    shm_zone->data = st;
+    ngx_http_feed_random(node->ids.node, sizeof(node->ids.node));
+
+    shpool->data = node;
+    shm_zone->data = node;
 
     return NGX_OK;
 }
@@ -904,6 +915,7 @@ ngx_http_feed_stats_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 static ngx_int_t
 ngx_http_feed_init_process(ngx_cycle_t *cycle)
 {
+    ngx_http_feed_node_t       *node;
     ngx_http_feed_main_conf_t  *fmcf;
 
     /* not in the cache manager and loader: they serve no requests */
@@ -920,7 +932,9 @@ ngx_http_feed_init_process(ngx_cycle_t *cycle)
     }
 
     ngx_memzero(&ngx_http_feed_stats, sizeof(ngx_http_feed_stats_t));
-    ngx_http_feed_node_stats = fmcf->stats_zone->data;
+    node = fmcf->stats_zone->data;
+    ngx_http_feed_node_stats = &node->stats;
+    ngx_http_feed_node_ids = &node->ids;
 
     if (fmcf->mongo_enabled) {
         fmcf->mongo_client = ngx_http_feed_mongo_create(cycle, &fmcf->mongo);

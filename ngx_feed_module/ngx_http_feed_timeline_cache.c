@@ -30,10 +30,6 @@
 #include "ngx_http_feed_timeline.h"
 #include "ngx_http_feed_post.h"
 
-#if (NGX_LINUX)
-#include <sys/random.h>
-#endif
-
 
 #define NGX_HTTP_FEED_TL_PREFIX    "feed:tl:{"
 #define NGX_HTTP_FEED_LOCK_PREFIX  "feed:lock:{"
@@ -1262,8 +1258,7 @@ ngx_http_feed_timeline_deleted(ngx_http_feed_main_conf_t *fmcf,
 
 /*
  * A version no other change of any list ever had, on any node: 64 random
- * bits drawn once per worker, and a count.  Process ids and clocks alone
- * repeat across containers.
+ * bits drawn once per worker, and a count.
  */
 
 static u_char *
@@ -1271,14 +1266,8 @@ ngx_http_feed_timeline_nonce(u_char *buf)
 {
     static uint64_t  seed, n;
 
-    if (seed == 0) {
-#if (NGX_LINUX)
-        if (getrandom(&seed, sizeof(seed), GRND_NONBLOCK) != sizeof(seed))
-#endif
-        {
-            seed = ((uint64_t) ngx_random() << 32) ^ (uint64_t) ngx_random()
-                   ^ ((uint64_t) ngx_pid << 48) ^ ngx_current_msec;
-        }
+    while (seed == 0) {
+        ngx_http_feed_random((u_char *) &seed, sizeof(seed));
     }
 
     return ngx_sprintf(buf, "%xL-%uL", seed, ++n);
