@@ -247,6 +247,13 @@ static ngx_command_t  ngx_http_feed_commands[] = {
       offsetof(ngx_http_feed_main_conf_t, cache_ttl),
       &ngx_http_feed_positive_sec_p },
 
+    { ngx_string("feed_cache_empty_ttl"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_sec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_feed_main_conf_t, cache_empty_ttl),
+      &ngx_http_feed_positive_sec_p },
+
     { ngx_string("feed_cache_mode"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_conf_set_enum_slot,
@@ -728,6 +735,7 @@ ngx_http_feed_create_main_conf(ngx_conf_t *cf)
     fmcf->post_data_max_size = NGX_CONF_UNSET_SIZE;
     fmcf->cache_size = NGX_CONF_UNSET_UINT;
     fmcf->cache_ttl = NGX_CONF_UNSET;
+    fmcf->cache_empty_ttl = NGX_CONF_UNSET;
     fmcf->cache_embed = NGX_CONF_UNSET_UINT;
     fmcf->cache_lock_timeout = NGX_CONF_UNSET_MSEC;
     fmcf->cache_local = NGX_CONF_UNSET_SIZE;
@@ -758,6 +766,12 @@ ngx_http_feed_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_size_value(fmcf->post_data_max_size, 16384);
     ngx_conf_init_uint_value(fmcf->cache_size, 800);
     ngx_conf_init_value(fmcf->cache_ttl, 7 * 24 * 3600);
+    ngx_conf_init_value(fmcf->cache_empty_ttl, 30);
+
+    if (fmcf->cache_empty_ttl > fmcf->cache_ttl) {
+        fmcf->cache_empty_ttl = fmcf->cache_ttl;
+    }
+
     ngx_conf_init_uint_value(fmcf->cache_embed, 0);
     ngx_conf_init_msec_value(fmcf->cache_lock_timeout,
                              2 * fmcf->mongo.timeout + 1000);

@@ -109,6 +109,7 @@ typedef struct {
     /* the timeline cache */
     ngx_uint_t                    cache_size;
     time_t                        cache_ttl;
+    time_t                        cache_empty_ttl;
     ngx_uint_t                    cache_embed;
     ngx_msec_t                    cache_lock_timeout;
     size_t                        cache_local;

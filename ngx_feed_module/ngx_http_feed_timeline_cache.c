@@ -168,7 +168,9 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_read_lua = {
     "  local l = redis.call('get', KEYS[2]) "
     "  return {0, l and (l == 'failed' and 2 or 1) or 0} "
     "end "
-    "redis.call('expire', tl, ARGV[4]) "
+    "if part[1] ~= '" NGX_HTTP_FEED_TIMELINE_END "' then "
+    "  redis.call('expire', tl, ARGV[4]) "
+    "end "
     "local out, got, n, pos = {1, 0, 1, '', "
     "                          ver .. ':' .. string.sub(part[1], 1, 24), "
     "                          ''}, {}, 0, 0 "
@@ -239,7 +241,9 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_read_lua = {
  * Keeps a first page as answered, with its version and its posts' ids,
  * only if the list did not change since it was read: same nonce, same
  * head (a delivery of a newer post, the common change, only moves the
- * head).  The version is "nonce:head:token", the token new at each
+ * head), and not for an empty timeline (it lives feed_cache_empty_ttl, a
+ * kept page would outlive it).  The version is "nonce:head:token", the
+ * token new at each
  * store: two pages made from one list can still differ (a post deleted
  * in between), and workers tell their copies apart by it.
  */
@@ -248,7 +252,9 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_page_lua = {
     "local head = redis.call('lindex', KEYS[3], 0) or '' "
     "local cur = (redis.call('get', KEYS[2]) or '0') .. ':' "
     "            .. string.sub(head, 1, 24) .. ':' "
-    "if string.sub(ARGV[4], 1, #cur) == cur then "
+    "if string.sub(ARGV[4], 1, #cur) == cur "
+    "   and string.sub(head, 1, 24) ~= '" NGX_HTTP_FEED_TIMELINE_END "' "
+    "then "
     "  redis.call('hset', KEYS[1], ARGV[1], ARGV[2], "
     "             'v' .. ARGV[1], ARGV[4], 'i' .. ARGV[1], ARGV[5]) "
     "  redis.call('expire', KEYS[1], ARGV[3]) "
@@ -951,8 +957,16 @@ ngx_http_feed_timeline_cache_warm(ngx_http_request_t *r,
     ttl = keys + 4 * NGX_HTTP_FEED_KEY_LEN;
     cap = ttl + NGX_INT_T_LEN;
 
+    /*
+     * An empty timeline (no follows, no posts) is kept only briefly: any
+     * id can be read, and each would otherwise leave its keys for days.
+     */
+
     argv[8] = (const char *) ttl;
-    argvlen[8] = ngx_sprintf(ttl, "%T", fmcf->cache_ttl) - ttl;
+    argvlen[8] = ngx_sprintf(ttl, "%T", (n == 0 && complete)
+                                        ? fmcf->cache_empty_ttl
+                                        : fmcf->cache_ttl)
+                 - ttl;
     argv[9] = (const char *) cap;
     argvlen[9] = ngx_sprintf(cap, "%ui", fmcf->cache_size) - cap;
     argv[10] = fmcf->cache_embed ? "e" : "l";
