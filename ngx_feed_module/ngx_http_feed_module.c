@@ -93,6 +93,10 @@ static ngx_conf_num_bounds_t  ngx_http_feed_post_max_chars_bounds = {
     ngx_conf_check_num_bounds, 1, 100000
 };
 
+static ngx_conf_num_bounds_t  ngx_http_feed_follow_max_bounds = {
+    ngx_conf_check_num_bounds, 1, 1000000
+};
+
 static ngx_conf_num_bounds_t  ngx_http_feed_post_data_max_bounds = {
     ngx_conf_check_num_bounds, 0, 1024 * 1024
 };
@@ -190,6 +194,13 @@ static ngx_command_t  ngx_http_feed_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
       &ngx_http_feed_user_post_handler },
+
+    { ngx_string("feed_follow_max"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_feed_main_conf_t, follow_max),
+      &ngx_http_feed_follow_max_bounds },
 
     { ngx_string("feed_post_max_chars"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
@@ -732,6 +743,7 @@ ngx_http_feed_create_main_conf(ngx_conf_t *cf)
     fmcf->redis.timeout = NGX_CONF_UNSET_MSEC;
     fmcf->mongo.timeout = NGX_CONF_UNSET_MSEC;
     fmcf->post_max_chars = NGX_CONF_UNSET_UINT;
+    fmcf->follow_max = NGX_CONF_UNSET_UINT;
     fmcf->post_data_max_size = NGX_CONF_UNSET_SIZE;
     fmcf->cache_size = NGX_CONF_UNSET_UINT;
     fmcf->cache_ttl = NGX_CONF_UNSET;
@@ -763,6 +775,7 @@ ngx_http_feed_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_msec_value(fmcf->redis.timeout, 1000);
     ngx_conf_init_msec_value(fmcf->mongo.timeout, 3000);
     ngx_conf_init_uint_value(fmcf->post_max_chars, 5000);
+    ngx_conf_init_uint_value(fmcf->follow_max, 5000);
     ngx_conf_init_size_value(fmcf->post_data_max_size, 16384);
     ngx_conf_init_uint_value(fmcf->cache_size, 800);
     ngx_conf_init_value(fmcf->cache_ttl, 7 * 24 * 3600);

@@ -91,6 +91,7 @@ typedef struct {
     ngx_http_feed_mongo_conf_t    mongo;
 
     ngx_uint_t                    post_max_chars;
+    ngx_uint_t                    follow_max;
     size_t                        post_data_max_size;
 
     /* the fanout queue */
