@@ -1,9 +1,10 @@
 #!/usr/bin/perl
 
-# conf/nginx.conf as shipped, on real Redis and MongoDB: the API works, and
+# conf/nginx.conf as shipped, on real Redis and MongoDB: the API works;
 # every request nginx itself rejects (a malformed request line, bad
 # headers, a URI or headers too large) is answered with its 4xx and the
-# JSON error body, never nginx's HTML page or a 500.
+# JSON error body, never nginx's HTML page or a 500; its rate limits answer
+# 429 with the JSON error and Retry-After past their bursts.
 
 use strict;
 use warnings;
@@ -12,7 +13,8 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
 use FeedTest;
-use FeedTest::Util qw(short is_error follow_each none_failed post);
+use FeedTest::Util qw(short is_error follow_each none_failed post parallel);
+use Time::HiRes qw(time sleep);
 
 my $t = FeedTest->new;
 
@@ -81,5 +83,38 @@ for my $case (@bad) {
 
 unlike($t->error_log, qr/empty URI in redirect/,
     'no redirect of a request without URI to a named location');
+
+# ---------------------------------------------------------- rate limits --
+
+# 50 requests a second per address, bursts of 100; writes 10 and 20
+
+sub statuses_of {
+    my %n;
+    $n{$_->{status}}++ for @_;
+    return join ', ', map { "$n{$_} x $_" } sort keys %n;
+}
+
+sleep 2.1;
+my $t0 = time;
+my @res = parallel($t, 50, map { [ 'GET', '/users/sa/timeline' ] } 1 .. 200);
+my $took = time - $t0;
+my @limited = grep { $_->{status} == 429 } @res;
+my @other = grep { $_->{status} != 429 && $_->{status} != 200 } @res;
+ok(!@other, '200 reads at once: 200 or 429') or diag(statuses_of(@res));
+ok(@res - @limited <= 100 + 50 * $took + 2,
+    'no more than the burst and the rate answered: ' . statuses_of(@res)
+    . sprintf(' in %.2f s', $took));
+ok(@limited, 'past them, 429');
+is_error($limited[0] || {}, 429, 'too_many_requests', 'a limited read');
+is($limited[0] && $limited[0]{headers}{'retry-after'}, 1, 'with Retry-After');
+
+sleep 2.1;
+@res = map { $t->http('PUT', "/users/rl/following/rl$_") } 1 .. 40;
+@limited = grep { $_->{status} == 429 } @res;
+@other = grep { $_->{status} != 429 && $_->{status} != 204 } @res;
+ok(@limited && !@other,
+    '40 follows in a row: past 20, 429: ' . statuses_of(@res));
+is($t->get('/users/sa/timeline')->{status}, 200,
+    'a read is not limited by the writes');
 
 $t->done;
