@@ -31,6 +31,8 @@ typedef struct {
 static ngx_int_t ngx_http_feed_follow(ngx_http_request_t *r);
 static void ngx_http_feed_follow_done(ngx_http_feed_mongo_task_t *t);
 static void ngx_http_feed_follow_invalidated(void *data, redisReply *reply);
+static ngx_int_t ngx_http_feed_follow_answer(ngx_http_request_t *r,
+    ngx_http_feed_follow_op_t *op);
 static ngx_int_t ngx_http_feed_following(ngx_http_request_t *r);
 static ngx_int_t ngx_http_feed_followers(ngx_http_request_t *r);
 static ngx_int_t ngx_http_feed_list_handler(ngx_http_request_t *r,
@@ -111,6 +113,7 @@ ngx_http_feed_follow(ngx_http_request_t *r)
 
     ctx->follow.want = (r->method == NGX_HTTP_PUT);
     ctx->follow.now = ngx_http_feed_now_ms();
+    ctx->follow.max = (int64_t) ctx->fmcf->follow_max;
 
     t = ngx_http_feed_mongo_task(r->pool, ctx->fmcf->mongo_client,
                                  ngx_http_feed_graph_follow_run,
@@ -153,7 +156,7 @@ ngx_http_feed_follow_done(ngx_http_feed_mongo_task_t *t)
     rd = ctx->fmcf->redis_client;
 
     if (!op->changed || ctx->fmcf->redis_enabled == 0) {
-        ngx_http_finalize_request(r, ngx_http_feed_no_content(r));
+        ngx_http_finalize_request(r, ngx_http_feed_follow_answer(r, op));
         return;
     }
 
@@ -193,7 +196,7 @@ ngx_http_feed_follow_done(ngx_http_feed_mongo_task_t *t)
     ctx->waiting += (rc == NGX_OK);
 
     if (ctx->waiting == 0) {
-        ngx_http_finalize_request(r, ngx_http_feed_no_content(r));
+        ngx_http_finalize_request(r, ngx_http_feed_follow_answer(r, op));
     }
 }
 
@@ -217,7 +220,41 @@ ngx_http_feed_follow_invalidated(void *data, redisReply *reply)
     }
 
     ngx_http_feed_finalize(ctx->request,
-                           ngx_http_feed_no_content(ctx->request));
+                           ngx_http_feed_follow_answer(ctx->request,
+                                                       &ctx->follow));
+}
+
+
+/*
+ * 204, or 422 for a follow past feed_follow_max.  One that was written and
+ * then taken back (concurrent follows went past the limit together) counts
+ * as a change: the caches were invalidated before this answer.
+ */
+
+static ngx_int_t
+ngx_http_feed_follow_answer(ngx_http_request_t *r,
+    ngx_http_feed_follow_op_t *op)
+{
+    u_char  *msg, *p;
+
+    if (!op->over) {
+        return ngx_http_feed_no_content(r);
+    }
+
+    msg = ngx_pnalloc(r->pool, sizeof("a user follows at most  users")
+                               + NGX_INT64_LEN);
+    if (msg == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    p = ngx_sprintf(msg, "a user follows at most %L users", op->max);
+    *p = '\0';
+
+    /* nginx has no reason phrase of its own for 422 */
+    ngx_str_set(&r->headers_out.status_line, "422 Unprocessable Entity");
+
+    return ngx_http_feed_send_error(r, 422, "too_many_follows",
+                                    (char *) msg);
 }
 
 

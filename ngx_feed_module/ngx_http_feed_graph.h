@@ -37,7 +37,9 @@ typedef struct {
     ngx_http_feed_user_t          dst;
     ngx_uint_t                    want;       /* 1: follow, 0: unfollow */
     int64_t                       now;        /* ms since epoch */
+    int64_t                       max;        /* feed_follow_max */
     ngx_uint_t                    changed;
+    ngx_uint_t                    over;       /* refused: src follows max */
 } ngx_http_feed_follow_op_t;
 
 

@@ -13,6 +13,10 @@
  * two writes) is finished by the next request that touches the edge,
  * without counting anything twice, and nothing is ever half-written for
  * good.
+ *
+ * A user follows at most feed_follow_max users: a follow is refused when
+ * the user's count is there already, and taken back when, counted after
+ * it was written, the count went past it (concurrent follows).
  */
 
 
@@ -46,6 +50,13 @@ static ngx_int_t ngx_http_feed_graph_count(mongoc_collection_t *counts,
 static ngx_int_t ngx_http_feed_graph_count_one(mongoc_collection_t *counts,
     const char *user, const char *field, int64_t delta, const char *opid,
     bson_error_t *error);
+static ngx_int_t ngx_http_feed_graph_over(mongoc_collection_t *counts,
+    ngx_http_feed_follow_op_t *op, ngx_uint_t written, bson_error_t *error);
+static ngx_int_t ngx_http_feed_graph_recount(mongoc_collection_t *counts,
+    mongoc_collection_t *follows, ngx_http_feed_follow_op_t *op,
+    ngx_http_feed_edge_t *edge, bson_error_t *error);
+static ngx_int_t ngx_http_feed_graph_following(mongoc_collection_t *counts,
+    const char *user, int64_t *n, bson_error_t *error);
 static ngx_int_t ngx_http_feed_graph_page(mongoc_collection_t *follows,
     ngx_http_feed_list_op_t *op, bson_t *items,
     ngx_http_feed_graph_pos_t *last, bson_error_t *error);
@@ -61,7 +72,7 @@ ngx_http_feed_graph_follow_run(ngx_http_feed_mongo_task_t *t,
 {
     ngx_http_feed_follow_op_t  *op = t->data;
 
-    ngx_int_t              rc;
+    ngx_int_t              rc, over;
     ngx_uint_t             i;
     mongoc_collection_t   *follows, *counts;
     ngx_http_feed_edge_t   edge;
@@ -96,6 +107,15 @@ ngx_http_feed_graph_follow_run(ngx_http_feed_mongo_task_t *t,
             goto done;
         }
 
+        if (op->want) {
+            over = ngx_http_feed_graph_over(counts, op, 0, &t->error);
+
+            if (over != NGX_OK) {
+                t->rc = (over == NGX_DECLINED) ? NGX_OK : NGX_ERROR;
+                goto done;
+            }
+        }
+
         rc = ngx_http_feed_graph_change(follows, op, &edge, rc == NGX_OK,
                                         &t->error);
         if (rc == NGX_ERROR) {
@@ -109,6 +129,14 @@ ngx_http_feed_graph_follow_run(ngx_http_feed_mongo_task_t *t,
 
         if (ngx_http_feed_graph_count(counts, follows, op, &edge, &t->error)
             != NGX_OK)
+        {
+            goto done;
+        }
+
+        if (op->want
+            && ngx_http_feed_graph_recount(counts, follows, op, &edge,
+                                           &t->error)
+               != NGX_OK)
         {
             goto done;
         }
@@ -375,6 +403,121 @@ ngx_http_feed_graph_count_one(mongoc_collection_t *counts, const char *user,
     /* the upsert met the user's document: this op was applied already */
 
     return error->code == MONGOC_ERROR_DUPLICATE_KEY ? NGX_OK : NGX_ERROR;
+}
+
+
+/*
+ * feed_follow_max, checked twice.  Before a follow is written (written 0):
+ * the user must follow fewer.  After it was written and counted (1): no
+ * more; concurrent follows of one user all passed the first check, and
+ * each one that finds the count over the limit now takes itself back.
+ * The last of them to count sees all the others, so together they never
+ * leave more than the limit (near it, maybe less: each saw the others).
+ * NGX_DECLINED (and op->over): over it.
+ */
+
+static ngx_int_t
+ngx_http_feed_graph_over(mongoc_collection_t *counts,
+    ngx_http_feed_follow_op_t *op, ngx_uint_t written, bson_error_t *error)
+{
+    int64_t  n;
+
+    if (ngx_http_feed_graph_following(counts, op->src.data, &n, error)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    if (n + (written ? 0 : 1) <= op->max) {
+        return NGX_OK;
+    }
+
+    op->over = 1;
+
+    return NGX_DECLINED;
+}
+
+
+/*
+ * A follow written and counted: if that went over the limit, an unfollow
+ * of the same edge, counted, takes it back.
+ */
+
+static ngx_int_t
+ngx_http_feed_graph_recount(mongoc_collection_t *counts,
+    mongoc_collection_t *follows, ngx_http_feed_follow_op_t *op,
+    ngx_http_feed_edge_t *edge, bson_error_t *error)
+{
+    ngx_int_t   rc;
+    ngx_uint_t  i;
+
+    rc = ngx_http_feed_graph_over(counts, op, 1, error);
+    if (rc != NGX_DECLINED) {
+        return rc;
+    }
+
+    for (i = 0; i < NGX_HTTP_FEED_GRAPH_RETRIES; i++) {
+
+        op->want = 0;
+        rc = ngx_http_feed_graph_change(follows, op, edge, 1, error);
+        op->want = 1;
+
+        if (rc == NGX_OK) {
+            return ngx_http_feed_graph_count(counts, follows, op, edge,
+                                             error);
+        }
+
+        if (rc == NGX_ERROR) {
+            return NGX_ERROR;
+        }
+
+        /* changed meanwhile: an unfollow of the same pair did it for us */
+
+        rc = ngx_http_feed_graph_find_edge(follows, op, edge, error);
+        if (rc == NGX_ERROR) {
+            return NGX_ERROR;
+        }
+
+        if (rc == NGX_DECLINED || edge->status == 0) {
+            return NGX_OK;
+        }
+    }
+
+    bson_set_error(error, MONGOC_ERROR_STREAM, 0,
+                   "too many concurrent changes of one relationship");
+
+    return NGX_ERROR;
+}
+
+
+/* how many users a user follows, as counted: 0 without a count yet */
+
+static ngx_int_t
+ngx_http_feed_graph_following(mongoc_collection_t *counts, const char *user,
+    int64_t *n, bson_error_t *error)
+{
+    bson_t     filter, proj, doc;
+    ngx_int_t  rc;
+
+    bson_init(&filter);
+    BSON_APPEND_UTF8(&filter, "_id", user);
+
+    bson_init(&proj);
+    BSON_APPEND_INT32(&proj, "following", 1);
+
+    rc = ngx_http_feed_mongo_find_one(counts, &filter, &proj, &doc, error);
+
+    bson_destroy(&proj);
+    bson_destroy(&filter);
+
+    *n = 0;
+
+    if (rc == NGX_OK) {
+        *n = ngx_http_feed_bson_int(&doc, "following");
+        bson_destroy(&doc);
+    }
+
+    return rc == NGX_ERROR ? NGX_ERROR : NGX_OK;
 }
 
 

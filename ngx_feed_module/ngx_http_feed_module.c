@@ -51,6 +51,14 @@ static void ngx_http_feed_exit_process(ngx_cycle_t *cycle);
 
 ngx_http_feed_stats_t   ngx_http_feed_stats;
 ngx_http_feed_stats_t  *ngx_http_feed_node_stats;
+ngx_http_feed_ids_t    *ngx_http_feed_node_ids;
+
+
+/* what the node's shared zone holds */
+typedef struct {
+    ngx_http_feed_stats_t         stats;
+    ngx_http_feed_ids_t           ids;
+} ngx_http_feed_node_t;
 
 
 static ngx_conf_post_handler_pt  ngx_http_feed_positive_msec_p =
@@ -60,7 +68,7 @@ static ngx_conf_post_handler_pt  ngx_http_feed_positive_sec_p =
     ngx_http_feed_positive_sec;
 
 static ngx_conf_num_bounds_t  ngx_http_feed_cache_size_bounds = {
-    ngx_conf_check_num_bounds, 1, 100000
+    ngx_conf_check_num_bounds, 1, NGX_HTTP_FEED_CACHE_SIZE_MAX
 };
 
 static ngx_conf_enum_t  ngx_http_feed_cache_modes[] = {
@@ -83,6 +91,10 @@ static ngx_conf_num_bounds_t  ngx_http_feed_fanout_deliver_bounds = {
 
 static ngx_conf_num_bounds_t  ngx_http_feed_post_max_chars_bounds = {
     ngx_conf_check_num_bounds, 1, 100000
+};
+
+static ngx_conf_num_bounds_t  ngx_http_feed_follow_max_bounds = {
+    ngx_conf_check_num_bounds, 1, 1000000
 };
 
 static ngx_conf_num_bounds_t  ngx_http_feed_post_data_max_bounds = {
@@ -183,6 +195,13 @@ static ngx_command_t  ngx_http_feed_commands[] = {
       0,
       &ngx_http_feed_user_post_handler },
 
+    { ngx_string("feed_follow_max"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_feed_main_conf_t, follow_max),
+      &ngx_http_feed_follow_max_bounds },
+
     { ngx_string("feed_post_max_chars"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_conf_set_num_slot,
@@ -237,6 +256,13 @@ static ngx_command_t  ngx_http_feed_commands[] = {
       ngx_conf_set_sec_slot,
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_feed_main_conf_t, cache_ttl),
+      &ngx_http_feed_positive_sec_p },
+
+    { ngx_string("feed_cache_empty_ttl"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_sec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_feed_main_conf_t, cache_empty_ttl),
       &ngx_http_feed_positive_sec_p },
 
     { ngx_string("feed_cache_mode"),
@@ -717,9 +743,11 @@ ngx_http_feed_create_main_conf(ngx_conf_t *cf)
     fmcf->redis.timeout = NGX_CONF_UNSET_MSEC;
     fmcf->mongo.timeout = NGX_CONF_UNSET_MSEC;
     fmcf->post_max_chars = NGX_CONF_UNSET_UINT;
+    fmcf->follow_max = NGX_CONF_UNSET_UINT;
     fmcf->post_data_max_size = NGX_CONF_UNSET_SIZE;
     fmcf->cache_size = NGX_CONF_UNSET_UINT;
     fmcf->cache_ttl = NGX_CONF_UNSET;
+    fmcf->cache_empty_ttl = NGX_CONF_UNSET;
     fmcf->cache_embed = NGX_CONF_UNSET_UINT;
     fmcf->cache_lock_timeout = NGX_CONF_UNSET_MSEC;
     fmcf->cache_local = NGX_CONF_UNSET_SIZE;
@@ -747,9 +775,16 @@ ngx_http_feed_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_msec_value(fmcf->redis.timeout, 1000);
     ngx_conf_init_msec_value(fmcf->mongo.timeout, 3000);
     ngx_conf_init_uint_value(fmcf->post_max_chars, 5000);
+    ngx_conf_init_uint_value(fmcf->follow_max, 5000);
     ngx_conf_init_size_value(fmcf->post_data_max_size, 16384);
     ngx_conf_init_uint_value(fmcf->cache_size, 800);
     ngx_conf_init_value(fmcf->cache_ttl, 7 * 24 * 3600);
+    ngx_conf_init_value(fmcf->cache_empty_ttl, 30);
+
+    if (fmcf->cache_empty_ttl > fmcf->cache_ttl) {
+        fmcf->cache_empty_ttl = fmcf->cache_ttl;
+    }
+
     ngx_conf_init_uint_value(fmcf->cache_embed, 0);
     ngx_conf_init_msec_value(fmcf->cache_lock_timeout,
                              2 * fmcf->mongo.timeout + 1000);
@@ -850,8 +885,9 @@ ngx_http_feed_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
 
 /*
- * The node's counters: a small shared zone that every worker adds to.  A
- * reload keeps it, and its counts, when it is the same size.
+ * The node's counters and post id sequence: a small shared zone that every
+ * worker adds to.  A reload keeps it, its counts and its sequence, when it
+ * is the same size.
  */
 
 static ngx_int_t
@@ -874,8 +910,8 @@ ngx_http_feed_stats_zone(ngx_conf_t *cf, ngx_http_feed_main_conf_t *fmcf)
 static ngx_int_t
 ngx_http_feed_stats_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 {
-    ngx_slab_pool_t        *shpool;
-    ngx_http_feed_stats_t  *st;
+    ngx_slab_pool_t       *shpool;
+    ngx_http_feed_node_t  *node;
 
     if (data) {
         shm_zone->data = data;
@@ -889,13 +925,15 @@ ngx_http_feed_stats_init_zone(ngx_shm_zone_t *shm_zone, void *data)
         return NGX_OK;
     }
 
-    st = ngx_slab_calloc(shpool, sizeof(ngx_http_feed_stats_t));
-    if (st == NULL) {
+    node = ngx_slab_calloc(shpool, sizeof(ngx_http_feed_node_t));
+    if (node == NULL) {
         return NGX_ERROR;
     }
 
-    shpool->data = st;
-    shm_zone->data = st;
+    ngx_http_feed_random(node->ids.node, sizeof(node->ids.node));
+
+    shpool->data = node;
+    shm_zone->data = node;
 
     return NGX_OK;
 }
@@ -904,6 +942,7 @@ ngx_http_feed_stats_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 static ngx_int_t
 ngx_http_feed_init_process(ngx_cycle_t *cycle)
 {
+    ngx_http_feed_node_t       *node;
     ngx_http_feed_main_conf_t  *fmcf;
 
     /* not in the cache manager and loader: they serve no requests */
@@ -920,7 +959,9 @@ ngx_http_feed_init_process(ngx_cycle_t *cycle)
     }
 
     ngx_memzero(&ngx_http_feed_stats, sizeof(ngx_http_feed_stats_t));
-    ngx_http_feed_node_stats = fmcf->stats_zone->data;
+    node = fmcf->stats_zone->data;
+    ngx_http_feed_node_stats = &node->stats;
+    ngx_http_feed_node_ids = &node->ids;
 
     if (fmcf->mongo_enabled) {
         fmcf->mongo_client = ngx_http_feed_mongo_create(cycle, &fmcf->mongo);

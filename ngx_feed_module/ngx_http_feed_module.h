@@ -75,6 +75,17 @@ typedef struct {
 } ngx_http_feed_stats_t;
 
 
+/*
+ * The node's post id sequence (ngx_http_feed_post_oid), in the same shared
+ * zone: the milliseconds and sequence of the last id any worker made, and
+ * random bytes of the node, drawn when the zone was made.
+ */
+typedef struct {
+    ngx_atomic_t                  last;
+    u_char                        node[5];
+} ngx_http_feed_ids_t;
+
+
 #define ngx_http_feed_stat(field, n)                                         \
     (ngx_http_feed_stats.field += (n),                                        \
      ngx_http_feed_node_stats                                                 \
@@ -110,6 +121,7 @@ typedef struct {
     ngx_http_feed_mongo_conf_t    mongo;
 
     ngx_uint_t                    post_max_chars;
+    ngx_uint_t                    follow_max;
     size_t                        post_data_max_size;
 
     /* the fanout queue */
@@ -128,6 +140,7 @@ typedef struct {
     /* the timeline cache */
     ngx_uint_t                    cache_size;
     time_t                        cache_ttl;
+    time_t                        cache_empty_ttl;
     ngx_uint_t                    cache_embed;
     ngx_msec_t                    cache_lock_timeout;
     size_t                        cache_local;
@@ -167,6 +180,7 @@ typedef struct {
 extern ngx_module_t           ngx_http_feed_module;
 extern ngx_http_feed_stats_t   ngx_http_feed_stats;
 extern ngx_http_feed_stats_t  *ngx_http_feed_node_stats;
+extern ngx_http_feed_ids_t    *ngx_http_feed_node_ids;
 
 extern ngx_http_feed_handler_t  ngx_http_feed_follow_handler;
 extern ngx_http_feed_handler_t  ngx_http_feed_following_handler;

@@ -62,7 +62,7 @@ ngx_int_t ngx_http_feed_post_parse(ngx_http_feed_main_conf_t *fmcf,
     u_char *p, size_t len, ngx_http_feed_post_new_t *np,
     ngx_http_feed_error_t *err);
 ngx_int_t ngx_http_feed_post_id(ngx_str_t *text, bson_oid_t *oid);
-void ngx_http_feed_post_oid(bson_oid_t *oid, int64_t ms);
+int64_t ngx_http_feed_post_oid(bson_oid_t *oid, int64_t ms);
 ngx_int_t ngx_http_feed_post_json(const bson_t *stored, bson_t *out);
 
 void ngx_http_feed_post_insert_run(ngx_http_feed_mongo_task_t *t,

@@ -81,7 +81,7 @@ ngx_http_feed_post_parse(ngx_http_feed_main_conf_t *fmcf, u_char *p,
         return NGX_DECLINED;
     }
 
-    ngx_http_feed_post_oid(&np->id, np->ts);
+    np->ts = ngx_http_feed_post_oid(&np->id, np->ts);
 
     bson_init(&np->doc);
     BSON_APPEND_OID(&np->doc, "_id", &np->id);
@@ -406,44 +406,69 @@ ngx_http_feed_utf8_chars(const char *s, uint32_t len)
 
 
 /*
- * A post id: an ObjectId whose order is the posts' order to the
- * millisecond, whichever worker or node made it.  The driver's ids order
- * by second, then by a random value per process: two posts through two
- * workers within a second would be in either order.  Here: 4 bytes of
- * seconds (what ObjectId.getTimestamp() reads), 2 of milliseconds, 4
- * random per process, 2 of a counter.
+ * A post id: an ObjectId whose order, among the ids of one node, is the
+ * order in which any of its workers made them.  4 bytes of seconds (what
+ * ObjectId.getTimestamp() reads), 10 bits of milliseconds and 14 of a
+ * sequence within the millisecond, then the node's 5 random bytes, so
+ * that ids of two nodes differ.  Time and sequence come from one value in
+ * the node's shared zone, (ms << 14) + sequence, that a compare-and-set
+ * only ever moves up: a worker whose cached clock lags behind another's,
+ * a clock set back, or over 16384 posts in a millisecond, take the next
+ * value instead of an older one.  Returns the milliseconds of the id: the
+ * post's time, so that times order as ids do.
  */
 
-void
+#define NGX_HTTP_FEED_ID_SEQ_BITS  14
+
+#if (NGX_PTR_SIZE < 8)
+#error "post ids need a 64-bit ngx_atomic_t"
+#endif
+
+int64_t
 ngx_http_feed_post_oid(bson_oid_t *oid, int64_t ms)
 {
-    uint32_t           sec;
-    static uint32_t    process;
-    static uint16_t    counter;
-    static ngx_uint_t  seeded;
+    uint32_t                    sec, sub;
+    ngx_atomic_uint_t           last, next;
+    ngx_http_feed_ids_t        *ids;
 
-    if (!seeded) {
-        process = (uint32_t) ngx_random() ^ ((uint32_t) ngx_pid << 16);
-        counter = (uint16_t) ngx_random();
-        seeded = 1;
+    /* outside nginx's workers (no shared zone): this process's own */
+    static ngx_http_feed_ids_t  own;
+
+    ids = ngx_http_feed_node_ids;
+
+    if (ids == NULL) {
+        ids = &own;
+
+        if (own.last == 0) {
+            ngx_http_feed_random(own.node, sizeof(own.node));
+        }
     }
 
+    do {
+        last = ids->last;
+        next = (ngx_atomic_uint_t) ms << NGX_HTTP_FEED_ID_SEQ_BITS;
+
+        if (next <= last) {
+            next = last + 1;
+        }
+
+    } while (!ngx_atomic_cmp_set(&ids->last, last, next));
+
+    ms = (int64_t) (next >> NGX_HTTP_FEED_ID_SEQ_BITS);
     sec = (uint32_t) (ms / 1000);
-    ms %= 1000;
-    counter++;
+    sub = (uint32_t) (ms % 1000) << NGX_HTTP_FEED_ID_SEQ_BITS
+          | (uint32_t) (next & ((1 << NGX_HTTP_FEED_ID_SEQ_BITS) - 1));
 
     oid->bytes[0] = (uint8_t) (sec >> 24);
     oid->bytes[1] = (uint8_t) (sec >> 16);
     oid->bytes[2] = (uint8_t) (sec >> 8);
     oid->bytes[3] = (uint8_t) sec;
-    oid->bytes[4] = (uint8_t) (ms >> 8);
-    oid->bytes[5] = (uint8_t) ms;
-    oid->bytes[6] = (uint8_t) (process >> 24);
-    oid->bytes[7] = (uint8_t) (process >> 16);
-    oid->bytes[8] = (uint8_t) (process >> 8);
-    oid->bytes[9] = (uint8_t) process;
-    oid->bytes[10] = (uint8_t) (counter >> 8);
-    oid->bytes[11] = (uint8_t) counter;
+    oid->bytes[4] = (uint8_t) (sub >> 16);
+    oid->bytes[5] = (uint8_t) (sub >> 8);
+    oid->bytes[6] = (uint8_t) sub;
+    ngx_memcpy(&oid->bytes[7], ids->node, 5);
+
+    return ms;
 }
 
 

@@ -22,6 +22,13 @@
 #define NGX_HTTP_FEED_NONCE_LEN    (3 * NGX_INT64_LEN)
 
 
+/*
+ * The largest feed_cache_size: a rebuild asks the fallback for that many
+ * posts, so feed_timeline_source takes a limit up to it
+ */
+#define NGX_HTTP_FEED_CACHE_SIZE_MAX  100000
+
+
 /* the oldest possible id: the tail of a timeline that has all history */
 #define NGX_HTTP_FEED_TIMELINE_END  "000000000000000000000000"
 

@@ -30,10 +30,6 @@
 #include "ngx_http_feed_timeline.h"
 #include "ngx_http_feed_post.h"
 
-#if (NGX_LINUX)
-#include <sys/random.h>
-#endif
-
 
 #define NGX_HTTP_FEED_TL_PREFIX    "feed:tl:{"
 #define NGX_HTTP_FEED_LOCK_PREFIX  "feed:lock:{"
@@ -64,6 +60,25 @@
                                     + NGX_HTTP_FEED_USER_MAX + 1)
 
 #define NGX_HTTP_FEED_DELETING     "feed:deleting"
+
+
+/*
+ * Which of the ids are being deleted (KEYS[5]), as ZMSCORE answers them
+ * (false: not), asked 1000 at a time: Redis's Lua unpacks at most 8000
+ * values into one call ("too many results to unpack"), and a warm checks
+ * up to feed_cache_size ids.
+ */
+
+#define NGX_HTTP_FEED_LUA_DELETED                                             \
+    "local function deleted(ids) "                                            \
+    "  local d = {} "                                                         \
+    "  for i = 1, #ids, 1000 do "                                             \
+    "    local part = redis.call('zmscore', KEYS[5], "                        \
+    "                            unpack(ids, i, math.min(i + 999, #ids))) "   \
+    "    for j = 1, #part do d[i + j - 1] = part[j] end "                     \
+    "  end "                                                                  \
+    "  return d "                                                             \
+    "end "
 
 
 /*
@@ -117,10 +132,12 @@
  * A few calls per page, whatever its size: a chunk of the list, a check of
  * its candidates against the deleted posts when there are any, one MGET of
  * their posts in link mode; further chunks only past deleted posts or
- * max_id.
+ * max_id, twice as large each time up to 1000 entries, so that no call
+ * gets more ids than Lua can unpack, however deep max_id is.
  */
 
 static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_read_lua = {
+    NGX_HTTP_FEED_LUA_DELETED
     "local tl = KEYS[1] "
     "local limit, max, since = tonumber(ARGV[1]), ARGV[2], ARGV[3] "
     "local ver = redis.call('get', KEYS[4]) or '0' "
@@ -134,7 +151,7 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_read_lua = {
     "    local s = redis.call('hget', KEYS[3], 'i' .. ARGV[1]) or '' "
     "    for i = 1, #s, 24 do ids[#ids + 1] = string.sub(s, i, i + 23) end "
     "    if #ids > 0 then "
-    "      local d = redis.call('zmscore', KEYS[5], unpack(ids)) "
+    "      local d = deleted(ids) "
     "      for i = 1, #d do if d[i] then fresh = false end end "
     "    end "
     "  end "
@@ -151,7 +168,9 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_read_lua = {
     "  local l = redis.call('get', KEYS[2]) "
     "  return {0, l and (l == 'failed' and 2 or 1) or 0} "
     "end "
-    "redis.call('expire', tl, ARGV[4]) "
+    "if part[1] ~= '" NGX_HTTP_FEED_TIMELINE_END "' then "
+    "  redis.call('expire', tl, ARGV[4]) "
+    "end "
     "local out, got, n, pos = {1, 0, 1, '', "
     "                          ver .. ':' .. string.sub(part[1], 1, 24), "
     "                          ''}, {}, 0, 0 "
@@ -170,9 +189,7 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_read_lua = {
     "  end "
     "  if #ids > 0 then "
     "    local dead = {} "
-    "    if deleting then "
-    "      dead = redis.call('zmscore', KEYS[5], unpack(ids)) "
-    "    end "
+    "    if deleting then dead = deleted(ids) end "
     "    local live, keys = {}, {} "
     "    for i = 1, #ids do "
     "      if not dead[i] then "
@@ -209,7 +226,7 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_read_lua = {
     "  if stop then out[3] = 0 break end "
     "  if #part < chunk then break end "
     "  pos = pos + #part "
-    "  if #ids == 0 then chunk = chunk * 2 end "
+    "  if #ids == 0 then chunk = math.min(chunk * 2, 1000) end "
     "  part = redis.call('lrange', tl, pos, pos + chunk - 1) "
     "  if #part == 0 then break end "
     "end "
@@ -224,7 +241,9 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_read_lua = {
  * Keeps a first page as answered, with its version and its posts' ids,
  * only if the list did not change since it was read: same nonce, same
  * head (a delivery of a newer post, the common change, only moves the
- * head).  The version is "nonce:head:token", the token new at each
+ * head), and not for an empty timeline (it lives feed_cache_empty_ttl, a
+ * kept page would outlive it).  The version is "nonce:head:token", the
+ * token new at each
  * store: two pages made from one list can still differ (a post deleted
  * in between), and workers tell their copies apart by it.
  */
@@ -233,7 +252,9 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_page_lua = {
     "local head = redis.call('lindex', KEYS[3], 0) or '' "
     "local cur = (redis.call('get', KEYS[2]) or '0') .. ':' "
     "            .. string.sub(head, 1, 24) .. ':' "
-    "if string.sub(ARGV[4], 1, #cur) == cur then "
+    "if string.sub(ARGV[4], 1, #cur) == cur "
+    "   and string.sub(head, 1, 24) ~= '" NGX_HTTP_FEED_TIMELINE_END "' "
+    "then "
     "  redis.call('hset', KEYS[1], ARGV[1], ARGV[2], "
     "             'v' .. ARGV[1], ARGV[4], 'i' .. ARGV[1], ARGV[5]) "
     "  redis.call('expire', KEYS[1], ARGV[3]) "
@@ -291,6 +312,7 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_unlock_lua = {
  */
 
 static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_warm_lua = {
+    NGX_HTTP_FEED_LUA_DELETED
     NGX_HTTP_FEED_LUA_INSERT
     NGX_HTTP_FEED_LUA_CHANGED
     "local tl, cap = KEYS[1], tonumber(ARGV[2]) "
@@ -307,7 +329,7 @@ static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_warm_lua = {
     "  local ids, entries, dead = {}, {}, {} "
     "  for i = 9, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end "
     "  if #ids > 0 and redis.call('zcard', KEYS[5]) > 0 then "
-    "    dead = redis.call('zmscore', KEYS[5], unpack(ids)) "
+    "    dead = deleted(ids) "
     "  end "
     "  for j = 1, #ids do "
     "    local i = 7 + 2 * j "
@@ -935,8 +957,16 @@ ngx_http_feed_timeline_cache_warm(ngx_http_request_t *r,
     ttl = keys + 4 * NGX_HTTP_FEED_KEY_LEN;
     cap = ttl + NGX_INT_T_LEN;
 
+    /*
+     * An empty timeline (no follows, no posts) is kept only briefly: any
+     * id can be read, and each would otherwise leave its keys for days.
+     */
+
     argv[8] = (const char *) ttl;
-    argvlen[8] = ngx_sprintf(ttl, "%T", fmcf->cache_ttl) - ttl;
+    argvlen[8] = ngx_sprintf(ttl, "%T", (n == 0 && complete)
+                                        ? fmcf->cache_empty_ttl
+                                        : fmcf->cache_ttl)
+                 - ttl;
     argv[9] = (const char *) cap;
     argvlen[9] = ngx_sprintf(cap, "%ui", fmcf->cache_size) - cap;
     argv[10] = fmcf->cache_embed ? "e" : "l";
@@ -1242,8 +1272,7 @@ ngx_http_feed_timeline_deleted(ngx_http_feed_main_conf_t *fmcf,
 
 /*
  * A version no other change of any list ever had, on any node: 64 random
- * bits drawn once per worker, and a count.  Process ids and clocks alone
- * repeat across containers.
+ * bits drawn once per worker, and a count.
  */
 
 static u_char *
@@ -1251,14 +1280,8 @@ ngx_http_feed_timeline_nonce(u_char *buf)
 {
     static uint64_t  seed, n;
 
-    if (seed == 0) {
-#if (NGX_LINUX)
-        if (getrandom(&seed, sizeof(seed), GRND_NONBLOCK) != sizeof(seed))
-#endif
-        {
-            seed = ((uint64_t) ngx_random() << 32) ^ (uint64_t) ngx_random()
-                   ^ ((uint64_t) ngx_pid << 48) ^ ngx_current_msec;
-        }
+    while (seed == 0) {
+        ngx_http_feed_random((u_char *) &seed, sizeof(seed));
     }
 
     return ngx_sprintf(buf, "%xL-%uL", seed, ++n);

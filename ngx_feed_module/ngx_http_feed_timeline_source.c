@@ -26,7 +26,6 @@
 
 
 #define NGX_HTTP_FEED_SOURCE_CHUNK  200
-#define NGX_HTTP_FEED_SOURCE_MAX    10000
 
 
 typedef struct {
@@ -137,9 +136,9 @@ ngx_http_feed_source_args(ngx_http_request_t *r, ngx_http_feed_page_t *page)
     if (ngx_http_feed_arg(r, "limit", &value) == NGX_OK) {
         n = ngx_atoi(value.data, value.len);
 
-        if (n < 1 || n > NGX_HTTP_FEED_SOURCE_MAX) {
+        if (n < 1 || n > NGX_HTTP_FEED_CACHE_SIZE_MAX) {
             return ngx_http_feed_bad_request(r, "invalid_limit",
-                       "limit is a number from 1 to 10000");
+                       "limit is a number from 1 to 100000");
         }
 
         page->limit = n;

@@ -9,6 +9,10 @@
 #include "ngx_http_feed_json.h"
 #include "ngx_http_feed_mongo.h"
 
+#if (NGX_LINUX)
+#include <sys/random.h>
+#endif
+
 
 /* ^[A-Za-z0-9_.-]{1,64}$ */
 
@@ -300,4 +304,28 @@ ngx_http_feed_now_ms(void)
     tp = ngx_timeofday();
 
     return (int64_t) tp->sec * 1000 + tp->msec;
+}
+
+
+/*
+ * Random bytes that differ between processes, containers and hosts: the
+ * kernel's, else ngx_random() mixed with the pid and the time (process
+ * ids and clocks alone repeat across containers).
+ */
+
+void
+ngx_http_feed_random(u_char *buf, size_t len)
+{
+    size_t  i;
+
+#if (NGX_LINUX)
+    if (getrandom(buf, len, GRND_NONBLOCK) == (ssize_t) len) {
+        return;
+    }
+#endif
+
+    for (i = 0; i < len; i++) {
+        buf[i] = (u_char) (ngx_random() ^ (ngx_pid >> (i % 4 * 8))
+                           ^ (ngx_current_msec >> (i % 2 * 8)));
+    }
 }

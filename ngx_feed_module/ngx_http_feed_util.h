@@ -51,6 +51,7 @@ ngx_int_t ngx_http_feed_authorize(ngx_http_request_t *r,
     ngx_http_feed_user_t *user);
 ngx_int_t ngx_http_feed_db_failed(ngx_http_request_t *r, bson_error_t *error);
 int64_t ngx_http_feed_now_ms(void);
+void ngx_http_feed_random(u_char *buf, size_t len);
 
 
 #endif /* _NGX_HTTP_FEED_UTIL_H_INCLUDED_ */

@@ -62,12 +62,7 @@ ok($ok, 'module loads with no feed configuration') or diag($out);
 
 # the shipped configuration is valid as it is
 
-open my $fh, '<', FeedTest->root . '/conf/nginx.conf' or die $!;
-my $shipped = do { local $/; <$fh> };
-close $fh;
-$shipped =~ s/^load_module .*$//m;
-$shipped =~ s/listen 127\.0\.0\.1:8080;/listen 127.0.0.1:%%PORT_HTTP%%;/;
-$t->write_conf($shipped);
+$t->write_conf($t->shipped_conf);
 ($ok, $out) = $t->test_conf;
 ok($ok, 'shipped conf/nginx.conf accepted') or diag($out);
 

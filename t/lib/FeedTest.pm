@@ -355,6 +355,23 @@ sub write_conf {
     return $self;
 }
 
+# conf/nginx.conf as shipped, on this test's ports: only its listen, Redis
+# and MongoDB addresses are replaced (load_module comes from write_conf)
+sub shipped_conf {
+    my ($self) = @_;
+
+    open my $fh, '<', "$ROOT/conf/nginx.conf" or die "nginx.conf: $!\n";
+    my $conf = do { local $/; <$fh> };
+    close $fh;
+
+    $conf =~ s/^load_module .*$//m;
+    $conf =~ s/listen 127\.0\.0\.1:8080;/listen 127.0.0.1:%%PORT_HTTP%%;/;
+    $conf =~ s/^(\s*feed_redis\s+)[^;]*;/${1}127.0.0.1:%%PORT_REDIS%%;/m;
+    $conf =~ s/^(\s*feed_mongo_uri\s+)[^;]*;/${1}"%%MONGO_URI%%";/m;
+
+    return $conf;
+}
+
 sub nginx_cmd {
     my ($self, @args) = @_;
     return ($NGINX, '-p', "$self->{dir}/", '-c', $self->{conf},
@@ -474,6 +491,9 @@ sub http_start {
         if defined $body && !exists $headers->{'Content-Length'};
     $req .= "\r\n";
     $req .= $body if defined $body;
+
+    # raw => the bytes to send as they are, for malformed requests
+    $req = $o{raw} if defined $o{raw};
 
     my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port",
         Proto => 'tcp', Timeout => 10);
