@@ -18,9 +18,9 @@ PROVE_JOBS  ?= 2
 # into Debian's (uninstrumented) nginx with libasan preloaded by the harness
 ASAN_BUILD  := $(CURDIR)/build-asan
 ASAN_MODULE := $(ASAN_BUILD)/ngx_http_feed_module.so
-ASAN_FLAGS  := -fsanitize=address,undefined -fno-omit-frame-pointer
+ASAN_FLAGS  ?= -fsanitize=address,undefined -fno-omit-frame-pointer
 
-.PHONY: all deps build build-asan run test test-asan bench clean
+.PHONY: all deps build build-asan run test test-asan bench clean FORCE
 
 all: build
 
@@ -61,7 +61,12 @@ $(BUILD)/nginx/objs/Makefile: config
 $(MODULE): $(BUILD)/nginx/objs/Makefile $(SOURCES)
 	$(call compile,$(BUILD))
 
-$(ASAN_BUILD)/nginx/objs/Makefile: config
+# configured again when ASAN_FLAGS change (make test-asan ASAN_FLAGS=...)
+$(ASAN_BUILD)/flags: FORCE
+	@mkdir -p $(ASAN_BUILD)
+	@echo '$(ASAN_FLAGS)' | cmp -s - $@ || echo '$(ASAN_FLAGS)' > $@
+
+$(ASAN_BUILD)/nginx/objs/Makefile: config $(ASAN_BUILD)/flags
 	$(call configure,$(ASAN_BUILD),--with-cc-opt="$(ASAN_FLAGS)" \
 	    --with-ld-opt="$(ASAN_FLAGS)")
 

@@ -358,7 +358,8 @@ sub libasan {
 }
 
 # "env NAME=value ..." before an nginx command: nginx only, never the
-# servers or tools a test starts.  UBSan and ASan get the same log_path:
+# servers or tools a test starts; new(asan_options => '...') and then
+# FEED_TEST_ASAN_OPTIONS add to, or override, ASan's options.  UBSan and ASan get the same log_path:
 # gcc's libubsan sets libasan's report path when it starts.  Commands that
 # only parse the configuration (-t, -s) exit without freeing what nginx
 # allocated for it, so leaks are checked in the server's processes only.
@@ -368,7 +369,8 @@ sub sanitizer_env {
 
     my $log = "log_path=$self->{dir}/asan";
     my $leaks = (grep { /^-[ts]$/ } @args) ? 0 : 1;
-    my $more = $ENV{FEED_TEST_ASAN_OPTIONS};
+    my $more = join ':', grep { $_ }
+        $self->{asan_options}, $ENV{FEED_TEST_ASAN_OPTIONS};
 
     return ('/usr/bin/env', 'LD_PRELOAD=' . libasan(),
         "ASAN_OPTIONS=$log:detect_odr_violation=0:fast_unwind_on_malloc=0"
@@ -494,11 +496,15 @@ sub reload {
     return 0;
 }
 
+# a master that had to be killed leaves its workers behind: they go too
 sub stop {
     my ($self) = @_;
     return 1 unless $self->{procs}{nginx};
     $self->{nginx_up} = 0;
-    return $self->stop_proc('nginx', 'QUIT', 20);
+    my @workers = $self->worker_pids;
+    return 1 if $self->stop_proc('nginx', 'QUIT', 20);
+    kill 'KILL', @workers if @workers;
+    return 0;
 }
 
 sub error_log {
