@@ -375,7 +375,6 @@ sub sanitizer_env {
     return ('/usr/bin/env', 'LD_PRELOAD=' . libasan(),
         "ASAN_OPTIONS=$log:detect_odr_violation=0:fast_unwind_on_malloc=0"
             . ":detect_leaks=$leaks" . ($more ? ":$more" : ''),
-        "LSAN_OPTIONS=suppressions=$ROOT/t/lsan.supp:print_suppressions=0",
         "UBSAN_OPTIONS=$log:print_stacktrace=1:halt_on_error=0");
 }
 
