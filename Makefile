@@ -3,7 +3,7 @@
 #   make run     install what is missing, build, start Redis, the MongoDB
 #                stand-in and nginx with conf/nginx.conf on 127.0.0.1:8080
 #   make test    install what is missing, build, run the suite in t/
-#   make test-asan   the same suite with the module built with AddressSanitizer
+#   make test-asan  the same suite, the module built with AddressSanitizer
 #                and UndefinedBehaviorSanitizer (docs/testing.md)
 #   make bench   the benchmarks (docs/benchmarks.md)
 
@@ -27,7 +27,8 @@ ASAN_CONFIGURE = \
     --with-cc-opt="$(ASAN_FLAGS) -DNGX_HTTP_FEED_EXACT_ALLOC=1" \
     --with-ld-opt="$(ASAN_FLAGS) -Wl,-z,nodelete"
 
-.PHONY: all deps build build-asan run test test-asan bench clean FORCE
+.PHONY: all deps asan-deps build build-asan run test test-asan bench clean \
+        FORCE
 
 all: build
 
@@ -36,7 +37,12 @@ deps:
 
 build: deps $(MODULE)
 
-build-asan: deps $(ASAN_MODULE)
+build-asan: asan-deps $(ASAN_MODULE)
+
+# and gcc 12's sanitizer runtimes (gcc pulls them in; named for a clean
+# machine all the same)
+asan-deps:
+	@FEED_EXTRA_PKGS="libasan8 libubsan1" sh tools/deps
 
 # configure once against a private copy of Debian's nginx source tree,
 # with the exact flags of Debian's binary, so the module's ABI matches;

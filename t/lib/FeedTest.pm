@@ -359,10 +359,11 @@ sub libasan {
 
 # "env NAME=value ..." before an nginx command: nginx only, never the
 # servers or tools a test starts; new(asan_options => '...') and then
-# FEED_TEST_ASAN_OPTIONS add to, or override, ASan's options.  UBSan and ASan get the same log_path:
-# gcc's libubsan sets libasan's report path when it starts.  Commands that
-# only parse the configuration (-t, -s) exit without freeing what nginx
-# allocated for it, so leaks are checked in the server's processes only.
+# FEED_TEST_ASAN_OPTIONS add to, or override, ASan's options.  UBSan and
+# ASan get the same log_path: gcc's libubsan sets libasan's report path
+# when it starts.  Commands that only parse the configuration (-t, -s) exit
+# without freeing what nginx allocated for it, so leaks are checked in the
+# server's processes only.
 sub sanitizer_env {
     my ($self, @args) = @_;
     return () unless $ASAN;
