@@ -3,6 +3,8 @@
 #   make run     install what is missing, build, start Redis, the MongoDB
 #                stand-in and nginx with conf/nginx.conf on 127.0.0.1:8080
 #   make test    install what is missing, build, run the suite in t/
+#   make test-asan  the same suite, the module built with AddressSanitizer
+#                and UndefinedBehaviorSanitizer (docs/testing.md)
 #   make bench   the benchmarks (docs/benchmarks.md)
 
 SHELL       := /bin/bash
@@ -12,7 +14,21 @@ MODULE      := $(BUILD)/ngx_http_feed_module.so
 SOURCES     := config $(wildcard ngx_feed_module/*.c ngx_feed_module/*.h)
 PROVE_JOBS  ?= 2
 
-.PHONY: all deps build run test bench clean
+# the sanitizer build: its own directory, so build/ stays as it is; loaded
+# into Debian's (uninstrumented) nginx with libasan preloaded by the harness
+ASAN_BUILD  := $(CURDIR)/build-asan
+ASAN_MODULE := $(ASAN_BUILD)/ngx_http_feed_module.so
+ASAN_FLAGS  ?= -fsanitize=address,undefined -fno-omit-frame-pointer
+# NGX_HTTP_FEED_EXACT_ALLOC: a heap block of its own for each pool
+# allocation of the module, so that ASan sees past its end (module.h);
+# -z nodelete: a worker unloads its modules before it exits, and the leak
+# report written at exit could not name the module's functions otherwise
+ASAN_CONFIGURE = \
+    --with-cc-opt="$(ASAN_FLAGS) -DNGX_HTTP_FEED_EXACT_ALLOC=1" \
+    --with-ld-opt="$(ASAN_FLAGS) -Wl,-z,nodelete"
+
+.PHONY: all deps asan-deps build build-asan run test test-asan bench clean \
+        FORCE
 
 all: build
 
@@ -21,25 +37,54 @@ deps:
 
 build: deps $(MODULE)
 
+build-asan: asan-deps $(ASAN_MODULE)
+
+# and gcc 12's sanitizer runtimes (gcc pulls them in; named for a clean
+# machine all the same)
+asan-deps:
+	@FEED_EXTRA_PKGS="libasan8 libubsan1" sh tools/deps
+
 # configure once against a private copy of Debian's nginx source tree,
-# with the exact flags of Debian's binary, so the module's ABI matches
+# with the exact flags of Debian's binary, so the module's ABI matches;
+# $(1): the build directory, $(2): extra ./configure options
+define configure
+	rm -rf $(1)/nginx
+	mkdir -p $(1)
+	cp -r $(NGX_SRC) $(1)/nginx
+	cd $(1)/nginx && . ./conf_flags && \
+	    ./configure "$${NGX_CONF_FLAGS[@]}" $(2) \
+	        --add-dynamic-module=$(CURDIR) > $(1)/configure.log 2>&1 \
+	    || { tail -20 $(1)/configure.log; exit 1; }
+endef
+
+# $(1): the build directory
+define compile
+	$(MAKE) -C $(1)/nginx -f objs/Makefile modules \
+	    CFLAGS_EXTRA= > $(1)/make.log 2>&1 \
+	    || { grep -E 'error|warning' $(1)/make.log | head -30; exit 1; }
+	@# a new inode: a running nginx keeps the old file mapped
+	cp $(1)/nginx/objs/ngx_http_feed_module.so $(1)/ngx_http_feed_module.so.tmp
+	mv -f $(1)/ngx_http_feed_module.so.tmp $(1)/ngx_http_feed_module.so
+	@echo "built $(1)/ngx_http_feed_module.so"
+endef
+
 $(BUILD)/nginx/objs/Makefile: config
-	rm -rf $(BUILD)/nginx
-	mkdir -p $(BUILD)
-	cp -r $(NGX_SRC) $(BUILD)/nginx
-	cd $(BUILD)/nginx && . ./conf_flags && \
-	    ./configure "$${NGX_CONF_FLAGS[@]}" \
-	        --add-dynamic-module=$(CURDIR) > $(BUILD)/configure.log 2>&1 \
-	    || { tail -20 $(BUILD)/configure.log; exit 1; }
+	$(call configure,$(BUILD))
 
 $(MODULE): $(BUILD)/nginx/objs/Makefile $(SOURCES)
-	$(MAKE) -C $(BUILD)/nginx -f objs/Makefile modules \
-	    CFLAGS_EXTRA= > $(BUILD)/make.log 2>&1 \
-	    || { grep -E 'error|warning' $(BUILD)/make.log | head -30; exit 1; }
-	@# a new inode: a running nginx keeps the old file mapped
-	cp $(BUILD)/nginx/objs/ngx_http_feed_module.so $(MODULE).tmp
-	mv -f $(MODULE).tmp $(MODULE)
-	@echo "built $(MODULE)"
+	$(call compile,$(BUILD))
+
+# configured again when the options change (make test-asan ASAN_FLAGS=...)
+$(ASAN_BUILD)/flags: FORCE
+	@mkdir -p $(ASAN_BUILD)
+	@echo '$(ASAN_CONFIGURE)' | cmp -s - $@ \
+	    || echo '$(ASAN_CONFIGURE)' > $@
+
+$(ASAN_BUILD)/nginx/objs/Makefile: config $(ASAN_BUILD)/flags
+	$(call configure,$(ASAN_BUILD),$(ASAN_CONFIGURE))
+
+$(ASAN_MODULE): $(ASAN_BUILD)/nginx/objs/Makefile $(SOURCES)
+	$(call compile,$(ASAN_BUILD))
 
 run: build
 	@bash tools/run
@@ -47,8 +92,13 @@ run: build
 test: build
 	prove -j$(PROVE_JOBS) -r t/
 
+# the whole suite with the sanitizer build; any sanitizer report fails the
+# test file whose nginx wrote it (t/lib/FeedTest.pm)
+test-asan: build-asan
+	FEED_MODULE=$(ASAN_MODULE) FEED_TEST_ASAN=1 prove -j$(PROVE_JOBS) -r t/
+
 bench: build
 	@bash bench/run
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -26,7 +26,8 @@ my $before = md5($DOC);
 my $out = `cd $ROOT && FEED_BENCH_QUICK=1 bash bench/run 2>&1`;
 my $rc = $? >> 8;
 
-is($rc, 0, 'bench/run exits 0') or diag(substr($out, -2000));
+is($rc, 0, 'bench/run exits 0') or diag($out =~ /^(sanitizer report: .*)/ms
+    ? $1 : substr($out, -2000));
 
 for my $h ('## 1. Hot path', '## 2. The event loop', '## 3. Stampede',
     '## 4. Fanout', '## 5. Memory')

@@ -4,6 +4,10 @@ package FeedTest;
 # MongoDB stand-in on loopback ports picked at run time, in a private
 # directory.  nginx is always stopped gracefully (SIGQUIT) and every test
 # file ends with the error.log check (no [alert], [emerg], open socket).
+#
+# FEED_TEST_ASAN=1 (make test-asan): FEED_MODULE is a sanitizer build; every
+# nginx command runs with its sanitizer runtime preloaded and writes any
+# report into the test's directory, and a report fails the test file.
 
 use strict;
 use warnings;
@@ -31,6 +35,7 @@ our $MODULE = $ENV{FEED_MODULE} || "$ROOT/build/ngx_http_feed_module.so";
 our $NGINX = $ENV{FEED_NGINX} || '/usr/sbin/nginx';
 our $PYTHON = '/usr/bin/python3';
 our $STANDIN = "$ROOT/tools/mongod-standin";
+our $ASAN = $ENV{FEED_TEST_ASAN};
 
 my @ALL;
 
@@ -374,8 +379,113 @@ sub shipped_conf {
 
 sub nginx_cmd {
     my ($self, @args) = @_;
-    return ($NGINX, '-p', "$self->{dir}/", '-c', $self->{conf},
-        '-e', "$self->{dir}/error.log", @args);
+    return ($self->sanitizer_env(@args), $NGINX, '-p', "$self->{dir}/",
+        '-c', $self->{conf}, '-e', "$self->{dir}/error.log", @args);
+}
+
+# sanitizers (FEED_TEST_ASAN=1); docs/testing.md has the reasons
+
+# the libasan the module was linked with: Debian's nginx is not built with
+# ASan, so its runtime must be the first library loaded (LD_PRELOAD)
+my $LIBASAN;
+
+sub libasan {
+    return $LIBASAN if $LIBASAN;
+    my ($lib) = map { m{=>\s*(\S*/libasan\.so[.\d]*)} ? $1 : () }
+        `ldd $MODULE 2>/dev/null`;
+    die "FEED_TEST_ASAN=1: $MODULE is not linked with libasan "
+        . "(make test-asan builds one)\n" unless $lib;
+    return $LIBASAN = $lib;
+}
+
+# "env NAME=value ..." before an nginx command: nginx only, never the
+# servers or tools a test starts; new(asan_options => '...') and then
+# FEED_TEST_ASAN_OPTIONS add to, or override, ASan's options.  UBSan and
+# ASan get the same log_path: gcc's libubsan sets libasan's report path
+# when it starts.  Commands that only parse the configuration (-t, -s) exit
+# without freeing what nginx allocated for it, so leaks are checked in the
+# server's processes only.
+sub sanitizer_env {
+    my ($self, @args) = @_;
+    return () unless $ASAN;
+
+    my $log = "log_path=$self->{dir}/asan";
+    my $leaks = (grep { /^-[ts]$/ } @args) ? 0 : 1;
+    my $more = join ':', grep { $_ }
+        $self->{asan_options}, $ENV{FEED_TEST_ASAN_OPTIONS};
+
+    return ('/usr/bin/env', 'LD_PRELOAD=' . libasan(),
+        "ASAN_OPTIONS=$log:detect_odr_violation=0:fast_unwind_on_malloc=0"
+            . ":detect_leaks=$leaks" . ($more ? ":$more" : ''),
+        "UBSAN_OPTIONS=$log:print_stacktrace=1:halt_on_error=0");
+}
+
+# a sanitizer's first line in a log; what follows it up to the next nginx
+# log line is its report
+my $SANITIZER_LINE =
+    qr/^==\d+==(?:ERROR|WARNING): \w+Sanitizer|: runtime error: /;
+
+# the sanitizer reports written so far and not yet shown: the report files
+# (asan.PID), and the reports written to nginx's stderr (error.log, or
+# nginx.out before nginx opened its log), where UBSan always writes and ASan
+# too once UBSan has started in a worker: nginx has overwritten the
+# environment it would read its options from by then
+sub sanitizer_reports {
+    my ($self) = @_;
+    my @out;
+
+    for my $f (sort glob("$self->{dir}/asan.*")) {
+        next if $self->{sanitizer_seen}{$f}++;
+        my $r = module_leaks(_read_from($f, 0));
+        push @out, "$f:\n$r" if $r =~ /\S/;
+    }
+
+    for my $f (map { "$self->{dir}/$_" } qw(error.log nginx.out)) {
+        my $text = _read_from($f, $self->{sanitizer_offset}{$f} // 0);
+        $self->{sanitizer_offset}{$f} += length $text;
+
+        my ($in, @reports);
+        for (split /\n/, $text) {
+            $in = 0 if m{^\d{4}/\d\d/\d\d \d\d:\d\d:\d\d \[};
+            if (/$SANITIZER_LINE/) {
+                push @reports, '';
+                $in = 1;
+            }
+            $reports[-1] .= "$_\n" if $in;
+        }
+        @reports = grep { /\S/ } map { module_leaks($_) } @reports;
+        push @out, join '', "$f:\n", @reports if @reports;
+    }
+
+    return @out;
+}
+
+# a report with, of its leaks, only those allocated by the module's code
+# (a frame in an ngx_http_feed_* function): nginx does not free everything
+# it allocated before a process exits, and that is not ours to report
+sub module_leaks {
+    my ($text) = @_;
+    return $text unless $text =~ /ERROR: LeakSanitizer/;
+
+    my @leaks = grep { /^(?:Direct|Indirect) leak/ && /in ngx_http_feed_/ }
+        split /\n\n/, $text;
+    return @leaks ? join("\n\n", 'LeakSanitizer:', @leaks) . "\n" : '';
+}
+
+sub _read_from {
+    my ($file, $offset) = @_;
+    open my $fh, '<', $file or return '';
+    seek $fh, $offset, 0;
+    local $/;
+    return <$fh> // '';
+}
+
+# a test of its own under FEED_TEST_ASAN=1: no sanitizer report so far
+sub no_sanitizer_reports {
+    my ($self) = @_;
+    return unless $ASAN;
+    my @r = $self->sanitizer_reports;
+    ok(!@r, 'no sanitizer reports') or diag(join "\n", @r);
 }
 
 # nginx -t: returns (ok, output)
@@ -427,11 +537,15 @@ sub reload {
     return 0;
 }
 
+# a master that had to be killed leaves its workers behind: they go too
 sub stop {
     my ($self) = @_;
     return 1 unless $self->{procs}{nginx};
     $self->{nginx_up} = 0;
-    return $self->stop_proc('nginx', 'QUIT', 20);
+    my @workers = $self->worker_pids;
+    return 1 if $self->stop_proc('nginx', 'QUIT', 20);
+    kill 'KILL', @workers if @workers;
+    return 0;
 }
 
 sub error_log {
@@ -457,6 +571,7 @@ sub done {
     ok(!@bad, 'no alerts in error.log') or diag(join "\n", @bad);
 
     $self->cleanup;
+    $self->no_sanitizer_reports;
     done_testing();
 }
 
@@ -467,9 +582,16 @@ sub cleanup {
     }
 }
 
+# a report no test has shown (a test file that died, an instance without
+# done) still fails the test file
 END {
     my $rc = $?;
     $_->cleanup for @ALL;
+    my @r = $ASAN ? map { $_->sanitizer_reports } @ALL : ();
+    if (@r) {
+        diag(join "\n", 'sanitizer reports:', @r);
+        $rc ||= 1;
+    }
     $? = $rc;
 }
 
