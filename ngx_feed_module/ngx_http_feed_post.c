@@ -223,7 +223,7 @@ ngx_http_feed_post_body(ngx_http_request_t *r)
     }
 
     cln->handler = ngx_http_feed_post_doc_cleanup;
-    cln->data = &ctx->np.doc;
+    cln->data = ctx->np.doc;
 
     rc = ngx_http_feed_post_run(ctx, ngx_http_feed_post_insert_run,
                                 ngx_http_feed_post_inserted, &ctx->np);
@@ -388,7 +388,7 @@ ngx_http_feed_post_created(ngx_http_feed_post_ctx_t *ctx)
 
     bson_init(&out);
 
-    if (ngx_http_feed_post_json(&ctx->np.doc, &out) != NGX_OK) {
+    if (ngx_http_feed_post_json(ctx->np.doc, &out) != NGX_OK) {
         bson_destroy(&out);
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }

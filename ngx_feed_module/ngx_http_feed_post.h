@@ -26,12 +26,16 @@ typedef struct {
 } ngx_http_feed_error_t;
 
 
-/* a new post: checked on the loop, inserted by a thread */
+/*
+ * A new post: checked on the loop, inserted by a thread.  The document is
+ * on the heap: libbson declares bson_t 128-byte aligned, which memory from
+ * an nginx pool is not (gcc moves such fields with aligned SSE moves).
+ */
 typedef struct {
     bson_oid_t                    id;
     ngx_http_feed_user_t          author;
     int64_t                       ts;
-    bson_t                        doc;
+    bson_t                       *doc;
     ngx_uint_t                    enqueued;
 } ngx_http_feed_post_new_t;
 

@@ -83,18 +83,18 @@ ngx_http_feed_post_parse(ngx_http_feed_main_conf_t *fmcf, u_char *p,
 
     np->ts = ngx_http_feed_post_oid(&np->id, np->ts);
 
-    bson_init(&np->doc);
-    BSON_APPEND_OID(&np->doc, "_id", &np->id);
-    BSON_APPEND_UTF8(&np->doc, "author", np->author.data);
+    np->doc = bson_new();
+    BSON_APPEND_OID(np->doc, "_id", &np->id);
+    BSON_APPEND_UTF8(np->doc, "author", np->author.data);
 
     if (bson_iter_init_find(&it, &input, "body")) {
-        BSON_APPEND_VALUE(&np->doc, "body", bson_iter_value(&it));
+        BSON_APPEND_VALUE(np->doc, "body", bson_iter_value(&it));
     }
 
-    BSON_APPEND_INT64(&np->doc, "ts", np->ts);
+    BSON_APPEND_INT64(np->doc, "ts", np->ts);
 
     if (bson_iter_init_find(&it, &input, "data")) {
-        BSON_APPEND_VALUE(&np->doc, "data", bson_iter_value(&it));
+        BSON_APPEND_VALUE(np->doc, "data", bson_iter_value(&it));
     }
 
     bson_destroy(&input);

@@ -30,7 +30,7 @@ ngx_http_feed_post_insert_run(ngx_http_feed_mongo_task_t *t,
     /* stored with its queue entry pending: never lost for fanout */
 
     bson_init(&doc);
-    bson_concat(&doc, &np->doc);
+    bson_concat(&doc, np->doc);
     BSON_APPEND_ARRAY_BEGIN(&doc, "q", &q);
     BSON_APPEND_UTF8(&q, "0", "post");
     bson_append_array_end(&doc, &q);

@@ -53,8 +53,15 @@ struct ngx_http_feed_tl_ctx_s {
     ngx_uint_t                    shrinks;
     ngx_uint_t                    fb_done;
     ngx_uint_t                    fb_status;
-    bson_t                        fb_doc;
-    bson_t                        fb_items;
+
+    /*
+     * The answer and its items: a heap document and a view of its array,
+     * not bson_t members (libbson declares bson_t 128-byte aligned, which
+     * this pool-allocated context is not)
+     */
+    bson_t                       *fb_doc;
+    const uint8_t                *fb_items;
+    uint32_t                      fb_items_len;
 
     /* the user's follows version when the rebuild began */
     u_char                        version[24];
@@ -75,7 +82,6 @@ struct ngx_http_feed_tl_ctx_s {
     unsigned                      lock_held:1;
     unsigned                      items_ready:1;
     unsigned                      polling:1;
-    unsigned                      has_doc:1;
     unsigned                      no_local:1;
     unsigned                      fb_broke:1;
 };
@@ -598,6 +604,7 @@ ngx_http_feed_tl_poll(ngx_event_t *ev)
 static void
 ngx_http_feed_tl_rebuilt(ngx_http_feed_tl_ctx_t *ctx)
 {
+    bson_t      items;
     ngx_int_t   rc;
     ngx_str_t   version;
     ngx_uint_t  complete;
@@ -620,14 +627,16 @@ ngx_http_feed_tl_rebuilt(ngx_http_feed_tl_ctx_t *ctx)
     }
 
     /* fewer posts than asked for: the timeline's whole history */
-    complete = bson_count_keys(&ctx->fb_items) < ctx->fb_limit;
+    (void) bson_init_static(&items, ctx->fb_items, ctx->fb_items_len);
+
+    complete = bson_count_keys(&items) < ctx->fb_limit;
 
     version.data = ctx->version;
     version.len = ctx->version_len;
 
     if (ngx_http_feed_timeline_cache_warm(ctx->request, ctx->fmcf,
                                           &ctx->page.user, &version,
-                                          &ctx->token, &ctx->fb_items,
+                                          &ctx->token, &items,
                                           complete, ngx_http_feed_tl_warmed,
                                           ctx)
         != NGX_OK)
@@ -933,21 +942,17 @@ ngx_http_feed_tl_fallback_done(ngx_http_request_t *sr, void *data,
         return rc;
     }
 
-    if (ctx->has_doc) {
-        bson_destroy(&ctx->fb_doc);
-        ctx->has_doc = 0;
+    if (ctx->fb_doc) {
+        bson_destroy(ctx->fb_doc);
     }
 
     b = sr->out->buf;
 
-    if (!bson_init_from_json(&ctx->fb_doc, (const char *) b->pos,
-                             b->last - b->pos, NULL))
-    {
-        ctx->fb_status = NGX_HTTP_BAD_GATEWAY;
-        return rc;
-    }
+    ctx->fb_doc = bson_new_from_json(b->pos, b->last - b->pos, NULL);
 
-    ctx->has_doc = 1;
+    if (ctx->fb_doc == NULL) {
+        ctx->fb_status = NGX_HTTP_BAD_GATEWAY;
+    }
 
     return rc;
 }
@@ -1031,12 +1036,13 @@ ngx_http_feed_tl_wake(ngx_http_request_t *r)
 static ngx_int_t
 ngx_http_feed_tl_fallback_items(ngx_http_feed_tl_ctx_t *ctx)
 {
+    bson_t          items;
     bson_iter_t     it;
     uint32_t        len;
     const uint8_t  *data;
 
-    if (ctx->fb_status != NGX_HTTP_OK || !ctx->has_doc
-        || !bson_iter_init_find(&it, &ctx->fb_doc, "items")
+    if (ctx->fb_status != NGX_HTTP_OK || ctx->fb_doc == NULL
+        || !bson_iter_init_find(&it, ctx->fb_doc, "items")
         || !BSON_ITER_HOLDS_ARRAY(&it))
     {
         ngx_log_error(NGX_LOG_ERR, ctx->request->connection->log, 0,
@@ -1049,11 +1055,13 @@ ngx_http_feed_tl_fallback_items(ngx_http_feed_tl_ctx_t *ctx)
 
     bson_iter_array(&it, &len, &data);
 
-    if (!bson_init_static(&ctx->fb_items, data, len)) {
+    if (!bson_init_static(&items, data, len)) {
         ngx_http_feed_tl_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
         return NGX_ERROR;
     }
 
+    ctx->fb_items = data;
+    ctx->fb_items_len = len;
     ctx->items_ready = 1;
 
     return NGX_OK;
@@ -1073,7 +1081,7 @@ ngx_http_feed_tl_add_items(ngx_http_feed_tl_ctx_t *ctx, ngx_uint_t max,
 {
     char            *json;
     size_t           len;
-    bson_t           post;
+    bson_t           post, list;
     uint32_t         doclen, idlen;
     ngx_str_t       *items, *item, value;
     ngx_uint_t       n, skipped, answered;
@@ -1084,7 +1092,11 @@ ngx_http_feed_tl_add_items(ngx_http_feed_tl_ctx_t *ctx, ngx_uint_t max,
 
     *more = 0;
     skipped = 0;
-    answered = bson_count_keys(&ctx->fb_items);
+    if (!bson_init_static(&list, ctx->fb_items, ctx->fb_items_len)) {
+        return NGX_ERROR;
+    }
+
+    answered = bson_count_keys(&list);
     n = answered;
 
     items = ngx_palloc(ctx->request->pool,
@@ -1101,7 +1113,7 @@ ngx_http_feed_tl_add_items(ngx_http_feed_tl_ctx_t *ctx, ngx_uint_t max,
 
     ctx->cached.items = items;
 
-    if (!bson_iter_init(&it, &ctx->fb_items)) {
+    if (!bson_iter_init(&it, &list)) {
         return NGX_ERROR;
     }
 
@@ -1353,8 +1365,8 @@ ngx_http_feed_tl_cleanup(void *data)
         ngx_http_feed_tl_lead_done(ctx, NGX_OK);
     }
 
-    if (ctx->has_doc) {
-        bson_destroy(&ctx->fb_doc);
+    if (ctx->fb_doc) {
+        bson_destroy(ctx->fb_doc);
     }
 }
 
