@@ -6,6 +6,7 @@
 #   make test-asan  the same suite, the module built with AddressSanitizer
 #                and UndefinedBehaviorSanitizer (docs/testing.md)
 #   make bench   the benchmarks (docs/benchmarks.md)
+#   make fuzz    the libFuzzer targets, FUZZ_SECONDS each (docs/fuzzing.md)
 
 SHELL       := /bin/bash
 NGX_SRC     ?= /usr/share/nginx/src
@@ -29,6 +30,8 @@ ASAN_CONFIGURE = \
 
 .PHONY: all deps asan-deps build build-asan run test test-asan bench clean \
         FORCE
+
+include fuzz/fuzz.mk
 
 all: build
 

@@ -1,0 +1,75 @@
+# ngx_feed_module: libFuzzer targets (docs/fuzzing.md), included by the
+# Makefile.
+#
+#   make fuzz          each target for FUZZ_SECONDS over its corpus
+#   make fuzz-build    the targets only, in build/fuzz/bin/
+#
+# clang (Debian's, 14) builds nginx's core (tools/fuzz-nginx), the module
+# and the targets with libFuzzer, AddressSanitizer and UBSan.
+
+FUZZ_TARGETS  := post_input cursor timeline_args fallback redis_reply
+FUZZ_SECONDS  ?= 600
+FUZZ_DIR      := $(BUILD)/fuzz
+FUZZ_BIN      := $(FUZZ_DIR)/bin
+FUZZ_NGX      := $(FUZZ_DIR)/nginx
+
+FUZZ_SAN      := -fsanitize=address,undefined -fno-sanitize-recover=undefined
+FUZZ_CFLAGS   := -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer-no-link \
+                 $(FUZZ_SAN)
+FUZZ_WARN     := -Wall -Wextra -Wpointer-arith -Wno-unused-parameter -Werror
+FUZZ_INCS     := -I$(CURDIR)/fuzz -I$(CURDIR)/ngx_feed_module \
+                 $(addprefix -I$(FUZZ_NGX)/, src/core src/event \
+                     src/event/modules src/os/unix src/http \
+                     src/http/modules objs)
+
+FUZZ_MODULE   := $(patsubst ngx_feed_module/%.c,$(FUZZ_DIR)/mod/%.o, \
+                     $(wildcard ngx_feed_module/*.c))
+FUZZ_DEPS     := $(wildcard ngx_feed_module/*.c ngx_feed_module/*.h) \
+                 fuzz/ngx_http_feed_fuzz.h
+
+.PHONY: fuzz fuzz-build fuzz-deps
+.SECONDARY:
+
+fuzz-deps:
+	@FEED_EXTRA_PKGS="clang libclang-rt-14-dev dpkg-dev binutils \
+	    $(FEED_EXTRA_PKGS)" sh tools/deps
+
+fuzz-build: fuzz-deps $(addprefix $(FUZZ_BIN)/,$(FUZZ_TARGETS))
+
+fuzz: fuzz-build
+	@for t in $(FUZZ_TARGETS); do \
+	    sh tools/fuzz-run $(FUZZ_BIN)/$$t t/fuzz/$$t $(FUZZ_DIR)/corpus/$$t \
+	        -max_total_time=$(FUZZ_SECONDS) || exit 1; \
+	done
+
+# nginx's core, from Debian's source: once
+$(FUZZ_DIR)/libngx.a: tools/fuzz-nginx
+	sh tools/fuzz-nginx $(FUZZ_DIR) "$(FUZZ_CFLAGS)"
+
+$(FUZZ_DIR)/mod/%.o: ngx_feed_module/%.c $(FUZZ_DEPS) $(FUZZ_DIR)/libngx.a
+	@mkdir -p $(@D)
+	@echo "fuzz cc $<"
+	@clang -c $(FUZZ_CFLAGS) $(FUZZ_WARN) $(FUZZ_INCS) \
+	    `pkg-config --cflags hiredis libmongoc-1.0 libbson-1.0` -o $@ $<
+
+$(FUZZ_DIR)/libfeed.a: $(FUZZ_MODULE)
+	@rm -f $@
+	@ar rcs $@ $^
+
+$(FUZZ_DIR)/obj/%.o: fuzz/%.c $(FUZZ_DEPS) $(FUZZ_DIR)/libngx.a
+	@mkdir -p $(@D)
+	@echo "fuzz cc $<"
+	@clang -c $(FUZZ_CFLAGS) $(FUZZ_WARN) $(FUZZ_INCS) \
+	    `pkg-config --cflags hiredis libmongoc-1.0 libbson-1.0` -o $@ $<
+
+# a target that includes a module source for its static functions links
+# it once: the archive's copy is then not pulled in
+$(FUZZ_BIN)/%: $(FUZZ_DIR)/obj/fuzz_%.o $(FUZZ_DIR)/obj/ngx_http_feed_fuzz.o \
+               $(FUZZ_DIR)/libfeed.a $(FUZZ_DIR)/libngx.a
+	@mkdir -p $(@D)
+	@echo "fuzz link $@"
+	@clang -fsanitize=fuzzer $(FUZZ_SAN) -o $@ $(filter %.o,$^) \
+	    -Wl,--start-group $(FUZZ_DIR)/libfeed.a $(FUZZ_DIR)/libngx.a \
+	    -Wl,--end-group \
+	    `pkg-config --libs hiredis libmongoc-1.0 libbson-1.0` \
+	    `cat $(FUZZ_DIR)/libngx.libs`
