@@ -5,7 +5,8 @@
  *
  * Checked: no memory error; a body refused gets a 400 or 413 with an
  * error code; a body taken makes a document with exactly the author, a
- * non-empty UTF-8 body, the time, and data only if given as an object.
+ * non-empty UTF-8 body, the time, and data only if given as an object,
+ * with no key, at any depth, that starts with "$" or holds a dot.
  */
 
 
@@ -64,9 +65,16 @@ ngx_http_feed_fuzz_check_post(ngx_http_feed_post_new_t *np)
     const char   *key, *body;
     bson_iter_t   it;
 
-    ngx_http_feed_fuzz_assert(bson_validate(&np->doc, BSON_VALIDATE_UTF8,
+    /* strings may hold U+0000 (JSON allows it, BSON keeps the length) */
+
+    ngx_http_feed_fuzz_assert(bson_validate(&np->doc,
+                                            BSON_VALIDATE_UTF8
+                                            | BSON_VALIDATE_UTF8_ALLOW_NULL
+                                            | BSON_VALIDATE_DOLLAR_KEYS
+                                            | BSON_VALIDATE_DOT_KEYS,
                                             NULL),
-                              "a stored document that is not valid");
+                              "a document stored with invalid UTF-8 or "
+                              "a $ or dotted key");
 
     ngx_http_feed_fuzz_assert(bson_iter_init(&it, &np->doc), "no document");
 

@@ -137,6 +137,10 @@ ngx_http_feed_fuzz_request(void)
     r->method = NGX_HTTP_GET;
     r->uri = uri;
 
+    /* nginx's debug log copies them: not NULL even when empty */
+    r->args.data = uri.data;
+    r->args.len = 0;
+
     r->ctx = ngx_pcalloc(pool, 2 * sizeof(void *));
     r->main_conf = ngx_pcalloc(pool, 2 * sizeof(void *));
     r->loc_conf = ngx_pcalloc(pool, 2 * sizeof(void *));
@@ -193,6 +197,11 @@ ngx_http_feed_fuzz_check_answer(ngx_http_request_t *r)
     part = &r->headers_out.headers.part;
     h = part->elts;
 
+    if (getenv("FEED_FUZZ_LOG")) {
+        fprintf(stderr, "answer: %d \"%.*s\"\n", (int) a->status,
+                (int) a->len, a->body);
+    }
+
     for (i = 0; /* void */; i++) {
 
         if (i >= part->nelts) {
@@ -203,6 +212,11 @@ ngx_http_feed_fuzz_check_answer(ngx_http_request_t *r)
             part = part->next;
             h = part->elts;
             i = 0;
+        }
+
+            if (getenv("FEED_FUZZ_LOG")) {
+            fprintf(stderr, "header: %.*s: %.*s\n", (int) h[i].key.len,
+                    h[i].key.data, (int) h[i].value.len, h[i].value.data);
         }
 
         if (ngx_strlchr(h[i].value.data, h[i].value.data + h[i].value.len,
