@@ -39,7 +39,7 @@ FUZZ_DEPS     := $(wildcard ngx_feed_module/*.c ngx_feed_module/*.h) \
 .SECONDARY:
 
 fuzz-deps:
-	@FEED_EXTRA_PKGS="clang libclang-rt-14-dev dpkg-dev binutils \
+	@FEED_EXTRA_PKGS="clang libclang-rt-14-dev dpkg-dev xz-utils binutils \
 	    $(FEED_EXTRA_PKGS)" sh tools/deps
 
 fuzz-build: fuzz-deps $(addprefix $(FUZZ_BIN)/,$(FUZZ_TARGETS))
