@@ -10,6 +10,9 @@
  *   deep     the items follow those the cache had;
  *   bypass   the items are the page.
  *
+ * The limit asked of the fallback is the one ngx_http_feed_tl_fallback()
+ * would have asked (the subrequest itself is not made here).
+ *
  * Input: a flags byte (bits 0-1 the way, 2 max_id given, 3 since_id
  * given, 4 the fallback failed, 5-7 items the cache had for "deep"), a
  * limit byte, 24 bytes per id given (taken as hex digits), then the body.
@@ -71,6 +74,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         ctx->lock_held = 1;
         ngx_memcpy(ctx->version, "7", 1);
         ctx->version_len = 1;
+        ctx->fb_limit = ctx->fmcf->cache_size;
         ngx_http_feed_tl_rebuilt(ctx);
         break;
 
@@ -81,11 +85,13 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         }
 
+        ctx->fb_limit = ctx->page.limit - ctx->cached.nitems + 1;
         ngx_http_feed_tl_deep_done(ctx);
         break;
 
     default:
         ctx->status = NGX_HTTP_FEED_CACHE_BYPASS;
+        ctx->fb_limit = ctx->page.limit + 1;
         ngx_http_feed_tl_bypass_done(ctx);
     }
 
