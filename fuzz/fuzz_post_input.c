@@ -49,7 +49,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     ngx_http_feed_fuzz_check_post(&np);
 
-    bson_destroy(&np.doc);
+    bson_destroy(np.doc);
 
     return 0;
 }
@@ -67,7 +67,7 @@ ngx_http_feed_fuzz_check_post(ngx_http_feed_post_new_t *np)
 
     /* strings may hold U+0000 (JSON allows it, BSON keeps the length) */
 
-    ngx_http_feed_fuzz_assert(bson_validate(&np->doc,
+    ngx_http_feed_fuzz_assert(bson_validate(np->doc,
                                             BSON_VALIDATE_UTF8
                                             | BSON_VALIDATE_UTF8_ALLOW_NULL
                                             | BSON_VALIDATE_DOLLAR_KEYS
@@ -76,7 +76,7 @@ ngx_http_feed_fuzz_check_post(ngx_http_feed_post_new_t *np)
                               "a document stored with invalid UTF-8 or "
                               "a $ or dotted key");
 
-    ngx_http_feed_fuzz_assert(bson_iter_init(&it, &np->doc), "no document");
+    ngx_http_feed_fuzz_assert(bson_iter_init(&it, np->doc), "no document");
 
     n = 0;
 
@@ -107,7 +107,7 @@ ngx_http_feed_fuzz_check_post(ngx_http_feed_post_new_t *np)
 
     /* what a read gives back must be JSON again */
 
-    json = bson_as_relaxed_extended_json(&np->doc, &len);
+    json = bson_as_relaxed_extended_json(np->doc, &len);
     ngx_http_feed_fuzz_assert(json != NULL, "a post that is not JSON");
     bson_free(json);
 }
