@@ -119,16 +119,11 @@ ngx_http_feed_fuzz_reply(ngx_http_feed_redis_t *rd, redisReply *reply)
         && cached.kept)
     {
         /*
-         * The page in the reply, else the one the HGET before got; here
-         * an empty one (docs/fuzzing.md: a NULL one, the HGET's nil, is
-         * pointer arithmetic on NULL in the module).
+         * The page in the reply, else the one the HGET before got: here
+         * none, as when the HGET's answer was nil.
          */
 
         kept = cached.page;
-
-        if (kept.len == 0) {
-            ngx_str_set(&kept, "");
-        }
 
         (void) ngx_http_feed_timeline_cache_kept(&kept, &cached);
     }

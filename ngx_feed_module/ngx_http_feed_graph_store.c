@@ -750,10 +750,11 @@ ngx_int_t
 ngx_http_feed_graph_cursor_parse(ngx_str_t *text,
     ngx_http_feed_list_op_t *op)
 {
-    u_char     *p, *colon;
-    u_char      raw[NGX_HTTP_FEED_GRAPH_CURSOR_RAW];
-    ngx_str_t   dst;
-    ngx_int_t   ms;
+    off_t        ms;
+    u_char      *p, *colon;
+    u_char       raw[NGX_HTTP_FEED_GRAPH_CURSOR_RAW];
+    ngx_str_t    dst;
+    ngx_uint_t   neg;
 
     if (text->len == 0 || text->len > NGX_HTTP_FEED_GRAPH_CURSOR_MAX
         || ngx_base64_decoded_length(text->len) > sizeof(raw))
@@ -768,11 +769,18 @@ ngx_http_feed_graph_cursor_parse(ngx_str_t *text,
     }
 
     colon = ngx_strlchr(raw, raw + dst.len, ':');
-    if (colon == NULL || colon == raw || colon - raw > 15) {
+    if (colon == NULL) {
         return NGX_DECLINED;
     }
 
-    ms = ngx_atoi(raw, colon - raw);
+    /*
+     * Any time a document may hold, as the maker wrote it: another
+     * application may have written dates before 1970 or far ahead.
+     */
+
+    neg = (*raw == '-');
+    ms = ngx_atoof(raw + neg, colon - raw - neg);
+
     if (ms == NGX_ERROR) {
         return NGX_DECLINED;
     }
@@ -784,7 +792,7 @@ ngx_http_feed_graph_cursor_parse(ngx_str_t *text,
     }
 
     op->has_cursor = 1;
-    op->cursor_ms = ms;
+    op->cursor_ms = neg ? -ms : ms;
     op->cursor_id.len = raw + dst.len - p;
     ngx_memcpy(op->cursor_id.data, p, op->cursor_id.len);
     op->cursor_id.data[op->cursor_id.len] = '\0';

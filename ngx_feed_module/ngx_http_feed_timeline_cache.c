@@ -783,6 +783,12 @@ ngx_http_feed_timeline_cache_kept(ngx_str_t *page,
 {
     u_char  *p, *last, *nl;
 
+    /* none: the HGET before the script found none (nil), or went away */
+
+    if (page->len == 0) {
+        return NGX_DECLINED;
+    }
+
     p = page->data;
     last = p + page->len;
 
