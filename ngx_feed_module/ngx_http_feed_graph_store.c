@@ -752,13 +752,13 @@ ngx_http_feed_graph_cursor_parse(ngx_str_t *text,
 {
     off_t        ms;
     u_char      *p, *colon;
-    u_char       raw[NGX_HTTP_FEED_GRAPH_CURSOR_RAW];
     ngx_str_t    dst;
     ngx_uint_t   neg;
 
-    if (text->len == 0 || text->len > NGX_HTTP_FEED_GRAPH_CURSOR_MAX
-        || ngx_base64_decoded_length(text->len) > sizeof(raw))
-    {
+    /* ngx_base64_decoded_length() counts unpadded input's last bytes up */
+    u_char       raw[NGX_HTTP_FEED_GRAPH_CURSOR_RAW + 2];
+
+    if (text->len == 0 || text->len > NGX_HTTP_FEED_GRAPH_CURSOR_MAX) {
         return NGX_DECLINED;
     }
 
