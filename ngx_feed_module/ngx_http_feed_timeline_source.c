@@ -43,7 +43,7 @@ typedef struct {
 
 
 static ngx_int_t ngx_http_feed_source_args(ngx_http_request_t *r,
-    ngx_http_feed_page_t *page);
+    ngx_http_feed_page_t *page, const char **code, const char **message);
 static void ngx_http_feed_source_done(ngx_http_feed_mongo_task_t *t);
 static char **ngx_http_feed_source_authors(mongoc_client_t *client,
     const char *database, ngx_http_feed_page_t *page, size_t *n,
@@ -67,6 +67,7 @@ ngx_int_t
 ngx_http_feed_timeline_source(ngx_http_request_t *r)
 {
     ngx_int_t                     rc;
+    const char                   *code, *message;
     ngx_http_feed_mongo_task_t   *t;
     ngx_http_feed_source_op_t    *op;
     ngx_http_feed_main_conf_t    *fmcf;
@@ -82,9 +83,8 @@ ngx_http_feed_timeline_source(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    rc = ngx_http_feed_source_args(r, &op->page);
-    if (rc != NGX_OK) {
-        return rc;
+    if (ngx_http_feed_source_args(r, &op->page, &code, &message) != NGX_OK) {
+        return ngx_http_feed_bad_request(r, code, message);
     }
 
     rc = ngx_http_discard_request_body(r);
@@ -114,8 +114,15 @@ ngx_http_feed_timeline_source(ngx_http_request_t *r)
 }
 
 
+/*
+ * NGX_DECLINED with the error to answer: the caller answers it, and stops
+ * there (an answer sent here returned NGX_OK, and the request went on to
+ * answer again).
+ */
+
 static ngx_int_t
-ngx_http_feed_source_args(ngx_http_request_t *r, ngx_http_feed_page_t *page)
+ngx_http_feed_source_args(ngx_http_request_t *r, ngx_http_feed_page_t *page,
+    const char **code, const char **message)
 {
     ngx_int_t  n;
     ngx_str_t  value;
@@ -123,8 +130,9 @@ ngx_http_feed_source_args(ngx_http_request_t *r, ngx_http_feed_page_t *page)
     if (ngx_http_feed_arg(r, "user", &value) != NGX_OK
         || !ngx_http_feed_user_valid(value.data, value.len))
     {
-        return ngx_http_feed_bad_request(r, "invalid_user_id",
-                   "user ids are 1 to 64 of A-Z a-z 0-9 _ . -");
+        *code = "invalid_user_id";
+        *message = "user ids are 1 to 64 of A-Z a-z 0-9 _ . -";
+        return NGX_DECLINED;
     }
 
     ngx_memcpy(page->user.data, value.data, value.len);
@@ -137,16 +145,18 @@ ngx_http_feed_source_args(ngx_http_request_t *r, ngx_http_feed_page_t *page)
         n = ngx_atoi(value.data, value.len);
 
         if (n < 1 || n > NGX_HTTP_FEED_CACHE_SIZE_MAX) {
-            return ngx_http_feed_bad_request(r, "invalid_limit",
-                       "limit is a number from 1 to 100000");
+            *code = "invalid_limit";
+            *message = "limit is a number from 1 to 100000";
+            return NGX_DECLINED;
         }
 
         page->limit = n;
     }
 
     if (ngx_http_feed_timeline_bounds(r, page) != NGX_OK) {
-        return ngx_http_feed_bad_request(r, "invalid_post_id",
-                   "post ids are 24 lowercase hexadecimal digits");
+        *code = "invalid_post_id";
+        *message = "post ids are 24 lowercase hexadecimal digits";
+        return NGX_DECLINED;
     }
 
     return NGX_OK;
