@@ -79,6 +79,9 @@ struct ngx_http_feed_redis_cmd_s {
     void                         *data;
     ngx_pool_cleanup_t           *cleanup;
     ngx_event_t                   timer;
+
+    /* the request a command of ngx_http_feed_redis_send_r() is for */
+    ngx_http_request_t           *request;
 };
 
 
@@ -115,6 +118,8 @@ static void ngx_http_feed_redis_reply(redisAsyncContext *ac, void *reply,
     void *privdata);
 static void ngx_http_feed_redis_cmd_timeout(ngx_event_t *ev);
 static void ngx_http_feed_redis_cmd_cleanup(void *data);
+static ngx_connection_t *ngx_http_feed_redis_cmd_connection(
+    ngx_http_feed_redis_cmd_t *cmd);
 
 
 ngx_http_feed_redis_t *
@@ -864,6 +869,7 @@ ngx_http_feed_redis_send_timeout(ngx_http_feed_redis_t *rd,
 
     cmd->handler = handler;
     cmd->data = data;
+    cmd->request = NULL;
 
     if (redisAsyncCommandArgv(rd->ac, ngx_http_feed_redis_reply, cmd,
                               argc, argv, argvlen)
@@ -916,6 +922,7 @@ ngx_http_feed_redis_send_r(ngx_http_request_t *r, ngx_http_feed_redis_t *rd,
     }
 
     cmd->cleanup = cln;
+    cmd->request = r;
     cln->handler = ngx_http_feed_redis_cmd_cleanup;
     cln->data = cmd;
 
@@ -952,12 +959,14 @@ ngx_http_feed_redis_reply(redisAsyncContext *ac, void *r, void *privdata)
     ngx_http_feed_redis_cmd_t  *cmd = privdata;
 
     void                       *data;
+    ngx_connection_t           *c;
     ngx_http_feed_redis_t      *rd;
     ngx_http_feed_redis_pt      handler;
 
     rd = cmd->rd;
     handler = cmd->handler;
     data = cmd->data;
+    c = ngx_http_feed_redis_cmd_connection(cmd);
 
     ngx_http_feed_redis_cancel(cmd);
 
@@ -984,6 +993,10 @@ ngx_http_feed_redis_reply(redisAsyncContext *ac, void *r, void *privdata)
     if (handler) {
         handler(data, reply);
     }
+
+    if (c) {
+        ngx_http_run_posted_requests(c);
+    }
 }
 
 
@@ -994,6 +1007,7 @@ ngx_http_feed_redis_cmd_timeout(ngx_event_t *ev)
     ngx_http_feed_redis_cmd_t  *cmd;
 
     void                       *data;
+    ngx_connection_t           *c;
     ngx_http_feed_redis_pt      handler;
 
     cmd = ngx_queue_data(ev, ngx_http_feed_redis_cmd_t, timer);
@@ -1001,6 +1015,7 @@ ngx_http_feed_redis_cmd_timeout(ngx_event_t *ev)
 
     handler = cmd->handler;
     data = cmd->data;
+    c = ngx_http_feed_redis_cmd_connection(cmd);
 
     ngx_http_feed_redis_cancel(cmd);
 
@@ -1014,6 +1029,29 @@ ngx_http_feed_redis_cmd_timeout(ngx_event_t *ev)
     if (handler) {
         handler(data, NULL);
     }
+
+    if (c) {
+        ngx_http_run_posted_requests(c);
+    }
+}
+
+
+/*
+ * A reply comes through Redis's connection, not the request's: whatever
+ * the handler posts on the request's connection (a subrequest, a
+ * finalized request) is run once it returns, as nginx does after a
+ * request's own events.  None when the request went away: its cleanup
+ * took the handler.
+ */
+
+static ngx_connection_t *
+ngx_http_feed_redis_cmd_connection(ngx_http_feed_redis_cmd_t *cmd)
+{
+    if (cmd->handler == NULL || cmd->request == NULL) {
+        return NULL;
+    }
+
+    return cmd->request->connection;
 }
 
 

@@ -173,16 +173,9 @@ ngx_http_feed_status_redis_reply(void *data, redisReply *reply)
 {
     ngx_http_feed_status_ctx_t  *ctx = data;
 
-    ngx_connection_t  *c;
-
-    c = ctx->request->connection;
-
     ctx->redis_up = (reply != NULL && reply->type == REDIS_REPLY_STATUS);
 
     ngx_http_feed_status_finish(ctx);
-
-    /* a Redis reply does not come through the request's own events */
-    ngx_http_run_posted_requests(c);
 }
 
 
@@ -208,10 +201,7 @@ ngx_http_feed_status_pending_reply(void *data, redisReply *reply)
 {
     ngx_http_feed_status_ctx_t  *ctx = data;
 
-    ngx_int_t          ms;
-    ngx_connection_t  *c;
-
-    c = ctx->request->connection;
+    ngx_int_t  ms;
 
     if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements >= 2
         && reply->element[0]->type == REDIS_REPLY_INTEGER)
@@ -229,8 +219,6 @@ ngx_http_feed_status_pending_reply(void *data, redisReply *reply)
     }
 
     ngx_http_feed_status_finish(ctx);
-
-    ngx_http_run_posted_requests(c);
 }
 
 

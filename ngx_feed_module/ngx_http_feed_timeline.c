@@ -386,23 +386,12 @@ ngx_http_feed_tl_kept_page(ngx_http_feed_tl_ctx_t *ctx)
 }
 
 
-/*
- * Redis replies do not come through the request's own events: whatever
- * they post (a subrequest, a finalized request) is run from here.
- */
+/* what the request posts meanwhile is run by the Redis layer after it */
 
 static void
 ngx_http_feed_tl_read_done(void *data, redisReply *reply)
 {
-    ngx_http_feed_tl_ctx_t  *ctx = data;
-
-    ngx_connection_t  *c;
-
-    c = ctx->request->connection;
-
-    ngx_http_feed_tl_read_reply(ctx, reply);
-
-    ngx_http_run_posted_requests(c);
+    ngx_http_feed_tl_read_reply(data, reply);
 }
 
 
@@ -523,10 +512,7 @@ ngx_http_feed_tl_locked(void *data, redisReply *reply)
 {
     ngx_http_feed_tl_ctx_t  *ctx = data;
 
-    ngx_connection_t      *c;
-    ngx_http_feed_page_t   page;
-
-    c = ctx->request->connection;
+    ngx_http_feed_page_t  page;
 
     if (reply == NULL || reply->type != REDIS_REPLY_ARRAY
         || reply->elements == 0
@@ -561,8 +547,6 @@ ngx_http_feed_tl_locked(void *data, redisReply *reply)
             ngx_http_feed_tl_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
         }
     }
-
-    ngx_http_run_posted_requests(c);
 }
 
 
@@ -652,10 +636,6 @@ ngx_http_feed_tl_warmed(void *data, redisReply *reply)
 {
     ngx_http_feed_tl_ctx_t  *ctx = data;
 
-    ngx_connection_t  *c;
-
-    c = ctx->request->connection;
-
     if (reply == NULL || reply->type != REDIS_REPLY_INTEGER) {
         ngx_http_feed_tl_bypass_done(ctx);
 
@@ -672,8 +652,6 @@ ngx_http_feed_tl_warmed(void *data, redisReply *reply)
         ctx->lock_held = 0;
         ngx_http_feed_tl_read(ctx);
     }
-
-    ngx_http_run_posted_requests(c);
 }
 
 
