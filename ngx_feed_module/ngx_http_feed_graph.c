@@ -91,7 +91,7 @@ ngx_http_feed_follow(ngx_http_request_t *r)
 
     if (rc == NGX_DECLINED) {
         return ngx_http_feed_bad_request(r, "invalid_user_id",
-                   "user ids are 1 to 64 of A-Z a-z 0-9 _ . -");
+                   NGX_HTTP_FEED_USER_ID_TEXT);
     }
 
     if (ctx->follow.src.len == ctx->follow.dst.len
@@ -123,8 +123,7 @@ ngx_http_feed_follow(ngx_http_request_t *r)
     }
 
     if (ngx_http_feed_mongo_post_r(r, t) != NGX_OK) {
-        return ngx_http_feed_unavailable(r, "too many requests waiting for "
-                                            "the database");
+        return ngx_http_feed_db_busy(r);
     }
 
     r->main->count++;
@@ -321,8 +320,7 @@ ngx_http_feed_list_handler(ngx_http_request_t *r, ngx_uint_t followers)
         ctx->list.need_count = 1;
 
         if (ngx_http_feed_list_post(ctx) != NGX_OK) {
-            return ngx_http_feed_unavailable(r, "too many requests waiting "
-                                                "for the database");
+            return ngx_http_feed_db_busy(r);
         }
     }
 
@@ -383,9 +381,7 @@ ngx_http_feed_list_counted(void *data, redisReply *reply)
 
     if (ngx_http_feed_list_post(ctx) != NGX_OK) {
         ngx_http_feed_finalize(ctx->request,
-                               ngx_http_feed_unavailable(ctx->request,
-                                   "too many requests waiting for the "
-                                   "database"));
+                               ngx_http_feed_db_busy(ctx->request));
     }
 }
 

@@ -131,7 +131,7 @@ ngx_http_feed_post_create(ngx_http_request_t *r,
     if (rc == NGX_DECLINED) {
         return ngx_http_feed_reject(r, NGX_HTTP_BAD_REQUEST,
                    "invalid_user_id",
-                   "user ids are 1 to 64 of A-Z a-z 0-9 _ . -");
+                   NGX_HTTP_FEED_USER_ID_TEXT);
     }
 
     rc = ngx_http_feed_authorize(r, &ctx->np.author);
@@ -438,7 +438,7 @@ ngx_http_feed_post_list_args(ngx_http_request_t *r,
     }
 
     *code = "invalid_post_id";
-    *message = "post ids are 24 lowercase hexadecimal digits";
+    *message = NGX_HTTP_FEED_POST_ID_TEXT;
 
     if (ngx_http_feed_arg(r, "max_id", &value) == NGX_OK) {
         if (ngx_http_feed_post_id(&value, &op->max_id) != NGX_OK) {
@@ -548,7 +548,7 @@ ngx_http_feed_post(ngx_http_request_t *r)
     if (ngx_http_feed_post_id(&id, &ctx->op.id) != NGX_OK) {
         return ngx_http_feed_reject(r, NGX_HTTP_BAD_REQUEST,
                    "invalid_post_id",
-                   "post ids are 24 lowercase hexadecimal digits");
+                   NGX_HTTP_FEED_POST_ID_TEXT);
     }
 
     return ngx_http_feed_post_run(ctx, ngx_http_feed_post_get_run,
@@ -617,13 +617,13 @@ ngx_http_feed_user_post(ngx_http_request_t *r)
     if (rc == NGX_DECLINED) {
         return ngx_http_feed_reject(r, NGX_HTTP_BAD_REQUEST,
                    "invalid_user_id",
-                   "user ids are 1 to 64 of A-Z a-z 0-9 _ . -");
+                   NGX_HTTP_FEED_USER_ID_TEXT);
     }
 
     if (ngx_http_feed_post_id(&id, &ctx->op.id) != NGX_OK) {
         return ngx_http_feed_reject(r, NGX_HTTP_BAD_REQUEST,
                    "invalid_post_id",
-                   "post ids are 24 lowercase hexadecimal digits");
+                   NGX_HTTP_FEED_POST_ID_TEXT);
     }
 
     rc = ngx_http_feed_authorize(r, &ctx->op.author);
@@ -735,8 +735,7 @@ ngx_http_feed_post_run(ngx_http_feed_post_ctx_t *ctx,
     t->result = &ctx->op.json;
 
     if (ngx_http_feed_mongo_post_r(r, t) != NGX_OK) {
-        return ngx_http_feed_unavailable(r, "too many requests waiting for "
-                                            "the database");
+        return ngx_http_feed_db_busy(r);
     }
 
     /* the body handler already holds the request for a POST */

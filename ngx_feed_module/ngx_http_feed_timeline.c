@@ -218,7 +218,7 @@ ngx_http_feed_tl_args(ngx_http_request_t *r, ngx_http_feed_page_t *page,
     }
 
     *code = "invalid_post_id";
-    *message = "post ids are 24 lowercase hexadecimal digits";
+    *message = NGX_HTTP_FEED_POST_ID_TEXT;
 
     return ngx_http_feed_timeline_bounds(r, page);
 }

@@ -104,8 +104,7 @@ ngx_http_feed_timeline_source(ngx_http_request_t *r)
     t->result = &op->json;
 
     if (ngx_http_feed_mongo_post_r(r, t) != NGX_OK) {
-        return ngx_http_feed_unavailable(r, "too many requests waiting for "
-                                            "the database");
+        return ngx_http_feed_db_busy(r);
     }
 
     r->main->count++;
@@ -131,7 +130,7 @@ ngx_http_feed_source_args(ngx_http_request_t *r, ngx_http_feed_page_t *page,
         || !ngx_http_feed_user_valid(value.data, value.len))
     {
         *code = "invalid_user_id";
-        *message = "user ids are 1 to 64 of A-Z a-z 0-9 _ . -";
+        *message = NGX_HTTP_FEED_USER_ID_TEXT;
         return NGX_DECLINED;
     }
 
@@ -155,7 +154,7 @@ ngx_http_feed_source_args(ngx_http_request_t *r, ngx_http_feed_page_t *page,
 
     if (ngx_http_feed_timeline_bounds(r, page) != NGX_OK) {
         *code = "invalid_post_id";
-        *message = "post ids are 24 lowercase hexadecimal digits";
+        *message = NGX_HTTP_FEED_POST_ID_TEXT;
         return NGX_DECLINED;
     }
 

@@ -116,7 +116,7 @@ ngx_http_feed_list_args(ngx_http_request_t *r, ngx_http_feed_user_t *user,
 
     if (rc != NGX_OK) {
         *code = "invalid_user_id";
-        *message = "user ids are 1 to 64 of A-Z a-z 0-9 _ . -";
+        *message = NGX_HTTP_FEED_USER_ID_TEXT;
         return rc;
     }
 
@@ -201,6 +201,19 @@ ngx_http_feed_unavailable(ngx_http_request_t *r, const char *message)
 
     return ngx_http_feed_send_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
                                     "unavailable", message);
+}
+
+
+/*
+ * A thread task could not be posted: the thread pool's queue is full.  The
+ * client may try again shortly (503 with Retry-After).
+ */
+
+ngx_int_t
+ngx_http_feed_db_busy(ngx_http_request_t *r)
+{
+    return ngx_http_feed_unavailable(r, "too many requests waiting for the "
+                                        "database");
 }
 
 

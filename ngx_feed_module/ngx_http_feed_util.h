@@ -19,6 +19,12 @@
 #define NGX_HTTP_FEED_LIMIT_DEFAULT 20
 
 
+/* what every flow answers about the ids it is given, in one place */
+#define NGX_HTTP_FEED_USER_ID_TEXT  "user ids are 1 to 64 of A-Z a-z 0-9 _ . -"
+#define NGX_HTTP_FEED_POST_ID_TEXT                                            \
+    "post ids are 24 lowercase hexadecimal digits"
+
+
 /* a user id as a C string, for the thread side */
 typedef struct {
     size_t                        len;
@@ -44,6 +50,7 @@ ngx_int_t ngx_http_feed_not_allowed(ngx_http_request_t *r, char *allow);
 ngx_int_t ngx_http_feed_unavailable(ngx_http_request_t *r,
     const char *message);
 ngx_int_t ngx_http_feed_no_content(ngx_http_request_t *r);
+ngx_int_t ngx_http_feed_db_busy(ngx_http_request_t *r);
 void ngx_http_feed_finalize(ngx_http_request_t *r, ngx_int_t rc);
 ngx_int_t ngx_http_feed_reject(ngx_http_request_t *r, ngx_uint_t status,
     const char *code, const char *message);
