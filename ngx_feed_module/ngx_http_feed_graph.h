@@ -65,6 +65,11 @@ typedef struct {
 } ngx_http_feed_list_op_t;
 
 
+extern ngx_http_feed_handler_t  ngx_http_feed_follow_handler;
+extern ngx_http_feed_handler_t  ngx_http_feed_following_handler;
+extern ngx_http_feed_handler_t  ngx_http_feed_followers_handler;
+
+
 void ngx_http_feed_graph_follow_run(ngx_http_feed_mongo_task_t *t,
     mongoc_client_t *client);
 void ngx_http_feed_graph_list_run(ngx_http_feed_mongo_task_t *t,

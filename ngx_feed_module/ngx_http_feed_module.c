@@ -13,8 +13,12 @@
 #include "ngx_http_feed_mongo.h"
 #include "ngx_http_feed_counts.h"
 #include "ngx_http_feed_outbox.h"
+#include "ngx_http_feed_graph.h"
+#include "ngx_http_feed_post.h"
 #include "ngx_http_feed_timeline.h"
 #include "ngx_http_feed_fanout.h"
+#include "ngx_http_feed_status.h"
+#include "ngx_http_feed_schema.h"
 
 
 static char *ngx_http_feed_redis_addr(ngx_conf_t *cf, ngx_command_t *cmd,

@@ -206,25 +206,5 @@ extern ngx_http_feed_stats_t   ngx_http_feed_stats;
 extern ngx_http_feed_stats_t  *ngx_http_feed_node_stats;
 extern ngx_http_feed_ids_t    *ngx_http_feed_node_ids;
 
-extern ngx_http_feed_handler_t  ngx_http_feed_follow_handler;
-extern ngx_http_feed_handler_t  ngx_http_feed_following_handler;
-extern ngx_http_feed_handler_t  ngx_http_feed_followers_handler;
-extern ngx_http_feed_handler_t  ngx_http_feed_posts_handler;
-extern ngx_http_feed_handler_t  ngx_http_feed_post_handler;
-extern ngx_http_feed_handler_t  ngx_http_feed_user_post_handler;
-extern ngx_http_feed_handler_t  ngx_http_feed_timeline_handler;
-extern ngx_http_feed_handler_t  ngx_http_feed_timeline_source_handler;
-
-
-char *ngx_http_feed_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
-
-ngx_int_t ngx_http_feed_timeline_init(void);
-ngx_int_t ngx_http_feed_cache_status_variable(ngx_http_request_t *r,
-    ngx_http_variable_value_t *v, uintptr_t data);
-
-ngx_int_t ngx_http_feed_schema_init(ngx_cycle_t *cycle,
-    ngx_http_feed_mongo_t *m);
-void ngx_http_feed_schema_exit(void);
-
 
 #endif /* _NGX_HTTP_FEED_MODULE_H_INCLUDED_ */

@@ -62,6 +62,11 @@ typedef struct {
 } ngx_http_feed_post_op_t;
 
 
+extern ngx_http_feed_handler_t  ngx_http_feed_posts_handler;
+extern ngx_http_feed_handler_t  ngx_http_feed_post_handler;
+extern ngx_http_feed_handler_t  ngx_http_feed_user_post_handler;
+
+
 ngx_int_t ngx_http_feed_post_parse(ngx_http_feed_main_conf_t *fmcf,
     u_char *p, size_t len, ngx_http_feed_post_new_t *np,
     ngx_http_feed_error_t *err);

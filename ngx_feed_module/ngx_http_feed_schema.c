@@ -8,7 +8,7 @@
  */
 
 
-#include "ngx_http_feed_module.h"
+#include "ngx_http_feed_schema.h"
 #include "ngx_http_feed_mongo.h"
 #include "ngx_http_feed_graph.h"
 #include "ngx_http_feed_post.h"

@@ -8,7 +8,7 @@
  */
 
 
-#include "ngx_http_feed_module.h"
+#include "ngx_http_feed_status.h"
 #include "ngx_http_feed_redis.h"
 #include "ngx_http_feed_mongo.h"
 #include "ngx_http_feed_json.h"

@@ -74,6 +74,14 @@ typedef struct {
 } ngx_http_feed_cached_t;
 
 
+extern ngx_http_feed_handler_t  ngx_http_feed_timeline_handler;
+extern ngx_http_feed_handler_t  ngx_http_feed_timeline_source_handler;
+
+
+ngx_int_t ngx_http_feed_timeline_init(void);
+ngx_int_t ngx_http_feed_cache_status_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data);
+
 ngx_int_t ngx_http_feed_timeline_cache_init(ngx_http_feed_redis_t *rd);
 ngx_int_t ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_page_t *page,
