@@ -14,7 +14,7 @@
 
 static ngx_int_t ngx_http_feed_post_page(mongoc_collection_t *posts,
     ngx_http_feed_post_op_t *op, bson_t *items, bson_error_t *error);
-static void ngx_http_feed_post_answer(ngx_http_feed_mongo_task_t *t,
+static void ngx_http_feed_post_store_json(ngx_http_feed_mongo_task_t *t,
     bson_t *doc);
 
 
@@ -87,7 +87,7 @@ ngx_http_feed_post_get_run(ngx_http_feed_mongo_task_t *t,
     bson_init(&out);
 
     if (ngx_http_feed_post_json(&doc, &out) == NGX_OK) {
-        ngx_http_feed_post_answer(t, &out);
+        ngx_http_feed_post_store_json(t, &out);
 
     } else {
         t->rc = NGX_ERROR;
@@ -133,7 +133,7 @@ ngx_http_feed_post_list_run(ngx_http_feed_mongo_task_t *t,
         }
 
         t->rc = NGX_OK;
-        ngx_http_feed_post_answer(t, &doc);
+        ngx_http_feed_post_store_json(t, &doc);
     }
 
     bson_destroy(&items);
@@ -302,8 +302,10 @@ ngx_http_feed_post_json(const bson_t *stored, bson_t *out)
 }
 
 
+/* the answer's JSON, made in the thread: the loop only copies it out */
+
 static void
-ngx_http_feed_post_answer(ngx_http_feed_mongo_task_t *t, bson_t *doc)
+ngx_http_feed_post_store_json(ngx_http_feed_mongo_task_t *t, bson_t *doc)
 {
     ngx_http_feed_post_op_t  *op = t->data;
 
