@@ -55,13 +55,11 @@ static ngx_int_t ngx_http_feed_graph_over(mongoc_collection_t *counts,
 static ngx_int_t ngx_http_feed_graph_recount(mongoc_collection_t *counts,
     mongoc_collection_t *follows, ngx_http_feed_follow_op_t *op,
     ngx_http_feed_edge_t *edge, bson_error_t *error);
-static ngx_int_t ngx_http_feed_graph_following(mongoc_collection_t *counts,
-    const char *user, int64_t *n, bson_error_t *error);
+static ngx_int_t ngx_http_feed_graph_read_count(mongoc_collection_t *counts,
+    const char *user, const char *field, int64_t *n, bson_error_t *error);
 static ngx_int_t ngx_http_feed_graph_page(mongoc_collection_t *follows,
     ngx_http_feed_list_op_t *op, bson_t *items,
     ngx_http_feed_graph_pos_t *last, bson_error_t *error);
-static ngx_int_t ngx_http_feed_graph_read_count(mongoc_collection_t *counts,
-    ngx_http_feed_list_op_t *op, bson_error_t *error);
 static void ngx_http_feed_graph_cursor(char *buf, size_t size,
     ngx_http_feed_graph_pos_t *pos);
 
@@ -422,7 +420,8 @@ ngx_http_feed_graph_over(mongoc_collection_t *counts,
 {
     int64_t  n;
 
-    if (ngx_http_feed_graph_following(counts, op->src.data, &n, error)
+    if (ngx_http_feed_graph_read_count(counts, op->src.data, "following", &n,
+                                       error)
         != NGX_OK)
     {
         return NGX_ERROR;
@@ -490,11 +489,11 @@ ngx_http_feed_graph_recount(mongoc_collection_t *counts,
 }
 
 
-/* how many users a user follows, as counted: 0 without a count yet */
+/* a user's "following" or "followers", as counted: 0 without a count yet */
 
 static ngx_int_t
-ngx_http_feed_graph_following(mongoc_collection_t *counts, const char *user,
-    int64_t *n, bson_error_t *error)
+ngx_http_feed_graph_read_count(mongoc_collection_t *counts, const char *user,
+    const char *field, int64_t *n, bson_error_t *error)
 {
     bson_t     filter, proj, doc;
     ngx_int_t  rc;
@@ -503,7 +502,7 @@ ngx_http_feed_graph_following(mongoc_collection_t *counts, const char *user,
     BSON_APPEND_UTF8(&filter, "_id", user);
 
     bson_init(&proj);
-    BSON_APPEND_INT32(&proj, "following", 1);
+    BSON_APPEND_INT32(&proj, field, 1);
 
     rc = ngx_http_feed_mongo_find_one(counts, &filter, &proj, &doc, error);
 
@@ -513,7 +512,7 @@ ngx_http_feed_graph_following(mongoc_collection_t *counts, const char *user,
     *n = 0;
 
     if (rc == NGX_OK) {
-        *n = ngx_http_feed_bson_int(&doc, "following");
+        *n = ngx_http_feed_bson_int(&doc, field);
         bson_destroy(&doc);
     }
 
@@ -555,7 +554,11 @@ ngx_http_feed_graph_list_run(ngx_http_feed_mongo_task_t *t,
     }
 
     if (op->need_count
-        && ngx_http_feed_graph_read_count(counts, op, &t->error) != NGX_OK)
+        && ngx_http_feed_graph_read_count(counts, op->user.data,
+                                          op->followers ? "followers"
+                                                        : "following",
+                                          &op->count, &t->error)
+           != NGX_OK)
     {
         goto done;
     }
@@ -682,38 +685,6 @@ ngx_http_feed_graph_page(mongoc_collection_t *follows,
     bson_destroy(&filter);
 
     return rc;
-}
-
-
-static ngx_int_t
-ngx_http_feed_graph_read_count(mongoc_collection_t *counts,
-    ngx_http_feed_list_op_t *op, bson_error_t *error)
-{
-    bson_t       filter, proj, doc;
-    ngx_int_t    rc;
-    const char  *field;
-
-    field = op->followers ? "followers" : "following";
-
-    bson_init(&filter);
-    BSON_APPEND_UTF8(&filter, "_id", op->user.data);
-
-    bson_init(&proj);
-    BSON_APPEND_INT32(&proj, field, 1);
-
-    rc = ngx_http_feed_mongo_find_one(counts, &filter, &proj, &doc, error);
-
-    bson_destroy(&proj);
-    bson_destroy(&filter);
-
-    op->count = 0;
-
-    if (rc == NGX_OK) {
-        op->count = ngx_http_feed_bson_int(&doc, field);
-        bson_destroy(&doc);
-    }
-
-    return rc == NGX_ERROR ? NGX_ERROR : NGX_OK;
 }
 
 

@@ -96,8 +96,6 @@ static void ngx_http_feed_tl_read(ngx_http_feed_tl_ctx_t *ctx);
 static void ngx_http_feed_tl_kept(void *data, redisReply *reply);
 static ngx_int_t ngx_http_feed_tl_kept_page(ngx_http_feed_tl_ctx_t *ctx);
 static void ngx_http_feed_tl_read_done(void *data, redisReply *reply);
-static void ngx_http_feed_tl_read_reply(ngx_http_feed_tl_ctx_t *ctx,
-    redisReply *reply);
 static void ngx_http_feed_tl_miss(ngx_http_feed_tl_ctx_t *ctx);
 static void ngx_http_feed_tl_locked(void *data, redisReply *reply);
 static void ngx_http_feed_tl_poll(ngx_event_t *ev);
@@ -386,18 +384,13 @@ ngx_http_feed_tl_kept_page(ngx_http_feed_tl_ctx_t *ctx)
 }
 
 
-/* what the request posts meanwhile is run by the Redis layer after it */
+/* the script's answer; the Redis layer runs what this posts afterwards */
 
 static void
 ngx_http_feed_tl_read_done(void *data, redisReply *reply)
 {
-    ngx_http_feed_tl_read_reply(data, reply);
-}
+    ngx_http_feed_tl_ctx_t  *ctx = data;
 
-
-static void
-ngx_http_feed_tl_read_reply(ngx_http_feed_tl_ctx_t *ctx, redisReply *reply)
-{
     ngx_int_t  rc;
 
     rc = ngx_http_feed_timeline_cache_parse(ctx->request, reply,
@@ -937,13 +930,12 @@ ngx_http_feed_tl_fallback_done(ngx_http_request_t *sr, void *data,
 
 
 /*
- * The fallback's answer broke off: nginx would terminate the client's
- * request with it, which would get no answer at all.  The subrequest ends
- * as done instead, and the request goes on knowing it, when the client's
- * connection is not at fault: an error of the fallback's own (its
- * upstream failed), or an answer larger than the fallback location's
- * subrequest_output_buffer_size, for which nginx marks the connection that
- * both requests share as failed although nothing was written to it.
+ * The fallback's answer was larger than the fallback location's
+ * subrequest_output_buffer_size: nginx marks the connection both requests
+ * share as failed, although nothing was written to it, and would
+ * terminate the client's request, which would get no answer at all.  The
+ * subrequest ends as done instead, and the request goes on knowing it.
+ * Any other error (NGX_ERROR) stays nginx's to handle.
  */
 
 static ngx_int_t
@@ -958,16 +950,14 @@ ngx_http_feed_tl_fallback_broke(ngx_http_feed_tl_ctx_t *ctx,
     clcf = ngx_http_get_module_loc_conf(sr, ngx_http_core_module);
     len = sr->headers_out.content_length_n;
 
-    if (c->error) {
-        if (!sr->subrequest_in_memory
-            || (len <= (off_t) clcf->subrequest_output_buffer_size
-                && sr->out == NULL))
-        {
-            return NGX_ERROR;
-        }
-
-        c->error = 0;
+    if (!c->error || !sr->subrequest_in_memory
+        || (len <= (off_t) clcf->subrequest_output_buffer_size
+            && sr->out == NULL))
+    {
+        return NGX_ERROR;
     }
+
+    c->error = 0;
 
     ctx->fb_status = NGX_HTTP_BAD_GATEWAY;
     ctx->fb_broke = 1;
