@@ -17,7 +17,7 @@
 
 #include "ngx_http_feed_fuzz.h"
 
-#include "ngx_http_feed_graph_store.c"
+#include "ngx_http_feed_graph_task.c"
 
 
 static void ngx_http_feed_fuzz_round_trip(const uint8_t *data, size_t size);

@@ -6,7 +6,7 @@
  *   feed_following $user;        GET the users $user follows
  *   feed_followers $user;        GET the users following $user
  *
- * MongoDB holds the graph and the counters (ngx_http_feed_graph_store.c);
+ * MongoDB holds the graph and the counters (ngx_http_feed_follows_store.c);
  * Redis caches the counts in front of it (ngx_http_feed_counts.c).
  */
 

@@ -11,10 +11,7 @@
 #include "ngx_http_feed_module.h"
 #include "ngx_http_feed_mongo.h"
 #include "ngx_http_feed_util.h"
-
-
-#define NGX_HTTP_FEED_FOLLOWS        "follows"
-#define NGX_HTTP_FEED_FOLLOW_COUNTS  "follow_counts"
+#include "ngx_http_feed_follows_store.h"
 
 
 /* a list cursor decoded: "<ms>:<user>", and its base64url text */
@@ -29,18 +26,6 @@ typedef struct {
     ngx_http_feed_user_t          user;
     int64_t                       since;
 } ngx_http_feed_graph_pos_t;
-
-
-/* follow or unfollow, run in a thread */
-typedef struct {
-    ngx_http_feed_user_t          src;
-    ngx_http_feed_user_t          dst;
-    ngx_uint_t                    want;       /* 1: follow, 0: unfollow */
-    int64_t                       now;        /* ms since epoch */
-    int64_t                       max;        /* feed_follow_max */
-    ngx_uint_t                    changed;
-    ngx_uint_t                    over;       /* refused: src follows max */
-} ngx_http_feed_follow_op_t;
 
 
 /* one page of "following" or "followers", run in a thread */

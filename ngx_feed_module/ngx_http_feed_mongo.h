@@ -57,6 +57,13 @@ struct ngx_http_feed_mongo_task_s {
 };
 
 
+/* a store's indexes on its collection, made at start (schema.c) */
+typedef struct {
+    const char                   *collection;
+    const char                   *indexes;    /* createIndexes', as JSON */
+} ngx_http_feed_mongo_indexes_t;
+
+
 char *ngx_http_feed_mongo_uri(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 ngx_int_t ngx_http_feed_mongo_init_conf(ngx_conf_t *cf,

@@ -10,7 +10,7 @@
 
 #include "ngx_http_feed_schema.h"
 #include "ngx_http_feed_mongo.h"
-#include "ngx_http_feed_graph.h"
+#include "ngx_http_feed_follows_store.h"
 #include "ngx_http_feed_post.h"
 
 
@@ -29,7 +29,7 @@ static void ngx_http_feed_schema_post(ngx_http_feed_schema_t *s);
 static void ngx_http_feed_schema_run(ngx_http_feed_mongo_task_t *t,
     mongoc_client_t *client);
 static ngx_int_t ngx_http_feed_schema_create(mongoc_database_t *db,
-    const char *coll, const char *json, bson_error_t *error);
+    ngx_http_feed_mongo_indexes_t *store, bson_error_t *error);
 static void ngx_http_feed_schema_done(ngx_http_feed_mongo_task_t *t);
 static void ngx_http_feed_schema_retry(ngx_event_t *ev);
 
@@ -39,21 +39,20 @@ static ngx_http_feed_schema_t  ngx_http_feed_schema;
 
 /* the author's posts newest first (fanout on read), and the outbox */
 
-static const char  ngx_http_feed_posts_indexes[] =
+static ngx_http_feed_mongo_indexes_t  ngx_http_feed_posts_indexes = {
+    NGX_HTTP_FEED_POSTS,
     "[{\"key\": {\"author\": 1, \"_id\": -1}, \"name\": \"author_id\"},"
-    " {\"key\": {\"q\": 1}, \"name\": \"outbox\", \"sparse\": true}]";
+    " {\"key\": {\"q\": 1}, \"name\": \"outbox\", \"sparse\": true}]"
+};
 
 
-/* seed 002's three indexes; the list ones end with the other user, so
- * that (created, other user) pages come straight from the index */
+/* the stores, each the owner of its collection and of its indexes */
 
-static const char  ngx_http_feed_follows_indexes[] =
-    "[{\"key\": {\"src\": 1, \"dst\": 1}, \"name\": \"src_dst\","
-    "  \"unique\": true},"
-    " {\"key\": {\"dst\": 1, \"status\": 1, \"created\": -1, \"src\": -1},"
-    "  \"name\": \"dst_status_created\"},"
-    " {\"key\": {\"src\": 1, \"status\": 1, \"created\": -1, \"dst\": -1},"
-    "  \"name\": \"src_status_created\"}]";
+static ngx_http_feed_mongo_indexes_t  *ngx_http_feed_schema_stores[] = {
+    &ngx_http_feed_follows_indexes,
+    &ngx_http_feed_posts_indexes,
+    NULL
+};
 
 
 ngx_int_t
@@ -110,21 +109,21 @@ ngx_http_feed_schema_post(ngx_http_feed_schema_t *s)
 }
 
 
+/* each store's indexes, in turn, until one fails */
+
 static void
 ngx_http_feed_schema_run(ngx_http_feed_mongo_task_t *t,
     mongoc_client_t *client)
 {
+    ngx_uint_t          i;
     mongoc_database_t  *db;
 
     db = mongoc_client_get_database(client, t->database);
 
-    t->rc = ngx_http_feed_schema_create(db, NGX_HTTP_FEED_FOLLOWS,
-                                        ngx_http_feed_follows_indexes,
-                                        &t->error);
+    t->rc = NGX_OK;
 
-    if (t->rc == NGX_OK) {
-        t->rc = ngx_http_feed_schema_create(db, NGX_HTTP_FEED_POSTS,
-                                            ngx_http_feed_posts_indexes,
+    for (i = 0; ngx_http_feed_schema_stores[i] && t->rc == NGX_OK; i++) {
+        t->rc = ngx_http_feed_schema_create(db, ngx_http_feed_schema_stores[i],
                                             &t->error);
     }
 
@@ -133,19 +132,20 @@ ngx_http_feed_schema_run(ngx_http_feed_mongo_task_t *t,
 
 
 static ngx_int_t
-ngx_http_feed_schema_create(mongoc_database_t *db, const char *coll,
-    const char *json, bson_error_t *error)
+ngx_http_feed_schema_create(mongoc_database_t *db,
+    ngx_http_feed_mongo_indexes_t *store, bson_error_t *error)
 {
     bool     ok;
     bson_t  *indexes, cmd;
 
-    indexes = bson_new_from_json((const uint8_t *) json, -1, error);
+    indexes = bson_new_from_json((const uint8_t *) store->indexes, -1,
+                                 error);
     if (indexes == NULL) {
         return NGX_ERROR;
     }
 
     bson_init(&cmd);
-    BSON_APPEND_UTF8(&cmd, "createIndexes", coll);
+    BSON_APPEND_UTF8(&cmd, "createIndexes", store->collection);
     BSON_APPEND_ARRAY(&cmd, "indexes", indexes);
 
     ok = mongoc_database_write_command_with_opts(db, &cmd, NULL, NULL, error);

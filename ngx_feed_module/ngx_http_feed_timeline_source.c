@@ -20,7 +20,7 @@
 
 
 #include "ngx_http_feed_timeline.h"
-#include "ngx_http_feed_graph.h"
+#include "ngx_http_feed_follows_store.h"
 #include "ngx_http_feed_post.h"
 #include "ngx_http_feed_json.h"
 
@@ -33,6 +33,14 @@ typedef struct {
     char                         *json;
     size_t                        json_len;
 } ngx_http_feed_source_op_t;
+
+
+/* the authors of a timeline, as they are read */
+typedef struct {
+    char                        **authors;
+    size_t                        n;
+    size_t                        size;
+} ngx_http_feed_source_authors_t;
 
 
 typedef struct {
@@ -48,6 +56,8 @@ static void ngx_http_feed_source_done(ngx_http_feed_mongo_task_t *t);
 static char **ngx_http_feed_source_authors(mongoc_client_t *client,
     const char *database, ngx_http_feed_page_t *page, size_t *n,
     bson_error_t *error);
+static ngx_int_t ngx_http_feed_source_author(void *data,
+    ngx_http_feed_user_t *user, int64_t created);
 static mongoc_cursor_t *ngx_http_feed_source_query(
     mongoc_collection_t *posts, ngx_http_feed_page_t *page, char **authors,
     size_t n);
@@ -263,62 +273,50 @@ static char **
 ngx_http_feed_source_authors(mongoc_client_t *client, const char *database,
     ngx_http_feed_page_t *page, size_t *n, bson_error_t *error)
 {
-    char                 **authors;
-    size_t                 size;
-    bson_t                 filter, opts, proj;
-    const bson_t          *doc;
-    mongoc_cursor_t       *cursor;
-    mongoc_collection_t   *follows;
-    ngx_http_feed_user_t   dst;
+    ngx_http_feed_source_authors_t  a;
+    ngx_http_feed_follows_page_t    fp;
 
-    size = 64;
-    authors = bson_malloc(size * sizeof(char *));
-    authors[0] = bson_strdup(page->user.data);
-    *n = 1;
+    a.size = 64;
+    a.authors = bson_malloc(a.size * sizeof(char *));
+    a.authors[0] = bson_strdup(page->user.data);
+    a.n = 1;
 
-    bson_init(&filter);
-    BSON_APPEND_UTF8(&filter, "src", page->user.data);
-    BSON_APPEND_INT32(&filter, "status", 1);
+    ngx_memzero(&fp, sizeof(ngx_http_feed_follows_page_t));
+    fp.user = &page->user;
+    fp.each = ngx_http_feed_source_author;
+    fp.data = &a;
 
-    bson_init(&opts);
-    BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &proj);
-    BSON_APPEND_INT32(&proj, "dst", 1);
-    BSON_APPEND_INT32(&proj, "_id", 0);
-    bson_append_document_end(&opts, &proj);
-
-    follows = mongoc_client_get_collection(client, database,
-                                           NGX_HTTP_FEED_FOLLOWS);
-
-    cursor = mongoc_collection_find_with_opts(follows, &filter, &opts, NULL);
-
-    while (mongoc_cursor_next(cursor, &doc)) {
-        if (ngx_http_feed_bson_user(doc, "dst", &dst) != NGX_OK) {
-            continue;
+    if (ngx_http_feed_follows_page(client, database, &fp, error)
+        == NGX_ERROR)
+    {
+        while (a.n) {
+            bson_free(a.authors[--a.n]);
         }
 
-        if (*n == size) {
-            size *= 2;
-            authors = bson_realloc(authors, size * sizeof(char *));
-        }
-
-        authors[(*n)++] = bson_strndup(dst.data, dst.len);
+        bson_free(a.authors);
+        a.authors = NULL;
     }
 
-    if (mongoc_cursor_error(cursor, error)) {
-        while (*n) {
-            bson_free(authors[--(*n)]);
-        }
+    *n = a.n;
 
-        bson_free(authors);
-        authors = NULL;
+    return a.authors;
+}
+
+
+static ngx_int_t
+ngx_http_feed_source_author(void *data, ngx_http_feed_user_t *user,
+    int64_t created)
+{
+    ngx_http_feed_source_authors_t  *a = data;
+
+    if (a->n == a->size) {
+        a->size *= 2;
+        a->authors = bson_realloc(a->authors, a->size * sizeof(char *));
     }
 
-    mongoc_cursor_destroy(cursor);
-    mongoc_collection_destroy(follows);
-    bson_destroy(&opts);
-    bson_destroy(&filter);
+    a->authors[a->n++] = bson_strndup(user->data, user->len);
 
-    return authors;
+    return NGX_OK;
 }
 
 

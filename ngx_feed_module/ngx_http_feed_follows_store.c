@@ -1,30 +1,39 @@
 
 /*
- * ngx_feed_module: the follow graph in MongoDB (runs in thread pool tasks).
+ * ngx_feed_module: the follows store (runs in thread pool tasks), the only
+ * code that knows the "follows" and "follow_counts" collections.
  *
  * An edge is {src, dst, status, created, updated} (seed 002's follow
  * document) plus a version "v", bumped by every real state change, and
  * "cv", the version the per-user counters already account for.
  *
  * Counters live in "follow_counts" {_id: user, following, followers, ops}.
- * An edge version is applied to each counter at most once: the update
- * only matches while "ops" lacks the version's id, and pushes it (the last
- * 64 are kept).  So a change interrupted half way (MongoDB gone between
- * two writes) is finished by the next request that touches the edge,
- * without counting anything twice, and nothing is ever half-written for
- * good.
+ * They are kept here, not in a store of their own, because an edge and its
+ * counts change together: an edge version is applied to each counter at
+ * most once: the update only matches while "ops" lacks the version's id,
+ * and pushes it (the last 64 are kept).  So a change interrupted half way
+ * (MongoDB gone between two writes) is finished by the next request that
+ * touches the edge, without counting anything twice, and nothing is ever
+ * half-written for good.
  *
  * A user follows at most feed_follow_max users: a follow is refused when
  * the user's count is there already, and taken back when, counted after
  * it was written, the count went past it (concurrent follows).
+ *
+ * Lists of followers and followees, whoever reads them (the graph's
+ * lists, fanout, the fallback timeline source), come from one query,
+ * ngx_http_feed_follows_page().
  */
 
 
-#include "ngx_http_feed_graph.h"
+#include "ngx_http_feed_follows_store.h"
 
 
-#define NGX_HTTP_FEED_GRAPH_RETRIES  5
-#define NGX_HTTP_FEED_COUNT_OPS      64
+#define NGX_HTTP_FEED_FOLLOWS        "follows"
+#define NGX_HTTP_FEED_FOLLOW_COUNTS  "follow_counts"
+
+#define NGX_HTTP_FEED_FOLLOWS_RETRIES  5
+#define NGX_HTTP_FEED_COUNT_OPS        64
 
 
 typedef struct {
@@ -35,89 +44,120 @@ typedef struct {
 } ngx_http_feed_edge_t;
 
 
-static ngx_int_t ngx_http_feed_graph_find_edge(mongoc_collection_t *follows,
+static ngx_int_t ngx_http_feed_follows_change_edge(
+    mongoc_collection_t *follows, mongoc_collection_t *counts,
+    ngx_http_feed_follow_op_t *op, bson_error_t *error);
+static ngx_int_t ngx_http_feed_follows_find_edge(mongoc_collection_t *follows,
     ngx_http_feed_follow_op_t *op, ngx_http_feed_edge_t *edge,
     bson_error_t *error);
-static ngx_int_t ngx_http_feed_graph_change(mongoc_collection_t *follows,
+static ngx_int_t ngx_http_feed_follows_write(mongoc_collection_t *follows,
     ngx_http_feed_follow_op_t *op, ngx_http_feed_edge_t *edge,
     ngx_uint_t found, bson_error_t *error);
-static ngx_int_t ngx_http_feed_graph_create(mongoc_collection_t *follows,
+static ngx_int_t ngx_http_feed_follows_create(mongoc_collection_t *follows,
     ngx_http_feed_follow_op_t *op, ngx_http_feed_edge_t *edge,
     bson_error_t *error);
-static ngx_int_t ngx_http_feed_graph_count(mongoc_collection_t *counts,
+static ngx_int_t ngx_http_feed_follows_apply(mongoc_collection_t *counts,
     mongoc_collection_t *follows, ngx_http_feed_follow_op_t *op,
     ngx_http_feed_edge_t *edge, bson_error_t *error);
-static ngx_int_t ngx_http_feed_graph_count_one(mongoc_collection_t *counts,
+static ngx_int_t ngx_http_feed_follows_count_one(mongoc_collection_t *counts,
     const char *user, const char *field, int64_t delta, const char *opid,
     bson_error_t *error);
-static ngx_int_t ngx_http_feed_graph_over(mongoc_collection_t *counts,
+static ngx_int_t ngx_http_feed_follows_over(mongoc_collection_t *counts,
     ngx_http_feed_follow_op_t *op, ngx_uint_t written, bson_error_t *error);
-static ngx_int_t ngx_http_feed_graph_recount(mongoc_collection_t *counts,
+static ngx_int_t ngx_http_feed_follows_recount(mongoc_collection_t *counts,
     mongoc_collection_t *follows, ngx_http_feed_follow_op_t *op,
     ngx_http_feed_edge_t *edge, bson_error_t *error);
-static ngx_int_t ngx_http_feed_graph_read_count(mongoc_collection_t *counts,
-    const char *user, const char *field, int64_t *n, bson_error_t *error);
-static ngx_int_t ngx_http_feed_graph_page(mongoc_collection_t *follows,
-    ngx_http_feed_list_op_t *op, bson_t *items,
-    ngx_http_feed_graph_pos_t *last, bson_error_t *error);
-static void ngx_http_feed_graph_cursor(char *buf, size_t size,
-    ngx_http_feed_graph_pos_t *pos);
+static ngx_int_t ngx_http_feed_follows_contended(bson_error_t *error);
+static ngx_int_t ngx_http_feed_follows_read_count(
+    mongoc_collection_t *counts, const char *user, const char *field,
+    int64_t *n, bson_error_t *error);
+static void ngx_http_feed_follows_filter(ngx_http_feed_follows_page_t *page,
+    const char *self, const char *other, bson_t *filter);
+static void ngx_http_feed_follows_opts(ngx_http_feed_follows_page_t *page,
+    const char *other, bson_t *opts);
 
 
-void
-ngx_http_feed_graph_follow_run(ngx_http_feed_mongo_task_t *t,
-    mongoc_client_t *client)
+/*
+ * seed 002's three indexes; the list ones end with the other user, so
+ * that (created, other user) pages come straight from the index
+ */
+
+ngx_http_feed_mongo_indexes_t  ngx_http_feed_follows_indexes = {
+    NGX_HTTP_FEED_FOLLOWS,
+    "[{\"key\": {\"src\": 1, \"dst\": 1}, \"name\": \"src_dst\","
+    "  \"unique\": true},"
+    " {\"key\": {\"dst\": 1, \"status\": 1, \"created\": -1, \"src\": -1},"
+    "  \"name\": \"dst_status_created\"},"
+    " {\"key\": {\"src\": 1, \"status\": 1, \"created\": -1, \"dst\": -1},"
+    "  \"name\": \"src_status_created\"}]"
+};
+
+
+/* a follow or an unfollow: op->changed when it changed the edge */
+
+ngx_int_t
+ngx_http_feed_follows_change(mongoc_client_t *client, const char *database,
+    ngx_http_feed_follow_op_t *op, bson_error_t *error)
 {
-    ngx_http_feed_follow_op_t  *op = t->data;
+    ngx_int_t             rc;
+    mongoc_collection_t  *follows, *counts;
 
-    ngx_int_t              rc, over;
-    ngx_uint_t             i;
-    mongoc_collection_t   *follows, *counts;
-    ngx_http_feed_edge_t   edge;
-
-    follows = mongoc_client_get_collection(client, t->database,
+    follows = mongoc_client_get_collection(client, database,
                                            NGX_HTTP_FEED_FOLLOWS);
-    counts = mongoc_client_get_collection(client, t->database,
+    counts = mongoc_client_get_collection(client, database,
                                           NGX_HTTP_FEED_FOLLOW_COUNTS);
 
-    t->rc = NGX_ERROR;
+    rc = ngx_http_feed_follows_change_edge(follows, counts, op, error);
 
-    for (i = 0; i < NGX_HTTP_FEED_GRAPH_RETRIES; i++) {
+    mongoc_collection_destroy(counts);
+    mongoc_collection_destroy(follows);
 
-        rc = ngx_http_feed_graph_find_edge(follows, op, &edge, &t->error);
+    return rc;
+}
+
+
+static ngx_int_t
+ngx_http_feed_follows_change_edge(mongoc_collection_t *follows,
+    mongoc_collection_t *counts, ngx_http_feed_follow_op_t *op,
+    bson_error_t *error)
+{
+    ngx_int_t             rc, over;
+    ngx_uint_t            i;
+    ngx_http_feed_edge_t  edge;
+
+    for (i = 0; i < NGX_HTTP_FEED_FOLLOWS_RETRIES; i++) {
+
+        rc = ngx_http_feed_follows_find_edge(follows, op, &edge, error);
         if (rc == NGX_ERROR) {
-            goto done;
+            return NGX_ERROR;
         }
 
         /* first finish whatever an interrupted request left behind */
 
         if (rc == NGX_OK && edge.v != edge.cv
-            && ngx_http_feed_graph_count(counts, follows, op, &edge,
-                                         &t->error)
+            && ngx_http_feed_follows_apply(counts, follows, op, &edge, error)
                != NGX_OK)
         {
-            goto done;
+            return NGX_ERROR;
         }
 
         if ((rc == NGX_OK ? edge.status : 0) == (int64_t) op->want) {
             op->changed = 0;
-            t->rc = NGX_OK;
-            goto done;
+            return NGX_OK;
         }
 
         if (op->want) {
-            over = ngx_http_feed_graph_over(counts, op, 0, &t->error);
+            over = ngx_http_feed_follows_over(counts, op, 0, error);
 
             if (over != NGX_OK) {
-                t->rc = (over == NGX_DECLINED) ? NGX_OK : NGX_ERROR;
-                goto done;
+                return (over == NGX_DECLINED) ? NGX_OK : NGX_ERROR;
             }
         }
 
-        rc = ngx_http_feed_graph_change(follows, op, &edge, rc == NGX_OK,
-                                        &t->error);
+        rc = ngx_http_feed_follows_write(follows, op, &edge, rc == NGX_OK,
+                                         error);
         if (rc == NGX_ERROR) {
-            goto done;
+            return NGX_ERROR;
         }
 
         if (rc == NGX_AGAIN) {
@@ -125,37 +165,30 @@ ngx_http_feed_graph_follow_run(ngx_http_feed_mongo_task_t *t,
             continue;
         }
 
-        if (ngx_http_feed_graph_count(counts, follows, op, &edge, &t->error)
+        if (ngx_http_feed_follows_apply(counts, follows, op, &edge, error)
             != NGX_OK)
         {
-            goto done;
+            return NGX_ERROR;
         }
 
         if (op->want
-            && ngx_http_feed_graph_recount(counts, follows, op, &edge,
-                                           &t->error)
+            && ngx_http_feed_follows_recount(counts, follows, op, &edge,
+                                             error)
                != NGX_OK)
         {
-            goto done;
+            return NGX_ERROR;
         }
 
         op->changed = 1;
-        t->rc = NGX_OK;
-        goto done;
+        return NGX_OK;
     }
 
-    bson_set_error(&t->error, MONGOC_ERROR_STREAM, 0,
-                   "too many concurrent changes of one relationship");
-
-done:
-
-    mongoc_collection_destroy(counts);
-    mongoc_collection_destroy(follows);
+    return ngx_http_feed_follows_contended(error);
 }
 
 
 static ngx_int_t
-ngx_http_feed_graph_find_edge(mongoc_collection_t *follows,
+ngx_http_feed_follows_find_edge(mongoc_collection_t *follows,
     ngx_http_feed_follow_op_t *op, ngx_http_feed_edge_t *edge,
     bson_error_t *error)
 {
@@ -195,7 +228,7 @@ ngx_http_feed_graph_find_edge(mongoc_collection_t *follows,
  */
 
 static ngx_int_t
-ngx_http_feed_graph_change(mongoc_collection_t *follows,
+ngx_http_feed_follows_write(mongoc_collection_t *follows,
     ngx_http_feed_follow_op_t *op, ngx_http_feed_edge_t *edge,
     ngx_uint_t found, bson_error_t *error)
 {
@@ -204,7 +237,7 @@ ngx_http_feed_graph_change(mongoc_collection_t *follows,
     int64_t  matched;
 
     if (!found) {
-        return ngx_http_feed_graph_create(follows, op, edge, error);
+        return ngx_http_feed_follows_create(follows, op, edge, error);
     }
 
     bson_init(&selector);
@@ -256,7 +289,7 @@ ngx_http_feed_graph_change(mongoc_collection_t *follows,
  */
 
 static ngx_int_t
-ngx_http_feed_graph_create(mongoc_collection_t *follows,
+ngx_http_feed_follows_create(mongoc_collection_t *follows,
     ngx_http_feed_follow_op_t *op, ngx_http_feed_edge_t *edge,
     bson_error_t *error)
 {
@@ -309,7 +342,7 @@ ngx_http_feed_graph_create(mongoc_collection_t *follows,
 /* applies the edge's current version to both users' counters, once */
 
 static ngx_int_t
-ngx_http_feed_graph_count(mongoc_collection_t *counts,
+ngx_http_feed_follows_apply(mongoc_collection_t *counts,
     mongoc_collection_t *follows, ngx_http_feed_follow_op_t *op,
     ngx_http_feed_edge_t *edge, bson_error_t *error)
 {
@@ -323,11 +356,11 @@ ngx_http_feed_graph_count(mongoc_collection_t *counts,
 
     delta = edge->status ? 1 : -1;
 
-    if (ngx_http_feed_graph_count_one(counts, op->src.data, "following",
-                                      delta, opid, error)
+    if (ngx_http_feed_follows_count_one(counts, op->src.data, "following",
+                                        delta, opid, error)
         != NGX_OK
-        || ngx_http_feed_graph_count_one(counts, op->dst.data, "followers",
-                                         delta, opid, error)
+        || ngx_http_feed_follows_count_one(counts, op->dst.data,
+                                           "followers", delta, opid, error)
            != NGX_OK)
     {
         return NGX_ERROR;
@@ -359,7 +392,7 @@ ngx_http_feed_graph_count(mongoc_collection_t *counts,
 
 
 static ngx_int_t
-ngx_http_feed_graph_count_one(mongoc_collection_t *counts, const char *user,
+ngx_http_feed_follows_count_one(mongoc_collection_t *counts, const char *user,
     const char *field, int64_t delta, const char *opid, bson_error_t *error)
 {
     bool    ok;
@@ -415,13 +448,13 @@ ngx_http_feed_graph_count_one(mongoc_collection_t *counts, const char *user,
  */
 
 static ngx_int_t
-ngx_http_feed_graph_over(mongoc_collection_t *counts,
+ngx_http_feed_follows_over(mongoc_collection_t *counts,
     ngx_http_feed_follow_op_t *op, ngx_uint_t written, bson_error_t *error)
 {
     int64_t  n;
 
-    if (ngx_http_feed_graph_read_count(counts, op->src.data, "following", &n,
-                                       error)
+    if (ngx_http_feed_follows_read_count(counts, op->src.data, "following",
+                                         &n, error)
         != NGX_OK)
     {
         return NGX_ERROR;
@@ -443,27 +476,27 @@ ngx_http_feed_graph_over(mongoc_collection_t *counts,
  */
 
 static ngx_int_t
-ngx_http_feed_graph_recount(mongoc_collection_t *counts,
+ngx_http_feed_follows_recount(mongoc_collection_t *counts,
     mongoc_collection_t *follows, ngx_http_feed_follow_op_t *op,
     ngx_http_feed_edge_t *edge, bson_error_t *error)
 {
     ngx_int_t   rc;
     ngx_uint_t  i;
 
-    rc = ngx_http_feed_graph_over(counts, op, 1, error);
+    rc = ngx_http_feed_follows_over(counts, op, 1, error);
     if (rc != NGX_DECLINED) {
         return rc;
     }
 
-    for (i = 0; i < NGX_HTTP_FEED_GRAPH_RETRIES; i++) {
+    for (i = 0; i < NGX_HTTP_FEED_FOLLOWS_RETRIES; i++) {
 
         op->want = 0;
-        rc = ngx_http_feed_graph_change(follows, op, edge, 1, error);
+        rc = ngx_http_feed_follows_write(follows, op, edge, 1, error);
         op->want = 1;
 
         if (rc == NGX_OK) {
-            return ngx_http_feed_graph_count(counts, follows, op, edge,
-                                             error);
+            return ngx_http_feed_follows_apply(counts, follows, op, edge,
+                                               error);
         }
 
         if (rc == NGX_ERROR) {
@@ -472,7 +505,7 @@ ngx_http_feed_graph_recount(mongoc_collection_t *counts,
 
         /* changed meanwhile: an unfollow of the same pair did it for us */
 
-        rc = ngx_http_feed_graph_find_edge(follows, op, edge, error);
+        rc = ngx_http_feed_follows_find_edge(follows, op, edge, error);
         if (rc == NGX_ERROR) {
             return NGX_ERROR;
         }
@@ -482,6 +515,15 @@ ngx_http_feed_graph_recount(mongoc_collection_t *counts,
         }
     }
 
+    return ngx_http_feed_follows_contended(error);
+}
+
+
+/* retried and still changed by others each time: given up */
+
+static ngx_int_t
+ngx_http_feed_follows_contended(bson_error_t *error)
+{
     bson_set_error(error, MONGOC_ERROR_STREAM, 0,
                    "too many concurrent changes of one relationship");
 
@@ -492,8 +534,8 @@ ngx_http_feed_graph_recount(mongoc_collection_t *counts,
 /* a user's "following" or "followers", as counted: 0 without a count yet */
 
 static ngx_int_t
-ngx_http_feed_graph_read_count(mongoc_collection_t *counts, const char *user,
-    const char *field, int64_t *n, bson_error_t *error)
+ngx_http_feed_follows_read_count(mongoc_collection_t *counts,
+    const char *user, const char *field, int64_t *n, bson_error_t *error)
 {
     bson_t     filter, proj, doc;
     ngx_int_t  rc;
@@ -520,160 +562,78 @@ ngx_http_feed_graph_read_count(mongoc_collection_t *counts, const char *user,
 }
 
 
-/*
- * A page, newest relationship first: sorted by (created, other user)
- * descending, a total order, so the cursor (created, other user) of the
- * last item resumes exactly after it whatever changes meanwhile.
- */
-
-void
-ngx_http_feed_graph_list_run(ngx_http_feed_mongo_task_t *t,
-    mongoc_client_t *client)
+ngx_int_t
+ngx_http_feed_follows_count(mongoc_client_t *client, const char *database,
+    ngx_http_feed_user_t *user, ngx_uint_t followers, int64_t *n,
+    bson_error_t *error)
 {
-    ngx_http_feed_list_op_t  *op = t->data;
+    ngx_int_t             rc;
+    mongoc_collection_t  *counts;
 
-    char                        next[NGX_HTTP_FEED_GRAPH_CURSOR_MAX + 1];
-    bson_t                      doc, items;
-    ngx_int_t                   rc;
-    mongoc_collection_t        *follows, *counts;
-    ngx_http_feed_graph_pos_t   last;
-
-    follows = mongoc_client_get_collection(client, t->database,
-                                           NGX_HTTP_FEED_FOLLOWS);
-    counts = mongoc_client_get_collection(client, t->database,
+    counts = mongoc_client_get_collection(client, database,
                                           NGX_HTTP_FEED_FOLLOW_COUNTS);
 
-    bson_init(&doc);
-    bson_init(&items);
+    rc = ngx_http_feed_follows_read_count(counts, user->data,
+                                          followers ? "followers"
+                                                    : "following",
+                                          n, error);
 
-    t->rc = NGX_ERROR;
-
-    rc = ngx_http_feed_graph_page(follows, op, &items, &last, &t->error);
-    if (rc == NGX_ERROR) {
-        goto done;
-    }
-
-    if (op->need_count
-        && ngx_http_feed_graph_read_count(counts, op->user.data,
-                                          op->followers ? "followers"
-                                                        : "following",
-                                          &op->count, &t->error)
-           != NGX_OK)
-    {
-        goto done;
-    }
-
-    BSON_APPEND_INT64(&doc, "count", op->count);
-    BSON_APPEND_ARRAY(&doc, "items", &items);
-
-    if (rc == NGX_AGAIN) {
-        ngx_http_feed_graph_cursor(next, sizeof(next), &last);
-        BSON_APPEND_UTF8(&doc, "next", next);
-
-    } else {
-        BSON_APPEND_NULL(&doc, "next");
-    }
-
-    op->json = bson_as_relaxed_extended_json(&doc, &op->json_len);
-
-    t->rc = op->json ? NGX_OK : NGX_ERROR;
-
-done:
-
-    bson_destroy(&items);
-    bson_destroy(&doc);
     mongoc_collection_destroy(counts);
-    mongoc_collection_destroy(follows);
+
+    return rc;
 }
 
 
-/* NGX_AGAIN: there is more after this page */
+/*
+ * A page, newest relationship first: sorted by (created, other user)
+ * descending, a total order, so the (created, other user) of the last
+ * relationship resumes exactly after it whatever changes meanwhile.  No
+ * limit: ids that are not ours are skipped, not counted, and the caller
+ * stops the page when it has enough.  The whole list (page->batch 0) is
+ * read in no order: sorting it would cost for nothing.
+ */
 
-static ngx_int_t
-ngx_http_feed_graph_page(mongoc_collection_t *follows,
-    ngx_http_feed_list_op_t *op, bson_t *items,
-    ngx_http_feed_graph_pos_t *last, bson_error_t *error)
+ngx_int_t
+ngx_http_feed_follows_page(mongoc_client_t *client, const char *database,
+    ngx_http_feed_follows_page_t *page, bson_error_t *error)
 {
-    char                   key[16];
-    const char            *self, *other, *k;
-    bson_t                 filter, opts, sort, proj, any, a, b, lt, lt2, item;
-    int64_t                since;
-    bson_iter_t            it;
+    bson_t                 filter, opts;
+    int64_t                created;
     ngx_int_t              rc;
-    ngx_uint_t             n;
+    bson_iter_t            it;
+    const char            *self, *other;
     const bson_t          *doc;
     mongoc_cursor_t       *cursor;
-    ngx_http_feed_user_t   id;
+    mongoc_collection_t   *follows;
+    ngx_http_feed_user_t   user;
 
-    self = op->followers ? "dst" : "src";
-    other = op->followers ? "src" : "dst";
+    self = page->followers ? "dst" : "src";
+    other = page->followers ? "src" : "dst";
 
-    bson_init(&filter);
-    BSON_APPEND_UTF8(&filter, self, op->user.data);
-    BSON_APPEND_INT32(&filter, "status", 1);
+    ngx_http_feed_follows_filter(page, self, other, &filter);
+    ngx_http_feed_follows_opts(page, other, &opts);
 
-    if (op->has_cursor) {
-        BSON_APPEND_ARRAY_BEGIN(&filter, "$or", &any);
-
-        BSON_APPEND_DOCUMENT_BEGIN(&any, "0", &a);
-        BSON_APPEND_DOCUMENT_BEGIN(&a, "created", &lt);
-        BSON_APPEND_DATE_TIME(&lt, "$lt", op->cursor_ms);
-        bson_append_document_end(&a, &lt);
-        bson_append_document_end(&any, &a);
-
-        BSON_APPEND_DOCUMENT_BEGIN(&any, "1", &b);
-        BSON_APPEND_DATE_TIME(&b, "created", op->cursor_ms);
-        BSON_APPEND_DOCUMENT_BEGIN(&b, other, &lt2);
-        BSON_APPEND_UTF8(&lt2, "$lt", op->cursor_id.data);
-        bson_append_document_end(&b, &lt2);
-        bson_append_document_end(&any, &b);
-
-        bson_append_array_end(&filter, &any);
-    }
-
-    bson_init(&opts);
-    BSON_APPEND_DOCUMENT_BEGIN(&opts, "sort", &sort);
-    BSON_APPEND_INT32(&sort, "created", -1);
-    BSON_APPEND_INT32(&sort, other, -1);
-    bson_append_document_end(&opts, &sort);
-    BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &proj);
-    BSON_APPEND_INT32(&proj, other, 1);
-    BSON_APPEND_INT32(&proj, "created", 1);
-    BSON_APPEND_INT32(&proj, "_id", 0);
-    bson_append_document_end(&opts, &proj);
-
-    /* no limit: ids that are not ours are skipped, not counted */
-    BSON_APPEND_INT32(&opts, "batchSize", (int32_t) op->limit + 1);
+    follows = mongoc_client_get_collection(client, database,
+                                           NGX_HTTP_FEED_FOLLOWS);
 
     cursor = mongoc_collection_find_with_opts(follows, &filter, &opts, NULL);
 
     rc = NGX_OK;
-    n = 0;
 
     while (mongoc_cursor_next(cursor, &doc)) {
-        if (ngx_http_feed_bson_user(doc, other, &id) != NGX_OK) {
-            op->skipped++;
+        if (ngx_http_feed_bson_user(doc, other, &user) != NGX_OK) {
+            page->skipped++;
             continue;
         }
 
-        if (n == op->limit) {
-            rc = NGX_AGAIN;
+        created = bson_iter_init_find(&it, doc, "created")
+                  && BSON_ITER_HOLDS_DATE_TIME(&it)
+                  ? bson_iter_date_time(&it) : 0;
+
+        rc = page->each(page->data, &user, created);
+        if (rc != NGX_OK) {
             break;
         }
-
-        since = bson_iter_init_find(&it, doc, "created")
-                && BSON_ITER_HOLDS_DATE_TIME(&it)
-                ? bson_iter_date_time(&it) : 0;
-
-        bson_uint32_to_string(n++, &k, key, sizeof(key));
-
-        BSON_APPEND_DOCUMENT_BEGIN(items, k, &item);
-        BSON_APPEND_UTF8(&item, "id", id.data);
-        BSON_APPEND_INT64(&item, "since", since);
-        bson_append_document_end(items, &item);
-
-        last->user = id;
-        last->since = since;
     }
 
     if (mongoc_cursor_error(cursor, error)) {
@@ -681,6 +641,7 @@ ngx_http_feed_graph_page(mongoc_collection_t *follows,
     }
 
     mongoc_cursor_destroy(cursor);
+    mongoc_collection_destroy(follows);
     bson_destroy(&opts);
     bson_destroy(&filter);
 
@@ -688,85 +649,69 @@ ngx_http_feed_graph_page(mongoc_collection_t *follows,
 }
 
 
-/*
- * Cursors are opaque: base64url of "<created ms>:<other user>", the user
- * a valid id (so at most NGX_HTTP_FEED_GRAPH_CURSOR_RAW bytes in all);
- * written for the thread, so with no nginx pool.
- */
+/* the user's active relationships, after the page's start if it has one */
 
 static void
-ngx_http_feed_graph_cursor(char *buf, size_t size,
-    ngx_http_feed_graph_pos_t *pos)
+ngx_http_feed_follows_filter(ngx_http_feed_follows_page_t *page,
+    const char *self, const char *other, bson_t *filter)
 {
-    u_char     raw[NGX_HTTP_FEED_GRAPH_CURSOR_RAW];
-    ngx_str_t  src, dst;
+    bson_t  any, a, b, lt, lt2;
 
-    src.data = raw;
-    src.len = ngx_snprintf(raw, sizeof(raw), "%L:%s", pos->since,
-                           pos->user.data)
-              - raw;
+    bson_init(filter);
+    BSON_APPEND_UTF8(filter, self, page->user->data);
+    BSON_APPEND_INT32(filter, "status", 1);
 
-    if (ngx_base64_encoded_length(src.len) >= size) {
-        buf[0] = '\0';
+    if (!page->has_after) {
         return;
     }
 
-    dst.data = (u_char *) buf;
-    ngx_encode_base64url(&dst, &src);
-    buf[dst.len] = '\0';
+    BSON_APPEND_ARRAY_BEGIN(filter, "$or", &any);
+
+    BSON_APPEND_DOCUMENT_BEGIN(&any, "0", &a);
+    BSON_APPEND_DOCUMENT_BEGIN(&a, "created", &lt);
+    BSON_APPEND_DATE_TIME(&lt, "$lt", page->after_created);
+    bson_append_document_end(&a, &lt);
+    bson_append_document_end(&any, &a);
+
+    BSON_APPEND_DOCUMENT_BEGIN(&any, "1", &b);
+    BSON_APPEND_DATE_TIME(&b, "created", page->after_created);
+    BSON_APPEND_DOCUMENT_BEGIN(&b, other, &lt2);
+    BSON_APPEND_UTF8(&lt2, "$lt", page->after_user->data);
+    bson_append_document_end(&b, &lt2);
+    bson_append_document_end(&any, &b);
+
+    bson_append_array_end(filter, &any);
 }
 
 
-ngx_int_t
-ngx_http_feed_graph_cursor_parse(ngx_str_t *text,
-    ngx_http_feed_list_op_t *op)
+/* by the {self, status, created, other} index; the whole list unsorted */
+
+static void
+ngx_http_feed_follows_opts(ngx_http_feed_follows_page_t *page,
+    const char *other, bson_t *opts)
 {
-    off_t        ms;
-    u_char      *p, *colon;
-    ngx_str_t    dst;
-    ngx_uint_t   neg;
+    bson_t  sort, proj;
 
-    /* ngx_base64_decoded_length() counts unpadded input's last bytes up */
-    u_char       raw[NGX_HTTP_FEED_GRAPH_CURSOR_RAW + 2];
+    bson_init(opts);
 
-    if (text->len == 0 || text->len > NGX_HTTP_FEED_GRAPH_CURSOR_MAX) {
-        return NGX_DECLINED;
+    if (page->batch) {
+        BSON_APPEND_DOCUMENT_BEGIN(opts, "sort", &sort);
+        BSON_APPEND_INT32(&sort, "created", -1);
+        BSON_APPEND_INT32(&sort, other, -1);
+        bson_append_document_end(opts, &sort);
     }
 
-    dst.data = raw;
+    BSON_APPEND_DOCUMENT_BEGIN(opts, "projection", &proj);
+    BSON_APPEND_INT32(&proj, other, 1);
 
-    if (ngx_decode_base64url(&dst, text) != NGX_OK) {
-        return NGX_DECLINED;
+    if (page->batch) {
+        BSON_APPEND_INT32(&proj, "created", 1);
     }
 
-    colon = ngx_strlchr(raw, raw + dst.len, ':');
-    if (colon == NULL) {
-        return NGX_DECLINED;
+    BSON_APPEND_INT32(&proj, "_id", 0);
+    bson_append_document_end(opts, &proj);
+
+    if (page->batch) {
+        BSON_APPEND_INT32(opts, "batchSize", (int32_t) page->batch);
     }
-
-    /*
-     * Any time a document may hold, as the maker wrote it: another
-     * application may have written dates before 1970 or far ahead.
-     */
-
-    neg = (*raw == '-');
-    ms = ngx_atoof(raw + neg, colon - raw - neg);
-
-    if (ms == NGX_ERROR) {
-        return NGX_DECLINED;
-    }
-
-    p = colon + 1;
-
-    if (!ngx_http_feed_user_valid(p, raw + dst.len - p)) {
-        return NGX_DECLINED;
-    }
-
-    op->has_cursor = 1;
-    op->cursor_ms = neg ? -ms : ms;
-    op->cursor_id.len = raw + dst.len - p;
-    ngx_memcpy(op->cursor_id.data, p, op->cursor_id.len);
-    op->cursor_id.data[op->cursor_id.len] = '\0';
-
-    return NGX_OK;
 }
