@@ -8,7 +8,7 @@
 
 #include "ngx_http_feed_fanout.h"
 #include "ngx_http_feed_follows_store.h"
-#include "ngx_http_feed_post.h"
+#include "ngx_http_feed_posts_store.h"
 
 
 static ngx_int_t ngx_http_feed_fanout_post(mongoc_client_t *client,
@@ -58,43 +58,12 @@ static ngx_int_t
 ngx_http_feed_fanout_post(mongoc_client_t *client, const char *database,
     ngx_http_feed_fanout_page_t *page, bson_error_t *error)
 {
-    bson_t                filter, ne, doc, out;
-    ngx_int_t             rc;
-    bson_oid_t            oid;
-    mongoc_collection_t  *posts;
+    bson_oid_t  oid;
 
     bson_oid_init_from_string(&oid, page->post_id);
 
-    bson_init(&filter);
-    BSON_APPEND_OID(&filter, "_id", &oid);
-    BSON_APPEND_DOCUMENT_BEGIN(&filter, "deleted", &ne);
-    BSON_APPEND_BOOL(&ne, "$ne", true);
-    bson_append_document_end(&filter, &ne);
-
-    posts = mongoc_client_get_collection(client, database,
-                                         NGX_HTTP_FEED_POSTS);
-
-    rc = ngx_http_feed_mongo_find_one(posts, &filter, NULL, &doc, error);
-
-    mongoc_collection_destroy(posts);
-    bson_destroy(&filter);
-
-    if (rc != NGX_OK) {
-        return rc == NGX_DECLINED ? NGX_OK : NGX_ERROR;
-    }
-
-    page->found = 1;
-
-    bson_init(&out);
-
-    if (ngx_http_feed_post_json(&doc, &out) == NGX_OK) {
-        page->json = bson_as_relaxed_extended_json(&out, &page->json_len);
-    }
-
-    bson_destroy(&out);
-    bson_destroy(&doc);
-
-    return page->json ? NGX_OK : NGX_ERROR;
+    return ngx_http_feed_posts_get(client, database, &oid, &page->found,
+                                   &page->json, &page->json_len, error);
 }
 
 

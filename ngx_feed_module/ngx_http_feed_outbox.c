@@ -58,8 +58,10 @@ static void ngx_http_feed_sweep(ngx_event_t *ev);
 static void ngx_http_feed_sweep_ready(ngx_http_feed_redis_t *rd, void *data);
 static void ngx_http_feed_sweep_run(ngx_http_feed_mongo_task_t *t,
     mongoc_client_t *client);
-static ngx_int_t ngx_http_feed_sweep_claim(mongoc_collection_t *posts,
-    ngx_http_feed_sweeper_t *s, const bson_t *doc, bson_error_t *error);
+static void ngx_http_feed_sweep_claimed(void *data,
+    ngx_http_feed_posts_due_t *due);
+static void ngx_http_feed_sweep_item(ngx_http_feed_sweeper_t *s,
+    ngx_http_feed_posts_due_t *due, const char *kind, int64_t ts);
 static void ngx_http_feed_sweep_done(ngx_http_feed_mongo_task_t *t);
 static void ngx_http_feed_sweep_sent(void *data, redisReply *reply);
 static void ngx_http_feed_sweep_rearm(ngx_http_feed_sweeper_t *s);
@@ -199,27 +201,8 @@ ngx_http_feed_outbox_clear_run(ngx_http_feed_mongo_task_t *t,
 {
     ngx_http_feed_outbox_clear_t  *c = t->data;
 
-    bson_t                selector, update, pull;
-    mongoc_collection_t  *posts;
-
-    bson_init(&selector);
-    BSON_APPEND_OID(&selector, "_id", &c->id);
-
-    bson_init(&update);
-    BSON_APPEND_DOCUMENT_BEGIN(&update, "$pull", &pull);
-    BSON_APPEND_UTF8(&pull, "q", c->kind);
-    bson_append_document_end(&update, &pull);
-
-    posts = mongoc_client_get_collection(client, t->database,
-                                         NGX_HTTP_FEED_POSTS);
-
-    t->rc = mongoc_collection_update_one(posts, &selector, &update, NULL,
-                                         NULL, &t->error)
-            ? NGX_OK : NGX_ERROR;
-
-    mongoc_collection_destroy(posts);
-    bson_destroy(&update);
-    bson_destroy(&selector);
+    t->rc = ngx_http_feed_posts_dequeue(client, t->database, &c->id, c->kind,
+                                        &t->error);
 }
 
 
@@ -336,125 +319,42 @@ ngx_http_feed_sweep_run(ngx_http_feed_mongo_task_t *t,
 {
     ngx_http_feed_sweeper_t  *s = t->data;
 
-    bson_t                filter, in, kinds, lt, opts, sort;
-    const bson_t         *doc;
-    mongoc_cursor_t      *cursor;
-    mongoc_collection_t  *posts;
-
-    bson_init(&filter);
-    BSON_APPEND_DOCUMENT_BEGIN(&filter, "q", &in);
-    BSON_APPEND_ARRAY_BEGIN(&in, "$in", &kinds);
-    BSON_APPEND_UTF8(&kinds, "0", "post");
-    BSON_APPEND_UTF8(&kinds, "1", "delete");
-    bson_append_array_end(&in, &kinds);
-    bson_append_document_end(&filter, &in);
-    BSON_APPEND_DOCUMENT_BEGIN(&filter, "qt", &lt);
-    BSON_APPEND_INT64(&lt, "$lt", s->now);
-    bson_append_document_end(&filter, &lt);
-
-    bson_init(&opts);
-    BSON_APPEND_DOCUMENT_BEGIN(&opts, "sort", &sort);
-    BSON_APPEND_INT32(&sort, "_id", 1);
-    bson_append_document_end(&opts, &sort);
-    BSON_APPEND_INT64(&opts, "limit", NGX_HTTP_FEED_SWEEP_BATCH);
-
-    posts = mongoc_client_get_collection(client, t->database,
-                                         NGX_HTTP_FEED_POSTS);
-
-    cursor = mongoc_collection_find_with_opts(posts, &filter, &opts, NULL);
-
-    t->rc = NGX_OK;
-
-    while (mongoc_cursor_next(cursor, &doc)) {
-        if (ngx_http_feed_sweep_claim(posts, s, doc, &t->error) != NGX_OK) {
-            t->rc = NGX_ERROR;
-            break;
-        }
-    }
-
-    if (mongoc_cursor_error(cursor, &t->error)) {
-        t->rc = NGX_ERROR;
-    }
-
-    mongoc_cursor_destroy(cursor);
-    mongoc_collection_destroy(posts);
-    bson_destroy(&opts);
-    bson_destroy(&filter);
+    t->rc = ngx_http_feed_posts_claim_due(client, t->database, s->now,
+                                          NGX_HTTP_FEED_SWEEP_LEASE,
+                                          NGX_HTTP_FEED_SWEEP_BATCH,
+                                          ngx_http_feed_sweep_claimed, s,
+                                          &t->error);
 }
 
 
-static ngx_int_t
-ngx_http_feed_sweep_claim(mongoc_collection_t *posts,
-    ngx_http_feed_sweeper_t *s, const bson_t *doc, bson_error_t *error)
+/* the post entry goes first, then the delete, as they happened */
+
+static void
+ngx_http_feed_sweep_claimed(void *data, ngx_http_feed_posts_due_t *due)
 {
-    bson_t                        selector, update, set, reply;
-    ngx_uint_t                    k;
-    bson_iter_t                   it, q, kind;
-    ngx_http_feed_user_t          author;
+    ngx_http_feed_sweeper_t  *s = data;
+
+    if (due->awaits_post) {
+        ngx_http_feed_sweep_item(s, due, "post", due->ts);
+    }
+
+    if (due->awaits_delete) {
+        ngx_http_feed_sweep_item(s, due, "delete", 0);
+    }
+}
+
+
+static void
+ngx_http_feed_sweep_item(ngx_http_feed_sweeper_t *s,
+    ngx_http_feed_posts_due_t *due, const char *kind, int64_t ts)
+{
     ngx_http_feed_outbox_item_t  *item;
 
-    static const char            *kinds[] = { "post", "delete" };
-
-    if (ngx_http_feed_bson_user(doc, "author", &author) != NGX_OK
-        || !bson_iter_init_find(&it, doc, "_id") || !BSON_ITER_HOLDS_OID(&it))
-    {
-        return NGX_OK;
-    }
-
-    bson_init(&selector);
-    BSON_APPEND_OID(&selector, "_id", bson_iter_oid(&it));
-    BSON_APPEND_INT64(&selector, "qt", ngx_http_feed_bson_int(doc, "qt"));
-
-    bson_init(&update);
-    BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
-    BSON_APPEND_INT64(&set, "qt", s->now + NGX_HTTP_FEED_SWEEP_LEASE);
-    bson_append_document_end(&update, &set);
-
-    if (!mongoc_collection_update_one(posts, &selector, &update, NULL,
-                                      &reply, error))
-    {
-        bson_destroy(&update);
-        bson_destroy(&selector);
-        return NGX_ERROR;
-    }
-
-    bson_destroy(&update);
-    bson_destroy(&selector);
-
-    if (ngx_http_feed_bson_int(&reply, "modifiedCount") != 1) {
-        /* somebody else claimed it */
-        bson_destroy(&reply);
-        return NGX_OK;
-    }
-
-    bson_destroy(&reply);
-
-    /* the post entry goes first, then the delete, as they happened */
-
-    for (k = 0; k < 2; k++) {
-        if (!bson_iter_init_find(&q, doc, "q") || !BSON_ITER_HOLDS_ARRAY(&q)
-            || !bson_iter_recurse(&q, &kind))
-        {
-            break;
-        }
-
-        while (bson_iter_next(&kind)) {
-            if (!BSON_ITER_HOLDS_UTF8(&kind)
-                || ngx_strcmp(bson_iter_utf8(&kind, NULL), kinds[k]) != 0)
-            {
-                continue;
-            }
-
-            item = &s->items[s->nitems++];
-            item->kind = kinds[k];
-            bson_oid_copy(bson_iter_oid(&it), &item->id);
-            item->author = author;
-            item->ts = (k == 0) ? ngx_http_feed_bson_int(doc, "ts") : 0;
-            break;
-        }
-    }
-
-    return NGX_OK;
+    item = &s->items[s->nitems++];
+    item->kind = kind;
+    item->id = due->id;
+    item->author = due->author;
+    item->ts = ts;
 }
 
 

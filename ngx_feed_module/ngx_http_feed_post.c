@@ -6,7 +6,7 @@
  *   feed_post $id;              GET one post
  *   feed_user_post $user $id;   DELETE a post of $user
  *
- * MongoDB is the content store (ngx_http_feed_post_store.c); every new
+ * MongoDB is the content store (ngx_http_feed_posts_store.c); every new
  * post and every delete is appended to the fanout queue
  * (ngx_http_feed_outbox.c).
  */
@@ -388,7 +388,7 @@ ngx_http_feed_post_created(ngx_http_feed_post_ctx_t *ctx)
 
     bson_init(&out);
 
-    if (ngx_http_feed_post_json(ctx->np.doc, &out) != NGX_OK) {
+    if (ngx_http_feed_posts_json(ctx->np.doc, &out) != NGX_OK) {
         bson_destroy(&out);
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }

@@ -11,12 +11,7 @@
 #include "ngx_http_feed_module.h"
 #include "ngx_http_feed_mongo.h"
 #include "ngx_http_feed_util.h"
-
-
-#define NGX_HTTP_FEED_POSTS         "posts"
-
-/* how long the request that stored a post has to enqueue it itself */
-#define NGX_HTTP_FEED_OUTBOX_GRACE  3000
+#include "ngx_http_feed_posts_store.h"
 
 
 typedef struct {
@@ -72,7 +67,6 @@ ngx_int_t ngx_http_feed_post_parse(ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_error_t *err);
 ngx_int_t ngx_http_feed_post_id(ngx_str_t *text, bson_oid_t *oid);
 int64_t ngx_http_feed_post_oid(bson_oid_t *oid, int64_t ms);
-ngx_int_t ngx_http_feed_post_json(const bson_t *stored, bson_t *out);
 
 void ngx_http_feed_post_insert_run(ngx_http_feed_mongo_task_t *t,
     mongoc_client_t *client);

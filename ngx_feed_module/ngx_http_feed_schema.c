@@ -11,7 +11,7 @@
 #include "ngx_http_feed_schema.h"
 #include "ngx_http_feed_mongo.h"
 #include "ngx_http_feed_follows_store.h"
-#include "ngx_http_feed_post.h"
+#include "ngx_http_feed_posts_store.h"
 
 
 #define NGX_HTTP_FEED_SCHEMA_RETRY  5000
@@ -35,15 +35,6 @@ static void ngx_http_feed_schema_retry(ngx_event_t *ev);
 
 
 static ngx_http_feed_schema_t  ngx_http_feed_schema;
-
-
-/* the author's posts newest first (fanout on read), and the outbox */
-
-static ngx_http_feed_mongo_indexes_t  ngx_http_feed_posts_indexes = {
-    NGX_HTTP_FEED_POSTS,
-    "[{\"key\": {\"author\": 1, \"_id\": -1}, \"name\": \"author_id\"},"
-    " {\"key\": {\"q\": 1}, \"name\": \"outbox\", \"sparse\": true}]"
-};
 
 
 /* the stores, each the owner of its collection and of its indexes */

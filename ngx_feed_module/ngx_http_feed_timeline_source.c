@@ -12,20 +12,15 @@
  * Any location answering that contract can stand in for it, proxy_pass to
  * an application included.
  *
- * In a thread: whom U follows, then the posts of U and those authors,
- * newest first, by the {author, _id} index, at most 200 authors per $in
- * (MongoDB merges index scans only up to 200 values, beyond that it sorts
- * in memory), the chunks merged here as they stream in.
+ * In a thread: whom U follows (the follows store), then the newest posts
+ * of U and those authors (the posts store).
  */
 
 
 #include "ngx_http_feed_timeline.h"
 #include "ngx_http_feed_follows_store.h"
-#include "ngx_http_feed_post.h"
+#include "ngx_http_feed_posts_store.h"
 #include "ngx_http_feed_json.h"
-
-
-#define NGX_HTTP_FEED_SOURCE_CHUNK  200
 
 
 typedef struct {
@@ -43,13 +38,6 @@ typedef struct {
 } ngx_http_feed_source_authors_t;
 
 
-typedef struct {
-    mongoc_cursor_t              *cursor;
-    const bson_t                 *doc;
-    bson_oid_t                    id;
-} ngx_http_feed_source_stream_t;
-
-
 static ngx_int_t ngx_http_feed_source_args(ngx_http_request_t *r,
     ngx_http_feed_page_t *page, const char **code, const char **message);
 static void ngx_http_feed_source_done(ngx_http_feed_mongo_task_t *t);
@@ -58,14 +46,6 @@ static char **ngx_http_feed_source_authors(mongoc_client_t *client,
     bson_error_t *error);
 static ngx_int_t ngx_http_feed_source_author(void *data,
     ngx_http_feed_user_t *user, int64_t created);
-static mongoc_cursor_t *ngx_http_feed_source_query(
-    mongoc_collection_t *posts, ngx_http_feed_page_t *page, char **authors,
-    size_t n);
-static ngx_int_t ngx_http_feed_source_next(
-    ngx_http_feed_source_stream_t *s, bson_error_t *error);
-static ngx_int_t ngx_http_feed_source_merge(
-    ngx_http_feed_source_stream_t *s, size_t ns, ngx_uint_t limit,
-    bson_t *items, bson_error_t *error);
 
 
 ngx_http_feed_handler_t  ngx_http_feed_timeline_source_handler = {
@@ -209,11 +189,11 @@ ngx_http_feed_timeline_source_run(ngx_http_feed_mongo_task_t *t,
 {
     ngx_http_feed_source_op_t  *op = t->data;
 
-    char                           **authors;
-    size_t                           n, ns, i;
-    bson_t                           doc, items;
-    mongoc_collection_t             *posts;
-    ngx_http_feed_source_stream_t   *streams;
+    char                         **authors;
+    size_t                         n, i;
+    bson_t                         doc, items;
+    bson_oid_t                     max_id, since_id;
+    ngx_http_feed_posts_range_t    range;
 
     t->rc = NGX_ERROR;
 
@@ -223,24 +203,25 @@ ngx_http_feed_timeline_source_run(ngx_http_feed_mongo_task_t *t,
         return;
     }
 
-    ns = (n + NGX_HTTP_FEED_SOURCE_CHUNK - 1) / NGX_HTTP_FEED_SOURCE_CHUNK;
+    range.max_id = NULL;
+    range.since_id = NULL;
+    range.limit = op->page.limit;
 
-    streams = bson_malloc0(ns * sizeof(ngx_http_feed_source_stream_t));
-    posts = mongoc_client_get_collection(client, t->database,
-                                         NGX_HTTP_FEED_POSTS);
+    if (op->page.has_max) {
+        bson_oid_init_from_string(&max_id, op->page.max_id);
+        range.max_id = &max_id;
+    }
 
-    for (i = 0; i < ns; i++) {
-        streams[i].cursor = ngx_http_feed_source_query(posts, &op->page,
-                                authors + i * NGX_HTTP_FEED_SOURCE_CHUNK,
-                                ngx_min(NGX_HTTP_FEED_SOURCE_CHUNK,
-                                        n - i * NGX_HTTP_FEED_SOURCE_CHUNK));
+    if (op->page.has_since) {
+        bson_oid_init_from_string(&since_id, op->page.since_id);
+        range.since_id = &since_id;
     }
 
     bson_init(&doc);
     bson_init(&items);
 
-    if (ngx_http_feed_source_merge(streams, ns, op->page.limit, &items,
-                                   &t->error)
+    if (ngx_http_feed_posts_timeline(client, t->database, authors, n, &range,
+                                     &items, &t->error)
         == NGX_OK)
     {
         BSON_APPEND_ARRAY(&doc, "items", &items);
@@ -251,13 +232,6 @@ ngx_http_feed_timeline_source_run(ngx_http_feed_mongo_task_t *t,
 
     bson_destroy(&items);
     bson_destroy(&doc);
-
-    for (i = 0; i < ns; i++) {
-        mongoc_cursor_destroy(streams[i].cursor);
-    }
-
-    bson_free(streams);
-    mongoc_collection_destroy(posts);
 
     for (i = 0; i < n; i++) {
         bson_free(authors[i]);
@@ -317,133 +291,4 @@ ngx_http_feed_source_author(void *data, ngx_http_feed_user_t *user,
     a->authors[a->n++] = bson_strndup(user->data, user->len);
 
     return NGX_OK;
-}
-
-
-static mongoc_cursor_t *
-ngx_http_feed_source_query(mongoc_collection_t *posts,
-    ngx_http_feed_page_t *page, char **authors, size_t n)
-{
-    char              key[16];
-    size_t            i;
-    bson_t            filter, in, list, range, ne, opts, sort;
-    bson_oid_t        oid;
-    const char       *k;
-    mongoc_cursor_t  *cursor;
-
-    bson_init(&filter);
-    BSON_APPEND_DOCUMENT_BEGIN(&filter, "author", &in);
-    BSON_APPEND_ARRAY_BEGIN(&in, "$in", &list);
-
-    for (i = 0; i < n; i++) {
-        bson_uint32_to_string(i, &k, key, sizeof(key));
-        BSON_APPEND_UTF8(&list, k, authors[i]);
-    }
-
-    bson_append_array_end(&in, &list);
-    bson_append_document_end(&filter, &in);
-
-    if (page->has_max || page->has_since) {
-        BSON_APPEND_DOCUMENT_BEGIN(&filter, "_id", &range);
-
-        if (page->has_max) {
-            bson_oid_init_from_string(&oid, page->max_id);
-            BSON_APPEND_OID(&range, "$lt", &oid);
-        }
-
-        if (page->has_since) {
-            bson_oid_init_from_string(&oid, page->since_id);
-            BSON_APPEND_OID(&range, "$gt", &oid);
-        }
-
-        bson_append_document_end(&filter, &range);
-    }
-
-    BSON_APPEND_DOCUMENT_BEGIN(&filter, "deleted", &ne);
-    BSON_APPEND_BOOL(&ne, "$ne", true);
-    bson_append_document_end(&filter, &ne);
-
-    bson_init(&opts);
-    BSON_APPEND_DOCUMENT_BEGIN(&opts, "sort", &sort);
-    BSON_APPEND_INT32(&sort, "_id", -1);
-    bson_append_document_end(&opts, &sort);
-    BSON_APPEND_INT64(&opts, "limit", (int64_t) page->limit);
-    BSON_APPEND_INT32(&opts, "batchSize",
-                      (int32_t) ngx_min(page->limit, 1000));
-
-    cursor = mongoc_collection_find_with_opts(posts, &filter, &opts, NULL);
-
-    bson_destroy(&opts);
-    bson_destroy(&filter);
-
-    return cursor;
-}
-
-
-/* the newest of the chunks' next posts, until limit: a k-way merge */
-
-static ngx_int_t
-ngx_http_feed_source_merge(ngx_http_feed_source_stream_t *s, size_t ns,
-    ngx_uint_t limit, bson_t *items, bson_error_t *error)
-{
-    char         key[16];
-    size_t       i, best;
-    bson_t       item;
-    ngx_uint_t   n;
-    const char  *k;
-
-    for (i = 0; i < ns; i++) {
-        if (ngx_http_feed_source_next(&s[i], error) != NGX_OK) {
-            return NGX_ERROR;
-        }
-    }
-
-    for (n = 0; n < limit; n++) {
-        best = ns;
-
-        for (i = 0; i < ns; i++) {
-            if (s[i].doc
-                && (best == ns || bson_oid_compare(&s[i].id, &s[best].id) > 0))
-            {
-                best = i;
-            }
-        }
-
-        if (best == ns) {
-            break;
-        }
-
-        bson_uint32_to_string(n, &k, key, sizeof(key));
-
-        BSON_APPEND_DOCUMENT_BEGIN(items, k, &item);
-        (void) ngx_http_feed_post_json(s[best].doc, &item);
-        bson_append_document_end(items, &item);
-
-        if (ngx_http_feed_source_next(&s[best], error) != NGX_OK) {
-            return NGX_ERROR;
-        }
-    }
-
-    return NGX_OK;
-}
-
-
-static ngx_int_t
-ngx_http_feed_source_next(ngx_http_feed_source_stream_t *s,
-    bson_error_t *error)
-{
-    bson_iter_t  it;
-
-    while (mongoc_cursor_next(s->cursor, &s->doc)) {
-        if (bson_iter_init_find(&it, s->doc, "_id")
-            && BSON_ITER_HOLDS_OID(&it))
-        {
-            bson_oid_copy(bson_iter_oid(&it), &s->id);
-            return NGX_OK;
-        }
-    }
-
-    s->doc = NULL;
-
-    return mongoc_cursor_error(s->cursor, error) ? NGX_ERROR : NGX_OK;
 }

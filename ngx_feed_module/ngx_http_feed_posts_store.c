@@ -1,0 +1,698 @@
+
+/*
+ * ngx_feed_module: the posts store (runs in thread pool tasks), the only
+ * code that knows the "posts" collection.
+ *
+ * {_id: ObjectId, author, body, ts, data?, deleted?, q?, qt?}: the id is
+ * made by the module, so ids sort by creation time and serve as cursors.
+ * "q" lists the queue entries ("post", "delete") the post still awaits,
+ * "qt" when the outbox sweeper may take them over (see ngx_http_feed_outbox.c).
+ *
+ * Every read of posts for an answer sees the visible ones only, by one
+ * filter, ngx_http_feed_posts_visible(); the outbox alone sees deleted
+ * posts too, as their delete entries are still to be sent.
+ */
+
+
+#include "ngx_http_feed_posts_store.h"
+
+
+#define NGX_HTTP_FEED_POSTS         "posts"
+
+/*
+ * MongoDB merges index scans for at most 200 values of an $in, beyond
+ * that it sorts in memory: a timeline's authors are read in such chunks
+ */
+#define NGX_HTTP_FEED_POSTS_CHUNK   200
+
+
+/* one chunk of a timeline's authors, its next post first */
+typedef struct {
+    mongoc_cursor_t              *cursor;
+    const bson_t                 *doc;
+    bson_oid_t                    id;
+} ngx_http_feed_posts_stream_t;
+
+
+static void ngx_http_feed_posts_newest(bson_t *filter, bson_t *opts,
+    ngx_http_feed_posts_range_t *range, ngx_uint_t limit);
+static void ngx_http_feed_posts_range(bson_t *filter,
+    ngx_http_feed_posts_range_t *range);
+static void ngx_http_feed_posts_visible(bson_t *filter);
+static ngx_int_t ngx_http_feed_posts_page(mongoc_collection_t *posts,
+    ngx_http_feed_user_t *author, ngx_http_feed_posts_range_t *range,
+    bson_t *items, char *next, bson_error_t *error);
+static mongoc_cursor_t *ngx_http_feed_posts_chunk(
+    mongoc_collection_t *posts, char **authors, size_t n,
+    ngx_http_feed_posts_range_t *range);
+static ngx_int_t ngx_http_feed_posts_merge(ngx_http_feed_posts_stream_t *s,
+    size_t ns, ngx_uint_t limit, bson_t *items, bson_error_t *error);
+static ngx_int_t ngx_http_feed_posts_next(ngx_http_feed_posts_stream_t *s,
+    bson_error_t *error);
+static ngx_int_t ngx_http_feed_posts_claim(mongoc_collection_t *posts,
+    const bson_t *doc, int64_t qt, ngx_http_feed_posts_due_pt each,
+    void *data, bson_error_t *error);
+static void ngx_http_feed_posts_awaits(const bson_t *doc,
+    ngx_http_feed_posts_due_t *due);
+
+
+/* the author's posts newest first (fanout on read), and the outbox */
+
+ngx_http_feed_mongo_indexes_t  ngx_http_feed_posts_indexes = {
+    NGX_HTTP_FEED_POSTS,
+    "[{\"key\": {\"author\": 1, \"_id\": -1}, \"name\": \"author_id\"},"
+    " {\"key\": {\"q\": 1}, \"name\": \"outbox\", \"sparse\": true}]"
+};
+
+
+/* stored with its queue entry pending: never lost for fanout */
+
+ngx_int_t
+ngx_http_feed_posts_insert(mongoc_client_t *client, const char *database,
+    const bson_t *post, int64_t ts, bson_error_t *error)
+{
+    bool                  ok;
+    bson_t                doc, q;
+    mongoc_collection_t  *posts;
+
+    bson_init(&doc);
+    bson_concat(&doc, post);
+    BSON_APPEND_ARRAY_BEGIN(&doc, "q", &q);
+    BSON_APPEND_UTF8(&q, "0", "post");
+    bson_append_array_end(&doc, &q);
+    BSON_APPEND_INT64(&doc, "qt", ts + NGX_HTTP_FEED_OUTBOX_GRACE);
+
+    posts = mongoc_client_get_collection(client, database,
+                                         NGX_HTTP_FEED_POSTS);
+
+    ok = mongoc_collection_insert_one(posts, &doc, NULL, NULL, error);
+
+    mongoc_collection_destroy(posts);
+    bson_destroy(&doc);
+
+    return ok ? NGX_OK : NGX_ERROR;
+}
+
+
+/*
+ * A visible post as the API shows it, in JSON made here: the loop only
+ * copies it out.  *found: the post is there (its JSON may fail still).
+ */
+
+ngx_int_t
+ngx_http_feed_posts_get(mongoc_client_t *client, const char *database,
+    const bson_oid_t *id, ngx_uint_t *found, char **json, size_t *len,
+    bson_error_t *error)
+{
+    char                 *p;
+    bson_t                filter, doc, out;
+    ngx_int_t             rc;
+    mongoc_collection_t  *posts;
+
+    bson_init(&filter);
+    BSON_APPEND_OID(&filter, "_id", id);
+    ngx_http_feed_posts_visible(&filter);
+
+    posts = mongoc_client_get_collection(client, database,
+                                         NGX_HTTP_FEED_POSTS);
+
+    rc = ngx_http_feed_mongo_find_one(posts, &filter, NULL, &doc, error);
+
+    mongoc_collection_destroy(posts);
+    bson_destroy(&filter);
+
+    if (rc != NGX_OK) {
+        return rc == NGX_DECLINED ? NGX_OK : NGX_ERROR;
+    }
+
+    *found = 1;
+
+    bson_init(&out);
+
+    p = NULL;
+
+    if (ngx_http_feed_posts_json(&doc, &out) == NGX_OK) {
+        p = bson_as_relaxed_extended_json(&out, len);
+    }
+
+    bson_destroy(&out);
+    bson_destroy(&doc);
+
+    *json = p;
+
+    return p ? NGX_OK : NGX_ERROR;
+}
+
+
+/*
+ * The author's own posts, newest first, in range: NGX_AGAIN when there
+ * are more, next the id of the last one given.
+ */
+
+ngx_int_t
+ngx_http_feed_posts_list(mongoc_client_t *client, const char *database,
+    ngx_http_feed_user_t *author, ngx_http_feed_posts_range_t *range,
+    bson_t *items, char *next, bson_error_t *error)
+{
+    ngx_int_t             rc;
+    mongoc_collection_t  *posts;
+
+    posts = mongoc_client_get_collection(client, database,
+                                         NGX_HTTP_FEED_POSTS);
+
+    rc = ngx_http_feed_posts_page(posts, author, range, items, next, error);
+
+    mongoc_collection_destroy(posts);
+
+    return rc;
+}
+
+
+static ngx_int_t
+ngx_http_feed_posts_page(mongoc_collection_t *posts,
+    ngx_http_feed_user_t *author, ngx_http_feed_posts_range_t *range,
+    bson_t *items, char *next, bson_error_t *error)
+{
+    char              key[16];
+    bson_t            filter, opts, item;
+    bson_iter_t       it;
+    ngx_int_t         rc;
+    ngx_uint_t        n;
+    const char       *k;
+    const bson_t     *doc;
+    mongoc_cursor_t  *cursor;
+
+    bson_init(&filter);
+    BSON_APPEND_UTF8(&filter, "author", author->data);
+    ngx_http_feed_posts_newest(&filter, &opts, range, range->limit + 1);
+
+    cursor = mongoc_collection_find_with_opts(posts, &filter, &opts, NULL);
+
+    rc = NGX_OK;
+    n = 0;
+
+    while (mongoc_cursor_next(cursor, &doc)) {
+        if (n == range->limit) {
+            rc = NGX_AGAIN;
+            break;
+        }
+
+        bson_uint32_to_string(n++, &k, key, sizeof(key));
+
+        BSON_APPEND_DOCUMENT_BEGIN(items, k, &item);
+        (void) ngx_http_feed_posts_json(doc, &item);
+        bson_append_document_end(items, &item);
+
+        if (bson_iter_init_find(&it, doc, "_id") && BSON_ITER_HOLDS_OID(&it)) {
+            bson_oid_to_string(bson_iter_oid(&it), next);
+        }
+    }
+
+    if (rc != NGX_AGAIN) {
+        next[0] = '\0';
+    }
+
+    if (mongoc_cursor_error(cursor, error)) {
+        rc = NGX_ERROR;
+    }
+
+    mongoc_cursor_destroy(cursor);
+    bson_destroy(&opts);
+    bson_destroy(&filter);
+
+    return rc;
+}
+
+
+/*
+ * The newest posts of all these authors, in range: each chunk of authors
+ * read newest first by the {author, _id} index, the chunks merged here as
+ * they stream in.
+ */
+
+ngx_int_t
+ngx_http_feed_posts_timeline(mongoc_client_t *client, const char *database,
+    char **authors, size_t n, ngx_http_feed_posts_range_t *range,
+    bson_t *items, bson_error_t *error)
+{
+    size_t                          ns, i;
+    ngx_int_t                       rc;
+    mongoc_collection_t            *posts;
+    ngx_http_feed_posts_stream_t   *streams;
+
+    ns = (n + NGX_HTTP_FEED_POSTS_CHUNK - 1) / NGX_HTTP_FEED_POSTS_CHUNK;
+
+    streams = bson_malloc0(ns * sizeof(ngx_http_feed_posts_stream_t));
+    posts = mongoc_client_get_collection(client, database,
+                                         NGX_HTTP_FEED_POSTS);
+
+    for (i = 0; i < ns; i++) {
+        streams[i].cursor = ngx_http_feed_posts_chunk(posts,
+                                authors + i * NGX_HTTP_FEED_POSTS_CHUNK,
+                                ngx_min(NGX_HTTP_FEED_POSTS_CHUNK,
+                                        n - i * NGX_HTTP_FEED_POSTS_CHUNK),
+                                range);
+    }
+
+    rc = ngx_http_feed_posts_merge(streams, ns, range->limit, items, error);
+
+    for (i = 0; i < ns; i++) {
+        mongoc_cursor_destroy(streams[i].cursor);
+    }
+
+    bson_free(streams);
+    mongoc_collection_destroy(posts);
+
+    return rc;
+}
+
+
+static mongoc_cursor_t *
+ngx_http_feed_posts_chunk(mongoc_collection_t *posts, char **authors,
+    size_t n, ngx_http_feed_posts_range_t *range)
+{
+    char              key[16];
+    size_t            i;
+    bson_t            filter, in, list, opts;
+    const char       *k;
+    mongoc_cursor_t  *cursor;
+
+    bson_init(&filter);
+    BSON_APPEND_DOCUMENT_BEGIN(&filter, "author", &in);
+    BSON_APPEND_ARRAY_BEGIN(&in, "$in", &list);
+
+    for (i = 0; i < n; i++) {
+        bson_uint32_to_string(i, &k, key, sizeof(key));
+        BSON_APPEND_UTF8(&list, k, authors[i]);
+    }
+
+    bson_append_array_end(&in, &list);
+    bson_append_document_end(&filter, &in);
+
+    ngx_http_feed_posts_newest(&filter, &opts, range, range->limit);
+    BSON_APPEND_INT32(&opts, "batchSize",
+                      (int32_t) ngx_min(range->limit, 1000));
+
+    cursor = mongoc_collection_find_with_opts(posts, &filter, &opts, NULL);
+
+    bson_destroy(&opts);
+    bson_destroy(&filter);
+
+    return cursor;
+}
+
+
+/* the newest of the chunks' next posts, until limit: a k-way merge */
+
+static ngx_int_t
+ngx_http_feed_posts_merge(ngx_http_feed_posts_stream_t *s, size_t ns,
+    ngx_uint_t limit, bson_t *items, bson_error_t *error)
+{
+    char         key[16];
+    size_t       i, best;
+    bson_t       item;
+    ngx_uint_t   n;
+    const char  *k;
+
+    for (i = 0; i < ns; i++) {
+        if (ngx_http_feed_posts_next(&s[i], error) != NGX_OK) {
+            return NGX_ERROR;
+        }
+    }
+
+    for (n = 0; n < limit; n++) {
+        best = ns;
+
+        for (i = 0; i < ns; i++) {
+            if (s[i].doc
+                && (best == ns || bson_oid_compare(&s[i].id, &s[best].id) > 0))
+            {
+                best = i;
+            }
+        }
+
+        if (best == ns) {
+            break;
+        }
+
+        bson_uint32_to_string(n, &k, key, sizeof(key));
+
+        BSON_APPEND_DOCUMENT_BEGIN(items, k, &item);
+        (void) ngx_http_feed_posts_json(s[best].doc, &item);
+        bson_append_document_end(items, &item);
+
+        if (ngx_http_feed_posts_next(&s[best], error) != NGX_OK) {
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_feed_posts_next(ngx_http_feed_posts_stream_t *s,
+    bson_error_t *error)
+{
+    bson_iter_t  it;
+
+    while (mongoc_cursor_next(s->cursor, &s->doc)) {
+        if (bson_iter_init_find(&it, s->doc, "_id")
+            && BSON_ITER_HOLDS_OID(&it))
+        {
+            bson_oid_copy(bson_iter_oid(&it), &s->id);
+            return NGX_OK;
+        }
+    }
+
+    s->doc = NULL;
+
+    return mongoc_cursor_error(s->cursor, error) ? NGX_ERROR : NGX_OK;
+}
+
+
+/* the visible posts of the filter in range, newest first, at most limit */
+
+static void
+ngx_http_feed_posts_newest(bson_t *filter, bson_t *opts,
+    ngx_http_feed_posts_range_t *range, ngx_uint_t limit)
+{
+    bson_t  sort;
+
+    ngx_http_feed_posts_range(filter, range);
+    ngx_http_feed_posts_visible(filter);
+
+    bson_init(opts);
+    BSON_APPEND_DOCUMENT_BEGIN(opts, "sort", &sort);
+    BSON_APPEND_INT32(&sort, "_id", -1);
+    bson_append_document_end(opts, &sort);
+    BSON_APPEND_INT64(opts, "limit", (int64_t) limit);
+}
+
+
+/* ids below max_id and above since_id, when the range has them */
+
+static void
+ngx_http_feed_posts_range(bson_t *filter, ngx_http_feed_posts_range_t *range)
+{
+    bson_t  ids;
+
+    if (range->max_id == NULL && range->since_id == NULL) {
+        return;
+    }
+
+    BSON_APPEND_DOCUMENT_BEGIN(filter, "_id", &ids);
+
+    if (range->max_id) {
+        BSON_APPEND_OID(&ids, "$lt", range->max_id);
+    }
+
+    if (range->since_id) {
+        BSON_APPEND_OID(&ids, "$gt", range->since_id);
+    }
+
+    bson_append_document_end(filter, &ids);
+}
+
+
+/* what every answer may show: posts not deleted */
+
+static void
+ngx_http_feed_posts_visible(bson_t *filter)
+{
+    bson_t  ne;
+
+    BSON_APPEND_DOCUMENT_BEGIN(filter, "deleted", &ne);
+    BSON_APPEND_BOOL(&ne, "$ne", true);
+    bson_append_document_end(filter, &ne);
+}
+
+
+/*
+ * Marks the post deleted, drops its content, and queues the delete entry,
+ * all in one update: found only when author is its author and it was
+ * there.
+ */
+
+ngx_int_t
+ngx_http_feed_posts_delete(mongoc_client_t *client, const char *database,
+    const bson_oid_t *id, ngx_http_feed_user_t *author, int64_t now,
+    ngx_uint_t *found, bson_error_t *error)
+{
+    bool                  ok;
+    bson_t                selector, update, set, unset, add, reply;
+    mongoc_collection_t  *posts;
+
+    bson_init(&selector);
+    BSON_APPEND_OID(&selector, "_id", id);
+    BSON_APPEND_UTF8(&selector, "author", author->data);
+    ngx_http_feed_posts_visible(&selector);
+
+    bson_init(&update);
+    BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
+    BSON_APPEND_BOOL(&set, "deleted", true);
+    BSON_APPEND_INT64(&set, "qt", now + NGX_HTTP_FEED_OUTBOX_GRACE);
+    bson_append_document_end(&update, &set);
+    BSON_APPEND_DOCUMENT_BEGIN(&update, "$unset", &unset);
+    BSON_APPEND_UTF8(&unset, "body", "");
+    BSON_APPEND_UTF8(&unset, "data", "");
+    bson_append_document_end(&update, &unset);
+    BSON_APPEND_DOCUMENT_BEGIN(&update, "$addToSet", &add);
+    BSON_APPEND_UTF8(&add, "q", "delete");
+    bson_append_document_end(&update, &add);
+
+    posts = mongoc_client_get_collection(client, database,
+                                         NGX_HTTP_FEED_POSTS);
+
+    ok = mongoc_collection_update_one(posts, &selector, &update, NULL,
+                                      &reply, error);
+
+    if (ok) {
+        *found = (ngx_http_feed_bson_int(&reply, "matchedCount") == 1);
+    }
+
+    mongoc_collection_destroy(posts);
+    bson_destroy(&reply);
+    bson_destroy(&update);
+    bson_destroy(&selector);
+
+    return ok ? NGX_OK : NGX_ERROR;
+}
+
+
+/*
+ * Posts whose entries are overdue (their "qt" before now), oldest first,
+ * at most batch, each claimed for lease ms by moving its "qt", so that
+ * two nginx nodes do not both take one; each one claimed is given to
+ * each().  Deleted posts too: their delete entries are what is due.
+ */
+
+ngx_int_t
+ngx_http_feed_posts_claim_due(mongoc_client_t *client, const char *database,
+    int64_t now, int64_t lease, ngx_uint_t batch,
+    ngx_http_feed_posts_due_pt each, void *data, bson_error_t *error)
+{
+    bson_t                filter, in, kinds, lt, opts, sort;
+    ngx_int_t             rc;
+    const bson_t         *doc;
+    mongoc_cursor_t      *cursor;
+    mongoc_collection_t  *posts;
+
+    bson_init(&filter);
+    BSON_APPEND_DOCUMENT_BEGIN(&filter, "q", &in);
+    BSON_APPEND_ARRAY_BEGIN(&in, "$in", &kinds);
+    BSON_APPEND_UTF8(&kinds, "0", "post");
+    BSON_APPEND_UTF8(&kinds, "1", "delete");
+    bson_append_array_end(&in, &kinds);
+    bson_append_document_end(&filter, &in);
+    BSON_APPEND_DOCUMENT_BEGIN(&filter, "qt", &lt);
+    BSON_APPEND_INT64(&lt, "$lt", now);
+    bson_append_document_end(&filter, &lt);
+
+    bson_init(&opts);
+    BSON_APPEND_DOCUMENT_BEGIN(&opts, "sort", &sort);
+    BSON_APPEND_INT32(&sort, "_id", 1);
+    bson_append_document_end(&opts, &sort);
+    BSON_APPEND_INT64(&opts, "limit", (int64_t) batch);
+
+    posts = mongoc_client_get_collection(client, database,
+                                         NGX_HTTP_FEED_POSTS);
+
+    cursor = mongoc_collection_find_with_opts(posts, &filter, &opts, NULL);
+
+    rc = NGX_OK;
+
+    while (mongoc_cursor_next(cursor, &doc)) {
+        if (ngx_http_feed_posts_claim(posts, doc, now + lease, each, data,
+                                      error)
+            != NGX_OK)
+        {
+            rc = NGX_ERROR;
+            break;
+        }
+    }
+
+    if (mongoc_cursor_error(cursor, error)) {
+        rc = NGX_ERROR;
+    }
+
+    mongoc_cursor_destroy(cursor);
+    mongoc_collection_destroy(posts);
+    bson_destroy(&opts);
+    bson_destroy(&filter);
+
+    return rc;
+}
+
+
+static ngx_int_t
+ngx_http_feed_posts_claim(mongoc_collection_t *posts, const bson_t *doc,
+    int64_t qt, ngx_http_feed_posts_due_pt each, void *data,
+    bson_error_t *error)
+{
+    bson_t                     selector, update, set, reply;
+    bson_iter_t                it;
+    ngx_http_feed_posts_due_t  due;
+
+    if (ngx_http_feed_bson_user(doc, "author", &due.author) != NGX_OK
+        || !bson_iter_init_find(&it, doc, "_id") || !BSON_ITER_HOLDS_OID(&it))
+    {
+        return NGX_OK;
+    }
+
+    bson_init(&selector);
+    BSON_APPEND_OID(&selector, "_id", bson_iter_oid(&it));
+    BSON_APPEND_INT64(&selector, "qt", ngx_http_feed_bson_int(doc, "qt"));
+
+    bson_init(&update);
+    BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
+    BSON_APPEND_INT64(&set, "qt", qt);
+    bson_append_document_end(&update, &set);
+
+    if (!mongoc_collection_update_one(posts, &selector, &update, NULL,
+                                      &reply, error))
+    {
+        bson_destroy(&update);
+        bson_destroy(&selector);
+        return NGX_ERROR;
+    }
+
+    bson_destroy(&update);
+    bson_destroy(&selector);
+
+    if (ngx_http_feed_bson_int(&reply, "modifiedCount") != 1) {
+        /* somebody else claimed it */
+        bson_destroy(&reply);
+        return NGX_OK;
+    }
+
+    bson_destroy(&reply);
+
+    bson_oid_copy(bson_iter_oid(&it), &due.id);
+    due.ts = ngx_http_feed_bson_int(doc, "ts");
+    ngx_http_feed_posts_awaits(doc, &due);
+
+    each(data, &due);
+
+    return NGX_OK;
+}
+
+
+/* which entries the post still awaits, by its "q" */
+
+static void
+ngx_http_feed_posts_awaits(const bson_t *doc, ngx_http_feed_posts_due_t *due)
+{
+    const char   *kind;
+    bson_iter_t   q, it;
+
+    due->awaits_post = 0;
+    due->awaits_delete = 0;
+
+    if (!bson_iter_init_find(&q, doc, "q") || !BSON_ITER_HOLDS_ARRAY(&q)
+        || !bson_iter_recurse(&q, &it))
+    {
+        return;
+    }
+
+    while (bson_iter_next(&it)) {
+        if (!BSON_ITER_HOLDS_UTF8(&it)) {
+            continue;
+        }
+
+        kind = bson_iter_utf8(&it, NULL);
+
+        if (ngx_strcmp(kind, "post") == 0) {
+            due->awaits_post = 1;
+
+        } else if (ngx_strcmp(kind, "delete") == 0) {
+            due->awaits_delete = 1;
+        }
+    }
+}
+
+
+/* the entry of this kind is in the stream: the post no longer awaits it */
+
+ngx_int_t
+ngx_http_feed_posts_dequeue(mongoc_client_t *client, const char *database,
+    const bson_oid_t *id, const char *kind, bson_error_t *error)
+{
+    bool                  ok;
+    bson_t                selector, update, pull;
+    mongoc_collection_t  *posts;
+
+    bson_init(&selector);
+    BSON_APPEND_OID(&selector, "_id", id);
+
+    bson_init(&update);
+    BSON_APPEND_DOCUMENT_BEGIN(&update, "$pull", &pull);
+    BSON_APPEND_UTF8(&pull, "q", kind);
+    bson_append_document_end(&update, &pull);
+
+    posts = mongoc_client_get_collection(client, database,
+                                         NGX_HTTP_FEED_POSTS);
+
+    ok = mongoc_collection_update_one(posts, &selector, &update, NULL, NULL,
+                                      error);
+
+    mongoc_collection_destroy(posts);
+    bson_destroy(&update);
+    bson_destroy(&selector);
+
+    return ok ? NGX_OK : NGX_ERROR;
+}
+
+
+/* a stored post as the API shows it: {id, author, body, ts, data?} */
+
+ngx_int_t
+ngx_http_feed_posts_json(const bson_t *stored, bson_t *out)
+{
+    char         hex[25];
+    bson_iter_t  it;
+
+    if (!bson_iter_init_find(&it, stored, "_id") || !BSON_ITER_HOLDS_OID(&it))
+    {
+        return NGX_ERROR;
+    }
+
+    bson_oid_to_string(bson_iter_oid(&it), hex);
+    BSON_APPEND_UTF8(out, "id", hex);
+
+    if (bson_iter_init_find(&it, stored, "author")) {
+        BSON_APPEND_VALUE(out, "author", bson_iter_value(&it));
+    }
+
+    if (bson_iter_init_find(&it, stored, "body")) {
+        BSON_APPEND_VALUE(out, "body", bson_iter_value(&it));
+    }
+
+    BSON_APPEND_INT64(out, "ts", ngx_http_feed_bson_int(stored, "ts"));
+
+    if (bson_iter_init_find(&it, stored, "data")) {
+        BSON_APPEND_VALUE(out, "data", bson_iter_value(&it));
+    }
+
+    return NGX_OK;
+}
