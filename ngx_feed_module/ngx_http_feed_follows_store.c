@@ -9,7 +9,7 @@
  *
  * Counters live in "follow_counts" {_id: user, following, followers, ops}.
  * They are kept here, not in a store of their own, because an edge and its
- * counts change together: an edge version is applied to each counter at
+ * counts change together.  An edge version is applied to each counter at
  * most once: the update only matches while "ops" lacks the version's id,
  * and pushes it (the last 64 are kept).  So a change interrupted half way
  * (MongoDB gone between two writes) is finished by the next request that
@@ -684,7 +684,10 @@ ngx_http_feed_follows_filter(ngx_http_feed_follows_page_t *page,
 }
 
 
-/* by the {self, status, created, other} index; the whole list unsorted */
+/*
+ * A page: in the order of the {self, status, created, other} index, a
+ * batch at a time.  The whole list: the other user only, in no order.
+ */
 
 static void
 ngx_http_feed_follows_opts(ngx_http_feed_follows_page_t *page,
@@ -694,24 +697,24 @@ ngx_http_feed_follows_opts(ngx_http_feed_follows_page_t *page,
 
     bson_init(opts);
 
-    if (page->batch) {
-        BSON_APPEND_DOCUMENT_BEGIN(opts, "sort", &sort);
-        BSON_APPEND_INT32(&sort, "created", -1);
-        BSON_APPEND_INT32(&sort, other, -1);
-        bson_append_document_end(opts, &sort);
+    if (page->batch == 0) {
+        BSON_APPEND_DOCUMENT_BEGIN(opts, "projection", &proj);
+        BSON_APPEND_INT32(&proj, other, 1);
+        BSON_APPEND_INT32(&proj, "_id", 0);
+        bson_append_document_end(opts, &proj);
+        return;
     }
+
+    BSON_APPEND_DOCUMENT_BEGIN(opts, "sort", &sort);
+    BSON_APPEND_INT32(&sort, "created", -1);
+    BSON_APPEND_INT32(&sort, other, -1);
+    bson_append_document_end(opts, &sort);
 
     BSON_APPEND_DOCUMENT_BEGIN(opts, "projection", &proj);
     BSON_APPEND_INT32(&proj, other, 1);
-
-    if (page->batch) {
-        BSON_APPEND_INT32(&proj, "created", 1);
-    }
-
+    BSON_APPEND_INT32(&proj, "created", 1);
     BSON_APPEND_INT32(&proj, "_id", 0);
     bson_append_document_end(opts, &proj);
 
-    if (page->batch) {
-        BSON_APPEND_INT32(opts, "batchSize", (int32_t) page->batch);
-    }
+    BSON_APPEND_INT32(opts, "batchSize", (int32_t) page->batch);
 }
