@@ -113,7 +113,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 }
 
 
-/* the request's context, as ngx_http_feed_timeline() makes it */
+/* the request's context, as the handler skeleton and tl_start make it */
 
 static ngx_http_feed_tl_ctx_t *
 ngx_http_feed_fuzz_ctx(ngx_http_request_t *r, const uint8_t **data,

@@ -1,8 +1,8 @@
 
 /*
  * Fuzz target: the query of GET /users/{uid}/timeline, as the timeline
- * handler reads it: the location's user (ngx_http_feed_list_args), then
- * limit, max_id and since_id from r->args (ngx_http_feed_timeline_bounds).
+ * handler reads it (ngx_http_feed_page_args): the location's user, then
+ * limit, max_id and since_id from r->args.
  *
  * Input: "<user>?<args>"; the user is the value of the location's user
  * variable ($1 of the location's regex in the shipped configuration).
@@ -24,11 +24,11 @@ int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     u_char                    *q;
-    ngx_int_t                  rc;
-    const char                *code, *message;
-    ngx_http_request_t        *r;
-    ngx_http_feed_page_t       page;
-    ngx_http_complex_value_t   user;
+    ngx_int_t                     rc;
+    ngx_http_request_t           *r;
+    ngx_http_feed_page_t          page;
+    ngx_http_complex_value_t      user;
+    const ngx_http_feed_error_t  *err;
 
     ngx_http_feed_fuzz_init();
 
@@ -60,11 +60,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ngx_http_feed_fuzz_flcf->user = &user;
 
     ngx_memzero(&page, sizeof(ngx_http_feed_page_t));
-    code = NULL;
-    message = NULL;
+    err = NULL;
 
-    rc = ngx_http_feed_list_args(r, &page.user, &page.limit, &code,
-                                 &message);
+    rc = ngx_http_feed_page_args(r, NGX_HTTP_FEED_PAGE_CLIENT, &page, &err);
 
     if (rc == NGX_OK) {
         ngx_http_feed_fuzz_assert(ngx_http_feed_user_valid(
@@ -76,10 +74,6 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                   && page.limit <= NGX_HTTP_FEED_LIMIT_MAX,
                                   "a limit out of 1..100 taken");
 
-        rc = ngx_http_feed_timeline_bounds(r, &page);
-    }
-
-    if (rc == NGX_OK) {
         if (page.has_max) {
             ngx_http_feed_fuzz_check_id(page.max_id);
         }
@@ -90,7 +84,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     } else {
         ngx_http_feed_fuzz_assert(rc == NGX_DECLINED, "an unexpected rc");
-        ngx_http_feed_fuzz_assert(code == NULL || message != NULL,
+        ngx_http_feed_fuzz_assert(err && err->code && err->message,
                                   "a refusal without a message");
     }
 

@@ -28,135 +28,116 @@ typedef struct {
 } ngx_http_feed_graph_ctx_t;
 
 
-static ngx_int_t ngx_http_feed_follow(ngx_http_request_t *r);
-static void ngx_http_feed_follow_done(ngx_http_feed_mongo_task_t *t);
+static ngx_int_t ngx_http_feed_follow_args(ngx_http_request_t *r,
+    void *data, const ngx_http_feed_error_t **err);
+static ngx_int_t ngx_http_feed_follow_start(ngx_http_request_t *r,
+    void *data);
+static ngx_int_t ngx_http_feed_follow_stored(ngx_http_request_t *r,
+    void *data);
 static void ngx_http_feed_follow_invalidated(void *data, redisReply *reply);
 static ngx_int_t ngx_http_feed_follow_answer(ngx_http_request_t *r,
     ngx_http_feed_follow_op_t *op);
-static ngx_int_t ngx_http_feed_following(ngx_http_request_t *r);
-static ngx_int_t ngx_http_feed_followers(ngx_http_request_t *r);
-static ngx_int_t ngx_http_feed_list_handler(ngx_http_request_t *r,
-    ngx_uint_t followers);
+static ngx_int_t ngx_http_feed_following_args(ngx_http_request_t *r,
+    void *data, const ngx_http_feed_error_t **err);
+static ngx_int_t ngx_http_feed_followers_args(ngx_http_request_t *r,
+    void *data, const ngx_http_feed_error_t **err);
 static ngx_int_t ngx_http_feed_graph_list_args(ngx_http_request_t *r,
-    ngx_http_feed_list_op_t *op, const char **code, const char **message);
+    ngx_http_feed_graph_ctx_t *ctx, ngx_uint_t followers,
+    const ngx_http_feed_error_t **err);
+static ngx_int_t ngx_http_feed_list_start(ngx_http_request_t *r,
+    void *data);
 static void ngx_http_feed_list_counted(void *data, redisReply *reply);
 static ngx_int_t ngx_http_feed_list_post(ngx_http_feed_graph_ctx_t *ctx);
-static void ngx_http_feed_list_done(ngx_http_feed_mongo_task_t *t);
-static ngx_http_feed_graph_ctx_t *ngx_http_feed_graph_ctx(
-    ngx_http_request_t *r);
+static ngx_int_t ngx_http_feed_list_answer(ngx_http_request_t *r,
+    void *data);
 
 
 ngx_http_feed_handler_t  ngx_http_feed_follow_handler = {
-    ngx_http_feed_follow
+    NGX_HTTP_PUT|NGX_HTTP_DELETE, "PUT, DELETE", 0,
+    sizeof(ngx_http_feed_graph_ctx_t),
+    ngx_http_feed_follow_args,
+    ngx_http_feed_follow_start
 };
 
 ngx_http_feed_handler_t  ngx_http_feed_following_handler = {
-    ngx_http_feed_following
+    NGX_HTTP_GET|NGX_HTTP_HEAD, "GET, HEAD", 0,
+    sizeof(ngx_http_feed_graph_ctx_t),
+    ngx_http_feed_following_args,
+    ngx_http_feed_list_start
 };
 
 ngx_http_feed_handler_t  ngx_http_feed_followers_handler = {
-    ngx_http_feed_followers
+    NGX_HTTP_GET|NGX_HTTP_HEAD, "GET, HEAD", 0,
+    sizeof(ngx_http_feed_graph_ctx_t),
+    ngx_http_feed_followers_args,
+    ngx_http_feed_list_start
 };
 
 
 static ngx_int_t
-ngx_http_feed_follow(ngx_http_request_t *r)
+ngx_http_feed_follow_args(ngx_http_request_t *r, void *data,
+    const ngx_http_feed_error_t **err)
 {
-    ngx_int_t                    rc;
-    ngx_http_feed_loc_conf_t    *flcf;
-    ngx_http_feed_graph_ctx_t   *ctx;
-    ngx_http_feed_mongo_task_t  *t;
+    ngx_http_feed_graph_ctx_t  *ctx = data;
 
-    ngx_http_feed_stat(requests, 1);
-
-    if (!(r->method & (NGX_HTTP_PUT|NGX_HTTP_DELETE))) {
-        return ngx_http_feed_not_allowed(r, "PUT, DELETE");
-    }
+    ngx_int_t                  rc;
+    ngx_http_feed_loc_conf_t  *flcf;
 
     flcf = ngx_http_get_module_loc_conf(r, ngx_http_feed_module);
-
-    ctx = ngx_http_feed_graph_ctx(r);
-    if (ctx == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
 
     rc = ngx_http_feed_get_user(r, flcf->user, &ctx->follow.src);
     if (rc == NGX_OK) {
         rc = ngx_http_feed_get_user(r, flcf->target, &ctx->follow.dst);
     }
 
-    if (rc == NGX_ERROR) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    if (rc == NGX_DECLINED) {
-        return ngx_http_feed_bad_request(r, "invalid_user_id",
-                   NGX_HTTP_FEED_USER_ID_TEXT);
+    if (rc != NGX_OK) {
+        *err = &ngx_http_feed_err_user_id;
+        return rc;
     }
 
     if (ctx->follow.src.len == ctx->follow.dst.len
         && ngx_strcmp(ctx->follow.src.data, ctx->follow.dst.data) == 0)
     {
-        return ngx_http_feed_bad_request(r, "self_follow",
-                                         "a user cannot follow themselves");
+        *err = &ngx_http_feed_err_self_follow;
+        return NGX_DECLINED;
     }
 
-    rc = ngx_http_feed_authorize(r, &ctx->follow.src);
-    if (rc != NGX_DECLINED) {
-        return rc;
-    }
+    return ngx_http_feed_authorize(r, &ctx->follow.src, err);
+}
 
-    rc = ngx_http_discard_request_body(r);
-    if (rc != NGX_OK) {
-        return rc;
-    }
+
+static ngx_int_t
+ngx_http_feed_follow_start(ngx_http_request_t *r, void *data)
+{
+    ngx_http_feed_graph_ctx_t  *ctx = data;
 
     ctx->follow.want = (r->method == NGX_HTTP_PUT);
     ctx->follow.now = ngx_http_feed_now_ms();
     ctx->follow.max = (int64_t) ctx->fmcf->follow_max;
 
-    t = ngx_http_feed_mongo_task(r->pool, ctx->fmcf->mongo_client,
-                                 ngx_http_feed_graph_follow_run,
-                                 ngx_http_feed_follow_done, &ctx->follow);
-    if (t == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    if (ngx_http_feed_mongo_post_r(r, t) != NGX_OK) {
-        return ngx_http_feed_db_busy(r);
-    }
-
-    r->main->count++;
-
-    return NGX_DONE;
+    return ngx_http_feed_mongo_request(r, ngx_http_feed_graph_follow_run,
+                                       ngx_http_feed_follow_stored,
+                                       &ctx->follow, NULL);
 }
 
 
-static void
-ngx_http_feed_follow_done(ngx_http_feed_mongo_task_t *t)
+static ngx_int_t
+ngx_http_feed_follow_stored(ngx_http_request_t *r, void *data)
 {
-    ngx_http_feed_follow_op_t  *op = t->data;
+    ngx_http_feed_follow_op_t  *op = data;
 
     ngx_int_t                   rc;
     ngx_uint_t                  i;
-    ngx_http_request_t         *r;
     ngx_http_feed_user_t       *users[2];
     ngx_http_feed_redis_t      *rd;
     ngx_http_feed_graph_ctx_t  *ctx;
 
-    r = t->request;
     ctx = ngx_http_get_module_ctx(r, ngx_http_feed_module);
-
-    if (t->rc != NGX_OK) {
-        ngx_http_finalize_request(r, ngx_http_feed_db_failed(r, &t->error));
-        return;
-    }
 
     rd = ctx->fmcf->redis_client;
 
     if (!op->changed || ctx->fmcf->redis_enabled == 0) {
-        ngx_http_finalize_request(r, ngx_http_feed_follow_answer(r, op));
-        return;
+        return ngx_http_feed_follow_answer(r, op);
     }
 
     /*
@@ -173,8 +154,7 @@ ngx_http_feed_follow_done(ngx_http_feed_mongo_task_t *t)
                                              ngx_http_feed_follow_invalidated,
                                              ctx);
         if (rc == NGX_ERROR) {
-            ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
-            return;
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
         ctx->waiting += (rc == NGX_OK);
@@ -184,8 +164,7 @@ ngx_http_feed_follow_done(ngx_http_feed_mongo_task_t *t)
                                            ngx_http_feed_follow_invalidated,
                                            ctx);
     if (rc == NGX_ERROR) {
-        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
-        return;
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     if (rc == NGX_DECLINED) {
@@ -195,8 +174,10 @@ ngx_http_feed_follow_done(ngx_http_feed_mongo_task_t *t)
     ctx->waiting += (rc == NGX_OK);
 
     if (ctx->waiting == 0) {
-        ngx_http_finalize_request(r, ngx_http_feed_follow_answer(r, op));
+        return ngx_http_feed_follow_answer(r, op);
     }
+
+    return NGX_DONE;
 }
 
 
@@ -240,107 +221,56 @@ ngx_http_feed_follow_answer(ngx_http_request_t *r,
         return ngx_http_feed_no_content(r);
     }
 
-    msg = ngx_pnalloc(r->pool, sizeof("a user follows at most  users")
+    msg = ngx_pnalloc(r->pool, sizeof(NGX_HTTP_FEED_FOLLOW_MAX_TEXT)
                                + NGX_INT64_LEN);
     if (msg == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    p = ngx_sprintf(msg, "a user follows at most %L users", op->max);
+    p = ngx_sprintf(msg, NGX_HTTP_FEED_FOLLOW_MAX_TEXT, op->max);
     *p = '\0';
 
     /* nginx has no reason phrase of its own for 422 */
     ngx_str_set(&r->headers_out.status_line, "422 Unprocessable Entity");
 
-    return ngx_http_feed_send_error(r, 422, "too_many_follows",
+    return ngx_http_feed_send_error(r, 422, NGX_HTTP_FEED_FOLLOW_MAX_CODE,
                                     (char *) msg);
 }
 
 
 static ngx_int_t
-ngx_http_feed_following(ngx_http_request_t *r)
+ngx_http_feed_following_args(ngx_http_request_t *r, void *data,
+    const ngx_http_feed_error_t **err)
 {
-    return ngx_http_feed_list_handler(r, 0);
+    return ngx_http_feed_graph_list_args(r, data, 0, err);
 }
 
 
 static ngx_int_t
-ngx_http_feed_followers(ngx_http_request_t *r)
+ngx_http_feed_followers_args(ngx_http_request_t *r, void *data,
+    const ngx_http_feed_error_t **err)
 {
-    return ngx_http_feed_list_handler(r, 1);
+    return ngx_http_feed_graph_list_args(r, data, 1, err);
 }
 
 
-static ngx_int_t
-ngx_http_feed_list_handler(ngx_http_request_t *r, ngx_uint_t followers)
-{
-    ngx_int_t                   rc;
-    const char                 *code, *message;
-    ngx_http_feed_graph_ctx_t  *ctx;
-
-    ngx_http_feed_stat(requests, 1);
-
-    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
-        return ngx_http_feed_not_allowed(r, "GET, HEAD");
-    }
-
-    ctx = ngx_http_feed_graph_ctx(r);
-    if (ctx == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    ctx->list.followers = followers;
-    ctx->field = followers ? "followers" : "following";
-
-    rc = ngx_http_feed_graph_list_args(r, &ctx->list, &code, &message);
-
-    if (rc == NGX_ERROR) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    if (rc == NGX_DECLINED) {
-        return ngx_http_feed_bad_request(r, code, message);
-    }
-
-    rc = ngx_http_discard_request_body(r);
-    if (rc != NGX_OK) {
-        return rc;
-    }
-
-    /* the count from Redis if it has it, then the page from MongoDB */
-
-    rc = ngx_http_feed_counts_lookup(r, ctx->fmcf->redis_client,
-                                     &ctx->list.user, ctx->field,
-                                     ngx_http_feed_list_counted, ctx);
-    if (rc == NGX_ERROR) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    if (rc == NGX_DECLINED) {
-        ctx->list.need_count = 1;
-
-        if (ngx_http_feed_list_post(ctx) != NGX_OK) {
-            return ngx_http_feed_db_busy(r);
-        }
-    }
-
-    r->main->count++;
-
-    return NGX_DONE;
-}
-
-
-/* NGX_DECLINED: malformed, with the error code and message to answer */
+/* the user, limit and cursor of a page of "following" or "followers" */
 
 static ngx_int_t
 ngx_http_feed_graph_list_args(ngx_http_request_t *r,
-    ngx_http_feed_list_op_t *op, const char **code, const char **message)
+    ngx_http_feed_graph_ctx_t *ctx, ngx_uint_t followers,
+    const ngx_http_feed_error_t **err)
 {
-    u_char     *dst, *src;
-    ngx_int_t   rc;
-    ngx_str_t   value, cursor;
+    u_char                   *dst, *src;
+    ngx_int_t                 rc;
+    ngx_str_t                 value, cursor;
+    ngx_http_feed_list_op_t  *op;
 
-    rc = ngx_http_feed_list_args(r, &op->user, &op->limit, code, message);
+    op = &ctx->list;
+    op->followers = followers;
+    ctx->field = followers ? "followers" : "following";
+
+    rc = ngx_http_feed_list_args(r, &op->user, &op->limit, err);
     if (rc != NGX_OK) {
         return rc;
     }
@@ -360,12 +290,36 @@ ngx_http_feed_graph_list_args(ngx_http_request_t *r,
     cursor.len = dst - cursor.data;
 
     if (ngx_http_feed_graph_cursor_parse(&cursor, op) != NGX_OK) {
-        *code = "invalid_cursor";
-        *message = "cursor is not one this server gave out";
+        *err = &ngx_http_feed_err_cursor;
         return NGX_DECLINED;
     }
 
     return NGX_OK;
+}
+
+
+/* the count from Redis if it has it, then the page from MongoDB */
+
+static ngx_int_t
+ngx_http_feed_list_start(ngx_http_request_t *r, void *data)
+{
+    ngx_http_feed_graph_ctx_t  *ctx = data;
+
+    ngx_int_t  rc;
+
+    rc = ngx_http_feed_counts_lookup(r, ctx->fmcf->redis_client,
+                                     &ctx->list.user, ctx->field,
+                                     ngx_http_feed_list_counted, ctx);
+    if (rc == NGX_ERROR) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (rc == NGX_DECLINED) {
+        ctx->list.need_count = 1;
+        return ngx_http_feed_list_post(ctx);
+    }
+
+    return NGX_DONE;
 }
 
 
@@ -374,14 +328,17 @@ ngx_http_feed_list_counted(void *data, redisReply *reply)
 {
     ngx_http_feed_graph_ctx_t  *ctx = data;
 
+    ngx_int_t  rc;
+
     ctx->list.need_count =
         (ngx_http_feed_counts_parse(ctx->fmcf->redis_client, reply,
                                     &ctx->list.count, &ctx->gen)
          != NGX_OK);
 
-    if (ngx_http_feed_list_post(ctx) != NGX_OK) {
-        ngx_http_feed_finalize(ctx->request,
-                               ngx_http_feed_db_busy(ctx->request));
+    rc = ngx_http_feed_list_post(ctx);
+
+    if (rc != NGX_DONE) {
+        ngx_http_feed_finalize(ctx->request, rc);
     }
 }
 
@@ -389,38 +346,21 @@ ngx_http_feed_list_counted(void *data, redisReply *reply)
 static ngx_int_t
 ngx_http_feed_list_post(ngx_http_feed_graph_ctx_t *ctx)
 {
-    ngx_http_feed_mongo_task_t  *t;
-
-    t = ngx_http_feed_mongo_task(ctx->request->pool, ctx->fmcf->mongo_client,
-                                 ngx_http_feed_graph_list_run,
-                                 ngx_http_feed_list_done, &ctx->list);
-    if (t == NULL) {
-        return NGX_ERROR;
-    }
-
-    t->result = &ctx->list.json;
-
-    return ngx_http_feed_mongo_post_r(ctx->request, t);
+    return ngx_http_feed_mongo_request(ctx->request,
+                                       ngx_http_feed_graph_list_run,
+                                       ngx_http_feed_list_answer,
+                                       &ctx->list, &ctx->list.json);
 }
 
 
-static void
-ngx_http_feed_list_done(ngx_http_feed_mongo_task_t *t)
+static ngx_int_t
+ngx_http_feed_list_answer(ngx_http_request_t *r, void *data)
 {
-    ngx_http_feed_list_op_t  *op = t->data;
+    ngx_http_feed_list_op_t  *op = data;
 
-    u_char                     *p;
-    ngx_http_request_t         *r;
     ngx_http_feed_graph_ctx_t  *ctx;
 
-    r = t->request;
     ctx = ngx_http_get_module_ctx(r, ngx_http_feed_module);
-
-    if (t->rc != NGX_OK) {
-        bson_free(op->json);
-        ngx_http_finalize_request(r, ngx_http_feed_db_failed(r, &t->error));
-        return;
-    }
 
     if (op->skipped) {
         ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
@@ -433,36 +373,5 @@ ngx_http_feed_list_done(ngx_http_feed_mongo_task_t *t)
                                   ctx->field, op->count, &ctx->gen);
     }
 
-    p = ngx_pnalloc(r->pool, op->json_len + 1);
-    if (p == NULL) {
-        bson_free(op->json);
-        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
-        return;
-    }
-
-    ngx_memcpy(p, op->json, op->json_len);
-    p[op->json_len] = '\n';
-    bson_free(op->json);
-
-    ngx_http_finalize_request(r, ngx_http_feed_send_body(r, NGX_HTTP_OK, p,
-                                                         op->json_len + 1));
-}
-
-
-static ngx_http_feed_graph_ctx_t *
-ngx_http_feed_graph_ctx(ngx_http_request_t *r)
-{
-    ngx_http_feed_graph_ctx_t  *ctx;
-
-    ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_feed_graph_ctx_t));
-    if (ctx == NULL) {
-        return NULL;
-    }
-
-    ctx->request = r;
-    ctx->fmcf = ngx_http_get_module_main_conf(r, ngx_http_feed_module);
-
-    ngx_http_set_ctx(r, ctx, ngx_http_feed_module);
-
-    return ctx;
+    return ngx_http_feed_mongo_send(r, op->json, op->json_len, 1);
 }

@@ -579,7 +579,6 @@ ngx_http_feed_handler_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     ngx_str_t                         *value;
     ngx_uint_t                         i;
-    ngx_http_feed_handler_t           *h;
     ngx_http_complex_value_t         **cv[2];
     ngx_http_core_loc_conf_t          *clcf;
     ngx_http_feed_main_conf_t         *fmcf;
@@ -612,8 +611,8 @@ ngx_http_feed_handler_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         }
     }
 
-    h = cmd->post;
-    clcf->handler = h->handler;
+    flcf->handler = cmd->post;
+    clcf->handler = ngx_http_feed_handler;
 
     fmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_feed_module);
     fmcf->needs_mongo = 1;
@@ -860,6 +859,7 @@ ngx_http_feed_create_loc_conf(ngx_conf_t *cf)
      * set by ngx_pcalloc():
      *
      *     flcf->identity = NULL;
+     *     flcf->handler = NULL;
      *     flcf->user = NULL;
      *     flcf->target = NULL;
      *     flcf->fallback = { 0, NULL };
@@ -882,7 +882,10 @@ ngx_http_feed_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_str_value(conf->fallback, prev->fallback,
                              "/_feed/timeline");
 
-    /* user and target belong to the location's own handler directive */
+    /*
+     * handler, user and target belong to the location's own handler
+     * directive
+     */
 
     return NGX_CONF_OK;
 }

@@ -75,6 +75,7 @@ ngx_http_feed_checked_oid_to_string(const bson_oid_t *oid, char *str)
 
 typedef struct ngx_http_feed_redis_s  ngx_http_feed_redis_t;
 typedef struct ngx_http_feed_mongo_s  ngx_http_feed_mongo_t;
+typedef struct ngx_http_feed_handler_s  ngx_http_feed_handler_t;
 
 
 /*
@@ -186,19 +187,14 @@ typedef struct {
     /* feed_identity: the authenticated user writes are bound to */
     ngx_http_complex_value_t     *identity;
 
-    /* the arguments of the location's feed_* handler directive */
+    /* the location's feed_* handler directive, and its arguments */
+    ngx_http_feed_handler_t      *handler;
     ngx_http_complex_value_t     *user;
     ngx_http_complex_value_t     *target;
 
     /* where a timeline is built when the cache cannot answer */
     ngx_str_t                     fallback;
 } ngx_http_feed_loc_conf_t;
-
-
-/* what a location directive (feed_follow, feed_posts, ...) installs */
-typedef struct {
-    ngx_http_handler_pt           handler;
-} ngx_http_feed_handler_t;
 
 
 extern ngx_module_t           ngx_http_feed_module;

@@ -7,6 +7,7 @@
 
 #include "ngx_http_feed_mongo.h"
 #include "ngx_http_feed_util.h"
+#include "ngx_http_feed_json.h"
 
 
 /* how many feed_mongo_timeout a task may wait for a thread */
@@ -31,6 +32,7 @@ static void ngx_http_feed_mongo_event(ngx_event_t *ev);
 static void ngx_http_feed_mongo_watchdog(ngx_event_t *ev);
 static void ngx_http_feed_mongo_wake(ngx_http_request_t *r);
 static void ngx_http_feed_mongo_bg_done(ngx_http_feed_mongo_task_t *t);
+static void ngx_http_feed_mongo_answered(ngx_http_feed_mongo_task_t *t);
 
 
 /*
@@ -347,6 +349,89 @@ ngx_http_feed_mongo_post_r(ngx_http_request_t *r,
     r->write_event_handler = ngx_http_feed_mongo_wake;
 
     return NGX_OK;
+}
+
+
+/*
+ * The request's work in a thread, answered when it is done: with the
+ * error when it failed, else with answer().  run() may leave a
+ * bson_malloc()ed answer in *result (or NULL), freed here after it.
+ * NGX_DONE, or what to answer now: the task could not be posted.
+ */
+
+ngx_int_t
+ngx_http_feed_mongo_request(ngx_http_request_t *r,
+    ngx_http_feed_mongo_run_pt run, ngx_http_feed_mongo_answer_pt answer,
+    void *data, char **result)
+{
+    ngx_http_feed_mongo_task_t  *t;
+    ngx_http_feed_main_conf_t   *fmcf;
+
+    fmcf = ngx_http_get_module_main_conf(r, ngx_http_feed_module);
+
+    t = ngx_http_feed_mongo_task(r->pool, fmcf->mongo_client, run,
+                                 ngx_http_feed_mongo_answered, data);
+    if (t == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    t->answer = answer;
+    t->result = result;
+
+    if (ngx_http_feed_mongo_post_r(r, t) != NGX_OK) {
+        return ngx_http_feed_db_busy(r);
+    }
+
+    return NGX_DONE;
+}
+
+
+static void
+ngx_http_feed_mongo_answered(ngx_http_feed_mongo_task_t *t)
+{
+    ngx_int_t            rc;
+    ngx_http_request_t  *r;
+
+    r = t->request;
+
+    if (t->rc != NGX_OK) {
+        rc = ngx_http_feed_db_failed(r, &t->error);
+
+    } else {
+        rc = t->answer(r, t->data);
+    }
+
+    if (t->result) {
+        bson_free(*t->result);
+        *t->result = NULL;
+    }
+
+    if (rc != NGX_DONE) {
+        ngx_http_finalize_request(r, rc);
+    }
+}
+
+
+/* 200 with a thread's JSON answer, copied into the request pool */
+
+ngx_int_t
+ngx_http_feed_mongo_send(ngx_http_request_t *r, char *json, size_t len,
+    ngx_uint_t nl)
+{
+    u_char  *p;
+
+    p = ngx_pnalloc(r->pool, len + nl);
+    if (p == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_memcpy(p, json, len);
+
+    if (nl) {
+        p[len] = '\n';
+    }
+
+    return ngx_http_feed_send_body(r, NGX_HTTP_OK, p, len + nl);
 }
 
 

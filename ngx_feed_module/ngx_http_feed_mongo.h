@@ -24,6 +24,13 @@ typedef void (*ngx_http_feed_mongo_run_pt)(ngx_http_feed_mongo_task_t *t,
 /* runs back on the event loop */
 typedef void (*ngx_http_feed_mongo_done_pt)(ngx_http_feed_mongo_task_t *t);
 
+/*
+ * A request's task done well: what to answer, or NGX_DONE when a callback
+ * answers later
+ */
+typedef ngx_int_t (*ngx_http_feed_mongo_answer_pt)(ngx_http_request_t *r,
+    void *data);
+
 
 struct ngx_http_feed_mongo_task_s {
     ngx_http_feed_mongo_run_pt    run;
@@ -40,6 +47,9 @@ struct ngx_http_feed_mongo_task_s {
 
     /* past this (ms since the epoch) the task is not worth running */
     int64_t                       deadline;
+
+    /* a request's task: its answer when the task did not fail */
+    ngx_http_feed_mongo_answer_pt answer;
 
     /* a background task's own pool, and what to call before freeing it */
     ngx_pool_t                   *pool;
@@ -82,6 +92,11 @@ ngx_http_feed_mongo_task_t *ngx_http_feed_mongo_task_bg(
 ngx_int_t ngx_http_feed_mongo_post_bg(ngx_http_feed_mongo_task_t *t);
 ngx_int_t ngx_http_feed_mongo_post_r(ngx_http_request_t *r,
     ngx_http_feed_mongo_task_t *t);
+ngx_int_t ngx_http_feed_mongo_request(ngx_http_request_t *r,
+    ngx_http_feed_mongo_run_pt run, ngx_http_feed_mongo_answer_pt answer,
+    void *data, char **result);
+ngx_int_t ngx_http_feed_mongo_send(ngx_http_request_t *r, char *json,
+    size_t len, ngx_uint_t nl);
 ngx_uint_t ngx_http_feed_mongo_error_is_transient(const bson_error_t *err);
 
 ngx_int_t ngx_http_feed_mongo_find_one(mongoc_collection_t *coll,

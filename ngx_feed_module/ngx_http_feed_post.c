@@ -36,124 +36,123 @@ struct ngx_http_feed_post_ctx_s {
 };
 
 
-static ngx_int_t ngx_http_feed_posts(ngx_http_request_t *r);
-static ngx_int_t ngx_http_feed_post(ngx_http_request_t *r);
-static ngx_int_t ngx_http_feed_user_post(ngx_http_request_t *r);
+static ngx_int_t ngx_http_feed_posts_args(ngx_http_request_t *r,
+    void *data, const ngx_http_feed_error_t **err);
+static ngx_int_t ngx_http_feed_posts_start(ngx_http_request_t *r,
+    void *data);
 
-static ngx_int_t ngx_http_feed_post_create(ngx_http_request_t *r,
-    ngx_http_feed_post_ctx_t *ctx);
 static ngx_int_t ngx_http_feed_post_json_type(ngx_http_request_t *r);
 static void ngx_http_feed_post_body(ngx_http_request_t *r);
 static ngx_int_t ngx_http_feed_post_read(ngx_http_request_t *r,
     ngx_str_t *body);
 static void ngx_http_feed_post_doc_cleanup(void *data);
-static void ngx_http_feed_post_inserted(ngx_http_feed_mongo_task_t *t);
-static void ngx_http_feed_post_enqueue(ngx_http_feed_post_ctx_t *ctx,
+static ngx_int_t ngx_http_feed_post_inserted(ngx_http_request_t *r,
+    void *data);
+static ngx_int_t ngx_http_feed_post_enqueue(ngx_http_feed_post_ctx_t *ctx,
     const char *kind, bson_oid_t *id, ngx_http_feed_user_t *author,
     int64_t ts, ngx_http_feed_post_answer_pt answer);
 static void ngx_http_feed_post_enqueued(void *data, redisReply *reply);
 static ngx_int_t ngx_http_feed_post_created(ngx_http_feed_post_ctx_t *ctx);
 static ngx_int_t ngx_http_feed_post_gone(ngx_http_feed_post_ctx_t *ctx);
 
-static ngx_int_t ngx_http_feed_post_list(ngx_http_request_t *r,
-    ngx_http_feed_post_ctx_t *ctx);
 static ngx_int_t ngx_http_feed_post_list_args(ngx_http_request_t *r,
-    ngx_http_feed_post_op_t *op, const char **code, const char **message);
-static void ngx_http_feed_post_listed(ngx_http_feed_mongo_task_t *t);
+    ngx_http_feed_post_op_t *op, const ngx_http_feed_error_t **err);
+static ngx_int_t ngx_http_feed_post_listed(ngx_http_request_t *r,
+    void *data);
 static ngx_int_t ngx_http_feed_post_link(ngx_http_request_t *r,
     ngx_http_feed_post_op_t *op);
-static void ngx_http_feed_post_found(ngx_http_feed_mongo_task_t *t);
-static void ngx_http_feed_post_deleted(ngx_http_feed_mongo_task_t *t);
 
-static ngx_http_feed_post_ctx_t *ngx_http_feed_post_ctx(
-    ngx_http_request_t *r);
-static ngx_int_t ngx_http_feed_post_run(ngx_http_feed_post_ctx_t *ctx,
-    ngx_http_feed_mongo_run_pt run, ngx_http_feed_mongo_done_pt done,
+static ngx_int_t ngx_http_feed_post_get_args(ngx_http_request_t *r,
+    void *data, const ngx_http_feed_error_t **err);
+static ngx_int_t ngx_http_feed_post_get_start(ngx_http_request_t *r,
     void *data);
-static ngx_int_t ngx_http_feed_post_answer(ngx_http_request_t *r,
-    ngx_http_feed_post_op_t *op, ngx_uint_t status);
+static ngx_int_t ngx_http_feed_post_found(ngx_http_request_t *r,
+    void *data);
+
+static ngx_int_t ngx_http_feed_post_delete_args(ngx_http_request_t *r,
+    void *data, const ngx_http_feed_error_t **err);
+static ngx_int_t ngx_http_feed_post_delete_start(ngx_http_request_t *r,
+    void *data);
+static ngx_int_t ngx_http_feed_post_deleted(ngx_http_request_t *r,
+    void *data);
 
 
 ngx_http_feed_handler_t  ngx_http_feed_posts_handler = {
-    ngx_http_feed_posts
+    NGX_HTTP_GET|NGX_HTTP_HEAD|NGX_HTTP_POST, "GET, HEAD, POST",
+    NGX_HTTP_POST,
+    sizeof(ngx_http_feed_post_ctx_t),
+    ngx_http_feed_posts_args,
+    ngx_http_feed_posts_start
 };
 
 ngx_http_feed_handler_t  ngx_http_feed_post_handler = {
-    ngx_http_feed_post
+    NGX_HTTP_GET|NGX_HTTP_HEAD, "GET, HEAD", 0,
+    sizeof(ngx_http_feed_post_ctx_t),
+    ngx_http_feed_post_get_args,
+    ngx_http_feed_post_get_start
 };
 
 ngx_http_feed_handler_t  ngx_http_feed_user_post_handler = {
-    ngx_http_feed_user_post
+    NGX_HTTP_DELETE, "DELETE", 0,
+    sizeof(ngx_http_feed_post_ctx_t),
+    ngx_http_feed_post_delete_args,
+    ngx_http_feed_post_delete_start
 };
 
 
-static ngx_int_t
-ngx_http_feed_posts(ngx_http_request_t *r)
-{
-    ngx_http_feed_post_ctx_t  *ctx;
-
-    ngx_http_feed_stat(requests, 1);
-
-    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD|NGX_HTTP_POST))) {
-        return ngx_http_feed_not_allowed(r, "GET, HEAD, POST");
-    }
-
-    ctx = ngx_http_feed_post_ctx(r);
-    if (ctx == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    if (r->method == NGX_HTTP_POST) {
-        return ngx_http_feed_post_create(r, ctx);
-    }
-
-    return ngx_http_feed_post_list(r, ctx);
-}
-
-
-/* POST: checked before the body is read, the body checked before storing */
+/*
+ * POST: the author and the type are checked before the body is read, the
+ * body before it is stored; GET: the author's page of posts.
+ */
 
 static ngx_int_t
-ngx_http_feed_post_create(ngx_http_request_t *r,
-    ngx_http_feed_post_ctx_t *ctx)
+ngx_http_feed_posts_args(ngx_http_request_t *r, void *data,
+    const ngx_http_feed_error_t **err)
 {
+    ngx_http_feed_post_ctx_t  *ctx = data;
+
     ngx_int_t                  rc;
     ngx_http_feed_loc_conf_t  *flcf;
+
+    if (r->method != NGX_HTTP_POST) {
+        return ngx_http_feed_post_list_args(r, &ctx->op, err);
+    }
 
     flcf = ngx_http_get_module_loc_conf(r, ngx_http_feed_module);
 
     rc = ngx_http_feed_get_user(r, flcf->user, &ctx->np.author);
 
-    if (rc == NGX_ERROR) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    if (rc != NGX_OK) {
+        *err = &ngx_http_feed_err_user_id;
+        return rc;
     }
 
-    if (rc == NGX_DECLINED) {
-        return ngx_http_feed_reject(r, NGX_HTTP_BAD_REQUEST,
-                   "invalid_user_id",
-                   NGX_HTTP_FEED_USER_ID_TEXT);
-    }
-
-    rc = ngx_http_feed_authorize(r, &ctx->np.author);
-    if (rc != NGX_DECLINED) {
+    rc = ngx_http_feed_authorize(r, &ctx->np.author, err);
+    if (rc != NGX_OK) {
         return rc;
     }
 
     if (ngx_http_feed_post_json_type(r) != NGX_OK) {
-        return ngx_http_feed_reject(r,
-                   NGX_HTTP_UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type",
-                   "the request must be application/json");
+        *err = &ngx_http_feed_err_media_type;
+        return NGX_DECLINED;
     }
 
-    r->request_body_in_single_buf = 1;
+    return NGX_OK;
+}
 
-    rc = ngx_http_read_client_request_body(r, ngx_http_feed_post_body);
 
-    if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
-        return rc;
+static ngx_int_t
+ngx_http_feed_posts_start(ngx_http_request_t *r, void *data)
+{
+    ngx_http_feed_post_ctx_t  *ctx = data;
+
+    if (r->method == NGX_HTTP_POST) {
+        return ngx_http_feed_read_body(r, ngx_http_feed_post_body);
     }
 
-    return NGX_DONE;
+    return ngx_http_feed_mongo_request(r, ngx_http_feed_post_list_run,
+                                       ngx_http_feed_post_listed, &ctx->op,
+                                       &ctx->op.json);
 }
 
 
@@ -216,17 +215,16 @@ ngx_http_feed_post_body(ngx_http_request_t *r)
                                  &err)
         != NGX_OK)
     {
-        ngx_http_finalize_request(r, ngx_http_feed_send_error(r, err.status,
-                                                              err.code,
-                                                              err.message));
+        ngx_http_finalize_request(r, ngx_http_feed_error(r, &err));
         return;
     }
 
     cln->handler = ngx_http_feed_post_doc_cleanup;
     cln->data = ctx->np.doc;
 
-    rc = ngx_http_feed_post_run(ctx, ngx_http_feed_post_insert_run,
-                                ngx_http_feed_post_inserted, &ctx->np);
+    rc = ngx_http_feed_mongo_request(r, ngx_http_feed_post_insert_run,
+                                     ngx_http_feed_post_inserted, &ctx->np,
+                                     NULL);
     if (rc != NGX_DONE) {
         ngx_http_finalize_request(r, rc);
     }
@@ -302,33 +300,29 @@ ngx_http_feed_post_doc_cleanup(void *data)
 }
 
 
-static void
-ngx_http_feed_post_inserted(ngx_http_feed_mongo_task_t *t)
+static ngx_int_t
+ngx_http_feed_post_inserted(ngx_http_request_t *r, void *data)
 {
-    ngx_http_request_t        *r;
+    ngx_http_feed_post_new_t  *np = data;
+
     ngx_http_feed_post_ctx_t  *ctx;
 
-    r = t->request;
     ctx = ngx_http_get_module_ctx(r, ngx_http_feed_module);
-
-    if (t->rc != NGX_OK) {
-        ngx_http_finalize_request(r, ngx_http_feed_db_failed(r, &t->error));
-        return;
-    }
 
     /* stored: from here on the post is accepted, whatever Redis does */
 
-    ngx_http_feed_post_enqueue(ctx, "post", &ctx->np.id, &ctx->np.author,
-                               ctx->np.ts, ngx_http_feed_post_created);
+    return ngx_http_feed_post_enqueue(ctx, "post", &np->id, &np->author,
+                                      np->ts, ngx_http_feed_post_created);
 }
 
 
 /*
  * Appends the queue entry, then answers: the answer does not depend on
  * Redis, an entry that could not be appended is left to the outbox.
+ * NGX_DONE: the answer follows the append.
  */
 
-static void
+static ngx_int_t
 ngx_http_feed_post_enqueue(ngx_http_feed_post_ctx_t *ctx, const char *kind,
     bson_oid_t *id, ngx_http_feed_user_t *author, int64_t ts,
     ngx_http_feed_post_answer_pt answer)
@@ -341,8 +335,10 @@ ngx_http_feed_post_enqueue(ngx_http_feed_post_ctx_t *ctx, const char *kind,
                                   ts, ngx_http_feed_post_enqueued, ctx)
         != NGX_OK)
     {
-        ngx_http_finalize_request(ctx->request, answer(ctx));
+        return answer(ctx);
     }
+
+    return NGX_DONE;
 }
 
 
@@ -401,88 +397,49 @@ ngx_http_feed_post_created(ngx_http_feed_post_ctx_t *ctx)
 }
 
 
-/* GET: the author's posts */
-
-static ngx_int_t
-ngx_http_feed_post_list(ngx_http_request_t *r, ngx_http_feed_post_ctx_t *ctx)
-{
-    ngx_int_t    rc;
-    const char  *code, *message;
-
-    rc = ngx_http_feed_post_list_args(r, &ctx->op, &code, &message);
-
-    if (rc == NGX_ERROR) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    if (rc == NGX_DECLINED) {
-        return ngx_http_feed_reject(r, NGX_HTTP_BAD_REQUEST, code,
-                                         message);
-    }
-
-    return ngx_http_feed_post_run(ctx, ngx_http_feed_post_list_run,
-                                  ngx_http_feed_post_listed, &ctx->op);
-}
-
+/* GET: the author's posts, the page's bounds as post ids */
 
 static ngx_int_t
 ngx_http_feed_post_list_args(ngx_http_request_t *r,
-    ngx_http_feed_post_op_t *op, const char **code, const char **message)
+    ngx_http_feed_post_op_t *op, const ngx_http_feed_error_t **err)
 {
-    ngx_int_t  rc;
-    ngx_str_t  value;
+    ngx_int_t             rc;
+    ngx_http_feed_page_t  page;
 
-    rc = ngx_http_feed_list_args(r, &op->author, &op->limit, code, message);
+    ngx_memzero(&page, sizeof(ngx_http_feed_page_t));
+
+    rc = ngx_http_feed_page_args(r, NGX_HTTP_FEED_PAGE_CLIENT, &page, err);
     if (rc != NGX_OK) {
         return rc;
     }
 
-    *code = "invalid_post_id";
-    *message = NGX_HTTP_FEED_POST_ID_TEXT;
+    op->author = page.user;
+    op->limit = page.limit;
+    op->has_max = page.has_max;
+    op->has_since = page.has_since;
 
-    if (ngx_http_feed_arg(r, "max_id", &value) == NGX_OK) {
-        if (ngx_http_feed_post_id(&value, &op->max_id) != NGX_OK) {
-            return NGX_DECLINED;
-        }
-
-        op->has_max = 1;
+    if (page.has_max) {
+        bson_oid_init_from_string(&op->max_id, page.max_id);
     }
 
-    if (ngx_http_feed_arg(r, "since_id", &value) == NGX_OK) {
-        if (ngx_http_feed_post_id(&value, &op->since_id) != NGX_OK) {
-            return NGX_DECLINED;
-        }
-
-        op->has_since = 1;
+    if (page.has_since) {
+        bson_oid_init_from_string(&op->since_id, page.since_id);
     }
 
     return NGX_OK;
 }
 
 
-static void
-ngx_http_feed_post_listed(ngx_http_feed_mongo_task_t *t)
+static ngx_int_t
+ngx_http_feed_post_listed(ngx_http_request_t *r, void *data)
 {
-    ngx_http_feed_post_op_t  *op = t->data;
-
-    ngx_http_request_t  *r;
-
-    r = t->request;
-
-    if (t->rc != NGX_OK) {
-        bson_free(op->json);
-        ngx_http_finalize_request(r, ngx_http_feed_db_failed(r, &t->error));
-        return;
-    }
+    ngx_http_feed_post_op_t  *op = data;
 
     if (op->has_next && ngx_http_feed_post_link(r, op) != NGX_OK) {
-        bson_free(op->json);
-        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
-        return;
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    ngx_http_finalize_request(r, ngx_http_feed_post_answer(r, op,
-                                                           NGX_HTTP_OK));
+    return ngx_http_feed_mongo_send(r, op->json, op->json_len, 1);
 }
 
 
@@ -522,87 +479,64 @@ ngx_http_feed_post_link(ngx_http_request_t *r, ngx_http_feed_post_op_t *op)
 /* GET /posts/{id} */
 
 static ngx_int_t
-ngx_http_feed_post(ngx_http_request_t *r)
+ngx_http_feed_post_get_args(ngx_http_request_t *r, void *data,
+    const ngx_http_feed_error_t **err)
 {
+    ngx_http_feed_post_ctx_t  *ctx = data;
+
     ngx_str_t                  id;
     ngx_http_feed_loc_conf_t  *flcf;
-    ngx_http_feed_post_ctx_t  *ctx;
-
-    ngx_http_feed_stat(requests, 1);
-
-    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
-        return ngx_http_feed_not_allowed(r, "GET, HEAD");
-    }
-
-    ctx = ngx_http_feed_post_ctx(r);
-    if (ctx == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
 
     flcf = ngx_http_get_module_loc_conf(r, ngx_http_feed_module);
 
     if (ngx_http_complex_value(r, flcf->user, &id) != NGX_OK) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        return NGX_ERROR;
     }
 
     if (ngx_http_feed_post_id(&id, &ctx->op.id) != NGX_OK) {
-        return ngx_http_feed_reject(r, NGX_HTTP_BAD_REQUEST,
-                   "invalid_post_id",
-                   NGX_HTTP_FEED_POST_ID_TEXT);
+        *err = &ngx_http_feed_err_post_id;
+        return NGX_DECLINED;
     }
 
-    return ngx_http_feed_post_run(ctx, ngx_http_feed_post_get_run,
-                                  ngx_http_feed_post_found, &ctx->op);
+    return NGX_OK;
 }
 
 
-static void
-ngx_http_feed_post_found(ngx_http_feed_mongo_task_t *t)
+static ngx_int_t
+ngx_http_feed_post_get_start(ngx_http_request_t *r, void *data)
 {
-    ngx_http_feed_post_op_t  *op = t->data;
+    ngx_http_feed_post_ctx_t  *ctx = data;
 
-    ngx_http_request_t  *r;
+    return ngx_http_feed_mongo_request(r, ngx_http_feed_post_get_run,
+                                       ngx_http_feed_post_found, &ctx->op,
+                                       &ctx->op.json);
+}
 
-    r = t->request;
 
-    if (t->rc != NGX_OK) {
-        bson_free(op->json);
-        ngx_http_finalize_request(r, ngx_http_feed_db_failed(r, &t->error));
-        return;
-    }
+static ngx_int_t
+ngx_http_feed_post_found(ngx_http_request_t *r, void *data)
+{
+    ngx_http_feed_post_op_t  *op = data;
 
     if (!op->found) {
-        ngx_http_finalize_request(r, ngx_http_feed_send_error(r,
-                                  NGX_HTTP_NOT_FOUND, "not_found",
-                                  "no such post"));
-        return;
+        return ngx_http_feed_error(r, &ngx_http_feed_err_no_post);
     }
 
-    ngx_http_finalize_request(r, ngx_http_feed_post_answer(r, op,
-                                                           NGX_HTTP_OK));
+    return ngx_http_feed_mongo_send(r, op->json, op->json_len, 1);
 }
 
 
 /* DELETE /users/{uid}/posts/{id} */
 
 static ngx_int_t
-ngx_http_feed_user_post(ngx_http_request_t *r)
+ngx_http_feed_post_delete_args(ngx_http_request_t *r, void *data,
+    const ngx_http_feed_error_t **err)
 {
+    ngx_http_feed_post_ctx_t  *ctx = data;
+
     ngx_int_t                  rc;
     ngx_str_t                  id;
     ngx_http_feed_loc_conf_t  *flcf;
-    ngx_http_feed_post_ctx_t  *ctx;
-
-    ngx_http_feed_stat(requests, 1);
-
-    if (r->method != NGX_HTTP_DELETE) {
-        return ngx_http_feed_not_allowed(r, "DELETE");
-    }
-
-    ctx = ngx_http_feed_post_ctx(r);
-    if (ctx == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
 
     flcf = ngx_http_get_module_loc_conf(r, ngx_http_feed_module);
 
@@ -611,25 +545,27 @@ ngx_http_feed_user_post(ngx_http_request_t *r)
     if (rc == NGX_ERROR
         || ngx_http_complex_value(r, flcf->target, &id) != NGX_OK)
     {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        return NGX_ERROR;
     }
 
     if (rc == NGX_DECLINED) {
-        return ngx_http_feed_reject(r, NGX_HTTP_BAD_REQUEST,
-                   "invalid_user_id",
-                   NGX_HTTP_FEED_USER_ID_TEXT);
+        *err = &ngx_http_feed_err_user_id;
+        return NGX_DECLINED;
     }
 
     if (ngx_http_feed_post_id(&id, &ctx->op.id) != NGX_OK) {
-        return ngx_http_feed_reject(r, NGX_HTTP_BAD_REQUEST,
-                   "invalid_post_id",
-                   NGX_HTTP_FEED_POST_ID_TEXT);
+        *err = &ngx_http_feed_err_post_id;
+        return NGX_DECLINED;
     }
 
-    rc = ngx_http_feed_authorize(r, &ctx->op.author);
-    if (rc != NGX_DECLINED) {
-        return rc;
-    }
+    return ngx_http_feed_authorize(r, &ctx->op.author, err);
+}
+
+
+static ngx_int_t
+ngx_http_feed_post_delete_start(ngx_http_request_t *r, void *data)
+{
+    ngx_http_feed_post_ctx_t  *ctx = data;
 
     /*
      * Cached timelines skip a deleted post from the moment Redis knows of
@@ -640,42 +576,32 @@ ngx_http_feed_user_post(ngx_http_request_t *r)
         && ngx_http_feed_redis_state(ctx->fmcf->redis_client)
            != NGX_HTTP_FEED_REDIS_UP)
     {
-        return ngx_http_feed_unavailable(r, "the cache is unavailable, "
-                                            "nothing was deleted");
+        return ngx_http_feed_error(r, &ngx_http_feed_err_cache_down);
     }
 
     ctx->op.now = ngx_http_feed_now_ms();
 
-    return ngx_http_feed_post_run(ctx, ngx_http_feed_post_delete_run,
-                                  ngx_http_feed_post_deleted, &ctx->op);
+    return ngx_http_feed_mongo_request(r, ngx_http_feed_post_delete_run,
+                                       ngx_http_feed_post_deleted, &ctx->op,
+                                       &ctx->op.json);
 }
 
 
-static void
-ngx_http_feed_post_deleted(ngx_http_feed_mongo_task_t *t)
+static ngx_int_t
+ngx_http_feed_post_deleted(ngx_http_request_t *r, void *data)
 {
-    ngx_http_feed_post_op_t  *op = t->data;
+    ngx_http_feed_post_op_t  *op = data;
 
-    ngx_http_request_t        *r;
     ngx_http_feed_post_ctx_t  *ctx;
 
-    r = t->request;
+    if (!op->found) {
+        return ngx_http_feed_error(r, &ngx_http_feed_err_no_user_post);
+    }
+
     ctx = ngx_http_get_module_ctx(r, ngx_http_feed_module);
 
-    if (t->rc != NGX_OK) {
-        ngx_http_finalize_request(r, ngx_http_feed_db_failed(r, &t->error));
-        return;
-    }
-
-    if (!op->found) {
-        ngx_http_finalize_request(r, ngx_http_feed_send_error(r,
-                                  NGX_HTTP_NOT_FOUND, "not_found",
-                                  "no such post of this user"));
-        return;
-    }
-
-    ngx_http_feed_post_enqueue(ctx, "delete", &op->id, &op->author, 0,
-                               ngx_http_feed_post_gone);
+    return ngx_http_feed_post_enqueue(ctx, "delete", &op->id, &op->author, 0,
+                                      ngx_http_feed_post_gone);
 }
 
 
@@ -683,88 +609,4 @@ static ngx_int_t
 ngx_http_feed_post_gone(ngx_http_feed_post_ctx_t *ctx)
 {
     return ngx_http_feed_no_content(ctx->request);
-}
-
-
-static ngx_http_feed_post_ctx_t *
-ngx_http_feed_post_ctx(ngx_http_request_t *r)
-{
-    ngx_http_feed_post_ctx_t  *ctx;
-
-    ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_feed_post_ctx_t));
-    if (ctx == NULL) {
-        return NULL;
-    }
-
-    ctx->request = r;
-    ctx->fmcf = ngx_http_get_module_main_conf(r, ngx_http_feed_module);
-
-    ngx_http_set_ctx(r, ctx, ngx_http_feed_module);
-
-    return ctx;
-}
-
-
-/* a thread task for a request that has no body to wait for */
-
-static ngx_int_t
-ngx_http_feed_post_run(ngx_http_feed_post_ctx_t *ctx,
-    ngx_http_feed_mongo_run_pt run, ngx_http_feed_mongo_done_pt done,
-    void *data)
-{
-    ngx_int_t                    rc;
-    ngx_http_request_t          *r;
-    ngx_http_feed_mongo_task_t  *t;
-
-    r = ctx->request;
-
-    if (r->method != NGX_HTTP_POST) {
-        rc = ngx_http_discard_request_body(r);
-        if (rc != NGX_OK) {
-            return rc;
-        }
-    }
-
-    t = ngx_http_feed_mongo_task(r->pool, ctx->fmcf->mongo_client, run, done,
-                                 data);
-    if (t == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    /* reads answer JSON; an insert leaves it NULL */
-    t->result = &ctx->op.json;
-
-    if (ngx_http_feed_mongo_post_r(r, t) != NGX_OK) {
-        return ngx_http_feed_db_busy(r);
-    }
-
-    /* the body handler already holds the request for a POST */
-
-    if (r->method != NGX_HTTP_POST) {
-        r->main->count++;
-    }
-
-    return NGX_DONE;
-}
-
-
-static ngx_int_t
-ngx_http_feed_post_answer(ngx_http_request_t *r, ngx_http_feed_post_op_t *op,
-    ngx_uint_t status)
-{
-    u_char  *p;
-
-    p = ngx_pnalloc(r->pool, op->json_len + 1);
-    if (p == NULL) {
-        bson_free(op->json);
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    ngx_memcpy(p, op->json, op->json_len);
-    p[op->json_len] = '\n';
-
-    bson_free(op->json);
-    op->json = NULL;
-
-    return ngx_http_feed_send_body(r, status, p, op->json_len + 1);
 }

@@ -14,13 +14,6 @@
 #include "ngx_http_feed_posts_store.h"
 
 
-typedef struct {
-    ngx_uint_t                    status;
-    const char                   *code;
-    const char                   *message;
-} ngx_http_feed_error_t;
-
-
 /*
  * A new post: checked on the loop, inserted by a thread.  The document is
  * on the heap: libbson declares bson_t 128-byte aligned, which memory from
@@ -65,7 +58,6 @@ extern ngx_http_feed_handler_t  ngx_http_feed_user_post_handler;
 ngx_int_t ngx_http_feed_post_parse(ngx_http_feed_main_conf_t *fmcf,
     u_char *p, size_t len, ngx_http_feed_post_new_t *np,
     ngx_http_feed_error_t *err);
-ngx_int_t ngx_http_feed_post_id(ngx_str_t *text, bson_oid_t *oid);
 int64_t ngx_http_feed_post_oid(bson_oid_t *oid, int64_t ms);
 
 void ngx_http_feed_post_insert_run(ngx_http_feed_mongo_task_t *t,

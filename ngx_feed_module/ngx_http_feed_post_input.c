@@ -22,7 +22,7 @@ static ngx_int_t ngx_http_feed_post_check_data(bson_iter_t *it,
     ngx_uint_t depth);
 static ngx_uint_t ngx_http_feed_utf8_chars(const char *s, uint32_t len);
 static ngx_int_t ngx_http_feed_post_fail(ngx_http_feed_error_t *err,
-    ngx_uint_t status, const char *code, const char *message);
+    const ngx_http_feed_error_t *why);
 
 
 #define NGX_HTTP_FEED_DATA_DEPTH  32
@@ -37,15 +37,11 @@ ngx_http_feed_post_parse(ngx_http_feed_main_conf_t *fmcf, u_char *p,
     bson_iter_t   it;
 
     if (len == 0) {
-        return ngx_http_feed_post_fail(err, NGX_HTTP_BAD_REQUEST,
-                                       "invalid_json",
-                                       "the request is not a JSON object");
+        return ngx_http_feed_post_fail(err, &ngx_http_feed_err_not_json);
     }
 
     if (!bson_utf8_validate((const char *) p, len, true)) {
-        return ngx_http_feed_post_fail(err, NGX_HTTP_BAD_REQUEST,
-                                       "invalid_utf8",
-                                       "the request is not valid UTF-8");
+        return ngx_http_feed_post_fail(err, &ngx_http_feed_err_not_utf8);
     }
 
     for (q = p; q < p + len && (*q == ' ' || *q == '\t' || *q == '\r'
@@ -55,25 +51,18 @@ ngx_http_feed_post_parse(ngx_http_feed_main_conf_t *fmcf, u_char *p,
     }
 
     if (q == p + len || *q != '{') {
-        return ngx_http_feed_post_fail(err, NGX_HTTP_BAD_REQUEST,
-                                       "invalid_json",
-                                       "the request is not a JSON object");
+        return ngx_http_feed_post_fail(err, &ngx_http_feed_err_not_json);
     }
 
     if (ngx_http_feed_post_json_one(p, len, &input) != NGX_OK) {
-        return ngx_http_feed_post_fail(err, NGX_HTTP_BAD_REQUEST,
-                                       "invalid_json",
-                                       "the request is not a JSON object");
+        return ngx_http_feed_post_fail(err, &ngx_http_feed_err_not_json);
     }
 
     /* libbson reads {"$numberLong": "5"} as a number: refuse it first */
 
     if (ngx_http_feed_post_dollar_key(p, len)) {
         bson_destroy(&input);
-        return ngx_http_feed_post_fail(err, NGX_HTTP_BAD_REQUEST,
-                   "invalid_data",
-                   "data must be a JSON object without keys that start "
-                   "with $ or contain a dot");
+        return ngx_http_feed_post_fail(err, &ngx_http_feed_err_data);
     }
 
     if (ngx_http_feed_post_check(fmcf, &input, err) != NGX_OK) {
@@ -221,18 +210,14 @@ ngx_http_feed_post_check(ngx_http_feed_main_conf_t *fmcf,
     if (!bson_validate(input, BSON_VALIDATE_UTF8
                               | BSON_VALIDATE_UTF8_ALLOW_NULL, NULL))
     {
-        return ngx_http_feed_post_fail(err, NGX_HTTP_BAD_REQUEST,
-                                       "invalid_utf8",
-                                       "the request is not valid UTF-8");
+        return ngx_http_feed_post_fail(err, &ngx_http_feed_err_not_utf8);
     }
 
     body = 0;
     data = 0;
 
     if (!bson_iter_init(&it, input)) {
-        return ngx_http_feed_post_fail(err, NGX_HTTP_BAD_REQUEST,
-                                       "invalid_json",
-                                       "the request is not a JSON object");
+        return ngx_http_feed_post_fail(err, &ngx_http_feed_err_not_json);
     }
 
     while (bson_iter_next(&it)) {
@@ -255,8 +240,7 @@ ngx_http_feed_post_check(ngx_http_feed_main_conf_t *fmcf,
 
             if (ngx_http_feed_utf8_chars(s, len) > fmcf->post_max_chars) {
                 return ngx_http_feed_post_fail(err,
-                           NGX_HTTP_REQUEST_ENTITY_TOO_LARGE,
-                           "body_too_long", "body is too long");
+                           &ngx_http_feed_err_body_size);
             }
 
             continue;
@@ -276,32 +260,24 @@ ngx_http_feed_post_check(ngx_http_feed_main_conf_t *fmcf,
             }
 
             if (rc == NGX_ABORT) {
-                return ngx_http_feed_post_fail(err, NGX_HTTP_BAD_REQUEST,
-                           "invalid_json",
-                           "numbers must be finite JSON numbers");
+                return ngx_http_feed_post_fail(err, &ngx_http_feed_err_number);
             }
 
             if (rc != NGX_OK) {
-                return ngx_http_feed_post_fail(err, NGX_HTTP_BAD_REQUEST,
-                           "invalid_data",
-                           "data must be a JSON object without keys that "
-                           "start with $ or contain a dot");
+                return ngx_http_feed_post_fail(err, &ngx_http_feed_err_data);
             }
 
             bson_iter_document(&it, &len, &raw);
 
             if (len > fmcf->post_data_max_size) {
                 return ngx_http_feed_post_fail(err,
-                           NGX_HTTP_REQUEST_ENTITY_TOO_LARGE,
-                           "data_too_large", "data is too large");
+                           &ngx_http_feed_err_data_size);
             }
 
             continue;
         }
 
-        return ngx_http_feed_post_fail(err, NGX_HTTP_BAD_REQUEST,
-                                       "unknown_field",
-                                       "only body and data may be given");
+        return ngx_http_feed_post_fail(err, &ngx_http_feed_err_field);
     }
 
     if (body == 0) {
@@ -312,14 +288,11 @@ ngx_http_feed_post_check(ngx_http_feed_main_conf_t *fmcf,
 
 duplicate:
 
-    return ngx_http_feed_post_fail(err, NGX_HTTP_BAD_REQUEST,
-                                   "duplicate_field",
-                                   "a field is given twice");
+    return ngx_http_feed_post_fail(err, &ngx_http_feed_err_field_twice);
 
 invalid_body:
 
-    return ngx_http_feed_post_fail(err, NGX_HTTP_BAD_REQUEST, "invalid_body",
-                                   "body must be a non-empty string");
+    return ngx_http_feed_post_fail(err, &ngx_http_feed_err_body);
 }
 
 
@@ -472,44 +445,11 @@ ngx_http_feed_post_oid(bson_oid_t *oid, int64_t ms)
 }
 
 
-/* a post id: exactly 24 lowercase hex digits */
-
-ngx_int_t
-ngx_http_feed_post_id(ngx_str_t *text, bson_oid_t *oid)
-{
-    u_char      c;
-    char        hex[25];
-    ngx_uint_t  i;
-
-    if (text->len != 24) {
-        return NGX_DECLINED;
-    }
-
-    for (i = 0; i < 24; i++) {
-        c = text->data[i];
-
-        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
-            return NGX_DECLINED;
-        }
-
-        hex[i] = c;
-    }
-
-    hex[24] = '\0';
-
-    bson_oid_init_from_string(oid, hex);
-
-    return NGX_OK;
-}
-
-
 static ngx_int_t
-ngx_http_feed_post_fail(ngx_http_feed_error_t *err, ngx_uint_t status,
-    const char *code, const char *message)
+ngx_http_feed_post_fail(ngx_http_feed_error_t *err,
+    const ngx_http_feed_error_t *why)
 {
-    err->status = status;
-    err->code = code;
-    err->message = message;
+    *err = *why;
 
     return NGX_DECLINED;
 }

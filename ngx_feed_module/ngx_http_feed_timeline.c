@@ -17,7 +17,6 @@
 
 
 #include "ngx_http_feed_timeline.h"
-#include "ngx_http_feed_post.h"
 #include "ngx_http_feed_json.h"
 
 
@@ -87,11 +86,9 @@ struct ngx_http_feed_tl_ctx_s {
 };
 
 
-static ngx_int_t ngx_http_feed_timeline(ngx_http_request_t *r);
-static ngx_int_t ngx_http_feed_tl_args(ngx_http_request_t *r,
-    ngx_http_feed_page_t *page, const char **code, const char **message);
-static ngx_int_t ngx_http_feed_tl_arg_id(ngx_http_request_t *r, char *name,
-    char *id, ngx_uint_t *has);
+static ngx_int_t ngx_http_feed_tl_args(ngx_http_request_t *r, void *data,
+    const ngx_http_feed_error_t **err);
+static ngx_int_t ngx_http_feed_tl_start(ngx_http_request_t *r, void *data);
 static void ngx_http_feed_tl_read(ngx_http_feed_tl_ctx_t *ctx);
 static void ngx_http_feed_tl_kept(void *data, redisReply *reply);
 static ngx_int_t ngx_http_feed_tl_kept_page(ngx_http_feed_tl_ctx_t *ctx);
@@ -133,7 +130,10 @@ static ngx_queue_t  ngx_http_feed_tl_leaders;
 
 
 ngx_http_feed_handler_t  ngx_http_feed_timeline_handler = {
-    ngx_http_feed_timeline
+    NGX_HTTP_GET|NGX_HTTP_HEAD, "GET, HEAD", 0,
+    sizeof(ngx_http_feed_tl_ctx_t),
+    ngx_http_feed_tl_args,
+    ngx_http_feed_tl_start
 };
 
 
@@ -147,28 +147,28 @@ static ngx_str_t  ngx_http_feed_cache_statuses[] = {
 
 
 static ngx_int_t
-ngx_http_feed_timeline(ngx_http_request_t *r)
+ngx_http_feed_tl_args(ngx_http_request_t *r, void *data,
+    const ngx_http_feed_error_t **err)
 {
-    ngx_int_t                rc;
-    const char              *code, *message;
-    ngx_pool_cleanup_t      *cln;
-    ngx_http_feed_tl_ctx_t  *ctx;
+    ngx_http_feed_tl_ctx_t  *ctx = data;
 
-    ngx_http_feed_stat(requests, 1);
+    return ngx_http_feed_page_args(r, NGX_HTTP_FEED_PAGE_CLIENT, &ctx->page,
+                                   err);
+}
 
-    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
-        return ngx_http_feed_not_allowed(r, "GET, HEAD");
-    }
 
-    ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_feed_tl_ctx_t));
+static ngx_int_t
+ngx_http_feed_tl_start(ngx_http_request_t *r, void *data)
+{
+    ngx_http_feed_tl_ctx_t  *ctx = data;
+
+    ngx_pool_cleanup_t  *cln;
+
     cln = ngx_pool_cleanup_add(r->pool, 0);
-
-    if (ctx == NULL || cln == NULL) {
+    if (cln == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    ctx->request = r;
-    ctx->fmcf = ngx_http_get_module_main_conf(r, ngx_http_feed_module);
     ngx_queue_init(&ctx->waiters);
 
     ctx->poll.handler = ngx_http_feed_tl_poll;
@@ -178,89 +178,9 @@ ngx_http_feed_timeline(ngx_http_request_t *r)
     cln->handler = ngx_http_feed_tl_cleanup;
     cln->data = ctx;
 
-    ngx_http_set_ctx(r, ctx, ngx_http_feed_module);
-
-    rc = ngx_http_feed_tl_args(r, &ctx->page, &code, &message);
-
-    if (rc == NGX_ERROR) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    if (rc == NGX_DECLINED) {
-        return ngx_http_feed_bad_request(r, code, message);
-    }
-
-    rc = ngx_http_discard_request_body(r);
-    if (rc != NGX_OK) {
-        return rc;
-    }
-
-    r->main->count++;
-
     ngx_http_feed_tl_read(ctx);
 
     return NGX_DONE;
-}
-
-
-static ngx_int_t
-ngx_http_feed_tl_args(ngx_http_request_t *r, ngx_http_feed_page_t *page,
-    const char **code, const char **message)
-{
-    ngx_int_t  rc;
-
-    rc = ngx_http_feed_list_args(r, &page->user, &page->limit, code,
-                                 message);
-    if (rc != NGX_OK) {
-        return rc;
-    }
-
-    *code = "invalid_post_id";
-    *message = NGX_HTTP_FEED_POST_ID_TEXT;
-
-    return ngx_http_feed_timeline_bounds(r, page);
-}
-
-
-/* max_id and since_id, when given: NGX_DECLINED when malformed */
-
-ngx_int_t
-ngx_http_feed_timeline_bounds(ngx_http_request_t *r,
-    ngx_http_feed_page_t *page)
-{
-    if (ngx_http_feed_tl_arg_id(r, "max_id", page->max_id, &page->has_max)
-        != NGX_OK
-        || ngx_http_feed_tl_arg_id(r, "since_id", page->since_id,
-                                   &page->has_since)
-           != NGX_OK)
-    {
-        return NGX_DECLINED;
-    }
-
-    return NGX_OK;
-}
-
-
-static ngx_int_t
-ngx_http_feed_tl_arg_id(ngx_http_request_t *r, char *name, char *id,
-    ngx_uint_t *has)
-{
-    ngx_str_t   value;
-    bson_oid_t  oid;
-
-    if (ngx_http_feed_arg(r, name, &value) != NGX_OK) {
-        return NGX_OK;
-    }
-
-    if (ngx_http_feed_post_id(&value, &oid) != NGX_OK) {
-        return NGX_DECLINED;
-    }
-
-    ngx_memcpy(id, value.data, 24);
-    id[24] = '\0';
-    *has = 1;
-
-    return NGX_OK;
 }
 
 
@@ -1296,12 +1216,11 @@ ngx_http_feed_tl_fail(ngx_http_feed_tl_ctx_t *ctx, ngx_int_t rc)
                                     ? rc : NGX_OK);
 
     if (rc == NGX_HTTP_INTERNAL_SERVER_ERROR) {
-        rc = ngx_http_feed_send_error(ctx->request, rc, "internal",
-                                      "internal error");
+        rc = ngx_http_feed_error(ctx->request, &ngx_http_feed_err_internal);
 
     } else if (rc == NGX_HTTP_SERVICE_UNAVAILABLE) {
-        rc = ngx_http_feed_unavailable(ctx->request,
-                                       "the timeline cannot be built now");
+        rc = ngx_http_feed_error(ctx->request,
+                                 &ngx_http_feed_err_timeline_down);
     }
 
     ngx_http_feed_finalize(ctx->request, rc);
@@ -1352,13 +1271,13 @@ ngx_int_t
 ngx_http_feed_cache_status_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data)
 {
-    ngx_http_core_loc_conf_t  *clcf;
     ngx_http_feed_tl_ctx_t    *ctx;
+    ngx_http_feed_loc_conf_t  *flcf;
 
-    clcf = ngx_http_get_module_loc_conf(r->main, ngx_http_core_module);
+    flcf = ngx_http_get_module_loc_conf(r->main, ngx_http_feed_module);
     ctx = ngx_http_get_module_ctx(r->main, ngx_http_feed_module);
 
-    if (ctx == NULL || clcf->handler != ngx_http_feed_timeline
+    if (ctx == NULL || flcf->handler != &ngx_http_feed_timeline_handler
         || ctx->status == NGX_HTTP_FEED_CACHE_NONE)
     {
         v->not_found = 1;

@@ -22,13 +22,6 @@
 #define NGX_HTTP_FEED_NONCE_LEN    (3 * NGX_INT64_LEN)
 
 
-/*
- * The largest feed_cache_size: a rebuild asks the fallback for that many
- * posts, so feed_timeline_source takes a limit up to it
- */
-#define NGX_HTTP_FEED_CACHE_SIZE_MAX  100000
-
-
 /* the oldest possible id: the tail of a timeline that has all history */
 #define NGX_HTTP_FEED_TIMELINE_END  "000000000000000000000000"
 
@@ -40,17 +33,6 @@ typedef enum {
     NGX_HTTP_FEED_CACHE_DEEP,
     NGX_HTTP_FEED_CACHE_BYPASS
 } ngx_http_feed_cache_status_e;
-
-
-/* a page request: the client's, or the one asked of the fallback */
-typedef struct {
-    ngx_http_feed_user_t          user;
-    ngx_uint_t                    limit;
-    ngx_uint_t                    has_max;
-    ngx_uint_t                    has_since;
-    char                          max_id[25];
-    char                          since_id[25];
-} ngx_http_feed_page_t;
 
 
 /* what the cache answered */
@@ -124,9 +106,6 @@ ngx_int_t ngx_http_feed_timeline_cache_remove(ngx_http_feed_main_conf_t *fmcf,
     ngx_pool_t *pool, ngx_http_feed_user_t *users, ngx_uint_t n,
     const char *id, ngx_http_feed_redis_pt handler, void *data);
 
-ngx_int_t ngx_http_feed_timeline_bounds(ngx_http_request_t *r,
-    ngx_http_feed_page_t *page);
-ngx_int_t ngx_http_feed_timeline_source(ngx_http_request_t *r);
 void ngx_http_feed_timeline_source_run(ngx_http_feed_mongo_task_t *t,
     mongoc_client_t *client);
 

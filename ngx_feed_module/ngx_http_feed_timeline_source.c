@@ -23,7 +23,10 @@
 #include "ngx_http_feed_json.h"
 
 
+/* the request's context: it starts as every handler's does */
 typedef struct {
+    ngx_http_request_t           *request;
+    ngx_http_feed_main_conf_t    *fmcf;
     ngx_http_feed_page_t          page;
     char                         *json;
     size_t                        json_len;
@@ -39,8 +42,11 @@ typedef struct {
 
 
 static ngx_int_t ngx_http_feed_source_args(ngx_http_request_t *r,
-    ngx_http_feed_page_t *page, const char **code, const char **message);
-static void ngx_http_feed_source_done(ngx_http_feed_mongo_task_t *t);
+    void *data, const ngx_http_feed_error_t **err);
+static ngx_int_t ngx_http_feed_source_start(ngx_http_request_t *r,
+    void *data);
+static ngx_int_t ngx_http_feed_source_answer(ngx_http_request_t *r,
+    void *data);
 static char **ngx_http_feed_source_authors(mongoc_client_t *client,
     const char *database, ngx_http_feed_page_t *page, size_t *n,
     bson_error_t *error);
@@ -49,137 +55,43 @@ static ngx_int_t ngx_http_feed_source_author(void *data,
 
 
 ngx_http_feed_handler_t  ngx_http_feed_timeline_source_handler = {
-    ngx_http_feed_timeline_source
+    NGX_HTTP_GET|NGX_HTTP_HEAD, "GET, HEAD", 0,
+    sizeof(ngx_http_feed_source_op_t),
+    ngx_http_feed_source_args,
+    ngx_http_feed_source_start
 };
 
 
-ngx_int_t
-ngx_http_feed_timeline_source(ngx_http_request_t *r)
+static ngx_int_t
+ngx_http_feed_source_args(ngx_http_request_t *r, void *data,
+    const ngx_http_feed_error_t **err)
 {
-    ngx_int_t                     rc;
-    const char                   *code, *message;
-    ngx_http_feed_mongo_task_t   *t;
-    ngx_http_feed_source_op_t    *op;
-    ngx_http_feed_main_conf_t    *fmcf;
+    ngx_http_feed_source_op_t  *op = data;
 
-    ngx_http_feed_stat(requests, 1);
-
-    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
-        return ngx_http_feed_not_allowed(r, "GET, HEAD");
-    }
-
-    op = ngx_pcalloc(r->pool, sizeof(ngx_http_feed_source_op_t));
-    if (op == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    if (ngx_http_feed_source_args(r, &op->page, &code, &message) != NGX_OK) {
-        return ngx_http_feed_bad_request(r, code, message);
-    }
-
-    rc = ngx_http_discard_request_body(r);
-    if (rc != NGX_OK) {
-        return rc;
-    }
-
-    fmcf = ngx_http_get_module_main_conf(r, ngx_http_feed_module);
-
-    t = ngx_http_feed_mongo_task(r->pool, fmcf->mongo_client,
-                                 ngx_http_feed_timeline_source_run,
-                                 ngx_http_feed_source_done, op);
-    if (t == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    t->result = &op->json;
-
-    if (ngx_http_feed_mongo_post_r(r, t) != NGX_OK) {
-        return ngx_http_feed_db_busy(r);
-    }
-
-    r->main->count++;
-
-    return NGX_DONE;
+    return ngx_http_feed_page_args(r, NGX_HTTP_FEED_PAGE_SOURCE, &op->page,
+                                   err);
 }
 
-
-/*
- * NGX_DECLINED with the error to answer: the caller answers it, and stops
- * there (an answer sent here returned NGX_OK, and the request went on to
- * answer again).
- */
 
 static ngx_int_t
-ngx_http_feed_source_args(ngx_http_request_t *r, ngx_http_feed_page_t *page,
-    const char **code, const char **message)
+ngx_http_feed_source_start(ngx_http_request_t *r, void *data)
 {
-    ngx_int_t  n;
-    ngx_str_t  value;
+    ngx_http_feed_source_op_t  *op = data;
 
-    if (ngx_http_feed_arg(r, "user", &value) != NGX_OK
-        || !ngx_http_feed_user_valid(value.data, value.len))
-    {
-        *code = "invalid_user_id";
-        *message = NGX_HTTP_FEED_USER_ID_TEXT;
-        return NGX_DECLINED;
-    }
-
-    ngx_memcpy(page->user.data, value.data, value.len);
-    page->user.data[value.len] = '\0';
-    page->user.len = value.len;
-
-    page->limit = NGX_HTTP_FEED_LIMIT_DEFAULT;
-
-    if (ngx_http_feed_arg(r, "limit", &value) == NGX_OK) {
-        n = ngx_atoi(value.data, value.len);
-
-        if (n < 1 || n > NGX_HTTP_FEED_CACHE_SIZE_MAX) {
-            *code = "invalid_limit";
-            *message = "limit is a number from 1 to 100000";
-            return NGX_DECLINED;
-        }
-
-        page->limit = n;
-    }
-
-    if (ngx_http_feed_timeline_bounds(r, page) != NGX_OK) {
-        *code = "invalid_post_id";
-        *message = NGX_HTTP_FEED_POST_ID_TEXT;
-        return NGX_DECLINED;
-    }
-
-    return NGX_OK;
+    return ngx_http_feed_mongo_request(r, ngx_http_feed_timeline_source_run,
+                                       ngx_http_feed_source_answer, op,
+                                       &op->json);
 }
 
 
-static void
-ngx_http_feed_source_done(ngx_http_feed_mongo_task_t *t)
+/* the answer as the thread wrote it: the timeline reads it as it is */
+
+static ngx_int_t
+ngx_http_feed_source_answer(ngx_http_request_t *r, void *data)
 {
-    ngx_http_feed_source_op_t  *op = t->data;
+    ngx_http_feed_source_op_t  *op = data;
 
-    u_char              *p;
-    ngx_http_request_t  *r;
-
-    r = t->request;
-
-    if (t->rc != NGX_OK) {
-        bson_free(op->json);
-        ngx_http_finalize_request(r, ngx_http_feed_db_failed(r, &t->error));
-        return;
-    }
-
-    p = ngx_pnalloc(r->pool, op->json_len);
-    if (p == NULL) {
-        bson_free(op->json);
-        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
-        return;
-    }
-
-    ngx_memcpy(p, op->json, op->json_len);
-    bson_free(op->json);
-
-    ngx_http_finalize_request(r, ngx_http_feed_send_body(r, NGX_HTTP_OK, p,
-                                                         op->json_len));
+    return ngx_http_feed_mongo_send(r, op->json, op->json_len, 0);
 }
 
 

@@ -1,17 +1,136 @@
 
 /*
- * ngx_feed_module: request helpers shared by every flow: user ids,
- * query arguments, identity, the common error answers.
+ * ngx_feed_module: what every request shares: the handler skeleton, user
+ * and post ids, query arguments and pages, identity.
  */
 
 
 #include "ngx_http_feed_util.h"
 #include "ngx_http_feed_json.h"
-#include "ngx_http_feed_mongo.h"
 
 #if (NGX_LINUX)
 #include <sys/random.h>
 #endif
+
+static ngx_int_t ngx_http_feed_arg_limit(ngx_http_request_t *r,
+    ngx_uint_t max, ngx_uint_t digits, ngx_uint_t *limit);
+static ngx_int_t ngx_http_feed_arg_id(ngx_http_request_t *r, char *name,
+    char *id, ngx_uint_t *has);
+static ngx_int_t ngx_http_feed_check_identity(ngx_http_request_t *r,
+    ngx_http_feed_user_t *user);
+
+
+/*
+ * Every feed_* location's handler: the method, the request's context,
+ * the arguments, the body, then the handler's own work.  The request is
+ * held while the work runs: a callback may answer it before the work
+ * returns, and the hold is given back when the work answered at once.
+ */
+
+ngx_int_t
+ngx_http_feed_handler(ngx_http_request_t *r)
+{
+    ngx_int_t                     rc;
+    ngx_http_feed_ctx_t          *ctx;
+    ngx_http_feed_handler_t      *h;
+    ngx_http_feed_loc_conf_t     *flcf;
+    const ngx_http_feed_error_t  *err;
+
+    ngx_http_feed_stat(requests, 1);
+
+    flcf = ngx_http_get_module_loc_conf(r, ngx_http_feed_module);
+    h = flcf->handler;
+
+    if (!(r->method & h->methods)) {
+        return ngx_http_feed_not_allowed(r, h->allow);
+    }
+
+    ctx = ngx_pcalloc(r->pool, h->ctx_size);
+    if (ctx == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ctx->request = r;
+    ctx->fmcf = ngx_http_get_module_main_conf(r, ngx_http_feed_module);
+
+    ngx_http_set_ctx(r, ctx, ngx_http_feed_module);
+
+    rc = h->args(r, ctx, &err);
+
+    if (rc == NGX_ERROR) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (rc == NGX_DECLINED) {
+        return ngx_http_feed_refuse(r, err);
+    }
+
+    if (!(r->method & h->body)) {
+        rc = ngx_http_discard_request_body(r);
+        if (rc != NGX_OK) {
+            return rc;
+        }
+    }
+
+    r->main->count++;
+
+    rc = h->start(r, ctx);
+
+    if (rc != NGX_DONE) {
+        r->main->count--;
+    }
+
+    return rc;
+}
+
+
+/*
+ * Reads the body, then handler() goes on: nginx's body reader holds the
+ * request until then, in place of the handler skeleton's hold.
+ */
+
+ngx_int_t
+ngx_http_feed_read_body(ngx_http_request_t *r,
+    ngx_http_client_body_handler_pt handler)
+{
+    ngx_int_t  rc;
+
+    r->request_body_in_single_buf = 1;
+
+    rc = ngx_http_read_client_request_body(r, handler);
+
+    if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
+        return rc;
+    }
+
+    r->main->count--;
+
+    return NGX_DONE;
+}
+
+
+/*
+ * Finishes a request answered from a callback (a Redis reply, a thread
+ * task): nginx's own events would not run the posted requests for us.
+ */
+
+void
+ngx_http_feed_finalize(ngx_http_request_t *r, ngx_int_t rc)
+{
+    ngx_connection_t  *c;
+
+    c = r->connection;
+
+    ngx_http_finalize_request(r, rc);
+    ngx_http_run_posted_requests(c);
+}
+
+
+ngx_int_t
+ngx_http_feed_no_content(ngx_http_request_t *r)
+{
+    return ngx_http_feed_send_body(r, NGX_HTTP_NO_CONTENT, NULL, 0);
+}
 
 
 /* ^[A-Za-z0-9_.-]{1,64}$ */
@@ -60,6 +179,37 @@ ngx_http_feed_get_user(ngx_http_request_t *r, ngx_http_complex_value_t *cv,
 }
 
 
+/* a post id: exactly 24 lowercase hex digits */
+
+ngx_int_t
+ngx_http_feed_post_id(ngx_str_t *text, bson_oid_t *oid)
+{
+    u_char      c;
+    char        hex[25];
+    ngx_uint_t  i;
+
+    if (text->len != 24) {
+        return NGX_DECLINED;
+    }
+
+    for (i = 0; i < 24; i++) {
+        c = text->data[i];
+
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
+            return NGX_DECLINED;
+        }
+
+        hex[i] = c;
+    }
+
+    hex[24] = '\0';
+
+    bson_oid_init_from_string(oid, hex);
+
+    return NGX_OK;
+}
+
+
 /* NGX_DECLINED: the argument is absent; the value is still escaped */
 
 ngx_int_t
@@ -69,10 +219,14 @@ ngx_http_feed_arg(ngx_http_request_t *r, char *name, ngx_str_t *value)
 }
 
 
-/* "limit": 1..100, 20 when absent; NGX_DECLINED when malformed */
+/*
+ * "limit": 1..max of at most digits digits (any number when 0), 20 when
+ * absent; NGX_DECLINED when malformed
+ */
 
-ngx_int_t
-ngx_http_feed_arg_limit(ngx_http_request_t *r, ngx_uint_t *limit)
+static ngx_int_t
+ngx_http_feed_arg_limit(ngx_http_request_t *r, ngx_uint_t max,
+    ngx_uint_t digits, ngx_uint_t *limit)
 {
     ngx_int_t  n;
     ngx_str_t  value;
@@ -82,13 +236,13 @@ ngx_http_feed_arg_limit(ngx_http_request_t *r, ngx_uint_t *limit)
         return NGX_OK;
     }
 
-    if (value.len == 0 || value.len > 3) {
+    if (value.len == 0 || (digits && value.len > digits)) {
         return NGX_DECLINED;
     }
 
     n = ngx_atoi(value.data, value.len);
 
-    if (n < 1 || n > NGX_HTTP_FEED_LIMIT_MAX) {
+    if (n < 1 || (ngx_uint_t) n > max) {
         return NGX_DECLINED;
     }
 
@@ -105,7 +259,7 @@ ngx_http_feed_arg_limit(ngx_http_request_t *r, ngx_uint_t *limit)
 
 ngx_int_t
 ngx_http_feed_list_args(ngx_http_request_t *r, ngx_http_feed_user_t *user,
-    ngx_uint_t *limit, const char **code, const char **message)
+    ngx_uint_t *limit, const ngx_http_feed_error_t **err)
 {
     ngx_int_t                  rc;
     ngx_http_feed_loc_conf_t  *flcf;
@@ -115,16 +269,97 @@ ngx_http_feed_list_args(ngx_http_request_t *r, ngx_http_feed_user_t *user,
     rc = ngx_http_feed_get_user(r, flcf->user, user);
 
     if (rc != NGX_OK) {
-        *code = "invalid_user_id";
-        *message = NGX_HTTP_FEED_USER_ID_TEXT;
+        *err = &ngx_http_feed_err_user_id;
         return rc;
     }
 
-    if (ngx_http_feed_arg_limit(r, limit) != NGX_OK) {
-        *code = "invalid_limit";
-        *message = "limit is a number from 1 to 100";
+    if (ngx_http_feed_arg_limit(r, NGX_HTTP_FEED_LIMIT_MAX, 3, limit)
+        != NGX_OK)
+    {
+        *err = &ngx_http_feed_err_limit;
         return NGX_DECLINED;
     }
+
+    return NGX_OK;
+}
+
+
+/*
+ * A page of posts: (user, limit, max_id, since_id).  A client's user is
+ * the location's, and it asks for up to 100 posts; the fallback source is
+ * asked by the timeline, for a user of its query and up to the cache's
+ * size.  NGX_DECLINED with the error to answer when one is malformed.
+ */
+
+ngx_int_t
+ngx_http_feed_page_args(ngx_http_request_t *r,
+    ngx_http_feed_page_from_e from, ngx_http_feed_page_t *page,
+    const ngx_http_feed_error_t **err)
+{
+    ngx_int_t  rc;
+    ngx_str_t  value;
+
+    if (from == NGX_HTTP_FEED_PAGE_CLIENT) {
+        rc = ngx_http_feed_list_args(r, &page->user, &page->limit, err);
+        if (rc != NGX_OK) {
+            return rc;
+        }
+
+    } else {
+        if (ngx_http_feed_arg(r, "user", &value) != NGX_OK
+            || !ngx_http_feed_user_valid(value.data, value.len))
+        {
+            *err = &ngx_http_feed_err_user_id;
+            return NGX_DECLINED;
+        }
+
+        ngx_memcpy(page->user.data, value.data, value.len);
+        page->user.data[value.len] = '\0';
+        page->user.len = value.len;
+
+        if (ngx_http_feed_arg_limit(r, NGX_HTTP_FEED_CACHE_SIZE_MAX, 0,
+                                    &page->limit)
+            != NGX_OK)
+        {
+            *err = &ngx_http_feed_err_source_limit;
+            return NGX_DECLINED;
+        }
+    }
+
+    if (ngx_http_feed_arg_id(r, "max_id", page->max_id, &page->has_max)
+        != NGX_OK
+        || ngx_http_feed_arg_id(r, "since_id", page->since_id,
+                                &page->has_since)
+           != NGX_OK)
+    {
+        *err = &ngx_http_feed_err_post_id;
+        return NGX_DECLINED;
+    }
+
+    return NGX_OK;
+}
+
+
+/* a post id argument, when given, as 24 hex digits and a NUL */
+
+static ngx_int_t
+ngx_http_feed_arg_id(ngx_http_request_t *r, char *name, char *id,
+    ngx_uint_t *has)
+{
+    ngx_str_t   value;
+    bson_oid_t  oid;
+
+    if (ngx_http_feed_arg(r, name, &value) != NGX_OK) {
+        return NGX_OK;
+    }
+
+    if (ngx_http_feed_post_id(&value, &oid) != NGX_OK) {
+        return NGX_DECLINED;
+    }
+
+    ngx_memcpy(id, value.data, 24);
+    id[24] = '\0';
+    *has = 1;
 
     return NGX_OK;
 }
@@ -135,7 +370,7 @@ ngx_http_feed_list_args(ngx_http_request_t *r, ngx_http_feed_user_t *user,
  * variable names: 0 when allowed, else the status to answer.
  */
 
-ngx_int_t
+static ngx_int_t
 ngx_http_feed_check_identity(ngx_http_request_t *r,
     ngx_http_feed_user_t *user)
 {
@@ -164,146 +399,31 @@ ngx_http_feed_check_identity(ngx_http_request_t *r,
 }
 
 
-ngx_int_t
-ngx_http_feed_bad_request(ngx_http_request_t *r, const char *code,
-    const char *message)
-{
-    return ngx_http_feed_reject(r, NGX_HTTP_BAD_REQUEST, code, message);
-}
-
-
-ngx_int_t
-ngx_http_feed_not_allowed(ngx_http_request_t *r, char *allow)
-{
-    ngx_str_t  value;
-
-    value.data = (u_char *) allow;
-    value.len = ngx_strlen(allow);
-
-    if (ngx_http_feed_add_header(r, "Allow", &value) != NGX_OK) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    return ngx_http_feed_reject(r, NGX_HTTP_NOT_ALLOWED,
-                                "method_not_allowed",
-                                "method not allowed here");
-}
-
-
-ngx_int_t
-ngx_http_feed_unavailable(ngx_http_request_t *r, const char *message)
-{
-    static ngx_str_t  retry = ngx_string("1");
-
-    if (ngx_http_feed_add_header(r, "Retry-After", &retry) != NGX_OK) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    return ngx_http_feed_send_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
-                                    "unavailable", message);
-}
-
-
 /*
- * A thread task could not be posted: the thread pool's queue is full.  The
- * client may try again shortly (503 with Retry-After).
+ * NGX_OK when the identity may write as user, NGX_DECLINED with the error
+ * to answer when it may not
  */
 
 ngx_int_t
-ngx_http_feed_db_busy(ngx_http_request_t *r)
+ngx_http_feed_authorize(ngx_http_request_t *r, ngx_http_feed_user_t *user,
+    const ngx_http_feed_error_t **err)
 {
-    return ngx_http_feed_unavailable(r, "too many requests waiting for the "
-                                        "database");
-}
+    switch (ngx_http_feed_check_identity(r, user)) {
 
+    case 0:
+        return NGX_OK;
 
-ngx_int_t
-ngx_http_feed_no_content(ngx_http_request_t *r)
-{
-    return ngx_http_feed_send_body(r, NGX_HTTP_NO_CONTENT, NULL, 0);
-}
-
-
-/*
- * Finishes a request answered from a callback (a Redis reply, a thread
- * task): nginx's own events would not run the posted requests for us.
- */
-
-void
-ngx_http_feed_finalize(ngx_http_request_t *r, ngx_int_t rc)
-{
-    ngx_connection_t  *c;
-
-    c = r->connection;
-
-    ngx_http_finalize_request(r, rc);
-    ngx_http_run_posted_requests(c);
-}
-
-
-/* a request refused before its body was read: discard the body first */
-
-ngx_int_t
-ngx_http_feed_reject(ngx_http_request_t *r, ngx_uint_t status,
-    const char *code, const char *message)
-{
-    ngx_int_t  rc;
-
-    rc = ngx_http_discard_request_body(r);
-    if (rc != NGX_OK) {
-        return rc;
-    }
-
-    return ngx_http_feed_send_error(r, status, code, message);
-}
-
-
-/* NGX_DECLINED when the identity may write as user, else the answer */
-
-ngx_int_t
-ngx_http_feed_authorize(ngx_http_request_t *r, ngx_http_feed_user_t *user)
-{
-    ngx_int_t  rc;
-
-    rc = ngx_http_feed_check_identity(r, user);
-
-    if (rc == 0) {
+    case NGX_HTTP_UNAUTHORIZED:
+        *err = &ngx_http_feed_err_unauthorized;
         return NGX_DECLINED;
+
+    case NGX_HTTP_FORBIDDEN:
+        *err = &ngx_http_feed_err_forbidden;
+        return NGX_DECLINED;
+
+    default:
+        return NGX_ERROR;
     }
-
-    if (rc == NGX_HTTP_UNAUTHORIZED) {
-        return ngx_http_feed_reject(r, rc, "unauthorized",
-                                    "no authenticated user");
-    }
-
-    if (rc == NGX_HTTP_FORBIDDEN) {
-        return ngx_http_feed_reject(r, rc, "forbidden",
-                                    "the authenticated user may only change "
-                                    "their own data");
-    }
-
-    return rc;
-}
-
-
-/* MongoDB failed a request: 503 when it may work again soon, else 500 */
-
-ngx_int_t
-ngx_http_feed_db_failed(ngx_http_request_t *r, bson_error_t *error)
-{
-    if (r->connection->error) {
-        return NGX_HTTP_CLIENT_CLOSED_REQUEST;
-    }
-
-    ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                  "mongodb request failed: %s", error->message);
-
-    if (ngx_http_feed_mongo_error_is_transient(error)) {
-        return ngx_http_feed_unavailable(r, "the database is unavailable");
-    }
-
-    return ngx_http_feed_send_error(r, NGX_HTTP_INTERNAL_SERVER_ERROR,
-                                    "internal", "database error");
 }
 
 

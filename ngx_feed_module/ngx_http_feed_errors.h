@@ -1,0 +1,77 @@
+
+/*
+ * ngx_feed_module: every error the API answers, and how it is answered.
+ * Clients and tests read the codes and messages: they are written here
+ * once, and each flow names the error it answers.
+ */
+
+
+#ifndef _NGX_HTTP_FEED_ERRORS_H_INCLUDED_
+#define _NGX_HTTP_FEED_ERRORS_H_INCLUDED_
+
+
+#include "ngx_http_feed_module.h"
+
+#include <bson.h>
+
+
+/* an answer {"error": code, "message": message} with its status */
+typedef struct {
+    ngx_uint_t                    status;
+    const char                   *code;
+    const char                   *message;
+} ngx_http_feed_error_t;
+
+
+/* the request's arguments */
+extern const ngx_http_feed_error_t  ngx_http_feed_err_user_id;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_post_id;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_limit;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_source_limit;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_cursor;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_self_follow;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_method;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_media_type;
+
+/* a new post's body */
+extern const ngx_http_feed_error_t  ngx_http_feed_err_not_json;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_not_utf8;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_number;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_data;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_data_size;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_body;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_body_size;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_field;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_field_twice;
+
+/* who may write */
+extern const ngx_http_feed_error_t  ngx_http_feed_err_unauthorized;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_forbidden;
+
+/* what is not there */
+extern const ngx_http_feed_error_t  ngx_http_feed_err_no_post;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_no_user_post;
+
+/* what cannot be done now, or at all */
+extern const ngx_http_feed_error_t  ngx_http_feed_err_db_busy;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_db_down;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_db;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_cache_down;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_timeline_down;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_internal;
+
+/* 422: the limit is written into the message */
+#define NGX_HTTP_FEED_FOLLOW_MAX_CODE  "too_many_follows"
+#define NGX_HTTP_FEED_FOLLOW_MAX_TEXT  "a user follows at most %L users"
+
+
+ngx_int_t ngx_http_feed_error(ngx_http_request_t *r,
+    const ngx_http_feed_error_t *err);
+ngx_int_t ngx_http_feed_refuse(ngx_http_request_t *r,
+    const ngx_http_feed_error_t *err);
+ngx_int_t ngx_http_feed_not_allowed(ngx_http_request_t *r, char *allow);
+ngx_int_t ngx_http_feed_db_busy(ngx_http_request_t *r);
+ngx_int_t ngx_http_feed_db_failed(ngx_http_request_t *r, bson_error_t *error);
+
+
+#endif /* _NGX_HTTP_FEED_ERRORS_H_INCLUDED_ */
