@@ -13,6 +13,18 @@
  *
  * The fallback is an in-memory subrequest to an ordinary location,
  * "feed_timeline_source" (fanout on read from MongoDB) or proxy_pass.
+ *
+ * A read is a state machine: ngx_http_feed_tl_move() takes the request
+ * from one state to the next, runs what the new state starts, and traces
+ * each move at the debug level:
+ *
+ *   local, read -> kept | hit | deep | miss | bypass | local, read
+ *   miss -> wait | poll | lead | bypass
+ *   wait, poll -> local, read
+ *   lead -> lead (fewer posts) | warm
+ *   warm -> local, read | rebuilt (answered from the rebuild, not cached)
+ *   kept, hit, deep, bypass, rebuilt -> done
+ *   any -> failed
  */
 
 
@@ -26,6 +38,26 @@
 #define NGX_HTTP_FEED_SHRINKS  5
 
 
+typedef enum {
+    NGX_HTTP_FEED_TL_START = 0,
+    NGX_HTTP_FEED_TL_LOCAL,         /* the cache is read, the worker's copy
+                                       of the first page offered */
+    NGX_HTTP_FEED_TL_READ,          /* the cache is read */
+    NGX_HTTP_FEED_TL_KEPT,          /* a page kept as answered is current */
+    NGX_HTTP_FEED_TL_HIT,           /* the cache has the page's posts */
+    NGX_HTTP_FEED_TL_MISS,          /* no cache: the rebuild lock is asked */
+    NGX_HTTP_FEED_TL_WAIT,          /* for this worker's rebuild */
+    NGX_HTTP_FEED_TL_POLL,          /* for a rebuild elsewhere */
+    NGX_HTTP_FEED_TL_LEAD,          /* the rebuild asks the fallback */
+    NGX_HTTP_FEED_TL_WARM,          /* the rebuild is written to the cache */
+    NGX_HTTP_FEED_TL_REBUILT,       /* the rebuild could not be cached */
+    NGX_HTTP_FEED_TL_DEEP,          /* past the cache's end: the fallback */
+    NGX_HTTP_FEED_TL_BYPASS,        /* no cache at all: the fallback */
+    NGX_HTTP_FEED_TL_DONE,
+    NGX_HTTP_FEED_TL_FAILED
+} ngx_http_feed_tl_state_e;
+
+
 typedef struct ngx_http_feed_tl_ctx_s  ngx_http_feed_tl_ctx_t;
 
 typedef void (*ngx_http_feed_tl_next_pt)(ngx_http_feed_tl_ctx_t *ctx);
@@ -37,6 +69,7 @@ struct ngx_http_feed_tl_ctx_s {
     ngx_http_feed_page_t          page;
     ngx_http_feed_cached_t        cached;
     ngx_http_feed_cache_status_e  status;
+    ngx_http_feed_tl_state_e      state;
 
     /* coalescing: leaders are in the worker's list, waiters in theirs */
     ngx_queue_t                   queue;
@@ -89,14 +122,20 @@ struct ngx_http_feed_tl_ctx_s {
 static ngx_int_t ngx_http_feed_tl_args(ngx_http_request_t *r, void *data,
     const ngx_http_feed_error_t **err);
 static ngx_int_t ngx_http_feed_tl_start(ngx_http_request_t *r, void *data);
+static void ngx_http_feed_tl_move(ngx_http_feed_tl_ctx_t *ctx,
+    ngx_http_feed_tl_state_e state);
 static void ngx_http_feed_tl_read(ngx_http_feed_tl_ctx_t *ctx);
+static void ngx_http_feed_tl_lookup(ngx_http_feed_tl_ctx_t *ctx);
 static void ngx_http_feed_tl_kept(void *data, redisReply *reply);
 static ngx_int_t ngx_http_feed_tl_kept_page(ngx_http_feed_tl_ctx_t *ctx);
 static void ngx_http_feed_tl_read_done(void *data, redisReply *reply);
+static void ngx_http_feed_tl_reread(ngx_http_feed_tl_ctx_t *ctx);
 static void ngx_http_feed_tl_miss(ngx_http_feed_tl_ctx_t *ctx);
 static void ngx_http_feed_tl_locked(void *data, redisReply *reply);
 static void ngx_http_feed_tl_poll(ngx_event_t *ev);
+static void ngx_http_feed_tl_lead(ngx_http_feed_tl_ctx_t *ctx);
 static void ngx_http_feed_tl_rebuilt(ngx_http_feed_tl_ctx_t *ctx);
+static void ngx_http_feed_tl_warm(ngx_http_feed_tl_ctx_t *ctx);
 static ngx_int_t ngx_http_feed_tl_shrink(ngx_http_feed_tl_ctx_t *ctx);
 static void ngx_http_feed_tl_warmed(void *data, redisReply *reply);
 static void ngx_http_feed_tl_lead_done(ngx_http_feed_tl_ctx_t *ctx,
@@ -146,6 +185,16 @@ static ngx_str_t  ngx_http_feed_cache_statuses[] = {
 };
 
 
+#if (NGX_DEBUG)
+
+static char  *ngx_http_feed_tl_states[] = {
+    "start", "local", "read", "kept", "hit", "miss", "wait", "poll", "lead",
+    "warm", "rebuilt", "deep", "bypass", "done", "failed"
+};
+
+#endif
+
+
 static ngx_int_t
 ngx_http_feed_tl_args(ngx_http_request_t *r, void *data,
     const ngx_http_feed_error_t **err)
@@ -184,13 +233,79 @@ ngx_http_feed_tl_start(ngx_http_request_t *r, void *data)
 }
 
 
-/* the hot path: one round trip */
+/*
+ * The one place a read changes state: the move is traced, then what the
+ * new state starts is run.  Waiting, done and failed start nothing here:
+ * whoever moved there did what they need.
+ */
+
+static void
+ngx_http_feed_tl_move(ngx_http_feed_tl_ctx_t *ctx,
+    ngx_http_feed_tl_state_e state)
+{
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
+                   "feed timeline of \"%s\": %s -> %s",
+                   ctx->page.user.data, ngx_http_feed_tl_states[ctx->state],
+                   ngx_http_feed_tl_states[state]);
+
+    ctx->state = state;
+
+    switch (state) {
+
+    case NGX_HTTP_FEED_TL_LOCAL:
+    case NGX_HTTP_FEED_TL_READ:
+        ngx_http_feed_tl_lookup(ctx);
+        return;
+
+    case NGX_HTTP_FEED_TL_KEPT:
+    case NGX_HTTP_FEED_TL_HIT:
+        ngx_http_feed_tl_answer(ctx);
+        return;
+
+    case NGX_HTTP_FEED_TL_MISS:
+        ngx_http_feed_tl_miss(ctx);
+        return;
+
+    case NGX_HTTP_FEED_TL_POLL:
+        ctx->polling = 1;
+        ngx_add_timer(&ctx->poll, NGX_HTTP_FEED_POLL);
+        return;
+
+    case NGX_HTTP_FEED_TL_LEAD:
+        ngx_http_feed_tl_lead(ctx);
+        return;
+
+    case NGX_HTTP_FEED_TL_WARM:
+        ngx_http_feed_tl_warm(ctx);
+        return;
+
+    case NGX_HTTP_FEED_TL_REBUILT:
+        ngx_http_feed_tl_bypass_done(ctx);
+        return;
+
+    case NGX_HTTP_FEED_TL_DEEP:
+        ngx_http_feed_tl_deep(ctx);
+        return;
+
+    case NGX_HTTP_FEED_TL_BYPASS:
+        ngx_http_feed_tl_bypass(ctx);
+        return;
+
+    default: /* START, WAIT, DONE, FAILED */
+        return;
+    }
+}
+
+
+/*
+ * A read from the start: with the worker's own copy of the first page,
+ * the script need not send the page when that copy is still current.
+ */
 
 static void
 ngx_http_feed_tl_read(ngx_http_feed_tl_ctx_t *ctx)
 {
     u_char     *nl;
-    ngx_int_t   rc;
     ngx_str_t   copy;
 
     ctx->kept.len = 0;
@@ -215,6 +330,18 @@ ngx_http_feed_tl_read(ngx_http_feed_tl_ctx_t *ctx)
         }
     }
 
+    ngx_http_feed_tl_move(ctx, ctx->have.len ? NGX_HTTP_FEED_TL_LOCAL
+                                             : NGX_HTTP_FEED_TL_READ);
+}
+
+
+/* the hot path: one round trip */
+
+static void
+ngx_http_feed_tl_lookup(ngx_http_feed_tl_ctx_t *ctx)
+{
+    ngx_int_t  rc;
+
     rc = ngx_http_feed_timeline_cache_read(ctx->request, ctx->fmcf,
                                            &ctx->page, &ctx->have,
                                            ngx_http_feed_tl_kept,
@@ -225,7 +352,7 @@ ngx_http_feed_tl_read(ngx_http_feed_tl_ctx_t *ctx)
     }
 
     if (rc == NGX_DECLINED) {
-        ngx_http_feed_tl_bypass(ctx);
+        ngx_http_feed_tl_move(ctx, NGX_HTTP_FEED_TL_BYPASS);
     }
 }
 
@@ -322,31 +449,17 @@ ngx_http_feed_tl_read_done(void *data, redisReply *reply)
     }
 
     if (rc == NGX_DECLINED) {
-        ngx_http_feed_tl_bypass(ctx);
+        ngx_http_feed_tl_move(ctx, NGX_HTTP_FEED_TL_BYPASS);
         return;
     }
 
     if (!ctx->cached.found) {
-        ngx_http_feed_tl_miss(ctx);
+        ngx_http_feed_tl_move(ctx, NGX_HTTP_FEED_TL_MISS);
         return;
     }
 
     if (ctx->cached.kept && ngx_http_feed_tl_kept_page(ctx) != NGX_OK) {
-        /*
-         * The page changed between the HGET and the script, which both ran
-         * in one round trip but not atomically, or the worker's copy went
-         * meanwhile: rare, read again.
-         */
-
-        ctx->no_local = 1;
-
-        if (ctx->rereads++ < 3) {
-            ngx_http_feed_tl_read(ctx);
-
-        } else {
-            ngx_http_feed_tl_fail(ctx, NGX_HTTP_SERVICE_UNAVAILABLE);
-        }
-
+        ngx_http_feed_tl_reread(ctx);
         return;
     }
 
@@ -355,11 +468,32 @@ ngx_http_feed_tl_read_done(void *data, redisReply *reply)
     }
 
     if (ctx->cached.deep) {
-        ngx_http_feed_tl_deep(ctx);
+        ngx_http_feed_tl_move(ctx, NGX_HTTP_FEED_TL_DEEP);
         return;
     }
 
-    ngx_http_feed_tl_answer(ctx);
+    ngx_http_feed_tl_move(ctx, ctx->cached.kept ? NGX_HTTP_FEED_TL_KEPT
+                                                : NGX_HTTP_FEED_TL_HIT);
+}
+
+
+/*
+ * The page changed between the HGET and the script, which both ran in one
+ * round trip but not atomically, or the worker's copy went meanwhile:
+ * rare, read again.
+ */
+
+static void
+ngx_http_feed_tl_reread(ngx_http_feed_tl_ctx_t *ctx)
+{
+    ctx->no_local = 1;
+
+    if (ctx->rereads++ < 3) {
+        ngx_http_feed_tl_read(ctx);
+
+    } else {
+        ngx_http_feed_tl_fail(ctx, NGX_HTTP_SERVICE_UNAVAILABLE);
+    }
 }
 
 
@@ -388,6 +522,7 @@ ngx_http_feed_tl_miss(ngx_http_feed_tl_ctx_t *ctx)
             {
                 ctx->leader = l;
                 ngx_queue_insert_tail(&l->waiters, &ctx->queue);
+                ngx_http_feed_tl_move(ctx, NGX_HTTP_FEED_TL_WAIT);
                 return;
             }
         }
@@ -403,8 +538,7 @@ ngx_http_feed_tl_miss(ngx_http_feed_tl_ctx_t *ctx)
     }
 
     if (ctx->cached.locked == 1) {
-        ctx->polling = 1;
-        ngx_add_timer(&ctx->poll, NGX_HTTP_FEED_POLL);
+        ngx_http_feed_tl_move(ctx, NGX_HTTP_FEED_TL_POLL);
         return;
     }
 
@@ -415,7 +549,7 @@ ngx_http_feed_tl_miss(ngx_http_feed_tl_ctx_t *ctx)
                                           ngx_http_feed_tl_locked, ctx)
         != NGX_OK)
     {
-        ngx_http_feed_tl_bypass(ctx);
+        ngx_http_feed_tl_move(ctx, NGX_HTTP_FEED_TL_BYPASS);
     }
 }
 
@@ -425,13 +559,11 @@ ngx_http_feed_tl_locked(void *data, redisReply *reply)
 {
     ngx_http_feed_tl_ctx_t  *ctx = data;
 
-    ngx_http_feed_page_t  page;
-
     if (reply == NULL || reply->type != REDIS_REPLY_ARRAY
         || reply->elements == 0
         || reply->element[0]->type != REDIS_REPLY_INTEGER)
     {
-        ngx_http_feed_tl_bypass(ctx);
+        ngx_http_feed_tl_move(ctx, NGX_HTTP_FEED_TL_BYPASS);
 
     } else if (reply->element[0]->integer == 0
                || reply->elements < 2
@@ -439,26 +571,15 @@ ngx_http_feed_tl_locked(void *data, redisReply *reply)
                || reply->element[1]->len >= sizeof(ctx->version))
     {
         /* rebuilt elsewhere: look again shortly */
-        ctx->polling = 1;
-        ngx_add_timer(&ctx->poll, NGX_HTTP_FEED_POLL);
+        ngx_http_feed_tl_move(ctx, NGX_HTTP_FEED_TL_POLL);
 
     } else {
-        /* ours: the newest feed_cache_size posts of the user's timeline */
-
         ctx->lock_held = 1;
         ngx_memcpy(ctx->version, reply->element[1]->str,
                    reply->element[1]->len);
         ctx->version_len = reply->element[1]->len;
 
-        ngx_memzero(&page, sizeof(ngx_http_feed_page_t));
-        page.user = ctx->page.user;
-        page.limit = ctx->fmcf->cache_size;
-
-        if (ngx_http_feed_tl_fallback(ctx, &page, ngx_http_feed_tl_rebuilt)
-            != NGX_OK)
-        {
-            ngx_http_feed_tl_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
-        }
+        ngx_http_feed_tl_move(ctx, NGX_HTTP_FEED_TL_LEAD);
     }
 }
 
@@ -498,13 +619,29 @@ ngx_http_feed_tl_poll(ngx_event_t *ev)
 }
 
 
+/* the lock is ours: the newest feed_cache_size posts of the timeline */
+
+static void
+ngx_http_feed_tl_lead(ngx_http_feed_tl_ctx_t *ctx)
+{
+    ngx_http_feed_page_t  page;
+
+    ngx_memzero(&page, sizeof(ngx_http_feed_page_t));
+    page.user = ctx->page.user;
+    page.limit = ctx->fmcf->cache_size;
+
+    if (ngx_http_feed_tl_fallback(ctx, &page, ngx_http_feed_tl_rebuilt)
+        != NGX_OK)
+    {
+        ngx_http_feed_tl_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
+    }
+}
+
+
 static void
 ngx_http_feed_tl_rebuilt(ngx_http_feed_tl_ctx_t *ctx)
 {
-    bson_t      items;
-    ngx_int_t   rc;
-    ngx_str_t   version;
-    ngx_uint_t  complete;
+    ngx_int_t  rc;
 
     if (ctx->fb_broke) {
         rc = ngx_http_feed_tl_shrink(ctx);
@@ -523,6 +660,19 @@ ngx_http_feed_tl_rebuilt(ngx_http_feed_tl_ctx_t *ctx)
         return;
     }
 
+    ngx_http_feed_tl_move(ctx, NGX_HTTP_FEED_TL_WARM);
+}
+
+
+/* the rebuild's posts into the cache, with the follows version it began */
+
+static void
+ngx_http_feed_tl_warm(ngx_http_feed_tl_ctx_t *ctx)
+{
+    bson_t      items;
+    ngx_str_t   version;
+    ngx_uint_t  complete;
+
     /* fewer posts than asked for: the timeline's whole history */
     (void) bson_init_static(&items, ctx->fb_items, ctx->fb_items_len);
 
@@ -539,7 +689,7 @@ ngx_http_feed_tl_rebuilt(ngx_http_feed_tl_ctx_t *ctx)
         != NGX_OK)
     {
         /* Redis went away meanwhile: answer from what the rebuild gave */
-        ngx_http_feed_tl_bypass_done(ctx);
+        ngx_http_feed_tl_move(ctx, NGX_HTTP_FEED_TL_REBUILT);
     }
 }
 
@@ -550,7 +700,7 @@ ngx_http_feed_tl_warmed(void *data, redisReply *reply)
     ngx_http_feed_tl_ctx_t  *ctx = data;
 
     if (reply == NULL || reply->type != REDIS_REPLY_INTEGER) {
-        ngx_http_feed_tl_bypass_done(ctx);
+        ngx_http_feed_tl_move(ctx, NGX_HTTP_FEED_TL_REBUILT);
 
     } else if (reply->integer == 0) {
         /*
@@ -558,7 +708,7 @@ ngx_http_feed_tl_warmed(void *data, redisReply *reply)
          * of the request, the next read rebuilds.
          */
         ctx->lock_held = 0;
-        ngx_http_feed_tl_bypass_done(ctx);
+        ngx_http_feed_tl_move(ctx, NGX_HTTP_FEED_TL_REBUILT);
 
     } else {
         /* the warm released the lock; everyone reads the new cache */
@@ -593,6 +743,10 @@ ngx_http_feed_tl_shrink(ngx_http_feed_tl_ctx_t *ctx)
                   "%ui: raise subrequest_output_buffer_size of the "
                   "fallback location", ctx->page.user.data, limit,
                   ctx->fb_limit);
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
+                   "feed timeline of \"%s\": lead again, %ui posts",
+                   ctx->page.user.data, limit);
 
     ngx_memzero(&page, sizeof(ngx_http_feed_page_t));
     page.user = ctx->page.user;
@@ -708,7 +862,10 @@ ngx_http_feed_tl_bypass(ngx_http_feed_tl_ctx_t *ctx)
 }
 
 
-/* the page from fallback items, after those of the cache if any */
+/*
+ * The page from fallback items, after those of the cache if any: those
+ * of a bypass, or of a rebuild that could not be cached.
+ */
 
 static void
 ngx_http_feed_tl_bypass_done(ngx_http_feed_tl_ctx_t *ctx)
@@ -1091,6 +1248,7 @@ ngx_http_feed_tl_add_items(ngx_http_feed_tl_ctx_t *ctx, ngx_uint_t max,
 static void
 ngx_http_feed_tl_answer(ngx_http_feed_tl_ctx_t *ctx)
 {
+    ngx_http_feed_tl_move(ctx, NGX_HTTP_FEED_TL_DONE);
     ngx_http_feed_tl_lead_done(ctx, NGX_OK);
     ngx_http_feed_finalize(ctx->request, ngx_http_feed_tl_send(ctx));
 }
@@ -1211,6 +1369,8 @@ ngx_http_feed_tl_link(ngx_http_request_t *r, ngx_http_feed_page_t *page,
 static void
 ngx_http_feed_tl_fail(ngx_http_feed_tl_ctx_t *ctx, ngx_int_t rc)
 {
+    ngx_http_feed_tl_move(ctx, NGX_HTTP_FEED_TL_FAILED);
+
     ngx_http_feed_tl_lead_done(ctx, (rc == NGX_HTTP_INTERNAL_SERVER_ERROR
                                      || rc == NGX_HTTP_SERVICE_UNAVAILABLE)
                                     ? rc : NGX_OK);
