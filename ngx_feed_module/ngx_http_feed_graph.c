@@ -115,6 +115,11 @@ ngx_http_feed_follow_start(ngx_http_request_t *r, void *data)
     ctx->follow.now = ngx_http_feed_now_ms();
     ctx->follow.max = (int64_t) ctx->fmcf->follow_max;
 
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "feed %s \"%s\" -> \"%s\": storing",
+                   ctx->follow.want ? "follow" : "unfollow",
+                   ctx->follow.src.data, ctx->follow.dst.data);
+
     return ngx_http_feed_mongo_request(r, ngx_http_feed_graph_follow_run,
                                        ngx_http_feed_follow_stored,
                                        &ctx->follow, NULL);
@@ -133,6 +138,10 @@ ngx_http_feed_follow_stored(ngx_http_request_t *r, void *data)
     ngx_http_feed_graph_ctx_t  *ctx;
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_feed_module);
+
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "feed follow \"%s\" -> \"%s\": stored, changed %ui",
+                   op->src.data, op->dst.data, op->changed);
 
     rd = ctx->fmcf->redis_client;
 
@@ -173,6 +182,10 @@ ngx_http_feed_follow_stored(ngx_http_request_t *r, void *data)
 
     ctx->waiting += (rc == NGX_OK);
 
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "feed follow: %ui cache invalidations sent",
+                   ctx->waiting);
+
     if (ctx->waiting == 0) {
         return ngx_http_feed_follow_answer(r, op);
     }
@@ -195,6 +208,11 @@ ngx_http_feed_follow_invalidated(void *data, redisReply *reply)
                                    NGX_HTTP_FEED_DEFER_COUNTS);
     }
 
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
+                   "feed follow: cache invalidated%s, %ui to go",
+                   (reply && reply->type != REDIS_REPLY_ERROR)
+                   ? "" : " later", ctx->waiting - 1);
+
     if (--ctx->waiting) {
         return;
     }
@@ -216,6 +234,10 @@ ngx_http_feed_follow_answer(ngx_http_request_t *r,
     ngx_http_feed_follow_op_t *op)
 {
     u_char  *msg, *p;
+
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "feed follow \"%s\" -> \"%s\": answered, over %ui",
+                   op->src.data, op->dst.data, op->over);
 
     if (!op->over) {
         return ngx_http_feed_no_content(r);
@@ -319,6 +341,10 @@ ngx_http_feed_list_start(ngx_http_request_t *r, void *data)
         return ngx_http_feed_list_post(ctx);
     }
 
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "feed %s of \"%s\": counting", ctx->field,
+                   ctx->list.user.data);
+
     return NGX_DONE;
 }
 
@@ -346,6 +372,11 @@ ngx_http_feed_list_counted(void *data, redisReply *reply)
 static ngx_int_t
 ngx_http_feed_list_post(ngx_http_feed_graph_ctx_t *ctx)
 {
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
+                   "feed %s of \"%s\": reading, count %s", ctx->field,
+                   ctx->list.user.data,
+                   ctx->list.need_count ? "to be counted" : "cached");
+
     return ngx_http_feed_mongo_request(ctx->request,
                                        ngx_http_feed_graph_list_run,
                                        ngx_http_feed_list_answer,
@@ -361,6 +392,10 @@ ngx_http_feed_list_answer(ngx_http_request_t *r, void *data)
     ngx_http_feed_graph_ctx_t  *ctx;
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_feed_module);
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "feed %s of \"%s\": answered", ctx->field,
+                   op->user.data);
 
     if (op->skipped) {
         ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,

@@ -222,6 +222,10 @@ ngx_http_feed_post_body(ngx_http_request_t *r)
     cln->handler = ngx_http_feed_post_doc_cleanup;
     cln->data = ctx->np.doc;
 
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "feed post of \"%s\": %uz bytes read, storing",
+                   ctx->np.author.data, body.len);
+
     rc = ngx_http_feed_mongo_request(r, ngx_http_feed_post_insert_run,
                                      ngx_http_feed_post_inserted, &ctx->np,
                                      NULL);
@@ -309,6 +313,9 @@ ngx_http_feed_post_inserted(ngx_http_request_t *r, void *data)
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_feed_module);
 
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "feed post of \"%s\": inserted", np->author.data);
+
     /* stored: from here on the post is accepted, whatever Redis does */
 
     return ngx_http_feed_post_enqueue(ctx, "post", &np->id, &np->author,
@@ -335,6 +342,10 @@ ngx_http_feed_post_enqueue(ngx_http_feed_post_ctx_t *ctx, const char *kind,
                                   ts, ngx_http_feed_post_enqueued, ctx)
         != NGX_OK)
     {
+        ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
+                       "feed %s of \"%s\": left to the outbox", kind,
+                       author->data);
+
         return answer(ctx);
     }
 
@@ -347,7 +358,15 @@ ngx_http_feed_post_enqueued(void *data, redisReply *reply)
 {
     ngx_http_feed_post_ctx_t  *ctx = data;
 
-    if (reply && reply->type == REDIS_REPLY_STRING) {
+    ngx_uint_t  sent;
+
+    sent = (reply && reply->type == REDIS_REPLY_STRING);
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
+                   "feed %s: %s", ctx->kind,
+                   sent ? "enqueued" : "left to the outbox");
+
+    if (sent) {
         ngx_http_feed_outbox_sent(ctx->fmcf, ctx->queued, ctx->kind);
     }
 
@@ -365,6 +384,9 @@ ngx_http_feed_post_created(ngx_http_feed_post_ctx_t *ctx)
     ngx_http_request_t  *r;
 
     r = ctx->request;
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "feed post of \"%s\": answered", ctx->np.author.data);
 
     /* bson_oid_to_string() ends the 24 digits with a NUL */
 
@@ -581,6 +603,10 @@ ngx_http_feed_post_delete_start(ngx_http_request_t *r, void *data)
 
     ctx->op.now = ngx_http_feed_now_ms();
 
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "feed delete of a post of \"%s\": deleting",
+                   ctx->op.author.data);
+
     return ngx_http_feed_mongo_request(r, ngx_http_feed_post_delete_run,
                                        ngx_http_feed_post_deleted, &ctx->op,
                                        &ctx->op.json);
@@ -593,6 +619,10 @@ ngx_http_feed_post_deleted(ngx_http_request_t *r, void *data)
     ngx_http_feed_post_op_t  *op = data;
 
     ngx_http_feed_post_ctx_t  *ctx;
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "feed delete of a post of \"%s\": found %ui",
+                   op->author.data, op->found);
 
     if (!op->found) {
         return ngx_http_feed_error(r, &ngx_http_feed_err_no_user_post);
@@ -608,5 +638,9 @@ ngx_http_feed_post_deleted(ngx_http_request_t *r, void *data)
 static ngx_int_t
 ngx_http_feed_post_gone(ngx_http_feed_post_ctx_t *ctx)
 {
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
+                   "feed delete of a post of \"%s\": answered",
+                   ctx->op.author.data);
+
     return ngx_http_feed_no_content(ctx->request);
 }

@@ -78,6 +78,10 @@ ngx_http_feed_source_start(ngx_http_request_t *r, void *data)
 {
     ngx_http_feed_source_op_t  *op = data;
 
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "feed timeline source of \"%s\": %ui posts",
+                   op->page.user.data, op->page.limit);
+
     return ngx_http_feed_mongo_request(r, ngx_http_feed_timeline_source_run,
                                        ngx_http_feed_source_answer, op,
                                        &op->json);
