@@ -18,6 +18,7 @@
 
 
 typedef struct {
+    /* first, as in ngx_http_feed_ctx_t: the handler skeleton sets them */
     ngx_http_request_t           *request;
     ngx_http_feed_main_conf_t    *fmcf;
     ngx_http_feed_follow_op_t     follow;

@@ -24,6 +24,7 @@ typedef ngx_int_t (*ngx_http_feed_post_answer_pt)(
     ngx_http_feed_post_ctx_t *ctx);
 
 struct ngx_http_feed_post_ctx_s {
+    /* first, as in ngx_http_feed_ctx_t: the handler skeleton sets them */
     ngx_http_request_t           *request;
     ngx_http_feed_main_conf_t    *fmcf;
     ngx_http_feed_post_new_t      np;

@@ -64,6 +64,7 @@ typedef void (*ngx_http_feed_tl_next_pt)(ngx_http_feed_tl_ctx_t *ctx);
 
 
 struct ngx_http_feed_tl_ctx_s {
+    /* first, as in ngx_http_feed_ctx_t: the handler skeleton sets them */
     ngx_http_request_t           *request;
     ngx_http_feed_main_conf_t    *fmcf;
     ngx_http_feed_page_t          page;

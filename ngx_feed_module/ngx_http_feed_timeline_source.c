@@ -23,8 +23,9 @@
 #include "ngx_http_feed_json.h"
 
 
-/* the request's context: it starts as every handler's does */
+/* the request's context, which the thread reads too */
 typedef struct {
+    /* first, as in ngx_http_feed_ctx_t: the handler skeleton sets them */
     ngx_http_request_t           *request;
     ngx_http_feed_main_conf_t    *fmcf;
     ngx_http_feed_page_t          page;
