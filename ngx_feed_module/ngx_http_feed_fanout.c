@@ -21,7 +21,7 @@
 
 
 #include "ngx_http_feed_fanout.h"
-#include "ngx_http_feed_timeline.h"
+#include "ngx_http_feed_timeline_cache.h"
 #include "ngx_http_feed_post.h"
 
 
@@ -727,21 +727,18 @@ ngx_http_feed_fanout_fetched(ngx_http_feed_mongo_task_t *t)
 static void
 ngx_http_feed_fanout_post_cache(ngx_http_feed_fanout_entry_t *fe)
 {
-    u_char                     *p, ttl[NGX_INT_T_LEN];
-    size_t                      argvlen[5];
-    const char                 *argv[5];
+    u_char                     *p;
     ngx_http_feed_main_conf_t  *fmcf;
 
     fmcf = fe->fo->fmcf;
 
-    p = ngx_pnalloc(fe->pool, sizeof(NGX_HTTP_FEED_POST_PREFIX) + 24
-                              + fe->page.json_len);
-    if (p == NULL) {
-        fe->failed = 1;
-        return;
-    }
-
     if (fmcf->cache_embed) {
+        p = ngx_pnalloc(fe->pool, 24 + fe->page.json_len);
+        if (p == NULL) {
+            fe->failed = 1;
+            return;
+        }
+
         fe->entry.data = p;
         p = ngx_cpymem(p, fe->page.post_id, 24);
         p = ngx_cpymem(p, fe->page.json, fe->page.json_len);
@@ -751,22 +748,12 @@ ngx_http_feed_fanout_post_cache(ngx_http_feed_fanout_entry_t *fe)
         fe->entry.data = (u_char *) fe->page.post_id;
         fe->entry.len = 24;
 
-        argv[0] = "SET";
-        argvlen[0] = 3;
-        argv[1] = (const char *) p;
-        argvlen[1] = ngx_sprintf(p, "%s%s", NGX_HTTP_FEED_POST_PREFIX,
-                                 fe->page.post_id) - p;
-        argv[2] = fe->page.json;
-        argvlen[2] = fe->page.json_len;
-        argv[3] = "EX";
-        argvlen[3] = 2;
-        argv[4] = (const char *) ttl;
-        argvlen[4] = ngx_sprintf(ttl, "%T", 2 * fmcf->cache_ttl) - ttl;
-
-        if (ngx_http_feed_redis_send(fmcf->redis_client,
-                                     ngx_http_feed_fanout_delivered, fe, 5,
-                                     argv, argvlen)
-            != NULL)
+        if (ngx_http_feed_timeline_cache_post(fmcf, fe->page.post_id,
+                                              fe->page.json,
+                                              fe->page.json_len,
+                                              ngx_http_feed_fanout_delivered,
+                                              fe)
+            == NGX_OK)
         {
             fe->waiting++;
 
@@ -962,7 +949,7 @@ ngx_http_feed_fanout_ack(ngx_http_feed_fanout_entry_t *fe)
 
     if (fe->kind == 'd' && fe->last) {
         /* out of every timeline: reads need not skip it much longer */
-        ngx_http_feed_timeline_deleted(fmcf, fe->page.post_id, 1);
+        ngx_http_feed_timeline_cache_removed(fmcf, fe->page.post_id);
     }
 
     argv[0] = "XACK";

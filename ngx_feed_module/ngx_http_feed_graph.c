@@ -13,7 +13,7 @@
 
 #include "ngx_http_feed_graph.h"
 #include "ngx_http_feed_counts.h"
-#include "ngx_http_feed_timeline.h"
+#include "ngx_http_feed_timeline_cache.h"
 #include "ngx_http_feed_json.h"
 
 
@@ -188,10 +188,6 @@ ngx_http_feed_follow_done(ngx_http_feed_mongo_task_t *t)
         return;
     }
 
-    if (rc == NGX_DECLINED) {
-        ngx_http_feed_counts_defer(&op->src, NGX_HTTP_FEED_DEFER_TIMELINE);
-    }
-
     ctx->waiting += (rc == NGX_OK);
 
     if (ctx->waiting == 0) {
@@ -207,11 +203,9 @@ ngx_http_feed_follow_invalidated(void *data, redisReply *reply)
 
     if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
         /* invalidation is idempotent: replay all when Redis is back */
-        ngx_http_feed_counts_defer(&ctx->follow.src,
-                                   NGX_HTTP_FEED_DEFER_COUNTS
-                                   |NGX_HTTP_FEED_DEFER_TIMELINE);
-        ngx_http_feed_counts_defer(&ctx->follow.dst,
-                                   NGX_HTTP_FEED_DEFER_COUNTS);
+        ngx_http_feed_counts_invalidate_later(&ctx->follow.src);
+        ngx_http_feed_counts_invalidate_later(&ctx->follow.dst);
+        ngx_http_feed_timeline_cache_drop_later(&ctx->follow.src);
     }
 
     if (--ctx->waiting) {

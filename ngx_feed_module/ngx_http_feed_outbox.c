@@ -14,7 +14,7 @@
 
 
 #include "ngx_http_feed_outbox.h"
-#include "ngx_http_feed_timeline.h"
+#include "ngx_http_feed_timeline_cache.h"
 
 
 #define NGX_HTTP_FEED_SWEEP_EVERY  1000
@@ -50,8 +50,6 @@ typedef struct {
 } ngx_http_feed_outbox_clear_t;
 
 
-static void ngx_http_feed_outbox_mark_deleted(
-    ngx_http_feed_main_conf_t *fmcf, const char *hex);
 static void ngx_http_feed_outbox_clear_run(ngx_http_feed_mongo_task_t *t,
     mongoc_client_t *client);
 static void ngx_http_feed_sweep(ngx_event_t *ev);
@@ -84,8 +82,14 @@ ngx_http_feed_outbox_send(ngx_http_request_t *r,
 
     bson_oid_to_string(id, hex);
 
+    /*
+     * Cached timelines may still hold a deleted post until fanout removes
+     * it: the cache marks it ahead of the delete's entry, on the same
+     * connection, so that reads skip it before anyone hears of the delete.
+     */
+
     if (kind[0] == 'd') {
-        ngx_http_feed_outbox_mark_deleted(fmcf, hex);
+        ngx_http_feed_timeline_cache_delete(fmcf, hex);
     }
 
     argv[0] = "XADD";
@@ -131,34 +135,6 @@ ngx_http_feed_outbox_send(ngx_http_request_t *r,
     return ngx_http_feed_redis_send(fmcf->redis_client, handler, data, argc,
                                     argv, argvlen)
            ? NGX_OK : NGX_DECLINED;
-}
-
-
-/*
- * Cached timelines may still hold a deleted post until fanout removes it:
- * every read skips posts marked so.  Sent ahead of the delete's entry, on
- * the same connection, so it is in Redis before anyone hears of the
- * delete; the copy of the post in link mode goes too.
- */
-
-static void
-ngx_http_feed_outbox_mark_deleted(ngx_http_feed_main_conf_t *fmcf,
-    const char *hex)
-{
-    u_char       post[sizeof(NGX_HTTP_FEED_POST_PREFIX) + 24];
-    size_t       argvlen[2];
-    const char  *argv[2];
-
-    ngx_http_feed_timeline_deleted(fmcf, hex, 0);
-
-    argv[0] = "DEL";
-    argvlen[0] = 3;
-    argv[1] = (const char *) post;
-    argvlen[1] = ngx_sprintf(post, "%s%s", NGX_HTTP_FEED_POST_PREFIX, hex)
-                 - post;
-
-    (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, 2, argv,
-                                    argvlen);
 }
 
 

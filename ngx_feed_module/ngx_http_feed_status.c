@@ -13,7 +13,7 @@
 #include "ngx_http_feed_mongo.h"
 #include "ngx_http_feed_json.h"
 #include "ngx_http_feed_fanout.h"
-#include "ngx_http_feed_timeline.h"
+#include "ngx_http_feed_timeline_cache.h"
 #include "ngx_http_feed_util.h"
 
 
