@@ -55,28 +55,25 @@ ngx_http_feed_counts_lookup(ngx_http_request_t *r, ngx_http_feed_redis_t *rd,
     ngx_http_feed_user_t *user, const char *field,
     ngx_http_feed_redis_pt handler, void *data)
 {
-    char         key[sizeof(NGX_HTTP_FEED_COUNTS_PREFIX)
-                     + NGX_HTTP_FEED_USER_MAX];
-    size_t       argvlen[5];
-    const char  *argv[5];
+    char                        key[sizeof(NGX_HTTP_FEED_COUNTS_PREFIX)
+                                    + NGX_HTTP_FEED_USER_MAX];
+    size_t                      argvlen[5];
+    const char                 *argv[5];
+    ngx_http_feed_redis_args_t  args;
 
     if (ngx_http_feed_redis_run_id(rd) == NULL) {
         return NGX_DECLINED;
     }
 
-    argv[0] = "HMGET";
-    argvlen[0] = 5;
-    argv[1] = key;
-    argvlen[1] = ngx_http_feed_counts_key(key, user);
-    argv[2] = field;
-    argvlen[2] = ngx_strlen(field);
-    argv[3] = "gen";
-    argvlen[3] = 3;
-    argv[4] = "rid";
-    argvlen[4] = 3;
+    ngx_http_feed_redis_args_init(&args, argv, argvlen);
+    ngx_http_feed_redis_args_lit(&args, "HMGET");
+    ngx_http_feed_redis_args_key(&args, key,
+                                 ngx_http_feed_counts_key(key, user));
+    ngx_http_feed_redis_args_add(&args, field, ngx_strlen(field));
+    ngx_http_feed_redis_args_lit(&args, "gen");
+    ngx_http_feed_redis_args_lit(&args, "rid");
 
-    return ngx_http_feed_redis_send_r(r, rd, handler, data, 5, argv,
-                                      argvlen);
+    return ngx_http_feed_redis_send_r(r, rd, handler, data, &args);
 }
 
 

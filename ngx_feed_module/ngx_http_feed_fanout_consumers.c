@@ -70,19 +70,19 @@ ngx_http_feed_fanout_consumers_clean(void)
 {
     size_t                      argvlen[4];
     const char                 *argv[4];
+    ngx_http_feed_redis_args_t  args;
     ngx_http_feed_consumers_t  *cs = &ngx_http_feed_consumers;
 
-    argv[0] = "XINFO";
-    argvlen[0] = 5;
-    argv[1] = "CONSUMERS";
-    argvlen[1] = 9;
-    argv[2] = (const char *) cs->fmcf->stream.data;
-    argvlen[2] = cs->fmcf->stream.len;
-    argv[3] = (const char *) cs->fmcf->fanout_group.data;
-    argvlen[3] = cs->fmcf->fanout_group.len;
+    ngx_http_feed_redis_args_init(&args, argv, argvlen);
+    ngx_http_feed_redis_args_lit(&args, "XINFO");
+    ngx_http_feed_redis_args_lit(&args, "CONSUMERS");
+    ngx_http_feed_redis_args_key(&args, cs->fmcf->stream.data,
+                                 cs->fmcf->stream.len);
+    ngx_http_feed_redis_args_add(&args, cs->fmcf->fanout_group.data,
+                                 cs->fmcf->fanout_group.len);
 
     (void) ngx_http_feed_redis_send(cs->rd, ngx_http_feed_consumers_info, cs,
-                                    4, argv, argvlen);
+                                    &args);
 }
 
 

@@ -74,11 +74,11 @@ ngx_http_feed_outbox_send(ngx_http_request_t *r,
     ngx_http_feed_user_t *author, int64_t ts, ngx_http_feed_redis_pt handler,
     void *data)
 {
-    int          argc;
-    char         hex[25];
-    u_char       maxlen[NGX_INT_T_LEN], tsbuf[NGX_INT64_LEN];
-    size_t       argvlen[15];
-    const char  *argv[15];
+    char                        hex[25];
+    u_char                      maxlen[NGX_INT_T_LEN], tsbuf[NGX_INT64_LEN];
+    size_t                      argvlen[14];
+    const char                 *argv[14];
+    ngx_http_feed_redis_args_t  args;
 
     bson_oid_to_string(id, hex);
 
@@ -92,49 +92,31 @@ ngx_http_feed_outbox_send(ngx_http_request_t *r,
         ngx_http_feed_timeline_cache_delete(fmcf, hex);
     }
 
-    argv[0] = "XADD";
-    argv[1] = (const char *) fmcf->stream.data;
-    argvlen[1] = fmcf->stream.len;
-    argv[2] = "MAXLEN";
-    argv[3] = "~";
-    argv[4] = (const char *) maxlen;
-    argvlen[4] = ngx_sprintf(maxlen, "%ui", fmcf->stream_maxlen) - maxlen;
-    argv[5] = "*";
-    argv[6] = "type";
-    argv[7] = kind;
-    argv[8] = "id";
-    argv[9] = hex;
-    argvlen[9] = 24;
-    argv[10] = "author";
-    argv[11] = author->data;
-    argvlen[11] = author->len;
-    argc = 12;
+    ngx_http_feed_redis_args_init(&args, argv, argvlen);
+    ngx_http_feed_redis_args_lit(&args, "XADD");
+    ngx_http_feed_redis_args_key(&args, fmcf->stream.data, fmcf->stream.len);
+    ngx_http_feed_redis_args_lit(&args, "MAXLEN");
+    ngx_http_feed_redis_args_lit(&args, "~");
+    ngx_http_feed_redis_args_add(&args, maxlen,
+                                 ngx_sprintf(maxlen, "%ui",
+                                             fmcf->stream_maxlen)
+                                 - maxlen);
+    ngx_http_feed_redis_args_lit(&args, "*");
+    ngx_http_feed_redis_args_lit(&args, "type");
+    ngx_http_feed_redis_args_add(&args, kind, ngx_strlen(kind));
+    ngx_http_feed_redis_args_lit(&args, "id");
+    ngx_http_feed_redis_args_add(&args, hex, 24);
+    ngx_http_feed_redis_args_lit(&args, "author");
+    ngx_http_feed_redis_args_add(&args, author->data, author->len);
 
     if (ts) {
-        argv[12] = "ts";
-        argv[13] = (const char *) tsbuf;
-        argvlen[13] = ngx_sprintf(tsbuf, "%L", ts) - tsbuf;
-        argc = 14;
+        ngx_http_feed_redis_args_lit(&args, "ts");
+        ngx_http_feed_redis_args_add(&args, tsbuf,
+                                     ngx_sprintf(tsbuf, "%L", ts) - tsbuf);
     }
 
-    argvlen[0] = 4;
-    argvlen[2] = 6;
-    argvlen[3] = 1;
-    argvlen[5] = 1;
-    argvlen[6] = 4;
-    argvlen[7] = ngx_strlen(kind);
-    argvlen[8] = 2;
-    argvlen[10] = 6;
-    argvlen[12] = 2;
-
-    if (r) {
-        return ngx_http_feed_redis_send_r(r, fmcf->redis_client, handler,
-                                          data, argc, argv, argvlen);
-    }
-
-    return ngx_http_feed_redis_send(fmcf->redis_client, handler, data, argc,
-                                    argv, argvlen)
-           ? NGX_OK : NGX_DECLINED;
+    return ngx_http_feed_redis_send_r(r, fmcf->redis_client, handler, data,
+                                      &args);
 }
 
 

@@ -334,30 +334,30 @@ ngx_http_feed_redis_login(ngx_http_feed_redis_t *rd)
     const char                  *argv[2];
     size_t                       argvlen[2];
     u_char                       db[NGX_INT_T_LEN];
+    ngx_http_feed_redis_args_t   args;
     ngx_http_feed_redis_conf_t  *conf;
 
     conf = rd->conf;
 
     if (conf->password.len) {
-        argv[0] = "AUTH";
-        argvlen[0] = 4;
-        argv[1] = (const char *) conf->password.data;
-        argvlen[1] = conf->password.len;
+        ngx_http_feed_redis_args_init(&args, argv, argvlen);
+        ngx_http_feed_redis_args_lit(&args, "AUTH");
+        ngx_http_feed_redis_args_add(&args, conf->password.data,
+                                     conf->password.len);
 
         (void) ngx_http_feed_redis_send(rd, ngx_http_feed_redis_login_reply,
-                                        rd, 2, argv, argvlen);
+                                        rd, &args);
     }
 
     if (conf->db > 0) {
         p = ngx_sprintf(db, "%i", conf->db);
 
-        argv[0] = "SELECT";
-        argvlen[0] = 6;
-        argv[1] = (const char *) db;
-        argvlen[1] = p - db;
+        ngx_http_feed_redis_args_init(&args, argv, argvlen);
+        ngx_http_feed_redis_args_lit(&args, "SELECT");
+        ngx_http_feed_redis_args_add(&args, db, p - db);
 
         (void) ngx_http_feed_redis_send(rd, ngx_http_feed_redis_login_reply,
-                                        rd, 2, argv, argvlen);
+                                        rd, &args);
     }
 
     ngx_http_feed_redis_scripts_load(rd, ngx_http_feed_redis_login_reply, rd);
@@ -367,15 +367,14 @@ ngx_http_feed_redis_login(ngx_http_feed_redis_t *rd)
      * its run_id arrives before the reply to any command sent after it.
      */
 
-    argv[0] = "INFO";
-    argvlen[0] = 4;
-    argv[1] = "server";
-    argvlen[1] = 6;
+    ngx_http_feed_redis_args_init(&args, argv, argvlen);
+    ngx_http_feed_redis_args_lit(&args, "INFO");
+    ngx_http_feed_redis_args_lit(&args, "server");
 
     rd->run_id[0] = '\0';
 
     (void) ngx_http_feed_redis_send(rd, ngx_http_feed_redis_info_reply, rd,
-                                    2, argv, argvlen);
+                                    &args);
 }
 
 
@@ -787,11 +786,10 @@ ngx_http_feed_redis_free_reply(void *reply)
 
 ngx_http_feed_redis_cmd_t *
 ngx_http_feed_redis_send(ngx_http_feed_redis_t *rd,
-    ngx_http_feed_redis_pt handler, void *data, int argc, const char **argv,
-    const size_t *argvlen)
+    ngx_http_feed_redis_pt handler, void *data,
+    ngx_http_feed_redis_args_t *args)
 {
-    return ngx_http_feed_redis_send_timeout(rd, 0, handler, data, argc, argv,
-                                            argvlen);
+    return ngx_http_feed_redis_send_timeout(rd, 0, handler, data, args);
 }
 
 
@@ -803,7 +801,7 @@ ngx_http_feed_redis_send(ngx_http_feed_redis_t *rd,
 ngx_http_feed_redis_cmd_t *
 ngx_http_feed_redis_send_timeout(ngx_http_feed_redis_t *rd,
     ngx_msec_t timeout, ngx_http_feed_redis_pt handler, void *data,
-    int argc, const char **argv, const size_t *argvlen)
+    ngx_http_feed_redis_args_t *args)
 {
     ngx_http_feed_redis_cmd_t  *cmd;
 
@@ -821,7 +819,7 @@ ngx_http_feed_redis_send_timeout(ngx_http_feed_redis_t *rd,
     cmd->request = NULL;
 
     if (redisAsyncCommandArgv(rd->ac, ngx_http_feed_redis_reply, cmd,
-                              argc, argv, argvlen)
+                              (int) args->argc, args->argv, args->argvlen)
         != REDIS_OK)
     {
         ngx_http_feed_stat(redis_errors, 1);
@@ -849,23 +847,29 @@ ngx_http_feed_redis_send_timeout(ngx_http_feed_redis_t *rd,
 /*
  * The same, for a request: if the request goes away first, its pool
  * cleanup turns the command into a tombstone.  NGX_DECLINED means Redis
- * is unavailable right now and the caller should do without it.
+ * is unavailable right now and the caller should do without it.  r: NULL
+ * for the worker's own commands (no request to outlive).
  */
 
 ngx_int_t
 ngx_http_feed_redis_send_r(ngx_http_request_t *r, ngx_http_feed_redis_t *rd,
-    ngx_http_feed_redis_pt handler, void *data, int argc, const char **argv,
-    const size_t *argvlen)
+    ngx_http_feed_redis_pt handler, void *data,
+    ngx_http_feed_redis_args_t *args)
 {
     ngx_pool_cleanup_t         *cln;
     ngx_http_feed_redis_cmd_t  *cmd;
+
+    if (r == NULL) {
+        return ngx_http_feed_redis_send(rd, handler, data, args)
+               ? NGX_OK : NGX_DECLINED;
+    }
 
     cln = ngx_pool_cleanup_add(r->pool, 0);
     if (cln == NULL) {
         return NGX_ERROR;
     }
 
-    cmd = ngx_http_feed_redis_send(rd, handler, data, argc, argv, argvlen);
+    cmd = ngx_http_feed_redis_send(rd, handler, data, args);
     if (cmd == NULL) {
         return NGX_DECLINED;
     }

@@ -31,6 +31,38 @@ typedef void (*ngx_http_feed_redis_ready_pt)(ngx_http_feed_redis_t *rd,
 
 
 /*
+ * A command's words, appended in order by the macros below into the
+ * caller's arrays; its keys are marked (key: the index of the first,
+ * nkeys: how many follow it), because a router needs every command's
+ * keys.  A command without keys (INFO, CLIENT) has nkeys 0.
+ */
+typedef struct {
+    const char                  **argv;
+    size_t                       *argvlen;
+    ngx_uint_t                    argc;
+    ngx_uint_t                    key;
+    ngx_uint_t                    nkeys;
+} ngx_http_feed_redis_args_t;
+
+
+#define ngx_http_feed_redis_args_init(a, v, vlen)                            \
+    ((a)->argv = (v), (a)->argvlen = (vlen), (a)->argc = 0,                  \
+     (a)->key = 0, (a)->nkeys = 0)
+
+#define ngx_http_feed_redis_args_add(a, s, n)                                \
+    ((a)->argv[(a)->argc] = (const char *) (s),                              \
+     (a)->argvlen[(a)->argc++] = (n))
+
+/* s: a string literal, nothing else compiles (sizeof of a pointer would) */
+#define ngx_http_feed_redis_args_lit(a, s)                                   \
+    ngx_http_feed_redis_args_add(a, s, sizeof("" s) - 1)
+
+#define ngx_http_feed_redis_args_key(a, s, n)                                \
+    ((a)->key = (a)->nkeys ? (a)->key : (a)->argc, (a)->nkeys++,             \
+     ngx_http_feed_redis_args_add(a, s, n))
+
+
+/*
  * A Lua script, ngx_feed_module/scripts/<name>.lua: its descriptor is made
  * by scripts/lua2h (ngx_http_feed_scripts.h), loaded on every connection
  * and run with EVALSHA.  nkeys and nargs: those its header names; a
@@ -43,6 +75,10 @@ typedef struct {
     ngx_uint_t                    nkeys;
     ngx_uint_t                    nargs;
     char                          sha1[41];
+
+    /* nkeys as EVALSHA takes it, made once */
+    u_char                        numkeys[NGX_INT_T_LEN];
+    size_t                        numkeys_len;
 } ngx_http_feed_redis_script_t;
 
 
@@ -103,15 +139,15 @@ void ngx_http_feed_redis_start(ngx_http_feed_redis_t *rd);
 void ngx_http_feed_redis_destroy(ngx_http_feed_redis_t *rd);
 
 ngx_http_feed_redis_cmd_t *ngx_http_feed_redis_send(ngx_http_feed_redis_t *rd,
-    ngx_http_feed_redis_pt handler, void *data, int argc, const char **argv,
-    const size_t *argvlen);
+    ngx_http_feed_redis_pt handler, void *data,
+    ngx_http_feed_redis_args_t *args);
 ngx_http_feed_redis_cmd_t *ngx_http_feed_redis_send_timeout(
     ngx_http_feed_redis_t *rd, ngx_msec_t timeout,
-    ngx_http_feed_redis_pt handler, void *data, int argc, const char **argv,
-    const size_t *argvlen);
+    ngx_http_feed_redis_pt handler, void *data,
+    ngx_http_feed_redis_args_t *args);
 ngx_int_t ngx_http_feed_redis_send_r(ngx_http_request_t *r,
     ngx_http_feed_redis_t *rd, ngx_http_feed_redis_pt handler, void *data,
-    int argc, const char **argv, const size_t *argvlen);
+    ngx_http_feed_redis_args_t *args);
 void ngx_http_feed_redis_cancel(ngx_http_feed_redis_cmd_t *cmd);
 ngx_int_t ngx_http_feed_redis_on_ready(ngx_http_feed_redis_t *rd,
     ngx_http_feed_redis_ready_pt handler, void *data);

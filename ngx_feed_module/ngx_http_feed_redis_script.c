@@ -40,6 +40,9 @@ ngx_http_feed_redis_scripts_init(void)
 
         ngx_hex_dump((u_char *) (*s)->sha1, hash, 20);
         (*s)->sha1[40] = '\0';
+
+        (*s)->numkeys_len = ngx_sprintf((*s)->numkeys, "%ui", (*s)->nkeys)
+                            - (*s)->numkeys;
     }
 }
 
@@ -52,17 +55,16 @@ ngx_http_feed_redis_scripts_load(ngx_http_feed_redis_t *rd,
 {
     size_t                         argvlen[3];
     const char                    *argv[3];
+    ngx_http_feed_redis_args_t     args;
     ngx_http_feed_redis_script_t **s;
 
     for (s = ngx_http_feed_scripts; *s; s++) {
-        argv[0] = "SCRIPT";
-        argvlen[0] = 6;
-        argv[1] = "LOAD";
-        argvlen[1] = 4;
-        argv[2] = (*s)->text;
-        argvlen[2] = (*s)->len;
+        ngx_http_feed_redis_args_init(&args, argv, argvlen);
+        ngx_http_feed_redis_args_lit(&args, "SCRIPT");
+        ngx_http_feed_redis_args_lit(&args, "LOAD");
+        ngx_http_feed_redis_args_add(&args, (*s)->text, (*s)->len);
 
-        (void) ngx_http_feed_redis_send(rd, handler, data, 3, argv, argvlen);
+        (void) ngx_http_feed_redis_send(rd, handler, data, &args);
     }
 }
 
@@ -87,6 +89,15 @@ ngx_http_feed_redis_call_init(ngx_http_feed_redis_call_t *call,
     argvlen[0] = 7;
     argv[1] = script->sha1;
     argvlen[1] = 40;
+
+    if (nkeys == script->nkeys) {
+        argv[2] = (const char *) script->numkeys;
+        argvlen[2] = script->numkeys_len;
+        return;
+    }
+
+    /* a batch */
+
     argv[2] = (const char *) call->numkeys;
     argvlen[2] = ngx_sprintf(call->numkeys, "%ui", nkeys) - call->numkeys;
 }
@@ -103,16 +114,13 @@ ngx_http_feed_redis_call(ngx_http_request_t *r, ngx_http_feed_redis_t *rd,
     ngx_http_feed_redis_call_t *call, ngx_http_feed_redis_pt handler,
     void *data)
 {
-    int  argc;
+    ngx_http_feed_redis_args_t  args;
 
-    argc = (int) NGX_HTTP_FEED_REDIS_CALL_ARGC(call->nkeys, call->nargs);
+    args.argv = call->argv;
+    args.argvlen = call->argvlen;
+    args.argc = NGX_HTTP_FEED_REDIS_CALL_ARGC(call->nkeys, call->nargs);
+    args.key = 3;
+    args.nkeys = call->nkeys;
 
-    if (r) {
-        return ngx_http_feed_redis_send_r(r, rd, handler, data, argc,
-                                          call->argv, call->argvlen);
-    }
-
-    return ngx_http_feed_redis_send(rd, handler, data, argc, call->argv,
-                                    call->argvlen)
-           ? NGX_OK : NGX_DECLINED;
+    return ngx_http_feed_redis_send_r(r, rd, handler, data, &args);
 }

@@ -97,6 +97,7 @@ static ngx_int_t ngx_http_feed_timeline_cache_copy(ngx_http_request_t *r,
 static size_t ngx_http_feed_timeline_cache_key(
     ngx_http_feed_redis_call_t *call, ngx_uint_t i, char *buf,
     const char *prefix, ngx_http_feed_user_t *user);
+static size_t ngx_http_feed_timeline_post_key(u_char *buf, const char *id);
 static size_t ngx_http_feed_timeline_key(char *buf, const char *prefix,
     ngx_http_feed_user_t *user);
 static u_char *ngx_http_feed_timeline_nonce(u_char *buf);
@@ -141,6 +142,7 @@ ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
                                     NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_NKEYS,
                                     NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_NARGS)];
     size_t                      hgetlen[3], pages_len, limit_len;
+    ngx_http_feed_redis_args_t  args;
     ngx_int_t                   rc;
     const char                 *argv[NGX_HTTP_FEED_REDIS_CALL_ARGC(
                                     NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_NKEYS,
@@ -198,15 +200,14 @@ ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
     /* with a copy of its own, the worker needs the page only if it changed */
 
     if (!page->has_max && !page->has_since && have->len == 0) {
-        hget[0] = "HGET";
-        hgetlen[0] = 4;
-        hget[1] = keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_PAGES];
-        hgetlen[1] = pages_len;
-        hget[2] = (const char *) limit;
-        hgetlen[2] = limit_len;
+        ngx_http_feed_redis_args_init(&args, hget, hgetlen);
+        ngx_http_feed_redis_args_lit(&args, "HGET");
+        ngx_http_feed_redis_args_key(&args,
+            keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_PAGES], pages_len);
+        ngx_http_feed_redis_args_add(&args, limit, limit_len);
 
-        rc = ngx_http_feed_redis_send_r(r, fmcf->redis_client, kept, data, 3,
-                                        hget, hgetlen);
+        rc = ngx_http_feed_redis_send_r(r, fmcf->redis_client, kept, data,
+                                        &args);
         if (rc != NGX_OK) {
             return rc;
         }
@@ -868,25 +869,23 @@ ngx_http_feed_timeline_cache_post(ngx_http_feed_main_conf_t *fmcf,
     const char *id, const char *json, size_t len,
     ngx_http_feed_redis_pt handler, void *data)
 {
-    u_char       key[NGX_HTTP_FEED_POST_KEY_LEN], ttl[NGX_INT_T_LEN];
-    size_t       argvlen[5];
-    const char  *argv[5];
+    u_char                      key[NGX_HTTP_FEED_POST_KEY_LEN],
+                                ttl[NGX_INT_T_LEN];
+    size_t                      argvlen[5];
+    const char                 *argv[5];
+    ngx_http_feed_redis_args_t  args;
 
-    argv[0] = "SET";
-    argvlen[0] = 3;
-    argv[1] = (const char *) key;
-    argvlen[1] = ngx_sprintf(key, "%s%*s", NGX_HTTP_FEED_POST_PREFIX,
-                             (size_t) 24, id)
-                 - key;
-    argv[2] = json;
-    argvlen[2] = len;
-    argv[3] = "EX";
-    argvlen[3] = 2;
-    argv[4] = (const char *) ttl;
-    argvlen[4] = ngx_sprintf(ttl, "%T", 2 * fmcf->cache_ttl) - ttl;
+    ngx_http_feed_redis_args_init(&args, argv, argvlen);
+    ngx_http_feed_redis_args_lit(&args, "SET");
+    ngx_http_feed_redis_args_key(&args, key,
+                                 ngx_http_feed_timeline_post_key(key, id));
+    ngx_http_feed_redis_args_add(&args, json, len);
+    ngx_http_feed_redis_args_lit(&args, "EX");
+    ngx_http_feed_redis_args_add(&args, ttl,
+                                 ngx_sprintf(ttl, "%T", 2 * fmcf->cache_ttl)
+                                 - ttl);
 
-    return ngx_http_feed_redis_send(fmcf->redis_client, handler, data, 5,
-                                    argv, argvlen)
+    return ngx_http_feed_redis_send(fmcf->redis_client, handler, data, &args)
            ? NGX_OK : NGX_DECLINED;
 }
 
@@ -962,21 +961,19 @@ void
 ngx_http_feed_timeline_cache_delete(ngx_http_feed_main_conf_t *fmcf,
     const char *id)
 {
-    u_char       key[NGX_HTTP_FEED_POST_KEY_LEN];
-    size_t       argvlen[2];
-    const char  *argv[2];
+    u_char                      key[NGX_HTTP_FEED_POST_KEY_LEN];
+    size_t                      argvlen[2];
+    const char                 *argv[2];
+    ngx_http_feed_redis_args_t  args;
 
     ngx_http_feed_timeline_cache_deleting(fmcf, id, 0);
 
-    argv[0] = "DEL";
-    argvlen[0] = 3;
-    argv[1] = (const char *) key;
-    argvlen[1] = ngx_sprintf(key, "%s%*s", NGX_HTTP_FEED_POST_PREFIX,
-                             (size_t) 24, id)
-                 - key;
+    ngx_http_feed_redis_args_init(&args, argv, argvlen);
+    ngx_http_feed_redis_args_lit(&args, "DEL");
+    ngx_http_feed_redis_args_key(&args, key,
+                                 ngx_http_feed_timeline_post_key(key, id));
 
-    (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, 2, argv,
-                                    argvlen);
+    (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, &args);
 }
 
 
@@ -1098,59 +1095,53 @@ static void
 ngx_http_feed_timeline_cache_deleting(ngx_http_feed_main_conf_t *fmcf,
     const char *id, ngx_uint_t done)
 {
-    u_char       score[NGX_INT64_LEN + 1], now[NGX_INT64_LEN + 1];
-    size_t       argvlen[5];
-    int64_t      ms;
-    const char  *argv[5];
+    u_char                      score[NGX_INT64_LEN + 1],
+                                now[NGX_INT64_LEN + 1];
+    size_t                      argvlen[5];
+    int64_t                     ms;
+    const char                 *argv[5];
+    ngx_http_feed_redis_args_t  args;
 
     ms = ngx_http_feed_now_ms();
 
-    argv[0] = "ZADD";
-    argvlen[0] = 4;
-    argv[1] = NGX_HTTP_FEED_DELETING;
-    argvlen[1] = sizeof(NGX_HTTP_FEED_DELETING) - 1;
+    ngx_http_feed_redis_args_init(&args, argv, argvlen);
+    ngx_http_feed_redis_args_lit(&args, "ZADD");
+    ngx_http_feed_redis_args_key(&args, NGX_HTTP_FEED_DELETING,
+                                 sizeof(NGX_HTTP_FEED_DELETING) - 1);
 
     if (done) {
-        argv[2] = "XX";
-        argvlen[2] = 2;
-        argv[3] = (const char *) score;
-        argvlen[3] = ngx_sprintf(score, "%L",
-                                 ms + 2 * (int64_t) fmcf->cache_lock_timeout)
-                     - score;
+        ngx_http_feed_redis_args_lit(&args, "XX");
+        ngx_http_feed_redis_args_add(&args, score,
+            ngx_sprintf(score, "%L",
+                        ms + 2 * (int64_t) fmcf->cache_lock_timeout)
+            - score);
+
+    } else if (fmcf->fanout) {
+        ngx_http_feed_redis_args_lit(&args, "GT");
+        ngx_http_feed_redis_args_lit(&args, "+inf");
 
     } else {
-        argv[2] = "GT";
-        argvlen[2] = 2;
-
-        if (fmcf->fanout) {
-            argv[3] = "+inf";
-            argvlen[3] = 4;
-
-        } else {
-            argv[3] = (const char *) score;
-            argvlen[3] = ngx_sprintf(score, "%L",
-                                     ms + 2000 * (int64_t) fmcf->cache_ttl)
-                         - score;
-        }
+        ngx_http_feed_redis_args_lit(&args, "GT");
+        ngx_http_feed_redis_args_add(&args, score,
+            ngx_sprintf(score, "%L", ms + 2000 * (int64_t) fmcf->cache_ttl)
+            - score);
     }
 
-    argv[4] = id;
-    argvlen[4] = 24;
+    ngx_http_feed_redis_args_add(&args, id, 24);
 
-    (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, 5, argv,
-                                    argvlen);
+    (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, &args);
 
     /* what no read needs any more */
 
-    argv[0] = "ZREMRANGEBYSCORE";
-    argvlen[0] = 16;
-    argv[2] = "-inf";
-    argvlen[2] = 4;
-    argv[3] = (const char *) now;
-    argvlen[3] = ngx_sprintf(now, "(%L", ms) - now;
+    ngx_http_feed_redis_args_init(&args, argv, argvlen);
+    ngx_http_feed_redis_args_lit(&args, "ZREMRANGEBYSCORE");
+    ngx_http_feed_redis_args_key(&args, NGX_HTTP_FEED_DELETING,
+                                 sizeof(NGX_HTTP_FEED_DELETING) - 1);
+    ngx_http_feed_redis_args_lit(&args, "-inf");
+    ngx_http_feed_redis_args_add(&args, now,
+                                 ngx_sprintf(now, "(%L", ms) - now);
 
-    (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, 4, argv,
-                                    argvlen);
+    (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, &args);
 }
 
 
@@ -1185,6 +1176,17 @@ ngx_http_feed_timeline_cache_key(ngx_http_feed_redis_call_t *call,
     ngx_http_feed_redis_call_key(call, i, buf, len);
 
     return len;
+}
+
+
+/* a post's key in link mode, feed:p:<id> */
+
+static size_t
+ngx_http_feed_timeline_post_key(u_char *buf, const char *id)
+{
+    return ngx_sprintf(buf, "%s%*s", NGX_HTTP_FEED_POST_PREFIX, (size_t) 24,
+                       id)
+           - buf;
 }
 
 
