@@ -33,8 +33,8 @@ typedef void (*ngx_http_feed_redis_ready_pt)(ngx_http_feed_redis_t *rd,
 /*
  * A command's words, appended in order by the macros below into the
  * caller's arrays; its keys are marked (key: the index of the first,
- * nkeys: how many follow it), because a router needs every command's
- * keys.  A command without keys (INFO, CLIENT) has nkeys 0.
+ * nkeys: how many, one after the other), because a router needs every
+ * command's keys.  A command without keys (INFO, CLIENT) has nkeys 0.
  */
 typedef struct {
     const char                  **argv;
