@@ -136,12 +136,8 @@ ngx_http_feed_counts_warm(ngx_http_feed_redis_t *rd,
     char                        key[sizeof(NGX_HTTP_FEED_COUNTS_PREFIX)
                                     + NGX_HTTP_FEED_USER_MAX];
     u_char                      value[NGX_INT64_LEN];
-    size_t                      argvlen[NGX_HTTP_FEED_REDIS_CALL_ARGC(
-                                    NGX_HTTP_FEED_SCRIPT_COUNTS_WARM_NKEYS,
-                                    NGX_HTTP_FEED_SCRIPT_COUNTS_WARM_NARGS)];
-    const char                 *argv[NGX_HTTP_FEED_REDIS_CALL_ARGC(
-                                    NGX_HTTP_FEED_SCRIPT_COUNTS_WARM_NKEYS,
-                                    NGX_HTTP_FEED_SCRIPT_COUNTS_WARM_NARGS)];
+    size_t                      argvlen[NGX_HTTP_FEED_SCRIPT_COUNTS_WARM_ARGC];
+    const char                 *argv[NGX_HTTP_FEED_SCRIPT_COUNTS_WARM_ARGC];
     const char                 *run_id;
     ngx_http_feed_redis_call_t  call;
 
@@ -203,12 +199,10 @@ ngx_http_feed_counts_send_invalidate(ngx_http_request_t *r,
 {
     char                        key[sizeof(NGX_HTTP_FEED_COUNTS_PREFIX)
                                     + NGX_HTTP_FEED_USER_MAX];
-    size_t                      argvlen[NGX_HTTP_FEED_REDIS_CALL_ARGC(
-                                   NGX_HTTP_FEED_SCRIPT_COUNTS_INVALIDATE_NKEYS,
-                                   NGX_HTTP_FEED_SCRIPT_COUNTS_INVALIDATE_NARGS)];
-    const char                 *argv[NGX_HTTP_FEED_REDIS_CALL_ARGC(
-                                   NGX_HTTP_FEED_SCRIPT_COUNTS_INVALIDATE_NKEYS,
-                                   NGX_HTTP_FEED_SCRIPT_COUNTS_INVALIDATE_NARGS)];
+    size_t                      argvlen[
+                                   NGX_HTTP_FEED_SCRIPT_COUNTS_INVALIDATE_ARGC];
+    const char                 *argv[
+                                   NGX_HTTP_FEED_SCRIPT_COUNTS_INVALIDATE_ARGC];
     ngx_http_feed_redis_call_t  call;
 
     ngx_http_feed_redis_call_init(&call,

@@ -138,15 +138,12 @@ ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
     char                        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_NKEYS]
                                     [NGX_HTTP_FEED_KEY_LEN];
     u_char                      limit[NGX_INT_T_LEN], ttl[NGX_INT_T_LEN];
-    size_t                      argvlen[NGX_HTTP_FEED_REDIS_CALL_ARGC(
-                                    NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_NKEYS,
-                                    NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_NARGS)];
+    size_t                      argvlen[
+                                    NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARGC];
     size_t                      hgetlen[3], pages_len, limit_len;
     ngx_http_feed_redis_args_t  args;
     ngx_int_t                   rc;
-    const char                 *argv[NGX_HTTP_FEED_REDIS_CALL_ARGC(
-                                    NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_NKEYS,
-                                    NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_NARGS)];
+    const char                 *argv[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARGC];
     const char                 *hget[3];
     ngx_http_feed_redis_call_t  call;
 
@@ -232,14 +229,11 @@ ngx_http_feed_timeline_cache_page(ngx_http_request_t *r,
                                 ttl[NGX_INT_T_LEN];
     char                        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_NKEYS]
                                     [NGX_HTTP_FEED_KEY_LEN];
-    size_t                      argvlen[NGX_HTTP_FEED_REDIS_CALL_ARGC(
-                                    NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_NKEYS,
-                                    NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_NARGS)];
+    size_t                      argvlen[
+                                    NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_ARGC];
     size_t                      len, vlen;
     ngx_str_t                   kept;
-    const char                 *argv[NGX_HTTP_FEED_REDIS_CALL_ARGC(
-                                    NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_NKEYS,
-                                    NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_NARGS)];
+    const char                 *argv[NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_ARGC];
     ngx_http_feed_redis_call_t  call;
 
     len = cached->version.len + 1 + NGX_HTTP_FEED_NONCE_LEN + body->len
@@ -530,12 +524,9 @@ ngx_http_feed_timeline_cache_lock(ngx_http_request_t *r,
     char                        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_LOCK_NKEYS]
                                     [NGX_HTTP_FEED_KEY_LEN];
     u_char                      ms[NGX_INT_T_LEN];
-    size_t                      argvlen[NGX_HTTP_FEED_REDIS_CALL_ARGC(
-                                    NGX_HTTP_FEED_SCRIPT_TIMELINE_LOCK_NKEYS,
-                                    NGX_HTTP_FEED_SCRIPT_TIMELINE_LOCK_NARGS)];
-    const char                 *argv[NGX_HTTP_FEED_REDIS_CALL_ARGC(
-                                    NGX_HTTP_FEED_SCRIPT_TIMELINE_LOCK_NKEYS,
-                                    NGX_HTTP_FEED_SCRIPT_TIMELINE_LOCK_NARGS)];
+    size_t                      argvlen[
+                                    NGX_HTTP_FEED_SCRIPT_TIMELINE_LOCK_ARGC];
+    const char                 *argv[NGX_HTTP_FEED_SCRIPT_TIMELINE_LOCK_ARGC];
     ngx_http_feed_redis_call_t  call;
 
     /* token->data: NGX_HTTP_FEED_NONCE_LEN bytes of the caller's */
@@ -579,12 +570,9 @@ ngx_http_feed_timeline_cache_unlock(ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_user_t *user, ngx_str_t *token, ngx_uint_t failed)
 {
     char                        lock[NGX_HTTP_FEED_KEY_LEN];
-    size_t                      argvlen[NGX_HTTP_FEED_REDIS_CALL_ARGC(
-                                    NGX_HTTP_FEED_SCRIPT_TIMELINE_UNLOCK_NKEYS,
-                                    NGX_HTTP_FEED_SCRIPT_TIMELINE_UNLOCK_NARGS)];
-    const char                 *argv[NGX_HTTP_FEED_REDIS_CALL_ARGC(
-                                    NGX_HTTP_FEED_SCRIPT_TIMELINE_UNLOCK_NKEYS,
-                                    NGX_HTTP_FEED_SCRIPT_TIMELINE_UNLOCK_NARGS)];
+    size_t                      argvlen[
+                                    NGX_HTTP_FEED_SCRIPT_TIMELINE_UNLOCK_ARGC];
+    const char                 *argv[NGX_HTTP_FEED_SCRIPT_TIMELINE_UNLOCK_ARGC];
     ngx_http_feed_redis_call_t  call;
 
     ngx_http_feed_redis_call_init(&call,
@@ -823,12 +811,9 @@ ngx_http_feed_timeline_cache_send_drop(ngx_http_request_t *r,
     char                        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_NKEYS]
                                     [NGX_HTTP_FEED_KEY_LEN];
     u_char                      ttl[NGX_INT_T_LEN];
-    size_t                      argvlen[NGX_HTTP_FEED_REDIS_CALL_ARGC(
-                                    NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_NKEYS,
-                                    NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_NARGS)];
-    const char                 *argv[NGX_HTTP_FEED_REDIS_CALL_ARGC(
-                                    NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_NKEYS,
-                                    NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_NARGS)];
+    size_t                      argvlen[
+                                    NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_ARGC];
+    const char                 *argv[NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_ARGC];
     ngx_http_feed_redis_call_t  call;
 
     ngx_http_feed_redis_call_init(&call, &ngx_http_feed_script_timeline_drop,

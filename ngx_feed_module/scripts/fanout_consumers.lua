@@ -1,7 +1,8 @@
 --[[
-  Deletes the consumers of workers that are gone
-  (ngx_http_feed_fanout_consumers_clean), but only those with no pending
-  entries: an entry still pending is claimed by a live consumer first.
+  Deletes the fanout group's consumers that are gone, as the worker chose
+  them from XINFO (ngx_http_feed_fanout_consumers.c), but only those that
+  still have nothing pending, checked in the same step as the delete:
+  what a dead worker held is claimed by a live one first.
 
   Input:
     KEYS[1] stream            feed:posts
