@@ -9,10 +9,14 @@
 #   make fuzz    the libFuzzer targets, FUZZ_SECONDS each (docs/fuzzing.md)
 
 SHELL       := /bin/bash
+LUA2H       := ngx_feed_module/scripts/lua2h
+SCRIPTS     := $(wildcard ngx_feed_module/scripts/*.lua \
+                          ngx_feed_module/scripts/lib/*.lua)
 NGX_SRC     ?= /usr/share/nginx/src
 BUILD       := $(CURDIR)/build
 MODULE      := $(BUILD)/ngx_http_feed_module.so
-SOURCES     := config $(wildcard ngx_feed_module/*.c ngx_feed_module/*.h)
+SOURCES     := config $(wildcard ngx_feed_module/*.c ngx_feed_module/*.h) \
+               $(LUA2H) $(SCRIPTS)
 PROVE_JOBS  ?= 2
 
 # the sanitizer build: its own directory, so build/ stays as it is; loaded
@@ -60,8 +64,12 @@ define configure
 	    || { tail -20 $(1)/configure.log; exit 1; }
 endef
 
-# $(1): the build directory
+# $(1): the build directory; the scripts' header made again first (config
+# made it at ./configure time): unchanged, it compiles nothing again
 define compile
+	sh $(LUA2H) \
+	    $(1)/nginx/objs/addon/ngx_feed_module/ngx_http_feed_scripts.h \
+	    ngx_feed_module/scripts
 	$(MAKE) -C $(1)/nginx -f objs/Makefile modules \
 	    CFLAGS_EXTRA= > $(1)/make.log 2>&1 \
 	    || { grep -E 'error|warning' $(1)/make.log | head -30; exit 1; }

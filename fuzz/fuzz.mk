@@ -14,6 +14,7 @@ FUZZ_SECONDS  ?= 300
 FUZZ_DIR      := $(BUILD)/fuzz
 FUZZ_BIN      := $(FUZZ_DIR)/bin
 FUZZ_NGX      := $(FUZZ_DIR)/nginx
+FUZZ_GEN      := $(FUZZ_DIR)/gen
 
 # nginx's core: UBSan reports recoverable, so that fuzz/ubsan.supp can name
 # those known in nginx; the module and the targets: none recoverable
@@ -25,7 +26,7 @@ FUZZ_CFLAGS   := -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer-no-link \
 # the module's pool allocations each a heap block: ASan sees an overrun
 FUZZ_MODFLAGS := -DNGX_HTTP_FEED_EXACT_ALLOC=1
 FUZZ_WARN     := -Wall -Wextra -Wpointer-arith -Wno-unused-parameter -Werror
-FUZZ_INCS     := -I$(CURDIR)/fuzz -I$(CURDIR)/ngx_feed_module \
+FUZZ_INCS     := -I$(CURDIR)/fuzz -I$(CURDIR)/ngx_feed_module -I$(FUZZ_GEN) \
                  $(addprefix -I$(FUZZ_NGX)/, src/core src/event \
                      src/event/modules src/os/unix src/http \
                      src/http/modules objs)
@@ -33,7 +34,7 @@ FUZZ_INCS     := -I$(CURDIR)/fuzz -I$(CURDIR)/ngx_feed_module \
 FUZZ_MODULE   := $(patsubst ngx_feed_module/%.c,$(FUZZ_DIR)/mod/%.o, \
                      $(wildcard ngx_feed_module/*.c))
 FUZZ_DEPS     := $(wildcard ngx_feed_module/*.c ngx_feed_module/*.h) \
-                 fuzz/ngx_http_feed_fuzz.h
+                 fuzz/ngx_http_feed_fuzz.h $(FUZZ_GEN)/ngx_http_feed_scripts.h
 
 .PHONY: fuzz fuzz-build fuzz-deps
 .SECONDARY:
@@ -57,6 +58,11 @@ fuzz: fuzz-build
 $(FUZZ_DIR)/libngx.a: tools/fuzz-nginx
 	@rm -f $@
 	sh tools/fuzz-nginx $(FUZZ_DIR) "$(FUZZ_NGXFLAGS)"
+
+# the scripts' header, as config makes it for nginx's build
+$(FUZZ_GEN)/ngx_http_feed_scripts.h: $(LUA2H) $(SCRIPTS)
+	@mkdir -p $(@D)
+	sh $(LUA2H) $@ ngx_feed_module/scripts
 
 $(FUZZ_DIR)/mod/%.o: ngx_feed_module/%.c $(FUZZ_DEPS) $(FUZZ_DIR)/libngx.a
 	@mkdir -p $(@D)

@@ -21,7 +21,7 @@
 
 
 #include "ngx_http_feed_fanout.h"
-#include "ngx_http_feed_timeline.h"
+#include "ngx_http_feed_timeline_cache.h"
 #include "ngx_http_feed_post.h"
 
 
@@ -207,34 +207,30 @@ ngx_http_feed_fanout_ready(ngx_http_feed_redis_t *rd, void *data)
     ngx_http_feed_main_conf_t  *fmcf;
     const char                 *argv[6];
     size_t                      argvlen[6];
+    ngx_http_feed_redis_args_t  args;
 
     fmcf = fo->fmcf;
 
     /* the id by which a shutdown can end our blocked read at once */
 
-    argv[0] = "CLIENT";
-    argvlen[0] = 6;
-    argv[1] = "ID";
-    argvlen[1] = 2;
+    ngx_http_feed_redis_args_init(&args, argv, argvlen);
+    ngx_http_feed_redis_args_lit(&args, "CLIENT");
+    ngx_http_feed_redis_args_lit(&args, "ID");
 
     (void) ngx_http_feed_redis_send(rd, ngx_http_feed_fanout_client_id, fo,
-                                    2, argv, argvlen);
+                                    &args);
 
-    argv[0] = "XGROUP";
-    argvlen[0] = 6;
-    argv[1] = "CREATE";
-    argvlen[1] = 6;
-    argv[2] = (const char *) fmcf->stream.data;
-    argvlen[2] = fmcf->stream.len;
-    argv[3] = (const char *) fmcf->fanout_group.data;
-    argvlen[3] = fmcf->fanout_group.len;
-    argv[4] = "0";
-    argvlen[4] = 1;
-    argv[5] = "MKSTREAM";
-    argvlen[5] = 8;
+    ngx_http_feed_redis_args_init(&args, argv, argvlen);
+    ngx_http_feed_redis_args_lit(&args, "XGROUP");
+    ngx_http_feed_redis_args_lit(&args, "CREATE");
+    ngx_http_feed_redis_args_key(&args, fmcf->stream.data, fmcf->stream.len);
+    ngx_http_feed_redis_args_add(&args, fmcf->fanout_group.data,
+                                 fmcf->fanout_group.len);
+    ngx_http_feed_redis_args_lit(&args, "0");
+    ngx_http_feed_redis_args_lit(&args, "MKSTREAM");
 
-    (void) ngx_http_feed_redis_send(rd, ngx_http_feed_fanout_grouped, fo, 6,
-                                    argv, argvlen);
+    (void) ngx_http_feed_redis_send(rd, ngx_http_feed_fanout_grouped, fo,
+                                    &args);
 }
 
 
@@ -284,9 +280,10 @@ ngx_http_feed_fanout_stop(ngx_http_feed_redis_t *rd, void *data)
 {
     ngx_http_feed_fanout_t  *fo = data;
 
-    u_char       id[NGX_INT64_LEN];
-    size_t       argvlen[3];
-    const char  *argv[3];
+    u_char                      id[NGX_INT64_LEN];
+    size_t                      argvlen[3];
+    const char                 *argv[3];
+    ngx_http_feed_redis_args_t  args;
 
     if (fo->timer.timer_set) {
         ngx_del_timer(&fo->timer);
@@ -296,15 +293,14 @@ ngx_http_feed_fanout_stop(ngx_http_feed_redis_t *rd, void *data)
         return;
     }
 
-    argv[0] = "CLIENT";
-    argvlen[0] = 6;
-    argv[1] = "UNBLOCK";
-    argvlen[1] = 7;
-    argv[2] = (const char *) id;
-    argvlen[2] = ngx_sprintf(id, "%L", fo->client_id) - id;
+    ngx_http_feed_redis_args_init(&args, argv, argvlen);
+    ngx_http_feed_redis_args_lit(&args, "CLIENT");
+    ngx_http_feed_redis_args_lit(&args, "UNBLOCK");
+    ngx_http_feed_redis_args_add(&args, id,
+                                 ngx_sprintf(id, "%L", fo->client_id) - id);
 
-    (void) ngx_http_feed_redis_send(fo->fmcf->redis_client, NULL, NULL, 3,
-                                    argv, argvlen);
+    (void) ngx_http_feed_redis_send(fo->fmcf->redis_client, NULL, NULL,
+                                    &args);
 }
 
 
@@ -341,38 +337,33 @@ ngx_http_feed_fanout_read(ngx_http_feed_fanout_t *fo)
     u_char                      count[NGX_INT_T_LEN], block[NGX_INT_T_LEN];
     size_t                      argvlen[11];
     const char                 *argv[11];
+    ngx_http_feed_redis_args_t  args;
     ngx_http_feed_main_conf_t  *fmcf;
 
     fmcf = fo->fmcf;
 
-    argv[0] = "XREADGROUP";
-    argvlen[0] = 10;
-    argv[1] = "GROUP";
-    argvlen[1] = 5;
-    argv[2] = (const char *) fmcf->fanout_group.data;
-    argvlen[2] = fmcf->fanout_group.len;
-    argv[3] = fo->consumer;
-    argvlen[3] = fo->consumer_len;
-    argv[4] = "COUNT";
-    argvlen[4] = 5;
-    argv[5] = (const char *) count;
-    argvlen[5] = ngx_sprintf(count, "%ui", fmcf->fanout_batch) - count;
-    argv[6] = "BLOCK";
-    argvlen[6] = 5;
-    argv[7] = (const char *) block;
-    argvlen[7] = ngx_sprintf(block, "%M", fmcf->fanout_block) - block;
-    argv[8] = "STREAMS";
-    argvlen[8] = 7;
-    argv[9] = (const char *) fmcf->stream.data;
-    argvlen[9] = fmcf->stream.len;
-    argv[10] = ">";
-    argvlen[10] = 1;
+    ngx_http_feed_redis_args_init(&args, argv, argvlen);
+    ngx_http_feed_redis_args_lit(&args, "XREADGROUP");
+    ngx_http_feed_redis_args_lit(&args, "GROUP");
+    ngx_http_feed_redis_args_add(&args, fmcf->fanout_group.data,
+                                 fmcf->fanout_group.len);
+    ngx_http_feed_redis_args_add(&args, fo->consumer, fo->consumer_len);
+    ngx_http_feed_redis_args_lit(&args, "COUNT");
+    ngx_http_feed_redis_args_add(&args, count,
+                                 ngx_sprintf(count, "%ui", fmcf->fanout_batch)
+                                 - count);
+    ngx_http_feed_redis_args_lit(&args, "BLOCK");
+    ngx_http_feed_redis_args_add(&args, block,
+                                 ngx_sprintf(block, "%M", fmcf->fanout_block)
+                                 - block);
+    ngx_http_feed_redis_args_lit(&args, "STREAMS");
+    ngx_http_feed_redis_args_key(&args, fmcf->stream.data, fmcf->stream.len);
+    ngx_http_feed_redis_args_lit(&args, ">");
 
     if (ngx_http_feed_redis_send_timeout(fo->rd,
                                          fmcf->fanout_block
                                          + fmcf->redis.timeout,
-                                         ngx_http_feed_fanout_got, fo, 11,
-                                         argv, argvlen)
+                                         ngx_http_feed_fanout_got, fo, &args)
         == NULL)
     {
         ngx_add_timer(&fo->timer, NGX_HTTP_FEED_FANOUT_RETRY);
@@ -389,6 +380,7 @@ ngx_http_feed_fanout_claim(ngx_http_feed_fanout_t *fo)
     u_char                      idle[NGX_INT_T_LEN], count[NGX_INT_T_LEN];
     size_t                      argvlen[8];
     const char                 *argv[8];
+    ngx_http_feed_redis_args_t  args;
     ngx_http_feed_main_conf_t  *fmcf;
 
     fmcf = fo->fmcf;
@@ -396,25 +388,23 @@ ngx_http_feed_fanout_claim(ngx_http_feed_fanout_t *fo)
 
     ngx_http_feed_fanout_consumers_clean();
 
-    argv[0] = "XAUTOCLAIM";
-    argvlen[0] = 10;
-    argv[1] = (const char *) fmcf->stream.data;
-    argvlen[1] = fmcf->stream.len;
-    argv[2] = (const char *) fmcf->fanout_group.data;
-    argvlen[2] = fmcf->fanout_group.len;
-    argv[3] = fo->consumer;
-    argvlen[3] = fo->consumer_len;
-    argv[4] = (const char *) idle;
-    argvlen[4] = ngx_sprintf(idle, "%M", fmcf->fanout_claim_idle) - idle;
-    argv[5] = "0-0";
-    argvlen[5] = 3;
-    argv[6] = "COUNT";
-    argvlen[6] = 5;
-    argv[7] = (const char *) count;
-    argvlen[7] = ngx_sprintf(count, "%ui", fmcf->fanout_batch) - count;
+    ngx_http_feed_redis_args_init(&args, argv, argvlen);
+    ngx_http_feed_redis_args_lit(&args, "XAUTOCLAIM");
+    ngx_http_feed_redis_args_key(&args, fmcf->stream.data, fmcf->stream.len);
+    ngx_http_feed_redis_args_add(&args, fmcf->fanout_group.data,
+                                 fmcf->fanout_group.len);
+    ngx_http_feed_redis_args_add(&args, fo->consumer, fo->consumer_len);
+    ngx_http_feed_redis_args_add(&args, idle,
+                                 ngx_sprintf(idle, "%M",
+                                             fmcf->fanout_claim_idle)
+                                 - idle);
+    ngx_http_feed_redis_args_lit(&args, "0-0");
+    ngx_http_feed_redis_args_lit(&args, "COUNT");
+    ngx_http_feed_redis_args_add(&args, count,
+                                 ngx_sprintf(count, "%ui", fmcf->fanout_batch)
+                                 - count);
 
-    if (ngx_http_feed_redis_send(fo->rd, ngx_http_feed_fanout_got, fo, 8,
-                                 argv, argvlen)
+    if (ngx_http_feed_redis_send(fo->rd, ngx_http_feed_fanout_got, fo, &args)
         == NULL)
     {
         ngx_add_timer(&fo->timer, NGX_HTTP_FEED_FANOUT_RETRY);
@@ -727,21 +717,18 @@ ngx_http_feed_fanout_fetched(ngx_http_feed_mongo_task_t *t)
 static void
 ngx_http_feed_fanout_post_cache(ngx_http_feed_fanout_entry_t *fe)
 {
-    u_char                     *p, ttl[NGX_INT_T_LEN];
-    size_t                      argvlen[5];
-    const char                 *argv[5];
+    u_char                     *p;
     ngx_http_feed_main_conf_t  *fmcf;
 
     fmcf = fe->fo->fmcf;
 
-    p = ngx_pnalloc(fe->pool, sizeof(NGX_HTTP_FEED_POST_PREFIX) + 24
-                              + fe->page.json_len);
-    if (p == NULL) {
-        fe->failed = 1;
-        return;
-    }
-
     if (fmcf->cache_embed) {
+        p = ngx_pnalloc(fe->pool, 24 + fe->page.json_len);
+        if (p == NULL) {
+            fe->failed = 1;
+            return;
+        }
+
         fe->entry.data = p;
         p = ngx_cpymem(p, fe->page.post_id, 24);
         p = ngx_cpymem(p, fe->page.json, fe->page.json_len);
@@ -751,22 +738,12 @@ ngx_http_feed_fanout_post_cache(ngx_http_feed_fanout_entry_t *fe)
         fe->entry.data = (u_char *) fe->page.post_id;
         fe->entry.len = 24;
 
-        argv[0] = "SET";
-        argvlen[0] = 3;
-        argv[1] = (const char *) p;
-        argvlen[1] = ngx_sprintf(p, "%s%s", NGX_HTTP_FEED_POST_PREFIX,
-                                 fe->page.post_id) - p;
-        argv[2] = fe->page.json;
-        argvlen[2] = fe->page.json_len;
-        argv[3] = "EX";
-        argvlen[3] = 2;
-        argv[4] = (const char *) ttl;
-        argvlen[4] = ngx_sprintf(ttl, "%T", 2 * fmcf->cache_ttl) - ttl;
-
-        if (ngx_http_feed_redis_send(fmcf->redis_client,
-                                     ngx_http_feed_fanout_delivered, fe, 5,
-                                     argv, argvlen)
-            != NULL)
+        if (ngx_http_feed_timeline_cache_post(fmcf, fe->page.post_id,
+                                              fe->page.json,
+                                              fe->page.json_len,
+                                              ngx_http_feed_fanout_delivered,
+                                              fe)
+            == NGX_OK)
         {
             fe->waiting++;
 
@@ -951,6 +928,7 @@ ngx_http_feed_fanout_ack(ngx_http_feed_fanout_entry_t *fe)
 {
     size_t                      argvlen[4];
     const char                 *argv[4];
+    ngx_http_feed_redis_args_t  args;
     ngx_http_feed_main_conf_t  *fmcf;
 
     fmcf = fe->fo->fmcf;
@@ -962,20 +940,18 @@ ngx_http_feed_fanout_ack(ngx_http_feed_fanout_entry_t *fe)
 
     if (fe->kind == 'd' && fe->last) {
         /* out of every timeline: reads need not skip it much longer */
-        ngx_http_feed_timeline_deleted(fmcf, fe->page.post_id, 1);
+        ngx_http_feed_timeline_cache_removed(fmcf, fe->page.post_id);
     }
 
-    argv[0] = "XACK";
-    argvlen[0] = 4;
-    argv[1] = (const char *) fmcf->stream.data;
-    argvlen[1] = fmcf->stream.len;
-    argv[2] = (const char *) fmcf->fanout_group.data;
-    argvlen[2] = fmcf->fanout_group.len;
-    argv[3] = fe->sid;
-    argvlen[3] = ngx_strlen(fe->sid);
+    ngx_http_feed_redis_args_init(&args, argv, argvlen);
+    ngx_http_feed_redis_args_lit(&args, "XACK");
+    ngx_http_feed_redis_args_key(&args, fmcf->stream.data, fmcf->stream.len);
+    ngx_http_feed_redis_args_add(&args, fmcf->fanout_group.data,
+                                 fmcf->fanout_group.len);
+    ngx_http_feed_redis_args_add(&args, fe->sid, ngx_strlen(fe->sid));
 
     if (ngx_http_feed_redis_send(fe->fo->rd, ngx_http_feed_fanout_acked, fe,
-                                 4, argv, argvlen)
+                                 &args)
         == NULL)
     {
         /* delivered but not acknowledged: delivered again later, once */

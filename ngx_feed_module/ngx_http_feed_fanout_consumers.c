@@ -20,6 +20,7 @@
 
 
 #include "ngx_http_feed_fanout.h"
+#include "ngx_http_feed_scripts.h"
 
 
 #define NGX_HTTP_FEED_CONSUMER_IDLE  (3600 * 1000)
@@ -33,27 +34,6 @@ typedef struct {
     ngx_str_t                     host;
     ngx_log_t                    *log;
 } ngx_http_feed_consumers_t;
-
-
-/* KEYS: stream.  ARGV: group, consumers.  Returns how many went. */
-
-static ngx_http_feed_redis_script_t  ngx_http_feed_fanout_consumers_lua = {
-    "local idle, n = {}, 0 "
-    "for _, c in ipairs(redis.call('xinfo', 'consumers', KEYS[1], "
-    "                              ARGV[1])) do "
-    "  local f = {} "
-    "  for i = 1, #c, 2 do f[c[i]] = c[i + 1] end "
-    "  if f.pending == 0 then idle[f.name] = true end "
-    "end "
-    "for i = 2, #ARGV do "
-    "  if idle[ARGV[i]] then "
-    "    redis.call('xgroup', 'delconsumer', KEYS[1], ARGV[1], ARGV[i]) "
-    "    n = n + 1 "
-    "  end "
-    "end "
-    "return n",
-    0, ""
-};
 
 
 static void ngx_http_feed_consumers_info(void *data, redisReply *reply);
@@ -79,8 +59,7 @@ ngx_http_feed_fanout_consumers_init(ngx_cycle_t *cycle,
     cs->host = cycle->hostname;
     cs->log = cycle->log;
 
-    return ngx_http_feed_redis_add_script(rd,
-                                          &ngx_http_feed_fanout_consumers_lua);
+    return NGX_OK;
 }
 
 
@@ -91,19 +70,19 @@ ngx_http_feed_fanout_consumers_clean(void)
 {
     size_t                      argvlen[4];
     const char                 *argv[4];
+    ngx_http_feed_redis_args_t  args;
     ngx_http_feed_consumers_t  *cs = &ngx_http_feed_consumers;
 
-    argv[0] = "XINFO";
-    argvlen[0] = 5;
-    argv[1] = "CONSUMERS";
-    argvlen[1] = 9;
-    argv[2] = (const char *) cs->fmcf->stream.data;
-    argvlen[2] = cs->fmcf->stream.len;
-    argv[3] = (const char *) cs->fmcf->fanout_group.data;
-    argvlen[3] = cs->fmcf->fanout_group.len;
+    ngx_http_feed_redis_args_init(&args, argv, argvlen);
+    ngx_http_feed_redis_args_lit(&args, "XINFO");
+    ngx_http_feed_redis_args_lit(&args, "CONSUMERS");
+    ngx_http_feed_redis_args_key(&args, cs->fmcf->stream.data,
+                                 cs->fmcf->stream.len);
+    ngx_http_feed_redis_args_add(&args, cs->fmcf->fanout_group.data,
+                                 cs->fmcf->fanout_group.len);
 
     (void) ngx_http_feed_redis_send(cs->rd, ngx_http_feed_consumers_info, cs,
-                                    4, argv, argvlen);
+                                    &args);
 }
 
 
@@ -112,42 +91,57 @@ ngx_http_feed_consumers_info(void *data, redisReply *reply)
 {
     ngx_http_feed_consumers_t  *cs = data;
 
-    size_t       argvlen[5 + NGX_HTTP_FEED_CONSUMERS_MAX];
-    ngx_uint_t   i, n;
-    const char  *argv[5 + NGX_HTTP_FEED_CONSUMERS_MAX];
+    size_t                      argvlen[NGX_HTTP_FEED_REDIS_CALL_ARGC(
+                                   NGX_HTTP_FEED_SCRIPT_FANOUT_CONSUMERS_NKEYS,
+                                   NGX_HTTP_FEED_SCRIPT_FANOUT_CONSUMERS_NARGS
+                                   + NGX_HTTP_FEED_CONSUMERS_MAX)];
+    ngx_uint_t                  i;
+    const char                 *argv[NGX_HTTP_FEED_REDIS_CALL_ARGC(
+                                   NGX_HTTP_FEED_SCRIPT_FANOUT_CONSUMERS_NKEYS,
+                                   NGX_HTTP_FEED_SCRIPT_FANOUT_CONSUMERS_NARGS
+                                   + NGX_HTTP_FEED_CONSUMERS_MAX)];
+    redisReply                 *name;
+    ngx_http_feed_redis_call_t  call;
 
     if (reply == NULL || reply->type != REDIS_REPLY_ARRAY) {
         return;
     }
 
-    n = 0;
+    ngx_http_feed_redis_call_init(&call,
+                                  &ngx_http_feed_script_fanout_consumers,
+                                  argv, argvlen,
+                                  NGX_HTTP_FEED_SCRIPT_FANOUT_CONSUMERS_NKEYS,
+                                  NGX_HTTP_FEED_SCRIPT_FANOUT_CONSUMERS_NARGS);
 
-    for (i = 0; i < reply->elements && n < NGX_HTTP_FEED_CONSUMERS_MAX; i++) {
+    ngx_http_feed_redis_call_key(&call,
+        NGX_HTTP_FEED_SCRIPT_FANOUT_CONSUMERS_KEY_STREAM,
+        cs->fmcf->stream.data, cs->fmcf->stream.len);
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_FANOUT_CONSUMERS_ARG_GROUP,
+        cs->fmcf->fanout_group.data, cs->fmcf->fanout_group.len);
+
+    /* then the names of those gone, each the second field of its entry */
+
+    for (i = 0;
+         i < reply->elements
+         && call.nargs < NGX_HTTP_FEED_SCRIPT_FANOUT_CONSUMERS_NARGS
+                         + NGX_HTTP_FEED_CONSUMERS_MAX;
+         i++)
+    {
         if (ngx_http_feed_consumer_gone(cs, reply->element[i])) {
-            /* the name is the second field */
-            argv[5 + n] = reply->element[i]->element[1]->str;
-            argvlen[5 + n] = reply->element[i]->element[1]->len;
-            n++;
+            name = reply->element[i]->element[1];
+            ngx_http_feed_redis_call_arg(&call, call.nargs, name->str,
+                                         name->len);
+            call.nargs++;
         }
     }
 
-    if (n == 0) {
+    if (call.nargs == NGX_HTTP_FEED_SCRIPT_FANOUT_CONSUMERS_NARGS) {
         return;
     }
 
-    argv[0] = "EVALSHA";
-    argvlen[0] = 7;
-    argv[1] = ngx_http_feed_fanout_consumers_lua.sha1;
-    argvlen[1] = 40;
-    argv[2] = "1";
-    argvlen[2] = 1;
-    argv[3] = (const char *) cs->fmcf->stream.data;
-    argvlen[3] = cs->fmcf->stream.len;
-    argv[4] = (const char *) cs->fmcf->fanout_group.data;
-    argvlen[4] = cs->fmcf->fanout_group.len;
-
-    (void) ngx_http_feed_redis_send(cs->rd, ngx_http_feed_consumers_done,
-                                    cs, 5 + n, argv, argvlen);
+    (void) ngx_http_feed_redis_call(NULL, cs->rd, &call,
+                                    ngx_http_feed_consumers_done, cs);
 }
 
 

@@ -13,7 +13,7 @@
 
 #include "ngx_http_feed_graph.h"
 #include "ngx_http_feed_counts.h"
-#include "ngx_http_feed_timeline.h"
+#include "ngx_http_feed_timeline_cache.h"
 #include "ngx_http_feed_json.h"
 
 
@@ -177,10 +177,6 @@ ngx_http_feed_follow_stored(ngx_http_request_t *r, void *data)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    if (rc == NGX_DECLINED) {
-        ngx_http_feed_counts_defer(&op->src, NGX_HTTP_FEED_DEFER_TIMELINE);
-    }
-
     ctx->waiting += (rc == NGX_OK);
 
     ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
@@ -202,11 +198,9 @@ ngx_http_feed_follow_invalidated(void *data, redisReply *reply)
 
     if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
         /* invalidation is idempotent: replay all when Redis is back */
-        ngx_http_feed_counts_defer(&ctx->follow.src,
-                                   NGX_HTTP_FEED_DEFER_COUNTS
-                                   |NGX_HTTP_FEED_DEFER_TIMELINE);
-        ngx_http_feed_counts_defer(&ctx->follow.dst,
-                                   NGX_HTTP_FEED_DEFER_COUNTS);
+        ngx_http_feed_counts_invalidate_later(&ctx->follow.src);
+        ngx_http_feed_counts_invalidate_later(&ctx->follow.dst);
+        ngx_http_feed_timeline_cache_drop_later(&ctx->follow.src);
     }
 
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,

@@ -988,8 +988,7 @@ ngx_http_feed_init_process(ngx_cycle_t *cycle)
         }
 
         if (ngx_http_feed_counts_init(fmcf) != NGX_OK
-            || ngx_http_feed_timeline_cache_init(fmcf->redis_client)
-               != NGX_OK)
+            || ngx_http_feed_timeline_cache_init(fmcf) != NGX_OK)
         {
             return NGX_ERROR;
         }

@@ -14,7 +14,7 @@
 
 
 #include "ngx_http_feed_outbox.h"
-#include "ngx_http_feed_timeline.h"
+#include "ngx_http_feed_timeline_cache.h"
 
 
 #define NGX_HTTP_FEED_SWEEP_EVERY  1000
@@ -50,8 +50,6 @@ typedef struct {
 } ngx_http_feed_outbox_clear_t;
 
 
-static void ngx_http_feed_outbox_mark_deleted(
-    ngx_http_feed_main_conf_t *fmcf, const char *hex);
 static void ngx_http_feed_outbox_clear_run(ngx_http_feed_mongo_task_t *t,
     mongoc_client_t *client);
 static void ngx_http_feed_sweep(ngx_event_t *ev);
@@ -78,89 +76,49 @@ ngx_http_feed_outbox_send(ngx_http_request_t *r,
     ngx_http_feed_user_t *author, int64_t ts, ngx_http_feed_redis_pt handler,
     void *data)
 {
-    int          argc;
-    char         hex[25];
-    u_char       maxlen[NGX_INT_T_LEN], tsbuf[NGX_INT64_LEN];
-    size_t       argvlen[15];
-    const char  *argv[15];
+    char                        hex[25];
+    u_char                      maxlen[NGX_INT_T_LEN], tsbuf[NGX_INT64_LEN];
+    size_t                      argvlen[14];
+    const char                 *argv[14];
+    ngx_http_feed_redis_args_t  args;
 
     bson_oid_to_string(id, hex);
 
+    /*
+     * Cached timelines may still hold a deleted post until fanout removes
+     * it: the cache marks it ahead of the delete's entry, on the same
+     * connection, so that reads skip it before anyone hears of the delete.
+     */
+
     if (kind[0] == 'd') {
-        ngx_http_feed_outbox_mark_deleted(fmcf, hex);
+        ngx_http_feed_timeline_cache_delete(fmcf, hex);
     }
 
-    argv[0] = "XADD";
-    argv[1] = (const char *) fmcf->stream.data;
-    argvlen[1] = fmcf->stream.len;
-    argv[2] = "MAXLEN";
-    argv[3] = "~";
-    argv[4] = (const char *) maxlen;
-    argvlen[4] = ngx_sprintf(maxlen, "%ui", fmcf->stream_maxlen) - maxlen;
-    argv[5] = "*";
-    argv[6] = "type";
-    argv[7] = kind;
-    argv[8] = "id";
-    argv[9] = hex;
-    argvlen[9] = 24;
-    argv[10] = "author";
-    argv[11] = author->data;
-    argvlen[11] = author->len;
-    argc = 12;
+    ngx_http_feed_redis_args_init(&args, argv, argvlen);
+    ngx_http_feed_redis_args_lit(&args, "XADD");
+    ngx_http_feed_redis_args_key(&args, fmcf->stream.data, fmcf->stream.len);
+    ngx_http_feed_redis_args_lit(&args, "MAXLEN");
+    ngx_http_feed_redis_args_lit(&args, "~");
+    ngx_http_feed_redis_args_add(&args, maxlen,
+                                 ngx_sprintf(maxlen, "%ui",
+                                             fmcf->stream_maxlen)
+                                 - maxlen);
+    ngx_http_feed_redis_args_lit(&args, "*");
+    ngx_http_feed_redis_args_lit(&args, "type");
+    ngx_http_feed_redis_args_add(&args, kind, ngx_strlen(kind));
+    ngx_http_feed_redis_args_lit(&args, "id");
+    ngx_http_feed_redis_args_add(&args, hex, 24);
+    ngx_http_feed_redis_args_lit(&args, "author");
+    ngx_http_feed_redis_args_add(&args, author->data, author->len);
 
     if (ts) {
-        argv[12] = "ts";
-        argv[13] = (const char *) tsbuf;
-        argvlen[13] = ngx_sprintf(tsbuf, "%L", ts) - tsbuf;
-        argc = 14;
+        ngx_http_feed_redis_args_lit(&args, "ts");
+        ngx_http_feed_redis_args_add(&args, tsbuf,
+                                     ngx_sprintf(tsbuf, "%L", ts) - tsbuf);
     }
 
-    argvlen[0] = 4;
-    argvlen[2] = 6;
-    argvlen[3] = 1;
-    argvlen[5] = 1;
-    argvlen[6] = 4;
-    argvlen[7] = ngx_strlen(kind);
-    argvlen[8] = 2;
-    argvlen[10] = 6;
-    argvlen[12] = 2;
-
-    if (r) {
-        return ngx_http_feed_redis_send_r(r, fmcf->redis_client, handler,
-                                          data, argc, argv, argvlen);
-    }
-
-    return ngx_http_feed_redis_send(fmcf->redis_client, handler, data, argc,
-                                    argv, argvlen)
-           ? NGX_OK : NGX_DECLINED;
-}
-
-
-/*
- * Cached timelines may still hold a deleted post until fanout removes it:
- * every read skips posts marked so.  Sent ahead of the delete's entry, on
- * the same connection, so it is in Redis before anyone hears of the
- * delete; the copy of the post in link mode goes too.
- */
-
-static void
-ngx_http_feed_outbox_mark_deleted(ngx_http_feed_main_conf_t *fmcf,
-    const char *hex)
-{
-    u_char       post[sizeof(NGX_HTTP_FEED_POST_PREFIX) + 24];
-    size_t       argvlen[2];
-    const char  *argv[2];
-
-    ngx_http_feed_timeline_deleted(fmcf, hex, 0);
-
-    argv[0] = "DEL";
-    argvlen[0] = 3;
-    argv[1] = (const char *) post;
-    argvlen[1] = ngx_sprintf(post, "%s%s", NGX_HTTP_FEED_POST_PREFIX, hex)
-                 - post;
-
-    (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, 2, argv,
-                                    argvlen);
+    return ngx_http_feed_redis_send_r(r, fmcf->redis_client, handler, data,
+                                      &args);
 }
 
 

@@ -17,13 +17,10 @@
 
 #include "ngx_http_feed_redis.h"
 
-#include <ngx_sha1.h>
-
 
 #define NGX_HTTP_FEED_REDIS_BACKOFF_MIN  50
 #define NGX_HTTP_FEED_REDIS_BACKOFF_MAX  2000
 #define NGX_HTTP_FEED_REDIS_READY_MAX    4
-#define NGX_HTTP_FEED_REDIS_SCRIPTS_MAX  16
 
 
 typedef struct {
@@ -59,9 +56,6 @@ struct ngx_http_feed_redis_s {
 
     ngx_http_feed_redis_ready_t   ready[NGX_HTTP_FEED_REDIS_READY_MAX];
     ngx_uint_t                    nready;
-
-    ngx_http_feed_redis_script_t *scripts[NGX_HTTP_FEED_REDIS_SCRIPTS_MAX];
-    ngx_uint_t                    nscripts;
 
     /* called when a graceful shutdown begins (the connection is "idle") */
     ngx_http_feed_redis_ready_pt  on_exit;
@@ -153,11 +147,13 @@ ngx_http_feed_redis_create(ngx_cycle_t *cycle,
     ngx_queue_init(&rd->pending);
     ngx_queue_init(&rd->free);
 
+    ngx_http_feed_redis_scripts_init();
+
     return rd;
 }
 
 
-/* after the scripts and ready hooks of every feature are registered */
+/* after the ready hooks of every store and feature are registered */
 
 void
 ngx_http_feed_redis_start(ngx_http_feed_redis_t *rd)
@@ -335,64 +331,50 @@ static void
 ngx_http_feed_redis_login(ngx_http_feed_redis_t *rd)
 {
     u_char                      *p;
-    ngx_uint_t                   i;
-    const char                  *argv[3];
-    size_t                       argvlen[3];
+    const char                  *argv[2];
+    size_t                       argvlen[2];
     u_char                       db[NGX_INT_T_LEN];
+    ngx_http_feed_redis_args_t   args;
     ngx_http_feed_redis_conf_t  *conf;
 
     conf = rd->conf;
 
     if (conf->password.len) {
-        argv[0] = "AUTH";
-        argvlen[0] = 4;
-        argv[1] = (const char *) conf->password.data;
-        argvlen[1] = conf->password.len;
+        ngx_http_feed_redis_args_init(&args, argv, argvlen);
+        ngx_http_feed_redis_args_lit(&args, "AUTH");
+        ngx_http_feed_redis_args_add(&args, conf->password.data,
+                                     conf->password.len);
 
         (void) ngx_http_feed_redis_send(rd, ngx_http_feed_redis_login_reply,
-                                        rd, 2, argv, argvlen);
+                                        rd, &args);
     }
 
     if (conf->db > 0) {
         p = ngx_sprintf(db, "%i", conf->db);
 
-        argv[0] = "SELECT";
-        argvlen[0] = 6;
-        argv[1] = (const char *) db;
-        argvlen[1] = p - db;
+        ngx_http_feed_redis_args_init(&args, argv, argvlen);
+        ngx_http_feed_redis_args_lit(&args, "SELECT");
+        ngx_http_feed_redis_args_add(&args, db, p - db);
 
         (void) ngx_http_feed_redis_send(rd, ngx_http_feed_redis_login_reply,
-                                        rd, 2, argv, argvlen);
+                                        rd, &args);
     }
 
-    /* ahead of any EVALSHA, whatever Redis forgot since the last time */
-
-    for (i = 0; i < rd->nscripts; i++) {
-        argv[0] = "SCRIPT";
-        argvlen[0] = 6;
-        argv[1] = "LOAD";
-        argvlen[1] = 4;
-        argv[2] = rd->scripts[i]->text;
-        argvlen[2] = rd->scripts[i]->len;
-
-        (void) ngx_http_feed_redis_send(rd, ngx_http_feed_redis_login_reply,
-                                        rd, 3, argv, argvlen);
-    }
+    ngx_http_feed_redis_scripts_load(rd, ngx_http_feed_redis_login_reply, rd);
 
     /*
      * Its answer proves the connection healthy and resets the backoff, and
      * its run_id arrives before the reply to any command sent after it.
      */
 
-    argv[0] = "INFO";
-    argvlen[0] = 4;
-    argv[1] = "server";
-    argvlen[1] = 6;
+    ngx_http_feed_redis_args_init(&args, argv, argvlen);
+    ngx_http_feed_redis_args_lit(&args, "INFO");
+    ngx_http_feed_redis_args_lit(&args, "server");
 
     rd->run_id[0] = '\0';
 
     (void) ngx_http_feed_redis_send(rd, ngx_http_feed_redis_info_reply, rd,
-                                    2, argv, argvlen);
+                                    &args);
 }
 
 
@@ -439,40 +421,6 @@ ngx_http_feed_redis_ready(ngx_http_feed_redis_t *rd)
     for (i = 0; i < rd->nready; i++) {
         rd->ready[i].handler(rd, rd->ready[i].data);
     }
-}
-
-
-/* the SHA1 EVALSHA names a script by, as SCRIPT LOAD computes it */
-
-void
-ngx_http_feed_redis_script_init(ngx_http_feed_redis_script_t *script)
-{
-    u_char      hash[20];
-    ngx_sha1_t  sha1;
-
-    script->len = ngx_strlen(script->text);
-
-    ngx_sha1_init(&sha1);
-    ngx_sha1_update(&sha1, script->text, script->len);
-    ngx_sha1_final(hash, &sha1);
-
-    ngx_hex_dump((u_char *) script->sha1, hash, 20);
-    script->sha1[40] = '\0';
-}
-
-
-ngx_int_t
-ngx_http_feed_redis_add_script(ngx_http_feed_redis_t *rd,
-    ngx_http_feed_redis_script_t *script)
-{
-    if (rd->nscripts == NGX_HTTP_FEED_REDIS_SCRIPTS_MAX) {
-        return NGX_ERROR;
-    }
-
-    ngx_http_feed_redis_script_init(script);
-    rd->scripts[rd->nscripts++] = script;
-
-    return NGX_OK;
 }
 
 
@@ -838,11 +786,10 @@ ngx_http_feed_redis_free_reply(void *reply)
 
 ngx_http_feed_redis_cmd_t *
 ngx_http_feed_redis_send(ngx_http_feed_redis_t *rd,
-    ngx_http_feed_redis_pt handler, void *data, int argc, const char **argv,
-    const size_t *argvlen)
+    ngx_http_feed_redis_pt handler, void *data,
+    ngx_http_feed_redis_args_t *args)
 {
-    return ngx_http_feed_redis_send_timeout(rd, 0, handler, data, argc, argv,
-                                            argvlen);
+    return ngx_http_feed_redis_send_timeout(rd, 0, handler, data, args);
 }
 
 
@@ -854,7 +801,7 @@ ngx_http_feed_redis_send(ngx_http_feed_redis_t *rd,
 ngx_http_feed_redis_cmd_t *
 ngx_http_feed_redis_send_timeout(ngx_http_feed_redis_t *rd,
     ngx_msec_t timeout, ngx_http_feed_redis_pt handler, void *data,
-    int argc, const char **argv, const size_t *argvlen)
+    ngx_http_feed_redis_args_t *args)
 {
     ngx_http_feed_redis_cmd_t  *cmd;
 
@@ -872,7 +819,7 @@ ngx_http_feed_redis_send_timeout(ngx_http_feed_redis_t *rd,
     cmd->request = NULL;
 
     if (redisAsyncCommandArgv(rd->ac, ngx_http_feed_redis_reply, cmd,
-                              argc, argv, argvlen)
+                              (int) args->argc, args->argv, args->argvlen)
         != REDIS_OK)
     {
         ngx_http_feed_stat(redis_errors, 1);
@@ -900,23 +847,29 @@ ngx_http_feed_redis_send_timeout(ngx_http_feed_redis_t *rd,
 /*
  * The same, for a request: if the request goes away first, its pool
  * cleanup turns the command into a tombstone.  NGX_DECLINED means Redis
- * is unavailable right now and the caller should do without it.
+ * is unavailable right now and the caller should do without it.  r: NULL
+ * for the worker's own commands (no request to outlive).
  */
 
 ngx_int_t
 ngx_http_feed_redis_send_r(ngx_http_request_t *r, ngx_http_feed_redis_t *rd,
-    ngx_http_feed_redis_pt handler, void *data, int argc, const char **argv,
-    const size_t *argvlen)
+    ngx_http_feed_redis_pt handler, void *data,
+    ngx_http_feed_redis_args_t *args)
 {
     ngx_pool_cleanup_t         *cln;
     ngx_http_feed_redis_cmd_t  *cmd;
+
+    if (r == NULL) {
+        return ngx_http_feed_redis_send(rd, handler, data, args)
+               ? NGX_OK : NGX_DECLINED;
+    }
 
     cln = ngx_pool_cleanup_add(r->pool, 0);
     if (cln == NULL) {
         return NGX_ERROR;
     }
 
-    cmd = ngx_http_feed_redis_send(rd, handler, data, argc, argv, argvlen);
+    cmd = ngx_http_feed_redis_send(rd, handler, data, args);
     if (cmd == NULL) {
         return NGX_DECLINED;
     }

@@ -10,6 +10,7 @@
 
 
 #include "ngx_http_feed_module.h"
+#include "ngx_http_feed_args.h"
 
 #include <hiredis.h>
 #include <async.h>
@@ -29,12 +30,99 @@ typedef void (*ngx_http_feed_redis_ready_pt)(ngx_http_feed_redis_t *rd,
     void *data);
 
 
-/* a Lua script, loaded on every connection and run with EVALSHA */
+/*
+ * A command's words, appended in order by the macros below into the
+ * caller's arrays; its keys are marked (key: the index of the first,
+ * nkeys: how many, one after the other), because a router needs every
+ * command's keys.  A command without keys (INFO, CLIENT) has nkeys 0.
+ */
 typedef struct {
+    const char                  **argv;
+    size_t                       *argvlen;
+    ngx_uint_t                    argc;
+    ngx_uint_t                    key;
+    ngx_uint_t                    nkeys;
+} ngx_http_feed_redis_args_t;
+
+
+#define ngx_http_feed_redis_args_init(a, v, vlen)                            \
+    ((a)->argv = (v), (a)->argvlen = (vlen), (a)->argc = 0,                  \
+     (a)->key = 0, (a)->nkeys = 0)
+
+#define ngx_http_feed_redis_args_add(a, s, n)                                \
+    ((a)->argv[(a)->argc] = (const char *) (s),                              \
+     (a)->argvlen[(a)->argc++] = (n))
+
+/* s: a string literal, nothing else compiles (sizeof of a pointer would) */
+#define ngx_http_feed_redis_args_lit(a, s)                                   \
+    ngx_http_feed_redis_args_add(a, s, sizeof("" s) - 1)
+
+#define ngx_http_feed_redis_args_key(a, s, n)                                \
+    ((a)->key = (a)->nkeys ? (a)->key : (a)->argc, (a)->nkeys++,             \
+     ngx_http_feed_redis_args_add(a, s, n))
+
+
+/*
+ * A Lua script, ngx_feed_module/scripts/<name>.lua: its descriptor is made
+ * by scripts/lua2h (ngx_http_feed_scripts.h), loaded on every connection
+ * and run with EVALSHA.  nkeys and nargs: those its header names; a
+ * script may take more after them (a batch of timelines).
+ */
+typedef struct {
+    const char                   *name;
     const char                   *text;
     size_t                        len;
+    ngx_uint_t                    nkeys;
+    ngx_uint_t                    nargs;
     char                          sha1[41];
+
+    /* nkeys as EVALSHA takes it, made once */
+    u_char                        numkeys[NGX_INT_T_LEN];
+    size_t                        numkeys_len;
 } ngx_http_feed_redis_script_t;
+
+
+/*
+ * A script call, built in the caller's arrays of
+ * NGX_HTTP_FEED_REDIS_CALL_ARGC(nkeys, nargs) entries: EVALSHA, the SHA1,
+ * the number of keys, the keys, the arguments.  The keys are apart from
+ * the arguments (argv[3] to argv[3 + nkeys - 1]): a router needs them.
+ */
+typedef struct {
+    ngx_http_feed_redis_script_t *script;
+    const char                  **argv;
+    size_t                       *argvlen;
+    ngx_uint_t                    nkeys;
+    ngx_uint_t                    nargs;
+    u_char                        numkeys[NGX_INT_T_LEN];
+} ngx_http_feed_redis_call_t;
+
+
+#define NGX_HTTP_FEED_REDIS_CALL_ARGC(nkeys, nargs)  (3 + (nkeys) + (nargs))
+
+/* the key or argument of index i (the script's generated enums) */
+#define ngx_http_feed_redis_call_key(call, i, s, n)                          \
+    ((call)->argv[3 + (i)] = (const char *) (s),                             \
+     (call)->argvlen[3 + (i)] = (n))
+
+#define ngx_http_feed_redis_call_arg(call, i, s, n)                          \
+    ((call)->argv[3 + (call)->nkeys + (i)] = (const char *) (s),             \
+     (call)->argvlen[3 + (call)->nkeys + (i)] = (n))
+
+/* s: a string literal, nothing else compiles (sizeof of a pointer would) */
+#define ngx_http_feed_redis_call_lit(call, i, s)                             \
+    ngx_http_feed_redis_call_arg(call, i, s, sizeof("" s) - 1)
+
+
+/*
+ * An idempotent write for a user, sent again once Redis is back if it
+ * could not reach it (ngx_http_feed_redis_replay.c); r: NULL when it is
+ * the worker's own.  NGX_OK when sent, the handler then tells how it
+ * went; NGX_DECLINED when Redis is unavailable.
+ */
+typedef ngx_int_t (*ngx_http_feed_redis_replay_pt)(ngx_http_request_t *r,
+    ngx_http_feed_redis_t *rd, ngx_http_feed_user_t *user,
+    ngx_http_feed_redis_pt handler, void *data);
 
 
 typedef enum {
@@ -51,24 +139,38 @@ void ngx_http_feed_redis_start(ngx_http_feed_redis_t *rd);
 void ngx_http_feed_redis_destroy(ngx_http_feed_redis_t *rd);
 
 ngx_http_feed_redis_cmd_t *ngx_http_feed_redis_send(ngx_http_feed_redis_t *rd,
-    ngx_http_feed_redis_pt handler, void *data, int argc, const char **argv,
-    const size_t *argvlen);
+    ngx_http_feed_redis_pt handler, void *data,
+    ngx_http_feed_redis_args_t *args);
 ngx_http_feed_redis_cmd_t *ngx_http_feed_redis_send_timeout(
     ngx_http_feed_redis_t *rd, ngx_msec_t timeout,
-    ngx_http_feed_redis_pt handler, void *data, int argc, const char **argv,
-    const size_t *argvlen);
+    ngx_http_feed_redis_pt handler, void *data,
+    ngx_http_feed_redis_args_t *args);
 ngx_int_t ngx_http_feed_redis_send_r(ngx_http_request_t *r,
     ngx_http_feed_redis_t *rd, ngx_http_feed_redis_pt handler, void *data,
-    int argc, const char **argv, const size_t *argvlen);
+    ngx_http_feed_redis_args_t *args);
 void ngx_http_feed_redis_cancel(ngx_http_feed_redis_cmd_t *cmd);
 ngx_int_t ngx_http_feed_redis_on_ready(ngx_http_feed_redis_t *rd,
     ngx_http_feed_redis_ready_pt handler, void *data);
 ngx_int_t ngx_http_feed_redis_keep_reply(ngx_pool_t *pool, redisReply *reply);
 void ngx_http_feed_redis_on_exit(ngx_http_feed_redis_t *rd,
     ngx_http_feed_redis_ready_pt handler, void *data);
-void ngx_http_feed_redis_script_init(ngx_http_feed_redis_script_t *script);
-ngx_int_t ngx_http_feed_redis_add_script(ngx_http_feed_redis_t *rd,
-    ngx_http_feed_redis_script_t *script);
+
+void ngx_http_feed_redis_scripts_init(void);
+void ngx_http_feed_redis_scripts_load(ngx_http_feed_redis_t *rd,
+    ngx_http_feed_redis_pt handler, void *data);
+void ngx_http_feed_redis_call_init(ngx_http_feed_redis_call_t *call,
+    ngx_http_feed_redis_script_t *script, const char **argv,
+    size_t *argvlen, ngx_uint_t nkeys, ngx_uint_t nargs);
+ngx_int_t ngx_http_feed_redis_call(ngx_http_request_t *r,
+    ngx_http_feed_redis_t *rd, ngx_http_feed_redis_call_t *call,
+    ngx_http_feed_redis_pt handler, void *data);
+
+ngx_int_t ngx_http_feed_redis_replay_add(ngx_http_feed_redis_t *rd,
+    ngx_http_feed_redis_replay_pt send, const char *full);
+ngx_int_t ngx_http_feed_redis_replay_send(ngx_http_request_t *r,
+    ngx_http_feed_redis_t *rd, ngx_int_t kind, ngx_http_feed_user_t *user,
+    ngx_http_feed_redis_pt handler, void *data);
+void ngx_http_feed_redis_replay(ngx_int_t kind, ngx_http_feed_user_t *user);
 
 ngx_http_feed_redis_state_e ngx_http_feed_redis_state(
     ngx_http_feed_redis_t *rd);

@@ -13,7 +13,7 @@
 #include "ngx_http_feed_mongo.h"
 #include "ngx_http_feed_json.h"
 #include "ngx_http_feed_fanout.h"
-#include "ngx_http_feed_timeline.h"
+#include "ngx_http_feed_timeline_cache.h"
 #include "ngx_http_feed_util.h"
 
 
@@ -78,8 +78,9 @@ static ngx_int_t
 ngx_http_feed_status_handler(ngx_http_request_t *r)
 {
     ngx_int_t                    rc;
-    const char                  *argv[1], *xargv[3];
-    size_t                       argvlen[1], xargvlen[3];
+    const char                  *argv[3];
+    size_t                       argvlen[3];
+    ngx_http_feed_redis_args_t   args;
     ngx_http_feed_mongo_task_t  *t;
     ngx_http_feed_status_ctx_t  *ctx;
 
@@ -109,12 +110,12 @@ ngx_http_feed_status_handler(ngx_http_request_t *r)
     ctx->waiting = 1;
 
     if (ctx->fmcf->redis_client) {
-        argv[0] = "PING";
-        argvlen[0] = 4;
+        ngx_http_feed_redis_args_init(&args, argv, argvlen);
+        ngx_http_feed_redis_args_lit(&args, "PING");
 
         rc = ngx_http_feed_redis_send_r(r, ctx->fmcf->redis_client,
                                         ngx_http_feed_status_redis_reply,
-                                        ctx, 1, argv, argvlen);
+                                        ctx, &args);
         if (rc == NGX_ERROR) {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
@@ -123,16 +124,16 @@ ngx_http_feed_status_handler(ngx_http_request_t *r)
     }
 
     if (ctx->fmcf->redis_client && ctx->fmcf->fanout) {
-        xargv[0] = "XPENDING";
-        xargvlen[0] = 8;
-        xargv[1] = (const char *) ctx->fmcf->stream.data;
-        xargvlen[1] = ctx->fmcf->stream.len;
-        xargv[2] = (const char *) ctx->fmcf->fanout_group.data;
-        xargvlen[2] = ctx->fmcf->fanout_group.len;
+        ngx_http_feed_redis_args_init(&args, argv, argvlen);
+        ngx_http_feed_redis_args_lit(&args, "XPENDING");
+        ngx_http_feed_redis_args_key(&args, ctx->fmcf->stream.data,
+                                     ctx->fmcf->stream.len);
+        ngx_http_feed_redis_args_add(&args, ctx->fmcf->fanout_group.data,
+                                     ctx->fmcf->fanout_group.len);
 
         rc = ngx_http_feed_redis_send_r(r, ctx->fmcf->redis_client,
                                         ngx_http_feed_status_pending_reply,
-                                        ctx, 3, xargv, xargvlen);
+                                        ctx, &args);
         if (rc == NGX_ERROR) {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }

@@ -23,12 +23,15 @@
  * covers rebuilds already under way: every read skips them, every warm
  * leaves them out.
  *
+ * This file is the only one that knows these keys: the names are made
+ * here and given to the scripts (ngx_feed_module/scripts/timeline_*.lua)
+ * as keys, or as prefixes where a script makes a follower's keys itself.
  * Each read is one EVALSHA: one round trip, the JSON of the page ready.
  */
 
 
-#include "ngx_http_feed_timeline.h"
-#include "ngx_http_feed_post.h"
+#include "ngx_http_feed_timeline_cache.h"
+#include "ngx_http_feed_scripts.h"
 
 
 #define NGX_HTTP_FEED_TL_PREFIX    "feed:tl:{"
@@ -37,463 +40,86 @@
 #define NGX_HTTP_FEED_TLQ_PREFIX   "feed:tlq:{"
 #define NGX_HTTP_FEED_TLN_PREFIX   "feed:tln:{"
 #define NGX_HTTP_FEED_TLP_PREFIX   "feed:tlp:{"
+#define NGX_HTTP_FEED_DELETING     "feed:deleting"
 
-/*
- * A list changed: its version moves, the pages made from it are stale.
- * Versions are never reused (a nonce of the worker, not a counter that
- * could start over after expiring), and outlive the pages made from them.
- */
-#define NGX_HTTP_FEED_LUA_CHANGED                                             \
-    NGX_HTTP_FEED_LUA_KEY                                                     \
-    "local function changed(tl, ttl, nonce) "                                 \
-    "  redis.call('set', key('" NGX_HTTP_FEED_TLN_PREFIX "', tl), nonce, "   \
-    "             'EX', 2 * tonumber(ttl)) "                                  \
-    "end "
-
-/* another key of the timeline's user, in a script: key(prefix, timeline) */
-#define NGX_HTTP_FEED_LUA_KEY                                                 \
-    "local function key(prefix, tl) "                                         \
-    "  return prefix .. string.sub(tl, #'" NGX_HTTP_FEED_TL_PREFIX "' + 1) " \
-    "end "
+/* a post's JSON in link mode */
+#define NGX_HTTP_FEED_POST_PREFIX  "feed:p:"
 
 #define NGX_HTTP_FEED_KEY_LEN      (sizeof(NGX_HTTP_FEED_LOCK_PREFIX)        \
                                     + NGX_HTTP_FEED_USER_MAX + 1)
-
-#define NGX_HTTP_FEED_DELETING     "feed:deleting"
-
-
-/*
- * Which of the ids are being deleted (KEYS[5]), as ZMSCORE answers them
- * (false: not), asked 1000 at a time: Redis's Lua unpacks at most 8000
- * values into one call ("too many results to unpack"), and a warm checks
- * up to feed_cache_size ids.
- */
-
-#define NGX_HTTP_FEED_LUA_DELETED                                             \
-    "local function deleted(ids) "                                            \
-    "  local d = {} "                                                         \
-    "  for i = 1, #ids, 1000 do "                                             \
-    "    local part = redis.call('zmscore', KEYS[5], "                        \
-    "                            unpack(ids, i, math.min(i + 999, #ids))) "   \
-    "    for j = 1, #part do d[i + j - 1] = part[j] end "                     \
-    "  end "                                                                  \
-    "  return d "                                                             \
-    "end "
+#define NGX_HTTP_FEED_POST_KEY_LEN (sizeof(NGX_HTTP_FEED_POST_PREFIX) + 24)
 
 
-/*
- * Puts an entry in its place, newest first: once (an entry already there
- * is left alone, so a redelivered post leaves one copy), within the cap,
- * and nowhere if it is older than the end of a trimmed list.
- */
-
-#define NGX_HTTP_FEED_LUA_INSERT                                              \
-    "local function insert(tl, entry, cap) "                                  \
-    "  local id = string.sub(entry, 1, 24) "                                  \
-    "  local pos = 0 "                                                        \
-    "  while true do "                                                        \
-    "    local part = redis.call('lrange', tl, pos, pos + 63) "               \
-    "    if #part == 0 then return 0 end "                                    \
-    "    for i = 1, #part do "                                                \
-    "      local eid = string.sub(part[i], 1, 24) "                           \
-    "      if eid == id then return 2 end "                                   \
-    "      if eid < id then "                                                 \
-    "        if pos + i == 1 then "                                           \
-    "          redis.call('lpush', tl, entry) "                               \
-    "        else "                                                           \
-    "          redis.call('linsert', tl, 'BEFORE', part[i], entry) "          \
-    "        end "                                                            \
-    "        redis.call('ltrim', tl, 0, cap - 1) "                            \
-    "        return 1 "                                                       \
-    "      end "                                                              \
-    "    end "                                                                \
-    "    pos = pos + #part "                                                  \
-    "  end "                                                                  \
-    "end "
+/* the kinds of reply of timeline_read.lua, its first element */
+typedef enum {
+    NGX_HTTP_FEED_TIMELINE_READ_MISSING = 0,
+    NGX_HTTP_FEED_TIMELINE_READ_PAGE = 1,
+    NGX_HTTP_FEED_TIMELINE_READ_KEPT = 3,
+    NGX_HTTP_FEED_TIMELINE_READ_LOCAL = 4
+} ngx_http_feed_timeline_read_e;
 
 
-/*
- * KEYS: timeline, lock, pages, version, deleting.  ARGV: limit, max_id,
- * since_id, ttl, mode, post prefix, the version of the worker's own copy
- * of the first page ('' without one).
- *
- *   {0, locked}                          no timeline: 1 while being
- *                                        rebuilt, 2 when a rebuild just
- *                                        failed
- *   {3, version}                         the first page kept as answered
- *                                        (read by the HGET sent just before
- *                                        this, in the same round trip) is
- *                                        current: its bytes never go
- *                                        through the script
- *   {4, version}                         the worker's own copy is current
- *   {3, version, page}                   it is not, this one is
- *   {1, more, deep, last, version, ids, JSON, ...}
- *
- * A few calls per page, whatever its size: a chunk of the list, a check of
- * its candidates against the deleted posts when there are any, one MGET of
- * their posts in link mode; further chunks only past deleted posts or
- * max_id, twice as large each time up to 1000 entries, so that no call
- * gets more ids than Lua can unpack, however deep max_id is.
- */
+/* the other elements of each kind */
+enum {
+    NGX_HTTP_FEED_TIMELINE_READ_LOCKED = 1,        /* MISSING */
 
-static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_read_lua = {
-    NGX_HTTP_FEED_LUA_DELETED
-    "local tl = KEYS[1] "
-    "local limit, max, since = tonumber(ARGV[1]), ARGV[2], ARGV[3] "
-    "local ver = redis.call('get', KEYS[4]) or '0' "
-    "local deleting = redis.call('zcard', KEYS[5]) > 0 "
-    "local kv = max == '' and since == '' "
-    "           and redis.call('hget', KEYS[3], 'v' .. ARGV[1]) "
-    "if kv and string.sub(kv, 1, #ver + 1) == ver .. ':' then "
-    "  local fresh = true "
-    "  if deleting then "
-    "    local ids = {} "
-    "    local s = redis.call('hget', KEYS[3], 'i' .. ARGV[1]) or '' "
-    "    for i = 1, #s, 24 do ids[#ids + 1] = string.sub(s, i, i + 23) end "
-    "    if #ids > 0 then "
-    "      local d = deleted(ids) "
-    "      for i = 1, #d do if d[i] then fresh = false end end "
-    "    end "
-    "  end "
-    "  if fresh and redis.call('expire', tl, ARGV[4]) == 1 then "
-    "    if ARGV[7] == '' then return {3, kv} end "
-    "    if ARGV[7] == kv then return {4, kv} end "
-    "    return {3, kv, redis.call('hget', KEYS[3], ARGV[1])} "
-    "  end "
-    "end "
-    "local embed = ARGV[5] == 'e' "
-    "local chunk = limit + 1 "
-    "local part = redis.call('lrange', tl, 0, chunk - 1) "
-    "if #part == 0 then "
-    "  local l = redis.call('get', KEYS[2]) "
-    "  return {0, l and (l == 'failed' and 2 or 1) or 0} "
-    "end "
-    "if part[1] ~= '" NGX_HTTP_FEED_TIMELINE_END "' then "
-    "  redis.call('expire', tl, ARGV[4]) "
-    "end "
-    "local out, got, n, pos = {1, 0, 1, '', "
-    "                          ver .. ':' .. string.sub(part[1], 1, 24), "
-    "                          ''}, {}, 0, 0 "
-    "while true do "
-    "  local ids, entries, stop = {}, {}, false "
-    "  for i = 1, #part do "
-    "    local id = string.sub(part[i], 1, 24) "
-    "    if id == '" NGX_HTTP_FEED_TIMELINE_END "' "
-    "       or (since ~= '' and id <= since) then "
-    "      stop = true break "
-    "    end "
-    "    if max == '' or id < max then "
-    "      ids[#ids + 1] = id "
-    "      entries[#entries + 1] = part[i] "
-    "    end "
-    "  end "
-    "  if #ids > 0 then "
-    "    local dead = {} "
-    "    if deleting then dead = deleted(ids) end "
-    "    local live, keys = {}, {} "
-    "    for i = 1, #ids do "
-    "      if not dead[i] then "
-    "        live[#live + 1] = i "
-    "        keys[#keys + 1] = ARGV[6] .. ids[i] "
-    "      end "
-    "    end "
-    "    local posts = {} "
-    "    if not embed and #keys > 0 then "
-    "      posts = redis.call('mget', unpack(keys)) "
-    "    end "
-    "    for j = 1, #live do "
-    "      local i = live[j] "
-    "      local json "
-    "      if embed then "
-    "        json = string.sub(entries[i], 25) "
-    "      else "
-    "        json = posts[j] "
-    "        if not json then "
-    "          redis.call('del', tl, KEYS[3]) "
-    "          return {0, 0} "
-    "        end "
-    "      end "
-    "      if n == limit then "
-    "        out[2] = 1 out[3] = 0 out[6] = table.concat(got) "
-    "        return out "
-    "      end "
-    "      n = n + 1 "
-    "      out[6 + n] = json "
-    "      out[4] = ids[i] "
-    "      got[n] = ids[i] "
-    "    end "
-    "  end "
-    "  if stop then out[3] = 0 break end "
-    "  if #part < chunk then break end "
-    "  pos = pos + #part "
-    "  if #ids == 0 then chunk = math.min(chunk * 2, 1000) end "
-    "  part = redis.call('lrange', tl, pos, pos + chunk - 1) "
-    "  if #part == 0 then break end "
-    "end "
-    "out[6] = table.concat(got) "
-    "return out",
-    0, ""
+    NGX_HTTP_FEED_TIMELINE_READ_KEPT_VERSION = 1,  /* KEPT, LOCAL */
+    NGX_HTTP_FEED_TIMELINE_READ_KEPT_PAGE = 2,
+
+    NGX_HTTP_FEED_TIMELINE_READ_MORE = 1,          /* PAGE */
+    NGX_HTTP_FEED_TIMELINE_READ_DEEP = 2,
+    NGX_HTTP_FEED_TIMELINE_READ_LAST = 3,
+    NGX_HTTP_FEED_TIMELINE_READ_VERSION = 4,
+    NGX_HTTP_FEED_TIMELINE_READ_IDS = 5,
+    NGX_HTTP_FEED_TIMELINE_READ_ITEMS = 6
 };
 
 
-/*
- * KEYS: pages, version, timeline.  ARGV: limit, page, ttl, version, ids.
- * Keeps a first page as answered, with its version and its posts' ids,
- * only if the list did not change since it was read: same nonce, same
- * head (a delivery of a newer post, the common change, only moves the
- * head), and not for an empty timeline (it lives feed_cache_empty_ttl, a
- * kept page would outlive it).  The version is "nonce:head:token", the
- * token new at each
- * store: two pages made from one list can still differ (a post deleted
- * in between), and workers tell their copies apart by it.
- */
-
-static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_page_lua = {
-    "local head = redis.call('lindex', KEYS[3], 0) or '' "
-    "local cur = (redis.call('get', KEYS[2]) or '0') .. ':' "
-    "            .. string.sub(head, 1, 24) .. ':' "
-    "if string.sub(ARGV[4], 1, #cur) == cur "
-    "   and string.sub(head, 1, 24) ~= '" NGX_HTTP_FEED_TIMELINE_END "' "
-    "then "
-    "  redis.call('hset', KEYS[1], ARGV[1], ARGV[2], "
-    "             'v' .. ARGV[1], ARGV[4], 'i' .. ARGV[1], ARGV[5]) "
-    "  redis.call('expire', KEYS[1], ARGV[3]) "
-    "end "
-    "return 1",
-    0, ""
-};
-
-
-/*
- * KEYS: lock, version.  ARGV: token, ms.  {1, version} when the rebuild
- * is ours (none runs; one that just failed is tried again), {0} when
- * another one runs.
- */
-
-static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_lock_lua = {
-    "local l = redis.call('get', KEYS[1]) "
-    "if not l or l == 'failed' then "
-    "  redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) "
-    "  return {1, redis.call('get', KEYS[2]) or ''} "
-    "end "
-    "return {0}",
-    0, ""
-};
-
-
-/*
- * KEYS: lock.  ARGV: token, failed.  Only a lock that is still ours goes
- * (or says that our rebuild failed): one that expired meanwhile may be
- * another rebuild's now.
- */
-
-static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_unlock_lua = {
-    "if redis.call('get', KEYS[1]) == ARGV[1] then "
-    "  if ARGV[2] == '1' then "
-    "    redis.call('set', KEYS[1], 'failed', 'PX', 1000) "
-    "  else "
-    "    redis.call('del', KEYS[1]) "
-    "  end "
-    "end "
-    "return 1",
-    0, ""
-};
-
-
-/*
- * KEYS: timeline, lock, version, queue, deleting.  ARGV: ttl, cap, mode,
- * post prefix, complete, version, nonce, lock token, then id, JSON pairs,
- * newest first.
- *
- * Creates the timeline in one step, unless someone else did already or
- * the user's follows changed since the rebuild began (the version moved:
- * 0 is returned), then puts in the posts fanout queued meanwhile, and
- * releases the rebuild lock if it is still ours.
- */
-
-static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_warm_lua = {
-    NGX_HTTP_FEED_LUA_DELETED
-    NGX_HTTP_FEED_LUA_INSERT
-    NGX_HTTP_FEED_LUA_CHANGED
-    "local tl, cap = KEYS[1], tonumber(ARGV[2]) "
-    "local function unlock() "
-    "  if redis.call('get', KEYS[2]) == ARGV[8] then "
-    "    redis.call('del', KEYS[2]) "
-    "  end "
-    "end "
-    "if (redis.call('get', KEYS[3]) or '') ~= ARGV[6] then "
-    "  unlock() "
-    "  return 0 "
-    "end "
-    "if redis.call('exists', tl) == 0 then "
-    "  local ids, entries, dead = {}, {}, {} "
-    "  for i = 9, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end "
-    "  if #ids > 0 and redis.call('zcard', KEYS[5]) > 0 then "
-    "    dead = deleted(ids) "
-    "  end "
-    "  for j = 1, #ids do "
-    "    local i = 7 + 2 * j "
-    "    if not dead[j] then "
-    "      if ARGV[3] == 'e' then "
-    "        entries[#entries + 1] = ARGV[i] .. ARGV[i + 1] "
-    "      else "
-    "        entries[#entries + 1] = ARGV[i] "
-    "        redis.call('set', ARGV[4] .. ARGV[i], ARGV[i + 1], "
-    "                   'EX', 2 * tonumber(ARGV[1])) "
-    "      end "
-    "    end "
-    "  end "
-    "  if ARGV[5] == '1' then "
-    "    entries[#entries + 1] = '" NGX_HTTP_FEED_TIMELINE_END "' "
-    "  end "
-    "  for i = 1, #entries, 1000 do "
-    "    redis.call('rpush', tl, "
-    "               unpack(entries, i, math.min(i + 999, #entries))) "
-    "  end "
-    "  if #entries > 0 then "
-    "    redis.call('ltrim', tl, 0, cap - 1) "
-    "    for _, e in ipairs(redis.call('lrange', KEYS[4], 0, -1)) do "
-    "      insert(tl, e, cap) "
-    "    end "
-    "    redis.call('expire', tl, ARGV[1]) "
-    "    changed(tl, ARGV[1], ARGV[7]) "
-    "  end "
-    "end "
-    "unlock() "
-    "redis.call('del', KEYS[4]) "
-    "return 1",
-    0, ""
-};
-
-
-/*
- * Fanout.  KEYS: the followers' timelines.  ARGV: entry, cap, queue ms, ttl,
- * nonce.  Delivers into the timelines that exist (inactive users get
- * nothing: they are rebuilt on their next read), and queues it for those
- * being rebuilt right now; a post deleted meanwhile goes nowhere (its
- * delete may be fanned out at the same time).  Returns how many got it.
- *
- * The common case is a post newer than the list's head: a push, and the
- * kept pages go (a new head tells the page store they are stale, so the
- * list's version stays).  The lock and queue keys are only needed when
- * the list is missing: their names are made here, not sent for each
- * follower.
- */
-
-static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_deliver_lua = {
-    NGX_HTTP_FEED_LUA_INSERT
-    NGX_HTTP_FEED_LUA_CHANGED
-    "local entry, cap, n = ARGV[1], tonumber(ARGV[2]), 0 "
-    "local id = string.sub(entry, 1, 24) "
-    "if redis.call('zscore', '" NGX_HTTP_FEED_DELETING "', id) then "
-    "  return 0 "
-    "end "
-    "for i = 1, #KEYS do "
-    "  local tl = KEYS[i] "
-    "  local head = redis.call('lindex', tl, 0) "
-    "  if head then "
-    "    local hid = string.sub(head, 1, 24) "
-    "    if hid < id then "
-    "      if redis.call('lpush', tl, entry) > cap then "
-    "        redis.call('rpop', tl) "
-    "      end "
-    "      redis.call('del', key('" NGX_HTTP_FEED_TLP_PREFIX "', tl)) "
-    "      n = n + 1 "
-    "    elseif hid ~= id and insert(tl, entry, cap) == 1 then "
-    "      changed(tl, ARGV[4], ARGV[5]) "
-    "      n = n + 1 "
-    "    end "
-    "  else "
-    "    if redis.call('exists', key('" NGX_HTTP_FEED_LOCK_PREFIX "', tl)) "
-    "       == 1 "
-    "    then "
-    "      local q = key('" NGX_HTTP_FEED_TLQ_PREFIX "', tl) "
-    "      redis.call('rpush', q, entry) "
-    "      redis.call('pexpire', q, ARGV[3]) "
-    "    end "
-    "  end "
-    "end "
-    "return n",
-    0, ""
-};
-
-
-/*
- * KEYS: timeline, follows version, pages.  ARGV: ttl.  The user's follows
- * changed: the cache goes, and a rebuild that began before is not warmed.
- */
-
-static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_drop_lua = {
-    "redis.call('del', KEYS[1], KEYS[3]) "
-    "redis.call('incr', KEYS[2]) "
-    "redis.call('expire', KEYS[2], ARGV[1]) "
-    "return 1",
-    0, ""
-};
-
-
-/* KEYS: timelines.  ARGV: post id, ttl, nonce.  Takes the post out. */
-
-static ngx_http_feed_redis_script_t  ngx_http_feed_timeline_remove_lua = {
-    NGX_HTTP_FEED_LUA_CHANGED
-    "local id, n = ARGV[1], 0 "
-    "for i = 1, #KEYS do "
-    "  local pos, done = 0, false "
-    "  while not done do "
-    "    local part = redis.call('lrange', KEYS[i], pos, pos + 63) "
-    "    if #part == 0 then break end "
-    "    for j = 1, #part do "
-    "      local eid = string.sub(part[j], 1, 24) "
-    "      if eid == id then "
-    "        n = n + redis.call('lrem', KEYS[i], 1, part[j]) "
-    "        changed(KEYS[i], ARGV[2], ARGV[3]) "
-    "        done = true break "
-    "      end "
-    "      if eid < id then done = true break end "
-    "    end "
-    "    pos = pos + #part "
-    "  end "
-    "end "
-    "return n",
-    0, ""
-};
-
-
+static ngx_int_t ngx_http_feed_timeline_cache_warm_items(
+    ngx_http_request_t *r, ngx_http_feed_redis_call_t *call, bson_t *items);
+static ngx_int_t ngx_http_feed_timeline_cache_send_drop(
+    ngx_http_request_t *r, ngx_http_feed_redis_t *rd,
+    ngx_http_feed_user_t *user, ngx_http_feed_redis_pt handler, void *data);
+static ngx_http_feed_redis_call_t *ngx_http_feed_timeline_cache_batch(
+    ngx_log_t *log, ngx_http_feed_redis_script_t *script, ngx_uint_t nkeys,
+    ngx_http_feed_user_t *users, ngx_uint_t n);
+static ngx_int_t ngx_http_feed_timeline_cache_batch_send(
+    ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_redis_call_t *call,
+    ngx_http_feed_redis_pt handler, void *data);
+static void ngx_http_feed_timeline_cache_deleting(
+    ngx_http_feed_main_conf_t *fmcf, const char *id, ngx_uint_t done);
+static ngx_int_t ngx_http_feed_timeline_cache_parse_kept(
+    ngx_http_request_t *r, redisReply *reply, ngx_http_feed_cached_t *cached);
+static ngx_uint_t ngx_http_feed_timeline_cache_flag(redisReply *e);
+static ngx_int_t ngx_http_feed_timeline_cache_copy(ngx_http_request_t *r,
+    redisReply *e, ngx_str_t *to);
+static size_t ngx_http_feed_timeline_cache_key(
+    ngx_http_feed_redis_call_t *call, ngx_uint_t i, char *buf,
+    const char *prefix, ngx_http_feed_user_t *user);
+static size_t ngx_http_feed_timeline_post_key(u_char *buf, const char *id);
 static size_t ngx_http_feed_timeline_key(char *buf, const char *prefix,
     ngx_http_feed_user_t *user);
 static u_char *ngx_http_feed_timeline_nonce(u_char *buf);
-static ngx_int_t ngx_http_feed_timeline_cache_batch(
-    ngx_http_feed_main_conf_t *fmcf, ngx_log_t *log,
-    ngx_http_feed_redis_script_t *script, ngx_http_feed_user_t *users,
-    ngx_uint_t n, ngx_uint_t nargs, char **args, size_t *lens,
-    ngx_http_feed_redis_pt handler, void *data);
-static ngx_int_t ngx_http_feed_timeline_cache_copy(ngx_http_request_t *r,
-    redisReply *e, ngx_str_t *to);
 
+
+static ngx_http_feed_main_conf_t  *ngx_http_feed_timeline_cache_fmcf;
+static ngx_int_t                   ngx_http_feed_timeline_cache_drops;
+
+
+/* a drop that could not reach Redis is sent again once it is back */
 
 ngx_int_t
-ngx_http_feed_timeline_cache_init(ngx_http_feed_redis_t *rd)
+ngx_http_feed_timeline_cache_init(ngx_http_feed_main_conf_t *fmcf)
 {
-    ngx_uint_t  i;
+    ngx_http_feed_timeline_cache_fmcf = fmcf;
 
-    static ngx_http_feed_redis_script_t  *scripts[] = {
-        &ngx_http_feed_timeline_read_lua,
-        &ngx_http_feed_timeline_lock_lua,
-        &ngx_http_feed_timeline_unlock_lua,
-        &ngx_http_feed_timeline_warm_lua,
-        &ngx_http_feed_timeline_deliver_lua,
-        &ngx_http_feed_timeline_remove_lua,
-        &ngx_http_feed_timeline_drop_lua,
-        &ngx_http_feed_timeline_page_lua
-    };
+    ngx_http_feed_timeline_cache_drops = ngx_http_feed_redis_replay_add(
+        fmcf->redis_client, ngx_http_feed_timeline_cache_send_drop,
+        "too many timeline drops waiting for redis, cached timelines "
+        "may be stale until they expire");
 
-    for (i = 0; i < sizeof(scripts) / sizeof(scripts[0]); i++) {
-        if (ngx_http_feed_redis_add_script(rd, scripts[i]) != NGX_OK) {
-            return NGX_ERROR;
-        }
-    }
-
-    return NGX_OK;
+    return ngx_http_feed_timeline_cache_drops == NGX_ERROR
+           ? NGX_ERROR : NGX_OK;
 }
 
 
@@ -508,67 +134,83 @@ ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
     ngx_str_t *have, ngx_http_feed_redis_pt kept,
     ngx_http_feed_redis_pt handler, void *data)
 {
-    char         keys[4][NGX_HTTP_FEED_KEY_LEN];
-    u_char       limit[NGX_INT_T_LEN], ttl[NGX_INT_T_LEN];
-    size_t       argvlen[15], hgetlen[3];
-    ngx_int_t    rc;
-    ngx_uint_t   i;
-    const char  *argv[15], *hget[3];
+    char                        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_NKEYS]
+                                    [NGX_HTTP_FEED_KEY_LEN];
+    u_char                      limit[NGX_INT_T_LEN], ttl[NGX_INT_T_LEN];
+    size_t                      argvlen[
+                                    NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARGC];
+    size_t                      hgetlen[3], pages_len, limit_len;
+    ngx_http_feed_redis_args_t  args;
+    ngx_int_t                   rc;
+    const char                 *argv[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARGC];
+    const char                 *hget[3];
+    ngx_http_feed_redis_call_t  call;
 
-    static const char  *prefixes[] = {
-        NGX_HTTP_FEED_TL_PREFIX, NGX_HTTP_FEED_LOCK_PREFIX,
-        NGX_HTTP_FEED_TLP_PREFIX, NGX_HTTP_FEED_TLN_PREFIX
-    };
+    ngx_http_feed_redis_call_init(&call, &ngx_http_feed_script_timeline_read,
+                                  argv, argvlen,
+                                  NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_NKEYS,
+                                  NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_NARGS);
 
-    argv[0] = "EVALSHA";
-    argvlen[0] = 7;
-    argv[1] = ngx_http_feed_timeline_read_lua.sha1;
-    argvlen[1] = 40;
-    argv[2] = "5";
-    argvlen[2] = 1;
+    ngx_http_feed_timeline_cache_key(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_TIMELINE,
+        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_TIMELINE],
+        NGX_HTTP_FEED_TL_PREFIX, &page->user);
+    ngx_http_feed_timeline_cache_key(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_LOCK,
+        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_LOCK],
+        NGX_HTTP_FEED_LOCK_PREFIX, &page->user);
+    pages_len = ngx_http_feed_timeline_cache_key(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_PAGES,
+        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_PAGES],
+        NGX_HTTP_FEED_TLP_PREFIX, &page->user);
+    ngx_http_feed_timeline_cache_key(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_VERSION,
+        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_VERSION],
+        NGX_HTTP_FEED_TLN_PREFIX, &page->user);
+    ngx_http_feed_redis_call_key(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_DELETING,
+        NGX_HTTP_FEED_DELETING, sizeof(NGX_HTTP_FEED_DELETING) - 1);
 
-    for (i = 0; i < 4; i++) {
-        argv[3 + i] = keys[i];
-        argvlen[3 + i] = ngx_http_feed_timeline_key(keys[i], prefixes[i],
-                                                    &page->user);
-    }
+    limit_len = ngx_sprintf(limit, "%ui", page->limit) - limit;
 
-    argv[7] = NGX_HTTP_FEED_DELETING;
-    argvlen[7] = sizeof(NGX_HTTP_FEED_DELETING) - 1;
-    argv[8] = (const char *) limit;
-    argvlen[8] = ngx_sprintf(limit, "%ui", page->limit) - limit;
-    argv[9] = page->has_max ? page->max_id : "";
-    argvlen[9] = page->has_max ? 24 : 0;
-    argv[10] = page->has_since ? page->since_id : "";
-    argvlen[10] = page->has_since ? 24 : 0;
-    argv[11] = (const char *) ttl;
-    argvlen[11] = ngx_sprintf(ttl, "%T", fmcf->cache_ttl) - ttl;
-    argv[12] = fmcf->cache_embed ? "e" : "l";
-    argvlen[12] = 1;
-    argv[13] = NGX_HTTP_FEED_POST_PREFIX;
-    argvlen[13] = sizeof(NGX_HTTP_FEED_POST_PREFIX) - 1;
-    argv[14] = (const char *) have->data;
-    argvlen[14] = have->len;
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_LIMIT, limit, limit_len);
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_MAX_ID,
+        page->has_max ? page->max_id : "", page->has_max ? 24 : 0);
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_SINCE_ID,
+        page->has_since ? page->since_id : "", page->has_since ? 24 : 0);
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_TTL,
+        ttl, ngx_sprintf(ttl, "%T", fmcf->cache_ttl) - ttl);
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_MODE,
+        fmcf->cache_embed ? "e" : "l", 1);
+    ngx_http_feed_redis_call_lit(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_POST_PREFIX,
+        NGX_HTTP_FEED_POST_PREFIX);
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_HAVE, have->data, have->len);
 
     /* with a copy of its own, the worker needs the page only if it changed */
 
     if (!page->has_max && !page->has_since && have->len == 0) {
-        hget[0] = "HGET";
-        hgetlen[0] = 4;
-        hget[1] = keys[2];
-        hgetlen[1] = argvlen[5];
-        hget[2] = (const char *) limit;
-        hgetlen[2] = argvlen[8];
+        ngx_http_feed_redis_args_init(&args, hget, hgetlen);
+        ngx_http_feed_redis_args_lit(&args, "HGET");
+        ngx_http_feed_redis_args_key(&args,
+            keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_PAGES], pages_len);
+        ngx_http_feed_redis_args_add(&args, limit, limit_len);
 
-        rc = ngx_http_feed_redis_send_r(r, fmcf->redis_client, kept, data, 3,
-                                        hget, hgetlen);
+        rc = ngx_http_feed_redis_send_r(r, fmcf->redis_client, kept, data,
+                                        &args);
         if (rc != NGX_OK) {
             return rc;
         }
     }
 
-    return ngx_http_feed_redis_send_r(r, fmcf->redis_client, handler, data,
-                                      15, argv, argvlen);
+    return ngx_http_feed_redis_call(r, fmcf->redis_client, &call, handler,
+                                    data);
 }
 
 
@@ -582,11 +224,16 @@ ngx_http_feed_timeline_cache_page(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_page_t *page,
     ngx_http_feed_cached_t *cached, ngx_str_t *body)
 {
-    u_char      *p, *value, limit[NGX_INT_T_LEN], ttl[NGX_INT_T_LEN];
-    char         keys[3][NGX_HTTP_FEED_KEY_LEN];
-    size_t       argvlen[11], len, vlen;
-    ngx_str_t    kept;
-    const char  *argv[11];
+    u_char                     *p, *value, limit[NGX_INT_T_LEN],
+                                ttl[NGX_INT_T_LEN];
+    char                        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_NKEYS]
+                                    [NGX_HTTP_FEED_KEY_LEN];
+    size_t                      argvlen[
+                                    NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_ARGC];
+    size_t                      len, vlen;
+    ngx_str_t                   kept;
+    const char                 *argv[NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_ARGC];
+    ngx_http_feed_redis_call_t  call;
 
     len = cached->version.len + 1 + NGX_HTTP_FEED_NONCE_LEN + body->len
           + 24 + 2;
@@ -611,34 +258,40 @@ ngx_http_feed_timeline_cache_page(ngx_http_request_t *r,
     *p++ = '\n';
     p = ngx_cpymem(p, body->data, body->len);
 
-    argv[0] = "EVALSHA";
-    argvlen[0] = 7;
-    argv[1] = ngx_http_feed_timeline_page_lua.sha1;
-    argvlen[1] = 40;
-    argv[2] = "3";
-    argvlen[2] = 1;
-    argv[3] = keys[0];
-    argvlen[3] = ngx_http_feed_timeline_key(keys[0], NGX_HTTP_FEED_TLP_PREFIX,
-                                            &page->user);
-    argv[4] = keys[1];
-    argvlen[4] = ngx_http_feed_timeline_key(keys[1], NGX_HTTP_FEED_TLN_PREFIX,
-                                            &page->user);
-    argv[5] = keys[2];
-    argvlen[5] = ngx_http_feed_timeline_key(keys[2], NGX_HTTP_FEED_TL_PREFIX,
-                                            &page->user);
-    argv[6] = (const char *) limit;
-    argvlen[6] = ngx_sprintf(limit, "%ui", page->limit) - limit;
-    argv[7] = (const char *) value;
-    argvlen[7] = p - value;
-    argv[8] = (const char *) ttl;
-    argvlen[8] = ngx_sprintf(ttl, "%T", fmcf->cache_ttl) - ttl;
-    argv[9] = (const char *) value;
-    argvlen[9] = vlen;
-    argv[10] = (const char *) cached->ids.data;
-    argvlen[10] = cached->ids.len;
+    ngx_http_feed_redis_call_init(&call, &ngx_http_feed_script_timeline_page,
+                                  argv, argvlen,
+                                  NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_NKEYS,
+                                  NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_NARGS);
 
-    (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, 11, argv,
-                                    argvlen);
+    ngx_http_feed_timeline_cache_key(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_KEY_PAGES,
+        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_KEY_PAGES],
+        NGX_HTTP_FEED_TLP_PREFIX, &page->user);
+    ngx_http_feed_timeline_cache_key(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_KEY_VERSION,
+        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_KEY_VERSION],
+        NGX_HTTP_FEED_TLN_PREFIX, &page->user);
+    ngx_http_feed_timeline_cache_key(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_KEY_TIMELINE,
+        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_KEY_TIMELINE],
+        NGX_HTTP_FEED_TL_PREFIX, &page->user);
+
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_ARG_LIMIT,
+        limit, ngx_sprintf(limit, "%ui", page->limit) - limit);
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_ARG_PAGE, value, p - value);
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_ARG_TTL,
+        ttl, ngx_sprintf(ttl, "%T", fmcf->cache_ttl) - ttl);
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_ARG_VERSION, value, vlen);
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_ARG_IDS,
+        cached->ids.data, cached->ids.len);
+
+    (void) ngx_http_feed_redis_call(NULL, fmcf->redis_client, &call, NULL,
+                                    NULL);
 
     /*
      * The worker's own copy, under the same version: if the store is
@@ -673,41 +326,25 @@ ngx_http_feed_timeline_cache_parse(ngx_http_request_t *r, redisReply *reply,
 
     switch (reply->element[0]->integer) {
 
-    case 0:
-        if (reply->element[1]->type != REDIS_REPLY_INTEGER) {
+    case NGX_HTTP_FEED_TIMELINE_READ_MISSING:
+        e = reply->element[NGX_HTTP_FEED_TIMELINE_READ_LOCKED];
+
+        if (e->type != REDIS_REPLY_INTEGER) {
             return NGX_DECLINED;
         }
 
-        cached->locked = reply->element[1]->integer;
+        cached->locked = e->integer;
         return NGX_OK;
 
-    case 3:
-    case 4:
-        if (reply->element[1]->type != REDIS_REPLY_STRING
-            || ngx_http_feed_redis_keep_reply(r->pool, reply) != NGX_OK)
-        {
-            return NGX_DECLINED;
-        }
-
-        cached->found = 1;
-        cached->kept = 1;
-        cached->local = (reply->element[0]->integer == 4);
-
-        if (reply->elements > 2
-            && reply->element[2]->type == REDIS_REPLY_STRING)
-        {
-            (void) ngx_http_feed_timeline_cache_copy(r, reply->element[2],
-                                                     &cached->page);
-        }
-
-        return ngx_http_feed_timeline_cache_copy(r, reply->element[1],
-                                                 &cached->version);
+    case NGX_HTTP_FEED_TIMELINE_READ_KEPT:
+    case NGX_HTTP_FEED_TIMELINE_READ_LOCAL:
+        return ngx_http_feed_timeline_cache_parse_kept(r, reply, cached);
 
     default:
         break;
     }
 
-    if (reply->elements < 6) {
+    if (reply->elements < NGX_HTTP_FEED_TIMELINE_READ_ITEMS) {
         return NGX_DECLINED;
     }
 
@@ -715,39 +352,39 @@ ngx_http_feed_timeline_cache_parse(ngx_http_request_t *r, redisReply *reply,
         return NGX_ERROR;
     }
 
-    for (i = 1; i < reply->elements; i++) {
-        e = reply->element[i];
-
-        if (i >= 3 && e->type != REDIS_REPLY_STRING) {
+    for (i = NGX_HTTP_FEED_TIMELINE_READ_LAST; i < reply->elements; i++) {
+        if (reply->element[i]->type != REDIS_REPLY_STRING) {
             return NGX_DECLINED;
         }
     }
 
-    if (reply->element[3]->len > 24) {
+    e = reply->element[NGX_HTTP_FEED_TIMELINE_READ_LAST];
+
+    if (e->len > 24) {
         return NGX_DECLINED;
     }
 
+    ngx_memcpy(cached->last, e->str, e->len);
+    cached->last[e->len] = '\0';
+
     cached->found = 1;
-    cached->more = reply->element[1]->type == REDIS_REPLY_INTEGER
-                   && reply->element[1]->integer;
-    cached->deep = reply->element[2]->type == REDIS_REPLY_INTEGER
-                   && reply->element[2]->integer;
+    cached->more = ngx_http_feed_timeline_cache_flag(
+                       reply->element[NGX_HTTP_FEED_TIMELINE_READ_MORE]);
+    cached->deep = ngx_http_feed_timeline_cache_flag(
+                       reply->element[NGX_HTTP_FEED_TIMELINE_READ_DEEP]);
 
-    ngx_memcpy(cached->last, reply->element[3]->str,
-               reply->element[3]->len);
-    cached->last[reply->element[3]->len] = '\0';
-
-    if (ngx_http_feed_timeline_cache_copy(r, reply->element[4],
-                                          &cached->version)
+    if (ngx_http_feed_timeline_cache_copy(r,
+            reply->element[NGX_HTTP_FEED_TIMELINE_READ_VERSION],
+            &cached->version)
         != NGX_OK
-        || ngx_http_feed_timeline_cache_copy(r, reply->element[5],
-                                             &cached->ids)
+        || ngx_http_feed_timeline_cache_copy(r,
+               reply->element[NGX_HTTP_FEED_TIMELINE_READ_IDS], &cached->ids)
            != NGX_OK)
     {
         return NGX_ERROR;
     }
 
-    cached->nitems = reply->elements - 6;
+    cached->nitems = reply->elements - NGX_HTTP_FEED_TIMELINE_READ_ITEMS;
 
     if (cached->nitems == 0) {
         return NGX_OK;
@@ -760,8 +397,9 @@ ngx_http_feed_timeline_cache_parse(ngx_http_request_t *r, redisReply *reply,
     }
 
     for (i = 0; i < cached->nitems; i++) {
-        if (ngx_http_feed_timeline_cache_copy(r, reply->element[6 + i],
-                                              &cached->items[i])
+        if (ngx_http_feed_timeline_cache_copy(r,
+                reply->element[NGX_HTTP_FEED_TIMELINE_READ_ITEMS + i],
+                &cached->items[i])
             != NGX_OK)
         {
             return NGX_ERROR;
@@ -769,6 +407,47 @@ ngx_http_feed_timeline_cache_parse(ngx_http_request_t *r, redisReply *reply,
     }
 
     return NGX_OK;
+}
+
+
+/* a page kept as answered is current: the worker's own copy, or this */
+
+static ngx_int_t
+ngx_http_feed_timeline_cache_parse_kept(ngx_http_request_t *r,
+    redisReply *reply, ngx_http_feed_cached_t *cached)
+{
+    redisReply  *page;
+
+    if (reply->element[NGX_HTTP_FEED_TIMELINE_READ_KEPT_VERSION]->type
+        != REDIS_REPLY_STRING
+        || ngx_http_feed_redis_keep_reply(r->pool, reply) != NGX_OK)
+    {
+        return NGX_DECLINED;
+    }
+
+    cached->found = 1;
+    cached->kept = 1;
+    cached->local = (reply->element[0]->integer
+                     == NGX_HTTP_FEED_TIMELINE_READ_LOCAL);
+
+    if (reply->elements > NGX_HTTP_FEED_TIMELINE_READ_KEPT_PAGE) {
+        page = reply->element[NGX_HTTP_FEED_TIMELINE_READ_KEPT_PAGE];
+
+        if (page->type == REDIS_REPLY_STRING) {
+            (void) ngx_http_feed_timeline_cache_copy(r, page, &cached->page);
+        }
+    }
+
+    return ngx_http_feed_timeline_cache_copy(r,
+               reply->element[NGX_HTTP_FEED_TIMELINE_READ_KEPT_VERSION],
+               &cached->version);
+}
+
+
+static ngx_uint_t
+ngx_http_feed_timeline_cache_flag(redisReply *e)
+{
+    return e->type == REDIS_REPLY_INTEGER && e->integer;
 }
 
 
@@ -841,34 +520,41 @@ ngx_http_feed_timeline_cache_lock(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
     ngx_str_t *token, ngx_http_feed_redis_pt handler, void *data)
 {
-    char         lock[NGX_HTTP_FEED_KEY_LEN], tlv[NGX_HTTP_FEED_KEY_LEN];
-    u_char       ms[NGX_INT_T_LEN];
-    size_t       argvlen[7];
-    const char  *argv[7];
+    char                        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_LOCK_NKEYS]
+                                    [NGX_HTTP_FEED_KEY_LEN];
+    u_char                      ms[NGX_INT_T_LEN];
+    size_t                      argvlen[
+                                    NGX_HTTP_FEED_SCRIPT_TIMELINE_LOCK_ARGC];
+    const char                 *argv[NGX_HTTP_FEED_SCRIPT_TIMELINE_LOCK_ARGC];
+    ngx_http_feed_redis_call_t  call;
 
     /* token->data: NGX_HTTP_FEED_NONCE_LEN bytes of the caller's */
 
     token->len = ngx_http_feed_timeline_nonce(token->data) - token->data;
 
-    argv[0] = "EVALSHA";
-    argvlen[0] = 7;
-    argv[1] = ngx_http_feed_timeline_lock_lua.sha1;
-    argvlen[1] = 40;
-    argv[2] = "2";
-    argvlen[2] = 1;
-    argv[3] = lock;
-    argvlen[3] = ngx_http_feed_timeline_key(lock, NGX_HTTP_FEED_LOCK_PREFIX,
-                                            user);
-    argv[4] = tlv;
-    argvlen[4] = ngx_http_feed_timeline_key(tlv, NGX_HTTP_FEED_TLV_PREFIX,
-                                            user);
-    argv[5] = (const char *) token->data;
-    argvlen[5] = token->len;
-    argv[6] = (const char *) ms;
-    argvlen[6] = ngx_sprintf(ms, "%M", fmcf->cache_lock_timeout) - ms;
+    ngx_http_feed_redis_call_init(&call, &ngx_http_feed_script_timeline_lock,
+                                  argv, argvlen,
+                                  NGX_HTTP_FEED_SCRIPT_TIMELINE_LOCK_NKEYS,
+                                  NGX_HTTP_FEED_SCRIPT_TIMELINE_LOCK_NARGS);
 
-    return ngx_http_feed_redis_send_r(r, fmcf->redis_client, handler, data,
-                                      7, argv, argvlen);
+    ngx_http_feed_timeline_cache_key(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_LOCK_KEY_LOCK,
+        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_LOCK_KEY_LOCK],
+        NGX_HTTP_FEED_LOCK_PREFIX, user);
+    ngx_http_feed_timeline_cache_key(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_LOCK_KEY_FOLLOWS_VERSION,
+        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_LOCK_KEY_FOLLOWS_VERSION],
+        NGX_HTTP_FEED_TLV_PREFIX, user);
+
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_LOCK_ARG_TOKEN,
+        token->data, token->len);
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_LOCK_ARG_MS,
+        ms, ngx_sprintf(ms, "%M", fmcf->cache_lock_timeout) - ms);
+
+    return ngx_http_feed_redis_call(r, fmcf->redis_client, &call, handler,
+                                    data);
 }
 
 
@@ -882,26 +568,31 @@ void
 ngx_http_feed_timeline_cache_unlock(ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_user_t *user, ngx_str_t *token, ngx_uint_t failed)
 {
-    char         lock[NGX_HTTP_FEED_KEY_LEN];
-    size_t       argvlen[6];
-    const char  *argv[6];
+    char                        lock[NGX_HTTP_FEED_KEY_LEN];
+    size_t                      argvlen[
+                                    NGX_HTTP_FEED_SCRIPT_TIMELINE_UNLOCK_ARGC];
+    const char                 *argv[NGX_HTTP_FEED_SCRIPT_TIMELINE_UNLOCK_ARGC];
+    ngx_http_feed_redis_call_t  call;
 
-    argv[0] = "EVALSHA";
-    argvlen[0] = 7;
-    argv[1] = ngx_http_feed_timeline_unlock_lua.sha1;
-    argvlen[1] = 40;
-    argv[2] = "1";
-    argvlen[2] = 1;
-    argv[3] = lock;
-    argvlen[3] = ngx_http_feed_timeline_key(lock, NGX_HTTP_FEED_LOCK_PREFIX,
-                                            user);
-    argv[4] = (const char *) token->data;
-    argvlen[4] = token->len;
-    argv[5] = failed ? "1" : "0";
-    argvlen[5] = 1;
+    ngx_http_feed_redis_call_init(&call,
+                                  &ngx_http_feed_script_timeline_unlock,
+                                  argv, argvlen,
+                                  NGX_HTTP_FEED_SCRIPT_TIMELINE_UNLOCK_NKEYS,
+                                  NGX_HTTP_FEED_SCRIPT_TIMELINE_UNLOCK_NARGS);
 
-    (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, 6, argv,
-                                    argvlen);
+    ngx_http_feed_timeline_cache_key(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_UNLOCK_KEY_LOCK, lock,
+        NGX_HTTP_FEED_LOCK_PREFIX, user);
+
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_UNLOCK_ARG_TOKEN,
+        token->data, token->len);
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_UNLOCK_ARG_FAILED,
+        failed ? "1" : "0", 1);
+
+    (void) ngx_http_feed_redis_call(NULL, fmcf->redis_client, &call, NULL,
+                                    NULL);
 }
 
 
@@ -913,30 +604,25 @@ ngx_http_feed_timeline_cache_warm(ngx_http_request_t *r,
     ngx_str_t *version, ngx_str_t *token, bson_t *items,
     ngx_uint_t complete, ngx_http_feed_redis_pt handler, void *data)
 {
-    int             argc;
-    char           *json;
-    size_t          len, *argvlen;
-    u_char         *ttl, *cap, *keys;
-    bson_t          post;
-    ngx_uint_t      i;
-    uint32_t        n, doclen, idlen;
-    ngx_int_t       rc;
-    ngx_str_t       value;
-    bson_oid_t      oid;
-    bson_iter_t     it, id;
-    const char    **argv;
-    const uint8_t  *raw;
+    char                       *keys;
+    u_char                     *ttl, *cap, *nonce;
+    size_t                     *argvlen;
+    uint32_t                    n;
+    ngx_uint_t                  argc;
+    const char                **argv;
+    ngx_http_feed_redis_call_t  call;
 
-    static const char  *prefixes[] = {
-        NGX_HTTP_FEED_TL_PREFIX, NGX_HTTP_FEED_LOCK_PREFIX,
-        NGX_HTTP_FEED_TLV_PREFIX, NGX_HTTP_FEED_TLQ_PREFIX
-    };
+    /* the fixed arguments, then an id and a JSON for each post */
 
     n = bson_count_keys(items);
+    argc = NGX_HTTP_FEED_REDIS_CALL_ARGC(
+               NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_NKEYS,
+               NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_NARGS + 2 * n);
 
-    argv = ngx_palloc(r->pool, (16 + 2 * n) * sizeof(char *));
-    argvlen = ngx_palloc(r->pool, (16 + 2 * n) * sizeof(size_t));
-    keys = ngx_pnalloc(r->pool, 4 * NGX_HTTP_FEED_KEY_LEN
+    argv = ngx_palloc(r->pool, argc * sizeof(char *));
+    argvlen = ngx_palloc(r->pool, argc * sizeof(size_t));
+    keys = ngx_pnalloc(r->pool, NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_NKEYS
+                                * NGX_HTTP_FEED_KEY_LEN
                                 + 2 * NGX_INT_T_LEN
                                 + NGX_HTTP_FEED_NONCE_LEN);
 
@@ -944,52 +630,102 @@ ngx_http_feed_timeline_cache_warm(ngx_http_request_t *r,
         return NGX_ERROR;
     }
 
-    argv[0] = "EVALSHA";
-    argvlen[0] = 7;
-    argv[1] = ngx_http_feed_timeline_warm_lua.sha1;
-    argvlen[1] = 40;
-    argv[2] = "5";
-    argvlen[2] = 1;
+    ngx_http_feed_redis_call_init(&call, &ngx_http_feed_script_timeline_warm,
+                                  argv, argvlen,
+                                  NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_NKEYS,
+                                  NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_NARGS);
 
-    for (i = 0; i < 4; i++) {
-        argv[3 + i] = (char *) keys + i * NGX_HTTP_FEED_KEY_LEN;
-        argvlen[3 + i] = ngx_http_feed_timeline_key((char *) argv[3 + i],
-                                                    prefixes[i], user);
-    }
+    ngx_http_feed_timeline_cache_key(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_KEY_TIMELINE,
+        keys + NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_KEY_TIMELINE
+               * NGX_HTTP_FEED_KEY_LEN,
+        NGX_HTTP_FEED_TL_PREFIX, user);
+    ngx_http_feed_timeline_cache_key(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_KEY_LOCK,
+        keys + NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_KEY_LOCK
+               * NGX_HTTP_FEED_KEY_LEN,
+        NGX_HTTP_FEED_LOCK_PREFIX, user);
+    ngx_http_feed_timeline_cache_key(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_KEY_FOLLOWS_VERSION,
+        keys + NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_KEY_FOLLOWS_VERSION
+               * NGX_HTTP_FEED_KEY_LEN,
+        NGX_HTTP_FEED_TLV_PREFIX, user);
+    ngx_http_feed_timeline_cache_key(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_KEY_QUEUE,
+        keys + NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_KEY_QUEUE
+               * NGX_HTTP_FEED_KEY_LEN,
+        NGX_HTTP_FEED_TLQ_PREFIX, user);
+    ngx_http_feed_timeline_cache_key(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_KEY_VERSION,
+        keys + NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_KEY_VERSION
+               * NGX_HTTP_FEED_KEY_LEN,
+        NGX_HTTP_FEED_TLN_PREFIX, user);
+    ngx_http_feed_redis_call_key(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_KEY_DELETING,
+        NGX_HTTP_FEED_DELETING, sizeof(NGX_HTTP_FEED_DELETING) - 1);
 
-    argv[7] = NGX_HTTP_FEED_DELETING;
-    argvlen[7] = sizeof(NGX_HTTP_FEED_DELETING) - 1;
-
-    ttl = keys + 4 * NGX_HTTP_FEED_KEY_LEN;
+    ttl = (u_char *) keys + NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_NKEYS
+                            * NGX_HTTP_FEED_KEY_LEN;
     cap = ttl + NGX_INT_T_LEN;
+    nonce = cap + NGX_INT_T_LEN;
 
     /*
      * An empty timeline (no follows, no posts) is kept only briefly: any
      * id can be read, and each would otherwise leave its keys for days.
      */
 
-    argv[8] = (const char *) ttl;
-    argvlen[8] = ngx_sprintf(ttl, "%T", (n == 0 && complete)
-                                        ? fmcf->cache_empty_ttl
-                                        : fmcf->cache_ttl)
-                 - ttl;
-    argv[9] = (const char *) cap;
-    argvlen[9] = ngx_sprintf(cap, "%ui", fmcf->cache_size) - cap;
-    argv[10] = fmcf->cache_embed ? "e" : "l";
-    argvlen[10] = 1;
-    argv[11] = NGX_HTTP_FEED_POST_PREFIX;
-    argvlen[11] = sizeof(NGX_HTTP_FEED_POST_PREFIX) - 1;
-    argv[12] = complete ? "1" : "0";
-    argvlen[12] = 1;
-    argv[13] = (const char *) version->data;
-    argvlen[13] = version->len;
-    argv[14] = (const char *) cap + NGX_INT_T_LEN;
-    argvlen[14] = ngx_http_feed_timeline_nonce(cap + NGX_INT_T_LEN)
-                  - (cap + NGX_INT_T_LEN);
-    argv[15] = (const char *) token->data;
-    argvlen[15] = token->len;
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_ARG_TTL,
+        ttl, ngx_sprintf(ttl, "%T", (n == 0 && complete)
+                                    ? fmcf->cache_empty_ttl
+                                    : fmcf->cache_ttl)
+             - ttl);
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_ARG_CAP,
+        cap, ngx_sprintf(cap, "%ui", fmcf->cache_size) - cap);
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_ARG_MODE,
+        fmcf->cache_embed ? "e" : "l", 1);
+    ngx_http_feed_redis_call_lit(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_ARG_POST_PREFIX,
+        NGX_HTTP_FEED_POST_PREFIX);
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_ARG_COMPLETE,
+        complete ? "1" : "0", 1);
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_ARG_FOLLOWS_VERSION,
+        version->data, version->len);
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_ARG_NONCE,
+        nonce, ngx_http_feed_timeline_nonce(nonce) - nonce);
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_ARG_TOKEN,
+        token->data, token->len);
 
-    argc = 16;
+    if (ngx_http_feed_timeline_cache_warm_items(r, &call, items) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_feed_redis_call(r, fmcf->redis_client, &call, handler,
+                                    data);
+}
+
+
+/* the posts after the fixed arguments, as id, JSON pairs */
+
+static ngx_int_t
+ngx_http_feed_timeline_cache_warm_items(ngx_http_request_t *r,
+    ngx_http_feed_redis_call_t *call, bson_t *items)
+{
+    char           *json;
+    u_char         *copy;
+    size_t          len;
+    bson_t          post;
+    uint32_t        doclen, idlen;
+    ngx_str_t       value;
+    bson_oid_t      oid;
+    bson_iter_t     it, id;
+    const uint8_t  *raw;
 
     if (!bson_iter_init(&it, items)) {
         return NGX_ERROR;
@@ -1022,70 +758,118 @@ ngx_http_feed_timeline_cache_warm(ngx_http_request_t *r,
             return NGX_ERROR;
         }
 
-        argv[argc] = (const char *) value.data;
-        argvlen[argc] = 24;
-
-        argv[argc + 1] = ngx_pnalloc(r->pool, len);
-        if (argv[argc + 1] == NULL) {
+        copy = ngx_pnalloc(r->pool, len);
+        if (copy == NULL) {
             bson_free(json);
             return NGX_ERROR;
         }
 
-        ngx_memcpy((u_char *) argv[argc + 1], json, len);
-        argvlen[argc + 1] = len;
+        ngx_memcpy(copy, json, len);
         bson_free(json);
 
-        argc += 2;
+        ngx_http_feed_redis_call_arg(call, call->nargs, value.data, 24);
+        ngx_http_feed_redis_call_arg(call, call->nargs + 1, copy, len);
+        call->nargs += 2;
     }
 
-    rc = ngx_http_feed_redis_send_r(r, fmcf->redis_client, handler, data,
-                                    argc, argv, argvlen);
-
-    return rc;
+    return NGX_OK;
 }
 
 
-/* r: NULL for the worker's own commands */
+/*
+ * The user's follows changed: the cached timeline goes, and a rebuild
+ * that began before is not warmed.  A drop that could not be sent is
+ * sent again once Redis is back.
+ */
 
 ngx_int_t
 ngx_http_feed_timeline_cache_drop(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
     ngx_http_feed_redis_pt handler, void *data)
 {
-    char         keys[3][NGX_HTTP_FEED_KEY_LEN];
-    u_char       ttl[NGX_INT_T_LEN];
-    size_t       argvlen[7];
-    ngx_uint_t   i;
-    const char  *argv[7];
+    return ngx_http_feed_redis_replay_send(r, fmcf->redis_client,
+                                           ngx_http_feed_timeline_cache_drops,
+                                           user, handler, data);
+}
 
-    static const char  *prefixes[] = {
-        NGX_HTTP_FEED_TL_PREFIX, NGX_HTTP_FEED_TLV_PREFIX,
-        NGX_HTTP_FEED_TLP_PREFIX
-    };
 
-    argv[0] = "EVALSHA";
-    argvlen[0] = 7;
-    argv[1] = ngx_http_feed_timeline_drop_lua.sha1;
-    argvlen[1] = 40;
-    argv[2] = "3";
-    argvlen[2] = 1;
+/* a drop sent whose answer was an error: idempotent, it is sent again */
 
-    for (i = 0; i < 3; i++) {
-        argv[3 + i] = keys[i];
-        argvlen[3 + i] = ngx_http_feed_timeline_key(keys[i], prefixes[i],
-                                                    user);
-    }
+void
+ngx_http_feed_timeline_cache_drop_later(ngx_http_feed_user_t *user)
+{
+    ngx_http_feed_redis_replay(ngx_http_feed_timeline_cache_drops, user);
+}
 
-    argv[6] = (const char *) ttl;
-    argvlen[6] = ngx_sprintf(ttl, "%T", fmcf->cache_ttl) - ttl;
 
-    if (r) {
-        return ngx_http_feed_redis_send_r(r, fmcf->redis_client, handler,
-                                          data, 7, argv, argvlen);
-    }
+static ngx_int_t
+ngx_http_feed_timeline_cache_send_drop(ngx_http_request_t *r,
+    ngx_http_feed_redis_t *rd, ngx_http_feed_user_t *user,
+    ngx_http_feed_redis_pt handler, void *data)
+{
+    char                        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_NKEYS]
+                                    [NGX_HTTP_FEED_KEY_LEN];
+    u_char                      ttl[NGX_INT_T_LEN];
+    size_t                      argvlen[
+                                    NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_ARGC];
+    const char                 *argv[NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_ARGC];
+    ngx_http_feed_redis_call_t  call;
 
-    return ngx_http_feed_redis_send(fmcf->redis_client, handler, data, 7,
-                                    argv, argvlen)
+    ngx_http_feed_redis_call_init(&call, &ngx_http_feed_script_timeline_drop,
+                                  argv, argvlen,
+                                  NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_NKEYS,
+                                  NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_NARGS);
+
+    ngx_http_feed_timeline_cache_key(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_KEY_TIMELINE,
+        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_KEY_TIMELINE],
+        NGX_HTTP_FEED_TL_PREFIX, user);
+    ngx_http_feed_timeline_cache_key(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_KEY_FOLLOWS_VERSION,
+        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_KEY_FOLLOWS_VERSION],
+        NGX_HTTP_FEED_TLV_PREFIX, user);
+    ngx_http_feed_timeline_cache_key(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_KEY_PAGES,
+        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_KEY_PAGES],
+        NGX_HTTP_FEED_TLP_PREFIX, user);
+
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_ARG_TTL, ttl,
+        ngx_sprintf(ttl, "%T", ngx_http_feed_timeline_cache_fmcf->cache_ttl)
+        - ttl);
+
+    return ngx_http_feed_redis_call(r, rd, &call, handler, data);
+}
+
+
+/*
+ * A post's JSON in link mode, where timelines point to it: sent ahead of
+ * its delivery on the same connection, so it is there before any
+ * timeline points to it.
+ */
+
+ngx_int_t
+ngx_http_feed_timeline_cache_post(ngx_http_feed_main_conf_t *fmcf,
+    const char *id, const char *json, size_t len,
+    ngx_http_feed_redis_pt handler, void *data)
+{
+    u_char                      key[NGX_HTTP_FEED_POST_KEY_LEN],
+                                ttl[NGX_INT_T_LEN];
+    size_t                      argvlen[5];
+    const char                 *argv[5];
+    ngx_http_feed_redis_args_t  args;
+
+    ngx_http_feed_redis_args_init(&args, argv, argvlen);
+    ngx_http_feed_redis_args_lit(&args, "SET");
+    ngx_http_feed_redis_args_key(&args, key,
+                                 ngx_http_feed_timeline_post_key(key, id));
+    ngx_http_feed_redis_args_add(&args, json, len);
+    ngx_http_feed_redis_args_lit(&args, "EX");
+    ngx_http_feed_redis_args_add(&args, ttl,
+                                 ngx_sprintf(ttl, "%T", 2 * fmcf->cache_ttl)
+                                 - ttl);
+
+    return ngx_http_feed_redis_send(fmcf->redis_client, handler, data, &args)
            ? NGX_OK : NGX_DECLINED;
 }
 
@@ -1100,26 +884,80 @@ ngx_http_feed_timeline_cache_deliver(ngx_http_feed_main_conf_t *fmcf,
     ngx_pool_t *pool, ngx_http_feed_user_t *users, ngx_uint_t n,
     ngx_str_t *entry, ngx_http_feed_redis_pt handler, void *data)
 {
-    u_char  cap[NGX_INT_T_LEN], ms[NGX_INT_T_LEN], ttl[NGX_INT_T_LEN],
-            nonce[NGX_HTTP_FEED_NONCE_LEN];
-    size_t  argvlen[5];
-    char   *argv[5];
+    u_char                      cap[NGX_INT_T_LEN], ms[NGX_INT_T_LEN],
+                                ttl[NGX_INT_T_LEN],
+                                nonce[NGX_HTTP_FEED_NONCE_LEN];
+    ngx_http_feed_redis_call_t *call;
 
-    argv[0] = (char *) entry->data;
-    argvlen[0] = entry->len;
-    argv[1] = (char *) cap;
-    argvlen[1] = ngx_sprintf(cap, "%ui", fmcf->cache_size) - cap;
-    argv[2] = (char *) ms;
-    argvlen[2] = ngx_sprintf(ms, "%M", fmcf->cache_lock_timeout) - ms;
-    argv[3] = (char *) ttl;
-    argvlen[3] = ngx_sprintf(ttl, "%T", fmcf->cache_ttl) - ttl;
-    argv[4] = (char *) nonce;
-    argvlen[4] = ngx_http_feed_timeline_nonce(nonce) - nonce;
+    call = ngx_http_feed_timeline_cache_batch(pool->log,
+                                &ngx_http_feed_script_timeline_deliver,
+                                NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_NKEYS,
+                                users, n);
+    if (call == NULL) {
+        return NGX_ERROR;
+    }
 
-    return ngx_http_feed_timeline_cache_batch(fmcf, pool->log,
-                                        &ngx_http_feed_timeline_deliver_lua,
-                                        users, n, 5, argv, argvlen,
-                                        handler, data);
+    ngx_http_feed_redis_call_key(call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_KEY_DELETING,
+        NGX_HTTP_FEED_DELETING, sizeof(NGX_HTTP_FEED_DELETING) - 1);
+
+    ngx_http_feed_redis_call_arg(call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_ARG_ENTRY,
+        entry->data, entry->len);
+    ngx_http_feed_redis_call_arg(call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_ARG_CAP,
+        cap, ngx_sprintf(cap, "%ui", fmcf->cache_size) - cap);
+    ngx_http_feed_redis_call_arg(call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_ARG_QUEUE_MS,
+        ms, ngx_sprintf(ms, "%M", fmcf->cache_lock_timeout) - ms);
+    ngx_http_feed_redis_call_arg(call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_ARG_TTL,
+        ttl, ngx_sprintf(ttl, "%T", fmcf->cache_ttl) - ttl);
+    ngx_http_feed_redis_call_arg(call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_ARG_NONCE,
+        nonce, ngx_http_feed_timeline_nonce(nonce) - nonce);
+    ngx_http_feed_redis_call_lit(call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_ARG_PAGES_PREFIX,
+        NGX_HTTP_FEED_TLP_PREFIX);
+    ngx_http_feed_redis_call_lit(call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_ARG_LOCK_PREFIX,
+        NGX_HTTP_FEED_LOCK_PREFIX);
+    ngx_http_feed_redis_call_lit(call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_ARG_QUEUE_PREFIX,
+        NGX_HTTP_FEED_TLQ_PREFIX);
+    ngx_http_feed_redis_call_lit(call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_ARG_VERSION_PREFIX,
+        NGX_HTTP_FEED_TLN_PREFIX);
+
+    return ngx_http_feed_timeline_cache_batch_send(fmcf, call, handler,
+                                                   data);
+}
+
+
+/*
+ * A post is deleted: reads skip it until fanout has taken it out of every
+ * timeline, and its JSON in link mode goes.  Sent ahead of the delete's
+ * fanout entry, on the same connection, so it is in Redis before anyone
+ * hears of the delete.
+ */
+
+void
+ngx_http_feed_timeline_cache_delete(ngx_http_feed_main_conf_t *fmcf,
+    const char *id)
+{
+    u_char                      key[NGX_HTTP_FEED_POST_KEY_LEN];
+    size_t                      argvlen[2];
+    const char                 *argv[2];
+    ngx_http_feed_redis_args_t  args;
+
+    ngx_http_feed_timeline_cache_deleting(fmcf, id, 0);
+
+    ngx_http_feed_redis_args_init(&args, argv, argvlen);
+    ngx_http_feed_redis_args_lit(&args, "DEL");
+    ngx_http_feed_redis_args_key(&args, key,
+                                 ngx_http_feed_timeline_post_key(key, id));
+
+    (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, &args);
 }
 
 
@@ -1130,80 +968,101 @@ ngx_http_feed_timeline_cache_remove(ngx_http_feed_main_conf_t *fmcf,
     ngx_pool_t *pool, ngx_http_feed_user_t *users, ngx_uint_t n,
     const char *id, ngx_http_feed_redis_pt handler, void *data)
 {
-    u_char  ttl[NGX_INT_T_LEN], nonce[NGX_HTTP_FEED_NONCE_LEN];
-    size_t  argvlen[3];
-    char   *argv[3];
+    u_char                      ttl[NGX_INT_T_LEN],
+                                nonce[NGX_HTTP_FEED_NONCE_LEN];
+    ngx_http_feed_redis_call_t *call;
 
-    argv[0] = (char *) id;
-    argvlen[0] = 24;
-    argv[1] = (char *) ttl;
-    argvlen[1] = ngx_sprintf(ttl, "%T", fmcf->cache_ttl) - ttl;
-    argv[2] = (char *) nonce;
-    argvlen[2] = ngx_http_feed_timeline_nonce(nonce) - nonce;
+    call = ngx_http_feed_timeline_cache_batch(pool->log,
+                                &ngx_http_feed_script_timeline_remove,
+                                NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_NKEYS,
+                                users, n);
+    if (call == NULL) {
+        return NGX_ERROR;
+    }
 
-    return ngx_http_feed_timeline_cache_batch(fmcf, pool->log,
-                                        &ngx_http_feed_timeline_remove_lua,
-                                        users, n, 3, argv, argvlen,
-                                        handler, data);
+    ngx_http_feed_redis_call_arg(call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_ARG_ID, id, 24);
+    ngx_http_feed_redis_call_arg(call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_ARG_TTL,
+        ttl, ngx_sprintf(ttl, "%T", fmcf->cache_ttl) - ttl);
+    ngx_http_feed_redis_call_arg(call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_ARG_NONCE,
+        nonce, ngx_http_feed_timeline_nonce(nonce) - nonce);
+    ngx_http_feed_redis_call_lit(call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_ARG_VERSION_PREFIX,
+        NGX_HTTP_FEED_TLN_PREFIX);
+
+    return ngx_http_feed_timeline_cache_batch_send(fmcf, call, handler,
+                                                   data);
+}
+
+
+/* fanout took the deleted post out of every timeline */
+
+void
+ngx_http_feed_timeline_cache_removed(ngx_http_feed_main_conf_t *fmcf,
+    const char *id)
+{
+    ngx_http_feed_timeline_cache_deleting(fmcf, id, 1);
 }
 
 
 /*
- * A script call on the timelines of a batch of users, then nargs
- * arguments.  What it is built in is freed as soon as hiredis has copied
- * it: one entry may go to hundreds of thousands of followers, batch after
+ * A script call on the timelines of a batch of users, keys after the
+ * script's own nkeys; its arguments are the caller's to add.  It and what
+ * it is built in are one block, freed as soon as hiredis has copied it:
+ * one entry may go to hundreds of thousands of followers, batch after
  * batch.
  */
 
-static ngx_int_t
-ngx_http_feed_timeline_cache_batch(ngx_http_feed_main_conf_t *fmcf,
-    ngx_log_t *log, ngx_http_feed_redis_script_t *script,
-    ngx_http_feed_user_t *users, ngx_uint_t n, ngx_uint_t nargs,
-    char **args, size_t *lens, ngx_http_feed_redis_pt handler, void *data)
+static ngx_http_feed_redis_call_t *
+ngx_http_feed_timeline_cache_batch(ngx_log_t *log,
+    ngx_http_feed_redis_script_t *script, ngx_uint_t nkeys,
+    ngx_http_feed_user_t *users, ngx_uint_t n)
 {
-    u_char       *p;
-    size_t       *argvlen;
-    ngx_int_t     rc;
-    ngx_uint_t    i, argc;
-    const char  **argv;
+    char                        *p;
+    size_t                      *argvlen;
+    ngx_uint_t                   i, argc;
+    const char                 **argv;
+    ngx_http_feed_redis_call_t  *call;
 
-    argc = 3 + n + nargs;
+    argc = NGX_HTTP_FEED_REDIS_CALL_ARGC(nkeys + n, script->nargs);
 
-    argv = ngx_alloc(argc * (sizeof(char *) + sizeof(size_t))
-                     + NGX_INT_T_LEN + n * NGX_HTTP_FEED_KEY_LEN, log);
-    if (argv == NULL) {
-        return NGX_ERROR;
+    call = ngx_alloc(sizeof(ngx_http_feed_redis_call_t)
+                     + argc * (sizeof(char *) + sizeof(size_t))
+                     + n * NGX_HTTP_FEED_KEY_LEN, log);
+    if (call == NULL) {
+        return NULL;
     }
 
+    argv = (const char **) (call + 1);
     argvlen = (size_t *) (argv + argc);
-    p = (u_char *) (argvlen + argc);
+    p = (char *) (argvlen + argc);
 
-    argv[0] = "EVALSHA";
-    argvlen[0] = 7;
-    argv[1] = script->sha1;
-    argvlen[1] = 40;
-    argv[2] = (const char *) p;
-    argvlen[2] = ngx_sprintf(p, "%ui", n) - p;
-    p += NGX_INT_T_LEN;
+    ngx_http_feed_redis_call_init(call, script, argv, argvlen, nkeys + n,
+                                  script->nargs);
 
     for (i = 0; i < n; i++) {
-        argv[3 + i] = (const char *) p;
-        argvlen[3 + i] = ngx_http_feed_timeline_key((char *) p,
-                                                    NGX_HTTP_FEED_TL_PREFIX,
-                                                    &users[i]);
+        ngx_http_feed_timeline_cache_key(call, nkeys + i, p,
+                                         NGX_HTTP_FEED_TL_PREFIX, &users[i]);
         p += NGX_HTTP_FEED_KEY_LEN;
     }
 
-    for (i = 0; i < nargs; i++) {
-        argv[3 + n + i] = args[i];
-        argvlen[3 + n + i] = lens[i];
-    }
+    return call;
+}
 
-    rc = ngx_http_feed_redis_send(fmcf->redis_client, handler, data,
-                                  (int) argc, argv, argvlen)
-         ? NGX_OK : NGX_DECLINED;
 
-    ngx_free(argv);
+static ngx_int_t
+ngx_http_feed_timeline_cache_batch_send(ngx_http_feed_main_conf_t *fmcf,
+    ngx_http_feed_redis_call_t *call, ngx_http_feed_redis_pt handler,
+    void *data)
+{
+    ngx_int_t  rc;
+
+    rc = ngx_http_feed_redis_call(NULL, fmcf->redis_client, call, handler,
+                                  data);
+
+    ngx_free(call);
 
     return rc;
 }
@@ -1216,63 +1075,57 @@ ngx_http_feed_timeline_cache_batch(ngx_http_feed_main_conf_t *fmcf,
  * fanout nothing takes it out, and it is skipped as long as lists live.
  */
 
-void
-ngx_http_feed_timeline_deleted(ngx_http_feed_main_conf_t *fmcf,
+static void
+ngx_http_feed_timeline_cache_deleting(ngx_http_feed_main_conf_t *fmcf,
     const char *id, ngx_uint_t done)
 {
-    u_char       score[NGX_INT64_LEN + 1], now[NGX_INT64_LEN + 1];
-    size_t       argvlen[5];
-    int64_t      ms;
-    const char  *argv[5];
+    u_char                      score[NGX_INT64_LEN + 1],
+                                now[NGX_INT64_LEN + 1];
+    size_t                      argvlen[5];
+    int64_t                     ms;
+    const char                 *argv[5];
+    ngx_http_feed_redis_args_t  args;
 
     ms = ngx_http_feed_now_ms();
 
-    argv[0] = "ZADD";
-    argvlen[0] = 4;
-    argv[1] = NGX_HTTP_FEED_DELETING;
-    argvlen[1] = sizeof(NGX_HTTP_FEED_DELETING) - 1;
+    ngx_http_feed_redis_args_init(&args, argv, argvlen);
+    ngx_http_feed_redis_args_lit(&args, "ZADD");
+    ngx_http_feed_redis_args_key(&args, NGX_HTTP_FEED_DELETING,
+                                 sizeof(NGX_HTTP_FEED_DELETING) - 1);
 
     if (done) {
-        argv[2] = "XX";
-        argvlen[2] = 2;
-        argv[3] = (const char *) score;
-        argvlen[3] = ngx_sprintf(score, "%L",
-                                 ms + 2 * (int64_t) fmcf->cache_lock_timeout)
-                     - score;
+        ngx_http_feed_redis_args_lit(&args, "XX");
+        ngx_http_feed_redis_args_add(&args, score,
+            ngx_sprintf(score, "%L",
+                        ms + 2 * (int64_t) fmcf->cache_lock_timeout)
+            - score);
+
+    } else if (fmcf->fanout) {
+        ngx_http_feed_redis_args_lit(&args, "GT");
+        ngx_http_feed_redis_args_lit(&args, "+inf");
 
     } else {
-        argv[2] = "GT";
-        argvlen[2] = 2;
-
-        if (fmcf->fanout) {
-            argv[3] = "+inf";
-            argvlen[3] = 4;
-
-        } else {
-            argv[3] = (const char *) score;
-            argvlen[3] = ngx_sprintf(score, "%L",
-                                     ms + 2000 * (int64_t) fmcf->cache_ttl)
-                         - score;
-        }
+        ngx_http_feed_redis_args_lit(&args, "GT");
+        ngx_http_feed_redis_args_add(&args, score,
+            ngx_sprintf(score, "%L", ms + 2000 * (int64_t) fmcf->cache_ttl)
+            - score);
     }
 
-    argv[4] = id;
-    argvlen[4] = 24;
+    ngx_http_feed_redis_args_add(&args, id, 24);
 
-    (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, 5, argv,
-                                    argvlen);
+    (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, &args);
 
     /* what no read needs any more */
 
-    argv[0] = "ZREMRANGEBYSCORE";
-    argvlen[0] = 16;
-    argv[2] = "-inf";
-    argvlen[2] = 4;
-    argv[3] = (const char *) now;
-    argvlen[3] = ngx_sprintf(now, "(%L", ms) - now;
+    ngx_http_feed_redis_args_init(&args, argv, argvlen);
+    ngx_http_feed_redis_args_lit(&args, "ZREMRANGEBYSCORE");
+    ngx_http_feed_redis_args_key(&args, NGX_HTTP_FEED_DELETING,
+                                 sizeof(NGX_HTTP_FEED_DELETING) - 1);
+    ngx_http_feed_redis_args_lit(&args, "-inf");
+    ngx_http_feed_redis_args_add(&args, now,
+                                 ngx_sprintf(now, "(%L", ms) - now);
 
-    (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, 4, argv,
-                                    argvlen);
+    (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, &args);
 }
 
 
@@ -1291,6 +1144,33 @@ ngx_http_feed_timeline_nonce(u_char *buf)
     }
 
     return ngx_sprintf(buf, "%xL-%uL", seed, ++n);
+}
+
+
+/* key i of a call: the user's key of that prefix, made in buf */
+
+static size_t
+ngx_http_feed_timeline_cache_key(ngx_http_feed_redis_call_t *call,
+    ngx_uint_t i, char *buf, const char *prefix, ngx_http_feed_user_t *user)
+{
+    size_t  len;
+
+    len = ngx_http_feed_timeline_key(buf, prefix, user);
+
+    ngx_http_feed_redis_call_key(call, i, buf, len);
+
+    return len;
+}
+
+
+/* a post's key in link mode, feed:p:<id> */
+
+static size_t
+ngx_http_feed_timeline_post_key(u_char *buf, const char *id)
+{
+    return ngx_sprintf(buf, "%s%*s", NGX_HTTP_FEED_POST_PREFIX, (size_t) 24,
+                       id)
+           - buf;
 }
 
 

@@ -13,7 +13,7 @@
  */
 
 
-#include "ngx_http_feed_timeline.h"
+#include "ngx_http_feed_timeline_cache.h"
 
 
 /* by "<limit>:<user>" */

@@ -1,0 +1,100 @@
+
+/*
+ * ngx_feed_module: the home timeline cache in Redis, the only owner of
+ * every feed:tl* key, of the posts' JSON in link mode (feed:p:<id>) and
+ * of the posts being deleted (feed:deleting); and the worker's own copy
+ * of first pages (ngx_http_feed_timeline_local.c).
+ */
+
+
+#ifndef _NGX_HTTP_FEED_TIMELINE_CACHE_H_INCLUDED_
+#define _NGX_HTTP_FEED_TIMELINE_CACHE_H_INCLUDED_
+
+
+#include "ngx_http_feed_module.h"
+#include "ngx_http_feed_redis.h"
+#include "ngx_http_feed_util.h"
+
+#include <bson.h>
+
+
+/* a value no other node or worker ever makes: versions, lock tokens */
+#define NGX_HTTP_FEED_NONCE_LEN    (3 * NGX_INT64_LEN)
+
+
+/* what the cache answered */
+typedef struct {
+    ngx_uint_t                    found;      /* the timeline exists */
+    ngx_uint_t                    locked;     /* missing: 1 being rebuilt,
+                                                 2 its rebuild failed */
+    ngx_uint_t                    more;       /* more after this page */
+    ngx_uint_t                    deep;       /* ran past a trimmed cache */
+    char                          last[25];   /* id of the last item */
+    ngx_uint_t                    nitems;
+    ngx_str_t                    *items;      /* JSON of each post */
+
+    ngx_str_t                     version;    /* of the list read */
+    ngx_str_t                     ids;        /* of the items, concatenated */
+
+    ngx_uint_t                    kept;       /* a page kept as answered */
+    ngx_uint_t                    local;      /* the worker's own copy of
+                                                 it is current */
+    ngx_str_t                     page;       /* it, when in the reply */
+    ngx_str_t                     body;
+} ngx_http_feed_cached_t;
+
+
+ngx_int_t ngx_http_feed_timeline_cache_init(ngx_http_feed_main_conf_t *fmcf);
+
+ngx_int_t ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
+    ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_page_t *page,
+    ngx_str_t *have, ngx_http_feed_redis_pt kept,
+    ngx_http_feed_redis_pt handler, void *data);
+ngx_int_t ngx_http_feed_timeline_cache_parse(ngx_http_request_t *r,
+    redisReply *reply, ngx_http_feed_cached_t *cached);
+ngx_int_t ngx_http_feed_timeline_cache_kept(ngx_str_t *page,
+    ngx_http_feed_cached_t *cached);
+void ngx_http_feed_timeline_cache_page(ngx_http_request_t *r,
+    ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_page_t *page,
+    ngx_http_feed_cached_t *cached, ngx_str_t *body);
+
+ngx_int_t ngx_http_feed_timeline_cache_lock(ngx_http_request_t *r,
+    ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
+    ngx_str_t *token, ngx_http_feed_redis_pt handler, void *data);
+void ngx_http_feed_timeline_cache_unlock(ngx_http_feed_main_conf_t *fmcf,
+    ngx_http_feed_user_t *user, ngx_str_t *token, ngx_uint_t failed);
+ngx_int_t ngx_http_feed_timeline_cache_warm(ngx_http_request_t *r,
+    ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
+    ngx_str_t *version, ngx_str_t *token, bson_t *items,
+    ngx_uint_t complete, ngx_http_feed_redis_pt handler, void *data);
+
+ngx_int_t ngx_http_feed_timeline_cache_drop(ngx_http_request_t *r,
+    ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
+    ngx_http_feed_redis_pt handler, void *data);
+void ngx_http_feed_timeline_cache_drop_later(ngx_http_feed_user_t *user);
+
+ngx_int_t ngx_http_feed_timeline_cache_post(ngx_http_feed_main_conf_t *fmcf,
+    const char *id, const char *json, size_t len,
+    ngx_http_feed_redis_pt handler, void *data);
+ngx_int_t ngx_http_feed_timeline_cache_deliver(
+    ngx_http_feed_main_conf_t *fmcf, ngx_pool_t *pool,
+    ngx_http_feed_user_t *users, ngx_uint_t n, ngx_str_t *entry,
+    ngx_http_feed_redis_pt handler, void *data);
+void ngx_http_feed_timeline_cache_delete(ngx_http_feed_main_conf_t *fmcf,
+    const char *id);
+ngx_int_t ngx_http_feed_timeline_cache_remove(ngx_http_feed_main_conf_t *fmcf,
+    ngx_pool_t *pool, ngx_http_feed_user_t *users, ngx_uint_t n,
+    const char *id, ngx_http_feed_redis_pt handler, void *data);
+void ngx_http_feed_timeline_cache_removed(ngx_http_feed_main_conf_t *fmcf,
+    const char *id);
+
+void ngx_http_feed_timeline_local_init(size_t max);
+void ngx_http_feed_timeline_local_exit(void);
+ngx_str_t ngx_http_feed_timeline_local_get(ngx_http_feed_user_t *user,
+    ngx_uint_t limit);
+void ngx_http_feed_timeline_local_put(ngx_http_feed_user_t *user,
+    ngx_uint_t limit, ngx_str_t *page);
+ngx_int_t ngx_http_feed_timeline_local_status(bson_t *doc);
+
+
+#endif /* _NGX_HTTP_FEED_TIMELINE_CACHE_H_INCLUDED_ */

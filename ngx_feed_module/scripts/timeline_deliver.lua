@@ -1,0 +1,63 @@
+--[[
+  Fanout of one post to a batch of followers
+  (ngx_http_feed_timeline_cache_deliver).  Delivers into the timelines
+  that exist (inactive users get nothing: they are rebuilt on their next
+  read), and queues it for those being rebuilt right now; a post deleted
+  meanwhile goes nowhere (its delete may be fanned out at the same time).
+
+  The common case is a post newer than the list's head: a push, and the
+  kept pages go (a new head tells the page store they are stale, so the
+  list's version stays).  The other keys of a follower are only needed
+  when the list is missing or changes: their names are made here, from
+  the prefixes, not sent for each follower.
+
+  Input:
+    KEYS[1] deleting          feed:deleting
+    KEYS[2...]                the followers' timelines, feed:tl:{user}
+
+    ARGV[1] entry             the id, then the JSON in embed mode
+    ARGV[2] cap               feed_cache_size
+    ARGV[3] queue_ms          how long a queued entry waits for a rebuild
+    ARGV[4] ttl               seconds
+    ARGV[5] nonce             a new version for a list that changes
+    ARGV[6] pages_prefix      feed:tlp:{
+    ARGV[7] lock_prefix       feed:lock:{
+    ARGV[8] queue_prefix      feed:tlq:{
+    ARGV[9] version_prefix    feed:tln:{
+
+  Output:
+    how many timelines got it
+]]
+
+-- @include insert
+-- @include changed
+
+local entry, cap, n = ARGV[1], tonumber(ARGV[2]), 0
+local id = string.sub(entry, 1, 24)
+if redis.call('zscore', KEYS[1], id) then
+  return 0
+end
+for i = 2, #KEYS do
+  local tl = KEYS[i]
+  local head = redis.call('lindex', tl, 0)
+  if head then
+    local hid = string.sub(head, 1, 24)
+    if hid < id then
+      if redis.call('lpush', tl, entry) > cap then
+        redis.call('rpop', tl)
+      end
+      redis.call('del', key(ARGV[6], tl))
+      n = n + 1
+    elseif hid ~= id and insert(tl, entry, cap) == 1 then
+      changed(key(ARGV[9], tl), ARGV[4], ARGV[5])
+      n = n + 1
+    end
+  else
+    if redis.call('exists', key(ARGV[7], tl)) == 1 then
+      local q = key(ARGV[8], tl)
+      redis.call('rpush', q, entry)
+      redis.call('pexpire', q, ARGV[3])
+    end
+  end
+end
+return n

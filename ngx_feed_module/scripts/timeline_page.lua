@@ -1,0 +1,38 @@
+--[[
+  Keeps a first page as answered (ngx_http_feed_timeline_cache_page), with
+  its version and its posts' ids, only if the list did not change since it
+  was read: same nonce, same head (a delivery of a newer post, the common
+  change, only moves the head), and not for an empty timeline (it lives
+  feed_cache_empty_ttl, a kept page would outlive it).  The version is
+  "nonce:head:token", the token new at each store: two pages made from one
+  list can still differ (a post deleted in between), and workers tell
+  their copies apart by it.
+
+  Input:
+    KEYS[1] pages         feed:tlp:{user}
+    KEYS[2] version       the list's nonce, feed:tln:{user}
+    KEYS[3] timeline      feed:tl:{user}
+
+    ARGV[1] limit         the page's size, its field in pages
+    ARGV[2] page          "version\nnext\nJSON"
+    ARGV[3] ttl           seconds
+    ARGV[4] version       the page's version
+    ARGV[5] ids           of its posts, concatenated
+
+  Output:
+    1
+]]
+
+-- @include end
+
+local head = redis.call('lindex', KEYS[3], 0) or ''
+local cur = (redis.call('get', KEYS[2]) or '0') .. ':'
+            .. string.sub(head, 1, 24) .. ':'
+if string.sub(ARGV[4], 1, #cur) == cur
+   and string.sub(head, 1, 24) ~= END
+then
+  redis.call('hset', KEYS[1], ARGV[1], ARGV[2],
+             'v' .. ARGV[1], ARGV[4], 'i' .. ARGV[1], ARGV[5])
+  redis.call('expire', KEYS[1], ARGV[3])
+end
+return 1

@@ -1,0 +1,137 @@
+--[[
+  Reads a page of a home timeline (ngx_http_feed_timeline_cache_read).
+
+  Input:
+    KEYS[1] timeline      the list, feed:tl:{user}
+    KEYS[2] lock          its rebuild lock, feed:lock:{user}
+    KEYS[3] pages         the first pages kept as answered, feed:tlp:{user}
+    KEYS[4] version       the list's nonce, feed:tln:{user}
+    KEYS[5] deleting      the posts being deleted, feed:deleting
+
+    ARGV[1] limit         posts per page
+    ARGV[2] max_id        only older posts ('' for none)
+    ARGV[3] since_id      only newer posts ('' for none)
+    ARGV[4] ttl           seconds a read keeps the list alive
+    ARGV[5] mode          'e': the JSON is in the entry, else in a post key
+    ARGV[6] post_prefix   the post keys' prefix (link mode), feed:p:
+    ARGV[7] have          the version of the worker's own copy of the first
+                          page ('' without one)
+
+  Output, the first element the kind of reply:
+    {0, locked}           MISSING: no timeline; locked 1 while being
+                          rebuilt, 2 when a rebuild just failed
+    {1, more, deep, last, version, ids, JSON...}
+                          PAGE: the page, each post's JSON; last: the id of
+                          its last post, ids: theirs concatenated
+    {3, version}          KEPT: the first page kept as answered (read by the
+                          HGET sent just before this, in the same round
+                          trip) is current: its bytes never go through here
+    {3, version, page}    KEPT: the worker's copy is not current, this is
+    {4, version}          LOCAL: the worker's own copy is current
+
+  A few calls per page, whatever its size: a chunk of the list, a check of
+  its candidates against the deleted posts when there are any, one MGET of
+  their posts in link mode; further chunks only past deleted posts or
+  max_id, twice as large each time up to 1000 entries, so that no call
+  gets more ids than Lua can unpack, however deep max_id is.  The tail
+  entry END (lib/end.lua) ends a complete list.
+]]
+
+local MISSING, PAGE, KEPT, LOCAL = 0, 1, 3, 4
+-- @include end
+
+-- @include deleted
+
+local tl = KEYS[1]
+local limit, max, since = tonumber(ARGV[1]), ARGV[2], ARGV[3]
+local ver = redis.call('get', KEYS[4]) or '0'
+local deleting = redis.call('zcard', KEYS[5]) > 0
+local kv = max == '' and since == ''
+           and redis.call('hget', KEYS[3], 'v' .. ARGV[1])
+if kv and string.sub(kv, 1, #ver + 1) == ver .. ':' then
+  local fresh = true
+  if deleting then
+    local ids = {}
+    local s = redis.call('hget', KEYS[3], 'i' .. ARGV[1]) or ''
+    for i = 1, #s, 24 do ids[#ids + 1] = string.sub(s, i, i + 23) end
+    if #ids > 0 then
+      local d = deleted(KEYS[5], ids)
+      for i = 1, #d do if d[i] then fresh = false end end
+    end
+  end
+  if fresh and redis.call('expire', tl, ARGV[4]) == 1 then
+    if ARGV[7] == '' then return {KEPT, kv} end
+    if ARGV[7] == kv then return {LOCAL, kv} end
+    return {KEPT, kv, redis.call('hget', KEYS[3], ARGV[1])}
+  end
+end
+local embed = ARGV[5] == 'e'
+local chunk = limit + 1
+local part = redis.call('lrange', tl, 0, chunk - 1)
+if #part == 0 then
+  local l = redis.call('get', KEYS[2])
+  return {MISSING, l and (l == 'failed' and 2 or 1) or 0}
+end
+if part[1] ~= END then
+  redis.call('expire', tl, ARGV[4])
+end
+local out, got, n, pos = {PAGE, 0, 1, '',
+                          ver .. ':' .. string.sub(part[1], 1, 24),
+                          ''}, {}, 0, 0
+while true do
+  local ids, entries, stop = {}, {}, false
+  for i = 1, #part do
+    local id = string.sub(part[i], 1, 24)
+    if id == END or (since ~= '' and id <= since) then
+      stop = true break
+    end
+    if max == '' or id < max then
+      ids[#ids + 1] = id
+      entries[#entries + 1] = part[i]
+    end
+  end
+  if #ids > 0 then
+    local dead = {}
+    if deleting then dead = deleted(KEYS[5], ids) end
+    local live, keys = {}, {}
+    for i = 1, #ids do
+      if not dead[i] then
+        live[#live + 1] = i
+        keys[#keys + 1] = ARGV[6] .. ids[i]
+      end
+    end
+    local posts = {}
+    if not embed and #keys > 0 then
+      posts = redis.call('mget', unpack(keys))
+    end
+    for j = 1, #live do
+      local i = live[j]
+      local json
+      if embed then
+        json = string.sub(entries[i], 25)
+      else
+        json = posts[j]
+        if not json then
+          redis.call('del', tl, KEYS[3])
+          return {MISSING, 0}
+        end
+      end
+      if n == limit then
+        out[2] = 1 out[3] = 0 out[6] = table.concat(got)
+        return out
+      end
+      n = n + 1
+      out[6 + n] = json
+      out[4] = ids[i]
+      got[n] = ids[i]
+    end
+  end
+  if stop then out[3] = 0 break end
+  if #part < chunk then break end
+  pos = pos + #part
+  if #ids == 0 then chunk = math.min(chunk * 2, 1000) end
+  part = redis.call('lrange', tl, pos, pos + chunk - 1)
+  if #part == 0 then break end
+end
+out[6] = table.concat(got)
+return out

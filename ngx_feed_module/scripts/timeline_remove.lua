@@ -1,0 +1,38 @@
+--[[
+  Fanout of a post's delete to a batch of followers
+  (ngx_http_feed_timeline_cache_remove): takes the post out of their
+  timelines.
+
+  Input:
+    KEYS[1...]                the followers' timelines, feed:tl:{user}
+
+    ARGV[1] id                the post's
+    ARGV[2] ttl               seconds
+    ARGV[3] nonce             a new version for a list that changes
+    ARGV[4] version_prefix    feed:tln:{
+
+  Output:
+    how many timelines had it
+]]
+
+-- @include changed
+
+local id, n = ARGV[1], 0
+for i = 1, #KEYS do
+  local pos, done = 0, false
+  while not done do
+    local part = redis.call('lrange', KEYS[i], pos, pos + 63)
+    if #part == 0 then break end
+    for j = 1, #part do
+      local eid = string.sub(part[j], 1, 24)
+      if eid == id then
+        n = n + redis.call('lrem', KEYS[i], 1, part[j])
+        changed(key(ARGV[4], KEYS[i]), ARGV[2], ARGV[3])
+        done = true break
+      end
+      if eid < id then done = true break end
+    end
+    pos = pos + #part
+  end
+end
+return n

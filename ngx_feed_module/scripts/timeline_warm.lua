@@ -1,0 +1,81 @@
+--[[
+  Creates a timeline in one step (ngx_http_feed_timeline_cache_warm),
+  unless someone else did already or the user's follows changed since the
+  rebuild began (the follows version moved: 0 is returned), then puts in
+  the posts fanout queued meanwhile, and releases the rebuild lock if it
+  is still ours.
+
+  Input:
+    KEYS[1] timeline          feed:tl:{user}
+    KEYS[2] lock              feed:lock:{user}
+    KEYS[3] follows_version   feed:tlv:{user}
+    KEYS[4] queue             posts delivered meanwhile, feed:tlq:{user}
+    KEYS[5] deleting          feed:deleting
+    KEYS[6] version           the list's nonce, feed:tln:{user}
+
+    ARGV[1] ttl               seconds
+    ARGV[2] cap               feed_cache_size
+    ARGV[3] mode              'e': the JSON goes in the entry
+    ARGV[4] post_prefix       the post keys' prefix (link mode), feed:p:
+    ARGV[5] complete          '1': the posts are the user's whole history
+    ARGV[6] follows_version   as the lock found it
+    ARGV[7] nonce             the list's new version
+    ARGV[8] token             the rebuild's lock token
+    ARGV[9...]                id, JSON pairs, newest first
+
+  Output:
+    1, or 0 when the follows changed
+]]
+
+-- @include end
+-- @include deleted
+-- @include insert
+-- @include changed
+
+local tl, cap = KEYS[1], tonumber(ARGV[2])
+local function unlock()
+  if redis.call('get', KEYS[2]) == ARGV[8] then
+    redis.call('del', KEYS[2])
+  end
+end
+if (redis.call('get', KEYS[3]) or '') ~= ARGV[6] then
+  unlock()
+  return 0
+end
+if redis.call('exists', tl) == 0 then
+  local ids, entries, dead = {}, {}, {}
+  for i = 9, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end
+  if #ids > 0 and redis.call('zcard', KEYS[5]) > 0 then
+    dead = deleted(KEYS[5], ids)
+  end
+  for j = 1, #ids do
+    local i = 7 + 2 * j
+    if not dead[j] then
+      if ARGV[3] == 'e' then
+        entries[#entries + 1] = ARGV[i] .. ARGV[i + 1]
+      else
+        entries[#entries + 1] = ARGV[i]
+        redis.call('set', ARGV[4] .. ARGV[i], ARGV[i + 1],
+                   'EX', 2 * tonumber(ARGV[1]))
+      end
+    end
+  end
+  if ARGV[5] == '1' then
+    entries[#entries + 1] = END
+  end
+  for i = 1, #entries, 1000 do
+    redis.call('rpush', tl,
+               unpack(entries, i, math.min(i + 999, #entries)))
+  end
+  if #entries > 0 then
+    redis.call('ltrim', tl, 0, cap - 1)
+    for _, e in ipairs(redis.call('lrange', KEYS[4], 0, -1)) do
+      insert(tl, e, cap)
+    end
+    redis.call('expire', tl, ARGV[1])
+    changed(KEYS[6], ARGV[1], ARGV[7])
+  end
+end
+unlock()
+redis.call('del', KEYS[4])
+return 1
