@@ -28,6 +28,8 @@ ngx_http_feed_err(self_follow, NGX_HTTP_BAD_REQUEST, "self_follow",
     "a user cannot follow themselves");
 ngx_http_feed_err(method, NGX_HTTP_NOT_ALLOWED, "method_not_allowed",
     "method not allowed here");
+ngx_http_feed_err(status_method, NGX_HTTP_NOT_ALLOWED, "method_not_allowed",
+    "only GET and HEAD are allowed");
 ngx_http_feed_err(media_type, NGX_HTTP_UNSUPPORTED_MEDIA_TYPE,
     "unsupported_media_type", "the request must be application/json");
 
@@ -108,8 +110,11 @@ ngx_http_feed_refuse(ngx_http_request_t *r, const ngx_http_feed_error_t *err)
 }
 
 
+/* 405 with the methods the location takes; err: its wording, or NULL */
+
 ngx_int_t
-ngx_http_feed_not_allowed(ngx_http_request_t *r, char *allow)
+ngx_http_feed_not_allowed(ngx_http_request_t *r, char *allow,
+    const ngx_http_feed_error_t *err)
 {
     ngx_str_t  value;
 
@@ -120,7 +125,7 @@ ngx_http_feed_not_allowed(ngx_http_request_t *r, char *allow)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    return ngx_http_feed_refuse(r, &ngx_http_feed_err_method);
+    return ngx_http_feed_refuse(r, err ? err : &ngx_http_feed_err_method);
 }
 
 

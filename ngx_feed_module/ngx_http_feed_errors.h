@@ -31,6 +31,7 @@ extern const ngx_http_feed_error_t  ngx_http_feed_err_source_limit;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_cursor;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_self_follow;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_method;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_status_method;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_media_type;
 
 /* a new post's body */
@@ -69,7 +70,8 @@ ngx_int_t ngx_http_feed_error(ngx_http_request_t *r,
     const ngx_http_feed_error_t *err);
 ngx_int_t ngx_http_feed_refuse(ngx_http_request_t *r,
     const ngx_http_feed_error_t *err);
-ngx_int_t ngx_http_feed_not_allowed(ngx_http_request_t *r, char *allow);
+ngx_int_t ngx_http_feed_not_allowed(ngx_http_request_t *r, char *allow,
+    const ngx_http_feed_error_t *err);
 ngx_int_t ngx_http_feed_db_busy(ngx_http_request_t *r);
 ngx_int_t ngx_http_feed_db_failed(ngx_http_request_t *r, bson_error_t *error);
 

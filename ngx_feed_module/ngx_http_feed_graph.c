@@ -57,21 +57,24 @@ ngx_http_feed_handler_t  ngx_http_feed_follow_handler = {
     NGX_HTTP_PUT|NGX_HTTP_DELETE, "PUT, DELETE", 0,
     sizeof(ngx_http_feed_graph_ctx_t),
     ngx_http_feed_follow_args,
-    ngx_http_feed_follow_start
+    ngx_http_feed_follow_start,
+    NULL
 };
 
 ngx_http_feed_handler_t  ngx_http_feed_following_handler = {
     NGX_HTTP_GET|NGX_HTTP_HEAD, "GET, HEAD", 0,
     sizeof(ngx_http_feed_graph_ctx_t),
     ngx_http_feed_following_args,
-    ngx_http_feed_list_start
+    ngx_http_feed_list_start,
+    NULL
 };
 
 ngx_http_feed_handler_t  ngx_http_feed_followers_handler = {
     NGX_HTTP_GET|NGX_HTTP_HEAD, "GET, HEAD", 0,
     sizeof(ngx_http_feed_graph_ctx_t),
     ngx_http_feed_followers_args,
-    ngx_http_feed_list_start
+    ngx_http_feed_list_start,
+    NULL
 };
 
 

@@ -36,6 +36,8 @@ static char *ngx_http_feed_positive_sec(ngx_conf_t *cf, void *post,
 static ngx_int_t ngx_http_feed_add_variables(ngx_conf_t *cf);
 static char *ngx_http_feed_handler_conf(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static char *ngx_http_feed_location(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 static char *ngx_http_feed_stream(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 
@@ -348,10 +350,10 @@ static ngx_command_t  ngx_http_feed_commands[] = {
 
     { ngx_string("feed_status"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
-      ngx_http_feed_status,
+      ngx_http_feed_location,
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
-      NULL },
+      &ngx_http_feed_status_handler },
 
       ngx_null_command
 };
@@ -577,17 +579,16 @@ ngx_http_feed_handler_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_feed_loc_conf_t  *flcf = conf;
 
+    char                              *rv;
     ngx_str_t                         *value;
     ngx_uint_t                         i;
     ngx_http_complex_value_t         **cv[2];
-    ngx_http_core_loc_conf_t          *clcf;
     ngx_http_feed_main_conf_t         *fmcf;
     ngx_http_compile_complex_value_t   ccv;
 
-    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
-
-    if (clcf->handler) {
-        return "is duplicate";
+    rv = ngx_http_feed_location(cf, cmd, conf);
+    if (rv != NGX_CONF_OK) {
+        return rv;
     }
 
     value = cf->args->elts;
@@ -611,11 +612,34 @@ ngx_http_feed_handler_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         }
     }
 
-    flcf->handler = cmd->post;
-    clcf->handler = ngx_http_feed_handler;
-
     fmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_feed_module);
     fmcf->needs_mongo = 1;
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * The location answers through the handler skeleton with the directive's
+ * handler: "feed_status" as is (it works without MongoDB), the others by
+ * way of ngx_http_feed_handler_conf().
+ */
+
+static char *
+ngx_http_feed_location(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_feed_loc_conf_t  *flcf = conf;
+
+    ngx_http_core_loc_conf_t  *clcf;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+
+    if (clcf->handler) {
+        return "is duplicate";
+    }
+
+    flcf->handler = cmd->post;
+    clcf->handler = ngx_http_feed_handler;
 
     return NGX_CONF_OK;
 }

@@ -83,21 +83,24 @@ ngx_http_feed_handler_t  ngx_http_feed_posts_handler = {
     NGX_HTTP_POST,
     sizeof(ngx_http_feed_post_ctx_t),
     ngx_http_feed_posts_args,
-    ngx_http_feed_posts_start
+    ngx_http_feed_posts_start,
+    NULL
 };
 
 ngx_http_feed_handler_t  ngx_http_feed_post_handler = {
     NGX_HTTP_GET|NGX_HTTP_HEAD, "GET, HEAD", 0,
     sizeof(ngx_http_feed_post_ctx_t),
     ngx_http_feed_post_get_args,
-    ngx_http_feed_post_get_start
+    ngx_http_feed_post_get_start,
+    NULL
 };
 
 ngx_http_feed_handler_t  ngx_http_feed_user_post_handler = {
     NGX_HTTP_DELETE, "DELETE", 0,
     sizeof(ngx_http_feed_post_ctx_t),
     ngx_http_feed_post_delete_args,
-    ngx_http_feed_post_delete_start
+    ngx_http_feed_post_delete_start,
+    NULL
 };
 
 

@@ -18,6 +18,7 @@
 
 
 typedef struct {
+    /* first, as in ngx_http_feed_ctx_t: the handler skeleton sets them */
     ngx_http_request_t           *request;
     ngx_http_feed_main_conf_t    *fmcf;
     ngx_uint_t                    waiting;
@@ -33,7 +34,8 @@ typedef struct {
 } ngx_http_feed_status_ctx_t;
 
 
-static ngx_int_t ngx_http_feed_status_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_feed_status_start(ngx_http_request_t *r,
+    void *data);
 static void ngx_http_feed_status_redis_reply(void *data, redisReply *reply);
 static void ngx_http_feed_status_pending_reply(void *data,
     redisReply *reply);
@@ -57,53 +59,25 @@ static const char  *ngx_http_feed_redis_states[] = {
 };
 
 
-char *
-ngx_http_feed_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
-{
-    ngx_http_core_loc_conf_t  *clcf;
-
-    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
-
-    if (clcf->handler) {
-        return "is duplicate";
-    }
-
-    clcf->handler = ngx_http_feed_status_handler;
-
-    return NGX_CONF_OK;
-}
+ngx_http_feed_handler_t  ngx_http_feed_status_handler = {
+    NGX_HTTP_GET|NGX_HTTP_HEAD, "GET, HEAD", 0,
+    sizeof(ngx_http_feed_status_ctx_t),
+    NULL,
+    ngx_http_feed_status_start,
+    &ngx_http_feed_err_status_method
+};
 
 
 static ngx_int_t
-ngx_http_feed_status_handler(ngx_http_request_t *r)
+ngx_http_feed_status_start(ngx_http_request_t *r, void *data)
 {
+    ngx_http_feed_status_ctx_t  *ctx = data;
+
     ngx_int_t                    rc;
     const char                  *argv[3];
     size_t                       argvlen[3];
     ngx_http_feed_redis_args_t   args;
     ngx_http_feed_mongo_task_t  *t;
-    ngx_http_feed_status_ctx_t  *ctx;
-
-    ngx_http_feed_stat(requests, 1);
-
-    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
-        return ngx_http_feed_send_error(r, NGX_HTTP_NOT_ALLOWED,
-                                        "method_not_allowed",
-                                        "only GET and HEAD are allowed");
-    }
-
-    rc = ngx_http_discard_request_body(r);
-    if (rc != NGX_OK) {
-        return rc;
-    }
-
-    ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_feed_status_ctx_t));
-    if (ctx == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    ctx->request = r;
-    ctx->fmcf = ngx_http_get_module_main_conf(r, ngx_http_feed_module);
 
     /* both checks are in flight at once; the last one to finish answers */
 
@@ -162,8 +136,6 @@ ngx_http_feed_status_handler(ngx_http_request_t *r)
     if (--ctx->waiting == 0) {
         return ngx_http_feed_status_send(ctx);
     }
-
-    r->main->count++;
 
     return NGX_DONE;
 }

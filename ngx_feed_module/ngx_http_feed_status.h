@@ -11,7 +11,7 @@
 #include "ngx_http_feed_module.h"
 
 
-char *ngx_http_feed_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+extern ngx_http_feed_handler_t  ngx_http_feed_status_handler;
 
 
 #endif /* _NGX_HTTP_FEED_STATUS_H_INCLUDED_ */

@@ -173,7 +173,8 @@ ngx_http_feed_handler_t  ngx_http_feed_timeline_handler = {
     NGX_HTTP_GET|NGX_HTTP_HEAD, "GET, HEAD", 0,
     sizeof(ngx_http_feed_tl_ctx_t),
     ngx_http_feed_tl_args,
-    ngx_http_feed_tl_start
+    ngx_http_feed_tl_start,
+    NULL
 };
 
 

@@ -59,7 +59,8 @@ ngx_http_feed_handler_t  ngx_http_feed_timeline_source_handler = {
     NGX_HTTP_GET|NGX_HTTP_HEAD, "GET, HEAD", 0,
     sizeof(ngx_http_feed_source_op_t),
     ngx_http_feed_source_args,
-    ngx_http_feed_source_start
+    ngx_http_feed_source_start,
+    NULL
 };
 
 

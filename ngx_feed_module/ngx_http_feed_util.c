@@ -35,7 +35,7 @@ ngx_http_feed_handler(ngx_http_request_t *r)
     h = flcf->handler;
 
     if (!(r->method & h->methods)) {
-        return ngx_http_feed_not_allowed(r, h->allow);
+        return ngx_http_feed_not_allowed(r, h->allow, h->not_allowed);
     }
 
     ctx = ngx_pcalloc(r->pool, h->ctx_size);
@@ -48,7 +48,7 @@ ngx_http_feed_handler(ngx_http_request_t *r)
 
     ngx_http_set_ctx(r, ctx, ngx_http_feed_module);
 
-    rc = h->args(r, ctx, &err);
+    rc = h->args ? h->args(r, ctx, &err) : NGX_OK;
 
     if (rc == NGX_ERROR) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;

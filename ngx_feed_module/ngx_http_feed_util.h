@@ -16,7 +16,8 @@
 
 /*
  * The steps of a handler: the arguments (NGX_DECLINED with the error to
- * answer), then the work, which returns NGX_DONE when a callback answers.
+ * answer; none for a location without any), then the work, which returns
+ * NGX_DONE when a callback answers.
  */
 typedef ngx_int_t (*ngx_http_feed_args_pt)(ngx_http_request_t *r,
     void *ctx, const ngx_http_feed_error_t **err);
@@ -32,6 +33,9 @@ struct ngx_http_feed_handler_s {
     size_t                        ctx_size;
     ngx_http_feed_args_pt         args;
     ngx_http_feed_start_pt        start;
+
+    /* the 405 of a location that words it its own way; NULL: the usual */
+    const ngx_http_feed_error_t  *not_allowed;
 };
 
 
