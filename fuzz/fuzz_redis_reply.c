@@ -128,7 +128,7 @@ ngx_http_feed_fuzz_reply(ngx_http_feed_redis_t *rd, redisReply *reply)
         (void) ngx_http_feed_timeline_cache_kept(&kept, &cached);
     }
 
-    if (ngx_http_feed_counts_parse(rd, reply, &count, &gen) == NGX_OK) {
+    if (ngx_http_feed_counts_parse(r, rd, reply, &count, &gen) == NGX_OK) {
         ngx_http_feed_fuzz_assert(count >= 0, "a negative count taken");
     }
 

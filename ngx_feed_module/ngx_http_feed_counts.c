@@ -80,8 +80,8 @@ ngx_http_feed_counts_lookup(ngx_http_request_t *r, ngx_http_feed_redis_t *rd,
 /* NGX_OK with the cached count, NGX_DECLINED on a miss */
 
 ngx_int_t
-ngx_http_feed_counts_parse(ngx_http_feed_redis_t *rd, redisReply *reply,
-    int64_t *count, ngx_http_feed_counts_gen_t *gen)
+ngx_http_feed_counts_parse(ngx_http_request_t *r, ngx_http_feed_redis_t *rd,
+    redisReply *reply, int64_t *count, ngx_http_feed_counts_gen_t *gen)
 {
     ngx_int_t    n;
     const char  *run_id;
@@ -93,6 +93,8 @@ ngx_http_feed_counts_parse(ngx_http_feed_redis_t *rd, redisReply *reply,
     if (reply == NULL || reply->type != REDIS_REPLY_ARRAY
         || reply->elements != 3)
     {
+        ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "feed counts miss: no answer");
         return NGX_DECLINED;
     }
 
@@ -112,13 +114,20 @@ ngx_http_feed_counts_parse(ngx_http_feed_redis_t *rd, redisReply *reply,
         || run_id == NULL || rid->len != ngx_strlen(run_id)
         || ngx_strncmp(rid->str, run_id, rid->len) != 0)
     {
+        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "feed counts miss, gen \"%s\"", gen->data);
         return NGX_DECLINED;
     }
 
     n = ngx_atoi((u_char *) c->str, c->len);
     if (n == NGX_ERROR) {
+        ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "feed counts miss: not a count");
         return NGX_DECLINED;
     }
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "feed counts hit: %i, gen \"%s\"", n, gen->data);
 
     *count = n;
 
@@ -129,7 +138,7 @@ ngx_http_feed_counts_parse(ngx_http_feed_redis_t *rd, redisReply *reply,
 /* fire and forget: a reader does not wait for the cache to be filled */
 
 void
-ngx_http_feed_counts_warm(ngx_http_feed_redis_t *rd,
+ngx_http_feed_counts_warm(ngx_http_request_t *r, ngx_http_feed_redis_t *rd,
     ngx_http_feed_user_t *user, const char *field, int64_t count,
     ngx_http_feed_counts_gen_t *gen)
 {
@@ -145,6 +154,10 @@ ngx_http_feed_counts_warm(ngx_http_feed_redis_t *rd,
     if (run_id == NULL) {
         return;
     }
+
+    ngx_log_debug4(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "feed counts of \"%s\": warming %s %L, gen \"%s\"",
+                   user->data, field, count, gen->data);
 
     ngx_http_feed_redis_call_init(&call, &ngx_http_feed_script_counts_warm,
                                   argv, argvlen,
@@ -177,6 +190,9 @@ ngx_http_feed_counts_invalidate(ngx_http_request_t *r,
     ngx_http_feed_redis_t *rd, ngx_http_feed_user_t *user,
     ngx_http_feed_redis_pt handler, void *data)
 {
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "feed counts of \"%s\": invalidating", user->data);
+
     return ngx_http_feed_redis_replay_send(r, rd,
                                            ngx_http_feed_counts_invalidations,
                                            user, handler, data);

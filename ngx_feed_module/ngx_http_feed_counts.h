@@ -24,11 +24,12 @@ ngx_int_t ngx_http_feed_counts_init(ngx_http_feed_main_conf_t *fmcf);
 ngx_int_t ngx_http_feed_counts_lookup(ngx_http_request_t *r,
     ngx_http_feed_redis_t *rd, ngx_http_feed_user_t *user,
     const char *field, ngx_http_feed_redis_pt handler, void *data);
-ngx_int_t ngx_http_feed_counts_parse(ngx_http_feed_redis_t *rd,
-    redisReply *reply, int64_t *count, ngx_http_feed_counts_gen_t *gen);
-void ngx_http_feed_counts_warm(ngx_http_feed_redis_t *rd,
-    ngx_http_feed_user_t *user, const char *field, int64_t count,
+ngx_int_t ngx_http_feed_counts_parse(ngx_http_request_t *r,
+    ngx_http_feed_redis_t *rd, redisReply *reply, int64_t *count,
     ngx_http_feed_counts_gen_t *gen);
+void ngx_http_feed_counts_warm(ngx_http_request_t *r,
+    ngx_http_feed_redis_t *rd, ngx_http_feed_user_t *user, const char *field,
+    int64_t count, ngx_http_feed_counts_gen_t *gen);
 ngx_int_t ngx_http_feed_counts_invalidate(ngx_http_request_t *r,
     ngx_http_feed_redis_t *rd, ngx_http_feed_user_t *user,
     ngx_http_feed_redis_pt handler, void *data);

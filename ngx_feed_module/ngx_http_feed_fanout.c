@@ -110,6 +110,8 @@ static void ngx_http_feed_fanout_delivered(void *data, redisReply *reply);
 static void ngx_http_feed_fanout_settle(ngx_http_feed_fanout_entry_t *fe);
 static void ngx_http_feed_fanout_ack(ngx_http_feed_fanout_entry_t *fe);
 static void ngx_http_feed_fanout_acked(void *data, redisReply *reply);
+static void ngx_http_feed_fanout_failing(ngx_http_feed_fanout_entry_t *fe,
+    const char *why);
 static void ngx_http_feed_fanout_fail(ngx_http_feed_fanout_entry_t *fe,
     const char *why);
 static void ngx_http_feed_fanout_free(ngx_http_feed_fanout_entry_t *fe);
@@ -186,6 +188,9 @@ ngx_http_feed_fanout_exit(void)
         return;
     }
 
+    ngx_log_debug1(NGX_LOG_DEBUG_CORE, fo->log, 0,
+                   "feed fanout exit, %ui entries in flight", fo->active);
+
     if (fo->timer.timer_set) {
         ngx_del_timer(&fo->timer);
     }
@@ -251,6 +256,9 @@ ngx_http_feed_fanout_grouped(void *data, redisReply *reply)
         return;
     }
 
+    ngx_log_debug1(NGX_LOG_DEBUG_CORE, fo->log, 0,
+                   "feed fanout group ready, consumer \"%s\"", fo->consumer);
+
     fo->ready = 1;
     fo->reading = 0;
 
@@ -284,6 +292,11 @@ ngx_http_feed_fanout_stop(ngx_http_feed_redis_t *rd, void *data)
     size_t                      argvlen[3];
     const char                 *argv[3];
     ngx_http_feed_redis_args_t  args;
+
+    ngx_log_debug2(NGX_LOG_DEBUG_CORE, fo->log, 0,
+                   "feed fanout stopped, %s, %ui entries in flight",
+                   fo->reading ? "read to unblock" : "not reading",
+                   fo->active);
 
     if (fo->timer.timer_set) {
         ngx_del_timer(&fo->timer);
@@ -370,6 +383,9 @@ ngx_http_feed_fanout_read(ngx_http_feed_fanout_t *fo)
         return;
     }
 
+    ngx_log_debug1(NGX_LOG_DEBUG_CORE, fo->log, 0,
+                   "feed fanout read sent, blocking %M ms", fmcf->fanout_block);
+
     fo->reading = 1;
 }
 
@@ -411,6 +427,10 @@ ngx_http_feed_fanout_claim(ngx_http_feed_fanout_t *fo)
         return;
     }
 
+    ngx_log_debug1(NGX_LOG_DEBUG_CORE, fo->log, 0,
+                   "feed fanout claim sent, idle %M ms",
+                   fmcf->fanout_claim_idle);
+
     fo->reading = 1;
 }
 
@@ -432,6 +452,8 @@ ngx_http_feed_fanout_got(void *data, redisReply *reply)
 
     if (reply == NULL) {
         /* the connection is gone: the ready hook starts over */
+        ngx_log_debug0(NGX_LOG_DEBUG_CORE, fo->log, 0,
+                       "feed fanout read lost with the connection");
         fo->ready = 0;
         return;
     }
@@ -468,6 +490,11 @@ ngx_http_feed_fanout_got(void *data, redisReply *reply)
         ngx_add_timer(&fo->timer, NGX_HTTP_FEED_FANOUT_RETRY);
         return;
     }
+
+    ngx_log_debug1(NGX_LOG_DEBUG_CORE, fo->log, 0,
+                   "feed fanout got %uz entries",
+                   (entries && entries->type == REDIS_REPLY_ARRAY)
+                   ? entries->elements : 0);
 
     n = 0;
 
@@ -551,6 +578,11 @@ ngx_http_feed_fanout_start(ngx_http_feed_fanout_t *fo, redisReply *e)
         ngx_http_feed_fanout_fail(fe, "out of memory");
         return NGX_OK;
     }
+
+    ngx_log_debug4(NGX_LOG_DEBUG_CORE, fo->log, 0,
+                   "feed fanout entry %s started: %s %s by \"%s\"",
+                   fe->sid, (fe->kind == 'p') ? "post" : "delete",
+                   fe->page.post_id, fe->page.author.data);
 
     fe->page.want_post = (fe->kind == 'p');
     fe->page.limit = fo->fmcf->fanout_page;
@@ -638,15 +670,12 @@ ngx_http_feed_fanout_fetch(ngx_http_feed_fanout_entry_t *fe)
     fe->pages++;
 
     if (ngx_http_feed_mongo_post(fe->task) != NGX_OK) {
-        ngx_cpystrn((u_char *) fe->fo->error,
-                    (u_char *) "thread pool queue overflow",
-                    sizeof(fe->fo->error));
-        fe->failed = 1;
+        ngx_http_feed_fanout_failing(fe, "thread pool queue overflow");
         return;
     }
 
-    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, fe->fo->log, 0,
-                   "fanout entry %s: page %ui fetching, %ui batches out",
+    ngx_log_debug3(NGX_LOG_DEBUG_CORE, fe->fo->log, 0,
+                   "feed fanout entry %s: page %ui fetching, %ui batches out",
                    fe->sid, fe->pages, fe->waiting);
 
     fe->fetching = 1;
@@ -676,9 +705,7 @@ ngx_http_feed_fanout_fetched(ngx_http_feed_mongo_task_t *t)
         fe->page.json = NULL;
         bson_free(fe->page.users);
         fe->page.users = NULL;
-        ngx_cpystrn((u_char *) fe->fo->error, (u_char *) t->error.message,
-                    sizeof(fe->fo->error));
-        fe->failed = 1;
+        ngx_http_feed_fanout_failing(fe, t->error.message);
         ngx_http_feed_fanout_settle(fe);
         return;
     }
@@ -703,6 +730,11 @@ ngx_http_feed_fanout_fetched(ngx_http_feed_mongo_task_t *t)
 
     fe->fetched = 1;
     fe->last = (fe->page.nusers < fe->page.limit);
+
+    ngx_log_debug4(NGX_LOG_DEBUG_CORE, fe->fo->log, 0,
+                   "feed fanout entry %s: page %ui fetched, %ui followers%s",
+                   fe->sid, fe->pages, fe->page.nusers,
+                   fe->last ? ", the last" : "");
 
     ngx_http_feed_fanout_settle(fe);
 }
@@ -745,6 +777,10 @@ ngx_http_feed_fanout_post_cache(ngx_http_feed_fanout_entry_t *fe)
                                               fe)
             == NGX_OK)
         {
+            ngx_log_debug1(NGX_LOG_DEBUG_CORE, fe->fo->log, 0,
+                           "feed fanout entry %s: post sent to the cache",
+                           fe->sid);
+
             fe->waiting++;
 
         } else {
@@ -877,16 +913,17 @@ ngx_http_feed_fanout_send(ngx_http_feed_fanout_entry_t *fe)
         }
 
         if (rc != NGX_OK) {
-            ngx_cpystrn((u_char *) fe->fo->error,
-                        (u_char *) "redis unavailable",
-                        sizeof(fe->fo->error));
-            fe->failed = 1;
+            ngx_http_feed_fanout_failing(fe, "redis unavailable");
             fe->next = fe->nusers;
             return;
         }
 
         fe->next += n;
         fe->waiting++;
+
+        ngx_log_debug4(NGX_LOG_DEBUG_CORE, fe->fo->log, 0,
+                       "feed fanout entry %s: batch of %ui sent, %ui of %ui",
+                       fe->sid, n, fe->next, fe->nusers);
     }
 }
 
@@ -897,10 +934,8 @@ ngx_http_feed_fanout_delivered(void *data, redisReply *reply)
     ngx_http_feed_fanout_entry_t  *fe = data;
 
     if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
-        ngx_cpystrn((u_char *) fe->fo->error,
-                    (u_char *) (reply ? reply->str : "redis unavailable"),
-                    sizeof(fe->fo->error));
-        fe->failed = 1;
+        ngx_http_feed_fanout_failing(fe, reply ? reply->str
+                                               : "redis unavailable");
 
         /* the entry stays pending: no more batches of it */
         fe->next = fe->nusers;
@@ -914,6 +949,10 @@ ngx_http_feed_fanout_delivered(void *data, redisReply *reply)
     fe->last_reply = ngx_current_msec;
 
     fe->waiting--;
+
+    ngx_log_debug3(NGX_LOG_DEBUG_CORE, fe->fo->log, 0,
+                   "feed fanout entry %s: delivered, %ui timelines so far, "
+                   "%ui out", fe->sid, fe->deliveries, fe->waiting);
 
     if (fe->next < fe->nusers) {
         ngx_http_feed_fanout_send(fe);
@@ -955,8 +994,15 @@ ngx_http_feed_fanout_ack(ngx_http_feed_fanout_entry_t *fe)
         == NULL)
     {
         /* delivered but not acknowledged: delivered again later, once */
+        ngx_log_debug1(NGX_LOG_DEBUG_CORE, fe->fo->log, 0,
+                       "feed fanout entry %s: ack not sent", fe->sid);
         ngx_http_feed_fanout_free(fe);
+        return;
     }
+
+    ngx_log_debug3(NGX_LOG_DEBUG_CORE, fe->fo->log, 0,
+                   "feed fanout entry %s: ack sent after %ui pages, "
+                   "%ui timelines", fe->sid, fe->pages, fe->deliveries);
 }
 
 
@@ -969,7 +1015,30 @@ ngx_http_feed_fanout_acked(void *data, redisReply *reply)
         ngx_http_feed_stat(fanout_acked, 1);
     }
 
+    ngx_log_debug2(NGX_LOG_DEBUG_CORE, fe->fo->log, 0,
+                   "feed fanout entry %s: %s", fe->sid,
+                   (reply && reply->type == REDIS_REPLY_INTEGER)
+                   ? "acked" : "ack failed, claimed again later");
+
     ngx_http_feed_fanout_free(fe);
+}
+
+
+/*
+ * The entry cannot be completed now: it is let go, unacknowledged, once
+ * nothing of it is in flight (ngx_http_feed_fanout_settle()).
+ */
+
+static void
+ngx_http_feed_fanout_failing(ngx_http_feed_fanout_entry_t *fe,
+    const char *why)
+{
+    ngx_log_debug2(NGX_LOG_DEBUG_CORE, fe->fo->log, 0,
+                   "feed fanout entry %s failing: %s", fe->sid, why);
+
+    ngx_cpystrn((u_char *) fe->fo->error, (u_char *) why,
+                sizeof(fe->fo->error));
+    fe->failed = 1;
 }
 
 

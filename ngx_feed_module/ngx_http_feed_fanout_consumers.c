@@ -81,6 +81,9 @@ ngx_http_feed_fanout_consumers_clean(void)
     ngx_http_feed_redis_args_add(&args, cs->fmcf->fanout_group.data,
                                  cs->fmcf->fanout_group.len);
 
+    ngx_log_debug0(NGX_LOG_DEBUG_CORE, cs->log, 0,
+                   "feed fanout consumers: clean started");
+
     (void) ngx_http_feed_redis_send(cs->rd, ngx_http_feed_consumers_info, cs,
                                     &args);
 }
@@ -130,6 +133,11 @@ ngx_http_feed_consumers_info(void *data, redisReply *reply)
     {
         if (ngx_http_feed_consumer_gone(cs, reply->element[i])) {
             name = reply->element[i]->element[1];
+
+            ngx_log_debug2(NGX_LOG_DEBUG_CORE, cs->log, 0,
+                           "feed fanout consumer \"%*s\" gone, deleting",
+                           name->len, name->str);
+
             ngx_http_feed_redis_call_arg(&call, call.nargs, name->str,
                                          name->len);
             call.nargs++;
@@ -137,6 +145,9 @@ ngx_http_feed_consumers_info(void *data, redisReply *reply)
     }
 
     if (call.nargs == NGX_HTTP_FEED_SCRIPT_FANOUT_CONSUMERS_NARGS) {
+        ngx_log_debug1(NGX_LOG_DEBUG_CORE, cs->log, 0,
+                       "feed fanout consumers: none of %uz gone",
+                       reply->elements);
         return;
     }
 
@@ -231,6 +242,11 @@ ngx_http_feed_consumers_done(void *data, redisReply *reply)
                       "fanout: removing consumers failed: %s", reply->str);
         return;
     }
+
+    ngx_log_debug1(NGX_LOG_DEBUG_CORE, cs->log, 0,
+                   "feed fanout consumers: %L deleted",
+                   (reply->type == REDIS_REPLY_INTEGER)
+                   ? (int64_t) reply->integer : (int64_t) 0);
 
     if (reply->type == REDIS_REPLY_INTEGER && reply->integer > 0) {
         ngx_log_error(NGX_LOG_INFO, cs->log, 0,

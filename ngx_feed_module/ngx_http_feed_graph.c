@@ -355,8 +355,8 @@ ngx_http_feed_list_counted(void *data, redisReply *reply)
     ngx_int_t  rc;
 
     ctx->list.need_count =
-        (ngx_http_feed_counts_parse(ctx->fmcf->redis_client, reply,
-                                    &ctx->list.count, &ctx->gen)
+        (ngx_http_feed_counts_parse(ctx->request, ctx->fmcf->redis_client,
+                                    reply, &ctx->list.count, &ctx->gen)
          != NGX_OK);
 
     rc = ngx_http_feed_list_post(ctx);
@@ -402,7 +402,7 @@ ngx_http_feed_list_answer(ngx_http_request_t *r, void *data)
     }
 
     if (op->need_count && ctx->fmcf->redis_client) {
-        ngx_http_feed_counts_warm(ctx->fmcf->redis_client, &op->user,
+        ngx_http_feed_counts_warm(r, ctx->fmcf->redis_client, &op->user,
                                   ctx->field, op->count, &ctx->gen);
     }
 

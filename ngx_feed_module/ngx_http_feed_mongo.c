@@ -245,8 +245,18 @@ ngx_http_feed_mongo_post(ngx_http_feed_mongo_task_t *t)
     if (ngx_thread_task_post(t->mongo->conf->thread_pool, t->thread_task)
         != NGX_OK)
     {
+        ngx_log_debug0(NGX_LOG_DEBUG_CORE, t->mongo->log, 0,
+                       "feed mongodb task not posted: the queue is full");
         return NGX_ERROR;
     }
+
+    /* a request's task is traced in its log, the worker's in the cycle's */
+
+    ngx_log_debug2((t->request ? NGX_LOG_DEBUG_HTTP : NGX_LOG_DEBUG_CORE),
+                   t->request ? t->request->connection->log : t->mongo->log,
+                   0, "feed mongodb task #%ui posted, %s",
+                   t->thread_task->id,
+                   t->request ? "for a request" : "the worker's");
 
     ngx_http_feed_stat(mongo_tasks, 1);
 
@@ -510,6 +520,9 @@ ngx_http_feed_mongo_event(ngx_event_t *ev)
     r = t->request;
 
     if (r == NULL) {
+        ngx_log_debug2(NGX_LOG_DEBUG_CORE, t->mongo->log, 0,
+                       "feed mongodb task #%ui done: %i",
+                       t->thread_task->id, t->rc);
         t->done(t);
         return;
     }
@@ -517,6 +530,10 @@ ngx_http_feed_mongo_event(ngx_event_t *ev)
     c = r->connection;
 
     ngx_http_set_log_request(c->log, r);
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, c->log, 0,
+                   "feed mongodb task #%ui done: %i", t->thread_task->id,
+                   t->rc);
 
     r->main->blocked--;
     r->aio = 0;
@@ -556,6 +573,9 @@ ngx_http_feed_mongo_watchdog(ngx_event_t *ev)
      * one waits in the thread pool queue or is unusually slow: say so,
      * and keep waiting.
      */
+
+    ngx_log_debug1(NGX_LOG_DEBUG_CORE, ev->log, 0,
+                   "feed mongodb task #%ui: watchdog", t->thread_task->id);
 
     ngx_log_error(NGX_LOG_WARN, t->mongo->log, 0,
                   "mongodb task still running after %M ms",

@@ -79,6 +79,7 @@ ngx_http_feed_outbox_send(ngx_http_request_t *r,
     char                        hex[25];
     u_char                      maxlen[NGX_INT_T_LEN], tsbuf[NGX_INT64_LEN];
     size_t                      argvlen[14];
+    ngx_int_t                   rc;
     const char                 *argv[14];
     ngx_http_feed_redis_args_t  args;
 
@@ -117,8 +118,17 @@ ngx_http_feed_outbox_send(ngx_http_request_t *r,
                                      ngx_sprintf(tsbuf, "%L", ts) - tsbuf);
     }
 
-    return ngx_http_feed_redis_send_r(r, fmcf->redis_client, handler, data,
-                                      &args);
+    rc = ngx_http_feed_redis_send_r(r, fmcf->redis_client, handler, data,
+                                    &args);
+
+    /* for a request, or for the sweeper */
+
+    ngx_log_debug3((r ? NGX_LOG_DEBUG_HTTP : NGX_LOG_DEBUG_CORE),
+                   r ? r->connection->log : ngx_cycle->log, 0,
+                   "feed outbox: %s entry of post %s %s", kind, hex,
+                   (rc == NGX_OK) ? "sent" : "kept for the sweeper");
+
+    return rc;
 }
 
 
@@ -130,6 +140,9 @@ ngx_http_feed_outbox_sent(ngx_http_feed_main_conf_t *fmcf,
 {
     ngx_http_feed_mongo_task_t    *t;
     ngx_http_feed_outbox_clear_t  *c;
+
+    ngx_log_debug1(NGX_LOG_DEBUG_CORE, ngx_cycle->log, 0,
+                   "feed outbox: %s entry in the stream, dequeueing", kind);
 
     t = ngx_http_feed_mongo_task_bg(fmcf->mongo_client,
                                     ngx_http_feed_outbox_clear_run, NULL);
@@ -242,6 +255,8 @@ ngx_http_feed_sweep(ngx_event_t *ev)
     if (ngx_http_feed_redis_state(s->fmcf->redis_client)
         != NGX_HTTP_FEED_REDIS_UP)
     {
+        ngx_log_debug0(NGX_LOG_DEBUG_CORE, ev->log, 0,
+                       "feed outbox sweep: redis is not up, later");
         ngx_http_feed_sweep_rearm(s);
         return;
     }
@@ -253,6 +268,8 @@ ngx_http_feed_sweep(ngx_event_t *ev)
         ngx_http_feed_sweep_rearm(s);
         return;
     }
+
+    ngx_log_debug0(NGX_LOG_DEBUG_CORE, ev->log, 0, "feed outbox sweep run");
 
     s->busy = 1;
 }
@@ -329,6 +346,10 @@ ngx_http_feed_sweep_done(ngx_http_feed_mongo_task_t *t)
                       "outbox sweep failed: %s", t->error.message);
     }
 
+    ngx_log_debug2(NGX_LOG_DEBUG_CORE, s->timer.log, 0,
+                   "feed outbox sweep done: %i, %ui entries claimed",
+                   t->rc, s->nitems);
+
     if (s->nitems) {
         ngx_log_error(NGX_LOG_NOTICE, s->timer.log, 0,
                       "outbox: enqueueing %ui overdue entries", s->nitems);
@@ -362,6 +383,12 @@ ngx_http_feed_sweep_sent(void *data, redisReply *reply)
     ngx_http_feed_outbox_item_t  *item = data;
 
     ngx_http_feed_sweeper_t  *s = &ngx_http_feed_sweeper;
+
+    ngx_log_debug3(NGX_LOG_DEBUG_CORE, s->timer.log, 0,
+                   "feed outbox sweep: %s entry %s, %ui to go", item->kind,
+                   (reply && reply->type == REDIS_REPLY_STRING)
+                   ? "in the stream" : "kept until its lease ends",
+                   s->waiting - 1);
 
     if (reply && reply->type == REDIS_REPLY_STRING) {
         ngx_http_feed_outbox_sent(s->fmcf, &item->id, item->kind);

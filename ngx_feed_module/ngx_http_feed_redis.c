@@ -91,7 +91,11 @@ static void ngx_http_feed_redis_on_connect(const redisAsyncContext *ac,
 static void ngx_http_feed_redis_on_disconnect(const redisAsyncContext *ac,
     int status);
 static void ngx_http_feed_redis_login(ngx_http_feed_redis_t *rd);
-static void ngx_http_feed_redis_login_reply(void *data, redisReply *reply);
+static void ngx_http_feed_redis_auth_reply(void *data, redisReply *reply);
+static void ngx_http_feed_redis_select_reply(void *data, redisReply *reply);
+static void ngx_http_feed_redis_script_reply(void *data, redisReply *reply);
+static void ngx_http_feed_redis_login_reply(ngx_http_feed_redis_t *rd,
+    redisReply *reply, const char *step);
 static void ngx_http_feed_redis_info_reply(void *data, redisReply *reply);
 static void ngx_http_feed_redis_ready(ngx_http_feed_redis_t *rd);
 
@@ -309,6 +313,9 @@ ngx_http_feed_redis_connect(ngx_http_feed_redis_t *rd)
     ac->ev.delWrite = ngx_http_feed_redis_del_write;
     ac->ev.cleanup = ngx_http_feed_redis_ev_cleanup;
 
+    ngx_log_debug1(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                   "feed redis connecting to %V", &conf->addr_text);
+
     rd->ac = ac;
     rd->state = NGX_HTTP_FEED_REDIS_CONNECTING;
 
@@ -345,7 +352,7 @@ ngx_http_feed_redis_login(ngx_http_feed_redis_t *rd)
         ngx_http_feed_redis_args_add(&args, conf->password.data,
                                      conf->password.len);
 
-        (void) ngx_http_feed_redis_send(rd, ngx_http_feed_redis_login_reply,
+        (void) ngx_http_feed_redis_send(rd, ngx_http_feed_redis_auth_reply,
                                         rd, &args);
     }
 
@@ -356,11 +363,11 @@ ngx_http_feed_redis_login(ngx_http_feed_redis_t *rd)
         ngx_http_feed_redis_args_lit(&args, "SELECT");
         ngx_http_feed_redis_args_add(&args, db, p - db);
 
-        (void) ngx_http_feed_redis_send(rd, ngx_http_feed_redis_login_reply,
+        (void) ngx_http_feed_redis_send(rd, ngx_http_feed_redis_select_reply,
                                         rd, &args);
     }
 
-    ngx_http_feed_redis_scripts_load(rd, ngx_http_feed_redis_login_reply, rd);
+    ngx_http_feed_redis_scripts_load(rd, ngx_http_feed_redis_script_reply, rd);
 
     /*
      * Its answer proves the connection healthy and resets the backoff, and
@@ -418,6 +425,10 @@ ngx_http_feed_redis_ready(ngx_http_feed_redis_t *rd)
 {
     ngx_uint_t  i;
 
+    ngx_log_debug2(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                   "feed redis ready, run_id %s, %ui hooks", rd->run_id,
+                   rd->nready);
+
     for (i = 0; i < rd->nready; i++) {
         rd->ready[i].handler(rd, rd->ready[i].data);
     }
@@ -450,11 +461,40 @@ ngx_http_feed_redis_on_ready(ngx_http_feed_redis_t *rd,
 
 
 static void
-ngx_http_feed_redis_login_reply(void *data, redisReply *reply)
+ngx_http_feed_redis_auth_reply(void *data, redisReply *reply)
 {
-    ngx_http_feed_redis_t  *rd = data;
+    ngx_http_feed_redis_login_reply(data, reply, "authenticated");
+}
 
-    if (reply == NULL || reply->type != REDIS_REPLY_ERROR) {
+
+static void
+ngx_http_feed_redis_select_reply(void *data, redisReply *reply)
+{
+    ngx_http_feed_redis_login_reply(data, reply, "database selected");
+}
+
+
+static void
+ngx_http_feed_redis_script_reply(void *data, redisReply *reply)
+{
+    ngx_http_feed_redis_login_reply(data, reply, "script loaded");
+}
+
+
+/* step: what a good answer means, for the debug log */
+
+static void
+ngx_http_feed_redis_login_reply(ngx_http_feed_redis_t *rd,
+    redisReply *reply, const char *step)
+{
+    if (reply == NULL) {
+        return;
+    }
+
+    if (reply->type != REDIS_REPLY_ERROR) {
+        ngx_log_debug3(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                       "feed redis %s: %*s", step,
+                       (size_t) reply->len, reply->str);
         return;
     }
 
@@ -497,6 +537,9 @@ ngx_http_feed_redis_on_connect(const redisAsyncContext *ac, int status)
                       "redis reconnected to %V", &rd->conf->addr_text);
     }
 
+    ngx_log_debug1(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                   "feed redis connected to %V", &rd->conf->addr_text);
+
     /* the backoff is reset by the first good reply, not by a connect */
 
     rd->connected_once = 1;
@@ -519,6 +562,10 @@ ngx_http_feed_redis_on_disconnect(const redisAsyncContext *ac, int status)
     ngx_log_error(NGX_LOG_ERR, rd->log, 0, "redis connection to %V lost: %s",
                   &rd->conf->addr_text,
                   ac->errstr[0] ? ac->errstr : "closed");
+
+    ngx_log_debug1(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                   "feed redis connection lost, %ui commands pending",
+                   rd->npending);
 
     ngx_cpystrn((u_char *) rd->error,
                 (u_char *) (ac->errstr[0] ? ac->errstr : "connection closed"),
@@ -544,6 +591,10 @@ ngx_http_feed_redis_drop(ngx_http_feed_redis_t *rd, const char *why)
     if (rd->connect_timer.timer_set) {
         ngx_del_timer(&rd->connect_timer);
     }
+
+    ngx_log_debug2(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                   "feed redis connection dropped: %s, %ui commands pending",
+                   why, rd->npending);
 
     ngx_cpystrn((u_char *) rd->error, (u_char *) why, sizeof(rd->error));
 
@@ -580,6 +631,9 @@ ngx_http_feed_redis_schedule(ngx_http_feed_redis_t *rd)
     {
         return;
     }
+
+    ngx_log_debug1(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                   "feed redis reconnect in %M ms", rd->backoff);
 
     ngx_add_timer(&rd->reconnect, rd->backoff);
 
@@ -713,6 +767,9 @@ ngx_http_feed_redis_read_handler(ngx_event_t *rev)
         c->idle = 0;
 
         rd = ac->data;
+
+        ngx_log_debug0(NGX_LOG_DEBUG_EVENT, c->log, 0,
+                       "feed redis connection told of the shutdown");
 
         if (rd->on_exit) {
             rd->on_exit(rd, rd->on_exit_data);
@@ -973,6 +1030,11 @@ ngx_http_feed_redis_cmd_timeout(ngx_event_t *ev)
     ngx_http_feed_redis_cancel(cmd);
 
     ngx_http_feed_stat(redis_timeouts, 1);
+
+    ngx_log_debug2(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                   "feed redis command timed out, %s, %ui pending",
+                   cmd->request ? "for a request" : "the worker's",
+                   rd->npending);
 
     ngx_log_error(NGX_LOG_ERR, rd->log, NGX_ETIMEDOUT,
                   "redis command to %V timed out", &rd->conf->addr_text);

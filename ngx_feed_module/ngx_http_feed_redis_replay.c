@@ -113,6 +113,10 @@ ngx_http_feed_redis_replay(ngx_int_t kind, ngx_http_feed_user_t *user)
     ngx_http_feed_replay_t       *d, *free;
     ngx_http_feed_replay_kind_t  *k;
 
+    ngx_log_debug2(NGX_LOG_DEBUG_CORE, ngx_cycle->log, 0,
+                   "feed redis replay: write %i of \"%s\" remembered",
+                   kind, user->data);
+
     free = NULL;
 
     for (i = 0; i < NGX_HTTP_FEED_REPLAY_MAX; i++) {
@@ -184,6 +188,10 @@ ngx_http_feed_redis_replay_ready(ngx_http_feed_redis_t *rd, void *data)
             }
         }
 
+        ngx_log_debug2(NGX_LOG_DEBUG_CORE, ngx_cycle->log, 0,
+                       "feed redis replay of \"%s\": %ui writes sent",
+                       d->user.data, d->inflight);
+
         if (d->inflight) {
             d->state = NGX_HTTP_FEED_REPLAY_SENT;
         }
@@ -209,6 +217,10 @@ ngx_http_feed_redis_replay_sent(void *data, redisReply *reply)
     if (--d->inflight) {
         return;
     }
+
+    ngx_log_debug2(NGX_LOG_DEBUG_CORE, ngx_cycle->log, 0,
+                   "feed redis replay of \"%s\": %s", d->user.data,
+                   d->failed ? "failed, kept for the next time" : "replayed");
 
     if (d->failed) {
         d->state = NGX_HTTP_FEED_REPLAY_WAITING;
