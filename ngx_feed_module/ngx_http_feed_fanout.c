@@ -710,6 +710,11 @@ ngx_http_feed_fanout_fetched(ngx_http_feed_mongo_task_t *t)
         return;
     }
 
+    ngx_log_debug4(NGX_LOG_DEBUG_CORE, fe->fo->log, 0,
+                   "feed fanout entry %s: page %ui fetched, %ui followers%s",
+                   fe->sid, fe->pages, fe->page.nusers,
+                   (fe->page.nusers < fe->page.limit) ? ", the last" : "");
+
     if (fe->page.want_post) {
         fe->page.want_post = 0;
 
@@ -730,11 +735,6 @@ ngx_http_feed_fanout_fetched(ngx_http_feed_mongo_task_t *t)
 
     fe->fetched = 1;
     fe->last = (fe->page.nusers < fe->page.limit);
-
-    ngx_log_debug4(NGX_LOG_DEBUG_CORE, fe->fo->log, 0,
-                   "feed fanout entry %s: page %ui fetched, %ui followers%s",
-                   fe->sid, fe->pages, fe->page.nusers,
-                   fe->last ? ", the last" : "");
 
     ngx_http_feed_fanout_settle(fe);
 }

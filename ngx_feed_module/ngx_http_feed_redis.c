@@ -313,8 +313,10 @@ ngx_http_feed_redis_connect(ngx_http_feed_redis_t *rd)
     ac->ev.delWrite = ngx_http_feed_redis_del_write;
     ac->ev.cleanup = ngx_http_feed_redis_ev_cleanup;
 
-    ngx_log_debug1(NGX_LOG_DEBUG_EVENT, rd->log, 0,
-                   "feed redis connecting to %V", &conf->addr_text);
+    /* rd tells the worker's connections apart in the debug log */
+
+    ngx_log_debug2(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                   "feed redis %p connecting to %V", rd, &conf->addr_text);
 
     rd->ac = ac;
     rd->state = NGX_HTTP_FEED_REDIS_CONNECTING;
@@ -425,9 +427,9 @@ ngx_http_feed_redis_ready(ngx_http_feed_redis_t *rd)
 {
     ngx_uint_t  i;
 
-    ngx_log_debug2(NGX_LOG_DEBUG_EVENT, rd->log, 0,
-                   "feed redis ready, run_id %s, %ui hooks", rd->run_id,
-                   rd->nready);
+    ngx_log_debug3(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                   "feed redis %p ready, run_id %s, %ui hooks", rd,
+                   rd->run_id, rd->nready);
 
     for (i = 0; i < rd->nready; i++) {
         rd->ready[i].handler(rd, rd->ready[i].data);
@@ -492,8 +494,8 @@ ngx_http_feed_redis_login_reply(ngx_http_feed_redis_t *rd,
     }
 
     if (reply->type != REDIS_REPLY_ERROR) {
-        ngx_log_debug3(NGX_LOG_DEBUG_EVENT, rd->log, 0,
-                       "feed redis %s: %*s", step,
+        ngx_log_debug4(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                       "feed redis %p %s: %*s", rd, step,
                        (size_t) reply->len, reply->str);
         return;
     }
@@ -537,8 +539,9 @@ ngx_http_feed_redis_on_connect(const redisAsyncContext *ac, int status)
                       "redis reconnected to %V", &rd->conf->addr_text);
     }
 
-    ngx_log_debug1(NGX_LOG_DEBUG_EVENT, rd->log, 0,
-                   "feed redis connected to %V", &rd->conf->addr_text);
+    ngx_log_debug2(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                   "feed redis %p connected to %V", rd,
+                   &rd->conf->addr_text);
 
     /* the backoff is reset by the first good reply, not by a connect */
 
@@ -563,9 +566,9 @@ ngx_http_feed_redis_on_disconnect(const redisAsyncContext *ac, int status)
                   &rd->conf->addr_text,
                   ac->errstr[0] ? ac->errstr : "closed");
 
-    ngx_log_debug1(NGX_LOG_DEBUG_EVENT, rd->log, 0,
-                   "feed redis connection lost, %ui commands pending",
-                   rd->npending);
+    ngx_log_debug2(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                   "feed redis %p connection lost, %ui commands pending",
+                   rd, rd->npending);
 
     ngx_cpystrn((u_char *) rd->error,
                 (u_char *) (ac->errstr[0] ? ac->errstr : "connection closed"),
@@ -592,9 +595,9 @@ ngx_http_feed_redis_drop(ngx_http_feed_redis_t *rd, const char *why)
         ngx_del_timer(&rd->connect_timer);
     }
 
-    ngx_log_debug2(NGX_LOG_DEBUG_EVENT, rd->log, 0,
-                   "feed redis connection dropped: %s, %ui commands pending",
-                   why, rd->npending);
+    ngx_log_debug3(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                   "feed redis %p connection dropped: %s, %ui pending",
+                   rd, why, rd->npending);
 
     ngx_cpystrn((u_char *) rd->error, (u_char *) why, sizeof(rd->error));
 
@@ -632,8 +635,8 @@ ngx_http_feed_redis_schedule(ngx_http_feed_redis_t *rd)
         return;
     }
 
-    ngx_log_debug1(NGX_LOG_DEBUG_EVENT, rd->log, 0,
-                   "feed redis reconnect in %M ms", rd->backoff);
+    ngx_log_debug2(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                   "feed redis %p reconnect in %M ms", rd, rd->backoff);
 
     ngx_add_timer(&rd->reconnect, rd->backoff);
 
@@ -768,8 +771,8 @@ ngx_http_feed_redis_read_handler(ngx_event_t *rev)
 
         rd = ac->data;
 
-        ngx_log_debug0(NGX_LOG_DEBUG_EVENT, c->log, 0,
-                       "feed redis connection told of the shutdown");
+        ngx_log_debug1(NGX_LOG_DEBUG_EVENT, c->log, 0,
+                       "feed redis %p told of the shutdown", rd);
 
         if (rd->on_exit) {
             rd->on_exit(rd, rd->on_exit_data);
@@ -1031,8 +1034,8 @@ ngx_http_feed_redis_cmd_timeout(ngx_event_t *ev)
 
     ngx_http_feed_stat(redis_timeouts, 1);
 
-    ngx_log_debug2(NGX_LOG_DEBUG_EVENT, rd->log, 0,
-                   "feed redis command timed out, %s, %ui pending",
+    ngx_log_debug3(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                   "feed redis %p command timed out, %s, %ui pending", rd,
                    cmd->request ? "for a request" : "the worker's",
                    rd->npending);
 
