@@ -10,8 +10,9 @@
  *   deep     the items follow those the cache had;
  *   bypass   the items are the page.
  *
- * The limit asked of the fallback is the one ngx_http_feed_tl_fallback()
- * would have asked (the subrequest itself is not made here).
+ * The limit asked of the fallback is the one
+ * ngx_http_feed_timeline_fallback.c would have asked (the subrequest itself
+ * is not made here).
  *
  * Input: a flags byte (bits 0-1 the way, 2 max_id given, 3 since_id
  * given, 4 the fallback failed, 5-7 items the cache had for "deep"), a
@@ -20,13 +21,16 @@
  * Checked: no memory error, no alert; the request is answered once, 200
  * or 503, with a JSON body and header values that are single lines.
  *
- * The module's file is included: these steps are its static functions.
+ * The module's files are included: these steps are their static
+ * functions, the read's (ngx_http_feed_timeline.c) and the subrequest's end
+ * (ngx_http_feed_timeline_fallback.c).
  */
 
 
 #include "ngx_http_feed_fuzz.h"
 
 #include "ngx_http_feed_timeline.c"
+#include "ngx_http_feed_timeline_fallback.c"
 
 
 #define NGX_HTTP_FEED_FUZZ_REBUILD  0
@@ -285,5 +289,5 @@ ngx_http_feed_fuzz_subrequest(ngx_http_feed_tl_ctx_t *ctx, ngx_uint_t failed,
     sr->headers_out.status = failed ? NGX_HTTP_BAD_GATEWAY : NGX_HTTP_OK;
     sr->out = cl;
 
-    (void) ngx_http_feed_tl_fallback_done(sr, ctx, NGX_OK);
+    (void) ngx_http_feed_timeline_fallback_done(sr, ctx, NGX_OK);
 }
