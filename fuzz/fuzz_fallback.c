@@ -37,21 +37,21 @@
 #define NGX_HTTP_FEED_FUZZ_DEEP     1
 
 
-static ngx_http_feed_tl_ctx_t *ngx_http_feed_fuzz_ctx(ngx_http_request_t *r,
-    const uint8_t **data, size_t *size);
+static ngx_http_feed_timeline_ctx_t *ngx_http_feed_fuzz_ctx(
+    ngx_http_request_t *r, const uint8_t **data, size_t *size);
 static void ngx_http_feed_fuzz_id(char *id, const uint8_t *data);
-static ngx_int_t ngx_http_feed_fuzz_cached(ngx_http_feed_tl_ctx_t *ctx,
+static ngx_int_t ngx_http_feed_fuzz_cached(ngx_http_feed_timeline_ctx_t *ctx,
     ngx_uint_t n);
-static void ngx_http_feed_fuzz_subrequest(ngx_http_feed_tl_ctx_t *ctx,
+static void ngx_http_feed_fuzz_subrequest(ngx_http_feed_timeline_ctx_t *ctx,
     ngx_uint_t failed, const uint8_t *data, size_t size);
 
 
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    ngx_uint_t               flags;
-    ngx_http_request_t      *r;
-    ngx_http_feed_tl_ctx_t  *ctx;
+    ngx_uint_t                     flags;
+    ngx_http_request_t            *r;
+    ngx_http_feed_timeline_ctx_t  *ctx;
 
     ngx_http_feed_fuzz_init();
 
@@ -79,7 +79,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         ngx_memcpy(ctx->version, "7", 1);
         ctx->version_len = 1;
         ctx->fb_limit = ctx->fmcf->cache_size;
-        ngx_http_feed_tl_rebuilt(ctx);
+        ngx_http_feed_timeline_rebuilt(ctx);
         break;
 
     case NGX_HTTP_FEED_FUZZ_DEEP:
@@ -90,13 +90,13 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
 
         ctx->fb_limit = ctx->page.limit - ctx->cached.nitems + 1;
-        ngx_http_feed_tl_deep_done(ctx);
+        ngx_http_feed_timeline_deep_done(ctx);
         break;
 
     default:
         ctx->status = NGX_HTTP_FEED_CACHE_BYPASS;
         ctx->fb_limit = ctx->page.limit + 1;
-        ngx_http_feed_tl_bypass_done(ctx);
+        ngx_http_feed_timeline_bypass_done(ctx);
     }
 
     ngx_http_feed_fuzz_assert(ngx_http_feed_fuzz_answer.headers_sent,
@@ -117,19 +117,19 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 }
 
 
-/* the request's context, as the handler skeleton and tl_start make it */
+/* the request's context, as the handler skeleton and timeline_start make it */
 
-static ngx_http_feed_tl_ctx_t *
+static ngx_http_feed_timeline_ctx_t *
 ngx_http_feed_fuzz_ctx(ngx_http_request_t *r, const uint8_t **data,
     size_t *size)
 {
-    ngx_uint_t               flags;
-    ngx_pool_cleanup_t      *cln;
-    ngx_http_feed_tl_ctx_t  *ctx;
+    ngx_uint_t                     flags;
+    ngx_pool_cleanup_t            *cln;
+    ngx_http_feed_timeline_ctx_t  *ctx;
 
     flags = (*data)[0];
 
-    ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_feed_tl_ctx_t));
+    ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_feed_timeline_ctx_t));
     cln = ngx_pool_cleanup_add(r->pool, 0);
 
     if (ctx == NULL || cln == NULL) {
@@ -142,7 +142,7 @@ ngx_http_feed_fuzz_ctx(ngx_http_request_t *r, const uint8_t **data,
     ctx->token.data = ctx->token_data;
     ctx->token.len = ngx_sprintf(ctx->token_data, "1:2:3") - ctx->token_data;
 
-    cln->handler = ngx_http_feed_tl_cleanup;
+    cln->handler = ngx_http_feed_timeline_cleanup;
     cln->data = ctx;
 
     ngx_http_set_ctx(r, ctx, ngx_http_feed_module);
@@ -201,7 +201,7 @@ ngx_http_feed_fuzz_id(char *id, const uint8_t *data)
 /* the first items of a deep page, as the cache gave them */
 
 static ngx_int_t
-ngx_http_feed_fuzz_cached(ngx_http_feed_tl_ctx_t *ctx, ngx_uint_t n)
+ngx_http_feed_fuzz_cached(ngx_http_feed_timeline_ctx_t *ctx, ngx_uint_t n)
 {
     u_char                  *p;
     ngx_uint_t               i;
@@ -246,8 +246,8 @@ ngx_http_feed_fuzz_cached(ngx_http_feed_tl_ctx_t *ctx, ngx_uint_t n)
  */
 
 static void
-ngx_http_feed_fuzz_subrequest(ngx_http_feed_tl_ctx_t *ctx, ngx_uint_t failed,
-    const uint8_t *data, size_t size)
+ngx_http_feed_fuzz_subrequest(ngx_http_feed_timeline_ctx_t *ctx,
+    ngx_uint_t failed, const uint8_t *data, size_t size)
 {
     ngx_buf_t           *b;
     ngx_chain_t         *cl;

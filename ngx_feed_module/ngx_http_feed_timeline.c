@@ -15,7 +15,7 @@
  * "feed_timeline_source" (fanout on read from MongoDB) or proxy_pass; it
  * is asked, and its answer parsed, in ngx_http_feed_timeline_fallback.c.
  *
- * A read is a state machine: ngx_http_feed_tl_move() takes the request
+ * A read is a state machine: ngx_http_feed_timeline_move() takes the request
  * from one state to the next, runs what the new state starts, and traces
  * each move at the debug level:
  *
@@ -39,49 +39,55 @@
 #define NGX_HTTP_FEED_SHRINKS  5
 
 
-static ngx_int_t ngx_http_feed_tl_args(ngx_http_request_t *r, void *data,
-    const ngx_http_feed_error_t **err);
-static ngx_int_t ngx_http_feed_tl_start(ngx_http_request_t *r, void *data);
-static void ngx_http_feed_tl_move(ngx_http_feed_tl_ctx_t *ctx,
-    ngx_http_feed_tl_state_e state);
-static void ngx_http_feed_tl_read(ngx_http_feed_tl_ctx_t *ctx);
-static void ngx_http_feed_tl_lookup(ngx_http_feed_tl_ctx_t *ctx);
-static void ngx_http_feed_tl_kept(void *data, redisReply *reply);
-static ngx_int_t ngx_http_feed_tl_kept_page(ngx_http_feed_tl_ctx_t *ctx);
-static void ngx_http_feed_tl_read_done(void *data, redisReply *reply);
-static void ngx_http_feed_tl_reread(ngx_http_feed_tl_ctx_t *ctx);
-static void ngx_http_feed_tl_miss(ngx_http_feed_tl_ctx_t *ctx);
-static void ngx_http_feed_tl_locked(void *data, redisReply *reply);
-static void ngx_http_feed_tl_poll(ngx_event_t *ev);
-static void ngx_http_feed_tl_lead(ngx_http_feed_tl_ctx_t *ctx);
-static void ngx_http_feed_tl_rebuilt(ngx_http_feed_tl_ctx_t *ctx);
-static void ngx_http_feed_tl_warm(ngx_http_feed_tl_ctx_t *ctx);
-static ngx_int_t ngx_http_feed_tl_shrink(ngx_http_feed_tl_ctx_t *ctx);
-static void ngx_http_feed_tl_warmed(void *data, redisReply *reply);
-static void ngx_http_feed_tl_lead_done(ngx_http_feed_tl_ctx_t *ctx,
+static ngx_int_t ngx_http_feed_timeline_args(ngx_http_request_t *r,
+    void *data, const ngx_http_feed_error_t **err);
+static ngx_int_t ngx_http_feed_timeline_start(ngx_http_request_t *r,
+    void *data);
+static void ngx_http_feed_timeline_move(ngx_http_feed_timeline_ctx_t *ctx,
+    ngx_http_feed_timeline_state_e state);
+static void ngx_http_feed_timeline_read(ngx_http_feed_timeline_ctx_t *ctx);
+static void ngx_http_feed_timeline_lookup(ngx_http_feed_timeline_ctx_t *ctx);
+static void ngx_http_feed_timeline_kept(void *data, redisReply *reply);
+static ngx_int_t ngx_http_feed_timeline_kept_page(
+    ngx_http_feed_timeline_ctx_t *ctx);
+static void ngx_http_feed_timeline_read_done(void *data, redisReply *reply);
+static void ngx_http_feed_timeline_reread(ngx_http_feed_timeline_ctx_t *ctx);
+static void ngx_http_feed_timeline_miss(ngx_http_feed_timeline_ctx_t *ctx);
+static void ngx_http_feed_timeline_locked(void *data, redisReply *reply);
+static void ngx_http_feed_timeline_poll(ngx_event_t *ev);
+static void ngx_http_feed_timeline_lead(ngx_http_feed_timeline_ctx_t *ctx);
+static void ngx_http_feed_timeline_rebuilt(ngx_http_feed_timeline_ctx_t *ctx);
+static void ngx_http_feed_timeline_warm(ngx_http_feed_timeline_ctx_t *ctx);
+static ngx_int_t ngx_http_feed_timeline_shrink(
+    ngx_http_feed_timeline_ctx_t *ctx);
+static void ngx_http_feed_timeline_warmed(void *data, redisReply *reply);
+static void ngx_http_feed_timeline_lead_done(ngx_http_feed_timeline_ctx_t *ctx,
     ngx_int_t rc);
-static void ngx_http_feed_tl_deep(ngx_http_feed_tl_ctx_t *ctx);
-static void ngx_http_feed_tl_deep_done(ngx_http_feed_tl_ctx_t *ctx);
-static void ngx_http_feed_tl_bypass(ngx_http_feed_tl_ctx_t *ctx);
-static void ngx_http_feed_tl_bypass_done(ngx_http_feed_tl_ctx_t *ctx);
+static void ngx_http_feed_timeline_deep(ngx_http_feed_timeline_ctx_t *ctx);
+static void ngx_http_feed_timeline_deep_done(
+    ngx_http_feed_timeline_ctx_t *ctx);
+static void ngx_http_feed_timeline_bypass(ngx_http_feed_timeline_ctx_t *ctx);
+static void ngx_http_feed_timeline_bypass_done(
+    ngx_http_feed_timeline_ctx_t *ctx);
 
-static void ngx_http_feed_tl_answer(ngx_http_feed_tl_ctx_t *ctx);
-static ngx_int_t ngx_http_feed_tl_send(ngx_http_feed_tl_ctx_t *ctx);
-static ngx_int_t ngx_http_feed_tl_link(ngx_http_request_t *r,
+static void ngx_http_feed_timeline_answer(ngx_http_feed_timeline_ctx_t *ctx);
+static ngx_int_t ngx_http_feed_timeline_send(
+    ngx_http_feed_timeline_ctx_t *ctx);
+static ngx_int_t ngx_http_feed_timeline_link(ngx_http_request_t *r,
     ngx_http_feed_page_t *page, char *next);
-static void ngx_http_feed_tl_fail(ngx_http_feed_tl_ctx_t *ctx,
+static void ngx_http_feed_timeline_fail(ngx_http_feed_timeline_ctx_t *ctx,
     ngx_int_t rc);
-static void ngx_http_feed_tl_cleanup(void *data);
+static void ngx_http_feed_timeline_cleanup(void *data);
 
 
-static ngx_queue_t  ngx_http_feed_tl_leaders;
+static ngx_queue_t  ngx_http_feed_timeline_leaders;
 
 
 ngx_http_feed_handler_t  ngx_http_feed_timeline_handler = {
     NGX_HTTP_GET|NGX_HTTP_HEAD, "GET, HEAD", 0,
-    sizeof(ngx_http_feed_tl_ctx_t),
-    ngx_http_feed_tl_args,
-    ngx_http_feed_tl_start
+    sizeof(ngx_http_feed_timeline_ctx_t),
+    ngx_http_feed_timeline_args,
+    ngx_http_feed_timeline_start
 };
 
 
@@ -96,7 +102,7 @@ static ngx_str_t  ngx_http_feed_cache_statuses[] = {
 
 #if (NGX_DEBUG)
 
-static char  *ngx_http_feed_tl_states[] = {
+static char  *ngx_http_feed_timeline_states[] = {
     "start", "local", "read", "kept", "hit", "miss", "wait", "poll", "lead",
     "warm", "rebuilt", "deep", "bypass", "done", "failed"
 };
@@ -105,10 +111,10 @@ static char  *ngx_http_feed_tl_states[] = {
 
 
 static ngx_int_t
-ngx_http_feed_tl_args(ngx_http_request_t *r, void *data,
+ngx_http_feed_timeline_args(ngx_http_request_t *r, void *data,
     const ngx_http_feed_error_t **err)
 {
-    ngx_http_feed_tl_ctx_t  *ctx = data;
+    ngx_http_feed_timeline_ctx_t  *ctx = data;
 
     return ngx_http_feed_page_args(r, NGX_HTTP_FEED_PAGE_CLIENT, &ctx->page,
                                    err);
@@ -116,9 +122,9 @@ ngx_http_feed_tl_args(ngx_http_request_t *r, void *data,
 
 
 static ngx_int_t
-ngx_http_feed_tl_start(ngx_http_request_t *r, void *data)
+ngx_http_feed_timeline_start(ngx_http_request_t *r, void *data)
 {
-    ngx_http_feed_tl_ctx_t  *ctx = data;
+    ngx_http_feed_timeline_ctx_t  *ctx = data;
 
     ngx_pool_cleanup_t  *cln;
 
@@ -129,14 +135,14 @@ ngx_http_feed_tl_start(ngx_http_request_t *r, void *data)
 
     ngx_queue_init(&ctx->waiters);
 
-    ctx->poll.handler = ngx_http_feed_tl_poll;
+    ctx->poll.handler = ngx_http_feed_timeline_poll;
     ctx->poll.data = r->connection;
     ctx->poll.log = r->connection->log;
 
-    cln->handler = ngx_http_feed_tl_cleanup;
+    cln->handler = ngx_http_feed_timeline_cleanup;
     cln->data = ctx;
 
-    ngx_http_feed_tl_read(ctx);
+    ngx_http_feed_timeline_read(ctx);
 
     return NGX_DONE;
 }
@@ -149,13 +155,14 @@ ngx_http_feed_tl_start(ngx_http_request_t *r, void *data)
  */
 
 static void
-ngx_http_feed_tl_move(ngx_http_feed_tl_ctx_t *ctx,
-    ngx_http_feed_tl_state_e state)
+ngx_http_feed_timeline_move(ngx_http_feed_timeline_ctx_t *ctx,
+    ngx_http_feed_timeline_state_e state)
 {
     ngx_log_debug3(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
                    "feed timeline of \"%s\": %s -> %s",
-                   ctx->page.user.data, ngx_http_feed_tl_states[ctx->state],
-                   ngx_http_feed_tl_states[state]);
+                   ctx->page.user.data,
+                   ngx_http_feed_timeline_states[ctx->state],
+                   ngx_http_feed_timeline_states[state]);
 
     ctx->state = state;
 
@@ -163,16 +170,16 @@ ngx_http_feed_tl_move(ngx_http_feed_tl_ctx_t *ctx,
 
     case NGX_HTTP_FEED_TL_LOCAL:
     case NGX_HTTP_FEED_TL_READ:
-        ngx_http_feed_tl_lookup(ctx);
+        ngx_http_feed_timeline_lookup(ctx);
         return;
 
     case NGX_HTTP_FEED_TL_KEPT:
     case NGX_HTTP_FEED_TL_HIT:
-        ngx_http_feed_tl_answer(ctx);
+        ngx_http_feed_timeline_answer(ctx);
         return;
 
     case NGX_HTTP_FEED_TL_MISS:
-        ngx_http_feed_tl_miss(ctx);
+        ngx_http_feed_timeline_miss(ctx);
         return;
 
     case NGX_HTTP_FEED_TL_POLL:
@@ -181,23 +188,23 @@ ngx_http_feed_tl_move(ngx_http_feed_tl_ctx_t *ctx,
         return;
 
     case NGX_HTTP_FEED_TL_LEAD:
-        ngx_http_feed_tl_lead(ctx);
+        ngx_http_feed_timeline_lead(ctx);
         return;
 
     case NGX_HTTP_FEED_TL_WARM:
-        ngx_http_feed_tl_warm(ctx);
+        ngx_http_feed_timeline_warm(ctx);
         return;
 
     case NGX_HTTP_FEED_TL_REBUILT:
-        ngx_http_feed_tl_bypass_done(ctx);
+        ngx_http_feed_timeline_bypass_done(ctx);
         return;
 
     case NGX_HTTP_FEED_TL_DEEP:
-        ngx_http_feed_tl_deep(ctx);
+        ngx_http_feed_timeline_deep(ctx);
         return;
 
     case NGX_HTTP_FEED_TL_BYPASS:
-        ngx_http_feed_tl_bypass(ctx);
+        ngx_http_feed_timeline_bypass(ctx);
         return;
 
     default: /* START, WAIT, DONE, FAILED */
@@ -212,7 +219,7 @@ ngx_http_feed_tl_move(ngx_http_feed_tl_ctx_t *ctx,
  */
 
 static void
-ngx_http_feed_tl_read(ngx_http_feed_tl_ctx_t *ctx)
+ngx_http_feed_timeline_read(ngx_http_feed_timeline_ctx_t *ctx)
 {
     u_char     *nl;
     ngx_str_t   copy;
@@ -233,35 +240,37 @@ ngx_http_feed_tl_read(ngx_http_feed_tl_ctx_t *ctx)
             ctx->have.data = ngx_pstrdup(ctx->request->pool, &copy);
 
             if (ctx->have.data == NULL) {
-                ngx_http_feed_tl_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
+                ngx_http_feed_timeline_fail(ctx,
+                                            NGX_HTTP_INTERNAL_SERVER_ERROR);
                 return;
             }
         }
     }
 
-    ngx_http_feed_tl_move(ctx, ctx->have.len ? NGX_HTTP_FEED_TL_LOCAL
-                                             : NGX_HTTP_FEED_TL_READ);
+    ngx_http_feed_timeline_move(ctx, ctx->have.len ? NGX_HTTP_FEED_TL_LOCAL
+                                                   : NGX_HTTP_FEED_TL_READ);
 }
 
 
 /* the hot path: one round trip */
 
 static void
-ngx_http_feed_tl_lookup(ngx_http_feed_tl_ctx_t *ctx)
+ngx_http_feed_timeline_lookup(ngx_http_feed_timeline_ctx_t *ctx)
 {
     ngx_int_t  rc;
 
     rc = ngx_http_feed_timeline_cache_read(ctx->request, ctx->fmcf,
                                            &ctx->page, &ctx->have,
-                                           ngx_http_feed_tl_kept,
-                                           ngx_http_feed_tl_read_done, ctx);
+                                           ngx_http_feed_timeline_kept,
+                                           ngx_http_feed_timeline_read_done,
+                                           ctx);
     if (rc == NGX_ERROR) {
-        ngx_http_feed_tl_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        ngx_http_feed_timeline_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
         return;
     }
 
     if (rc == NGX_DECLINED) {
-        ngx_http_feed_tl_move(ctx, NGX_HTTP_FEED_TL_BYPASS);
+        ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_BYPASS);
     }
 }
 
@@ -269,9 +278,9 @@ ngx_http_feed_tl_lookup(ngx_http_feed_tl_ctx_t *ctx)
 /* the HGET of the first page kept as answered: copied, checked after */
 
 static void
-ngx_http_feed_tl_kept(void *data, redisReply *reply)
+ngx_http_feed_timeline_kept(void *data, redisReply *reply)
 {
-    ngx_http_feed_tl_ctx_t  *ctx = data;
+    ngx_http_feed_timeline_ctx_t  *ctx = data;
 
     if (reply == NULL || reply->type != REDIS_REPLY_STRING
         || ngx_http_feed_redis_keep_reply(ctx->request->pool, reply)
@@ -294,7 +303,7 @@ ngx_http_feed_tl_kept(void *data, redisReply *reply)
  */
 
 static ngx_int_t
-ngx_http_feed_tl_kept_page(ngx_http_feed_tl_ctx_t *ctx)
+ngx_http_feed_timeline_kept_page(ngx_http_feed_timeline_ctx_t *ctx)
 {
     ngx_str_t  copy;
 
@@ -343,9 +352,9 @@ ngx_http_feed_tl_kept_page(ngx_http_feed_tl_ctx_t *ctx)
 /* the script's answer; the Redis layer runs what this posts afterwards */
 
 static void
-ngx_http_feed_tl_read_done(void *data, redisReply *reply)
+ngx_http_feed_timeline_read_done(void *data, redisReply *reply)
 {
-    ngx_http_feed_tl_ctx_t  *ctx = data;
+    ngx_http_feed_timeline_ctx_t  *ctx = data;
 
     ngx_int_t  rc;
 
@@ -353,22 +362,22 @@ ngx_http_feed_tl_read_done(void *data, redisReply *reply)
                                             &ctx->cached);
 
     if (rc == NGX_ERROR) {
-        ngx_http_feed_tl_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        ngx_http_feed_timeline_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
         return;
     }
 
     if (rc == NGX_DECLINED) {
-        ngx_http_feed_tl_move(ctx, NGX_HTTP_FEED_TL_BYPASS);
+        ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_BYPASS);
         return;
     }
 
     if (!ctx->cached.found) {
-        ngx_http_feed_tl_move(ctx, NGX_HTTP_FEED_TL_MISS);
+        ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_MISS);
         return;
     }
 
-    if (ctx->cached.kept && ngx_http_feed_tl_kept_page(ctx) != NGX_OK) {
-        ngx_http_feed_tl_reread(ctx);
+    if (ctx->cached.kept && ngx_http_feed_timeline_kept_page(ctx) != NGX_OK) {
+        ngx_http_feed_timeline_reread(ctx);
         return;
     }
 
@@ -377,12 +386,12 @@ ngx_http_feed_tl_read_done(void *data, redisReply *reply)
     }
 
     if (ctx->cached.deep) {
-        ngx_http_feed_tl_move(ctx, NGX_HTTP_FEED_TL_DEEP);
+        ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_DEEP);
         return;
     }
 
-    ngx_http_feed_tl_move(ctx, ctx->cached.kept ? NGX_HTTP_FEED_TL_KEPT
-                                                : NGX_HTTP_FEED_TL_HIT);
+    ngx_http_feed_timeline_move(ctx, ctx->cached.kept ? NGX_HTTP_FEED_TL_KEPT
+                                                      : NGX_HTTP_FEED_TL_HIT);
 }
 
 
@@ -393,15 +402,15 @@ ngx_http_feed_tl_read_done(void *data, redisReply *reply)
  */
 
 static void
-ngx_http_feed_tl_reread(ngx_http_feed_tl_ctx_t *ctx)
+ngx_http_feed_timeline_reread(ngx_http_feed_timeline_ctx_t *ctx)
 {
     ctx->no_local = 1;
 
     if (ctx->rereads++ < 3) {
-        ngx_http_feed_tl_read(ctx);
+        ngx_http_feed_timeline_read(ctx);
 
     } else {
-        ngx_http_feed_tl_fail(ctx, NGX_HTTP_SERVICE_UNAVAILABLE);
+        ngx_http_feed_timeline_fail(ctx, NGX_HTTP_SERVICE_UNAVAILABLE);
     }
 }
 
@@ -412,42 +421,42 @@ ngx_http_feed_tl_reread(ngx_http_feed_tl_ctx_t *ctx)
  */
 
 static void
-ngx_http_feed_tl_miss(ngx_http_feed_tl_ctx_t *ctx)
+ngx_http_feed_timeline_miss(ngx_http_feed_timeline_ctx_t *ctx)
 {
-    ngx_queue_t             *q;
-    ngx_http_feed_tl_ctx_t  *l;
+    ngx_queue_t                   *q;
+    ngx_http_feed_timeline_ctx_t  *l;
 
     ctx->status = NGX_HTTP_FEED_CACHE_MISS;
 
     if (!ctx->is_leader) {
-        for (q = ngx_queue_head(&ngx_http_feed_tl_leaders);
-             q != ngx_queue_sentinel(&ngx_http_feed_tl_leaders);
+        for (q = ngx_queue_head(&ngx_http_feed_timeline_leaders);
+             q != ngx_queue_sentinel(&ngx_http_feed_timeline_leaders);
              q = ngx_queue_next(q))
         {
-            l = ngx_queue_data(q, ngx_http_feed_tl_ctx_t, queue);
+            l = ngx_queue_data(q, ngx_http_feed_timeline_ctx_t, queue);
 
             if (l->page.user.len == ctx->page.user.len
                 && ngx_strcmp(l->page.user.data, ctx->page.user.data) == 0)
             {
                 ctx->leader = l;
                 ngx_queue_insert_tail(&l->waiters, &ctx->queue);
-                ngx_http_feed_tl_move(ctx, NGX_HTTP_FEED_TL_WAIT);
+                ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_WAIT);
                 return;
             }
         }
 
         ctx->is_leader = 1;
-        ngx_queue_insert_tail(&ngx_http_feed_tl_leaders, &ctx->queue);
+        ngx_queue_insert_tail(&ngx_http_feed_timeline_leaders, &ctx->queue);
     }
 
     if (ctx->cached.locked == 2 && ctx->polling) {
         /* the rebuild waited for failed elsewhere: its answer is ours */
-        ngx_http_feed_tl_fail(ctx, NGX_HTTP_SERVICE_UNAVAILABLE);
+        ngx_http_feed_timeline_fail(ctx, NGX_HTTP_SERVICE_UNAVAILABLE);
         return;
     }
 
     if (ctx->cached.locked == 1) {
-        ngx_http_feed_tl_move(ctx, NGX_HTTP_FEED_TL_POLL);
+        ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_POLL);
         return;
     }
 
@@ -455,24 +464,24 @@ ngx_http_feed_tl_miss(ngx_http_feed_tl_ctx_t *ctx)
 
     if (ngx_http_feed_timeline_cache_lock(ctx->request, ctx->fmcf,
                                           &ctx->page.user, &ctx->token,
-                                          ngx_http_feed_tl_locked, ctx)
+                                          ngx_http_feed_timeline_locked, ctx)
         != NGX_OK)
     {
-        ngx_http_feed_tl_move(ctx, NGX_HTTP_FEED_TL_BYPASS);
+        ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_BYPASS);
     }
 }
 
 
 static void
-ngx_http_feed_tl_locked(void *data, redisReply *reply)
+ngx_http_feed_timeline_locked(void *data, redisReply *reply)
 {
-    ngx_http_feed_tl_ctx_t  *ctx = data;
+    ngx_http_feed_timeline_ctx_t  *ctx = data;
 
     if (reply == NULL || reply->type != REDIS_REPLY_ARRAY
         || reply->elements == 0
         || reply->element[0]->type != REDIS_REPLY_INTEGER)
     {
-        ngx_http_feed_tl_move(ctx, NGX_HTTP_FEED_TL_BYPASS);
+        ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_BYPASS);
 
     } else if (reply->element[0]->integer == 0
                || reply->elements < 2
@@ -480,7 +489,7 @@ ngx_http_feed_tl_locked(void *data, redisReply *reply)
                || reply->element[1]->len >= sizeof(ctx->version))
     {
         /* rebuilt elsewhere: look again shortly */
-        ngx_http_feed_tl_move(ctx, NGX_HTTP_FEED_TL_POLL);
+        ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_POLL);
 
     } else {
         ctx->lock_held = 1;
@@ -488,7 +497,7 @@ ngx_http_feed_tl_locked(void *data, redisReply *reply)
                    reply->element[1]->len);
         ctx->version_len = reply->element[1]->len;
 
-        ngx_http_feed_tl_move(ctx, NGX_HTTP_FEED_TL_LEAD);
+        ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_LEAD);
     }
 }
 
@@ -501,14 +510,14 @@ ngx_http_feed_tl_locked(void *data, redisReply *reply)
  */
 
 static void
-ngx_http_feed_tl_poll(ngx_event_t *ev)
+ngx_http_feed_timeline_poll(ngx_event_t *ev)
 {
-    ngx_int_t                rc;
-    ngx_connection_t        *c;
-    ngx_http_feed_tl_ctx_t  *ctx;
+    ngx_int_t                      rc;
+    ngx_connection_t              *c;
+    ngx_http_feed_timeline_ctx_t  *ctx;
 
     c = ev->data;
-    ctx = ngx_queue_data(ev, ngx_http_feed_tl_ctx_t, poll);
+    ctx = ngx_queue_data(ev, ngx_http_feed_timeline_ctx_t, poll);
 
     rc = ctx->wake_rc;
     ctx->wake_rc = NGX_OK;
@@ -518,10 +527,10 @@ ngx_http_feed_tl_poll(ngx_event_t *ev)
                    ctx->page.user.data, rc);
 
     if (rc != NGX_OK) {
-        ngx_http_feed_tl_fail(ctx, rc);
+        ngx_http_feed_timeline_fail(ctx, rc);
 
     } else {
-        ngx_http_feed_tl_read(ctx);
+        ngx_http_feed_timeline_read(ctx);
     }
 
     ngx_http_run_posted_requests(c);
@@ -531,31 +540,31 @@ ngx_http_feed_tl_poll(ngx_event_t *ev)
 /* the lock is ours: the newest feed_cache_size posts of the timeline */
 
 static void
-ngx_http_feed_tl_lead(ngx_http_feed_tl_ctx_t *ctx)
+ngx_http_feed_timeline_lead(ngx_http_feed_timeline_ctx_t *ctx)
 {
     if (ngx_http_feed_timeline_fallback_rebuild(ctx, ctx->fmcf->cache_size,
-                                                ngx_http_feed_tl_rebuilt)
+                                                ngx_http_feed_timeline_rebuilt)
         != NGX_OK)
     {
-        ngx_http_feed_tl_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        ngx_http_feed_timeline_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
     }
 }
 
 
 static void
-ngx_http_feed_tl_rebuilt(ngx_http_feed_tl_ctx_t *ctx)
+ngx_http_feed_timeline_rebuilt(ngx_http_feed_timeline_ctx_t *ctx)
 {
     ngx_int_t  rc;
 
     if (ctx->fb_broke) {
-        rc = ngx_http_feed_tl_shrink(ctx);
+        rc = ngx_http_feed_timeline_shrink(ctx);
 
         if (rc == NGX_OK) {
             return;
         }
 
         if (rc == NGX_ERROR) {
-            ngx_http_feed_tl_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
+            ngx_http_feed_timeline_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
             return;
         }
     }
@@ -563,18 +572,18 @@ ngx_http_feed_tl_rebuilt(ngx_http_feed_tl_ctx_t *ctx)
     rc = ngx_http_feed_timeline_fallback_items(ctx);
 
     if (rc != NGX_OK) {
-        ngx_http_feed_tl_fail(ctx, rc);
+        ngx_http_feed_timeline_fail(ctx, rc);
         return;
     }
 
-    ngx_http_feed_tl_move(ctx, NGX_HTTP_FEED_TL_WARM);
+    ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_WARM);
 }
 
 
 /* the rebuild's posts into the cache, with the follows version it began */
 
 static void
-ngx_http_feed_tl_warm(ngx_http_feed_tl_ctx_t *ctx)
+ngx_http_feed_timeline_warm(ngx_http_feed_timeline_ctx_t *ctx)
 {
     bson_t      items;
     ngx_str_t   version;
@@ -590,24 +599,23 @@ ngx_http_feed_tl_warm(ngx_http_feed_tl_ctx_t *ctx)
 
     if (ngx_http_feed_timeline_cache_warm(ctx->request, ctx->fmcf,
                                           &ctx->page.user, &version,
-                                          &ctx->token, &items,
-                                          complete, ngx_http_feed_tl_warmed,
-                                          ctx)
+                                          &ctx->token, &items, complete,
+                                          ngx_http_feed_timeline_warmed, ctx)
         != NGX_OK)
     {
         /* Redis went away meanwhile: answer from what the rebuild gave */
-        ngx_http_feed_tl_move(ctx, NGX_HTTP_FEED_TL_REBUILT);
+        ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_REBUILT);
     }
 }
 
 
 static void
-ngx_http_feed_tl_warmed(void *data, redisReply *reply)
+ngx_http_feed_timeline_warmed(void *data, redisReply *reply)
 {
-    ngx_http_feed_tl_ctx_t  *ctx = data;
+    ngx_http_feed_timeline_ctx_t  *ctx = data;
 
     if (reply == NULL || reply->type != REDIS_REPLY_INTEGER) {
-        ngx_http_feed_tl_move(ctx, NGX_HTTP_FEED_TL_REBUILT);
+        ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_REBUILT);
 
     } else if (reply->integer == 0) {
         /*
@@ -615,12 +623,12 @@ ngx_http_feed_tl_warmed(void *data, redisReply *reply)
          * of the request, the next read rebuilds.
          */
         ctx->lock_held = 0;
-        ngx_http_feed_tl_move(ctx, NGX_HTTP_FEED_TL_REBUILT);
+        ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_REBUILT);
 
     } else {
         /* the warm released the lock; everyone reads the new cache */
         ctx->lock_held = 0;
-        ngx_http_feed_tl_read(ctx);
+        ngx_http_feed_timeline_read(ctx);
     }
 }
 
@@ -633,7 +641,7 @@ ngx_http_feed_tl_warmed(void *data, redisReply *reply)
  */
 
 static ngx_int_t
-ngx_http_feed_tl_shrink(ngx_http_feed_tl_ctx_t *ctx)
+ngx_http_feed_timeline_shrink(ngx_http_feed_timeline_ctx_t *ctx)
 {
     ngx_uint_t  limit;
 
@@ -655,17 +663,18 @@ ngx_http_feed_tl_shrink(ngx_http_feed_tl_ctx_t *ctx)
                    ctx->page.user.data, limit);
 
     return ngx_http_feed_timeline_fallback_rebuild(ctx, limit,
-                                                   ngx_http_feed_tl_rebuilt);
+               ngx_http_feed_timeline_rebuilt);
 }
 
 
 /* the leader is done: its waiters read the cache now, or share its error */
 
 static void
-ngx_http_feed_tl_lead_done(ngx_http_feed_tl_ctx_t *ctx, ngx_int_t rc)
+ngx_http_feed_timeline_lead_done(ngx_http_feed_timeline_ctx_t *ctx,
+    ngx_int_t rc)
 {
-    ngx_queue_t             *q;
-    ngx_http_feed_tl_ctx_t  *w;
+    ngx_queue_t                   *q;
+    ngx_http_feed_timeline_ctx_t  *w;
 
     if (ctx->lock_held) {
         /* the rebuild did not warm the cache: another one may try */
@@ -685,7 +694,7 @@ ngx_http_feed_tl_lead_done(ngx_http_feed_tl_ctx_t *ctx, ngx_int_t rc)
         q = ngx_queue_head(&ctx->waiters);
         ngx_queue_remove(q);
 
-        w = ngx_queue_data(q, ngx_http_feed_tl_ctx_t, queue);
+        w = ngx_queue_data(q, ngx_http_feed_timeline_ctx_t, queue);
         w->leader = NULL;
         w->wake_rc = rc;
 
@@ -697,23 +706,23 @@ ngx_http_feed_tl_lead_done(ngx_http_feed_tl_ctx_t *ctx, ngx_int_t rc)
 /* past the end of a trimmed cache: the rest from the fallback */
 
 static void
-ngx_http_feed_tl_deep(ngx_http_feed_tl_ctx_t *ctx)
+ngx_http_feed_timeline_deep(ngx_http_feed_timeline_ctx_t *ctx)
 {
     if (ctx->status == NGX_HTTP_FEED_CACHE_HIT) {
         ctx->status = NGX_HTTP_FEED_CACHE_DEEP;
     }
 
     if (ngx_http_feed_timeline_fallback_page(ctx, ctx->cached.nitems,
-                                             ngx_http_feed_tl_deep_done)
+                                             ngx_http_feed_timeline_deep_done)
         != NGX_OK)
     {
-        ngx_http_feed_tl_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        ngx_http_feed_timeline_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
     }
 }
 
 
 static void
-ngx_http_feed_tl_deep_done(ngx_http_feed_tl_ctx_t *ctx)
+ngx_http_feed_timeline_deep_done(ngx_http_feed_timeline_ctx_t *ctx)
 {
     ngx_int_t   rc;
     ngx_uint_t  more;
@@ -721,7 +730,7 @@ ngx_http_feed_tl_deep_done(ngx_http_feed_tl_ctx_t *ctx)
     rc = ngx_http_feed_timeline_fallback_items(ctx);
 
     if (rc != NGX_OK) {
-        ngx_http_feed_tl_fail(ctx, rc);
+        ngx_http_feed_timeline_fail(ctx, rc);
         return;
     }
 
@@ -731,28 +740,28 @@ ngx_http_feed_tl_deep_done(ngx_http_feed_tl_ctx_t *ctx)
                                             &more)
         != NGX_OK)
     {
-        ngx_http_feed_tl_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        ngx_http_feed_timeline_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
         return;
     }
 
     ctx->cached.more = more;
 
-    ngx_http_feed_tl_answer(ctx);
+    ngx_http_feed_timeline_answer(ctx);
 }
 
 
 /* no Redis: the page straight from the fallback */
 
 static void
-ngx_http_feed_tl_bypass(ngx_http_feed_tl_ctx_t *ctx)
+ngx_http_feed_timeline_bypass(ngx_http_feed_timeline_ctx_t *ctx)
 {
     ctx->status = NGX_HTTP_FEED_CACHE_BYPASS;
 
     if (ngx_http_feed_timeline_fallback_page(ctx, 0,
-                                             ngx_http_feed_tl_bypass_done)
+                                             ngx_http_feed_timeline_bypass_done)
         != NGX_OK)
     {
-        ngx_http_feed_tl_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        ngx_http_feed_timeline_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
     }
 }
 
@@ -763,7 +772,7 @@ ngx_http_feed_tl_bypass(ngx_http_feed_tl_ctx_t *ctx)
  */
 
 static void
-ngx_http_feed_tl_bypass_done(ngx_http_feed_tl_ctx_t *ctx)
+ngx_http_feed_timeline_bypass_done(ngx_http_feed_timeline_ctx_t *ctx)
 {
     ngx_int_t   rc;
     ngx_uint_t  more;
@@ -772,7 +781,7 @@ ngx_http_feed_tl_bypass_done(ngx_http_feed_tl_ctx_t *ctx)
         rc = ngx_http_feed_timeline_fallback_items(ctx);
 
         if (rc != NGX_OK) {
-            ngx_http_feed_tl_fail(ctx, rc);
+            ngx_http_feed_timeline_fail(ctx, rc);
             return;
         }
     }
@@ -782,13 +791,13 @@ ngx_http_feed_tl_bypass_done(ngx_http_feed_tl_ctx_t *ctx)
     if (ngx_http_feed_timeline_fallback_add(ctx, ctx->page.limit, &more)
         != NGX_OK)
     {
-        ngx_http_feed_tl_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        ngx_http_feed_timeline_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
         return;
     }
 
     ctx->cached.more = more;
 
-    ngx_http_feed_tl_answer(ctx);
+    ngx_http_feed_timeline_answer(ctx);
 }
 
 
@@ -798,11 +807,11 @@ ngx_http_feed_tl_bypass_done(ngx_http_feed_tl_ctx_t *ctx)
  */
 
 static void
-ngx_http_feed_tl_answer(ngx_http_feed_tl_ctx_t *ctx)
+ngx_http_feed_timeline_answer(ngx_http_feed_timeline_ctx_t *ctx)
 {
-    ngx_http_feed_tl_move(ctx, NGX_HTTP_FEED_TL_DONE);
-    ngx_http_feed_tl_lead_done(ctx, NGX_OK);
-    ngx_http_feed_finalize(ctx->request, ngx_http_feed_tl_send(ctx));
+    ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_DONE);
+    ngx_http_feed_timeline_lead_done(ctx, NGX_OK);
+    ngx_http_feed_finalize(ctx->request, ngx_http_feed_timeline_send(ctx));
 }
 
 
@@ -812,7 +821,7 @@ ngx_http_feed_tl_answer(ngx_http_feed_tl_ctx_t *ctx)
  */
 
 static ngx_int_t
-ngx_http_feed_tl_send(ngx_http_feed_tl_ctx_t *ctx)
+ngx_http_feed_timeline_send(ngx_http_feed_timeline_ctx_t *ctx)
 {
     u_char              *p;
     size_t               len;
@@ -827,7 +836,8 @@ ngx_http_feed_tl_send(ngx_http_feed_tl_ctx_t *ctx)
     }
 
     if (ctx->cached.more && ctx->cached.nitems
-        && ngx_http_feed_tl_link(r, &ctx->page, ctx->cached.last) != NGX_OK)
+        && ngx_http_feed_timeline_link(r, &ctx->page, ctx->cached.last)
+           != NGX_OK)
     {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
@@ -886,7 +896,7 @@ ngx_http_feed_tl_send(ngx_http_feed_tl_ctx_t *ctx)
 /* Link: </users/u/timeline?limit=20&max_id=...[&since_id=...]>; rel="next" */
 
 static ngx_int_t
-ngx_http_feed_tl_link(ngx_http_request_t *r, ngx_http_feed_page_t *page,
+ngx_http_feed_timeline_link(ngx_http_request_t *r, ngx_http_feed_page_t *page,
     char *next)
 {
     u_char     *p;
@@ -919,13 +929,14 @@ ngx_http_feed_tl_link(ngx_http_request_t *r, ngx_http_feed_page_t *page,
  */
 
 static void
-ngx_http_feed_tl_fail(ngx_http_feed_tl_ctx_t *ctx, ngx_int_t rc)
+ngx_http_feed_timeline_fail(ngx_http_feed_timeline_ctx_t *ctx, ngx_int_t rc)
 {
-    ngx_http_feed_tl_move(ctx, NGX_HTTP_FEED_TL_FAILED);
+    ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_FAILED);
 
-    ngx_http_feed_tl_lead_done(ctx, (rc == NGX_HTTP_INTERNAL_SERVER_ERROR
-                                     || rc == NGX_HTTP_SERVICE_UNAVAILABLE)
-                                    ? rc : NGX_OK);
+    ngx_http_feed_timeline_lead_done(ctx,
+                                     (rc == NGX_HTTP_INTERNAL_SERVER_ERROR
+                                      || rc == NGX_HTTP_SERVICE_UNAVAILABLE)
+                                     ? rc : NGX_OK);
 
     if (rc == NGX_HTTP_INTERNAL_SERVER_ERROR) {
         rc = ngx_http_feed_error(ctx->request, &ngx_http_feed_err_internal);
@@ -942,9 +953,9 @@ ngx_http_feed_tl_fail(ngx_http_feed_tl_ctx_t *ctx, ngx_int_t rc)
 /* a request that goes away takes itself out of the coalescing */
 
 static void
-ngx_http_feed_tl_cleanup(void *data)
+ngx_http_feed_timeline_cleanup(void *data)
 {
-    ngx_http_feed_tl_ctx_t  *ctx = data;
+    ngx_http_feed_timeline_ctx_t  *ctx = data;
 
     if (ctx->poll.timer_set) {
         ngx_del_timer(&ctx->poll);
@@ -961,7 +972,7 @@ ngx_http_feed_tl_cleanup(void *data)
 
     if (ctx->is_leader) {
         /* whoever waited on it finds the lock and leads a rebuild */
-        ngx_http_feed_tl_lead_done(ctx, NGX_OK);
+        ngx_http_feed_timeline_lead_done(ctx, NGX_OK);
     }
 
     if (ctx->fb_doc) {
@@ -973,7 +984,7 @@ ngx_http_feed_tl_cleanup(void *data)
 ngx_int_t
 ngx_http_feed_timeline_init(void)
 {
-    ngx_queue_init(&ngx_http_feed_tl_leaders);
+    ngx_queue_init(&ngx_http_feed_timeline_leaders);
 
     return NGX_OK;
 }
@@ -983,8 +994,8 @@ ngx_int_t
 ngx_http_feed_cache_status_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data)
 {
-    ngx_http_feed_tl_ctx_t    *ctx;
-    ngx_http_feed_loc_conf_t  *flcf;
+    ngx_http_feed_loc_conf_t      *flcf;
+    ngx_http_feed_timeline_ctx_t  *ctx;
 
     flcf = ngx_http_get_module_loc_conf(r->main, ngx_http_feed_module);
     ctx = ngx_http_get_module_ctx(r->main, ngx_http_feed_module);

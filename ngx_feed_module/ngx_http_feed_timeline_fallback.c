@@ -17,20 +17,20 @@
 
 
 static ngx_int_t ngx_http_feed_timeline_fallback_ask(
-    ngx_http_feed_tl_ctx_t *ctx, ngx_http_feed_page_t *page,
-    ngx_http_feed_tl_next_pt next);
+    ngx_http_feed_timeline_ctx_t *ctx, ngx_http_feed_page_t *page,
+    ngx_http_feed_timeline_next_pt next);
 static ngx_int_t ngx_http_feed_timeline_fallback_done(ngx_http_request_t *sr,
     void *data, ngx_int_t rc);
 static ngx_int_t ngx_http_feed_timeline_fallback_broke(
-    ngx_http_feed_tl_ctx_t *ctx, ngx_http_request_t *sr);
+    ngx_http_feed_timeline_ctx_t *ctx, ngx_http_request_t *sr);
 static void ngx_http_feed_timeline_fallback_wake(ngx_http_request_t *r);
 
 
 /* a rebuild: the newest limit posts of the timeline */
 
 ngx_int_t
-ngx_http_feed_timeline_fallback_rebuild(ngx_http_feed_tl_ctx_t *ctx,
-    ngx_uint_t limit, ngx_http_feed_tl_next_pt next)
+ngx_http_feed_timeline_fallback_rebuild(ngx_http_feed_timeline_ctx_t *ctx,
+    ngx_uint_t limit, ngx_http_feed_timeline_next_pt next)
 {
     ngx_http_feed_page_t  page;
 
@@ -48,8 +48,8 @@ ngx_http_feed_timeline_fallback_rebuild(ngx_http_feed_tl_ctx_t *ctx,
  */
 
 ngx_int_t
-ngx_http_feed_timeline_fallback_page(ngx_http_feed_tl_ctx_t *ctx,
-    ngx_uint_t n, ngx_http_feed_tl_next_pt next)
+ngx_http_feed_timeline_fallback_page(ngx_http_feed_timeline_ctx_t *ctx,
+    ngx_uint_t n, ngx_http_feed_timeline_next_pt next)
 {
     ngx_http_feed_page_t  page;
 
@@ -72,8 +72,8 @@ ngx_http_feed_timeline_fallback_page(ngx_http_feed_tl_ctx_t *ctx,
  */
 
 static ngx_int_t
-ngx_http_feed_timeline_fallback_ask(ngx_http_feed_tl_ctx_t *ctx,
-    ngx_http_feed_page_t *page, ngx_http_feed_tl_next_pt next)
+ngx_http_feed_timeline_fallback_ask(ngx_http_feed_timeline_ctx_t *ctx,
+    ngx_http_feed_page_t *page, ngx_http_feed_timeline_next_pt next)
 {
     u_char                      *p;
     ngx_str_t                    args;
@@ -134,7 +134,7 @@ static ngx_int_t
 ngx_http_feed_timeline_fallback_done(ngx_http_request_t *sr, void *data,
     ngx_int_t rc)
 {
-    ngx_http_feed_tl_ctx_t  *ctx = data;
+    ngx_http_feed_timeline_ctx_t  *ctx = data;
 
     ngx_buf_t  *b;
 
@@ -192,7 +192,7 @@ ngx_http_feed_timeline_fallback_done(ngx_http_request_t *sr, void *data,
  */
 
 static ngx_int_t
-ngx_http_feed_timeline_fallback_broke(ngx_http_feed_tl_ctx_t *ctx,
+ngx_http_feed_timeline_fallback_broke(ngx_http_feed_timeline_ctx_t *ctx,
     ngx_http_request_t *sr)
 {
     off_t                      len;
@@ -238,7 +238,7 @@ ngx_http_feed_timeline_fallback_broke(ngx_http_feed_tl_ctx_t *ctx,
 static void
 ngx_http_feed_timeline_fallback_wake(ngx_http_request_t *r)
 {
-    ngx_http_feed_tl_ctx_t  *ctx;
+    ngx_http_feed_timeline_ctx_t  *ctx;
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_feed_module);
 
@@ -258,7 +258,7 @@ ngx_http_feed_timeline_fallback_wake(ngx_http_request_t *r)
  */
 
 ngx_int_t
-ngx_http_feed_timeline_fallback_items(ngx_http_feed_tl_ctx_t *ctx)
+ngx_http_feed_timeline_fallback_items(ngx_http_feed_timeline_ctx_t *ctx)
 {
     bson_t          items;
     bson_iter_t     it;
@@ -298,7 +298,7 @@ ngx_http_feed_timeline_fallback_items(ngx_http_feed_tl_ctx_t *ctx)
  */
 
 ngx_int_t
-ngx_http_feed_timeline_fallback_add(ngx_http_feed_tl_ctx_t *ctx,
+ngx_http_feed_timeline_fallback_add(ngx_http_feed_timeline_ctx_t *ctx,
     ngx_uint_t max, ngx_uint_t *more)
 {
     char            *json;

@@ -33,103 +33,107 @@ typedef enum {
     NGX_HTTP_FEED_TL_BYPASS,        /* no cache at all: the fallback */
     NGX_HTTP_FEED_TL_DONE,
     NGX_HTTP_FEED_TL_FAILED
-} ngx_http_feed_tl_state_e;
+} ngx_http_feed_timeline_state_e;
 
 
-typedef struct ngx_http_feed_tl_ctx_s  ngx_http_feed_tl_ctx_t;
+typedef struct ngx_http_feed_timeline_ctx_s  ngx_http_feed_timeline_ctx_t;
 
 /* what the read does once the fallback subrequest has answered */
-typedef void (*ngx_http_feed_tl_next_pt)(ngx_http_feed_tl_ctx_t *ctx);
+typedef void (*ngx_http_feed_timeline_next_pt)(
+    ngx_http_feed_timeline_ctx_t *ctx);
 
 
-struct ngx_http_feed_tl_ctx_s {
+struct ngx_http_feed_timeline_ctx_s {
     /* first, as in ngx_http_feed_ctx_t: the handler skeleton sets them */
-    ngx_http_request_t           *request;
-    ngx_http_feed_main_conf_t    *fmcf;
-    ngx_http_feed_page_t          page;
-    ngx_http_feed_cached_t        cached;
-    ngx_http_feed_cache_status_e  status;
-    ngx_http_feed_tl_state_e      state;
+    ngx_http_request_t             *request;
+    ngx_http_feed_main_conf_t      *fmcf;
+    ngx_http_feed_page_t            page;
+    ngx_http_feed_cached_t          cached;
+    ngx_http_feed_cache_status_e    status;
+    ngx_http_feed_timeline_state_e  state;
 
     /* coalescing: leaders are in the worker's list, waiters in theirs */
-    ngx_queue_t                   queue;
-    ngx_queue_t                   waiters;
-    ngx_http_feed_tl_ctx_t       *leader;
-    ngx_event_t                   poll;
+    ngx_queue_t                     queue;
+    ngx_queue_t                     waiters;
+    ngx_http_feed_timeline_ctx_t   *leader;
+    ngx_event_t                     poll;
 
     /* what the leader ended with, for a waiter it woke: NGX_OK or a status */
-    ngx_int_t                     wake_rc;
+    ngx_int_t                       wake_rc;
 
     /* the fallback subrequest */
-    ngx_http_feed_tl_next_pt      next;
+    ngx_http_feed_timeline_next_pt  next;
 
     /* how many posts the subrequest asked for */
-    ngx_uint_t                    fb_limit;
+    ngx_uint_t                      fb_limit;
 
     /* how many would have fit the buffer its too large answer overflowed */
-    ngx_uint_t                    fb_fit;
+    ngx_uint_t                      fb_fit;
 
     /* how many times the rebuild was asked again with fewer posts */
-    ngx_uint_t                    shrinks;
+    ngx_uint_t                      shrinks;
 
     /* the subrequest has ended (nginx may say so more than once) */
-    ngx_uint_t                    fb_done;
+    ngx_uint_t                      fb_done;
 
     /* its HTTP status, or 502 when its answer is missing or not JSON */
-    ngx_uint_t                    fb_status;
+    ngx_uint_t                      fb_status;
 
     /*
      * The answer and its items: a heap document and a view of its array,
      * not bson_t members (libbson declares bson_t 128-byte aligned, which
      * this pool-allocated context is not)
      */
-    bson_t                       *fb_doc;
-    const uint8_t                *fb_items;
-    uint32_t                      fb_items_len;
+    bson_t                         *fb_doc;
+    const uint8_t                  *fb_items;
+    uint32_t                        fb_items_len;
 
     /* the user's follows version when the rebuild began */
-    u_char                        version[24];
-    size_t                        version_len;
+    u_char                          version[24];
+    size_t                          version_len;
 
     /* the rebuild lock's token, ours while lock_held */
-    u_char                        token_data[NGX_HTTP_FEED_NONCE_LEN];
-    ngx_str_t                     token;
+    u_char                          token_data[NGX_HTTP_FEED_NONCE_LEN];
+    ngx_str_t                       token;
 
     /* the first page kept as answered, as the HGET got it */
-    ngx_str_t                     kept;
+    ngx_str_t                       kept;
 
     /* how many times the read began again after a kept page changed */
-    ngx_uint_t                    rereads;
+    ngx_uint_t                      rereads;
 
     /* the version of the worker's own copy of it, when it has one */
-    ngx_str_t                     have;
+    ngx_str_t                       have;
 
     /* this request leads its worker's rebuild of the user's timeline */
-    unsigned                      is_leader:1;
+    unsigned                        is_leader:1;
 
     /* the Redis rebuild lock is this request's (its token is in token) */
-    unsigned                      lock_held:1;
+    unsigned                        lock_held:1;
 
     /* fb_items holds the answer's parsed items */
-    unsigned                      items_ready:1;
+    unsigned                        items_ready:1;
 
     /* the request has polled for a rebuild elsewhere */
-    unsigned                      polling:1;
+    unsigned                        polling:1;
 
     /* the next read does not offer the worker's copy of the first page */
-    unsigned                      no_local:1;
+    unsigned                        no_local:1;
 
     /* the answer overflowed the fallback location's subrequest buffer */
-    unsigned                      fb_broke:1;
+    unsigned                        fb_broke:1;
 };
 
 
-ngx_int_t ngx_http_feed_timeline_fallback_rebuild(ngx_http_feed_tl_ctx_t *ctx,
-    ngx_uint_t limit, ngx_http_feed_tl_next_pt next);
-ngx_int_t ngx_http_feed_timeline_fallback_page(ngx_http_feed_tl_ctx_t *ctx,
-    ngx_uint_t n, ngx_http_feed_tl_next_pt next);
-ngx_int_t ngx_http_feed_timeline_fallback_items(ngx_http_feed_tl_ctx_t *ctx);
-ngx_int_t ngx_http_feed_timeline_fallback_add(ngx_http_feed_tl_ctx_t *ctx,
+ngx_int_t ngx_http_feed_timeline_fallback_rebuild(
+    ngx_http_feed_timeline_ctx_t *ctx, ngx_uint_t limit,
+    ngx_http_feed_timeline_next_pt next);
+ngx_int_t ngx_http_feed_timeline_fallback_page(
+    ngx_http_feed_timeline_ctx_t *ctx, ngx_uint_t n,
+    ngx_http_feed_timeline_next_pt next);
+ngx_int_t ngx_http_feed_timeline_fallback_items(
+    ngx_http_feed_timeline_ctx_t *ctx);
+ngx_int_t ngx_http_feed_timeline_fallback_add(ngx_http_feed_timeline_ctx_t *ctx,
     ngx_uint_t max, ngx_uint_t *more);
 
 
