@@ -26,14 +26,14 @@ static void ngx_http_feed_fuzz_round_trip(const uint8_t *data, size_t size);
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    ngx_str_t                 text;
-    ngx_http_feed_list_op_t   op;
+    ngx_str_t                      text;
+    ngx_http_feed_graph_list_op_t  op;
 
     ngx_http_feed_fuzz_init();
 
     /* what a client sends */
 
-    ngx_memzero(&op, sizeof(ngx_http_feed_list_op_t));
+    ngx_memzero(&op, sizeof(ngx_http_feed_graph_list_op_t));
     text.data = (u_char *) data;
     text.len = size;
 
@@ -63,13 +63,13 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 static void
 ngx_http_feed_fuzz_round_trip(const uint8_t *data, size_t size)
 {
-    char                        next[NGX_HTTP_FEED_GRAPH_CURSOR_MAX + 1];
-    bson_t                      doc;
-    int64_t                     ms;
-    ngx_str_t                   text;
-    bson_iter_t                 it;
-    ngx_http_feed_list_op_t     op;
-    ngx_http_feed_graph_pos_t   pos;
+    char                           next[NGX_HTTP_FEED_GRAPH_CURSOR_MAX + 1];
+    bson_t                         doc;
+    int64_t                        ms;
+    ngx_str_t                      text;
+    bson_iter_t                    it;
+    ngx_http_feed_graph_list_op_t  op;
+    ngx_http_feed_graph_pos_t      pos;
 
     if (size < sizeof(int64_t)) {
         return;
@@ -108,7 +108,7 @@ ngx_http_feed_fuzz_round_trip(const uint8_t *data, size_t size)
 
     ngx_http_feed_fuzz_assert(text.len > 0, "no cursor made of a valid id");
 
-    ngx_memzero(&op, sizeof(ngx_http_feed_list_op_t));
+    ngx_memzero(&op, sizeof(ngx_http_feed_graph_list_op_t));
 
     /*
      * Any "created" comes back, dates before 1970 or far ahead (another

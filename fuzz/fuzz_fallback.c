@@ -10,8 +10,9 @@
  *   deep     the items follow those the cache had;
  *   bypass   the items are the page.
  *
- * The limit asked of the fallback is the one ngx_http_feed_tl_fallback()
- * would have asked (the subrequest itself is not made here).
+ * The limit asked of the fallback is the one
+ * ngx_http_feed_timeline_fallback.c would have asked (the subrequest itself
+ * is not made here).
  *
  * Input: a flags byte (bits 0-1 the way, 2 max_id given, 3 since_id
  * given, 4 the fallback failed, 5-7 items the cache had for "deep"), a
@@ -20,34 +21,37 @@
  * Checked: no memory error, no alert; the request is answered once, 200
  * or 503, with a JSON body and header values that are single lines.
  *
- * The module's file is included: these steps are its static functions.
+ * The module's files are included: these steps are their static
+ * functions, the read's (ngx_http_feed_timeline.c) and the subrequest's end
+ * (ngx_http_feed_timeline_fallback.c).
  */
 
 
 #include "ngx_http_feed_fuzz.h"
 
 #include "ngx_http_feed_timeline.c"
+#include "ngx_http_feed_timeline_fallback.c"
 
 
 #define NGX_HTTP_FEED_FUZZ_REBUILD  0
 #define NGX_HTTP_FEED_FUZZ_DEEP     1
 
 
-static ngx_http_feed_tl_ctx_t *ngx_http_feed_fuzz_ctx(ngx_http_request_t *r,
-    const uint8_t **data, size_t *size);
+static ngx_http_feed_timeline_ctx_t *ngx_http_feed_fuzz_ctx(
+    ngx_http_request_t *r, const uint8_t **data, size_t *size);
 static void ngx_http_feed_fuzz_id(char *id, const uint8_t *data);
-static ngx_int_t ngx_http_feed_fuzz_cached(ngx_http_feed_tl_ctx_t *ctx,
+static ngx_int_t ngx_http_feed_fuzz_cached(ngx_http_feed_timeline_ctx_t *ctx,
     ngx_uint_t n);
-static void ngx_http_feed_fuzz_subrequest(ngx_http_feed_tl_ctx_t *ctx,
+static void ngx_http_feed_fuzz_subrequest(ngx_http_feed_timeline_ctx_t *ctx,
     ngx_uint_t failed, const uint8_t *data, size_t size);
 
 
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    ngx_uint_t               flags;
-    ngx_http_request_t      *r;
-    ngx_http_feed_tl_ctx_t  *ctx;
+    ngx_uint_t                     flags;
+    ngx_http_request_t            *r;
+    ngx_http_feed_timeline_ctx_t  *ctx;
 
     ngx_http_feed_fuzz_init();
 
@@ -75,7 +79,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         ngx_memcpy(ctx->version, "7", 1);
         ctx->version_len = 1;
         ctx->fb_limit = ctx->fmcf->cache_size;
-        ngx_http_feed_tl_rebuilt(ctx);
+        ngx_http_feed_timeline_rebuilt(ctx);
         break;
 
     case NGX_HTTP_FEED_FUZZ_DEEP:
@@ -86,13 +90,13 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
 
         ctx->fb_limit = ctx->page.limit - ctx->cached.nitems + 1;
-        ngx_http_feed_tl_deep_done(ctx);
+        ngx_http_feed_timeline_deep_done(ctx);
         break;
 
     default:
         ctx->status = NGX_HTTP_FEED_CACHE_BYPASS;
         ctx->fb_limit = ctx->page.limit + 1;
-        ngx_http_feed_tl_bypass_done(ctx);
+        ngx_http_feed_timeline_bypass_done(ctx);
     }
 
     ngx_http_feed_fuzz_assert(ngx_http_feed_fuzz_answer.headers_sent,
@@ -113,19 +117,19 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 }
 
 
-/* the request's context, as the handler skeleton and tl_start make it */
+/* the request's context, as the handler skeleton and timeline_start make it */
 
-static ngx_http_feed_tl_ctx_t *
+static ngx_http_feed_timeline_ctx_t *
 ngx_http_feed_fuzz_ctx(ngx_http_request_t *r, const uint8_t **data,
     size_t *size)
 {
-    ngx_uint_t               flags;
-    ngx_pool_cleanup_t      *cln;
-    ngx_http_feed_tl_ctx_t  *ctx;
+    ngx_uint_t                     flags;
+    ngx_pool_cleanup_t            *cln;
+    ngx_http_feed_timeline_ctx_t  *ctx;
 
     flags = (*data)[0];
 
-    ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_feed_tl_ctx_t));
+    ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_feed_timeline_ctx_t));
     cln = ngx_pool_cleanup_add(r->pool, 0);
 
     if (ctx == NULL || cln == NULL) {
@@ -138,7 +142,7 @@ ngx_http_feed_fuzz_ctx(ngx_http_request_t *r, const uint8_t **data,
     ctx->token.data = ctx->token_data;
     ctx->token.len = ngx_sprintf(ctx->token_data, "1:2:3") - ctx->token_data;
 
-    cln->handler = ngx_http_feed_tl_cleanup;
+    cln->handler = ngx_http_feed_timeline_cleanup;
     cln->data = ctx;
 
     ngx_http_set_ctx(r, ctx, ngx_http_feed_module);
@@ -197,7 +201,7 @@ ngx_http_feed_fuzz_id(char *id, const uint8_t *data)
 /* the first items of a deep page, as the cache gave them */
 
 static ngx_int_t
-ngx_http_feed_fuzz_cached(ngx_http_feed_tl_ctx_t *ctx, ngx_uint_t n)
+ngx_http_feed_fuzz_cached(ngx_http_feed_timeline_ctx_t *ctx, ngx_uint_t n)
 {
     u_char                  *p;
     ngx_uint_t               i;
@@ -242,8 +246,8 @@ ngx_http_feed_fuzz_cached(ngx_http_feed_tl_ctx_t *ctx, ngx_uint_t n)
  */
 
 static void
-ngx_http_feed_fuzz_subrequest(ngx_http_feed_tl_ctx_t *ctx, ngx_uint_t failed,
-    const uint8_t *data, size_t size)
+ngx_http_feed_fuzz_subrequest(ngx_http_feed_timeline_ctx_t *ctx,
+    ngx_uint_t failed, const uint8_t *data, size_t size)
 {
     ngx_buf_t           *b;
     ngx_chain_t         *cl;
@@ -285,5 +289,5 @@ ngx_http_feed_fuzz_subrequest(ngx_http_feed_tl_ctx_t *ctx, ngx_uint_t failed,
     sr->headers_out.status = failed ? NGX_HTTP_BAD_GATEWAY : NGX_HTTP_OK;
     sr->out = cl;
 
-    (void) ngx_http_feed_tl_fallback_done(sr, ctx, NGX_OK);
+    (void) ngx_http_feed_timeline_fallback_done(sr, ctx, NGX_OK);
 }

@@ -19,13 +19,19 @@
 
 typedef struct {
     /* first, as in ngx_http_feed_ctx_t: the handler skeleton sets them */
-    ngx_http_request_t           *request;
-    ngx_http_feed_main_conf_t    *fmcf;
-    ngx_http_feed_follow_op_t     follow;
-    ngx_http_feed_list_op_t       list;
-    ngx_http_feed_counts_gen_t    gen;
-    const char                   *field;
-    ngx_uint_t                    waiting;
+    ngx_http_request_t            *request;
+    ngx_http_feed_main_conf_t     *fmcf;
+    ngx_http_feed_follow_op_t      follow;
+    ngx_http_feed_graph_list_op_t  list;
+
+    /* the counts' generation read with a list's count, to warm it */
+    ngx_http_feed_counts_gen_t     gen;
+
+    /* a list's count field and debug name: "following" or "followers" */
+    const char                    *field;
+
+    /* the cache invalidations of a follow whose replies are awaited */
+    ngx_uint_t                     waiting;
 } ngx_http_feed_graph_ctx_t;
 
 
@@ -45,11 +51,11 @@ static ngx_int_t ngx_http_feed_followers_args(ngx_http_request_t *r,
 static ngx_int_t ngx_http_feed_graph_list_args(ngx_http_request_t *r,
     ngx_http_feed_graph_ctx_t *ctx, ngx_uint_t followers,
     const ngx_http_feed_error_t **err);
-static ngx_int_t ngx_http_feed_list_start(ngx_http_request_t *r,
+static ngx_int_t ngx_http_feed_graph_list_start(ngx_http_request_t *r,
     void *data);
-static void ngx_http_feed_list_counted(void *data, redisReply *reply);
-static ngx_int_t ngx_http_feed_list_post(ngx_http_feed_graph_ctx_t *ctx);
-static ngx_int_t ngx_http_feed_list_answer(ngx_http_request_t *r,
+static void ngx_http_feed_graph_list_counted(void *data, redisReply *reply);
+static ngx_int_t ngx_http_feed_graph_list_post(ngx_http_feed_graph_ctx_t *ctx);
+static ngx_int_t ngx_http_feed_graph_list_answer(ngx_http_request_t *r,
     void *data);
 
 
@@ -65,7 +71,7 @@ ngx_http_feed_handler_t  ngx_http_feed_following_handler = {
     NGX_HTTP_GET|NGX_HTTP_HEAD, "GET, HEAD", 0,
     sizeof(ngx_http_feed_graph_ctx_t),
     ngx_http_feed_following_args,
-    ngx_http_feed_list_start,
+    ngx_http_feed_graph_list_start,
     NULL
 };
 
@@ -73,7 +79,7 @@ ngx_http_feed_handler_t  ngx_http_feed_followers_handler = {
     NGX_HTTP_GET|NGX_HTTP_HEAD, "GET, HEAD", 0,
     sizeof(ngx_http_feed_graph_ctx_t),
     ngx_http_feed_followers_args,
-    ngx_http_feed_list_start,
+    ngx_http_feed_graph_list_start,
     NULL
 };
 
@@ -281,10 +287,10 @@ ngx_http_feed_graph_list_args(ngx_http_request_t *r,
     ngx_http_feed_graph_ctx_t *ctx, ngx_uint_t followers,
     const ngx_http_feed_error_t **err)
 {
-    u_char                   *dst, *src;
-    ngx_int_t                 rc;
-    ngx_str_t                 value, cursor;
-    ngx_http_feed_list_op_t  *op;
+    u_char                         *dst, *src;
+    ngx_int_t                       rc;
+    ngx_str_t                       value, cursor;
+    ngx_http_feed_graph_list_op_t  *op;
 
     op = &ctx->list;
     op->followers = followers;
@@ -321,7 +327,7 @@ ngx_http_feed_graph_list_args(ngx_http_request_t *r,
 /* the count from Redis if it has it, then the page from MongoDB */
 
 static ngx_int_t
-ngx_http_feed_list_start(ngx_http_request_t *r, void *data)
+ngx_http_feed_graph_list_start(ngx_http_request_t *r, void *data)
 {
     ngx_http_feed_graph_ctx_t  *ctx = data;
 
@@ -329,14 +335,14 @@ ngx_http_feed_list_start(ngx_http_request_t *r, void *data)
 
     rc = ngx_http_feed_counts_lookup(r, ctx->fmcf->redis_client,
                                      &ctx->list.user, ctx->field,
-                                     ngx_http_feed_list_counted, ctx);
+                                     ngx_http_feed_graph_list_counted, ctx);
     if (rc == NGX_ERROR) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     if (rc == NGX_DECLINED) {
         ctx->list.need_count = 1;
-        return ngx_http_feed_list_post(ctx);
+        return ngx_http_feed_graph_list_post(ctx);
     }
 
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
@@ -348,7 +354,7 @@ ngx_http_feed_list_start(ngx_http_request_t *r, void *data)
 
 
 static void
-ngx_http_feed_list_counted(void *data, redisReply *reply)
+ngx_http_feed_graph_list_counted(void *data, redisReply *reply)
 {
     ngx_http_feed_graph_ctx_t  *ctx = data;
 
@@ -359,7 +365,7 @@ ngx_http_feed_list_counted(void *data, redisReply *reply)
                                     reply, &ctx->list.count, &ctx->gen)
          != NGX_OK);
 
-    rc = ngx_http_feed_list_post(ctx);
+    rc = ngx_http_feed_graph_list_post(ctx);
 
     if (rc != NGX_DONE) {
         ngx_http_feed_finalize(ctx->request, rc);
@@ -368,7 +374,7 @@ ngx_http_feed_list_counted(void *data, redisReply *reply)
 
 
 static ngx_int_t
-ngx_http_feed_list_post(ngx_http_feed_graph_ctx_t *ctx)
+ngx_http_feed_graph_list_post(ngx_http_feed_graph_ctx_t *ctx)
 {
     ngx_log_debug3(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
                    "feed %s of \"%s\": reading, count %s", ctx->field,
@@ -377,15 +383,15 @@ ngx_http_feed_list_post(ngx_http_feed_graph_ctx_t *ctx)
 
     return ngx_http_feed_mongo_request(ctx->request,
                                        ngx_http_feed_graph_list_run,
-                                       ngx_http_feed_list_answer,
+                                       ngx_http_feed_graph_list_answer,
                                        &ctx->list, &ctx->list.json);
 }
 
 
 static ngx_int_t
-ngx_http_feed_list_answer(ngx_http_request_t *r, void *data)
+ngx_http_feed_graph_list_answer(ngx_http_request_t *r, void *data)
 {
-    ngx_http_feed_list_op_t  *op = data;
+    ngx_http_feed_graph_list_op_t  *op = data;
 
     ngx_http_feed_graph_ctx_t  *ctx;
 

@@ -34,10 +34,12 @@ typedef struct {
     ngx_uint_t                    followers;  /* 0: following, 1: followers */
     ngx_uint_t                    limit;
 
+    /* the client's cursor: the page begins after this relationship */
     ngx_uint_t                    has_cursor;
     int64_t                       cursor_ms;
     ngx_http_feed_user_t          cursor_id;
 
+    /* the count was not in Redis: the thread counts, the loop caches it */
     ngx_uint_t                    need_count;
     int64_t                       count;
 
@@ -47,7 +49,7 @@ typedef struct {
     /* the answer, bson_malloc()ed by the thread, freed on the loop */
     char                         *json;
     size_t                        json_len;
-} ngx_http_feed_list_op_t;
+} ngx_http_feed_graph_list_op_t;
 
 
 extern ngx_http_feed_handler_t  ngx_http_feed_follow_handler;
@@ -61,7 +63,7 @@ void ngx_http_feed_graph_list_run(ngx_http_feed_mongo_task_t *t,
     mongoc_client_t *client);
 
 ngx_int_t ngx_http_feed_graph_cursor_parse(ngx_str_t *text,
-    ngx_http_feed_list_op_t *op);
+    ngx_http_feed_graph_list_op_t *op);
 
 
 #endif /* _NGX_HTTP_FEED_GRAPH_H_INCLUDED_ */

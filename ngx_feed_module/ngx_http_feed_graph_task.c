@@ -11,10 +11,10 @@
 
 /* a list page being made */
 typedef struct {
-    ngx_http_feed_list_op_t      *op;
-    bson_t                       *items;
-    ngx_uint_t                    n;
-    ngx_http_feed_graph_pos_t     last;
+    ngx_http_feed_graph_list_op_t  *op;
+    bson_t                         *items;
+    ngx_uint_t                      n;
+    ngx_http_feed_graph_pos_t       last;
 } ngx_http_feed_graph_page_t;
 
 
@@ -42,7 +42,7 @@ void
 ngx_http_feed_graph_list_run(ngx_http_feed_mongo_task_t *t,
     mongoc_client_t *client)
 {
-    ngx_http_feed_list_op_t  *op = t->data;
+    ngx_http_feed_graph_list_op_t  *op = t->data;
 
     char                           next[NGX_HTTP_FEED_GRAPH_CURSOR_MAX + 1];
     bson_t                         doc, items;
@@ -168,7 +168,7 @@ ngx_http_feed_graph_cursor(char *buf, size_t size,
 
 ngx_int_t
 ngx_http_feed_graph_cursor_parse(ngx_str_t *text,
-    ngx_http_feed_list_op_t *op)
+    ngx_http_feed_graph_list_op_t *op)
 {
     off_t        ms;
     u_char      *p, *colon;

@@ -27,8 +27,8 @@ struct ngx_http_feed_post_ctx_s {
     /* first, as in ngx_http_feed_ctx_t: the handler skeleton sets them */
     ngx_http_request_t           *request;
     ngx_http_feed_main_conf_t    *fmcf;
-    ngx_http_feed_post_new_t      np;
-    ngx_http_feed_post_op_t       op;
+    ngx_http_feed_post_new_t      np;       /* a POST's new post */
+    ngx_http_feed_post_op_t       op;       /* a GET's or DELETE's query */
 
     /* the queue entry being appended, and what to answer after */
     const char                   *kind;
@@ -37,9 +37,9 @@ struct ngx_http_feed_post_ctx_s {
 };
 
 
-static ngx_int_t ngx_http_feed_posts_args(ngx_http_request_t *r,
+static ngx_int_t ngx_http_feed_post_author_args(ngx_http_request_t *r,
     void *data, const ngx_http_feed_error_t **err);
-static ngx_int_t ngx_http_feed_posts_start(ngx_http_request_t *r,
+static ngx_int_t ngx_http_feed_post_author_start(ngx_http_request_t *r,
     void *data);
 
 static ngx_int_t ngx_http_feed_post_json_type(ngx_http_request_t *r);
@@ -82,8 +82,8 @@ ngx_http_feed_handler_t  ngx_http_feed_posts_handler = {
     NGX_HTTP_GET|NGX_HTTP_HEAD|NGX_HTTP_POST, "GET, HEAD, POST",
     NGX_HTTP_POST,
     sizeof(ngx_http_feed_post_ctx_t),
-    ngx_http_feed_posts_args,
-    ngx_http_feed_posts_start,
+    ngx_http_feed_post_author_args,
+    ngx_http_feed_post_author_start,
     NULL
 };
 
@@ -110,7 +110,7 @@ ngx_http_feed_handler_t  ngx_http_feed_user_post_handler = {
  */
 
 static ngx_int_t
-ngx_http_feed_posts_args(ngx_http_request_t *r, void *data,
+ngx_http_feed_post_author_args(ngx_http_request_t *r, void *data,
     const ngx_http_feed_error_t **err)
 {
     ngx_http_feed_post_ctx_t  *ctx = data;
@@ -146,7 +146,7 @@ ngx_http_feed_posts_args(ngx_http_request_t *r, void *data,
 
 
 static ngx_int_t
-ngx_http_feed_posts_start(ngx_http_request_t *r, void *data)
+ngx_http_feed_post_author_start(ngx_http_request_t *r, void *data)
 {
     ngx_http_feed_post_ctx_t  *ctx = data;
 

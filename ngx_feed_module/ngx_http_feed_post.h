@@ -24,23 +24,28 @@ typedef struct {
     ngx_http_feed_user_t          author;
     int64_t                       ts;
     bson_t                       *doc;
-    ngx_uint_t                    enqueued;
 } ngx_http_feed_post_new_t;
 
 
-/* reads and deletes */
+/* reads and deletes, run in a thread */
 typedef struct {
     ngx_http_feed_user_t          author;
     bson_oid_t                    id;
 
+    /* an author's page: at most limit posts, max_id > id > since_id */
     ngx_uint_t                    limit;
     ngx_uint_t                    has_max;
     ngx_uint_t                    has_since;
     bson_oid_t                    max_id;
     bson_oid_t                    since_id;
 
+    /* the time of a delete in ms, from which its fanout is scheduled */
     int64_t                       now;
+
+    /* the post asked for or deleted exists */
     ngx_uint_t                    found;
+
+    /* the page has a next one, which begins after the id in next */
     ngx_uint_t                    has_next;
     char                          next[25];
 

@@ -96,10 +96,11 @@ static ngx_int_t ngx_http_feed_timeline_cache_copy(ngx_http_request_t *r,
 static size_t ngx_http_feed_timeline_cache_key(
     ngx_http_feed_redis_call_t *call, ngx_uint_t i, char *buf,
     const char *prefix, ngx_http_feed_user_t *user);
-static size_t ngx_http_feed_timeline_post_key(u_char *buf, const char *id);
-static size_t ngx_http_feed_timeline_key(char *buf, const char *prefix,
-    ngx_http_feed_user_t *user);
-static u_char *ngx_http_feed_timeline_nonce(u_char *buf);
+static size_t ngx_http_feed_timeline_cache_post_key(u_char *buf,
+    const char *id);
+static size_t ngx_http_feed_timeline_cache_user_key(char *buf,
+    const char *prefix, ngx_http_feed_user_t *user);
+static u_char *ngx_http_feed_timeline_cache_nonce(u_char *buf);
 
 
 static ngx_http_feed_main_conf_t  *ngx_http_feed_timeline_cache_fmcf;
@@ -247,7 +248,7 @@ ngx_http_feed_timeline_cache_page(ngx_http_request_t *r,
 
     p = ngx_cpymem(value, cached->version.data, cached->version.len);
     *p++ = ':';
-    p = ngx_http_feed_timeline_nonce(p);
+    p = ngx_http_feed_timeline_cache_nonce(p);
     vlen = p - value;
     *p++ = '\n';
 
@@ -530,7 +531,7 @@ ngx_http_feed_timeline_cache_lock(ngx_http_request_t *r,
 
     /* token->data: NGX_HTTP_FEED_NONCE_LEN bytes of the caller's */
 
-    token->len = ngx_http_feed_timeline_nonce(token->data) - token->data;
+    token->len = ngx_http_feed_timeline_cache_nonce(token->data) - token->data;
 
     ngx_http_feed_redis_call_init(&call, &ngx_http_feed_script_timeline_lock,
                                   argv, argvlen,
@@ -697,7 +698,7 @@ ngx_http_feed_timeline_cache_warm(ngx_http_request_t *r,
         version->data, version->len);
     ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_ARG_NONCE,
-        nonce, ngx_http_feed_timeline_nonce(nonce) - nonce);
+        nonce, ngx_http_feed_timeline_cache_nonce(nonce) - nonce);
     ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_ARG_TOKEN,
         token->data, token->len);
@@ -862,7 +863,8 @@ ngx_http_feed_timeline_cache_post(ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_redis_args_init(&args, argv, argvlen);
     ngx_http_feed_redis_args_lit(&args, "SET");
     ngx_http_feed_redis_args_key(&args, key,
-                                 ngx_http_feed_timeline_post_key(key, id));
+                                 ngx_http_feed_timeline_cache_post_key(key,
+                                                                       id));
     ngx_http_feed_redis_args_add(&args, json, len);
     ngx_http_feed_redis_args_lit(&args, "EX");
     ngx_http_feed_redis_args_add(&args, ttl,
@@ -915,7 +917,7 @@ ngx_http_feed_timeline_cache_deliver(ngx_http_feed_main_conf_t *fmcf,
         ttl, ngx_sprintf(ttl, "%T", fmcf->cache_ttl) - ttl);
     ngx_http_feed_redis_call_arg(call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_ARG_NONCE,
-        nonce, ngx_http_feed_timeline_nonce(nonce) - nonce);
+        nonce, ngx_http_feed_timeline_cache_nonce(nonce) - nonce);
     ngx_http_feed_redis_call_lit(call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_ARG_PAGES_PREFIX,
         NGX_HTTP_FEED_TLP_PREFIX);
@@ -955,7 +957,8 @@ ngx_http_feed_timeline_cache_delete(ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_redis_args_init(&args, argv, argvlen);
     ngx_http_feed_redis_args_lit(&args, "DEL");
     ngx_http_feed_redis_args_key(&args, key,
-                                 ngx_http_feed_timeline_post_key(key, id));
+                                 ngx_http_feed_timeline_cache_post_key(key,
+                                                                       id));
 
     (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, &args);
 }
@@ -987,7 +990,7 @@ ngx_http_feed_timeline_cache_remove(ngx_http_feed_main_conf_t *fmcf,
         ttl, ngx_sprintf(ttl, "%T", fmcf->cache_ttl) - ttl);
     ngx_http_feed_redis_call_arg(call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_ARG_NONCE,
-        nonce, ngx_http_feed_timeline_nonce(nonce) - nonce);
+        nonce, ngx_http_feed_timeline_cache_nonce(nonce) - nonce);
     ngx_http_feed_redis_call_lit(call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_ARG_VERSION_PREFIX,
         NGX_HTTP_FEED_TLN_PREFIX);
@@ -1135,7 +1138,7 @@ ngx_http_feed_timeline_cache_deleting(ngx_http_feed_main_conf_t *fmcf,
  */
 
 static u_char *
-ngx_http_feed_timeline_nonce(u_char *buf)
+ngx_http_feed_timeline_cache_nonce(u_char *buf)
 {
     static uint64_t  seed, n;
 
@@ -1155,7 +1158,7 @@ ngx_http_feed_timeline_cache_key(ngx_http_feed_redis_call_t *call,
 {
     size_t  len;
 
-    len = ngx_http_feed_timeline_key(buf, prefix, user);
+    len = ngx_http_feed_timeline_cache_user_key(buf, prefix, user);
 
     ngx_http_feed_redis_call_key(call, i, buf, len);
 
@@ -1166,7 +1169,7 @@ ngx_http_feed_timeline_cache_key(ngx_http_feed_redis_call_t *call,
 /* a post's key in link mode, feed:p:<id> */
 
 static size_t
-ngx_http_feed_timeline_post_key(u_char *buf, const char *id)
+ngx_http_feed_timeline_cache_post_key(u_char *buf, const char *id)
 {
     return ngx_sprintf(buf, "%s%*s", NGX_HTTP_FEED_POST_PREFIX, (size_t) 24,
                        id)
@@ -1175,7 +1178,7 @@ ngx_http_feed_timeline_post_key(u_char *buf, const char *id)
 
 
 static size_t
-ngx_http_feed_timeline_key(char *buf, const char *prefix,
+ngx_http_feed_timeline_cache_user_key(char *buf, const char *prefix,
     ngx_http_feed_user_t *user)
 {
     u_char  *p;

@@ -22,25 +22,34 @@
 #define NGX_HTTP_FEED_NONCE_LEN    (3 * NGX_INT64_LEN)
 
 
-/* what the cache answered */
+/* what the cache answered for a page */
 typedef struct {
-    ngx_uint_t                    found;      /* the timeline exists */
-    ngx_uint_t                    locked;     /* missing: 1 being rebuilt,
-                                                 2 its rebuild failed */
-    ngx_uint_t                    more;       /* more after this page */
-    ngx_uint_t                    deep;       /* ran past a trimmed cache */
-    char                          last[25];   /* id of the last item */
-    ngx_uint_t                    nitems;
-    ngx_str_t                    *items;      /* JSON of each post */
+    ngx_uint_t                    found;      /* the timeline is cached */
+    ngx_uint_t                    locked;     /* when not found: 1 while
+                                                 a rebuild holds the lock,
+                                                 2 when it failed */
+    ngx_uint_t                    more;       /* posts follow this page */
+    ngx_uint_t                    deep;       /* the page runs past the
+                                                 end of a trimmed cache */
+    char                          last[25];   /* the id of the page's last
+                                                 post, NUL-terminated */
+    ngx_uint_t                    nitems;     /* how many posts are in
+                                                 items */
+    ngx_str_t                    *items;      /* each post's JSON */
 
-    ngx_str_t                     version;    /* of the list read */
-    ngx_str_t                     ids;        /* of the items, concatenated */
+    ngx_str_t                     version;    /* the version of the list
+                                                 read, or of the kept page */
+    ngx_str_t                     ids;        /* the page's post ids,
+                                                 concatenated, stored with
+                                                 the page when it is kept */
 
-    ngx_uint_t                    kept;       /* a page kept as answered */
+    ngx_uint_t                    kept;       /* the answer is a first page
+                                                 kept as answered before */
     ngx_uint_t                    local;      /* the worker's own copy of
-                                                 it is current */
-    ngx_str_t                     page;       /* it, when in the reply */
-    ngx_str_t                     body;
+                                                 that page is current */
+    ngx_str_t                     page;       /* that page as stored, when
+                                                 the reply holds it */
+    ngx_str_t                     body;       /* its JSON, sent as it is */
 } ngx_http_feed_cached_t;
 
 

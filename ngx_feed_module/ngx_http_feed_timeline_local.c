@@ -16,43 +16,45 @@
 #include "ngx_http_feed_timeline_cache.h"
 
 
-/* by "<limit>:<user>" */
+/* one copy of a first page, found in the tree by "<limit>:<user>" */
 typedef struct {
-    ngx_str_node_t                sn;
-    ngx_queue_t                   queue;
-    size_t                        size;
-    ngx_str_t                     page;
-} ngx_http_feed_tl_local_t;
+    ngx_str_node_t                sn;       /* the key and its hash */
+    ngx_queue_t                   queue;    /* in the LRU list */
+    size_t                        size;     /* bytes allocated for it */
+    ngx_str_t                     page;     /* "version\nnext\nJSON" */
+} ngx_http_feed_timeline_local_t;
 
 
 #define NGX_HTTP_FEED_LOCAL_KEY_LEN  (NGX_INT_T_LEN + 1                       \
                                       + NGX_HTTP_FEED_USER_MAX)
 
 
+/* the worker's copies */
 typedef struct {
     ngx_rbtree_t                  rbtree;
     ngx_rbtree_node_t             sentinel;
-    ngx_queue_t                   lru;
-    size_t                        size;
-    size_t                        max;
-    ngx_uint_t                    pages;
-} ngx_http_feed_tl_locals_t;
+    ngx_queue_t                   lru;      /* most recently used first */
+    size_t                        size;     /* bytes the copies take */
+    size_t                        max;      /* feed_cache_local, 0: off */
+    ngx_uint_t                    pages;    /* how many copies there are */
+} ngx_http_feed_timeline_locals_t;
 
 
-static ngx_http_feed_tl_local_t *ngx_http_feed_tl_local_find(
+static ngx_http_feed_timeline_local_t *ngx_http_feed_timeline_local_find(
     ngx_str_t *key, uint32_t hash);
-static void ngx_http_feed_tl_local_free(ngx_http_feed_tl_local_t *lp);
-static uint32_t ngx_http_feed_tl_local_key(u_char *buf,
+static void ngx_http_feed_timeline_local_free(
+    ngx_http_feed_timeline_local_t *lp);
+static uint32_t ngx_http_feed_timeline_local_key(u_char *buf,
     ngx_http_feed_user_t *user, ngx_uint_t limit, ngx_str_t *key);
 
 
-static ngx_http_feed_tl_locals_t  ngx_http_feed_tl_locals;
+static ngx_http_feed_timeline_locals_t  ngx_http_feed_timeline_locals;
 
 
 void
 ngx_http_feed_timeline_local_init(size_t max)
 {
-    ngx_http_feed_tl_locals_t  *ls = &ngx_http_feed_tl_locals;
+    ngx_http_feed_timeline_locals_t  *ls = &ngx_http_feed_timeline_locals;
 
     ngx_rbtree_init(&ls->rbtree, &ls->sentinel, ngx_str_rbtree_insert_value);
     ngx_queue_init(&ls->lru);
@@ -65,8 +67,8 @@ ngx_http_feed_timeline_local_init(size_t max)
 void
 ngx_http_feed_timeline_local_exit(void)
 {
-    ngx_queue_t                *q;
-    ngx_http_feed_tl_locals_t  *ls = &ngx_http_feed_tl_locals;
+    ngx_queue_t                      *q;
+    ngx_http_feed_timeline_locals_t  *ls = &ngx_http_feed_timeline_locals;
 
     if (ls->max == 0) {
         return;
@@ -74,8 +76,8 @@ ngx_http_feed_timeline_local_exit(void)
 
     while (!ngx_queue_empty(&ls->lru)) {
         q = ngx_queue_last(&ls->lru);
-        ngx_http_feed_tl_local_free(
-            ngx_queue_data(q, ngx_http_feed_tl_local_t, queue));
+        ngx_http_feed_timeline_local_free(
+            ngx_queue_data(q, ngx_http_feed_timeline_local_t, queue));
     }
 }
 
@@ -90,19 +92,19 @@ ngx_str_t
 ngx_http_feed_timeline_local_get(ngx_http_feed_user_t *user,
     ngx_uint_t limit)
 {
-    u_char                      buf[NGX_HTTP_FEED_LOCAL_KEY_LEN];
-    uint32_t                    hash;
-    ngx_str_t                   key, none = ngx_null_string;
-    ngx_http_feed_tl_local_t   *lp;
-    ngx_http_feed_tl_locals_t  *ls = &ngx_http_feed_tl_locals;
+    u_char                            buf[NGX_HTTP_FEED_LOCAL_KEY_LEN];
+    uint32_t                          hash;
+    ngx_str_t                         key, none = ngx_null_string;
+    ngx_http_feed_timeline_local_t   *lp;
+    ngx_http_feed_timeline_locals_t  *ls = &ngx_http_feed_timeline_locals;
 
     if (ls->max == 0) {
         return none;
     }
 
-    hash = ngx_http_feed_tl_local_key(buf, user, limit, &key);
+    hash = ngx_http_feed_timeline_local_key(buf, user, limit, &key);
 
-    lp = ngx_http_feed_tl_local_find(&key, hash);
+    lp = ngx_http_feed_timeline_local_find(&key, hash);
     if (lp == NULL) {
         return none;
     }
@@ -120,24 +122,24 @@ void
 ngx_http_feed_timeline_local_put(ngx_http_feed_user_t *user,
     ngx_uint_t limit, ngx_str_t *page)
 {
-    u_char                      buf[NGX_HTTP_FEED_LOCAL_KEY_LEN];
-    size_t                      size;
-    uint32_t                    hash;
-    ngx_str_t                   key;
-    ngx_queue_t                *q;
-    ngx_http_feed_tl_local_t   *lp;
-    ngx_http_feed_tl_locals_t  *ls = &ngx_http_feed_tl_locals;
+    u_char                            buf[NGX_HTTP_FEED_LOCAL_KEY_LEN];
+    size_t                            size;
+    uint32_t                          hash;
+    ngx_str_t                         key;
+    ngx_queue_t                      *q;
+    ngx_http_feed_timeline_local_t   *lp;
+    ngx_http_feed_timeline_locals_t  *ls = &ngx_http_feed_timeline_locals;
 
-    hash = ngx_http_feed_tl_local_key(buf, user, limit, &key);
-    size = sizeof(ngx_http_feed_tl_local_t) + key.len + page->len;
+    hash = ngx_http_feed_timeline_local_key(buf, user, limit, &key);
+    size = sizeof(ngx_http_feed_timeline_local_t) + key.len + page->len;
 
     if (ls->max == 0) {
         return;
     }
 
-    lp = ngx_http_feed_tl_local_find(&key, hash);
+    lp = ngx_http_feed_timeline_local_find(&key, hash);
     if (lp) {
-        ngx_http_feed_tl_local_free(lp);
+        ngx_http_feed_timeline_local_free(lp);
     }
 
     if (size > ls->max / 8) {
@@ -146,8 +148,8 @@ ngx_http_feed_timeline_local_put(ngx_http_feed_user_t *user,
 
     while (ls->size + size > ls->max && !ngx_queue_empty(&ls->lru)) {
         q = ngx_queue_last(&ls->lru);
-        ngx_http_feed_tl_local_free(
-            ngx_queue_data(q, ngx_http_feed_tl_local_t, queue));
+        ngx_http_feed_timeline_local_free(
+            ngx_queue_data(q, ngx_http_feed_timeline_local_t, queue));
     }
 
     lp = ngx_alloc(size, ngx_cycle->log);
@@ -175,8 +177,8 @@ ngx_http_feed_timeline_local_put(ngx_http_feed_user_t *user,
 ngx_int_t
 ngx_http_feed_timeline_local_status(bson_t *doc)
 {
-    bson_t                      sub;
-    ngx_http_feed_tl_locals_t  *ls = &ngx_http_feed_tl_locals;
+    bson_t                            sub;
+    ngx_http_feed_timeline_locals_t  *ls = &ngx_http_feed_timeline_locals;
 
     if (!BSON_APPEND_DOCUMENT_BEGIN(doc, "local_pages", &sub)) {
         return NGX_ERROR;
@@ -192,30 +194,31 @@ ngx_http_feed_timeline_local_status(bson_t *doc)
 }
 
 
-static ngx_http_feed_tl_local_t *
-ngx_http_feed_tl_local_find(ngx_str_t *key, uint32_t hash)
+static ngx_http_feed_timeline_local_t *
+ngx_http_feed_timeline_local_find(ngx_str_t *key, uint32_t hash)
 {
     ngx_str_node_t  *sn;
 
-    sn = ngx_str_rbtree_lookup(&ngx_http_feed_tl_locals.rbtree, key, hash);
+    sn = ngx_str_rbtree_lookup(&ngx_http_feed_timeline_locals.rbtree, key,
+                               hash);
 
-    return (ngx_http_feed_tl_local_t *) sn;
+    return (ngx_http_feed_timeline_local_t *) sn;
 }
 
 
 static void
-ngx_http_feed_tl_local_free(ngx_http_feed_tl_local_t *lp)
+ngx_http_feed_timeline_local_free(ngx_http_feed_timeline_local_t *lp)
 {
-    ngx_rbtree_delete(&ngx_http_feed_tl_locals.rbtree, &lp->sn.node);
+    ngx_rbtree_delete(&ngx_http_feed_timeline_locals.rbtree, &lp->sn.node);
     ngx_queue_remove(&lp->queue);
-    ngx_http_feed_tl_locals.size -= lp->size;
-    ngx_http_feed_tl_locals.pages--;
+    ngx_http_feed_timeline_locals.size -= lp->size;
+    ngx_http_feed_timeline_locals.pages--;
     ngx_free(lp);
 }
 
 
 static uint32_t
-ngx_http_feed_tl_local_key(u_char *buf, ngx_http_feed_user_t *user,
+ngx_http_feed_timeline_local_key(u_char *buf, ngx_http_feed_user_t *user,
     ngx_uint_t limit, ngx_str_t *key)
 {
     key->data = buf;

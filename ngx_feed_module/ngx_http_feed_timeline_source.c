@@ -29,46 +29,48 @@ typedef struct {
     ngx_http_request_t           *request;
     ngx_http_feed_main_conf_t    *fmcf;
     ngx_http_feed_page_t          page;
+
+    /* the answer, {"items": [...]}, as the thread made it */
     char                         *json;
     size_t                        json_len;
-} ngx_http_feed_source_op_t;
+} ngx_http_feed_timeline_source_op_t;
 
 
 /* the authors of a timeline, as they are read */
 typedef struct {
     char                        **authors;
-    size_t                        n;
-    size_t                        size;
-} ngx_http_feed_source_authors_t;
+    size_t                        n;        /* how many authors are read */
+    size_t                        size;     /* how many authors fit */
+} ngx_http_feed_timeline_source_authors_t;
 
 
-static ngx_int_t ngx_http_feed_source_args(ngx_http_request_t *r,
+static ngx_int_t ngx_http_feed_timeline_source_args(ngx_http_request_t *r,
     void *data, const ngx_http_feed_error_t **err);
-static ngx_int_t ngx_http_feed_source_start(ngx_http_request_t *r,
+static ngx_int_t ngx_http_feed_timeline_source_start(ngx_http_request_t *r,
     void *data);
-static ngx_int_t ngx_http_feed_source_answer(ngx_http_request_t *r,
+static ngx_int_t ngx_http_feed_timeline_source_answer(ngx_http_request_t *r,
     void *data);
-static char **ngx_http_feed_source_authors(mongoc_client_t *client,
+static char **ngx_http_feed_timeline_source_authors(mongoc_client_t *client,
     const char *database, ngx_http_feed_page_t *page, size_t *n,
     bson_error_t *error);
-static ngx_int_t ngx_http_feed_source_author(void *data,
+static ngx_int_t ngx_http_feed_timeline_source_author(void *data,
     ngx_http_feed_user_t *user, int64_t created);
 
 
 ngx_http_feed_handler_t  ngx_http_feed_timeline_source_handler = {
     NGX_HTTP_GET|NGX_HTTP_HEAD, "GET, HEAD", 0,
-    sizeof(ngx_http_feed_source_op_t),
-    ngx_http_feed_source_args,
-    ngx_http_feed_source_start,
+    sizeof(ngx_http_feed_timeline_source_op_t),
+    ngx_http_feed_timeline_source_args,
+    ngx_http_feed_timeline_source_start,
     NULL
 };
 
 
 static ngx_int_t
-ngx_http_feed_source_args(ngx_http_request_t *r, void *data,
+ngx_http_feed_timeline_source_args(ngx_http_request_t *r, void *data,
     const ngx_http_feed_error_t **err)
 {
-    ngx_http_feed_source_op_t  *op = data;
+    ngx_http_feed_timeline_source_op_t  *op = data;
 
     return ngx_http_feed_page_args(r, NGX_HTTP_FEED_PAGE_SOURCE, &op->page,
                                    err);
@@ -76,26 +78,26 @@ ngx_http_feed_source_args(ngx_http_request_t *r, void *data,
 
 
 static ngx_int_t
-ngx_http_feed_source_start(ngx_http_request_t *r, void *data)
+ngx_http_feed_timeline_source_start(ngx_http_request_t *r, void *data)
 {
-    ngx_http_feed_source_op_t  *op = data;
+    ngx_http_feed_timeline_source_op_t  *op = data;
 
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "feed timeline source of \"%s\": %ui posts",
                    op->page.user.data, op->page.limit);
 
     return ngx_http_feed_mongo_request(r, ngx_http_feed_timeline_source_run,
-                                       ngx_http_feed_source_answer, op,
-                                       &op->json);
+                                       ngx_http_feed_timeline_source_answer,
+                                       op, &op->json);
 }
 
 
 /* the answer as the thread wrote it: the timeline reads it as it is */
 
 static ngx_int_t
-ngx_http_feed_source_answer(ngx_http_request_t *r, void *data)
+ngx_http_feed_timeline_source_answer(ngx_http_request_t *r, void *data)
 {
-    ngx_http_feed_source_op_t  *op = data;
+    ngx_http_feed_timeline_source_op_t  *op = data;
 
     return ngx_http_feed_mongo_send(r, op->json, op->json_len, 0);
 }
@@ -105,7 +107,7 @@ void
 ngx_http_feed_timeline_source_run(ngx_http_feed_mongo_task_t *t,
     mongoc_client_t *client)
 {
-    ngx_http_feed_source_op_t  *op = t->data;
+    ngx_http_feed_timeline_source_op_t  *op = t->data;
 
     char                         **authors;
     size_t                         n, i;
@@ -115,8 +117,9 @@ ngx_http_feed_timeline_source_run(ngx_http_feed_mongo_task_t *t,
 
     t->rc = NGX_ERROR;
 
-    authors = ngx_http_feed_source_authors(client, t->database, &op->page,
-                                           &n, &t->error);
+    authors = ngx_http_feed_timeline_source_authors(client, t->database,
+                                                    &op->page, &n,
+                                                    &t->error);
     if (authors == NULL) {
         return;
     }
@@ -162,11 +165,12 @@ ngx_http_feed_timeline_source_run(ngx_http_feed_mongo_task_t *t,
 /* the user, and everyone the user follows */
 
 static char **
-ngx_http_feed_source_authors(mongoc_client_t *client, const char *database,
-    ngx_http_feed_page_t *page, size_t *n, bson_error_t *error)
+ngx_http_feed_timeline_source_authors(mongoc_client_t *client,
+    const char *database, ngx_http_feed_page_t *page, size_t *n,
+    bson_error_t *error)
 {
-    ngx_http_feed_source_authors_t  a;
-    ngx_http_feed_follows_page_t    fp;
+    ngx_http_feed_follows_page_t             fp;
+    ngx_http_feed_timeline_source_authors_t  a;
 
     a.size = 64;
     a.authors = bson_malloc(a.size * sizeof(char *));
@@ -175,7 +179,7 @@ ngx_http_feed_source_authors(mongoc_client_t *client, const char *database,
 
     ngx_memzero(&fp, sizeof(ngx_http_feed_follows_page_t));
     fp.user = &page->user;
-    fp.each = ngx_http_feed_source_author;
+    fp.each = ngx_http_feed_timeline_source_author;
     fp.data = &a;
 
     if (ngx_http_feed_follows_page(client, database, &fp, error)
@@ -196,10 +200,10 @@ ngx_http_feed_source_authors(mongoc_client_t *client, const char *database,
 
 
 static ngx_int_t
-ngx_http_feed_source_author(void *data, ngx_http_feed_user_t *user,
+ngx_http_feed_timeline_source_author(void *data, ngx_http_feed_user_t *user,
     int64_t created)
 {
-    ngx_http_feed_source_authors_t  *a = data;
+    ngx_http_feed_timeline_source_authors_t  *a = data;
 
     if (a->n == a->size) {
         a->size *= 2;

@@ -1,0 +1,417 @@
+
+/*
+ * ngx_feed_module: the timeline's fallback, the location that answers a
+ * page when the cache cannot (a rebuild, a page past the cache's end, no
+ * Redis): an in-memory subrequest to it, and its answer parsed into the
+ * page's items.
+ *
+ * A page is asked with one post more than it still needs, so that the
+ * answer says whether there is a next page.  Nothing here changes the
+ * read's state: when the subrequest is done, the read goes on with the
+ * step it named (ngx_http_feed_timeline.c), which takes the items from
+ * here.
+ */
+
+
+#include "ngx_http_feed_timeline_read.h"
+
+
+static ngx_int_t ngx_http_feed_timeline_fallback_ask(
+    ngx_http_feed_timeline_ctx_t *ctx, ngx_http_feed_page_t *page,
+    ngx_http_feed_timeline_next_pt next);
+static ngx_int_t ngx_http_feed_timeline_fallback_done(ngx_http_request_t *sr,
+    void *data, ngx_int_t rc);
+static ngx_int_t ngx_http_feed_timeline_fallback_broke(
+    ngx_http_feed_timeline_ctx_t *ctx, ngx_http_request_t *sr);
+static void ngx_http_feed_timeline_fallback_wake(ngx_http_request_t *r);
+
+
+/* a rebuild: the newest limit posts of the timeline */
+
+ngx_int_t
+ngx_http_feed_timeline_fallback_rebuild(ngx_http_feed_timeline_ctx_t *ctx,
+    ngx_uint_t limit, ngx_http_feed_timeline_next_pt next)
+{
+    ngx_http_feed_page_t  page;
+
+    ngx_memzero(&page, sizeof(ngx_http_feed_page_t));
+    page.user = ctx->page.user;
+    page.limit = limit;
+
+    return ngx_http_feed_timeline_fallback_ask(ctx, &page, next);
+}
+
+
+/*
+ * The client's page after the first n posts, those the cache had (none
+ * for a bypass), with one post more to tell whether a next page exists.
+ */
+
+ngx_int_t
+ngx_http_feed_timeline_fallback_page(ngx_http_feed_timeline_ctx_t *ctx,
+    ngx_uint_t n, ngx_http_feed_timeline_next_pt next)
+{
+    ngx_http_feed_page_t  page;
+
+    page = ctx->page;
+    page.limit = ctx->page.limit - n + 1;
+
+    if (n) {
+        ngx_memcpy(page.max_id, ctx->cached.last, 25);
+        page.has_max = 1;
+    }
+
+    return ngx_http_feed_timeline_fallback_ask(ctx, &page, next);
+}
+
+
+/*
+ * The in-memory subrequest; the request resumes in
+ * ngx_http_feed_timeline_fallback_wake() once it is done, and goes on with
+ * next().
+ */
+
+static ngx_int_t
+ngx_http_feed_timeline_fallback_ask(ngx_http_feed_timeline_ctx_t *ctx,
+    ngx_http_feed_page_t *page, ngx_http_feed_timeline_next_pt next)
+{
+    u_char                      *p;
+    ngx_str_t                    args;
+    ngx_http_request_t          *r, *sr;
+    ngx_http_feed_loc_conf_t    *flcf;
+    ngx_http_post_subrequest_t  *ps;
+
+    r = ctx->request;
+    flcf = ngx_http_get_module_loc_conf(r, ngx_http_feed_module);
+
+    args.data = ngx_pnalloc(r->pool, sizeof("user=&limit=&max_id=&since_id=")
+                                     + NGX_HTTP_FEED_USER_MAX
+                                     + NGX_INT_T_LEN + 2 * 24);
+    ps = ngx_palloc(r->pool, sizeof(ngx_http_post_subrequest_t));
+
+    if (args.data == NULL || ps == NULL) {
+        return NGX_ERROR;
+    }
+
+    p = ngx_sprintf(args.data, "user=%s&limit=%ui", page->user.data,
+                    page->limit);
+
+    if (page->has_max) {
+        p = ngx_sprintf(p, "&max_id=%s", page->max_id);
+    }
+
+    if (page->has_since) {
+        p = ngx_sprintf(p, "&since_id=%s", page->since_id);
+    }
+
+    args.len = p - args.data;
+
+    ps->handler = ngx_http_feed_timeline_fallback_done;
+    ps->data = ctx;
+
+    ctx->next = next;
+    ctx->fb_limit = page->limit;
+    ctx->fb_fit = 0;
+    ctx->fb_broke = 0;
+    ctx->fb_done = 0;
+    ctx->items_ready = 0;
+
+    if (ngx_http_subrequest(r, &flcf->fallback, &args, &sr, ps,
+                            NGX_HTTP_SUBREQUEST_IN_MEMORY
+                            |NGX_HTTP_SUBREQUEST_WAITED)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    r->write_event_handler = ngx_http_feed_timeline_fallback_wake;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_feed_timeline_fallback_done(ngx_http_request_t *sr, void *data,
+    ngx_int_t rc)
+{
+    ngx_http_feed_timeline_ctx_t  *ctx = data;
+
+    ngx_buf_t  *b;
+
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, sr->connection->log, 0,
+                   "feed timeline fallback done: %i, status %ui, again %ui",
+                   rc, sr->headers_out.status, ctx->fb_done);
+
+    /* may be called more than once: the first time counts */
+
+    if (ctx->fb_done) {
+        return rc;
+    }
+
+    ctx->fb_done = 1;
+
+    if (rc == NGX_ERROR) {
+        rc = ngx_http_feed_timeline_fallback_broke(ctx, sr);
+
+        if (rc != NGX_ERROR) {
+            return rc;
+        }
+    }
+    ctx->fb_status = (rc == NGX_OK || rc == NGX_DONE)
+                     ? sr->headers_out.status : NGX_HTTP_BAD_GATEWAY;
+
+    if (ctx->fb_status != NGX_HTTP_OK || sr->out == NULL) {
+        ctx->fb_status = ctx->fb_status == NGX_HTTP_OK
+                         ? NGX_HTTP_BAD_GATEWAY : ctx->fb_status;
+        return rc;
+    }
+
+    if (ctx->fb_doc) {
+        bson_destroy(ctx->fb_doc);
+    }
+
+    b = sr->out->buf;
+
+    ctx->fb_doc = bson_new_from_json(b->pos, b->last - b->pos, NULL);
+
+    if (ctx->fb_doc == NULL) {
+        ctx->fb_status = NGX_HTTP_BAD_GATEWAY;
+    }
+
+    return rc;
+}
+
+
+/*
+ * The fallback's answer was larger than the fallback location's
+ * subrequest_output_buffer_size: nginx marks the connection both requests
+ * share as failed, although nothing was written to it, and would
+ * terminate the client's request, which would get no answer at all.  The
+ * subrequest ends as done instead, and the request goes on knowing it.
+ * Any other error (NGX_ERROR) stays nginx's to handle.
+ */
+
+static ngx_int_t
+ngx_http_feed_timeline_fallback_broke(ngx_http_feed_timeline_ctx_t *ctx,
+    ngx_http_request_t *sr)
+{
+    off_t                      len;
+    ngx_connection_t          *c;
+    ngx_http_core_loc_conf_t  *clcf;
+
+    c = sr->connection;
+    clcf = ngx_http_get_module_loc_conf(sr, ngx_http_core_module);
+    len = sr->headers_out.content_length_n;
+
+    if (!c->error || !sr->subrequest_in_memory
+        || (len <= (off_t) clcf->subrequest_output_buffer_size
+            && sr->out == NULL))
+    {
+        return NGX_ERROR;
+    }
+
+    c->error = 0;
+
+    ctx->fb_status = NGX_HTTP_BAD_GATEWAY;
+    ctx->fb_broke = 1;
+
+    if (len > 0 && (size_t) len > clcf->subrequest_output_buffer_size) {
+        /* as many posts as fit, with room for some larger than others */
+        ctx->fb_fit = (ngx_uint_t) (ctx->fb_limit
+                                    * clcf->subrequest_output_buffer_size
+                                    / len * 3 / 4);
+
+        if (ctx->fb_fit == 0) {
+            ctx->fb_fit = 1;
+        }
+    }
+
+    ngx_log_error(NGX_LOG_ERR, sr->connection->log, 0,
+                  "timeline fallback answer for %ui posts failed, %O bytes "
+                  "for a subrequest_output_buffer_size of %uz",
+                  ctx->fb_limit, len, clcf->subrequest_output_buffer_size);
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_feed_timeline_fallback_wake(ngx_http_request_t *r)
+{
+    ngx_http_feed_timeline_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_feed_module);
+
+    if (!ctx->fb_done) {
+        return;
+    }
+
+    r->write_event_handler = ngx_http_request_empty_handler;
+
+    ctx->next(ctx);
+}
+
+
+/*
+ * The "items" of the fallback's answer; when it has none, the status the
+ * request fails with.
+ */
+
+ngx_int_t
+ngx_http_feed_timeline_fallback_items(ngx_http_feed_timeline_ctx_t *ctx)
+{
+    bson_t          items;
+    bson_iter_t     it;
+    uint32_t        len;
+    const uint8_t  *data;
+
+    if (ctx->fb_status != NGX_HTTP_OK || ctx->fb_doc == NULL
+        || !bson_iter_init_find(&it, ctx->fb_doc, "items")
+        || !BSON_ITER_HOLDS_ARRAY(&it))
+    {
+        ngx_log_error(NGX_LOG_ERR, ctx->request->connection->log, 0,
+                      "timeline fallback failed: status %ui",
+                      ctx->fb_status);
+
+        return NGX_HTTP_SERVICE_UNAVAILABLE;
+    }
+
+    bson_iter_array(&it, &len, &data);
+
+    if (!bson_init_static(&items, data, len)) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ctx->fb_items = data;
+    ctx->fb_items_len = len;
+    ctx->items_ready = 1;
+
+    return NGX_OK;
+}
+
+
+/*
+ * Appends up to max fallback items within the client's bounds to the page
+ * (a rebuild's items are not bounded yet); more: there were others.  The
+ * fallback may be any application: an item whose id is not a post id is
+ * skipped, since ids go into "next" and the Link header as they are.
+ */
+
+ngx_int_t
+ngx_http_feed_timeline_fallback_add(ngx_http_feed_timeline_ctx_t *ctx,
+    ngx_uint_t max, ngx_uint_t *more)
+{
+    char            *json;
+    size_t           len;
+    bson_t           post, list;
+    uint32_t         doclen, idlen;
+    ngx_str_t       *items, *item, value;
+    ngx_uint_t       n, skipped, answered;
+    bson_oid_t       oid;
+    const char      *id;
+    bson_iter_t      it, iid;
+    const uint8_t   *raw;
+
+    *more = 0;
+    skipped = 0;
+    if (!bson_init_static(&list, ctx->fb_items, ctx->fb_items_len)) {
+        return NGX_ERROR;
+    }
+
+    answered = bson_count_keys(&list);
+    n = answered;
+
+    items = ngx_palloc(ctx->request->pool,
+                       (ctx->cached.nitems + ngx_min(n, max) + 1)
+                       * sizeof(ngx_str_t));
+    if (items == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (ctx->cached.nitems) {
+        ngx_memcpy(items, ctx->cached.items,
+                   ctx->cached.nitems * sizeof(ngx_str_t));
+    }
+
+    ctx->cached.items = items;
+
+    if (!bson_iter_init(&it, &list)) {
+        return NGX_ERROR;
+    }
+
+    n = 0;
+
+    while (bson_iter_next(&it)) {
+        if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
+            continue;
+        }
+
+        bson_iter_document(&it, &doclen, &raw);
+
+        if (!bson_init_static(&post, raw, doclen)
+            || !bson_iter_init_find(&iid, &post, "id")
+            || !BSON_ITER_HOLDS_UTF8(&iid))
+        {
+            continue;
+        }
+
+        id = bson_iter_utf8(&iid, &idlen);
+
+        value.data = (u_char *) id;
+        value.len = idlen;
+
+        if (ngx_http_feed_post_id(&value, &oid) != NGX_OK) {
+            skipped++;
+            continue;
+        }
+
+        if (ctx->page.has_max && ngx_strcmp(id, ctx->page.max_id) >= 0) {
+            continue;
+        }
+
+        if (ctx->page.has_since && ngx_strcmp(id, ctx->page.since_id) <= 0) {
+            break;
+        }
+
+        if (n == max) {
+            *more = 1;
+            break;
+        }
+
+        json = bson_as_relaxed_extended_json(&post, &len);
+        if (json == NULL) {
+            return NGX_ERROR;
+        }
+
+        item = &items[ctx->cached.nitems];
+
+        item->data = ngx_pnalloc(ctx->request->pool, len);
+        if (item->data == NULL) {
+            bson_free(json);
+            return NGX_ERROR;
+        }
+
+        ngx_memcpy(item->data, json, len);
+        item->len = len;
+        bson_free(json);
+
+        ngx_cpystrn((u_char *) ctx->cached.last, (u_char *) id, 25);
+
+        ctx->cached.nitems++;
+        n++;
+    }
+
+    if (skipped) {
+        ngx_log_error(NGX_LOG_WARN, ctx->request->connection->log, 0,
+                      "timeline fallback answered %ui items without a "
+                      "valid post id, skipped", skipped);
+
+        /* a full answer may go on past what was skipped: a short page */
+
+        if (n && answered >= ctx->fb_limit) {
+            *more = 1;
+        }
+    }
+
+    return NGX_OK;
+}

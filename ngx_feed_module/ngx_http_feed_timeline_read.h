@@ -1,0 +1,140 @@
+
+/*
+ * ngx_feed_module: a timeline read's context, shared by the read's state
+ * machine (ngx_http_feed_timeline.c, the only one that changes states) and
+ * the fallback subrequest that reads and parses (the other file,
+ * ngx_http_feed_timeline_fallback.c).  Internal to the timeline feature.
+ */
+
+
+#ifndef _NGX_HTTP_FEED_TIMELINE_READ_H_INCLUDED_
+#define _NGX_HTTP_FEED_TIMELINE_READ_H_INCLUDED_
+
+
+#include "ngx_http_feed_timeline.h"
+
+
+/* the states of a read; ngx_http_feed_timeline.c says how they follow */
+
+typedef enum {
+    NGX_HTTP_FEED_TL_START = 0,
+    NGX_HTTP_FEED_TL_LOCAL,         /* the cache is read with the worker's
+                                       copy of the first page on offer */
+    NGX_HTTP_FEED_TL_READ,          /* the cache is read */
+    NGX_HTTP_FEED_TL_KEPT,          /* a page kept as answered is current */
+    NGX_HTTP_FEED_TL_HIT,           /* the cache has the page's posts */
+    NGX_HTTP_FEED_TL_MISS,          /* no cache: the rebuild lock is asked */
+    NGX_HTTP_FEED_TL_WAIT,          /* waits for this worker's rebuild */
+    NGX_HTTP_FEED_TL_POLL,          /* polls for a rebuild elsewhere */
+    NGX_HTTP_FEED_TL_LEAD,          /* the rebuild asks the fallback */
+    NGX_HTTP_FEED_TL_WARM,          /* the rebuild is written to the cache */
+    NGX_HTTP_FEED_TL_REBUILT,       /* the rebuild could not be cached */
+    NGX_HTTP_FEED_TL_DEEP,          /* past the cache's end: the fallback */
+    NGX_HTTP_FEED_TL_BYPASS,        /* no cache at all: the fallback */
+    NGX_HTTP_FEED_TL_DONE,
+    NGX_HTTP_FEED_TL_FAILED
+} ngx_http_feed_timeline_state_e;
+
+
+typedef struct ngx_http_feed_timeline_ctx_s  ngx_http_feed_timeline_ctx_t;
+
+/* what the read does once the fallback subrequest has answered */
+typedef void (*ngx_http_feed_timeline_next_pt)(
+    ngx_http_feed_timeline_ctx_t *ctx);
+
+
+struct ngx_http_feed_timeline_ctx_s {
+    /* first, as in ngx_http_feed_ctx_t: the handler skeleton sets them */
+    ngx_http_request_t             *request;
+    ngx_http_feed_main_conf_t      *fmcf;
+    ngx_http_feed_page_t            page;
+    ngx_http_feed_cached_t          cached;
+    ngx_http_feed_cache_status_e    status;
+    ngx_http_feed_timeline_state_e  state;
+
+    /* coalescing: leaders are in the worker's list, waiters in theirs */
+    ngx_queue_t                     queue;
+    ngx_queue_t                     waiters;
+    ngx_http_feed_timeline_ctx_t   *leader;
+    ngx_event_t                     poll;
+
+    /* what the leader ended with, for a waiter it woke: NGX_OK or a status */
+    ngx_int_t                       wake_rc;
+
+    /* the fallback subrequest */
+    ngx_http_feed_timeline_next_pt  next;
+
+    /* how many posts the subrequest asked for */
+    ngx_uint_t                      fb_limit;
+
+    /* how many would have fit the buffer its too large answer overflowed */
+    ngx_uint_t                      fb_fit;
+
+    /* how many times the rebuild was asked again with fewer posts */
+    ngx_uint_t                      shrinks;
+
+    /* the subrequest has ended (nginx may say so more than once) */
+    ngx_uint_t                      fb_done;
+
+    /* its HTTP status, or 502 when its answer is missing or not JSON */
+    ngx_uint_t                      fb_status;
+
+    /*
+     * The answer and its items: a heap document and a view of its array,
+     * not bson_t members (libbson declares bson_t 128-byte aligned, which
+     * this pool-allocated context is not)
+     */
+    bson_t                         *fb_doc;
+    const uint8_t                  *fb_items;
+    uint32_t                        fb_items_len;
+
+    /* the user's follows version when the rebuild began */
+    u_char                          version[24];
+    size_t                          version_len;
+
+    /* the rebuild lock's token, ours while lock_held */
+    u_char                          token_data[NGX_HTTP_FEED_NONCE_LEN];
+    ngx_str_t                       token;
+
+    /* the first page kept as answered, as the HGET got it */
+    ngx_str_t                       kept;
+
+    /* how many times the read began again after a kept page changed */
+    ngx_uint_t                      rereads;
+
+    /* the version of the worker's own copy of it, when it has one */
+    ngx_str_t                       have;
+
+    /* this request leads its worker's rebuild of the user's timeline */
+    unsigned                        is_leader:1;
+
+    /* the Redis rebuild lock is this request's (its token is in token) */
+    unsigned                        lock_held:1;
+
+    /* fb_items holds the answer's parsed items */
+    unsigned                        items_ready:1;
+
+    /* the request has polled for a rebuild elsewhere */
+    unsigned                        polling:1;
+
+    /* the next read does not offer the worker's copy of the first page */
+    unsigned                        no_local:1;
+
+    /* the answer overflowed the fallback location's subrequest buffer */
+    unsigned                        fb_broke:1;
+};
+
+
+ngx_int_t ngx_http_feed_timeline_fallback_rebuild(
+    ngx_http_feed_timeline_ctx_t *ctx, ngx_uint_t limit,
+    ngx_http_feed_timeline_next_pt next);
+ngx_int_t ngx_http_feed_timeline_fallback_page(
+    ngx_http_feed_timeline_ctx_t *ctx, ngx_uint_t n,
+    ngx_http_feed_timeline_next_pt next);
+ngx_int_t ngx_http_feed_timeline_fallback_items(
+    ngx_http_feed_timeline_ctx_t *ctx);
+ngx_int_t ngx_http_feed_timeline_fallback_add(ngx_http_feed_timeline_ctx_t *ctx,
+    ngx_uint_t max, ngx_uint_t *more);
+
+
+#endif /* _NGX_HTTP_FEED_TIMELINE_READ_H_INCLUDED_ */
