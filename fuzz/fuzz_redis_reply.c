@@ -9,7 +9,7 @@
  *                                        (ngx_http_feed_timeline_cache_kept);
  *   ngx_http_feed_counts_parse           HMGET of a cached count;
  *   ngx_http_feed_redis_info_reply       INFO server (the run_id);
- *   ngx_http_feed_consumers_info         XINFO CONSUMERS;
+ *   ngx_http_feed_fanout_consumers_info  XINFO CONSUMERS;
  *   ngx_http_feed_fanout_parse           every array in it, as the fields
  *                                        of a stream entry;
  *   ngx_http_feed_status_id_ms           every string in it, as an id.
@@ -110,7 +110,7 @@ ngx_http_feed_fuzz_reply(ngx_http_feed_redis_t *rd, redisReply *reply)
     ngx_str_t                    kept;
     ngx_http_request_t          *r;
     ngx_http_feed_cached_t       cached;
-    ngx_http_feed_consumers_t    cs;
+    ngx_http_feed_fanout_consumers_t    cs;
     ngx_http_feed_counts_gen_t   gen;
 
     r = ngx_http_feed_fuzz_request();
@@ -136,14 +136,14 @@ ngx_http_feed_fuzz_reply(ngx_http_feed_redis_t *rd, redisReply *reply)
                               && gen.data[gen.len] == '\0',
                               "a generation past its buffer");
 
-    ngx_memzero(&cs, sizeof(ngx_http_feed_consumers_t));
+    ngx_memzero(&cs, sizeof(ngx_http_feed_fanout_consumers_t));
     cs.rd = rd;
     cs.fmcf = ngx_http_feed_fuzz_fmcf;
     cs.log = ngx_http_feed_fuzz_log;
     ngx_str_set(&cs.self, "host:1");
     ngx_str_set(&cs.host, "host");
 
-    ngx_http_feed_consumers_info(&cs, reply);
+    ngx_http_feed_fanout_consumers_info(&cs, reply);
 
     ngx_http_feed_fuzz_walk(reply);
 

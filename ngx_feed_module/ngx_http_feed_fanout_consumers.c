@@ -33,16 +33,16 @@ typedef struct {
     ngx_str_t                     self;
     ngx_str_t                     host;
     ngx_log_t                    *log;
-} ngx_http_feed_consumers_t;
+} ngx_http_feed_fanout_consumers_t;
 
 
-static void ngx_http_feed_consumers_info(void *data, redisReply *reply);
-static ngx_uint_t ngx_http_feed_consumer_gone(ngx_http_feed_consumers_t *cs,
-    redisReply *c);
-static void ngx_http_feed_consumers_done(void *data, redisReply *reply);
+static void ngx_http_feed_fanout_consumers_info(void *data, redisReply *reply);
+static ngx_uint_t ngx_http_feed_fanout_consumers_gone(
+    ngx_http_feed_fanout_consumers_t *cs, redisReply *c);
+static void ngx_http_feed_fanout_consumers_done(void *data, redisReply *reply);
 
 
-static ngx_http_feed_consumers_t  ngx_http_feed_consumers;
+static ngx_http_feed_fanout_consumers_t  ngx_http_feed_fanout_consumers;
 
 
 ngx_int_t
@@ -50,7 +50,7 @@ ngx_http_feed_fanout_consumers_init(ngx_cycle_t *cycle,
     ngx_http_feed_redis_t *rd, ngx_http_feed_main_conf_t *fmcf,
     const char *self, size_t len)
 {
-    ngx_http_feed_consumers_t  *cs = &ngx_http_feed_consumers;
+    ngx_http_feed_fanout_consumers_t  *cs = &ngx_http_feed_fanout_consumers;
 
     cs->rd = rd;
     cs->fmcf = fmcf;
@@ -68,10 +68,12 @@ ngx_http_feed_fanout_consumers_init(ngx_cycle_t *cycle,
 void
 ngx_http_feed_fanout_consumers_clean(void)
 {
-    size_t                      argvlen[4];
-    const char                 *argv[4];
-    ngx_http_feed_redis_args_t  args;
-    ngx_http_feed_consumers_t  *cs = &ngx_http_feed_consumers;
+    size_t                             argvlen[4];
+    const char                        *argv[4];
+    ngx_http_feed_redis_args_t         args;
+    ngx_http_feed_fanout_consumers_t  *cs;
+
+    cs = &ngx_http_feed_fanout_consumers;
 
     ngx_http_feed_redis_args_init(&args, argv, argvlen);
     ngx_http_feed_redis_args_lit(&args, "XINFO");
@@ -84,15 +86,16 @@ ngx_http_feed_fanout_consumers_clean(void)
     ngx_log_debug0(NGX_LOG_DEBUG_CORE, cs->log, 0,
                    "feed fanout consumers: clean started");
 
-    (void) ngx_http_feed_redis_send(cs->rd, ngx_http_feed_consumers_info, cs,
+    (void) ngx_http_feed_redis_send(cs->rd,
+                                    ngx_http_feed_fanout_consumers_info, cs,
                                     &args);
 }
 
 
 static void
-ngx_http_feed_consumers_info(void *data, redisReply *reply)
+ngx_http_feed_fanout_consumers_info(void *data, redisReply *reply)
 {
-    ngx_http_feed_consumers_t  *cs = data;
+    ngx_http_feed_fanout_consumers_t  *cs = data;
 
     size_t                      argvlen[NGX_HTTP_FEED_REDIS_CALL_ARGC(
                                    NGX_HTTP_FEED_SCRIPT_FANOUT_CONSUMERS_NKEYS,
@@ -131,7 +134,7 @@ ngx_http_feed_consumers_info(void *data, redisReply *reply)
                          + NGX_HTTP_FEED_CONSUMERS_MAX;
          i++)
     {
-        if (ngx_http_feed_consumer_gone(cs, reply->element[i])) {
+        if (ngx_http_feed_fanout_consumers_gone(cs, reply->element[i])) {
             name = reply->element[i]->element[1];
 
             ngx_log_debug2(NGX_LOG_DEBUG_CORE, cs->log, 0,
@@ -152,7 +155,7 @@ ngx_http_feed_consumers_info(void *data, redisReply *reply)
     }
 
     (void) ngx_http_feed_redis_call(NULL, cs->rd, &call,
-                                    ngx_http_feed_consumers_done, cs);
+                                    ngx_http_feed_fanout_consumers_done, cs);
 }
 
 
@@ -162,7 +165,8 @@ ngx_http_feed_consumers_info(void *data, redisReply *reply)
  */
 
 static ngx_uint_t
-ngx_http_feed_consumer_gone(ngx_http_feed_consumers_t *cs, redisReply *c)
+ngx_http_feed_fanout_consumers_gone(ngx_http_feed_fanout_consumers_t *cs,
+    redisReply *c)
 {
     u_char      *colon;
     ngx_int_t    pid;
@@ -229,9 +233,9 @@ ngx_http_feed_consumer_gone(ngx_http_feed_consumers_t *cs, redisReply *c)
 
 
 static void
-ngx_http_feed_consumers_done(void *data, redisReply *reply)
+ngx_http_feed_fanout_consumers_done(void *data, redisReply *reply)
 {
-    ngx_http_feed_consumers_t  *cs = data;
+    ngx_http_feed_fanout_consumers_t  *cs = data;
 
     if (reply == NULL) {
         return;

@@ -41,7 +41,7 @@ typedef struct {
     ngx_uint_t                    waiting;
     ngx_uint_t                    nitems;
     ngx_http_feed_outbox_item_t   items[2 * NGX_HTTP_FEED_SWEEP_BATCH];
-} ngx_http_feed_sweeper_t;
+} ngx_http_feed_outbox_sweeper_t;
 
 
 typedef struct {
@@ -52,20 +52,21 @@ typedef struct {
 
 static void ngx_http_feed_outbox_clear_run(ngx_http_feed_mongo_task_t *t,
     mongoc_client_t *client);
-static void ngx_http_feed_sweep(ngx_event_t *ev);
-static void ngx_http_feed_sweep_ready(ngx_http_feed_redis_t *rd, void *data);
-static void ngx_http_feed_sweep_run(ngx_http_feed_mongo_task_t *t,
+static void ngx_http_feed_outbox_sweep(ngx_event_t *ev);
+static void ngx_http_feed_outbox_sweep_ready(ngx_http_feed_redis_t *rd,
+    void *data);
+static void ngx_http_feed_outbox_sweep_run(ngx_http_feed_mongo_task_t *t,
     mongoc_client_t *client);
-static void ngx_http_feed_sweep_claimed(void *data,
+static void ngx_http_feed_outbox_sweep_claimed(void *data,
     ngx_http_feed_posts_due_t *due);
-static void ngx_http_feed_sweep_item(ngx_http_feed_sweeper_t *s,
+static void ngx_http_feed_outbox_sweep_item(ngx_http_feed_outbox_sweeper_t *s,
     ngx_http_feed_posts_due_t *due, const char *kind, int64_t ts);
-static void ngx_http_feed_sweep_done(ngx_http_feed_mongo_task_t *t);
-static void ngx_http_feed_sweep_sent(void *data, redisReply *reply);
-static void ngx_http_feed_sweep_rearm(ngx_http_feed_sweeper_t *s);
+static void ngx_http_feed_outbox_sweep_done(ngx_http_feed_mongo_task_t *t);
+static void ngx_http_feed_outbox_sweep_sent(void *data, redisReply *reply);
+static void ngx_http_feed_outbox_sweep_rearm(ngx_http_feed_outbox_sweeper_t *s);
 
 
-static ngx_http_feed_sweeper_t  ngx_http_feed_sweeper;
+static ngx_http_feed_outbox_sweeper_t  ngx_http_feed_outbox_sweeper;
 
 
 /* XADD stream MAXLEN ~ N * type T id I author A [ts S] */
@@ -183,7 +184,7 @@ ngx_int_t
 ngx_http_feed_outbox_init(ngx_cycle_t *cycle,
     ngx_http_feed_main_conf_t *fmcf)
 {
-    ngx_http_feed_sweeper_t  *s = &ngx_http_feed_sweeper;
+    ngx_http_feed_outbox_sweeper_t  *s = &ngx_http_feed_outbox_sweeper;
 
     if (ngx_worker != 0 || fmcf->mongo_client == NULL
         || fmcf->redis_client == NULL)
@@ -194,20 +195,20 @@ ngx_http_feed_outbox_init(ngx_cycle_t *cycle,
     s->fmcf = fmcf;
     s->dummy.fd = (ngx_socket_t) -1;
 
-    s->timer.handler = ngx_http_feed_sweep;
+    s->timer.handler = ngx_http_feed_outbox_sweep;
     s->timer.data = &s->dummy;
     s->timer.log = cycle->log;
     s->timer.cancelable = 1;
 
     s->task = ngx_http_feed_mongo_task(cycle->pool, fmcf->mongo_client,
-                                       ngx_http_feed_sweep_run,
-                                       ngx_http_feed_sweep_done, s);
+                                       ngx_http_feed_outbox_sweep_run,
+                                       ngx_http_feed_outbox_sweep_done, s);
     if (s->task == NULL) {
         return NGX_ERROR;
     }
 
     if (ngx_http_feed_redis_on_ready(fmcf->redis_client,
-                                     ngx_http_feed_sweep_ready, s)
+                                     ngx_http_feed_outbox_sweep_ready, s)
         != NGX_OK)
     {
         return NGX_ERROR;
@@ -222,16 +223,16 @@ ngx_http_feed_outbox_init(ngx_cycle_t *cycle,
 void
 ngx_http_feed_outbox_exit(void)
 {
-    if (ngx_http_feed_sweeper.timer.timer_set) {
-        ngx_del_timer(&ngx_http_feed_sweeper.timer);
+    if (ngx_http_feed_outbox_sweeper.timer.timer_set) {
+        ngx_del_timer(&ngx_http_feed_outbox_sweeper.timer);
     }
 }
 
 
 static void
-ngx_http_feed_sweep_ready(ngx_http_feed_redis_t *rd, void *data)
+ngx_http_feed_outbox_sweep_ready(ngx_http_feed_redis_t *rd, void *data)
 {
-    ngx_http_feed_sweeper_t  *s = data;
+    ngx_http_feed_outbox_sweeper_t  *s = data;
 
     /* Redis is back: what waited for it need not wait for the timer */
 
@@ -239,14 +240,14 @@ ngx_http_feed_sweep_ready(ngx_http_feed_redis_t *rd, void *data)
         ngx_del_timer(&s->timer);
     }
 
-    ngx_http_feed_sweep(&s->timer);
+    ngx_http_feed_outbox_sweep(&s->timer);
 }
 
 
 static void
-ngx_http_feed_sweep(ngx_event_t *ev)
+ngx_http_feed_outbox_sweep(ngx_event_t *ev)
 {
-    ngx_http_feed_sweeper_t  *s = &ngx_http_feed_sweeper;
+    ngx_http_feed_outbox_sweeper_t  *s = &ngx_http_feed_outbox_sweeper;
 
     if (ngx_exiting || s->busy) {
         return;
@@ -257,7 +258,7 @@ ngx_http_feed_sweep(ngx_event_t *ev)
     {
         ngx_log_debug0(NGX_LOG_DEBUG_CORE, ev->log, 0,
                        "feed outbox sweep: redis is not up, later");
-        ngx_http_feed_sweep_rearm(s);
+        ngx_http_feed_outbox_sweep_rearm(s);
         return;
     }
 
@@ -265,7 +266,7 @@ ngx_http_feed_sweep(ngx_event_t *ev)
     s->nitems = 0;
 
     if (ngx_http_feed_mongo_post(s->task) != NGX_OK) {
-        ngx_http_feed_sweep_rearm(s);
+        ngx_http_feed_outbox_sweep_rearm(s);
         return;
     }
 
@@ -276,7 +277,7 @@ ngx_http_feed_sweep(ngx_event_t *ev)
 
 
 static void
-ngx_http_feed_sweep_rearm(ngx_http_feed_sweeper_t *s)
+ngx_http_feed_outbox_sweep_rearm(ngx_http_feed_outbox_sweeper_t *s)
 {
     s->busy = 0;
 
@@ -289,15 +290,15 @@ ngx_http_feed_sweep_rearm(ngx_http_feed_sweeper_t *s)
 /* posts whose entries are overdue, oldest first, each claimed for us */
 
 static void
-ngx_http_feed_sweep_run(ngx_http_feed_mongo_task_t *t,
+ngx_http_feed_outbox_sweep_run(ngx_http_feed_mongo_task_t *t,
     mongoc_client_t *client)
 {
-    ngx_http_feed_sweeper_t  *s = t->data;
+    ngx_http_feed_outbox_sweeper_t  *s = t->data;
 
     t->rc = ngx_http_feed_posts_claim_due(client, t->database, s->now,
                                           NGX_HTTP_FEED_SWEEP_LEASE,
                                           NGX_HTTP_FEED_SWEEP_BATCH,
-                                          ngx_http_feed_sweep_claimed, s,
+                                          ngx_http_feed_outbox_sweep_claimed, s,
                                           &t->error);
 }
 
@@ -305,22 +306,22 @@ ngx_http_feed_sweep_run(ngx_http_feed_mongo_task_t *t,
 /* the post entry goes first, then the delete, as they happened */
 
 static void
-ngx_http_feed_sweep_claimed(void *data, ngx_http_feed_posts_due_t *due)
+ngx_http_feed_outbox_sweep_claimed(void *data, ngx_http_feed_posts_due_t *due)
 {
-    ngx_http_feed_sweeper_t  *s = data;
+    ngx_http_feed_outbox_sweeper_t  *s = data;
 
     if (due->awaits_post) {
-        ngx_http_feed_sweep_item(s, due, "post", due->ts);
+        ngx_http_feed_outbox_sweep_item(s, due, "post", due->ts);
     }
 
     if (due->awaits_delete) {
-        ngx_http_feed_sweep_item(s, due, "delete", 0);
+        ngx_http_feed_outbox_sweep_item(s, due, "delete", 0);
     }
 }
 
 
 static void
-ngx_http_feed_sweep_item(ngx_http_feed_sweeper_t *s,
+ngx_http_feed_outbox_sweep_item(ngx_http_feed_outbox_sweeper_t *s,
     ngx_http_feed_posts_due_t *due, const char *kind, int64_t ts)
 {
     ngx_http_feed_outbox_item_t  *item;
@@ -334,9 +335,9 @@ ngx_http_feed_sweep_item(ngx_http_feed_sweeper_t *s,
 
 
 static void
-ngx_http_feed_sweep_done(ngx_http_feed_mongo_task_t *t)
+ngx_http_feed_outbox_sweep_done(ngx_http_feed_mongo_task_t *t)
 {
-    ngx_http_feed_sweeper_t  *s = t->data;
+    ngx_http_feed_outbox_sweeper_t  *s = t->data;
 
     ngx_uint_t                    i;
     ngx_http_feed_outbox_item_t  *item;
@@ -362,7 +363,7 @@ ngx_http_feed_sweep_done(ngx_http_feed_mongo_task_t *t)
 
         if (ngx_http_feed_outbox_send(NULL, s->fmcf, item->kind, &item->id,
                                       &item->author, item->ts,
-                                      ngx_http_feed_sweep_sent, item)
+                                      ngx_http_feed_outbox_sweep_sent, item)
             == NGX_OK)
         {
             s->waiting++;
@@ -372,17 +373,17 @@ ngx_http_feed_sweep_done(ngx_http_feed_mongo_task_t *t)
     /* what could not be sent stays claimed until its lease runs out */
 
     if (s->waiting == 0) {
-        ngx_http_feed_sweep_rearm(s);
+        ngx_http_feed_outbox_sweep_rearm(s);
     }
 }
 
 
 static void
-ngx_http_feed_sweep_sent(void *data, redisReply *reply)
+ngx_http_feed_outbox_sweep_sent(void *data, redisReply *reply)
 {
     ngx_http_feed_outbox_item_t  *item = data;
 
-    ngx_http_feed_sweeper_t  *s = &ngx_http_feed_sweeper;
+    ngx_http_feed_outbox_sweeper_t  *s = &ngx_http_feed_outbox_sweeper;
 
     ngx_log_debug3(NGX_LOG_DEBUG_CORE, s->timer.log, 0,
                    "feed outbox sweep: %s entry %s, %ui to go", item->kind,
@@ -395,6 +396,6 @@ ngx_http_feed_sweep_sent(void *data, redisReply *reply)
     }
 
     if (--s->waiting == 0) {
-        ngx_http_feed_sweep_rearm(s);
+        ngx_http_feed_outbox_sweep_rearm(s);
     }
 }

@@ -108,7 +108,7 @@ static void ngx_http_feed_redis_read_handler(ngx_event_t *rev);
 static void ngx_http_feed_redis_write_handler(ngx_event_t *wev);
 
 static void ngx_http_feed_redis_free_reply(void *reply);
-static void ngx_http_feed_redis_kept_cleanup(void *data);
+static void ngx_http_feed_redis_held_cleanup(void *data);
 static ngx_http_feed_redis_cmd_t *ngx_http_feed_redis_cmd_get(
     ngx_http_feed_redis_t *rd);
 static void ngx_http_feed_redis_cmd_put(ngx_http_feed_redis_cmd_t *cmd);
@@ -297,7 +297,7 @@ ngx_http_feed_redis_connect(ngx_http_feed_redis_t *rd)
     c->read->handler = ngx_http_feed_redis_read_handler;
     c->write->handler = ngx_http_feed_redis_write_handler;
 
-    /* handlers may keep a reply rather than copy it: see keep_reply() */
+    /* handlers may hold a reply rather than copy it: see hold_reply() */
 
     if (ac->c.reader && ac->c.reader->fn) {
         rd->fns = *ac->c.reader->fn;
@@ -797,15 +797,16 @@ ngx_http_feed_redis_write_handler(ngx_event_t *wev)
 
 
 /*
- * A handler keeps the reply it was given instead of copying it: it is
- * freed with the pool.  Only the reply being handled can be kept.
+ * A handler may hold the reply it was given instead of copying it: the
+ * reply is then freed with the pool, not by hiredis when the handler
+ * returns.  Only the reply being handled can be held.
  */
 
-static void  *ngx_http_feed_redis_kept;
+static void  *ngx_http_feed_redis_held;
 
 
 ngx_int_t
-ngx_http_feed_redis_keep_reply(ngx_pool_t *pool, redisReply *reply)
+ngx_http_feed_redis_hold_reply(ngx_pool_t *pool, redisReply *reply)
 {
     ngx_pool_cleanup_t  *cln;
 
@@ -814,17 +815,17 @@ ngx_http_feed_redis_keep_reply(ngx_pool_t *pool, redisReply *reply)
         return NGX_ERROR;
     }
 
-    cln->handler = ngx_http_feed_redis_kept_cleanup;
+    cln->handler = ngx_http_feed_redis_held_cleanup;
     cln->data = reply;
 
-    ngx_http_feed_redis_kept = reply;
+    ngx_http_feed_redis_held = reply;
 
     return NGX_OK;
 }
 
 
 static void
-ngx_http_feed_redis_kept_cleanup(void *data)
+ngx_http_feed_redis_held_cleanup(void *data)
 {
     freeReplyObject(data);
 }
@@ -833,8 +834,8 @@ ngx_http_feed_redis_kept_cleanup(void *data)
 static void
 ngx_http_feed_redis_free_reply(void *reply)
 {
-    if (reply == ngx_http_feed_redis_kept) {
-        ngx_http_feed_redis_kept = NULL;
+    if (reply == ngx_http_feed_redis_held) {
+        ngx_http_feed_redis_held = NULL;
         return;
     }
 

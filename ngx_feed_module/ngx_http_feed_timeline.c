@@ -284,7 +284,7 @@ ngx_http_feed_timeline_kept(void *data, redisReply *reply)
     ngx_http_feed_timeline_ctx_t  *ctx = data;
 
     if (reply == NULL || reply->type != REDIS_REPLY_STRING
-        || ngx_http_feed_redis_keep_reply(ctx->request->pool, reply)
+        || ngx_http_feed_redis_hold_reply(ctx->request->pool, reply)
            != NGX_OK)
     {
         return;

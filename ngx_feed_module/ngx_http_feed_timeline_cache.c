@@ -349,7 +349,7 @@ ngx_http_feed_timeline_cache_parse(ngx_http_request_t *r, redisReply *reply,
         return NGX_DECLINED;
     }
 
-    if (ngx_http_feed_redis_keep_reply(r->pool, reply) != NGX_OK) {
+    if (ngx_http_feed_redis_hold_reply(r->pool, reply) != NGX_OK) {
         return NGX_ERROR;
     }
 
@@ -421,7 +421,7 @@ ngx_http_feed_timeline_cache_parse_kept(ngx_http_request_t *r,
 
     if (reply->element[NGX_HTTP_FEED_TIMELINE_READ_KEPT_VERSION]->type
         != REDIS_REPLY_STRING
-        || ngx_http_feed_redis_keep_reply(r->pool, reply) != NGX_OK)
+        || ngx_http_feed_redis_hold_reply(r->pool, reply) != NGX_OK)
     {
         return NGX_DECLINED;
     }
