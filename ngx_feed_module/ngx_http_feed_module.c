@@ -908,8 +908,16 @@ ngx_http_feed_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
     /*
      * handler, user and target belong to the location's own handler
-     * directive
+     * directive; the "if" and "limit_except" blocks inside it are
+     * locations of their own whose requests still run its handler (nginx
+     * keeps the content handler), so they take all three from it
      */
+
+    if (conf->handler == NULL) {
+        conf->handler = prev->handler;
+        conf->user = prev->user;
+        conf->target = prev->target;
+    }
 
     return NGX_CONF_OK;
 }
