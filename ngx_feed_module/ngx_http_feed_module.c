@@ -908,9 +908,9 @@ ngx_http_feed_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
     /*
      * handler, user and target belong to the location's own handler
-     * directive; the "if" and "limit_except" blocks inside it are
-     * locations of their own whose requests still run its handler (nginx
-     * keeps the content handler), so they take all three from it
+     * directive; an "if" block inside it is a location of its own whose
+     * requests still run the location's content handler (nginx keeps it
+     * when the block matches), so the block takes all three from it
      */
 
     if (conf->handler == NULL) {
