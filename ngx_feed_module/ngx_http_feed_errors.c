@@ -110,10 +110,7 @@ ngx_http_feed_refuse(ngx_http_request_t *r, const ngx_http_feed_error_t *err)
 }
 
 
-/*
- * 405 with the methods the location takes (allow: NULL for a location that
- * has never said them); err: its wording, or NULL
- */
+/* 405 with the methods the location takes; err: its wording, or NULL */
 
 ngx_int_t
 ngx_http_feed_not_allowed(ngx_http_request_t *r, char *allow,
@@ -121,13 +118,11 @@ ngx_http_feed_not_allowed(ngx_http_request_t *r, char *allow,
 {
     ngx_str_t  value;
 
-    if (allow) {
-        value.data = (u_char *) allow;
-        value.len = ngx_strlen(allow);
+    value.data = (u_char *) allow;
+    value.len = ngx_strlen(allow);
 
-        if (ngx_http_feed_add_header(r, "Allow", &value) != NGX_OK) {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
+    if (ngx_http_feed_add_header(r, "Allow", &value) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     return ngx_http_feed_refuse(r, err ? err : &ngx_http_feed_err_method);

@@ -59,10 +59,13 @@ static const char  *ngx_http_feed_redis_states[] = {
 };
 
 
-/* its 405 has its own wording, and no Allow header: as it always was */
+/*
+ * Its 405 keeps its own wording; like every location's, it says the
+ * methods in Allow, as HTTP requires.
+ */
 
 ngx_http_feed_handler_t  ngx_http_feed_status_handler = {
-    NGX_HTTP_GET|NGX_HTTP_HEAD, NULL, 0,
+    NGX_HTTP_GET|NGX_HTTP_HEAD, "GET, HEAD", 0,
     sizeof(ngx_http_feed_status_ctx_t),
     NULL,
     ngx_http_feed_status_start,

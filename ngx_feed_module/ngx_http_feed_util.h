@@ -28,7 +28,7 @@ typedef ngx_int_t (*ngx_http_feed_start_pt)(ngx_http_request_t *r,
 /* what a location directive (feed_follow, feed_posts, ...) installs */
 struct ngx_http_feed_handler_s {
     ngx_uint_t                    methods;
-    char                         *allow;      /* its 405's Allow, or NULL */
+    char                         *allow;      /* its 405's Allow header */
     ngx_uint_t                    body;       /* methods whose body is read */
     size_t                        ctx_size;
     ngx_http_feed_args_pt         args;

@@ -1,8 +1,10 @@
 #!/usr/bin/perl
 
-# feed_status answers in an "if" block of its location as at 4b2a715 (its
-# handler is the location's; the if block's configuration is merged from
-# it), and its 405 is as it was: no Allow header.
+# A feed_* location with an "if" block inside: a request the block matches
+# still runs the location's handler (nginx keeps the content handler), and
+# the block's configuration takes the handler's settings from the location
+# (the worker crashed on a NULL handler table before).  feed_status's 405
+# keeps its wording and says the methods in Allow.
 
 use strict;
 use warnings;
@@ -38,6 +40,6 @@ is($r->{status}, 200, 'status answers');
 $r = $t->http('POST', '/status', body => 'x');
 is($r->{status}, 405, 'POST status is 405');
 is($r->{json}{message}, 'only GET and HEAD are allowed', 'its wording');
-ok(!exists $r->{headers}{allow}, 'no Allow header, as before');
+is($r->{headers}{allow}, 'GET, HEAD', 'Allow says the methods');
 
 $t->done;
