@@ -8,6 +8,7 @@
 
 
 #include "ngx_http_feed_json.h"
+#include "ngx_http_feed_args.h"
 
 
 static ngx_str_t  ngx_http_feed_json_type = ngx_string("application/json");
@@ -127,6 +128,77 @@ ngx_http_feed_add_header(ngx_http_request_t *r, const char *name,
     h->key.data = (u_char *) name;
     h->key.len = ngx_strlen(name);
     h->value = *value;
+
+    return NGX_OK;
+}
+
+
+/* a document's JSON in the pool, without the newline a response ends with */
+
+ngx_int_t
+ngx_http_feed_json_copy(ngx_pool_t *pool, const bson_t *doc, ngx_str_t *json)
+{
+    char    *text;
+    size_t   len;
+
+    text = bson_as_relaxed_extended_json(doc, &len);
+    if (text == NULL) {
+        return NGX_ERROR;
+    }
+
+    json->data = ngx_pnalloc(pool, len);
+    if (json->data == NULL) {
+        bson_free(text);
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(json->data, text, len);
+    json->len = len;
+
+    bson_free(text);
+
+    return NGX_OK;
+}
+
+
+/*
+ * The next item of an "items" array that is a post: a document whose
+ * "id" is a post id (id then points into the item, NUL-terminated).  The
+ * array may come from any application, so anything else is told apart:
+ * NGX_DECLINED, an item that is not a post; NGX_DONE, no items are left.
+ */
+
+ngx_int_t
+ngx_http_feed_json_next_post(bson_iter_t *it, bson_t *post, ngx_str_t *id)
+{
+    uint32_t        doclen, len;
+    bson_oid_t      oid;
+    bson_iter_t     field;
+    const uint8_t  *raw;
+
+    if (!bson_iter_next(it)) {
+        return NGX_DONE;
+    }
+
+    if (!BSON_ITER_HOLDS_DOCUMENT(it)) {
+        return NGX_DECLINED;
+    }
+
+    bson_iter_document(it, &doclen, &raw);
+
+    if (!bson_init_static(post, raw, doclen)
+        || !bson_iter_init_find(&field, post, "id")
+        || !BSON_ITER_HOLDS_UTF8(&field))
+    {
+        return NGX_DECLINED;
+    }
+
+    id->data = (u_char *) bson_iter_utf8(&field, &len);
+    id->len = len;
+
+    if (ngx_http_feed_post_id(id, &oid) != NGX_OK) {
+        return NGX_DECLINED;
+    }
 
     return NGX_OK;
 }

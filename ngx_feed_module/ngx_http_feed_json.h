@@ -1,6 +1,7 @@
 
 /*
- * ngx_feed_module: JSON responses, written by libbson.
+ * ngx_feed_module: JSON responses, written by libbson, and the posts of
+ * a JSON answer read back.
  */
 
 
@@ -21,6 +22,11 @@ ngx_int_t ngx_http_feed_send_body(ngx_http_request_t *r, ngx_uint_t status,
     u_char *data, size_t len);
 ngx_int_t ngx_http_feed_add_header(ngx_http_request_t *r, const char *name,
     ngx_str_t *value);
+
+ngx_int_t ngx_http_feed_json_copy(ngx_pool_t *pool, const bson_t *doc,
+    ngx_str_t *json);
+ngx_int_t ngx_http_feed_json_next_post(bson_iter_t *it, bson_t *post,
+    ngx_str_t *id);
 
 
 #endif /* _NGX_HTTP_FEED_JSON_H_INCLUDED_ */

@@ -31,6 +31,7 @@
 
 
 #include "ngx_http_feed_timeline_cache.h"
+#include "ngx_http_feed_json.h"
 #include "ngx_http_feed_scripts.h"
 
 
@@ -718,58 +719,34 @@ static ngx_int_t
 ngx_http_feed_timeline_cache_warm_items(ngx_http_request_t *r,
     ngx_http_feed_redis_call_t *call, bson_t *items)
 {
-    char           *json;
-    u_char         *copy;
-    size_t          len;
-    bson_t          post;
-    uint32_t        doclen, idlen;
-    ngx_str_t       value;
-    bson_oid_t      oid;
-    bson_iter_t     it, id;
-    const uint8_t  *raw;
+    bson_t       post;
+    ngx_int_t    rc;
+    ngx_str_t    id, json;
+    bson_iter_t  it;
 
     if (!bson_iter_init(&it, items)) {
         return NGX_ERROR;
     }
 
-    while (bson_iter_next(&it)) {
-        if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
+    for ( ;; ) {
+        rc = ngx_http_feed_json_next_post(&it, &post, &id);
+
+        if (rc == NGX_DONE) {
+            break;
+        }
+
+        if (rc == NGX_DECLINED) {
+            /* not a post: the fallback answered something else */
             continue;
         }
 
-        bson_iter_document(&it, &doclen, &raw);
-
-        if (!bson_init_static(&post, raw, doclen)
-            || !bson_iter_init_find(&id, &post, "id")
-            || !BSON_ITER_HOLDS_UTF8(&id))
-        {
-            continue;
-        }
-
-        value.data = (u_char *) bson_iter_utf8(&id, &idlen);
-        value.len = idlen;
-
-        if (ngx_http_feed_post_id(&value, &oid) != NGX_OK) {
-            /* not a post id: the fallback answered something else */
-            continue;
-        }
-
-        json = bson_as_relaxed_extended_json(&post, &len);
-        if (json == NULL) {
+        if (ngx_http_feed_json_copy(r->pool, &post, &json) != NGX_OK) {
             return NGX_ERROR;
         }
 
-        copy = ngx_pnalloc(r->pool, len);
-        if (copy == NULL) {
-            bson_free(json);
-            return NGX_ERROR;
-        }
-
-        ngx_memcpy(copy, json, len);
-        bson_free(json);
-
-        ngx_http_feed_redis_call_arg(call, call->nargs, value.data, 24);
-        ngx_http_feed_redis_call_arg(call, call->nargs + 1, copy, len);
+        ngx_http_feed_redis_call_arg(call, call->nargs, id.data, id.len);
+        ngx_http_feed_redis_call_arg(call, call->nargs + 1, json.data,
+                                     json.len);
         call->nargs += 2;
     }
 

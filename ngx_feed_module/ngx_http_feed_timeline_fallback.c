@@ -14,6 +14,7 @@
 
 
 #include "ngx_http_feed_timeline_read.h"
+#include "ngx_http_feed_json.h"
 
 
 static ngx_int_t ngx_http_feed_timeline_fallback_ask(
@@ -294,26 +295,23 @@ ngx_http_feed_timeline_fallback_items(ngx_http_feed_timeline_ctx_t *ctx)
  * Appends up to max fallback items within the client's bounds to the page
  * (a rebuild's items are not bounded yet); more: there were others.  The
  * fallback may be any application: an item whose id is not a post id is
- * skipped, since ids go into "next" and the Link header as they are.
+ * skipped, since ids go into "next" and the Link header as they are; so
+ * is any item that is not a post at all.
  */
 
 ngx_int_t
 ngx_http_feed_timeline_fallback_add(ngx_http_feed_timeline_ctx_t *ctx,
     ngx_uint_t max, ngx_uint_t *more)
 {
-    char            *json;
-    size_t           len;
     bson_t           post, list;
-    uint32_t         doclen, idlen;
-    ngx_str_t       *items, *item, value;
+    ngx_int_t        rc;
+    ngx_str_t       *items, id;
     ngx_uint_t       n, skipped, answered;
-    bson_oid_t       oid;
-    const char      *id;
-    bson_iter_t      it, iid;
-    const uint8_t   *raw;
+    bson_iter_t      it;
 
     *more = 0;
     skipped = 0;
+
     if (!bson_init_static(&list, ctx->fb_items, ctx->fb_items_len)) {
         return NGX_ERROR;
     }
@@ -341,35 +339,27 @@ ngx_http_feed_timeline_fallback_add(ngx_http_feed_timeline_ctx_t *ctx,
 
     n = 0;
 
-    while (bson_iter_next(&it)) {
-        if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
-            continue;
+    for ( ;; ) {
+        rc = ngx_http_feed_json_next_post(&it, &post, &id);
+
+        if (rc == NGX_DONE) {
+            break;
         }
 
-        bson_iter_document(&it, &doclen, &raw);
-
-        if (!bson_init_static(&post, raw, doclen)
-            || !bson_iter_init_find(&iid, &post, "id")
-            || !BSON_ITER_HOLDS_UTF8(&iid))
-        {
-            continue;
-        }
-
-        id = bson_iter_utf8(&iid, &idlen);
-
-        value.data = (u_char *) id;
-        value.len = idlen;
-
-        if (ngx_http_feed_post_id(&value, &oid) != NGX_OK) {
+        if (rc == NGX_DECLINED) {
             skipped++;
             continue;
         }
 
-        if (ctx->page.has_max && ngx_strcmp(id, ctx->page.max_id) >= 0) {
+        if (ctx->page.has_max
+            && ngx_strcmp(id.data, ctx->page.max_id) >= 0)
+        {
             continue;
         }
 
-        if (ctx->page.has_since && ngx_strcmp(id, ctx->page.since_id) <= 0) {
+        if (ctx->page.has_since
+            && ngx_strcmp(id.data, ctx->page.since_id) <= 0)
+        {
             break;
         }
 
@@ -378,24 +368,14 @@ ngx_http_feed_timeline_fallback_add(ngx_http_feed_timeline_ctx_t *ctx,
             break;
         }
 
-        json = bson_as_relaxed_extended_json(&post, &len);
-        if (json == NULL) {
+        if (ngx_http_feed_json_copy(ctx->request->pool, &post,
+                                    &items[ctx->cached.nitems])
+            != NGX_OK)
+        {
             return NGX_ERROR;
         }
 
-        item = &items[ctx->cached.nitems];
-
-        item->data = ngx_pnalloc(ctx->request->pool, len);
-        if (item->data == NULL) {
-            bson_free(json);
-            return NGX_ERROR;
-        }
-
-        ngx_memcpy(item->data, json, len);
-        item->len = len;
-        bson_free(json);
-
-        ngx_cpystrn((u_char *) ctx->cached.last, (u_char *) id, 25);
+        ngx_cpystrn((u_char *) ctx->cached.last, id.data, 25);
 
         ctx->cached.nitems++;
         n++;

@@ -652,6 +652,12 @@ EOF
             author => 'app7', body => 'not a post id', ts => $base * 1000 });
     }
 
+    # and ids that are not even strings
+    for my $bad (42, ['0123456789abcdef01234567']) {
+        splice(@{$tl{"app7$SFX"}}, 1 + 2 * $i++, 0, { id => $bad,
+            author => 'app7', body => 'no string id', ts => $base * 1000 });
+    }
+
     open $fh, '>', $data or die "$data: $!\n";
     print $fh $JSON->encode(\%tl);
     close $fh;
