@@ -1,0 +1,541 @@
+#!/usr/bin/perl
+
+# Pull authors (issue 13): an author with feed_pull_threshold (50 here)
+# followers or more is not fanned out; their posts are kept in a list of
+# their own (feed:pl:{author}) and merged into their followers' pages at
+# read time.  With 2 workers, feed_cache_size 10 (so that pages past the
+# cache's end come from the fallback: DEEP), link mode, then embed mode:
+#
+#   - pbig (201 followers) and pfifty (50, exactly the threshold) switch to
+#     pull mode with their first post (pushed to every cached follower);
+#     small1 (3 followers) and small2 (1) stay pushed; the reader follows
+#     all four and posts too: every walk of its pages following next, for
+#     limits 1 to 7, 20 and 100, visits every post once, newest first,
+#     each identical to its 201, HIT first and DEEP past the cache;
+#     later posts of pbig and pfifty reach no cached list (0 deliveries);
+#   - a post by pbig is on the first page of its 200 cached followers
+#     within 1 s of its 201, with no fanout delivery, listed once;
+#   - since_id pages and first pages read again and again (kept pages, the
+#     workers' own copies) show a new pulled post as soon as it is listed;
+#   - a pulled post deleted: in no follower's next read;
+#   - unfollow of a pull author: their posts gone from the reader's next
+#     read; follow again: back, and new ones too;
+#   - a reload (SIGHUP) while posting, then a Redis restart (no
+#     persistence: caches and pull lists gone, rebuilt; pull.loads);
+#   - embed mode gives the same answers as link mode.
+#
+# The switches (crossing the threshold up and down, feed_pull_threshold
+# off) are in t/pull_switch.t.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use Test::More;
+use Time::HiRes qw(time sleep);
+use JSON::PP ();
+use FeedTest;
+use FeedTest::Util qw(short tag summary tl_uri tl_page_problems post
+    post_start post_end follow_each read_each none_failed copies
+    copies_summary all_n tl_walk tl_ids node_counts node_moved node_moved_is
+    node_acked workers_up);
+
+my $t = FeedTest->new;
+my $T0 = time;
+
+$t->start_redis;
+$t->start_mongo;
+
+my $CONF = <<'EOF';
+worker_processes 2;
+thread_pool feedtp threads=8;
+events { worker_connections 1024; }
+http {
+    feed_redis 127.0.0.1:%%PORT_REDIS%%;
+    feed_redis_timeout 2s;
+    feed_mongo_uri "%%MONGO_URI%%";
+    feed_mongo_timeout 2s;
+    feed_thread_pool feedtp;
+    feed_cache_size 10;
+    feed_cache_mode @@MODE@@;
+    feed_fanout on;
+    feed_fanout_claim_idle 2s;
+    feed_fanout_block 200ms;
+    feed_pull_threshold 50;
+
+    server {
+        listen 127.0.0.1:%%PORT_HTTP%% reuseport;
+        location ~ ^/users/([^/]+)/following/([^/]+)$ { feed_follow $1 $2; }
+        location ~ ^/users/([^/]+)/posts$ { feed_posts $1; }
+        location ~ ^/users/([^/]+)/posts/([^/]+)$ { feed_user_post $1 $2; }
+        location ~ ^/users/([^/]+)/timeline$ {
+            feed_timeline $1;
+            add_header X-Feed-Cache $feed_cache_status always;
+        }
+        location /_feed/timeline {
+            internal;
+            subrequest_output_buffer_size 16m;
+            feed_timeline_source;
+        }
+        location = /status { feed_status; }
+    }
+}
+EOF
+
+my $JSON = JSON::PP->new->utf8->canonical;
+
+my ($PA, $PB, $S1, $S2, $R) = qw(pbig pfifty small1 small2 reader);
+my @F = map { sprintf 'f%03d', $_ } 1 .. 200;
+
+# ----------------------------------------------------------------- model --
+
+my %FOL;    # user => { followee => 1 }
+my %BY;     # author => [ post ids, oldest first ]
+my %TAG;    # post id => its 201, tag()ged
+my %DEL;    # post id => 1 once deleted
+
+# $u's home timeline as the model has it: ids, newest first
+sub want {
+    my ($u) = @_;
+    return [ sort { $b cmp $a } grep { !$DEL{$_} }
+        map { @{ $BY{$_} || [] } } $u, keys %{ $FOL{$u} || {} } ];
+}
+
+sub follow {
+    my ($name, $target, @users) = @_;
+    my $t0 = time;
+    none_failed([ follow_each($t, $target, @users) ],
+        sprintf('%s: %d follow %s (%.1fs)', $name, scalar @users, $target,
+            time - $t0));
+    $FOL{$_}{$target} = 1 for @users;
+}
+
+sub unfollow {
+    my ($name, $u, $target) = @_;
+    my $r = $t->http('DELETE', "/users/$u/following/$target");
+    is($r->{status}, 204, "$name: $u unfollows $target") or diag(short($r));
+    delete $FOL{$u}{$target};
+}
+
+sub read_all {
+    my ($name, @users) = @_;
+    my $t0 = time;
+    my ($res, @bad) = read_each($t, @users);
+    none_failed(\@bad, sprintf('%s: %d timelines read (%.1fs)', $name,
+        scalar @users, time - $t0));
+    return @$res;
+}
+
+# a post by $au, in the model; its id
+sub mypost {
+    my ($au, $body) = @_;
+    my %keep;
+    my $id = post($t, $au, $body, keep => \%keep) or return;
+    $TAG{$id} = tag($keep{$id});
+    push @{ $BY{$au} }, $id;
+    return $id;
+}
+
+sub remove {
+    my ($name, $au, $id) = @_;
+    my $r = $t->http('DELETE', "/users/$au/posts/$id");
+    is($r->{status}, 204, "$name: deleted") or diag(short($r));
+    $DEL{$id} = 1;
+}
+
+
+# the first $n of a list
+sub head_of { my ($l, $n) = @_; [ @$l[0 .. ($n > @$l ? @$l : $n) - 1] ] }
+
+# X-Feed-Cache of consecutive pages: [status, how many] for each run
+sub runs {
+    my @r;
+    for my $c (map { $_ // '-' } @{ $_[0] }) {
+        @r && $r[-1][0] eq $c ? $r[-1][1]++ : push @r, [ $c, 1 ];
+    }
+    return @r;
+}
+
+# $u's pages, limit $limit, following next: every post once, in order,
+# each as its 201; o{deep} => some page DEEP; o{first} => the first page's
+# X-Feed-Cache.  Returns the walk
+sub walk_ok {
+    my ($name, $u, $limit, %o) = @_;
+    local $Test::Builder::Level = $Test::Builder::Level + 1;
+    my $w = tl_walk($t, $u, $limit);
+    my $want = want($u);
+    my @p = @{ $w->{problems} };
+    push @p, summary($w->{ids}, $want) if "@{$w->{ids}}" ne "@$want";
+    push @p, 'items not identical to their 201s'
+        if !@p && $JSON->encode($w->{items})
+            ne $JSON->encode([ map { $TAG{$_} } @$want ]);
+    my $caches = join ', ', map { "$_->[0] x$_->[1]" } runs($w->{caches});
+    push @p, "first page $w->{caches}[0], want $o{first}"
+        if $o{first} && ($w->{caches}[0] // '') ne $o{first};
+    push @p, 'no page DEEP' if $o{deep} && $caches !~ /DEEP/;
+    ok(!@p, "$name: $u, limit $limit: " . scalar(@$want) . ' posts once, '
+        . 'newest first, as created (' . scalar(@{ $w->{caches} })
+        . " pages: $caches)") or diag(join "\n", @p);
+    return $w;
+}
+
+# first pages (limit 20) of @users as the model has them; the failures
+sub first_pages_bad {
+    my (@users) = @_;
+    my ($res) = read_each($t, @users);
+    my @bad;
+    for my $i (0 .. $#users) {
+        my $r = $res->[$i];
+        my @p = tl_page_problems($r, $users[$i], 20);
+        my $want = head_of(want($users[$i]), 20);
+        push @p, summary(tl_ids($r), $want)
+            if !@p && "@{ tl_ids($r) }" ne "@$want";
+        push @bad, "$users[$i]: @p" if @p;
+    }
+    return @bad;
+}
+
+
+
+
+# polls $u's first page ($limit) until $id is its first post, 1 s from
+# $t201 at the most; the time taken, undef if never
+sub seen_first {
+    my ($u, $id, $t201, $limit) = @_;
+    while (1) {
+        my $r = $t->get(tl_uri($u, limit => $limit));
+        my $at = time;
+        return $at - $t201 if (tl_ids($r)->[0] // '') eq $id;
+        return undef if $at - $t201 > 1;
+        sleep 0.02;
+    }
+}
+
+sub start_nginx {
+    my ($mode) = @_;
+    (my $c = $CONF) =~ s/\@\@MODE\@\@/$mode/;
+    $t->write_conf($c)->run;
+    ok($t->wait_for(10, sub { workers_up($t, 2) }),
+        "$mode: 2 workers up, redis and mongodb up, each reading");
+}
+
+
+# ------------------------------------------ the authors and the switch --
+
+start_nginx('link');
+
+follow('setup', $PA, $R, @F);
+follow('setup', $PB, $R, @F[0 .. 48]);
+follow('setup', $S1, $R, @F[0, 1]);
+follow('setup', $S2, $R);
+read_all('setup', $R, @F);
+
+{
+    my $c0 = node_counts($t);
+    my $sa = mypost($PA, 'pbig switches');
+    my $sb = mypost($PB, 'pfifty switches');
+    node_acked($t, $c0, 2, 'switch');
+
+    my $c = copies($t, $sa, $R, @F);
+    ok(all_n($c, 1), 'switch: pbig\'s first post pushed to its 201 cached '
+        . 'followers') or diag(copies_summary($c));
+    $c = copies($t, $sb, $R, @F[0 .. 48]);
+    ok(all_n($c, 1), 'switch: pfifty\'s to its 50')
+        or diag(copies_summary($c));
+    node_moved_is($t, $c0, { 'pull.to_pull' => 2 }, 'switch');
+
+    my $j = $t->get('/status')->{json} // {};
+    is($JSON->encode([ @{ $j->{pull} // {} }{qw(threshold authors)} ]),
+        '[50,2]', 'status: pull.threshold 50, pull.authors 2')
+        or diag($JSON->encode($j->{pull}));
+}
+
+# ----------------------------------------- posts of every kind, paged --
+
+{
+    my $c0 = node_counts($t);
+    my @pulled;
+    for my $i (1 .. 8) {
+        push @pulled, mypost($PA, "pbig $i");
+        mypost($S1, "small1 $i");
+        push @pulled, mypost($PB, "pfifty $i");
+        mypost($R, "reader $i");
+        mypost($S2, "small2 $i");
+    }
+    node_acked($t, $c0, 40, '40 posts');
+
+    # small1: 3 cached followers, small2: 1, the reader: its own list
+    # deliveries: none for the 16 posts of the pull authors, listed instead
+    node_moved_is($t, $c0, { 'fanout.deliveries' => 8 * 5,
+        'pull.listed' => 16 }, '40 posts');
+    my @in = grep { !all_n(copies($t, $_, $R, @F), 0) } @pulled;
+    ok(!@in, '40 posts: no pulled post in a cached list')
+        or diag("$in[0]: " . copies_summary(copies($t, $in[0], $R, @F)));
+
+    for my $limit (1 .. 7) {
+        walk_ok('paged', $R, $limit, first => 'HIT', deep => 1);
+    }
+    walk_ok('paged', $R, $_) for 20, 100;
+    walk_ok('paged', $F[0], 3, first => 'HIT', deep => 1);
+    walk_ok('paged', $F[1], 5);
+    walk_ok('paged', $F[99], 2, first => 'HIT');
+
+    my $d = node_moved($t, $c0);
+    ok($d->{'pull.reads'} > 0 && $d->{'pull.pulled'} > 0, 'paged: node '
+        . "pull.reads and pull.pulled moved (+$d->{'pull.reads'}, "
+        . "+$d->{'pull.pulled'})");
+}
+
+# ------------------------------ 200 cached followers, within 1 s, no push --
+
+{
+    read_all('200 followers', @F);
+    is($t->redis('EXISTS', map { "feed:tl:{$_}" } @F), 200,
+        '200 followers: each has a cached timeline');
+    my $c0 = node_counts($t);
+    my $id = mypost($PA, 'seen by 200');
+    my $t201 = time;
+
+    # every follower's first page until it shows the post, 50 at a time
+    my (%seen, $last);
+    while (keys %seen < @F && time - $t201 <= 1) {
+        my @todo = grep { !$seen{$_} } @F;
+        while (my @b = splice(@todo, 0, 50)) {
+            my @h = map { $t->http_start('GET', "/users/$_/timeline") } @b;
+            for my $u (@b) {
+                my $r = $t->http_end(shift @h);
+                next unless (tl_ids($r)->[0] // '') eq $id;
+                $seen{$u} = 1;
+                $last = time;
+            }
+        }
+    }
+    ok(keys %seen == @F && $last - $t201 <= 1, sprintf('200 followers: the '
+        . 'post first on every cached follower\'s page within 1 s of its '
+        . '201 (%d of 200, the last after %.3fs)', scalar(keys %seen),
+        ($last // time) - $t201));
+
+    node_acked($t, $c0, 1, '200 followers');
+    node_moved_is($t, $c0, { 'fanout.deliveries' => 0, 'pull.listed' => 1 },
+        '200 followers');
+
+    # each follower's first read that showed it merged the lists
+    my $d = node_moved($t, $c0);
+    ok($d->{'pull.reads'} >= 200 && $d->{'pull.pulled'} >= 200,
+        '200 followers: pull.reads and pull.pulled moved by 200 or more '
+        . "(+$d->{'pull.reads'}, +$d->{'pull.pulled'})");
+    my $c = copies($t, $id, @F);
+    ok(all_n($c, 0), '200 followers: in none of their cached lists')
+        or diag(copies_summary($c));
+    is($t->redis('EXISTS', "feed:tl:{$PA}"), 0,
+        '200 followers: pbig\'s own timeline not cached');
+    my @bad = first_pages_bad(@F, $R);
+    ok(!@bad, '200 followers: every first page as the model has it')
+        or diag(scalar(@bad) . " wrong, first: $bad[0]");
+}
+
+# --------------------- since_id and first pages read again: no stale page --
+
+{
+    # the first pages kept (feed:tlp) and copied by both workers
+    for (1 .. 6) {
+        $t->get(tl_uri($R, limit => 5));
+        $t->get("/users/$R/timeline");
+    }
+    my $head = want($R)->[0];
+    my $id = mypost($PA, 'after kept pages');
+    my $t201 = time;
+    my $when = seen_first($R, $id, $t201, 5);
+    ok(defined $when, sprintf('kept pages: the new pulled post first on '
+        . 'the reader\'s page within 1 s (%.3fs)', $when // -1));
+
+    my @bad;
+    for my $i (1 .. 12) {
+        my $limit = $i % 2 ? 5 : 20;
+        my $r = $t->get(tl_uri($R, limit => $limit));
+        my $want = head_of(want($R), $limit);
+        push @bad, "read $i: " . summary(tl_ids($r), $want)
+            . ' ' . short($r) if "@{ tl_ids($r) }" ne "@$want";
+    }
+    ok(!@bad, 'kept pages: 12 first pages after it (limits 5, 20), each '
+        . 'with it') or diag(join "\n", @bad);
+
+    my $all = want($R);
+    for my $q ([ 'the head before it', $head, 20, [ $id ] ],
+        [ 'the 6th', $all->[5], 3, head_of($all, 3) ],
+        [ 'the 6th', $all->[5], 100, head_of($all, 5) ],
+        [ 'it', $id, 20, [] ])
+    {
+        my ($what, $since, $limit, $want) = @$q;
+        my $r = $t->get(tl_uri($R, limit => $limit, since_id => $since));
+        my @p = tl_page_problems($r, $R, $limit);
+        ok(!@p && "@{ tl_ids($r) }" eq "@$want", "since_id: limit $limit, "
+            . "since $what: " . scalar(@$want) . ' posts')
+            or diag(join "\n", @p, summary(tl_ids($r), $want));
+    }
+
+    # pfifty, exactly at the threshold: the same for a follower of it
+    $t->get(tl_uri($F[0], limit => 4)) for 1 .. 4;
+    my $id2 = mypost($PB, 'pfifty after kept pages');
+    $when = seen_first($F[0], $id2, time, 4);
+    ok(defined $when, sprintf('kept pages: pfifty\'s new post first on '
+        . 'f001\'s page within 1 s (%.3fs)', $when // -1));
+    my $r = $t->get(tl_uri($F[0], limit => 4));
+    is("@{ tl_ids($r) }", "@{ head_of(want($F[0]), 4) }",
+        'kept pages: f001\'s next first page too');
+}
+
+# ----------------------------------------------------------- delete --
+
+{
+    my $gone = $BY{$PA}[-1];
+    remove('delete newest', $PA, $gone);
+    my ($res) = read_each($t, $R, @F);
+    my @shown = grep { $_->{status} != 200
+        || index($_->{body}, $gone) >= 0 } @$res;
+    ok(!@shown, 'delete newest: in no read of the 201 followers right after '
+        . 'the 204') or diag(scalar(@shown) . ' wrong, first: '
+            . short($shown[0]));
+
+    my $old = (grep { !$DEL{$_} } @{ $BY{$PA} })[1];
+    remove('delete old', $PA, $old);
+    walk_ok('delete old', $R, 7, deep => 1);
+    my @bad = first_pages_bad(@F, $R);
+    ok(!@bad, 'delete: every first page as the model has it')
+        or diag(scalar(@bad) . " wrong, first: $bad[0]");
+}
+
+# ------------------------------------------------- unfollow, follow --
+
+{
+    unfollow('unfollow', $R, $PA);
+    walk_ok('unfollow', $R, 7);
+    my $c0 = node_counts($t);
+    my $id = mypost($PA, 'while the reader does not follow');
+    node_acked($t, $c0, 1, 'unfollow');
+    walk_ok('unfollow, pbig posted', $R, 7);
+
+    follow('follow again', $PA, $R);
+    walk_ok('follow again', $R, 6, deep => 1);
+    $id = mypost($PA, 'after the reader followed again');
+    my $when = seen_first($R, $id, time, 20);
+    ok(defined $when, sprintf('follow again: the new pulled post first on '
+        . 'the reader\'s page within 1 s (%.3fs)', $when // -1));
+    walk_ok('follow again', $R, 4, first => 'HIT');
+}
+
+# ---------------------------------------------- reload while posting --
+
+{
+    my $c0 = node_counts($t);
+    my @old = $t->worker_pids;
+    my $id = mypost($PA, 'right before the reload');
+    $t->signal('nginx', 'HUP');
+    my @h = map { [ $_, post_start($t, $_, "during the reload by $_") ] }
+        $PA, $S1, $PB, $R;
+    for my $h (@h) {
+        my %keep;
+        my $p = post_end($t, $h->[1], "post by $h->[0] during the reload",
+            keep => \%keep) or next;
+        $TAG{$p} = tag($keep{$p});
+        push @{ $BY{ $h->[0] } }, $p;
+    }
+    ok($t->wait_for(15, sub {
+        my %now = map { $_ => 1 } $t->worker_pids;
+        keys %now == 2 && !grep { $now{$_} } @old;
+    }), 'reload: 2 new workers, the old ones gone');
+    ok($t->wait_for(10, sub { workers_up($t, 2) }), 'reload: each reading');
+    my $id2 = mypost($PA, 'after the reload');
+    node_acked($t, $c0, 6, 'reload');
+
+    walk_ok('reload', $R, 5, first => 'HIT', deep => 1);
+    walk_ok('reload', $F[0], 7);
+    my @bad = first_pages_bad(@F, $R);
+    ok(!@bad, 'reload: every first page as the model has it')
+        or diag(scalar(@bad) . " wrong, first: $bad[0]");
+    my @in = grep { !all_n(copies($t, $_, $R, @F), 0) }
+        $id, $id2, $BY{$PA}[-2];
+    ok(!@in, 'reload: pbig\'s posts in no cached list') or diag("@in");
+}
+
+# ---------------------------------------------------- Redis restart --
+
+my %LINK;   # limit => the reader's walk in link mode
+
+{
+    my $c0 = node_counts($t);
+    $t->stop_redis;
+    $t->start_redis;
+    ok($t->wait_for(10, sub { workers_up($t, 2) }),
+        'redis restart: every worker reconnected and reading');
+
+    my $w = walk_ok('redis restart', $R, 5, first => 'MISS', deep => 1);
+    my $loads = node_moved($t, $c0)->{'pull.loads'};
+    ok($loads > 0, "redis restart: node pull.loads moved (+$loads): the "
+        . 'pull lists rebuilt');
+    my @bad = first_pages_bad(@F);
+    ok(!@bad, 'redis restart: every follower\'s first page (rebuilt) as '
+        . 'the model has it') or diag(scalar(@bad) . " wrong, first: $bad[0]");
+
+    my $c1 = node_counts($t);
+    my $id = mypost($PA, 'after the redis restart');
+    my $when = seen_first($R, $id, time, 20);
+    ok(defined $when, sprintf('redis restart: a new pulled post first on '
+        . 'the reader\'s page within 1 s (%.3fs)', $when // -1));
+    node_acked($t, $c1, 1, 'redis restart');
+    @bad = first_pages_bad(@F, $R);
+    ok(!@bad, 'redis restart: every first page with it')
+        or diag(scalar(@bad) . " wrong, first: $bad[0]");
+    my $c = copies($t, $id, $R, @F);
+    ok(all_n($c, 0), 'redis restart: pbig still pulled (in no cached list)')
+        or diag(copies_summary($c));
+
+    for my $limit (1, 3, 7, 20) {
+        $LINK{$limit} = walk_ok('link', $R, $limit);
+    }
+    $LINK{f001} = walk_ok('link', $F[0], 4);
+}
+
+# ------------------------------------------------------------- embed --
+
+$t->stop;
+$t->stop_redis;
+$t->start_redis;
+start_nginx('embed');
+read_all('embed', $R, @F);
+
+{
+    for my $limit (1, 3, 7, 20) {
+        my $w = walk_ok('embed', $R, $limit, $limit < 20 ? (deep => 1) : ());
+        is($JSON->encode($w->{items}), $JSON->encode($LINK{$limit}{items}),
+            "embed: limit $limit: the same posts as in link mode");
+    }
+    my $w = walk_ok('embed', $F[0], 4, first => 'HIT');
+    is($JSON->encode($w->{items}), $JSON->encode($LINK{f001}{items}),
+        'embed: f001: the same posts as in link mode');
+
+    my $c0 = node_counts($t);
+    my $id = mypost($PA, 'in embed mode');
+    my $when = seen_first($R, $id, time, 3);
+    ok(defined $when, sprintf('embed: a new pulled post first on the '
+        . 'reader\'s page within 1 s (%.3fs)', $when // -1));
+    node_acked($t, $c0, 1, 'embed');
+    node_moved_is($t, $c0, { 'fanout.deliveries' => 0, 'pull.listed' => 1 },
+        'embed');
+    my @bad = first_pages_bad(@F, $R);
+    ok(!@bad, 'embed: every first page with it')
+        or diag(scalar(@bad) . " wrong, first: $bad[0]");
+    walk_ok('embed', $R, 3, first => 'HIT', deep => 1);
+
+    remove('embed', $PA, $id);
+    my ($res) = read_each($t, $R, @F);
+    my @shown = grep { $_->{status} != 200
+        || index($_->{body}, $id) >= 0 } @$res;
+    ok(!@shown, 'embed: the deleted post in no next read')
+        or diag(scalar(@shown) . ' wrong, first: ' . short($shown[0]));
+}
+
+ok(1, sprintf('total %.1fs', time - $T0));
+
+$t->done;
