@@ -37,7 +37,7 @@ use Time::HiRes qw(time sleep);
 use JSON::PP ();
 use FeedTest;
 use FeedTest::Util qw(short tag summary tl_uri tl_page_problems post
-    post_start post_end follow_each read_each none_failed copies
+    post_start post_end parallel follow_each read_each none_failed copies
     copies_summary all_n tl_walk tl_ids node_counts node_moved node_moved_is
     node_acked workers_up);
 
@@ -147,6 +147,21 @@ sub remove {
 
 # the first $n of a list
 sub head_of { my ($l, $n) = @_; [ @$l[0 .. ($n > @$l ? @$l : $n) - 1] ] }
+
+# the users whose follows (whom they follow) the MongoDB stand-in was asked
+# for past byte $off of its command log
+sub follows_asked {
+    my ($off) = @_;
+    open my $fh, '<', $t->dir . '/mongo-commands.log' or return ();
+    seek $fh, $off, 0;
+    my @src;
+    while (<$fh>) {
+        my $c = eval { FeedTest::json_decode($_) } or next;
+        push @src, $c->{filter}{src} if ($c->{coll} // '') eq 'follows'
+            && ref $c->{filter} eq 'HASH' && defined $c->{filter}{src};
+    }
+    return @src;
+}
 
 # X-Feed-Cache of consecutive pages: [status, how many] for each run
 sub runs {
@@ -290,21 +305,26 @@ read_all('setup', $R, @F);
 # ------------------------------ 200 cached followers, within 1 s, no push --
 
 {
-    read_all('200 followers', @F);
+    my @res = parallel($t, 50, map { [ 'GET', tl_uri($_, limit => 5) ] } @F);
+    is(scalar(grep { $_->{status} == 200 } @res), 200,
+        '200 followers: a page of 5 read by each');
     is($t->redis('EXISTS', map { "feed:tl:{$_}" } @F), 200,
         '200 followers: each has a cached timeline');
+    my $log = -s ($t->dir . '/mongo-commands.log');
     my $c0 = node_counts($t);
     my $id = mypost($PA, 'seen by 200');
     my $t201 = time;
 
-    # every follower's first page until it shows the post, 50 at a time
-    my (%seen, $last);
+    # every follower's first page until it shows the post, 50 at a time;
+    # pages of 5, inside every cache (those of 20 go past some: DEEP)
+    my (%seen, $last, %how);
     while (keys %seen < @F && time - $t201 <= 1) {
         my @todo = grep { !$seen{$_} } @F;
         while (my @b = splice(@todo, 0, 50)) {
-            my @h = map { $t->http_start('GET', "/users/$_/timeline") } @b;
+            my @h = map { $t->http_start('GET', tl_uri($_, limit => 5)) } @b;
             for my $u (@b) {
                 my $r = $t->http_end(shift @h);
+                $how{ $r->{headers}{'x-feed-cache'} // "$r->{status}" }++;
                 next unless (tl_ids($r)->[0] // '') eq $id;
                 $seen{$u} = 1;
                 $last = time;
@@ -315,6 +335,8 @@ read_all('setup', $R, @F);
         . 'post first on every cached follower\'s page within 1 s of its '
         . '201 (%d of 200, the last after %.3fs)', scalar(keys %seen),
         ($last // time) - $t201));
+    is(join(', ', map { "$_ x$how{$_}" } sort keys %how),
+        'HIT x' . ($how{HIT} // 0), '200 followers: every read a HIT');
 
     node_acked($t, $c0, 1, '200 followers');
     node_moved_is($t, $c0, { 'fanout.deliveries' => 0, 'pull.listed' => 1 },
@@ -325,6 +347,9 @@ read_all('setup', $R, @F);
     ok($d->{'pull.reads'} >= 200 && $d->{'pull.pulled'} >= 200,
         '200 followers: pull.reads and pull.pulled moved by 200 or more '
         . "(+$d->{'pull.reads'}, +$d->{'pull.pulled'})");
+    my @asked = follows_asked($log);
+    ok(!@asked, '200 followers: their reads asked MongoDB whom they follow '
+        . 'for none of them') or diag(scalar(@asked) . " asked: @asked");
     my $c = copies($t, $id, @F);
     ok(all_n($c, 0), '200 followers: in none of their cached lists')
         or diag(copies_summary($c));
@@ -375,8 +400,12 @@ read_all('setup', $R, @F);
             or diag(join "\n", @p, summary(tl_ids($r), $want));
     }
 
-    # pfifty, exactly at the threshold: the same for a follower of it
+    # pfifty, exactly at the threshold: the same for a follower of it;
+    # its own timeline cached: the one delivery of its post
     $t->get(tl_uri($F[0], limit => 4)) for 1 .. 4;
+    is($t->get("/users/$PB/timeline")->{status}, 200,
+        'kept pages: pfifty reads its own timeline');
+    my $c0 = node_counts($t);
     my $id2 = mypost($PB, 'pfifty after kept pages');
     $when = seen_first($F[0], $id2, time, 4);
     ok(defined $when, sprintf('kept pages: pfifty\'s new post first on '
@@ -384,6 +413,10 @@ read_all('setup', $R, @F);
     my $r = $t->get(tl_uri($F[0], limit => 4));
     is("@{ tl_ids($r) }", "@{ head_of(want($F[0]), 4) }",
         'kept pages: f001\'s next first page too');
+    node_acked($t, $c0, 1, 'pfifty\'s own');
+    node_moved_is($t, $c0, { 'fanout.deliveries' => 1, 'pull.listed' => 1 },
+        'pfifty\'s own: delivered to its own list only');
+    walk_ok('pfifty\'s own', $PB, 20);
 }
 
 # ----------------------------------------------------------- delete --
