@@ -452,7 +452,7 @@ read_all('setup', $R, @F);
     follow('follow again', $PA, $R);
     walk_ok('follow again', $R, 6, deep => 1);
     $id = mypost($PA, 'after the reader followed again');
-    my $when = seen_first($R, $id, time, 20);
+    my $when = seen_first($R, $id, time, 5);
     ok(defined $when, sprintf('follow again: the new pulled post first on '
         . 'the reader\'s page within 1 s (%.3fs)', $when // -1));
     walk_ok('follow again', $R, 4, first => 'HIT');
@@ -513,7 +513,7 @@ my %LINK;   # limit => the reader's walk in link mode
 
     my $c1 = node_counts($t);
     my $id = mypost($PA, 'after the redis restart');
-    my $when = seen_first($R, $id, time, 20);
+    my $when = seen_first($R, $id, time, 5);
     ok(defined $when, sprintf('redis restart: a new pulled post first on '
         . 'the reader\'s page within 1 s (%.3fs)', $when // -1));
     node_acked($t, $c1, 1, 'redis restart');
