@@ -23,6 +23,7 @@
 #include "ngx_http_feed_fanout.h"
 #include "ngx_http_feed_timeline_cache.h"
 #include "ngx_http_feed_post.h"
+#include "ngx_http_feed_pull.h"
 
 
 #define NGX_HTTP_FEED_FANOUT_RETRY   500
@@ -67,6 +68,12 @@ struct ngx_http_feed_fanout_entry_s {
     u_char                        kind;
     ngx_str_t                     entry;
 
+    /* a post of a pull author: its entry in the author's list */
+    ngx_str_t                     pull_entry;
+
+    /* this post turned its author to pull (not another one first) */
+    ngx_uint_t                    turn_changed;
+
     /* the page being delivered, batch after batch */
     ngx_http_feed_user_t         *users;
     ngx_uint_t                    nusers;
@@ -82,6 +89,12 @@ struct ngx_http_feed_fanout_entry_s {
     unsigned                      last:1;
     unsigned                      own:1;
     unsigned                      failed:1;
+
+    /* the author's list was loaded from MongoDB for this entry */
+    unsigned                      loaded:1;
+
+    /* the post that turned its author to pull did it */
+    unsigned                      turned:1;
 };
 
 
@@ -116,6 +129,15 @@ static void ngx_http_feed_fanout_fail(ngx_http_feed_fanout_entry_t *fe,
     const char *why);
 static void ngx_http_feed_fanout_free(ngx_http_feed_fanout_entry_t *fe);
 static void ngx_http_feed_fanout_post_cache(ngx_http_feed_fanout_entry_t *fe);
+static void ngx_http_feed_fanout_list(ngx_http_feed_fanout_entry_t *fe);
+static void ngx_http_feed_fanout_listed(void *data, redisReply *reply);
+static void ngx_http_feed_fanout_list_loaded(void *data, ngx_int_t rc);
+static void ngx_http_feed_fanout_unlist(ngx_http_feed_fanout_entry_t *fe);
+static void ngx_http_feed_fanout_unlisted(void *data, redisReply *reply);
+static void ngx_http_feed_fanout_turn(ngx_http_feed_fanout_entry_t *fe);
+static void ngx_http_feed_fanout_turn_run(ngx_http_feed_mongo_task_t *t,
+    mongoc_client_t *client);
+static void ngx_http_feed_fanout_turn_done(ngx_http_feed_mongo_task_t *t);
 
 
 static ngx_http_feed_fanout_t  *ngx_http_feed_fanout;
@@ -586,6 +608,11 @@ ngx_http_feed_fanout_start(ngx_http_feed_fanout_t *fo, redisReply *e)
 
     fe->page.want_post = (fe->kind == 'p');
     fe->page.limit = fo->fmcf->fanout_page;
+    fe->page.pull_threshold = fo->fmcf->pull_threshold;
+
+    if (fe->kind == 'd') {
+        ngx_http_feed_fanout_unlist(fe);
+    }
 
     ngx_http_feed_fanout_fetch(fe);
     ngx_http_feed_fanout_settle(fe);
@@ -730,11 +757,20 @@ ngx_http_feed_fanout_fetched(ngx_http_feed_mongo_task_t *t)
             return;
         }
 
+        if (fe->page.to_push) {
+            ngx_http_feed_stat(pull_to_push, 1);
+        }
+
         ngx_http_feed_fanout_post_cache(fe);
+
+        if (fe->page.pull != NGX_HTTP_FEED_PULL_PUSH && !fe->failed) {
+            ngx_http_feed_fanout_list(fe);
+        }
     }
 
     fe->fetched = 1;
-    fe->last = (fe->page.nusers < fe->page.limit);
+    fe->last = (fe->page.nusers < fe->page.limit
+                || fe->page.pull == NGX_HTTP_FEED_PULL_LIST);
 
     ngx_http_feed_fanout_settle(fe);
 }
@@ -754,17 +790,23 @@ ngx_http_feed_fanout_post_cache(ngx_http_feed_fanout_entry_t *fe)
 
     fmcf = fe->fo->fmcf;
 
-    if (fmcf->cache_embed) {
+    if (fmcf->cache_embed || fe->page.pull != NGX_HTTP_FEED_PULL_PUSH) {
+        /* pull authors' lists hold the JSON whatever the mode */
+
         p = ngx_pnalloc(fe->pool, 24 + fe->page.json_len);
         if (p == NULL) {
             fe->failed = 1;
             return;
         }
 
-        fe->entry.data = p;
+        fe->pull_entry.data = p;
         p = ngx_cpymem(p, fe->page.post_id, 24);
         p = ngx_cpymem(p, fe->page.json, fe->page.json_len);
-        fe->entry.len = p - fe->entry.data;
+        fe->pull_entry.len = p - fe->pull_entry.data;
+    }
+
+    if (fmcf->cache_embed) {
+        fe->entry = fe->pull_entry;
 
     } else {
         fe->entry.data = (u_char *) fe->page.post_id;
@@ -790,6 +832,179 @@ ngx_http_feed_fanout_post_cache(ngx_http_feed_fanout_entry_t *fe)
 
     bson_free(fe->page.json);
     fe->page.json = NULL;
+}
+
+
+/*
+ * A pull author's post (or one of an author turning either way) into the
+ * author's list.  A missing list is loaded from MongoDB first, and the
+ * post added again after: the load may have begun before it was stored.
+ */
+
+static void
+ngx_http_feed_fanout_list(ngx_http_feed_fanout_entry_t *fe)
+{
+    if (ngx_http_feed_timeline_pull_add(fe->fo->fmcf, &fe->page.author,
+                                        &fe->pull_entry,
+                                        ngx_http_feed_fanout_listed, fe)
+        != NGX_OK)
+    {
+        ngx_http_feed_fanout_failing(fe, "redis unavailable");
+        return;
+    }
+
+    fe->waiting++;
+}
+
+
+static void
+ngx_http_feed_fanout_listed(void *data, redisReply *reply)
+{
+    ngx_http_feed_fanout_entry_t  *fe = data;
+
+    fe->waiting--;
+
+    if (reply == NULL || reply->type != REDIS_REPLY_INTEGER) {
+        ngx_http_feed_fanout_failing(fe, reply && reply->str ? reply->str
+                                                 : "redis unavailable");
+
+    } else if (reply->integer >= 0) {
+        ngx_log_debug2(NGX_LOG_DEBUG_CORE, fe->fo->log, 0,
+                       "feed fanout entry %s: %s the author's list",
+                       fe->sid, reply->integer ? "into" : "already in");
+
+        ngx_http_feed_stat(pull_listed, reply->integer);
+
+    } else if (!fe->loaded
+               && ngx_http_feed_pull_load(fe->fo->fmcf, &fe->page.author,
+                                          ngx_http_feed_fanout_list_loaded,
+                                          fe)
+                  == NGX_OK)
+    {
+        fe->loaded = 1;
+        fe->waiting++;
+        return;
+
+    } else {
+        ngx_http_feed_fanout_failing(fe, "the author's list cannot be made");
+    }
+
+    ngx_http_feed_fanout_settle(fe);
+}
+
+
+static void
+ngx_http_feed_fanout_list_loaded(void *data, ngx_int_t rc)
+{
+    ngx_http_feed_fanout_entry_t  *fe = data;
+
+    fe->waiting--;
+
+    if (rc != NGX_OK) {
+        ngx_http_feed_fanout_failing(fe, "the author's list cannot be made");
+
+    } else {
+        ngx_http_feed_fanout_list(fe);
+    }
+
+    ngx_http_feed_fanout_settle(fe);
+}
+
+
+/* a deleted post out of its author's list, if the author has one */
+
+static void
+ngx_http_feed_fanout_unlist(ngx_http_feed_fanout_entry_t *fe)
+{
+    if (ngx_http_feed_timeline_pull_remove(fe->fo->fmcf, &fe->page.author,
+                                           fe->page.post_id,
+                                           ngx_http_feed_fanout_unlisted, fe)
+        != NGX_OK)
+    {
+        ngx_http_feed_fanout_failing(fe, "redis unavailable");
+        return;
+    }
+
+    fe->waiting++;
+}
+
+
+static void
+ngx_http_feed_fanout_unlisted(void *data, redisReply *reply)
+{
+    ngx_http_feed_fanout_entry_t  *fe = data;
+
+    fe->waiting--;
+
+    if (reply == NULL || reply->type != REDIS_REPLY_INTEGER) {
+        ngx_http_feed_fanout_failing(fe, reply && reply->str ? reply->str
+                                                 : "redis unavailable");
+    }
+
+    ngx_http_feed_fanout_settle(fe);
+}
+
+
+/*
+ * The post that turns its author to pull reached every follower, each of
+ * whom merges the author's list now: the author is pull.
+ */
+
+static void
+ngx_http_feed_fanout_turn(ngx_http_feed_fanout_entry_t *fe)
+{
+    ngx_http_feed_mongo_task_t  *t;
+
+    t = ngx_http_feed_mongo_task(fe->pool, fe->fo->fmcf->mongo_client,
+                                 ngx_http_feed_fanout_turn_run,
+                                 ngx_http_feed_fanout_turn_done, fe);
+
+    if (t == NULL || ngx_http_feed_mongo_post(t) != NGX_OK) {
+        ngx_http_feed_fanout_fail(fe, "thread pool queue overflow");
+        return;
+    }
+
+    fe->fetching = 1;
+}
+
+
+static void
+ngx_http_feed_fanout_turn_run(ngx_http_feed_mongo_task_t *t,
+    mongoc_client_t *client)
+{
+    ngx_http_feed_fanout_entry_t  *fe = t->data;
+
+    t->rc = ngx_http_feed_pull_turned(client, t->database, &fe->page.author,
+                                      fe->page.post_id, &fe->turn_changed,
+                                      &t->error);
+}
+
+
+static void
+ngx_http_feed_fanout_turn_done(ngx_http_feed_mongo_task_t *t)
+{
+    ngx_http_feed_fanout_entry_t  *fe = t->data;
+
+    fe->fetching = 0;
+
+    if (t->rc != NGX_OK) {
+        ngx_http_feed_fanout_failing(fe, t->error.message);
+
+    } else {
+        fe->turned = 1;
+
+        if (fe->turn_changed) {
+            ngx_http_feed_stat(pull_to_pull, 1);
+        }
+
+        ngx_log_debug3(NGX_LOG_DEBUG_CORE, fe->fo->log, 0,
+                       "feed fanout entry %s: \"%s\" %s", fe->sid,
+                       fe->page.author.data,
+                       fe->turn_changed ? "is a pull author now"
+                                        : "was turned by another post");
+    }
+
+    ngx_http_feed_fanout_settle(fe);
 }
 
 
@@ -824,9 +1039,16 @@ ngx_http_feed_fanout_settle(ngx_http_feed_fanout_entry_t *fe)
         return;
     }
 
-    if (fe->last) {
-        ngx_http_feed_fanout_ack(fe);
+    if (!fe->last) {
+        return;
     }
+
+    if (fe->page.pull == NGX_HTTP_FEED_PULL_TURN && !fe->turned) {
+        ngx_http_feed_fanout_turn(fe);
+        return;
+    }
+
+    ngx_http_feed_fanout_ack(fe);
 }
 
 
@@ -904,6 +1126,8 @@ ngx_http_feed_fanout_send(ngx_http_feed_fanout_entry_t *fe)
         if (fe->kind == 'p') {
             rc = ngx_http_feed_timeline_cache_deliver(fmcf, fe->pool,
                      fe->users + fe->next, n, &fe->entry,
+                     (fe->page.pull == NGX_HTTP_FEED_PULL_TURN)
+                     ? &fe->page.author : NULL,
                      ngx_http_feed_fanout_delivered, fe);
 
         } else {

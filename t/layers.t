@@ -33,6 +33,8 @@ my %layer = (
     posts_store     => 'store',
     timeline_cache  => 'store',
     timeline_local  => 'store',
+    timeline_pull   => 'store',
+    authors_store   => 'store',
     counts          => 'store',
 
     graph           => 'feature',
@@ -49,6 +51,7 @@ my %layer = (
     fanout_task     => 'feature',
     fanout_consumers => 'feature',
     status          => 'feature',
+    pull            => 'feature',
     schema          => 'feature',
 );
 
@@ -62,6 +65,8 @@ my %owner = (
     '"feed:p:'        => 'timeline_cache.c',
     '"feed:deleting'  => 'timeline_cache.c',
     '"feed:cnt:'      => 'counts.c',
+    '"feed:pl:'       => 'timeline_pull.c',
+    '"feed:pv:'       => 'timeline_pull.c',
 );
 
 sub layer_of {
