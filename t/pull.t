@@ -4,7 +4,8 @@
 # followers or more is not fanned out; their posts are kept in a list of
 # their own (feed:pl:{author}) and merged into their followers' pages at
 # read time.  With 2 workers, feed_cache_size 10 (so that pages past the
-# cache's end come from the fallback: DEEP), link mode, then embed mode:
+# cache's end come from the fallback: DEEP), link mode, then embed mode,
+# then 800:
 #
 #   - pbig (201 followers) and pfifty (50, exactly the threshold) switch to
 #     pull mode with their first post (pushed to every cached follower);
@@ -22,7 +23,9 @@
 #     read; follow again: back, and new ones too;
 #   - a reload (SIGHUP) while posting, then a Redis restart (no
 #     persistence: caches and pull lists gone, rebuilt; pull.loads);
-#   - embed mode gives the same answers as link mode.
+#   - embed mode gives the same answers as link mode;
+#   - with feed_cache_size 800 every list is whole: every page of every
+#     walk is a HIT, merged.
 #
 # The switches (crossing the threshold up and down, feed_pull_threshold
 # off) are in t/pull_switch.t.
@@ -38,8 +41,8 @@ use JSON::PP ();
 use FeedTest;
 use FeedTest::Util qw(short tag summary tl_uri tl_page_problems post
     post_start post_end parallel follow_each read_each none_failed copies
-    copies_summary all_n tl_walk tl_ids node_counts node_moved node_moved_is
-    node_acked workers_up);
+    copies_summary all_n wait_settled tl_walk tl_ids node_counts node_moved
+    node_moved_is node_acked workers_up);
 
 my $t = FeedTest->new;
 my $T0 = time;
@@ -57,7 +60,7 @@ http {
     feed_mongo_uri "%%MONGO_URI%%";
     feed_mongo_timeout 2s;
     feed_thread_pool feedtp;
-    feed_cache_size 10;
+    feed_cache_size @@SIZE@@;
     feed_cache_mode @@MODE@@;
     feed_fanout on;
     feed_fanout_claim_idle 2s;
@@ -173,8 +176,8 @@ sub runs {
 }
 
 # $u's pages, limit $limit, following next: every post once, in order,
-# each as its 201; o{deep} => some page DEEP; o{first} => the first page's
-# X-Feed-Cache.  Returns the walk
+# each as its 201; o{deep} => some page DEEP; o{first}, o{all} => the
+# X-Feed-Cache of the first page, of every page.  Returns the walk
 sub walk_ok {
     my ($name, $u, $limit, %o) = @_;
     local $Test::Builder::Level = $Test::Builder::Level + 1;
@@ -189,6 +192,8 @@ sub walk_ok {
     push @p, "first page $w->{caches}[0], want $o{first}"
         if $o{first} && ($w->{caches}[0] // '') ne $o{first};
     push @p, 'no page DEEP' if $o{deep} && $caches !~ /DEEP/;
+    push @p, "not every page $o{all}"
+        if $o{all} && $caches !~ /^$o{all} x\d+$/;
     ok(!@p, "$name: $u, limit $limit: " . scalar(@$want) . ' posts once, '
         . 'newest first, as created (' . scalar(@{ $w->{caches} })
         . " pages: $caches)") or diag(join "\n", @p);
@@ -228,17 +233,19 @@ sub seen_first {
 }
 
 sub start_nginx {
-    my ($mode) = @_;
+    my ($mode, $size) = @_;
     (my $c = $CONF) =~ s/\@\@MODE\@\@/$mode/;
+    $c =~ s/\@\@SIZE\@\@/$size/;
     $t->write_conf($c)->run;
     ok($t->wait_for(10, sub { workers_up($t, 2) }),
-        "$mode: 2 workers up, redis and mongodb up, each reading");
+        "$mode, cache $size: 2 workers up, redis and mongodb up, each "
+        . 'reading');
 }
 
 
 # ------------------------------------------ the authors and the switch --
 
-start_nginx('link');
+start_nginx('link', 10);
 
 follow('setup', $PA, $R, @F);
 follow('setup', $PB, $R, @F[0 .. 48]);
@@ -434,6 +441,11 @@ read_all('setup', $R, @F);
     my $old = (grep { !$DEL{$_} } @{ $BY{$PA} })[1];
     remove('delete old', $PA, $old);
     walk_ok('delete old', $R, 7, deep => 1);
+    wait_settled($t, 'delete');
+    my @left = grep { my $e = $_; grep { index($e, $_) == 0 } $gone, $old }
+        @{ $t->redis('LRANGE', "feed:pl:{$PA}", 0, -1) };
+    ok(!@left, 'delete: both out of pbig\'s list once fanned out')
+        or diag("@left");
     my @bad = first_pages_bad(@F, $R);
     ok(!@bad, 'delete: every first page as the model has it')
         or diag(scalar(@bad) . " wrong, first: $bad[0]");
@@ -535,7 +547,7 @@ my %LINK;   # limit => the reader's walk in link mode
 $t->stop;
 $t->stop_redis;
 $t->start_redis;
-start_nginx('embed');
+start_nginx('embed', 10);
 read_all('embed', $R, @F);
 
 {
@@ -567,6 +579,28 @@ read_all('embed', $R, @F);
         || index($_->{body}, $id) >= 0 } @$res;
     ok(!@shown, 'embed: the deleted post in no next read')
         or diag(scalar(@shown) . ' wrong, first: ' . short($shown[0]));
+}
+
+# ------------------------------------- a cache that holds everything --
+
+# feed_cache_size 800: every list whole (the reader's, the pull authors'),
+# every page a merge of them, none from the fallback
+$t->stop;
+$t->stop_redis;
+$t->start_redis;
+start_nginx('link', 800);
+read_all('cache 800', $R, @F[0, 1, 99]);
+
+{
+    walk_ok('cache 800', $R, $_, all => 'HIT') for 1 .. 7, 20, 100;
+    walk_ok('cache 800', $_, 3, all => 'HIT') for @F[0, 1, 99];
+    my $c0 = node_counts($t);
+    mypost($_, "cache 800: by $_") for $PA, $S1, $PB, $R, $PA;
+    node_acked($t, $c0, 5, 'cache 800');
+    node_moved_is($t, $c0, { 'fanout.deliveries' => 3 + 1,
+        'pull.listed' => 3 }, 'cache 800');
+    walk_ok('cache 800, 5 more posts', $R, $_, all => 'HIT') for 2, 7;
+    walk_ok('cache 800, 5 more posts', $F[0], 4, all => 'HIT');
 }
 
 ok(1, sprintf('total %.1fs', time - $T0));
