@@ -50,7 +50,7 @@ http {
     feed_mongo_timeout 2s;
     feed_thread_pool feedtp;
     feed_fanout on;
-    feed_fanout_claim_idle 2s;
+    feed_fanout_claim_idle 5s;
     feed_fanout_block 200ms;
     feed_pull_threshold @@THRESHOLD@@;
 
@@ -170,6 +170,34 @@ sub all_see {
 
 
 
+# the order of things in the MongoDB stand-in's command log past byte $off,
+# in seconds from the fanout's read of sw's followers: when sw's mode was
+# written, when the rebuilds asked which followees are pull authors, and
+# when they asked for the posts (the warm comes after that)
+sub race {
+    my ($off) = @_;
+    open my $fh, '<', $t->dir . '/mongo-commands.log' or return '';
+    seek $fh, $off, 0;
+    my ($fan, @mode, @members, @posts);
+    while (<$fh>) {
+        my $c = eval { FeedTest::json_decode($_) } or next;
+        my $f = ref $c->{filter} eq 'HASH' ? $c->{filter} : {};
+        my $coll = $c->{coll} // '';
+        $fan //= $c->{ts} if $coll eq 'follows' && ($f->{dst} // '') eq $SW;
+        push @mode, $c->{ts} if $coll eq 'follow_counts'
+            && $c->{cmd} eq 'update' && ($f->{_id} // '') eq $SW;
+        push @members, $c->{ts} if $coll eq 'follow_counts'
+            && $c->{cmd} eq 'find' && ref $f->{pull} eq 'HASH';
+        push @posts, $c->{ts} if $coll eq 'posts'
+            && ref $f->{author} eq 'HASH';
+    }
+    return 'no read of sw\'s followers' unless defined $fan;
+    my $at = sub { join ' ', map { sprintf '%+.2f', $_ - $fan } @_ };
+    return sprintf('from the fanout\'s read of sw\'s followers: sw\'s mode '
+        . 'written at %s s; the rebuilds asked for pull authors at %s s, '
+        . 'for posts at %s s', map { $at->(@$_) } \@mode, \@members, \@posts);
+}
+
 # the cached followers of $au (and $au if cached), as the model has them
 sub cached_of {
     my ($au) = @_;
@@ -278,8 +306,27 @@ all_see('setup', [ @C ]);
     my $c0 = node_counts($t);
     graph('up again', 'PUT', $SW, @X);
     my @cached = cached_of($SW);
-    my $s13 = mypost($SW, 's13: switches');
+
+    # the turning post fanned out while the timelines of the 3 new
+    # followers and u4 are being rebuilt: MongoDB at 300 ms a command, a
+    # rebuild asks it 4 times, the post's fanout 2 times after its insert
+    my $log = -s ($t->dir . '/mongo-commands.log');
+    $t->mongo_latency(300);
+    my @new = (@X, $U[3]);
+    my $hp = post_start($t, $SW, 's13: turns sw, while timelines are '
+        . 'rebuilt');
+    sleep 0.75;
+    my @h = map { $t->http_start('GET', tl_uri($_, limit => 100)) } @new;
+    my $s13 = keep_post($SW, $hp, 's13');
+    my @res = map { $t->http_end($_) } @h;
+    $t->mongo_latency(0);
+    my @bad = map { "$new[$_]: " . short($res[$_]) }
+        grep { ($res[$_]{headers}{'x-feed-cache'} // '') ne 'MISS' } 0 .. 3;
+    ok(!@bad, 'up again: 4 timelines rebuilt (MISS) meanwhile')
+        or diag(join "\n", @bad);
+    $CACHED{$_} = 1 for @new;
     node_acked($t, $c0, 1, 'up again');
+    ok(1, 'up again: ' . race($log));
     my $c1 = node_counts($t);
     my $s14 = mypost($SW, 's14: in pull mode');
     node_acked($t, $c1, 1, 'up again, then');
@@ -287,10 +334,10 @@ all_see('setup', [ @C ]);
         'up again');
     node_moved_is($t, $c1, { 'fanout.deliveries' => 0, 'pull.listed' => 1 },
         'up again, then');
-    my $c = copies($t, $s13, @cached);
-    ok(all_n($c, 1), 'up again: the switching post pushed, once')
-        or diag(copies_summary($c));
-    $c = copies($t, $s14, @cached);
+    my $c = copies($t, $s13, @cached, @new);
+    ok(all_n($c, 1), 'up again: the turning post once in each cached list, '
+        . 'those rebuilt meanwhile too') or diag(copies_summary($c));
+    $c = copies($t, $s14, @cached, @new);
     ok(all_n($c, 0), 'up again: the next one in no cached list')
         or diag(copies_summary($c));
     all_see('up again', [ @C, @U, @X ], [ $X[2], $U[3] ]);
