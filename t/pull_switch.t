@@ -12,9 +12,11 @@
 #     once (pull.to_pull), later posts reach no cached list;
 #   - down, 51 -> 48, the same way: switched back once (pull.to_push),
 #     later posts pushed again;
-#   - up again, then feed_pull_threshold off (a reload): the pull author's
-#     next posts pushed, nothing listed; an author with 60 followers is
-#     pushed, has no pull list;
+#   - up again, its turning post fanned out while 4 timelines are being
+#     rebuilt; a turning post deleted while it is fanned out;
+#   - feed_pull_threshold off (a reload): the pull author's next posts
+#     pushed; an author with 60 followers pushed, nothing listed, no pull
+#     list;
 #   - after each step every follower (those with a cached timeline and one
 #     reading for the first time) has every post once, newest first, each
 #     as its 201, on one page and following next; those who unfollowed
@@ -58,6 +60,7 @@ http {
         listen 127.0.0.1:%%PORT_HTTP%% reuseport;
         location ~ ^/users/([^/]+)/following/([^/]+)$ { feed_follow $1 $2; }
         location ~ ^/users/([^/]+)/posts$ { feed_posts $1; }
+        location ~ ^/users/([^/]+)/posts/([^/]+)$ { feed_user_post $1 $2; }
         location ~ ^/users/([^/]+)/timeline$ {
             feed_timeline $1;
             add_header X-Feed-Cache $feed_cache_status always;
@@ -85,10 +88,11 @@ my %FOL;    # user => { followee => 1 }
 my %BY;     # author => [ post ids, oldest first ]
 my %TAG;    # post id => its 201, tag()ged
 my %CACHED; # user => 1 while their timeline is cached
+my %DEL;    # post id => 1 once deleted
 
 sub want {
     my ($u) = @_;
-    return [ sort { $b cmp $a }
+    return [ sort { $b cmp $a } grep { !$DEL{$_} }
         map { @{ $BY{$_} || [] } } $u, keys %{ $FOL{$u} || {} } ];
 }
 
@@ -341,6 +345,42 @@ all_see('setup', [ @C ]);
     ok(all_n($c, 0), 'up again: the next one in no cached list')
         or diag(copies_summary($c));
     all_see('up again', [ @C, @U, @X ], [ $X[2], $U[3] ]);
+}
+
+# ------------------------------------------- the turning post deleted --
+
+# tw reaches 50 followers; its first post, which turns it, is deleted while
+# it is being fanned out (MongoDB at 300 ms a command): whether that post
+# finished the turn or the next one takes it over, tw turns once and every
+# follower has every other post once
+{
+    my $tw = 'tw';
+    my $c0 = node_counts($t);
+    graph('turn deleted', 'PUT', $tw, @C[0 .. 40], @U, @X, $PA, $SW);
+    all_see('turn deleted, followed', [ @C, @U, @X, $PA, $SW ]);
+    my @cached = cached_of($tw);
+    $t->mongo_latency(300);
+    my $t1 = mypost($tw, 't1: turns tw, deleted at once');
+    my $r = $t->http('DELETE', "/users/$tw/posts/$t1");
+    $t->mongo_latency(0);
+    is($r->{status}, 204, 'turn deleted: t1 deleted') or diag(short($r));
+    $DEL{$t1} = 1;
+    node_acked($t, $c0, 2, 'turn deleted');
+    my $c1 = node_counts($t);
+    mypost($tw, 't2: after the deleted turning post');
+    node_acked($t, $c1, 1, 'turn deleted, t2');
+    my $c2 = node_counts($t);
+    my $t3 = mypost($tw, 't3: pulled');
+    node_acked($t, $c2, 1, 'turn deleted, t3');
+
+    node_moved_is($t, $c0, { 'pull.to_pull' => 1, 'pull.to_push' => 0 },
+        'turn deleted');
+    node_moved_is($t, $c2, { 'fanout.deliveries' => 0, 'pull.listed' => 1 },
+        'turn deleted, t3');
+    my $c = copies($t, $t1, @cached);
+    ok(all_n($c, 0), 'turn deleted: t1 in no cached list')
+        or diag(copies_summary($c));
+    all_see('turn deleted', [ @C, @U, @X, $PA, $SW ], [ $U[0], $SW ]);
 }
 
 # ---------------------------------------------- feed_pull_threshold off --
