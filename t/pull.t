@@ -25,7 +25,8 @@
 #     persistence: caches and pull lists gone, rebuilt; pull.loads);
 #   - embed mode gives the same answers as link mode;
 #   - with feed_cache_size 800 every list is whole: every page of every
-#     walk is a HIT, merged.
+#     walk is a HIT, merged; an old pulled post, also in rebuilt lists,
+#     deleted; pbig's list expired, or evicted alone: loaded again.
 #
 # The switches (crossing the threshold up and down, feed_pull_threshold
 # off) are in t/pull_switch.t.
@@ -515,6 +516,11 @@ my %LINK;   # limit => the reader's walk in link mode
     ok($t->wait_for(10, sub { workers_up($t, 2) }),
         'redis restart: every worker reconnected and reading');
 
+    # a post before any read: no list of pbig's to add it to yet
+    my $cp = node_counts($t);
+    mypost($PA, 'right after the redis restart');
+    node_acked($t, $cp, 1, 'redis restart, a post');
+
     my $w = walk_ok('redis restart', $R, 5, first => 'MISS', deep => 1);
     my $loads = node_moved($t, $c0)->{'pull.loads'};
     ok($loads > 0, "redis restart: node pull.loads moved (+$loads): the "
@@ -601,6 +607,36 @@ read_all('cache 800', $R, @F[0, 1, 99]);
         'pull.listed' => 3 }, 'cache 800');
     walk_ok('cache 800, 5 more posts', $R, $_, all => 'HIT') for 2, 7;
     walk_ok('cache 800, 5 more posts', $F[0], 4, all => 'HIT');
+
+    # an old post of pbig's, in the reader's rebuilt list and in pbig's
+    my $old = (grep { !$DEL{$_} } @{ $BY{$PA} })[3];
+    my $c = copies($t, $old, $R, @F[0, 99]);
+    ok(all_n($c, 1), 'cache 800: an old post of pbig\'s in the rebuilt '
+        . 'lists') or diag(copies_summary($c));
+    remove('cache 800', $PA, $old);
+    walk_ok('cache 800, deleted', $_, 5, all => 'HIT') for $R, @F[0, 99];
+    wait_settled($t, 'cache 800, deleted');
+    $c = copies($t, $old, $R, @F[0, 99]);
+    ok(all_n($c, 0), 'cache 800: the deleted post gone from those lists')
+        or diag(copies_summary($c));
+    ok(!grep({ index($_, $old) == 0 }
+        @{ $t->redis('LRANGE', "feed:pl:{$PA}", 0, -1) }),
+        'cache 800: and from pbig\'s');
+
+    # pbig's list and its version expired: loaded again at the next read
+    $c0 = node_counts($t);
+    $t->redis('DEL', "feed:pl:{$PA}", "feed:pv:{$PA}");
+    walk_ok('cache 800, pbig\'s list expired', $R, 6, all => 'HIT');
+    node_moved_is($t, $c0, { 'pull.loads' => 1 },
+        'cache 800, pbig\'s list expired');
+    walk_ok('cache 800, pbig\'s list expired', $F[99], 3, all => 'HIT');
+
+    # the list alone gone (evicted under maxmemory), its version left
+    $c0 = node_counts($t);
+    $t->redis('DEL', "feed:pl:{$PA}");
+    walk_ok('cache 800, pbig\'s list evicted', $_, 6) for $R, @F[0, 99];
+    node_moved_is($t, $c0, { 'pull.loads' => 1 },
+        'cache 800, pbig\'s list evicted');
 }
 
 ok(1, sprintf('total %.1fs', time - $T0));
