@@ -35,6 +35,9 @@ use FeedTest::Util qw(short tag summary tl_uri tl_page_problems post_start
     post_end parallel none_failed copies copies_summary all_n tl_walk tl_ids
     node_counts node_moved_is node_acked workers_up);
 
+plan(skip_all => 'the MongoDB stand-in needed: a fresh database, slowed '
+    . 'down, its command log') if FeedTest::real_mongo();
+
 my $t = FeedTest->new;
 my $T0 = time;
 
@@ -381,6 +384,47 @@ all_see('setup', [ @C ]);
     ok(all_n($c, 0), 'turn deleted: t1 in no cached list')
         or diag(copies_summary($c));
     all_see('turn deleted', [ @C, @U, @X, $PA, $SW ], [ $U[0], $SW ]);
+}
+
+# -------------------------------------- Redis restarted during a turn --
+
+# tr reaches 50 followers; Redis restarts (no persistence) while its
+# turning post is being fanned out (MongoDB at 300 ms a command): the
+# caches are gone, the turn may not have finished; the next post finishes
+# it, the one after is listed only
+{
+    my $tr = 'tr';
+    my @all = (@C, @U, @X, $PA, $SW);
+    graph('redis restart', 'PUT', $tr, @C[0 .. 40], @U, @X, $PA, $SW);
+    all_see('redis restart, followed', [ @all ]);
+    my $c0 = node_counts($t);
+    $t->mongo_latency(300);
+    mypost($tr, 'r1: turns tr, Redis restarts meanwhile');
+    ok($t->wait_for(3, sub {
+        @{ $t->redis('XPENDING', 'feed:posts', 'feed', '-', '+', 10) };
+    }), 'redis restart: the turning post being fanned out');
+    $t->stop_redis;
+    $t->mongo_latency(0);
+    %CACHED = ();
+    $t->start_redis;
+    ok($t->wait_for(10, sub { workers_up($t, 2) }),
+        'redis restart: every worker reconnected and reading');
+    all_see('redis restart', [ @all ]);
+
+    my $c1 = node_counts($t);
+    mypost($tr, 'r2: after the restart');
+    node_acked($t, $c1, 1, 'redis restart, r2');
+    my $c2 = node_counts($t);
+    my $r3 = mypost($tr, 'r3: pulled');
+    node_acked($t, $c2, 1, 'redis restart, r3');
+    node_moved_is($t, $c0, { 'pull.to_pull' => 1, 'pull.to_push' => 0 },
+        'redis restart');
+    node_moved_is($t, $c2, { 'fanout.deliveries' => 0, 'pull.listed' => 1 },
+        'redis restart, r3');
+    my $c = copies($t, $r3, cached_of($tr));
+    ok(all_n($c, 0), 'redis restart: r3 in no cached list')
+        or diag(copies_summary($c));
+    all_see('redis restart, r3', [ @all ], [ $C[1], $SW ]);
 }
 
 # ---------------------------------------------- feed_pull_threshold off --
