@@ -60,6 +60,16 @@ static void ngx_http_feed_fanout_post_cache(ngx_http_feed_fanout_entry_t *fe);
 
 static ngx_http_feed_fanout_t  *ngx_http_feed_fanout;
 
+#if (NGX_DEBUG)
+
+/* what is done with a post (ngx_http_feed_pull_action_e), for the log */
+static char  *ngx_http_feed_fanout_actions[] = {
+    "pushed", "pushed and listed", "pushed, listed, turning its author",
+    "listed only (a pull author)"
+};
+
+#endif
+
 
 ngx_int_t
 ngx_http_feed_fanout_init(ngx_cycle_t *cycle,
@@ -674,6 +684,10 @@ ngx_http_feed_fanout_fetched(ngx_http_feed_mongo_task_t *t)
             ngx_http_feed_fanout_ack(fe);
             return;
         }
+
+        ngx_log_debug2(NGX_LOG_DEBUG_CORE, fe->fo->log, 0,
+                       "feed fanout entry %s: %s", fe->sid,
+                       ngx_http_feed_fanout_actions[fe->page.pull]);
 
         if (fe->page.to_push) {
             ngx_http_feed_stat(pull_to_push, 1);
