@@ -20,7 +20,7 @@
  */
 
 
-#include "ngx_http_feed_fanout.h"
+#include "ngx_http_feed_fanout_entry.h"
 #include "ngx_http_feed_timeline_cache.h"
 #include "ngx_http_feed_post.h"
 #include "ngx_http_feed_pull.h"
@@ -28,74 +28,6 @@
 
 #define NGX_HTTP_FEED_FANOUT_RETRY   500
 #define NGX_HTTP_FEED_FANOUT_WINDOW  4
-
-
-typedef struct ngx_http_feed_fanout_entry_s  ngx_http_feed_fanout_entry_t;
-
-
-typedef struct {
-    ngx_http_feed_main_conf_t    *fmcf;
-    ngx_http_feed_redis_t        *rd;
-    ngx_log_t                    *log;
-    ngx_event_t                   timer;
-    ngx_connection_t              dummy;
-
-    char                          consumer[NGX_MAXHOSTNAMELEN + 24];
-    size_t                        consumer_len;
-
-    ngx_uint_t                    ready;
-    ngx_uint_t                    reading;
-    int64_t                       client_id;
-    ngx_uint_t                    active;
-    ngx_msec_t                    last_claim;
-
-    /* for feed_status, with the counters of ngx_http_feed_stats */
-    char                          error[128];
-
-    /* the last post fanned out: how many got it, over how long */
-    ngx_uint_t                    last_deliveries;
-    ngx_msec_t                    last_ms;
-} ngx_http_feed_fanout_t;
-
-
-struct ngx_http_feed_fanout_entry_s {
-    ngx_pool_t                   *pool;
-    ngx_http_feed_fanout_t       *fo;
-    ngx_http_feed_mongo_task_t   *task;
-    ngx_http_feed_fanout_page_t   page;
-
-    char                          sid[48];
-    u_char                        kind;
-    ngx_str_t                     entry;
-
-    /* a post of a pull author: its entry in the author's list */
-    ngx_str_t                     pull_entry;
-
-    /* this post turned its author to pull (not another one first) */
-    ngx_uint_t                    turn_changed;
-
-    /* the page being delivered, batch after batch */
-    ngx_http_feed_user_t         *users;
-    ngx_uint_t                    nusers;
-    ngx_uint_t                    next;
-
-    ngx_uint_t                    waiting;
-    ngx_uint_t                    pages;
-    ngx_uint_t                    deliveries;
-    ngx_msec_t                    first_sent;
-    ngx_msec_t                    last_reply;
-    unsigned                      fetching:1;
-    unsigned                      fetched:1;
-    unsigned                      last:1;
-    unsigned                      own:1;
-    unsigned                      failed:1;
-
-    /* the author's list was loaded from MongoDB for this entry */
-    unsigned                      loaded:1;
-
-    /* the post that turned its author to pull did it */
-    unsigned                      turned:1;
-};
 
 
 static void ngx_http_feed_fanout_ready(ngx_http_feed_redis_t *rd,
@@ -120,27 +52,23 @@ static void ngx_http_feed_fanout_fetched(ngx_http_feed_mongo_task_t *t);
 static void ngx_http_feed_fanout_deliver(ngx_http_feed_fanout_entry_t *fe);
 static void ngx_http_feed_fanout_send(ngx_http_feed_fanout_entry_t *fe);
 static void ngx_http_feed_fanout_delivered(void *data, redisReply *reply);
-static void ngx_http_feed_fanout_settle(ngx_http_feed_fanout_entry_t *fe);
 static void ngx_http_feed_fanout_ack(ngx_http_feed_fanout_entry_t *fe);
 static void ngx_http_feed_fanout_acked(void *data, redisReply *reply);
-static void ngx_http_feed_fanout_failing(ngx_http_feed_fanout_entry_t *fe,
-    const char *why);
-static void ngx_http_feed_fanout_fail(ngx_http_feed_fanout_entry_t *fe,
-    const char *why);
 static void ngx_http_feed_fanout_free(ngx_http_feed_fanout_entry_t *fe);
 static void ngx_http_feed_fanout_post_cache(ngx_http_feed_fanout_entry_t *fe);
-static void ngx_http_feed_fanout_list(ngx_http_feed_fanout_entry_t *fe);
-static void ngx_http_feed_fanout_listed(void *data, redisReply *reply);
-static void ngx_http_feed_fanout_list_loaded(void *data, ngx_int_t rc);
-static void ngx_http_feed_fanout_unlist(ngx_http_feed_fanout_entry_t *fe);
-static void ngx_http_feed_fanout_unlisted(void *data, redisReply *reply);
-static void ngx_http_feed_fanout_turn(ngx_http_feed_fanout_entry_t *fe);
-static void ngx_http_feed_fanout_turn_run(ngx_http_feed_mongo_task_t *t,
-    mongoc_client_t *client);
-static void ngx_http_feed_fanout_turn_done(ngx_http_feed_mongo_task_t *t);
 
 
 static ngx_http_feed_fanout_t  *ngx_http_feed_fanout;
+
+#if (NGX_DEBUG)
+
+/* what is done with a post (ngx_http_feed_pull_action_e), for the log */
+static char  *ngx_http_feed_fanout_actions[] = {
+    "pushed", "pushed and listed", "pushed, listed, turning its author",
+    "listed only (a pull author)"
+};
+
+#endif
 
 
 ngx_int_t
@@ -757,6 +685,10 @@ ngx_http_feed_fanout_fetched(ngx_http_feed_mongo_task_t *t)
             return;
         }
 
+        ngx_log_debug2(NGX_LOG_DEBUG_CORE, fe->fo->log, 0,
+                       "feed fanout entry %s: %s", fe->sid,
+                       ngx_http_feed_fanout_actions[fe->page.pull]);
+
         if (fe->page.to_push) {
             ngx_http_feed_stat(pull_to_push, 1);
         }
@@ -836,185 +768,12 @@ ngx_http_feed_fanout_post_cache(ngx_http_feed_fanout_entry_t *fe)
 
 
 /*
- * A pull author's post (or one of an author turning either way) into the
- * author's list.  A missing list is loaded from MongoDB first, and the
- * post added again after: the load may have begun before it was stored.
- */
-
-static void
-ngx_http_feed_fanout_list(ngx_http_feed_fanout_entry_t *fe)
-{
-    if (ngx_http_feed_timeline_pull_add(fe->fo->fmcf, &fe->page.author,
-                                        &fe->pull_entry,
-                                        ngx_http_feed_fanout_listed, fe)
-        != NGX_OK)
-    {
-        ngx_http_feed_fanout_failing(fe, "redis unavailable");
-        return;
-    }
-
-    fe->waiting++;
-}
-
-
-static void
-ngx_http_feed_fanout_listed(void *data, redisReply *reply)
-{
-    ngx_http_feed_fanout_entry_t  *fe = data;
-
-    fe->waiting--;
-
-    if (reply == NULL || reply->type != REDIS_REPLY_INTEGER) {
-        ngx_http_feed_fanout_failing(fe, reply && reply->str ? reply->str
-                                                 : "redis unavailable");
-
-    } else if (reply->integer >= 0) {
-        ngx_log_debug2(NGX_LOG_DEBUG_CORE, fe->fo->log, 0,
-                       "feed fanout entry %s: %s the author's list",
-                       fe->sid, reply->integer ? "into" : "already in");
-
-        ngx_http_feed_stat(pull_listed, reply->integer);
-
-    } else if (!fe->loaded
-               && ngx_http_feed_pull_load(fe->fo->fmcf, &fe->page.author,
-                                          ngx_http_feed_fanout_list_loaded,
-                                          fe)
-                  == NGX_OK)
-    {
-        fe->loaded = 1;
-        fe->waiting++;
-        return;
-
-    } else {
-        ngx_http_feed_fanout_failing(fe, "the author's list cannot be made");
-    }
-
-    ngx_http_feed_fanout_settle(fe);
-}
-
-
-static void
-ngx_http_feed_fanout_list_loaded(void *data, ngx_int_t rc)
-{
-    ngx_http_feed_fanout_entry_t  *fe = data;
-
-    fe->waiting--;
-
-    if (rc != NGX_OK) {
-        ngx_http_feed_fanout_failing(fe, "the author's list cannot be made");
-
-    } else {
-        ngx_http_feed_fanout_list(fe);
-    }
-
-    ngx_http_feed_fanout_settle(fe);
-}
-
-
-/* a deleted post out of its author's list, if the author has one */
-
-static void
-ngx_http_feed_fanout_unlist(ngx_http_feed_fanout_entry_t *fe)
-{
-    if (ngx_http_feed_timeline_pull_remove(fe->fo->fmcf, &fe->page.author,
-                                           fe->page.post_id,
-                                           ngx_http_feed_fanout_unlisted, fe)
-        != NGX_OK)
-    {
-        ngx_http_feed_fanout_failing(fe, "redis unavailable");
-        return;
-    }
-
-    fe->waiting++;
-}
-
-
-static void
-ngx_http_feed_fanout_unlisted(void *data, redisReply *reply)
-{
-    ngx_http_feed_fanout_entry_t  *fe = data;
-
-    fe->waiting--;
-
-    if (reply == NULL || reply->type != REDIS_REPLY_INTEGER) {
-        ngx_http_feed_fanout_failing(fe, reply && reply->str ? reply->str
-                                                 : "redis unavailable");
-    }
-
-    ngx_http_feed_fanout_settle(fe);
-}
-
-
-/*
- * The post that turns its author to pull reached every follower, each of
- * whom merges the author's list now: the author is pull.
- */
-
-static void
-ngx_http_feed_fanout_turn(ngx_http_feed_fanout_entry_t *fe)
-{
-    ngx_http_feed_mongo_task_t  *t;
-
-    t = ngx_http_feed_mongo_task(fe->pool, fe->fo->fmcf->mongo_client,
-                                 ngx_http_feed_fanout_turn_run,
-                                 ngx_http_feed_fanout_turn_done, fe);
-
-    if (t == NULL || ngx_http_feed_mongo_post(t) != NGX_OK) {
-        ngx_http_feed_fanout_fail(fe, "thread pool queue overflow");
-        return;
-    }
-
-    fe->fetching = 1;
-}
-
-
-static void
-ngx_http_feed_fanout_turn_run(ngx_http_feed_mongo_task_t *t,
-    mongoc_client_t *client)
-{
-    ngx_http_feed_fanout_entry_t  *fe = t->data;
-
-    t->rc = ngx_http_feed_pull_turned(client, t->database, &fe->page.author,
-                                      fe->page.post_id, &fe->turn_changed,
-                                      &t->error);
-}
-
-
-static void
-ngx_http_feed_fanout_turn_done(ngx_http_feed_mongo_task_t *t)
-{
-    ngx_http_feed_fanout_entry_t  *fe = t->data;
-
-    fe->fetching = 0;
-
-    if (t->rc != NGX_OK) {
-        ngx_http_feed_fanout_failing(fe, t->error.message);
-
-    } else {
-        fe->turned = 1;
-
-        if (fe->turn_changed) {
-            ngx_http_feed_stat(pull_to_pull, 1);
-        }
-
-        ngx_log_debug3(NGX_LOG_DEBUG_CORE, fe->fo->log, 0,
-                       "feed fanout entry %s: \"%s\" %s", fe->sid,
-                       fe->page.author.data,
-                       fe->turn_changed ? "is a pull author now"
-                                        : "was turned by another post");
-    }
-
-    ngx_http_feed_fanout_settle(fe);
-}
-
-
-/*
  * A page is in: deliver it, and read the next one meanwhile.  Called
  * whenever a fetch or a batch is answered; the entry is let go (failed or
  * acknowledged) only here, and only once nothing of it is in flight.
  */
 
-static void
+void
 ngx_http_feed_fanout_settle(ngx_http_feed_fanout_entry_t *fe)
 {
     if (fe->fetching || fe->waiting) {
@@ -1253,7 +1012,7 @@ ngx_http_feed_fanout_acked(void *data, redisReply *reply)
  * nothing of it is in flight (ngx_http_feed_fanout_settle()).
  */
 
-static void
+void
 ngx_http_feed_fanout_failing(ngx_http_feed_fanout_entry_t *fe,
     const char *why)
 {
@@ -1268,7 +1027,7 @@ ngx_http_feed_fanout_failing(ngx_http_feed_fanout_entry_t *fe,
 
 /* not acknowledged: the entry stays pending and is claimed again */
 
-static void
+void
 ngx_http_feed_fanout_fail(ngx_http_feed_fanout_entry_t *fe, const char *why)
 {
     ngx_log_error(NGX_LOG_WARN, fe->fo->log, 0,

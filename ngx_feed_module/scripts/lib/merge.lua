@@ -15,6 +15,26 @@ local function merge(out, part, pull)
                          author = pull[k]}
   end
 
+  -- past max_id: where each list's entries older than it begin, found in
+  -- a few LINDEX (the lists are sorted), not by reading those before
+  if max ~= '' then
+    for _, s in ipairs(lists) do
+      local lo, hi = 0, redis.call('llen', s.key)
+      while lo < hi do
+        local mid = math.floor((lo + hi) / 2)
+        if string.sub(redis.call('lindex', s.key, mid), 1, 24) < max then
+          hi = mid
+        else
+          lo = mid + 1
+        end
+      end
+      s.buf, s.i, s.pos, s.eof = {}, 1, lo, false
+      if lo > 0 then
+        s.last = string.sub(redis.call('lindex', s.key, lo - 1), 1, 24)
+      end
+    end
+  end
+
   -- the id of a list's next entry in (since_id, max_id), nil at its end;
   -- false when a pull author's list is gone
   local function peek(s)
@@ -22,7 +42,7 @@ local function merge(out, part, pull)
       if s.i > #s.buf then
         if s.eof then return nil end
         s.buf = redis.call('lrange', s.key, s.pos, s.pos + s.chunk - 1)
-        if #s.buf == 0 and s.pos == 0 then return false end
+        if #s.buf == 0 and s.pos == 0 and s.pulled then return false end
         s.pos, s.i = s.pos + #s.buf, 1
         s.eof = #s.buf < s.chunk
         s.chunk = math.min(s.chunk * 2, 1000)
