@@ -136,6 +136,17 @@ sub mypost {
 }
 
 
+# a post by $au, fanned out and acknowledged: its id, and the node's
+# counters before it
+sub post_acked {
+    my ($name, $au, $body) = @_;
+    local $Test::Builder::Level = $Test::Builder::Level + 1;
+    my $c = node_counts($t);
+    my $id = mypost($au, $body);
+    node_acked($t, $c, 1, $name);
+    return ($id, $c);
+}
+
 # every user's timeline on one page (limit 100) and, for @walk, page by
 # page (limit 2): every post once, newest first, as created
 sub all_see {
@@ -290,9 +301,7 @@ all_see('setup', [ @C ]);
     keep_post($SW, $_, 'a post right after the unfollows') for @h;
     node_acked($t, $c0, 5, 'down');
     my @cached = cached_of($SW);
-    my $c1 = node_counts($t);
-    my $s12 = mypost($SW, 's12: pushed again');
-    node_acked($t, $c1, 1, 'down, then');
+    my ($s12, $c1) = post_acked('down, then', $SW, 's12: pushed again');
 
     node_moved_is($t, $c0, { 'pull.to_pull' => 0, 'pull.to_push' => 1 },
         'down');
@@ -334,9 +343,7 @@ all_see('setup', [ @C ]);
     $CACHED{$_} = 1 for @new;
     node_acked($t, $c0, 1, 'up again');
     ok(1, 'up again: ' . race($log));
-    my $c1 = node_counts($t);
-    my $s14 = mypost($SW, 's14: in pull mode');
-    node_acked($t, $c1, 1, 'up again, then');
+    my ($s14, $c1) = post_acked('up again, then', $SW, 's14: in pull mode');
     node_moved_is($t, $c0, { 'pull.to_pull' => 1, 'pull.to_push' => 0 },
         'up again');
     node_moved_is($t, $c1, { 'fanout.deliveries' => 0, 'pull.listed' => 1 },
@@ -369,12 +376,8 @@ all_see('setup', [ @C ]);
     is($r->{status}, 204, 'turn deleted: t1 deleted') or diag(short($r));
     $DEL{$t1} = 1;
     node_acked($t, $c0, 2, 'turn deleted');
-    my $c1 = node_counts($t);
-    mypost($tw, 't2: after the deleted turning post');
-    node_acked($t, $c1, 1, 'turn deleted, t2');
-    my $c2 = node_counts($t);
-    my $t3 = mypost($tw, 't3: pulled');
-    node_acked($t, $c2, 1, 'turn deleted, t3');
+    post_acked('turn deleted, t2', $tw, 't2: after the deleted turning post');
+    my ($t3, $c2) = post_acked('turn deleted, t3', $tw, 't3: pulled');
 
     node_moved_is($t, $c0, { 'pull.to_pull' => 1, 'pull.to_push' => 0 },
         'turn deleted');
@@ -411,12 +414,8 @@ all_see('setup', [ @C ]);
         'redis restart: every worker reconnected and reading');
     all_see('redis restart', [ @all ]);
 
-    my $c1 = node_counts($t);
-    mypost($tr, 'r2: after the restart');
-    node_acked($t, $c1, 1, 'redis restart, r2');
-    my $c2 = node_counts($t);
-    my $r3 = mypost($tr, 'r3: pulled');
-    node_acked($t, $c2, 1, 'redis restart, r3');
+    post_acked('redis restart, r2', $tr, 'r2: after the restart');
+    my ($r3, $c2) = post_acked('redis restart, r3', $tr, 'r3: pulled');
     node_moved_is($t, $c0, { 'pull.to_pull' => 1, 'pull.to_push' => 0 },
         'redis restart');
     node_moved_is($t, $c2, { 'fanout.deliveries' => 0, 'pull.listed' => 1 },
