@@ -19,6 +19,7 @@
 #   - since_id pages and first pages read again and again (kept pages, the
 #     workers' own copies) show a new pulled post as soon as it is listed;
 #   - a pulled post deleted: in no follower's next read;
+#   - MongoDB down: cached first pages (HIT) still right, pull.authors null;
 #   - unfollow of a pull author: their posts gone from the reader's next
 #     read; follow again: back, and new ones too;
 #   - a reload (SIGHUP) while posting, then a Redis restart (no
@@ -207,14 +208,24 @@ sub walk_ok {
 # first pages (limit 20) of @users as the model has them; the failures
 sub first_pages_bad {
     my (@users) = @_;
-    my ($res) = read_each($t, @users);
+    return pages_bad(20, undef, @users);
+}
+
+# the same for pages of $limit, each with X-Feed-Cache $cache unless undef
+sub pages_bad {
+    my ($limit, $cache, @users) = @_;
+    my @res = parallel($t, 50,
+        map { [ 'GET', tl_uri($_, limit => $limit) ] } @users);
     my @bad;
     for my $i (0 .. $#users) {
-        my $r = $res->[$i];
-        my @p = tl_page_problems($r, $users[$i], 20);
-        my $want = head_of(want($users[$i]), 20);
+        my $r = $res[$i];
+        my @p = tl_page_problems($r, $users[$i], $limit);
+        my $want = head_of(want($users[$i]), $limit);
         push @p, summary(tl_ids($r), $want)
             if !@p && "@{ tl_ids($r) }" ne "@$want";
+        push @p, "X-Feed-Cache $r->{headers}{'x-feed-cache'}"
+            if !@p && defined $cache
+                && $r->{headers}{'x-feed-cache'} ne $cache;
         push @bad, "$users[$i]: @p" if @p;
     }
     return @bad;
@@ -308,9 +319,10 @@ read_all('setup', $R, @F);
     walk_ok('paged', $F[99], 2, first => 'HIT');
 
     my $d = node_moved($t, $c0);
-    ok($d->{'pull.reads'} > 0 && $d->{'pull.pulled'} > 0, 'paged: node '
-        . "pull.reads and pull.pulled moved (+$d->{'pull.reads'}, "
-        . "+$d->{'pull.pulled'})");
+    ok($d->{'pull.reads'} > 0 && $d->{'pull.pulled'} > 0
+        && $d->{'pull.merge_us'} > 0, 'paged: node pull.reads, pull.pulled '
+        . "and pull.merge_us moved (+$d->{'pull.reads'}, "
+        . "+$d->{'pull.pulled'}, +$d->{'pull.merge_us'})");
 }
 
 # ------------------------------ 200 cached followers, within 1 s, no push --
@@ -453,6 +465,24 @@ read_all('setup', $R, @F);
     my @bad = first_pages_bad(@F, $R);
     ok(!@bad, 'delete: every first page as the model has it')
         or diag(scalar(@bad) . " wrong, first: $bad[0]");
+}
+
+# ---------------------------------------------------- MongoDB down --
+
+# cached timelines need no MongoDB, pull authors or not
+{
+    $t->stop_mongo;
+    my @bad = pages_bad(5, 'HIT', $R, @F);
+    ok(!@bad, 'mongodb down: the first pages of 5 of the reader and the 200 '
+        . 'followers, HIT, as the model has them')
+        or diag(scalar(@bad) . " wrong, first: $bad[0]");
+    my $j = $t->get('/status')->{json} // {};
+    ok(ref $j->{pull} eq 'HASH' && exists $j->{pull}{authors}
+        && !defined $j->{pull}{authors} && !$j->{mongo}{up},
+        'mongodb down: status mongo.up false, pull.authors null')
+        or diag($JSON->encode($j));
+    $t->start_mongo;
+    ok($t->wait_for(10, sub { workers_up($t, 2) }), 'mongodb up again');
 }
 
 # ------------------------------------------------- unfollow, follow --
@@ -640,6 +670,53 @@ read_all('cache 800', $R, @F[0, 1, 99]);
     walk_ok('cache 800, pbig\'s list evicted', $_, 6) for $R, @F[0, 99];
     node_moved_is($t, $c0, { 'pull.loads' => 1 },
         'cache 800, pbig\'s list evicted');
+}
+
+# ------------------------------------------------ long lists, merged --
+
+# 250 more posts of pfifty's (pulled) and 100 of small2's (pushed), 25 at
+# a time: pages deep in the lists, read in growing chunks by the script
+{
+    my $t0 = time;
+    my $c0 = node_counts($t);
+    my @spec = map { $_ % 7 == 3 || $_ % 7 == 6 ? $S2 : $PB } 1 .. 350;
+    while (my @b = splice(@spec, 0, 25)) {
+        my @h = map { [ $_, post_start($t, $_, "long lists: by $_") ] } @b;
+        for my $h (@h) {
+            my %keep;
+            my $id = post_end($t, $h->[1], "post by $h->[0]",
+                keep => \%keep) or next;
+            $TAG{$id} = tag($keep{$id});
+            push @{ $BY{ $h->[0] } }, $id;
+        }
+    }
+    node_acked($t, $c0, 350, 'long lists');
+    ok(1, sprintf('long lists: 350 posts (%.1fs)', time - $t0));
+    node_moved_is($t, $c0, { 'fanout.deliveries' => 100,
+        'pull.listed' => 250 }, 'long lists');
+
+    walk_ok('long lists', $R, $_, all => 'HIT') for 7, 33, 100;
+    walk_ok('long lists', $F[0], 50, all => 'HIT');
+
+    # pages between max_id and since_id, anywhere in the reader's timeline
+    my $all = want($R);
+    my @bad;
+    for my $q ([ 0, 400, 20 ], [ 10, 300, 100 ], [ 150, 160, 5 ],
+        [ 290, 420, 100 ], [ 5, 9, 1 ], [ 200, 201, 7 ], [ 77, 390, 64 ])
+    {
+        my ($hi, $lo, $limit) = @$q;
+        my @in = @$all[$hi + 1 .. $lo - 1];
+        my $want = [ @in[0 .. ($limit > @in ? @in : $limit) - 1] ];
+        my $r = $t->get(tl_uri($R, limit => $limit, max_id => $all->[$hi],
+            since_id => $all->[$lo]));
+        my @p = tl_page_problems($r, $R, $limit);
+        push @p, summary(tl_ids($r), $want)
+            if !@p && "@{ tl_ids($r) }" ne "@$want";
+        push @bad, "max_id the ${hi}th, since_id the ${lo}th, limit $limit: "
+            . join('; ', @p) if @p;
+    }
+    ok(!@bad, 'long lists: 7 pages between a max_id and a since_id, as '
+        . 'the model has them') or diag(join "\n", @bad);
 }
 
 ok(1, sprintf('total %.1fs', time - $T0));
