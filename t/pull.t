@@ -41,8 +41,8 @@ use Test::More;
 use Time::HiRes qw(time sleep);
 use JSON::PP ();
 use FeedTest;
-use FeedTest::Util qw(short tag summary tl_uri tl_page_problems post
-    post_start post_end parallel follow_each read_each none_failed copies
+use FeedTest::Util qw(short summary tl_uri tl_page_problems post_start
+    post_end_tagged parallel follow_each read_each none_failed copies
     copies_summary all_n wait_settled tl_walk tl_ids node_counts node_moved
     node_moved_is node_acked workers_up);
 
@@ -138,11 +138,22 @@ sub read_all {
 # a post by $au, in the model; its id
 sub mypost {
     my ($au, $body) = @_;
-    my %keep;
-    my $id = post($t, $au, $body, keep => \%keep) or return;
-    $TAG{$id} = tag($keep{$id});
-    push @{ $BY{$au} }, $id;
-    return $id;
+    return (posts_at_once([ $au, $body ]))[0];
+}
+
+# posts by several authors at once, [author, body] each, in the model;
+# their ids
+sub posts_at_once {
+    my @h = map { [ $_->[0], post_start($t, @$_) ] } @_;
+    my @ids;
+    for my $h (@h) {
+        my ($id, $tag) = post_end_tagged($t, $h->[1], "post by $h->[0]")
+            or next;
+        $TAG{$id} = $tag;
+        push @{ $BY{ $h->[0] } }, $id;
+        push @ids, $id;
+    }
+    return @ids;
 }
 
 sub remove {
@@ -511,15 +522,8 @@ read_all('setup', $R, @F);
     my @old = $t->worker_pids;
     my $id = mypost($PA, 'right before the reload');
     $t->signal('nginx', 'HUP');
-    my @h = map { [ $_, post_start($t, $_, "during the reload by $_") ] }
-        $PA, $S1, $PB, $R;
-    for my $h (@h) {
-        my %keep;
-        my $p = post_end($t, $h->[1], "post by $h->[0] during the reload",
-            keep => \%keep) or next;
-        $TAG{$p} = tag($keep{$p});
-        push @{ $BY{ $h->[0] } }, $p;
-    }
+    posts_at_once(map { [ $_, "during the reload by $_" ] } $PA, $S1, $PB,
+        $R);
     ok($t->wait_for(15, sub {
         my %now = map { $_ => 1 } $t->worker_pids;
         keys %now == 2 && !grep { $now{$_} } @old;
@@ -681,14 +685,7 @@ read_all('cache 800', $R, @F[0, 1, 99]);
     my $c0 = node_counts($t);
     my @spec = map { $_ % 7 == 3 || $_ % 7 == 6 ? $S2 : $PB } 1 .. 350;
     while (my @b = splice(@spec, 0, 25)) {
-        my @h = map { [ $_, post_start($t, $_, "long lists: by $_") ] } @b;
-        for my $h (@h) {
-            my %keep;
-            my $id = post_end($t, $h->[1], "post by $h->[0]",
-                keep => \%keep) or next;
-            $TAG{$id} = tag($keep{$id});
-            push @{ $BY{ $h->[0] } }, $id;
-        }
+        posts_at_once(map { [ $_, "long lists: by $_" ] } @b);
     }
     node_acked($t, $c0, 350, 'long lists');
     ok(1, sprintf('long lists: 350 posts (%.1fs)', time - $t0));

@@ -32,8 +32,8 @@ use Time::HiRes qw(time sleep);
 use JSON::PP ();
 use FeedTest;
 use FeedTest::Util qw(short tag summary tl_uri tl_page_problems post_start
-    post_end parallel none_failed copies copies_summary all_n tl_walk tl_ids
-    node_counts node_moved_is node_acked workers_up);
+    post_end_tagged parallel none_failed copies copies_summary all_n tl_walk
+    tl_ids node_counts node_moved_is node_acked workers_up);
 
 plan(skip_all => 'the MongoDB stand-in needed: a fresh database, slowed '
     . 'down, its command log') if FeedTest::real_mongo();
@@ -121,11 +121,11 @@ sub followers {
     return sort grep { $FOL{$_}{$au} } keys %FOL;
 }
 
+# a post started by post_start(), in the model once answered; its id
 sub keep_post {
     my ($au, $h, $name) = @_;
-    my %keep;
-    my $id = post_end($t, $h, $name, keep => \%keep) or return;
-    $TAG{$id} = tag($keep{$id});
+    my ($id, $tag) = post_end_tagged($t, $h, $name) or return;
+    $TAG{$id} = $tag;
     push @{ $BY{$au} }, $id;
     return $id;
 }

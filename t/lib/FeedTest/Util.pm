@@ -21,7 +21,7 @@ our @EXPORT_OK = qw(
     is_error post_problems tl_uri tl_page_problems
     status_all statuses fsum
     parallel follow_each read_each none_failed
-    post post_start post_end
+    post post_start post_end post_end_tagged
     rd tl_key copies copies_summary all_n group_info wait_settled
     tl_ids tl_walk node_counts node_moved node_moved_is node_acked
     workers_up
@@ -449,6 +449,15 @@ sub post_end {
         diag(short($r));
     }
     return;
+}
+
+# post_end(), with the 201 tag()ged: (id, tag), or nothing
+sub post_end_tagged {
+    my ($t, $h, $name) = @_;
+    local $Test::Builder::Level = $Test::Builder::Level + 1;
+    my %keep;
+    my $id = post_end($t, $h, $name, keep => \%keep) or return;
+    return ($id, tag($keep{$id}));
 }
 
 # a post by $uid, {"body": $body}: as post_end()
