@@ -136,6 +136,16 @@ sub mypost {
 }
 
 
+# a test: status pull.authors (MongoDB's count of authors turning or
+# pull) is $n
+sub authors_are {
+    my ($n, $name) = @_;
+    local $Test::Builder::Level = $Test::Builder::Level + 1;
+    my $j = $t->get('/status')->{json} // {};
+    is(ref $j->{pull} eq 'HASH' ? $j->{pull}{authors} : 'none', $n,
+        "$name: status pull.authors $n");
+}
+
 # a post by $au, fanned out and acknowledged: its id, and the node's
 # counters before it
 sub post_acked {
@@ -246,6 +256,7 @@ all_see('setup', [ @C ]);
     all_see('49 followers', [ @C, $U[0] ], [ $C[0], $U[0] ]);
     node_moved_is($t, $c0, { 'pull.to_pull' => 0, 'pull.listed' => 0 },
         '49 followers');
+    authors_are(0, '49 followers');
     my $c = copies($t, $p[2], grep { $_ ne $U[0] } cached_of($SW));
     ok(all_n($c, 1), '49 followers: sw\'s post pushed to the 45 cached')
         or diag(copies_summary($c));
@@ -273,6 +284,7 @@ all_see('setup', [ @C ]);
 
     node_moved_is($t, $c0, { 'pull.to_pull' => 1, 'pull.to_push' => 0 },
         'up');
+    authors_are(1, 'up');
 
     # the post after: listed, not delivered (pa's is)
     node_moved_is($t, $c1, { 'pull.listed' => 1,
@@ -305,6 +317,7 @@ all_see('setup', [ @C ]);
 
     node_moved_is($t, $c0, { 'pull.to_pull' => 0, 'pull.to_push' => 1 },
         'down');
+    authors_are(0, 'down');
 
     # the post after: delivered to the cached followers
     node_moved_is($t, $c1, { 'fanout.deliveries' => scalar(@cached) },
@@ -346,6 +359,7 @@ all_see('setup', [ @C ]);
     my ($s14, $c1) = post_acked('up again, then', $SW, 's14: in pull mode');
     node_moved_is($t, $c0, { 'pull.to_pull' => 1, 'pull.to_push' => 0 },
         'up again');
+    authors_are(1, 'up again');
     node_moved_is($t, $c1, { 'fanout.deliveries' => 0, 'pull.listed' => 1 },
         'up again, then');
     my $c = copies($t, $s13, @cached, @new);
@@ -381,6 +395,7 @@ all_see('setup', [ @C ]);
 
     node_moved_is($t, $c0, { 'pull.to_pull' => 1, 'pull.to_push' => 0 },
         'turn deleted');
+    authors_are(2, 'turn deleted');
     node_moved_is($t, $c2, { 'fanout.deliveries' => 0, 'pull.listed' => 1 },
         'turn deleted, t3');
     my $c = copies($t, $t1, @cached);
@@ -418,6 +433,7 @@ all_see('setup', [ @C ]);
     my ($r3, $c2) = post_acked('redis restart, r3', $tr, 'r3: pulled');
     node_moved_is($t, $c0, { 'pull.to_pull' => 1, 'pull.to_push' => 0 },
         'redis restart');
+    authors_are(3, 'redis restart');
     node_moved_is($t, $c2, { 'fanout.deliveries' => 0, 'pull.listed' => 1 },
         'redis restart, r3');
     my $c = copies($t, $r3, cached_of($tr));
