@@ -674,6 +674,11 @@ read_all('cache 800', $R, @F[0, 1, 99]);
     walk_ok('cache 800, pbig\'s list evicted', $_, 6) for $R, @F[0, 99];
     node_moved_is($t, $c0, { 'pull.loads' => 1 },
         'cache 800, pbig\'s list evicted');
+
+    # the reader's own list expired (its pull authors' set outlives it)
+    $t->redis('DEL', "feed:tl:{$R}");
+    walk_ok('cache 800, the reader\'s list expired', $R, 7, first => 'MISS');
+    walk_ok('cache 800, the reader\'s list expired', $R, 5, all => 'HIT');
 }
 
 # ------------------------------------------------ long lists, merged --
