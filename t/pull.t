@@ -137,12 +137,12 @@ sub read_all {
 
 # a post by $au, in the model; its id
 sub mypost {
-    my ($au, $body) = @_;
-    return (posts_at_once([ $au, $body ]))[0];
+    my ($au, $body, $data) = @_;
+    return (posts_at_once([ $au, $body, $data ]))[0];
 }
 
-# posts by several authors at once, [author, body] each, in the model;
-# their ids
+# posts by several authors at once, [author, body, data] each, in the
+# model; their ids
 sub posts_at_once {
     my @h = map { [ $_->[0], post_start($t, @$_) ] } @_;
     my @ids;
@@ -305,7 +305,9 @@ read_all('setup', $R, @F);
     my $c0 = node_counts($t);
     my @pulled;
     for my $i (1 .. 8) {
-        push @pulled, mypost($PA, "pbig $i");
+        push @pulled, mypost($PA, "pbig $i: h\x{e9}llo \"q\" \\ \n\t\x{0}"
+            . " \x{1f600}", { lang => 'fr', n => [ $i, 2.5, JSON::PP::true,
+            undef ], deep => { a => { b => "\x{2713}" } } });
         mypost($S1, "small1 $i");
         push @pulled, mypost($PB, "pfifty $i");
         mypost($R, "reader $i");

@@ -421,11 +421,12 @@ sub none_failed {
 
 # ------------------------------------------------------------------ posts --
 
-# starts a post by $uid; post_end() collects it
+# starts a post by $uid (with $data when given); post_end() collects it
 sub post_start {
-    my ($t, $uid, $body) = @_;
+    my ($t, $uid, $body, $data) = @_;
     return $t->http_start('POST', "/users/$uid/posts",
-        body => $JSON->encode({ body => $body }),
+        body => $JSON->encode({ body => $body,
+            defined $data ? (data => $data) : () }),
         headers => { 'Content-Type' => 'application/json' });
 }
 
