@@ -27,7 +27,10 @@
 #   - embed mode gives the same answers as link mode;
 #   - with feed_cache_size 800 every list is whole: every page of every
 #     walk is a HIT, merged; an old pulled post, also in rebuilt lists,
-#     deleted; pbig's list expired, or evicted alone: loaded again.
+#     deleted; pbig's list expired, or evicted alone: loaded again; the
+#     reader's own list expired; 250 more pulled posts and 100 pushed:
+#     long walks, pages between max_id and since_id; 30 posts while first
+#     pages are read: none stale once they are listed.
 #
 # The switches (crossing the threshold up and down, feed_pull_threshold
 # off) are in t/pull_switch.t.
@@ -143,10 +146,13 @@ sub mypost {
 
 # posts by several authors at once, [author, body, data] each, in the
 # model; their ids
-sub posts_at_once {
-    my @h = map { [ $_->[0], post_start($t, @$_) ] } @_;
+sub posts_at_once { return posts_end(posts_start(@_)) }
+
+sub posts_start { return map { [ $_->[0], post_start($t, @$_) ] } @_ }
+
+sub posts_end {
     my @ids;
-    for my $h (@h) {
+    for my $h (@_) {
         my ($id, $tag) = post_end_tagged($t, $h->[1], "post by $h->[0]")
             or next;
         $TAG{$id} = $tag;
@@ -721,6 +727,31 @@ read_all('cache 800', $R, @F[0, 1, 99]);
     }
     ok(!@bad, 'long lists: 7 pages between a max_id and a since_id, as '
         . 'the model has them') or diag(join "\n", @bad);
+}
+
+# ------------------------------------------- posts while pages are read --
+
+# 30 posts of pbig's and pfifty's, 3 at a time, while first pages of the
+# reader and f001 are read 8 at a time (kept pages and the workers' copies
+# made and replaced all along): once every post is listed, no read answers
+# a page without them
+{
+    my $c0 = node_counts($t);
+    my ($reads, @bad) = (0);
+    for my $i (1 .. 10) {
+        my @h = posts_start(map { [ $_, "storm $i by $_" ] } $PA, $PB, $PA);
+        my @r = map { $t->http_start('GET', tl_uri($_, limit => 5)) }
+            ($R, $F[0]) x 4;
+        $t->http_end($_) for @r;
+        $reads += @r;
+        posts_end(@h);
+    }
+    node_acked($t, $c0, 30, 'storm');
+    for my $i (1 .. 10) {
+        push @bad, map { "read $i: $_" } pages_bad(5, 'HIT', ($R, $F[0]) x 4);
+    }
+    ok(!@bad, "storm: after $reads reads meanwhile, 80 first pages, each "
+        . 'with every post') or diag(scalar(@bad) . " wrong, first: $bad[0]");
 }
 
 ok(1, sprintf('total %.1fs', time - $T0));
