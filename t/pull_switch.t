@@ -135,7 +135,6 @@ sub mypost {
     return keep_post($au, post_start($t, $au, $body), "post by $au");
 }
 
-
 # a test: status pull.authors (MongoDB's count of authors turning or
 # pull) is $n
 sub authors_are {
@@ -195,9 +194,6 @@ sub all_see {
             ($#bad > 4 ? 4 : $#bad)]));
 }
 
-
-
-
 # the order of things in the MongoDB stand-in's command log past byte $off,
 # in seconds from the fanout's read of sw's followers: when sw's mode was
 # written, when the rebuilds asked which followees are pull authors, and
@@ -231,7 +227,6 @@ sub cached_of {
     my ($au) = @_;
     return grep { $CACHED{$_} } followers($au), $au;
 }
-
 
 sub conf {
     my ($threshold) = @_;
