@@ -172,19 +172,20 @@ sub remove {
 # the first $n of a list
 sub head_of { my ($l, $n) = @_; [ @$l[0 .. ($n > @$l ? @$l : $n) - 1] ] }
 
-# the users whose follows (whom they follow) the MongoDB stand-in was asked
-# for past byte $off of its command log
+# the users whose follows the MongoDB stand-in was asked for past byte
+# $off of its command log: $side src, whom they follow; dst, who follows
+# them
 sub follows_asked {
-    my ($off) = @_;
+    my ($off, $side) = @_;
     open my $fh, '<', $t->dir . '/mongo-commands.log' or return ();
     seek $fh, $off, 0;
-    my @src;
+    my @users;
     while (<$fh>) {
         my $c = eval { FeedTest::json_decode($_) } or next;
-        push @src, $c->{filter}{src} if ($c->{coll} // '') eq 'follows'
-            && ref $c->{filter} eq 'HASH' && defined $c->{filter}{src};
+        push @users, $c->{filter}{$side} if ($c->{coll} // '') eq 'follows'
+            && ref $c->{filter} eq 'HASH' && defined $c->{filter}{$side};
     }
-    return @src;
+    return @users;
 }
 
 # X-Feed-Cache of consecutive pages: [status, how many] for each run
@@ -389,9 +390,12 @@ read_all('setup', $R, @F);
     ok($d->{'pull.reads'} >= 200 && $d->{'pull.pulled'} >= 200,
         '200 followers: pull.reads and pull.pulled moved by 200 or more '
         . "(+$d->{'pull.reads'}, +$d->{'pull.pulled'})");
-    my @asked = follows_asked($log);
+    my @asked = follows_asked($log, 'src');
     ok(!@asked, '200 followers: their reads asked MongoDB whom they follow '
         . 'for none of them') or diag(scalar(@asked) . " asked: @asked");
+    @asked = follows_asked($log, 'dst');
+    ok(!@asked, '200 followers: the post\'s fanout did not ask MongoDB '
+        . 'for pbig\'s followers') or diag("asked for: @asked");
     my $c = copies($t, $id, @F);
     ok(all_n($c, 0), '200 followers: in none of their cached lists')
         or diag(copies_summary($c));
