@@ -47,7 +47,7 @@ use FeedTest;
 use FeedTest::Util qw(short summary tl_uri tl_page_problems post_start
     post_end_tagged parallel follow_each read_each none_failed copies
     copies_summary all_n wait_settled tl_walk tl_ids node_counts node_moved
-    node_moved_is node_acked workers_up);
+    node_moved_is node_acked workers_up statuses json_int);
 
 plan(skip_all => 'the MongoDB stand-in needed: a fresh database, its '
     . 'command log') if FeedTest::real_mongo();
@@ -343,6 +343,29 @@ read_all('setup', $R, @F);
         && $d->{'pull.merge_us'} > 0, 'paged: node pull.reads, pull.pulled '
         . "and pull.merge_us moved (+$d->{'pull.reads'}, "
         . "+$d->{'pull.pulled'}, +$d->{'pull.merge_us'})");
+
+    # at rest: each worker's pull counters, JSON integers, and the node's,
+    # their sums
+    my $st = statuses($t);
+    my @k = qw(listed reads pulled merge_us loads to_pull to_push);
+    my (%sum, @bad, $node);
+    for my $pid (sort keys %$st) {
+        my $p = $st->{$pid}{pull};
+        $node = $st->{$pid}{node}{pull};
+        for my $k (@k, 'threshold', 'authors') {
+            push @bad, "$pid: pull.$k " . $JSON->encode($p->{$k} // 'absent')
+                unless ref $p eq 'HASH' && json_int($p->{$k});
+        }
+        $sum{$_} += ref $p eq 'HASH' ? $p->{$_} // 0 : 0 for @k;
+    }
+    push @bad, 'node.pull: ' . $JSON->encode($node) . ', the workers\' '
+        . 'sums: ' . $JSON->encode(\%sum) unless ref $node eq 'HASH'
+        && !grep { ($node->{$_} // -1) != $sum{$_} } @k;
+    push @bad, 'node.pull has threshold or authors'
+        if ref $node eq 'HASH' && grep { exists $node->{$_} }
+            qw(threshold authors);
+    ok(keys %$st == 2 && !@bad, 'status: pull of both workers, integers; '
+        . 'node.pull their sums') or diag(join "\n", @bad);
 }
 
 # ------------------------------ 200 cached followers, within 1 s, no push --
