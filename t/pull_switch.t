@@ -13,7 +13,9 @@
 #   - down, 51 -> 48, the same way: switched back once (pull.to_push),
 #     later posts pushed again;
 #   - up again, its turning post fanned out while 4 timelines are being
-#     rebuilt; a turning post deleted while it is fanned out;
+#     rebuilt; another author's turning post deleted while it is fanned
+#     out; a third's while Redis restarts (the next post finishes the
+#     turn); status pull.authors after each;
 #   - feed_pull_threshold off (a reload): the pull author's next posts
 #     pushed; an author with 60 followers pushed, nothing listed, no pull
 #     list;
