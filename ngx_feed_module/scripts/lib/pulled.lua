@@ -1,8 +1,19 @@
--- The version of the pull authors' lists a user merges (the members of
--- the set "pull"): each author with their list's own version, in a stable
--- order, hashed.  Returns nil and the authors whose lists are missing
--- when any is: those are loaded from MongoDB before the read goes on.
--- MGET 1000 keys at a time, as Lua unpacks at most 8000 values.
+-- The pull authors a user merges: the members of their set (SMEMBERS)
+-- but '', which every set made by a rebuild holds so that a set lost on
+-- its own (evicted) is told from one without authors.
+local function authors(set)
+  local pull = {}
+  for i = 1, #set do
+    if set[i] ~= '' then pull[#pull + 1] = set[i] end
+  end
+  return pull
+end
+
+-- The version of the pull authors' lists a user merges: each author with
+-- their list's own version, in a stable order, hashed.  Returns nil and
+-- the authors whose lists are missing when any is: those are loaded from
+-- MongoDB before the read goes on.  MGET 1000 keys at a time, as Lua
+-- unpacks at most 8000 values.
 local function pulled(pull, vprefix)
   table.sort(pull)
   local parts, missing = {}, {}
