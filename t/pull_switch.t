@@ -14,8 +14,8 @@
 #     later posts pushed again;
 #   - up again, its turning post fanned out while 4 timelines are being
 #     rebuilt; another author's turning post deleted while it is fanned
-#     out; a third's while Redis restarts (the next post finishes the
-#     turn); status pull.authors after each;
+#     out; a third's while Redis restarts (a post takes the turn over
+#     once it is left alone long enough); status pull.authors after each;
 #   - feed_pull_threshold off (a reload): the pull author's next posts
 #     pushed; an author with 60 followers pushed, nothing listed, no pull
 #     list;
@@ -30,6 +30,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
+use List::Util qw(max);
 use Time::HiRes qw(time sleep);
 use JSON::PP ();
 use FeedTest;
@@ -420,8 +421,8 @@ all_see('setup', [ @C ]);
 
 # tr reaches 50 followers; Redis restarts (no persistence) while its
 # turning post is being fanned out (MongoDB at 300 ms a command): the
-# caches are gone, the turn may not have finished; the next post finishes
-# it, the one after is listed only
+# caches are gone, the turn may not have finished; once it is left alone
+# long enough, the next post takes it over, the one after is listed only
 {
     my $tr = 'tr';
     my @all = (@C, @U, @X, $PA, $SW);
@@ -429,6 +430,7 @@ all_see('setup', [ @C ]);
     all_see('redis restart, followed', [ @all ]);
     my $c0 = node_counts($t);
     $t->mongo_latency(300);
+    my $tr1 = time;
     mypost($tr, 'r1: turns tr, Redis restarts meanwhile');
     ok($t->wait_for(3, sub {
         @{ $t->redis('XPENDING', 'feed:posts', 'feed', '-', '+', 10) };
@@ -441,17 +443,22 @@ all_see('setup', [ @C ]);
         'redis restart: every worker reconnected and reading');
     all_see('redis restart', [ @all ]);
 
+    # a turn cut by the restart is left to finish for 4 times
+    # feed_fanout_claim_idle (20 s here), posts meanwhile pushed and
+    # listed; then the next post takes it over
     post_acked('redis restart, r2', $tr, 'r2: after the restart');
-    my ($r3, $c2) = post_acked('redis restart, r3', $tr, 'r3: pulled');
+    sleep(max(0, $tr1 + 21 - time));
+    post_acked('redis restart, r3', $tr, 'r3: the turn is taken over');
+    my ($r3, $c2) = post_acked('redis restart, r4', $tr, 'r4: pulled');
     node_moved_is($t, $c0, { 'pull.to_pull' => 1, 'pull.to_push' => 0 },
         'redis restart');
     authors_are(3, 'redis restart');
     node_moved_is($t, $c2, { 'fanout.deliveries' => 0, 'pull.listed' => 1 },
-        'redis restart, r3');
+        'redis restart, r4');
     my $c = copies($t, $r3, cached_of($tr));
-    ok(in_none($c), 'redis restart: r3 in no cached list')
+    ok(in_none($c), 'redis restart: r4 in no cached list')
         or diag(copies_summary($c));
-    all_see('redis restart, r3', [ @all ], [ $C[1], $SW ]);
+    all_see('redis restart, r4', [ @all ], [ $C[1], $SW ]);
 }
 
 # ---------------------------------------------- feed_pull_threshold off --
