@@ -857,7 +857,7 @@ if (phase(6)) {
     my (@delays, $missed);
     my $nposts = $QUICK ? 2 : 5;
     for my $k (1 .. $nposts) {
-        wait_fanout(60) or die "fanout busy\n";
+        wait_fanout(900) or die "fanout busy\n";
         my $id = post("s$max", "visible $k");
         my $t201 = time;
         my $seen = poll_visible(\@users, $id, $t201, $t201 + 5);
