@@ -157,6 +157,7 @@ sub wrk {
 
     my %r = (rps => 0, out => $out);
     $r{rps} = $1 if $out =~ /Requests\/sec:\s+([\d.]+)/;
+    $r{requests} = $1 if $out =~ /(\d+) requests in/;
     $r{errors} = ($out =~ /Non-2xx or 3xx responses: (\d+)/) ? $1 : 0;
     $r{errors} += $1 if $out =~ /Socket errors: .*?timeout (\d+)/;
 
@@ -1090,7 +1091,7 @@ if (phase(6)) {
         my $base = $mean->('r0');
         for my $r (qw(r0 r5 r20)) {
             my @runs = @{ $hot->{$which}{$r} };
-            my $req = sum(map { $_->{rps} * $DUR } @runs) || 1;
+            my $req = sum(map { $_->{requests} // 0 } @runs) || 1;
             my $reads = sum(map { $_->{reads} } @runs);
             push @out, sprintf('| %s | %s | %d | %s | **%.0f** | **%.2f** '
                 . '| %s | %s | %.2f | %s | %s |', $which, substr($r, 1),
