@@ -23,11 +23,12 @@ local tlp = "feed:tlp:{" .. uid .. "}"
 
 red:init_pipeline()
 red:hget(tlp, limit)
-red:evalsha(ngx.var.feed_read_sha, 5,
+red:evalsha(ngx.var.feed_read_sha, 6,
             "feed:tl:{" .. uid .. "}", "feed:lock:{" .. uid .. "}", tlp,
             "feed:tln:{" .. uid .. "}", "feed:deleting",
+            "feed:tla:{" .. uid .. "}",
             limit, "", "", ngx.var.feed_ttl, ngx.var.feed_mode, "feed:p:",
-            "")
+            "", "feed:pl:{", "feed:pv:{")
 local both = red:commit_pipeline()
 
 red:set_keepalive(10000, 64)
@@ -53,7 +54,7 @@ if res[1] == 3 and type(kept) == "string" then
 
 elseif res[1] == 1 then
     local items = {}
-    for i = 7, #res do
+    for i = 9, #res do
         items[#items + 1] = res[i]
     end
 

@@ -185,7 +185,7 @@ sub read_sha {
     <$s>;
     $t->get('/users/reader/timeline');
     while (my $line = <$s>) {
-        return $1 if $line =~ /"EVALSHA" "([0-9a-f]{40})" "5" "feed:tl:/i;
+        return $1 if $line =~ /"EVALSHA" "([0-9a-f]{40})" "\d+" "feed:tl:/i;
     }
     die "no EVALSHA seen\n";
 }

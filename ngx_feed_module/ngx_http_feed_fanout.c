@@ -20,69 +20,14 @@
  */
 
 
-#include "ngx_http_feed_fanout.h"
+#include "ngx_http_feed_fanout_entry.h"
 #include "ngx_http_feed_timeline_cache.h"
 #include "ngx_http_feed_post.h"
+#include "ngx_http_feed_pull.h"
 
 
 #define NGX_HTTP_FEED_FANOUT_RETRY   500
 #define NGX_HTTP_FEED_FANOUT_WINDOW  4
-
-
-typedef struct ngx_http_feed_fanout_entry_s  ngx_http_feed_fanout_entry_t;
-
-
-typedef struct {
-    ngx_http_feed_main_conf_t    *fmcf;
-    ngx_http_feed_redis_t        *rd;
-    ngx_log_t                    *log;
-    ngx_event_t                   timer;
-    ngx_connection_t              dummy;
-
-    char                          consumer[NGX_MAXHOSTNAMELEN + 24];
-    size_t                        consumer_len;
-
-    ngx_uint_t                    ready;
-    ngx_uint_t                    reading;
-    int64_t                       client_id;
-    ngx_uint_t                    active;
-    ngx_msec_t                    last_claim;
-
-    /* for feed_status, with the counters of ngx_http_feed_stats */
-    char                          error[128];
-
-    /* the last post fanned out: how many got it, over how long */
-    ngx_uint_t                    last_deliveries;
-    ngx_msec_t                    last_ms;
-} ngx_http_feed_fanout_t;
-
-
-struct ngx_http_feed_fanout_entry_s {
-    ngx_pool_t                   *pool;
-    ngx_http_feed_fanout_t       *fo;
-    ngx_http_feed_mongo_task_t   *task;
-    ngx_http_feed_fanout_page_t   page;
-
-    char                          sid[48];
-    u_char                        kind;
-    ngx_str_t                     entry;
-
-    /* the page being delivered, batch after batch */
-    ngx_http_feed_user_t         *users;
-    ngx_uint_t                    nusers;
-    ngx_uint_t                    next;
-
-    ngx_uint_t                    waiting;
-    ngx_uint_t                    pages;
-    ngx_uint_t                    deliveries;
-    ngx_msec_t                    first_sent;
-    ngx_msec_t                    last_reply;
-    unsigned                      fetching:1;
-    unsigned                      fetched:1;
-    unsigned                      last:1;
-    unsigned                      own:1;
-    unsigned                      failed:1;
-};
 
 
 static void ngx_http_feed_fanout_ready(ngx_http_feed_redis_t *rd,
@@ -107,18 +52,23 @@ static void ngx_http_feed_fanout_fetched(ngx_http_feed_mongo_task_t *t);
 static void ngx_http_feed_fanout_deliver(ngx_http_feed_fanout_entry_t *fe);
 static void ngx_http_feed_fanout_send(ngx_http_feed_fanout_entry_t *fe);
 static void ngx_http_feed_fanout_delivered(void *data, redisReply *reply);
-static void ngx_http_feed_fanout_settle(ngx_http_feed_fanout_entry_t *fe);
 static void ngx_http_feed_fanout_ack(ngx_http_feed_fanout_entry_t *fe);
 static void ngx_http_feed_fanout_acked(void *data, redisReply *reply);
-static void ngx_http_feed_fanout_failing(ngx_http_feed_fanout_entry_t *fe,
-    const char *why);
-static void ngx_http_feed_fanout_fail(ngx_http_feed_fanout_entry_t *fe,
-    const char *why);
 static void ngx_http_feed_fanout_free(ngx_http_feed_fanout_entry_t *fe);
 static void ngx_http_feed_fanout_post_cache(ngx_http_feed_fanout_entry_t *fe);
 
 
 static ngx_http_feed_fanout_t  *ngx_http_feed_fanout;
+
+#if (NGX_DEBUG)
+
+/* what is done with a post (ngx_http_feed_pull_action_e), for the log */
+static char  *ngx_http_feed_fanout_actions[] = {
+    "pushed", "pushed and listed", "pushed, listed, turning its author",
+    "listed only (a pull author)"
+};
+
+#endif
 
 
 ngx_int_t
@@ -586,6 +536,11 @@ ngx_http_feed_fanout_start(ngx_http_feed_fanout_t *fo, redisReply *e)
 
     fe->page.want_post = (fe->kind == 'p');
     fe->page.limit = fo->fmcf->fanout_page;
+    fe->page.pull_threshold = fo->fmcf->pull_threshold;
+
+    if (fe->kind == 'd') {
+        ngx_http_feed_fanout_unlist(fe);
+    }
 
     ngx_http_feed_fanout_fetch(fe);
     ngx_http_feed_fanout_settle(fe);
@@ -730,11 +685,24 @@ ngx_http_feed_fanout_fetched(ngx_http_feed_mongo_task_t *t)
             return;
         }
 
+        ngx_log_debug2(NGX_LOG_DEBUG_CORE, fe->fo->log, 0,
+                       "feed fanout entry %s: %s", fe->sid,
+                       ngx_http_feed_fanout_actions[fe->page.pull]);
+
+        if (fe->page.to_push) {
+            ngx_http_feed_stat(pull_to_push, 1);
+        }
+
         ngx_http_feed_fanout_post_cache(fe);
+
+        if (fe->page.pull != NGX_HTTP_FEED_PULL_PUSH && !fe->failed) {
+            ngx_http_feed_fanout_list(fe);
+        }
     }
 
     fe->fetched = 1;
-    fe->last = (fe->page.nusers < fe->page.limit);
+    fe->last = (fe->page.nusers < fe->page.limit
+                || fe->page.pull == NGX_HTTP_FEED_PULL_LIST);
 
     ngx_http_feed_fanout_settle(fe);
 }
@@ -754,17 +722,23 @@ ngx_http_feed_fanout_post_cache(ngx_http_feed_fanout_entry_t *fe)
 
     fmcf = fe->fo->fmcf;
 
-    if (fmcf->cache_embed) {
+    if (fmcf->cache_embed || fe->page.pull != NGX_HTTP_FEED_PULL_PUSH) {
+        /* pull authors' lists hold the JSON whatever the mode */
+
         p = ngx_pnalloc(fe->pool, 24 + fe->page.json_len);
         if (p == NULL) {
             fe->failed = 1;
             return;
         }
 
-        fe->entry.data = p;
+        fe->pull_entry.data = p;
         p = ngx_cpymem(p, fe->page.post_id, 24);
         p = ngx_cpymem(p, fe->page.json, fe->page.json_len);
-        fe->entry.len = p - fe->entry.data;
+        fe->pull_entry.len = p - fe->pull_entry.data;
+    }
+
+    if (fmcf->cache_embed) {
+        fe->entry = fe->pull_entry;
 
     } else {
         fe->entry.data = (u_char *) fe->page.post_id;
@@ -799,7 +773,7 @@ ngx_http_feed_fanout_post_cache(ngx_http_feed_fanout_entry_t *fe)
  * acknowledged) only here, and only once nothing of it is in flight.
  */
 
-static void
+void
 ngx_http_feed_fanout_settle(ngx_http_feed_fanout_entry_t *fe)
 {
     if (fe->fetching || fe->waiting) {
@@ -824,9 +798,16 @@ ngx_http_feed_fanout_settle(ngx_http_feed_fanout_entry_t *fe)
         return;
     }
 
-    if (fe->last) {
-        ngx_http_feed_fanout_ack(fe);
+    if (!fe->last) {
+        return;
     }
+
+    if (fe->page.pull == NGX_HTTP_FEED_PULL_TURN && !fe->turned) {
+        ngx_http_feed_fanout_turn(fe);
+        return;
+    }
+
+    ngx_http_feed_fanout_ack(fe);
 }
 
 
@@ -904,6 +885,8 @@ ngx_http_feed_fanout_send(ngx_http_feed_fanout_entry_t *fe)
         if (fe->kind == 'p') {
             rc = ngx_http_feed_timeline_cache_deliver(fmcf, fe->pool,
                      fe->users + fe->next, n, &fe->entry,
+                     (fe->page.pull == NGX_HTTP_FEED_PULL_TURN)
+                     ? &fe->page.author : NULL,
                      ngx_http_feed_fanout_delivered, fe);
 
         } else {
@@ -1029,7 +1012,7 @@ ngx_http_feed_fanout_acked(void *data, redisReply *reply)
  * nothing of it is in flight (ngx_http_feed_fanout_settle()).
  */
 
-static void
+void
 ngx_http_feed_fanout_failing(ngx_http_feed_fanout_entry_t *fe,
     const char *why)
 {
@@ -1044,7 +1027,7 @@ ngx_http_feed_fanout_failing(ngx_http_feed_fanout_entry_t *fe,
 
 /* not acknowledged: the entry stays pending and is claimed again */
 
-static void
+void
 ngx_http_feed_fanout_fail(ngx_http_feed_fanout_entry_t *fe, const char *why)
 {
     ngx_log_error(NGX_LOG_WARN, fe->fo->log, 0,

@@ -20,6 +20,7 @@ typedef struct {
     char                          post_id[25];
     ngx_uint_t                    want_post;
     ngx_uint_t                    limit;
+    ngx_int_t                     pull_threshold;
 
     /* where the page starts: after (created, src) of the last one */
     ngx_uint_t                    has_cursor;
@@ -28,6 +29,11 @@ typedef struct {
 
     /* results, bson_malloc()ed by the thread, freed on the loop */
     ngx_uint_t                    found;      /* the post exists */
+    ngx_uint_t                    pull;       /* what to do with it:
+                                                 ngx_http_feed_pull_action_e
+                                                 */
+    ngx_uint_t                    to_push;    /* it turned its author back
+                                                 to push */
     char                         *json;       /* the post's JSON */
     size_t                        json_len;
     ngx_http_feed_user_t         *users;

@@ -9,6 +9,7 @@
 #include "ngx_http_feed_fanout.h"
 #include "ngx_http_feed_follows_store.h"
 #include "ngx_http_feed_posts_store.h"
+#include "ngx_http_feed_pull.h"
 
 
 static ngx_int_t ngx_http_feed_fanout_post(mongoc_client_t *client,
@@ -37,6 +38,21 @@ ngx_http_feed_fanout_page_run(ngx_http_feed_mongo_task_t *t,
         }
 
         if (!page->found) {
+            t->rc = NGX_OK;
+            return;
+        }
+
+        if (ngx_http_feed_pull_decide(client, t->database, &page->author,
+                                      page->post_id, page->pull_threshold,
+                                      &page->pull, &page->to_push,
+                                      &t->error)
+            != NGX_OK)
+        {
+            return;
+        }
+
+        if (page->pull == NGX_HTTP_FEED_PULL_LIST) {
+            /* a pull author's post: no follower is read */
             t->rc = NGX_OK;
             return;
         }

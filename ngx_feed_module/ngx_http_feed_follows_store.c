@@ -71,6 +71,8 @@ static ngx_int_t ngx_http_feed_follows_contended(bson_error_t *error);
 static ngx_int_t ngx_http_feed_follows_read_count(
     mongoc_collection_t *counts, const char *user, const char *field,
     int64_t *n, bson_error_t *error);
+static void ngx_http_feed_follows_among(bson_t *filter, const char *other,
+    char **among, size_t n);
 static void ngx_http_feed_follows_filter(ngx_http_feed_follows_page_t *page,
     const char *self, const char *other, bson_t *filter);
 static void ngx_http_feed_follows_opts(ngx_http_feed_follows_page_t *page,
@@ -91,6 +93,27 @@ ngx_http_feed_mongo_indexes_t  ngx_http_feed_follows_indexes = {
     " {\"key\": {\"src\": 1, \"status\": 1, \"created\": -1, \"dst\": -1},"
     "  \"name\": \"src_status_created\"}]"
 };
+
+
+/* the few pull authors (the authors store) are found by a sparse index */
+
+ngx_http_feed_mongo_indexes_t  ngx_http_feed_follow_counts_indexes = {
+    NGX_HTTP_FEED_FOLLOW_COUNTS,
+    "[{\"key\": {\"pull\": 1}, \"name\": \"pull\", \"sparse\": true}]"
+};
+
+
+/*
+ * The counters' collection, for the authors store: an author's push/pull
+ * mode is kept in their counters document, read with the follower count
+ */
+
+mongoc_collection_t *
+ngx_http_feed_follows_counts(mongoc_client_t *client, const char *database)
+{
+    return mongoc_client_get_collection(client, database,
+                                        NGX_HTTP_FEED_FOLLOW_COUNTS);
+}
 
 
 /* a follow or an unfollow: op->changed when it changed the edge */
@@ -661,6 +684,11 @@ ngx_http_feed_follows_filter(ngx_http_feed_follows_page_t *page,
     BSON_APPEND_UTF8(filter, self, page->user->data);
     BSON_APPEND_INT32(filter, "status", 1);
 
+    if (page->namong) {
+        ngx_http_feed_follows_among(filter, other, page->among,
+                                    page->namong);
+    }
+
     if (!page->has_after) {
         return;
     }
@@ -681,6 +709,30 @@ ngx_http_feed_follows_filter(ngx_http_feed_follows_page_t *page,
     bson_append_document_end(&any, &b);
 
     bson_append_array_end(filter, &any);
+}
+
+
+/* only relationships with one of these users: other in [among] */
+
+static void
+ngx_http_feed_follows_among(bson_t *filter, const char *other, char **among,
+    size_t n)
+{
+    char         key[16];
+    size_t       i;
+    bson_t       in, list;
+    const char  *k;
+
+    BSON_APPEND_DOCUMENT_BEGIN(filter, other, &in);
+    BSON_APPEND_ARRAY_BEGIN(&in, "$in", &list);
+
+    for (i = 0; i < n; i++) {
+        bson_uint32_to_string((uint32_t) i, &k, key, sizeof(key));
+        BSON_APPEND_UTF8(&list, k, among[i]);
+    }
+
+    bson_append_array_end(&in, &list);
+    bson_append_document_end(filter, &in);
 }
 
 

@@ -48,6 +48,10 @@ typedef struct {
     /* documents read a batch at a time; 0: the whole list, in no order */
     ngx_uint_t                    batch;
 
+    /* only relationships with these users, when namong is not 0 */
+    char                        **among;
+    size_t                        namong;
+
     ngx_http_feed_follows_pt      each;
     void                         *data;
 
@@ -57,6 +61,7 @@ typedef struct {
 
 
 extern ngx_http_feed_mongo_indexes_t  ngx_http_feed_follows_indexes;
+extern ngx_http_feed_mongo_indexes_t  ngx_http_feed_follow_counts_indexes;
 
 
 ngx_int_t ngx_http_feed_follows_change(mongoc_client_t *client,
@@ -65,6 +70,8 @@ ngx_int_t ngx_http_feed_follows_change(mongoc_client_t *client,
 ngx_int_t ngx_http_feed_follows_count(mongoc_client_t *client,
     const char *database, ngx_http_feed_user_t *user, ngx_uint_t followers,
     int64_t *n, bson_error_t *error);
+mongoc_collection_t *ngx_http_feed_follows_counts(mongoc_client_t *client,
+    const char *database);
 ngx_int_t ngx_http_feed_follows_page(mongoc_client_t *client,
     const char *database, ngx_http_feed_follows_page_t *page,
     bson_error_t *error);

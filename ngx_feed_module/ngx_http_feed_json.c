@@ -202,3 +202,41 @@ ngx_http_feed_json_next_post(bson_iter_t *it, bson_t *post, ngx_str_t *id)
 
     return NGX_OK;
 }
+
+
+/*
+ * Each post of an "items" array, its id and its JSON (copied into pool),
+ * given to each(); items that are not posts are passed over.
+ */
+
+ngx_int_t
+ngx_http_feed_json_posts(ngx_pool_t *pool, bson_t *items,
+    ngx_http_feed_json_post_pt each, void *data)
+{
+    bson_t       post;
+    ngx_int_t    rc;
+    ngx_str_t    id, json;
+    bson_iter_t  it;
+
+    if (!bson_iter_init(&it, items)) {
+        return NGX_ERROR;
+    }
+
+    for ( ;; ) {
+        rc = ngx_http_feed_json_next_post(&it, &post, &id);
+
+        if (rc == NGX_DONE) {
+            return NGX_OK;
+        }
+
+        if (rc == NGX_DECLINED) {
+            continue;
+        }
+
+        if (ngx_http_feed_json_copy(pool, &post, &json) != NGX_OK
+            || each(data, &id, &json) != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+}

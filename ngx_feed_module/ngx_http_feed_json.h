@@ -23,6 +23,13 @@ ngx_int_t ngx_http_feed_send_body(ngx_http_request_t *r, ngx_uint_t status,
 ngx_int_t ngx_http_feed_add_header(ngx_http_request_t *r, const char *name,
     ngx_str_t *value);
 
+/* a post of an "items" array: its id and its JSON */
+typedef ngx_int_t (*ngx_http_feed_json_post_pt)(void *data, ngx_str_t *id,
+    ngx_str_t *json);
+
+
+ngx_int_t ngx_http_feed_json_posts(ngx_pool_t *pool, bson_t *items,
+    ngx_http_feed_json_post_pt each, void *data);
 ngx_int_t ngx_http_feed_json_copy(ngx_pool_t *pool, const bson_t *doc,
     ngx_str_t *json);
 ngx_int_t ngx_http_feed_json_next_post(bson_iter_t *it, bson_t *post,

@@ -16,6 +16,7 @@
 #include "ngx_http_feed_graph.h"
 #include "ngx_http_feed_post.h"
 #include "ngx_http_feed_timeline.h"
+#include "ngx_http_feed_pull.h"
 #include "ngx_http_feed_fanout.h"
 #include "ngx_http_feed_status.h"
 #include "ngx_http_feed_schema.h"
@@ -38,6 +39,8 @@ static char *ngx_http_feed_handler_conf(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_feed_location(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static char *ngx_http_feed_pull_threshold(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
 static char *ngx_http_feed_stream(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 
@@ -256,6 +259,13 @@ static ngx_command_t  ngx_http_feed_commands[] = {
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_feed_main_conf_t, cache_size),
       &ngx_http_feed_cache_size_bounds },
+
+    { ngx_string("feed_pull_threshold"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_feed_pull_threshold,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
 
     { ngx_string("feed_cache_ttl"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
@@ -647,6 +657,42 @@ ngx_http_feed_location(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
 /* feed_stream name [maxlen=N]; */
 
+
+/*
+ * feed_pull_threshold <followers> | off: authors with that many followers
+ * are pulled at read time, not fanned out (0: nobody is)
+ */
+
+static char *
+ngx_http_feed_pull_threshold(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_feed_main_conf_t  *fmcf = conf;
+
+    ngx_str_t  *value;
+
+    if (fmcf->pull_threshold != NGX_CONF_UNSET) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (ngx_strcmp(value[1].data, "off") == 0) {
+        fmcf->pull_threshold = 0;
+        return NGX_CONF_OK;
+    }
+
+    fmcf->pull_threshold = ngx_atoi(value[1].data, value[1].len);
+
+    if (fmcf->pull_threshold == NGX_ERROR || fmcf->pull_threshold == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid feed_pull_threshold \"%V\": a number "
+                           "of followers, or off", &value[1]);
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+}
+
 static char *
 ngx_http_feed_stream(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
@@ -773,6 +819,7 @@ ngx_http_feed_create_main_conf(ngx_conf_t *cf)
     fmcf->follow_max = NGX_CONF_UNSET_UINT;
     fmcf->post_data_max_size = NGX_CONF_UNSET_SIZE;
     fmcf->cache_size = NGX_CONF_UNSET_UINT;
+    fmcf->pull_threshold = NGX_CONF_UNSET;
     fmcf->cache_ttl = NGX_CONF_UNSET;
     fmcf->cache_empty_ttl = NGX_CONF_UNSET;
     fmcf->cache_embed = NGX_CONF_UNSET_UINT;
@@ -805,6 +852,7 @@ ngx_http_feed_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_uint_value(fmcf->follow_max, 5000);
     ngx_conf_init_size_value(fmcf->post_data_max_size, 16384);
     ngx_conf_init_uint_value(fmcf->cache_size, 800);
+    ngx_conf_init_value(fmcf->pull_threshold, 10000);
     ngx_conf_init_value(fmcf->cache_ttl, 7 * 24 * 3600);
     ngx_conf_init_value(fmcf->cache_empty_ttl, 30);
 
@@ -1027,6 +1075,7 @@ ngx_http_feed_init_process(ngx_cycle_t *cycle)
     }
 
     ngx_http_feed_timeline_local_init(fmcf->cache_local);
+    ngx_http_feed_pull_init();
 
     if (ngx_http_feed_outbox_init(cycle, fmcf) != NGX_OK
         || ngx_http_feed_timeline_init() != NGX_OK)

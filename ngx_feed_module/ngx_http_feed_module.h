@@ -97,6 +97,13 @@ typedef struct {
     ngx_atomic_t                  fanout_claims;
     ngx_atomic_t                  fanout_failures;
     ngx_atomic_t                  fanout_skipped;
+    ngx_atomic_t                  pull_listed;
+    ngx_atomic_t                  pull_reads;
+    ngx_atomic_t                  pull_pulled;
+    ngx_atomic_t                  pull_merge_us;
+    ngx_atomic_t                  pull_loads;
+    ngx_atomic_t                  pull_to_pull;
+    ngx_atomic_t                  pull_to_push;
 } ngx_http_feed_stats_t;
 
 
@@ -169,6 +176,9 @@ typedef struct {
     ngx_uint_t                    cache_embed;
     ngx_msec_t                    cache_lock_timeout;
     size_t                        cache_local;
+
+    /* the push/pull hybrid: followers that make a pull author, 0: off */
+    ngx_int_t                     pull_threshold;
 
     unsigned                      redis_enabled:1;
     unsigned                      mongo_enabled:1;

@@ -41,6 +41,7 @@ static ngx_http_feed_schema_t  ngx_http_feed_schema;
 
 static ngx_http_feed_mongo_indexes_t  *ngx_http_feed_schema_stores[] = {
     &ngx_http_feed_follows_indexes,
+    &ngx_http_feed_follow_counts_indexes,
     &ngx_http_feed_posts_indexes,
     NULL
 };

@@ -14,6 +14,8 @@
 #include "ngx_http_feed_json.h"
 #include "ngx_http_feed_fanout.h"
 #include "ngx_http_feed_timeline_cache.h"
+#include "ngx_http_feed_authors_store.h"
+#include "ngx_http_feed_pull.h"
 #include "ngx_http_feed_util.h"
 
 
@@ -29,6 +31,9 @@ typedef struct {
 
     int64_t                       pending;
     int64_t                       lag;
+
+    /* pull authors, as MongoDB counts them; -1: unknown */
+    int64_t                       pull_authors;
 
     char                          mongo_error[128];
 } ngx_http_feed_status_ctx_t;
@@ -87,6 +92,7 @@ ngx_http_feed_status_start(ngx_http_request_t *r, void *data)
     /* both checks are in flight at once; the last one to finish answers */
 
     ctx->waiting = 1;
+    ctx->pull_authors = -1;
 
     if (ctx->fmcf->redis_client) {
         ngx_http_feed_redis_args_init(&args, argv, argvlen);
@@ -206,6 +212,8 @@ ngx_http_feed_status_mongo_run(ngx_http_feed_mongo_task_t *t,
 {
     bson_t  cmd;
 
+    ngx_http_feed_status_ctx_t  *ctx = t->data;
+
     bson_init(&cmd);
     BSON_APPEND_INT32(&cmd, "ping", 1);
 
@@ -214,6 +222,14 @@ ngx_http_feed_status_mongo_run(ngx_http_feed_mongo_task_t *t,
             ? NGX_OK : NGX_ERROR;
 
     bson_destroy(&cmd);
+
+    if (t->rc == NGX_OK
+        && ngx_http_feed_authors_count(client, t->database,
+                                       &ctx->pull_authors, &t->error)
+           != NGX_OK)
+    {
+        ctx->pull_authors = -1;
+    }
 }
 
 
@@ -268,6 +284,8 @@ ngx_http_feed_status_send(ngx_http_feed_status_ctx_t *ctx)
         || ngx_http_feed_status_mongo(ctx, &doc) != NGX_OK
         || ngx_http_feed_status_fanout(ctx, &doc) != NGX_OK
         || ngx_http_feed_timeline_local_status(&doc) != NGX_OK
+        || ngx_http_feed_pull_status(&doc, ctx->fmcf, ctx->pull_authors)
+           != NGX_OK
         || ngx_http_feed_status_node(&doc) != NGX_OK)
     {
         bson_destroy(&doc);
@@ -439,6 +457,10 @@ ngx_http_feed_status_node(bson_t *doc)
     BSON_APPEND_DOCUMENT_BEGIN(&sub, "local_pages", &part);
     BSON_APPEND_INT64(&part, "answered", (int64_t) st->local_answers);
     bson_append_document_end(&sub, &part);
+
+    if (ngx_http_feed_pull_node_status(&sub, st) != NGX_OK) {
+        return NGX_ERROR;
+    }
 
     return bson_append_document_end(doc, &sub) ? NGX_OK : NGX_ERROR;
 }

@@ -19,9 +19,11 @@
  * from one state to the next, runs what the new state starts, and traces
  * each move at the debug level:
  *
- *   local, read -> kept | hit | deep | miss | bypass | local, read
- *   miss -> wait | poll | lead | bypass
+ *   local, read -> kept | hit | deep | miss | pull | bypass | local, read
+ *   pull -> local, read | bypass
+ *   miss -> wait | poll | members | bypass
  *   wait, poll -> local, read
+ *   members -> lead | failed
  *   lead -> lead (fewer posts) | warm
  *   warm -> local, read | rebuilt (answered from the rebuild, not cached)
  *   kept, hit, deep, bypass, rebuilt -> done
@@ -31,9 +33,13 @@
 
 #include "ngx_http_feed_timeline_read.h"
 #include "ngx_http_feed_json.h"
+#include "ngx_http_feed_pull.h"
 
 
 #define NGX_HTTP_FEED_POLL     20
+
+/* polls for pull authors' lists being loaded, before doing without */
+#define NGX_HTTP_FEED_PULL_WAITS  100
 
 /* rebuilds with fewer posts after an answer too large for the buffer */
 #define NGX_HTTP_FEED_SHRINKS  5
@@ -55,6 +61,12 @@ static void ngx_http_feed_timeline_reread(ngx_http_feed_timeline_ctx_t *ctx);
 static void ngx_http_feed_timeline_miss(ngx_http_feed_timeline_ctx_t *ctx);
 static void ngx_http_feed_timeline_locked(void *data, redisReply *reply);
 static void ngx_http_feed_timeline_poll(ngx_event_t *ev);
+static void ngx_http_feed_timeline_pull(ngx_http_feed_timeline_ctx_t *ctx);
+static void ngx_http_feed_timeline_members(ngx_http_feed_timeline_ctx_t *ctx);
+static void ngx_http_feed_timeline_members_run(ngx_http_feed_mongo_task_t *t,
+    mongoc_client_t *client);
+static void ngx_http_feed_timeline_members_done(
+    ngx_http_feed_mongo_task_t *t);
 static void ngx_http_feed_timeline_lead(ngx_http_feed_timeline_ctx_t *ctx);
 static void ngx_http_feed_timeline_rebuilt(ngx_http_feed_timeline_ctx_t *ctx);
 static void ngx_http_feed_timeline_warm(ngx_http_feed_timeline_ctx_t *ctx);
@@ -105,7 +117,7 @@ static ngx_str_t  ngx_http_feed_cache_statuses[] = {
 
 static char  *ngx_http_feed_timeline_states[] = {
     "start", "local", "read", "kept", "hit", "miss", "wait", "poll", "lead",
-    "warm", "rebuilt", "deep", "bypass", "done", "failed"
+    "warm", "rebuilt", "deep", "bypass", "done", "failed", "pull", "members"
 };
 
 #endif
@@ -186,6 +198,14 @@ ngx_http_feed_timeline_move(ngx_http_feed_timeline_ctx_t *ctx,
     case NGX_HTTP_FEED_TL_POLL:
         ctx->polling = 1;
         ngx_add_timer(&ctx->poll, NGX_HTTP_FEED_POLL);
+        return;
+
+    case NGX_HTTP_FEED_TL_PULL:
+        ngx_http_feed_timeline_pull(ctx);
+        return;
+
+    case NGX_HTTP_FEED_TL_MEMBERS:
+        ngx_http_feed_timeline_members(ctx);
         return;
 
     case NGX_HTTP_FEED_TL_LEAD:
@@ -372,9 +392,20 @@ ngx_http_feed_timeline_read_done(void *data, redisReply *reply)
         return;
     }
 
+    if (ctx->cached.npull) {
+        ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_PULL);
+        return;
+    }
+
     if (!ctx->cached.found) {
         ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_MISS);
         return;
+    }
+
+    if (ctx->cached.merge_us) {
+        ngx_http_feed_stat(pull_reads, 1);
+        ngx_http_feed_stat(pull_pulled, ctx->cached.pulled);
+        ngx_http_feed_stat(pull_merge_us, ctx->cached.merge_us);
     }
 
     if (ctx->cached.kept && ngx_http_feed_timeline_kept_page(ctx) != NGX_OK) {
@@ -498,7 +529,7 @@ ngx_http_feed_timeline_locked(void *data, redisReply *reply)
                    reply->element[1]->len);
         ctx->version_len = reply->element[1]->len;
 
-        ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_LEAD);
+        ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_MEMBERS);
     }
 }
 
@@ -535,6 +566,120 @@ ngx_http_feed_timeline_poll(ngx_event_t *ev)
     }
 
     ngx_http_run_posted_requests(c);
+}
+
+
+/*
+ * The read met pull authors whose lists are missing: this worker loads
+ * them (once each, whoever asks), and the read polls until they are
+ * there, or does without the cache.
+ */
+
+static void
+ngx_http_feed_timeline_pull(ngx_http_feed_timeline_ctx_t *ctx)
+{
+    ngx_uint_t  i;
+
+    if (ctx->pull_waits++ == NGX_HTTP_FEED_PULL_WAITS) {
+        ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_BYPASS);
+        return;
+    }
+
+    for (i = 0; i < ctx->cached.npull; i++) {
+        if (ngx_http_feed_pull_load(ctx->fmcf, &ctx->cached.pull[i], NULL,
+                                    NULL)
+            != NGX_OK)
+        {
+            ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_BYPASS);
+            return;
+        }
+    }
+
+    ngx_add_timer(&ctx->poll, NGX_HTTP_FEED_POLL);
+}
+
+
+/*
+ * The lock is ours.  Before the posts are asked for, which of the user's
+ * followees are pull authors: their posts from then on are in their own
+ * lists only, and the cache must merge them.
+ */
+
+static void
+ngx_http_feed_timeline_members(ngx_http_feed_timeline_ctx_t *ctx)
+{
+    ngx_http_feed_mongo_task_t  *t;
+
+    if (!ctx->fmcf->pull_threshold) {
+        ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_LEAD);
+        return;
+    }
+
+    t = ngx_http_feed_mongo_task(ctx->request->pool, ctx->fmcf->mongo_client,
+                                 ngx_http_feed_timeline_members_run,
+                                 ngx_http_feed_timeline_members_done, ctx);
+    if (t == NULL) {
+        ngx_http_feed_timeline_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    t->result = &ctx->pull_raw;
+
+    if (ngx_http_feed_mongo_post_r(ctx->request, t) != NGX_OK) {
+        ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_BYPASS);
+    }
+}
+
+
+static void
+ngx_http_feed_timeline_members_run(ngx_http_feed_mongo_task_t *t,
+    mongoc_client_t *client)
+{
+    ngx_http_feed_timeline_ctx_t  *ctx = t->data;
+
+    t->rc = ngx_http_feed_pull_followed(client, t->database, &ctx->page.user,
+                                        &ctx->pull_raw, &ctx->pull_len,
+                                        &t->error);
+}
+
+
+static void
+ngx_http_feed_timeline_members_done(ngx_http_feed_mongo_task_t *t)
+{
+    ngx_http_feed_timeline_ctx_t  *ctx = t->data;
+
+    ngx_str_t  raw;
+
+    if (t->rc != NGX_OK) {
+        /* MongoDB fails: as a rebuild that fails, for every waiter too */
+        ngx_log_error(NGX_LOG_ERR, ctx->request->connection->log, 0,
+                      "timeline of \"%s\" not rebuilt: pull authors "
+                      "unknown: %s", ctx->page.user.data, t->error.message);
+        ngx_http_feed_timeline_fail(ctx, NGX_HTTP_SERVICE_UNAVAILABLE);
+        return;
+    }
+
+    raw.data = (u_char *) ctx->pull_raw;
+    raw.len = ctx->pull_len;
+
+    if (raw.len) {
+        ctx->pull.data = ngx_pstrdup(ctx->request->pool, &raw);
+        ctx->pull.len = raw.len;
+    }
+
+    bson_free(ctx->pull_raw);
+    ctx->pull_raw = NULL;
+
+    if (raw.len && ctx->pull.data == NULL) {
+        ngx_http_feed_timeline_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
+                   "feed timeline of \"%s\": pull authors \"%V\"",
+                   ctx->page.user.data, &ctx->pull);
+
+    ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_LEAD);
 }
 
 
@@ -600,7 +745,8 @@ ngx_http_feed_timeline_warm(ngx_http_feed_timeline_ctx_t *ctx)
 
     if (ngx_http_feed_timeline_cache_warm(ctx->request, ctx->fmcf,
                                           &ctx->page.user, &version,
-                                          &ctx->token, &items, complete,
+                                          &ctx->token, &ctx->pull, &items,
+                                          complete,
                                           ngx_http_feed_timeline_warmed, ctx)
         != NGX_OK)
     {

@@ -41,6 +41,7 @@
 #define NGX_HTTP_FEED_TLQ_PREFIX   "feed:tlq:{"
 #define NGX_HTTP_FEED_TLN_PREFIX   "feed:tln:{"
 #define NGX_HTTP_FEED_TLP_PREFIX   "feed:tlp:{"
+#define NGX_HTTP_FEED_TLA_PREFIX   "feed:tla:{"
 #define NGX_HTTP_FEED_DELETING     "feed:deleting"
 
 /* a post's JSON in link mode */
@@ -56,7 +57,8 @@ typedef enum {
     NGX_HTTP_FEED_TIMELINE_READ_MISSING = 0,
     NGX_HTTP_FEED_TIMELINE_READ_PAGE = 1,
     NGX_HTTP_FEED_TIMELINE_READ_KEPT = 3,
-    NGX_HTTP_FEED_TIMELINE_READ_LOCAL = 4
+    NGX_HTTP_FEED_TIMELINE_READ_LOCAL = 4,
+    NGX_HTTP_FEED_TIMELINE_READ_PULL = 5
 } ngx_http_feed_timeline_read_e;
 
 
@@ -72,12 +74,16 @@ enum {
     NGX_HTTP_FEED_TIMELINE_READ_LAST = 3,
     NGX_HTTP_FEED_TIMELINE_READ_VERSION = 4,
     NGX_HTTP_FEED_TIMELINE_READ_IDS = 5,
-    NGX_HTTP_FEED_TIMELINE_READ_ITEMS = 6
+    NGX_HTTP_FEED_TIMELINE_READ_PULLED = 6,
+    NGX_HTTP_FEED_TIMELINE_READ_USEC = 7,
+    NGX_HTTP_FEED_TIMELINE_READ_ITEMS = 8
 };
 
 
 static ngx_int_t ngx_http_feed_timeline_cache_warm_items(
     ngx_http_request_t *r, ngx_http_feed_redis_call_t *call, bson_t *items);
+static ngx_int_t ngx_http_feed_timeline_cache_warm_item(void *data,
+    ngx_str_t *id, ngx_str_t *json);
 static ngx_int_t ngx_http_feed_timeline_cache_send_drop(
     ngx_http_request_t *r, ngx_http_feed_redis_t *rd,
     ngx_http_feed_user_t *user, ngx_http_feed_redis_pt handler, void *data);
@@ -91,7 +97,12 @@ static void ngx_http_feed_timeline_cache_deleting(
     ngx_http_feed_main_conf_t *fmcf, const char *id, ngx_uint_t done);
 static ngx_int_t ngx_http_feed_timeline_cache_parse_kept(
     ngx_http_request_t *r, redisReply *reply, ngx_http_feed_cached_t *cached);
+static ngx_int_t ngx_http_feed_timeline_cache_parse_pull(
+    ngx_http_request_t *r, redisReply *reply, ngx_http_feed_cached_t *cached);
 static ngx_uint_t ngx_http_feed_timeline_cache_flag(redisReply *e);
+static ngx_uint_t ngx_http_feed_timeline_cache_int(redisReply *e);
+static void ngx_http_feed_timeline_cache_prefix(
+    ngx_http_feed_redis_call_t *call, ngx_uint_t i, ngx_uint_t version);
 static ngx_int_t ngx_http_feed_timeline_cache_copy(ngx_http_request_t *r,
     redisReply *e, ngx_str_t *to);
 static size_t ngx_http_feed_timeline_cache_key(
@@ -99,10 +110,11 @@ static size_t ngx_http_feed_timeline_cache_key(
     const char *prefix, ngx_http_feed_user_t *user);
 static size_t ngx_http_feed_timeline_cache_post_key(u_char *buf,
     const char *id);
-static size_t ngx_http_feed_timeline_cache_user_key(char *buf,
-    const char *prefix, ngx_http_feed_user_t *user);
-static u_char *ngx_http_feed_timeline_cache_nonce(u_char *buf);
 
+
+/* the set of posts being deleted, for the pull authors' lists too */
+ngx_str_t  ngx_http_feed_timeline_cache_deleting_key =
+    ngx_string(NGX_HTTP_FEED_DELETING);
 
 static ngx_http_feed_main_conf_t  *ngx_http_feed_timeline_cache_fmcf;
 static ngx_int_t                   ngx_http_feed_timeline_cache_drops;
@@ -172,6 +184,10 @@ ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
     ngx_http_feed_redis_call_key(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_DELETING,
         NGX_HTTP_FEED_DELETING, sizeof(NGX_HTTP_FEED_DELETING) - 1);
+    ngx_http_feed_timeline_cache_key(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_PULL,
+        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_PULL],
+        NGX_HTTP_FEED_TLA_PREFIX, &page->user);
 
     limit_len = ngx_sprintf(limit, "%ui", page->limit) - limit;
 
@@ -194,6 +210,10 @@ ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
         NGX_HTTP_FEED_POST_PREFIX);
     ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_HAVE, have->data, have->len);
+    ngx_http_feed_timeline_cache_prefix(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_PULL_PREFIX, 0);
+    ngx_http_feed_timeline_cache_prefix(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_PULLV_PREFIX, 1);
 
     /* with a copy of its own, the worker needs the page only if it changed */
 
@@ -277,6 +297,10 @@ ngx_http_feed_timeline_cache_page(ngx_http_request_t *r,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_KEY_TIMELINE,
         keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_KEY_TIMELINE],
         NGX_HTTP_FEED_TL_PREFIX, &page->user);
+    ngx_http_feed_timeline_cache_key(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_KEY_PULL,
+        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_KEY_PULL],
+        NGX_HTTP_FEED_TLA_PREFIX, &page->user);
 
     ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_ARG_LIMIT,
@@ -291,6 +315,8 @@ ngx_http_feed_timeline_cache_page(ngx_http_request_t *r,
     ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_ARG_IDS,
         cached->ids.data, cached->ids.len);
+    ngx_http_feed_timeline_cache_prefix(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_ARG_PULLV_PREFIX, 1);
 
     (void) ngx_http_feed_redis_call(NULL, fmcf->redis_client, &call, NULL,
                                     NULL);
@@ -342,6 +368,9 @@ ngx_http_feed_timeline_cache_parse(ngx_http_request_t *r, redisReply *reply,
     case NGX_HTTP_FEED_TIMELINE_READ_LOCAL:
         return ngx_http_feed_timeline_cache_parse_kept(r, reply, cached);
 
+    case NGX_HTTP_FEED_TIMELINE_READ_PULL:
+        return ngx_http_feed_timeline_cache_parse_pull(r, reply, cached);
+
     default:
         break;
     }
@@ -355,7 +384,10 @@ ngx_http_feed_timeline_cache_parse(ngx_http_request_t *r, redisReply *reply,
     }
 
     for (i = NGX_HTTP_FEED_TIMELINE_READ_LAST; i < reply->elements; i++) {
-        if (reply->element[i]->type != REDIS_REPLY_STRING) {
+        if (reply->element[i]->type != REDIS_REPLY_STRING
+            && i != NGX_HTTP_FEED_TIMELINE_READ_PULLED
+            && i != NGX_HTTP_FEED_TIMELINE_READ_USEC)
+        {
             return NGX_DECLINED;
         }
     }
@@ -374,6 +406,10 @@ ngx_http_feed_timeline_cache_parse(ngx_http_request_t *r, redisReply *reply,
                        reply->element[NGX_HTTP_FEED_TIMELINE_READ_MORE]);
     cached->deep = ngx_http_feed_timeline_cache_flag(
                        reply->element[NGX_HTTP_FEED_TIMELINE_READ_DEEP]);
+    cached->pulled = ngx_http_feed_timeline_cache_int(
+                         reply->element[NGX_HTTP_FEED_TIMELINE_READ_PULLED]);
+    cached->merge_us = ngx_http_feed_timeline_cache_int(
+                           reply->element[NGX_HTTP_FEED_TIMELINE_READ_USEC]);
 
     if (ngx_http_feed_timeline_cache_copy(r,
             reply->element[NGX_HTTP_FEED_TIMELINE_READ_VERSION],
@@ -446,10 +482,68 @@ ngx_http_feed_timeline_cache_parse_kept(ngx_http_request_t *r,
 }
 
 
+/* the pull authors whose lists are missing: loaded, then read again */
+
+static ngx_int_t
+ngx_http_feed_timeline_cache_parse_pull(ngx_http_request_t *r,
+    redisReply *reply, ngx_http_feed_cached_t *cached)
+{
+    size_t                 i;
+    redisReply            *e;
+    ngx_http_feed_user_t  *u;
+
+    cached->found = 1;
+    cached->pull = ngx_palloc(r->pool, (reply->elements - 1)
+                                       * sizeof(ngx_http_feed_user_t));
+    if (cached->pull == NULL) {
+        return NGX_ERROR;
+    }
+
+    for (i = 1; i < reply->elements; i++) {
+        e = reply->element[i];
+
+        if (e->type != REDIS_REPLY_STRING
+            || !ngx_http_feed_user_valid((u_char *) e->str, e->len))
+        {
+            return NGX_DECLINED;
+        }
+
+        u = &cached->pull[cached->npull++];
+        ngx_memcpy(u->data, e->str, e->len);
+        u->data[e->len] = '\0';
+        u->len = e->len;
+    }
+
+    return NGX_OK;
+}
+
+
 static ngx_uint_t
 ngx_http_feed_timeline_cache_flag(redisReply *e)
 {
     return e->type == REDIS_REPLY_INTEGER && e->integer;
+}
+
+
+static ngx_uint_t
+ngx_http_feed_timeline_cache_int(redisReply *e)
+{
+    return (e->type == REDIS_REPLY_INTEGER && e->integer > 0)
+           ? (ngx_uint_t) e->integer : 0;
+}
+
+
+/* the prefix of the pull authors' lists (0) or versions (1), for a read */
+
+static void
+ngx_http_feed_timeline_cache_prefix(ngx_http_feed_redis_call_t *call,
+    ngx_uint_t i, ngx_uint_t version)
+{
+    const char  *prefix;
+
+    prefix = ngx_http_feed_timeline_pull_prefix(version);
+
+    ngx_http_feed_redis_call_arg(call, i, prefix, ngx_strlen(prefix));
 }
 
 
@@ -603,7 +697,7 @@ ngx_http_feed_timeline_cache_unlock(ngx_http_feed_main_conf_t *fmcf,
 ngx_int_t
 ngx_http_feed_timeline_cache_warm(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
-    ngx_str_t *version, ngx_str_t *token, bson_t *items,
+    ngx_str_t *version, ngx_str_t *token, ngx_str_t *pull, bson_t *items,
     ngx_uint_t complete, ngx_http_feed_redis_pt handler, void *data)
 {
     char                       *keys;
@@ -665,6 +759,11 @@ ngx_http_feed_timeline_cache_warm(ngx_http_request_t *r,
     ngx_http_feed_redis_call_key(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_KEY_DELETING,
         NGX_HTTP_FEED_DELETING, sizeof(NGX_HTTP_FEED_DELETING) - 1);
+    ngx_http_feed_timeline_cache_key(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_KEY_PULL,
+        keys + NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_KEY_PULL
+               * NGX_HTTP_FEED_KEY_LEN,
+        NGX_HTTP_FEED_TLA_PREFIX, user);
 
     ttl = (u_char *) keys + NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_NKEYS
                             * NGX_HTTP_FEED_KEY_LEN;
@@ -703,6 +802,8 @@ ngx_http_feed_timeline_cache_warm(ngx_http_request_t *r,
     ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_ARG_TOKEN,
         token->data, token->len);
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_ARG_PULL, pull->data, pull->len);
 
     if (ngx_http_feed_timeline_cache_warm_items(r, &call, items) != NGX_OK) {
         return NGX_ERROR;
@@ -719,36 +820,22 @@ static ngx_int_t
 ngx_http_feed_timeline_cache_warm_items(ngx_http_request_t *r,
     ngx_http_feed_redis_call_t *call, bson_t *items)
 {
-    bson_t       post;
-    ngx_int_t    rc;
-    ngx_str_t    id, json;
-    bson_iter_t  it;
+    return ngx_http_feed_json_posts(r->pool, items,
+                                    ngx_http_feed_timeline_cache_warm_item,
+                                    call);
+}
 
-    if (!bson_iter_init(&it, items)) {
-        return NGX_ERROR;
-    }
 
-    for ( ;; ) {
-        rc = ngx_http_feed_json_next_post(&it, &post, &id);
+static ngx_int_t
+ngx_http_feed_timeline_cache_warm_item(void *data, ngx_str_t *id,
+    ngx_str_t *json)
+{
+    ngx_http_feed_redis_call_t  *call = data;
 
-        if (rc == NGX_DONE) {
-            break;
-        }
-
-        if (rc == NGX_DECLINED) {
-            /* not a post: the fallback answered something else */
-            continue;
-        }
-
-        if (ngx_http_feed_json_copy(r->pool, &post, &json) != NGX_OK) {
-            return NGX_ERROR;
-        }
-
-        ngx_http_feed_redis_call_arg(call, call->nargs, id.data, id.len);
-        ngx_http_feed_redis_call_arg(call, call->nargs + 1, json.data,
-                                     json.len);
-        call->nargs += 2;
-    }
+    ngx_http_feed_redis_call_arg(call, call->nargs, id->data, id->len);
+    ngx_http_feed_redis_call_arg(call, call->nargs + 1, json->data,
+                                 json->len);
+    call->nargs += 2;
 
     return NGX_OK;
 }
@@ -810,6 +897,10 @@ ngx_http_feed_timeline_cache_send_drop(ngx_http_request_t *r,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_KEY_PAGES,
         keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_KEY_PAGES],
         NGX_HTTP_FEED_TLP_PREFIX, user);
+    ngx_http_feed_timeline_cache_key(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_KEY_PULL,
+        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_KEY_PULL],
+        NGX_HTTP_FEED_TLA_PREFIX, user);
 
     ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_ARG_TTL, ttl,
@@ -861,7 +952,8 @@ ngx_http_feed_timeline_cache_post(ngx_http_feed_main_conf_t *fmcf,
 ngx_int_t
 ngx_http_feed_timeline_cache_deliver(ngx_http_feed_main_conf_t *fmcf,
     ngx_pool_t *pool, ngx_http_feed_user_t *users, ngx_uint_t n,
-    ngx_str_t *entry, ngx_http_feed_redis_pt handler, void *data)
+    ngx_str_t *entry, ngx_http_feed_user_t *member,
+    ngx_http_feed_redis_pt handler, void *data)
 {
     u_char                      cap[NGX_INT_T_LEN], ms[NGX_INT_T_LEN],
                                 ttl[NGX_INT_T_LEN],
@@ -907,6 +999,12 @@ ngx_http_feed_timeline_cache_deliver(ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_redis_call_lit(call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_ARG_VERSION_PREFIX,
         NGX_HTTP_FEED_TLN_PREFIX);
+    ngx_http_feed_redis_call_arg(call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_ARG_MEMBER,
+        member ? member->data : "", member ? member->len : 0);
+    ngx_http_feed_redis_call_lit(call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_ARG_PULL_PREFIX,
+        NGX_HTTP_FEED_TLA_PREFIX);
 
     return ngx_http_feed_timeline_cache_batch_send(fmcf, call, handler,
                                                    data);
@@ -1114,7 +1212,7 @@ ngx_http_feed_timeline_cache_deleting(ngx_http_feed_main_conf_t *fmcf,
  * bits drawn once per worker, and a count.
  */
 
-static u_char *
+u_char *
 ngx_http_feed_timeline_cache_nonce(u_char *buf)
 {
     static uint64_t  seed, n;
@@ -1154,7 +1252,9 @@ ngx_http_feed_timeline_cache_post_key(u_char *buf, const char *id)
 }
 
 
-static size_t
+/* a user's key of a prefix that ends in the hash tag's "{" */
+
+size_t
 ngx_http_feed_timeline_cache_user_key(char *buf, const char *prefix,
     ngx_http_feed_user_t *user)
 {

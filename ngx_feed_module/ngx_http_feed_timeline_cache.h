@@ -50,7 +50,18 @@ typedef struct {
     ngx_str_t                     page;       /* that page as stored, when
                                                  the reply holds it */
     ngx_str_t                     body;       /* its JSON, sent as it is */
+
+    ngx_uint_t                    pulled;     /* posts of the page merged
+                                                 from pull authors' lists */
+    ngx_uint_t                    merge_us;   /* the time the merge took */
+
+    ngx_http_feed_user_t         *pull;       /* pull authors whose lists
+                                                 are missing: load them */
+    ngx_uint_t                    npull;
 } ngx_http_feed_cached_t;
+
+
+extern ngx_str_t  ngx_http_feed_timeline_cache_deleting_key;
 
 
 ngx_int_t ngx_http_feed_timeline_cache_init(ngx_http_feed_main_conf_t *fmcf);
@@ -74,7 +85,7 @@ void ngx_http_feed_timeline_cache_unlock(ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_user_t *user, ngx_str_t *token, ngx_uint_t failed);
 ngx_int_t ngx_http_feed_timeline_cache_warm(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
-    ngx_str_t *version, ngx_str_t *token, bson_t *items,
+    ngx_str_t *version, ngx_str_t *token, ngx_str_t *pull, bson_t *items,
     ngx_uint_t complete, ngx_http_feed_redis_pt handler, void *data);
 
 ngx_int_t ngx_http_feed_timeline_cache_drop(ngx_http_request_t *r,
@@ -88,7 +99,8 @@ ngx_int_t ngx_http_feed_timeline_cache_post(ngx_http_feed_main_conf_t *fmcf,
 ngx_int_t ngx_http_feed_timeline_cache_deliver(
     ngx_http_feed_main_conf_t *fmcf, ngx_pool_t *pool,
     ngx_http_feed_user_t *users, ngx_uint_t n, ngx_str_t *entry,
-    ngx_http_feed_redis_pt handler, void *data);
+    ngx_http_feed_user_t *member, ngx_http_feed_redis_pt handler,
+    void *data);
 void ngx_http_feed_timeline_cache_delete(ngx_http_feed_main_conf_t *fmcf,
     const char *id);
 ngx_int_t ngx_http_feed_timeline_cache_remove(ngx_http_feed_main_conf_t *fmcf,
@@ -96,6 +108,21 @@ ngx_int_t ngx_http_feed_timeline_cache_remove(ngx_http_feed_main_conf_t *fmcf,
     const char *id, ngx_http_feed_redis_pt handler, void *data);
 void ngx_http_feed_timeline_cache_removed(ngx_http_feed_main_conf_t *fmcf,
     const char *id);
+
+u_char *ngx_http_feed_timeline_cache_nonce(u_char *buf);
+size_t ngx_http_feed_timeline_cache_user_key(char *buf, const char *prefix,
+    ngx_http_feed_user_t *user);
+
+ngx_int_t ngx_http_feed_timeline_pull_add(ngx_http_feed_main_conf_t *fmcf,
+    ngx_http_feed_user_t *author, ngx_str_t *entry,
+    ngx_http_feed_redis_pt handler, void *data);
+ngx_int_t ngx_http_feed_timeline_pull_warm(ngx_http_feed_main_conf_t *fmcf,
+    ngx_pool_t *pool, ngx_http_feed_user_t *author, bson_t *items,
+    ngx_uint_t complete, ngx_http_feed_redis_pt handler, void *data);
+ngx_int_t ngx_http_feed_timeline_pull_remove(
+    ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *author,
+    const char *id, ngx_http_feed_redis_pt handler, void *data);
+const char *ngx_http_feed_timeline_pull_prefix(ngx_uint_t version);
 
 void ngx_http_feed_timeline_local_init(size_t max);
 void ngx_http_feed_timeline_local_exit(void);

@@ -32,7 +32,11 @@ typedef enum {
     NGX_HTTP_FEED_TL_DEEP,          /* past the cache's end: the fallback */
     NGX_HTTP_FEED_TL_BYPASS,        /* no cache at all: the fallback */
     NGX_HTTP_FEED_TL_DONE,
-    NGX_HTTP_FEED_TL_FAILED
+    NGX_HTTP_FEED_TL_FAILED,
+    NGX_HTTP_FEED_TL_PULL,          /* pull authors' lists are missing:
+                                       loaded, then the cache read again */
+    NGX_HTTP_FEED_TL_MEMBERS        /* the rebuild asks which followees
+                                       are pull authors */
 } ngx_http_feed_timeline_state_e;
 
 
@@ -104,6 +108,14 @@ struct ngx_http_feed_timeline_ctx_s {
 
     /* the version of the worker's own copy of it, when it has one */
     ngx_str_t                       have;
+
+    /* the pull authors the user follows, as the rebuild found them */
+    ngx_str_t                       pull;
+    char                           *pull_raw;
+    size_t                          pull_len;
+
+    /* how many times the read waited for pull authors' lists */
+    ngx_uint_t                      pull_waits;
 
     /* this request leads its worker's rebuild of the user's timeline */
     unsigned                        is_leader:1;

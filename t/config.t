@@ -56,6 +56,12 @@ $t->write_conf(conf('', 'feed_redis localhost;'));
 ($ok, $out) = $t->test_conf;
 ok($ok, 'host name without port accepted') or diag($out);
 
+for my $v ('off', '1', '250000') {
+    $t->write_conf(conf('', "feed_pull_threshold $v;"));
+    ($ok, $out) = $t->test_conf;
+    ok($ok, "feed_pull_threshold $v accepted") or diag($out);
+}
+
 $t->write_conf(conf());
 ($ok, $out) = $t->test_conf;
 ok($ok, 'module loads with no feed configuration') or diag($out);
@@ -93,6 +99,11 @@ my @bad = (
     [ "feed_mongo_uri mongodb://h/;\n    feed_thread_pool nosuch;",
                                               qr/unknown thread pool "nosuch"/ ],
     [ 'feed_identity;',                       qr/invalid number of arguments in "feed_identity"/ ],
+    [ 'feed_pull_threshold 0;',               qr/invalid feed_pull_threshold "0": a number of followers, or off/ ],
+    [ 'feed_pull_threshold many;',            qr/invalid feed_pull_threshold "many"/ ],
+    [ 'feed_pull_threshold -5;',              qr/invalid feed_pull_threshold "-5"/ ],
+    [ "feed_pull_threshold 5;\n    feed_pull_threshold 6;",
+                                              qr/"feed_pull_threshold" directive is duplicate/ ],
 );
 
 for my $case (@bad) {

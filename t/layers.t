@@ -33,6 +33,8 @@ my %layer = (
     posts_store     => 'store',
     timeline_cache  => 'store',
     timeline_local  => 'store',
+    timeline_pull   => 'store',
+    authors_store   => 'store',
     counts          => 'store',
 
     graph           => 'feature',
@@ -48,7 +50,10 @@ my %layer = (
     fanout          => 'feature',
     fanout_task     => 'feature',
     fanout_consumers => 'feature',
+    fanout_entry    => 'feature',   # the .h: entries in flight
+    fanout_pull     => 'feature',
     status          => 'feature',
+    pull            => 'feature',
     schema          => 'feature',
 );
 
@@ -62,6 +67,8 @@ my %owner = (
     '"feed:p:'        => 'timeline_cache.c',
     '"feed:deleting'  => 'timeline_cache.c',
     '"feed:cnt:'      => 'counts.c',
+    '"feed:pl:'       => 'timeline_pull.c',
+    '"feed:pv:'       => 'timeline_pull.c',
 );
 
 sub layer_of {

@@ -11,6 +11,12 @@
   when the list is missing or changes: their names are made here, from
   the prefixes, not sent for each follower.
 
+  The post that turns its author to pull (member) also adds the author to
+  each follower's pull authors, or to the queue of a rebuild in progress
+  (even when the post itself was deleted meanwhile):
+  once it is delivered to all, the author's next posts go to their own
+  list only, and every cached follower merges it.
+
   Input:
     KEYS[1] deleting          feed:deleting
     KEYS[2...]                the followers' timelines, feed:tl:{user}
@@ -24,6 +30,9 @@
     ARGV[7] lock_prefix       feed:lock:{
     ARGV[8] queue_prefix      feed:tlq:{
     ARGV[9] version_prefix    feed:tln:{
+    ARGV[10] member           '', or the author, who turns to pull: each
+                              follower adds them to their pull authors
+    ARGV[11] pull_prefix      feed:tla:{
 
   Output:
     how many timelines got it
@@ -34,13 +43,26 @@
 
 local entry, cap, n = ARGV[1], tonumber(ARGV[2]), 0
 local id = string.sub(entry, 1, 24)
+local member = ARGV[10]
 if redis.call('zscore', KEYS[1], id) then
-  return 0
+  if member == '' then return 0 end
+  entry = nil
 end
 for i = 2, #KEYS do
   local tl = KEYS[i]
   local head = redis.call('lindex', tl, 0)
-  if head then
+  if head and member ~= '' then
+    local pull = key(ARGV[11], tl)
+    redis.call('sadd', pull, member)
+    redis.call('expire', pull, 2 * tonumber(ARGV[4]))
+  end
+  if not entry then
+    if not head and redis.call('exists', key(ARGV[7], tl)) == 1 then
+      local q = key(ARGV[8], tl)
+      redis.call('rpush', q, '+' .. member)
+      redis.call('pexpire', q, ARGV[3])
+    end
+  elseif head then
     local hid = string.sub(head, 1, 24)
     if hid < id then
       if redis.call('lpush', tl, entry) > cap then
@@ -56,6 +78,7 @@ for i = 2, #KEYS do
     if redis.call('exists', key(ARGV[7], tl)) == 1 then
       local q = key(ARGV[8], tl)
       redis.call('rpush', q, entry)
+      if member ~= '' then redis.call('rpush', q, '+' .. member) end
       redis.call('pexpire', q, ARGV[3])
     end
   end

@@ -6,6 +6,7 @@
     KEYS[1] timeline          feed:tl:{user}
     KEYS[2] follows_version   feed:tlv:{user}
     KEYS[3] pages             feed:tlp:{user}
+    KEYS[4] pull              the pull authors followed, feed:tla:{user}
 
     ARGV[1] ttl               seconds the follows version lives
 
@@ -13,7 +14,7 @@
     1
 ]]
 
-redis.call('del', KEYS[1], KEYS[3])
+redis.call('del', KEYS[1], KEYS[3], KEYS[4])
 redis.call('incr', KEYS[2])
 redis.call('expire', KEYS[2], ARGV[1])
 return 1

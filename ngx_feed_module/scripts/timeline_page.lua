@@ -1,8 +1,9 @@
 --[[
   Keeps a first page as answered (ngx_http_feed_timeline_cache_page), with
-  its version and its posts' ids, only if the list did not change since it
-  was read: same nonce, same head (a delivery of a newer post, the common
-  change, only moves the head), and not for an empty timeline (it lives
+  its version and its posts' ids, only if the list (and the lists of the
+  pull authors merged into it) did not change since it was read: same
+  nonce, same head (a delivery of a newer post, the common change, only
+  moves the head), and not for an empty timeline (it lives
   feed_cache_empty_ttl, a kept page would outlive it).  The version is
   "nonce:head:token", the token new at each store: two pages made from one
   list can still differ (a post deleted in between), and workers tell
@@ -12,22 +13,31 @@
     KEYS[1] pages         feed:tlp:{user}
     KEYS[2] version       the list's nonce, feed:tln:{user}
     KEYS[3] timeline      feed:tl:{user}
+    KEYS[4] pull          the pull authors followed, feed:tla:{user}
 
     ARGV[1] limit         the page's size, its field in pages
     ARGV[2] page          "version\nnext\nJSON"
     ARGV[3] ttl           seconds
     ARGV[4] version       the page's version
     ARGV[5] ids           of its posts, concatenated
+    ARGV[6] pullv_prefix  the pull authors' lists' versions, feed:pv:{
 
   Output:
     1
 ]]
 
 -- @include end
+-- @include pulled
 
 local head = redis.call('lindex', KEYS[3], 0) or ''
-local cur = (redis.call('get', KEYS[2]) or '0') .. ':'
-            .. string.sub(head, 1, 24) .. ':'
+local nonce = redis.call('get', KEYS[2]) or '0'
+local pull = redis.call('smembers', KEYS[4])
+if #pull > 0 then
+  local sig = pulled(pull, ARGV[6])
+  if not sig then return 1 end
+  nonce = nonce .. '.' .. sig
+end
+local cur = nonce .. ':' .. string.sub(head, 1, 24) .. ':'
 if string.sub(ARGV[4], 1, #cur) == cur
    and string.sub(head, 1, 24) ~= END
 then

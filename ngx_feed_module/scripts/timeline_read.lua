@@ -7,6 +7,7 @@
     KEYS[3] pages         the first pages kept as answered, feed:tlp:{user}
     KEYS[4] version       the list's nonce, feed:tln:{user}
     KEYS[5] deleting      the posts being deleted, feed:deleting
+    KEYS[6] pull          the pull authors the user follows, feed:tla:{user}
 
     ARGV[1] limit         posts per page
     ARGV[2] max_id        only older posts ('' for none)
@@ -16,18 +17,31 @@
     ARGV[6] post_prefix   the post keys' prefix (link mode), feed:p:
     ARGV[7] have          the version of the worker's own copy of the first
                           page ('' without one)
+    ARGV[8] pull_prefix   the pull authors' lists, feed:pl:{
+    ARGV[9] pullv_prefix  their versions, feed:pv:{
 
   Output, the first element the kind of reply:
     {0, locked}           MISSING: no timeline; locked 1 while being
                           rebuilt, 2 when a rebuild just failed
-    {1, more, deep, last, version, ids, JSON...}
+    {1, more, deep, last, version, ids, pulled, usec, JSON...}
                           PAGE: the page, each post's JSON; last: the id of
-                          its last post, ids: theirs concatenated
+                          its last post, ids: theirs concatenated; pulled:
+                          how many came from pull authors' lists, usec: the
+                          time their merge took
     {3, version}          KEPT: the first page kept as answered (read by the
                           HGET sent just before this, in the same round
                           trip) is current: its bytes never go through here
     {3, version, page}    KEPT: the worker's copy is not current, this is
     {4, version}          LOCAL: the worker's own copy is current
+    {5, author...}        PULL: these pull authors' lists are missing (a
+                          Redis restart, or no post for a long time): they
+                          are loaded from MongoDB, and the page read again
+
+  A user who follows pull authors (feed_pull_threshold) has their ids in
+  "pull": their posts are not in the user's list but in each author's
+  own, and a page is merged from all of them (lib/merge.lua).  The lists'
+  versions are part of the version of kept pages, so that a kept page or
+  a worker's copy is current only while none of the lists changed.
 
   A few calls per page, whatever its size: a chunk of the list, a check of
   its candidates against the deleted posts when there are any, one MGET of
@@ -37,14 +51,31 @@
   entry END (lib/end.lua) ends a complete list.
 ]]
 
-local MISSING, PAGE, KEPT, LOCAL = 0, 1, 3, 4
+local MISSING, PAGE, KEPT, LOCAL, PULL = 0, 1, 3, 4, 5
 -- @include end
-
 -- @include deleted
+-- @include pulled
 
 local tl = KEYS[1]
 local limit, max, since = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 local ver = redis.call('get', KEYS[4]) or '0'
+local pull = redis.call('smembers', KEYS[6])
+if #pull > 0 then
+  local sig, missing = pulled(pull, ARGV[9])
+  if not sig then
+    if redis.call('exists', tl) == 1 then
+      return {PULL, unpack(missing)}
+    end
+    pull = {}
+  else
+    ver = ver .. '.' .. sig
+  end
+end
+local function alive()
+  if #pull > 0 then
+    redis.call('expire', KEYS[6], 2 * tonumber(ARGV[4]))
+  end
+end
 local deleting = redis.call('zcard', KEYS[5]) > 0
 local kv = max == '' and since == ''
            and redis.call('hget', KEYS[3], 'v' .. ARGV[1])
@@ -60,12 +91,14 @@ if kv and string.sub(kv, 1, #ver + 1) == ver .. ':' then
     end
   end
   if fresh and redis.call('expire', tl, ARGV[4]) == 1 then
+    alive()
     if ARGV[7] == '' then return {KEPT, kv} end
     if ARGV[7] == kv then return {LOCAL, kv} end
     return {KEPT, kv, redis.call('hget', KEYS[3], ARGV[1])}
   end
 end
 local embed = ARGV[5] == 'e'
+-- @include merge
 local chunk = limit + 1
 local part = redis.call('lrange', tl, 0, chunk - 1)
 if #part == 0 then
@@ -74,10 +107,14 @@ if #part == 0 then
 end
 if part[1] ~= END then
   redis.call('expire', tl, ARGV[4])
+  alive()
 end
 local out, got, n, pos = {PAGE, 0, 1, '',
                           ver .. ':' .. string.sub(part[1], 1, 24),
-                          ''}, {}, 0, 0
+                          '', 0, 0}, {}, 0, 0
+if #pull > 0 then
+  return merge(out, part, pull)
+end
 while true do
   local ids, entries, stop = {}, {}, false
   for i = 1, #part do
@@ -121,7 +158,7 @@ while true do
         return out
       end
       n = n + 1
-      out[6 + n] = json
+      out[8 + n] = json
       out[4] = ids[i]
       got[n] = ids[i]
     end

@@ -2,7 +2,8 @@
   Creates a timeline in one step (ngx_http_feed_timeline_cache_warm),
   unless someone else did already or the user's follows changed since the
   rebuild began (the follows version moved: 0 is returned), then puts in
-  the posts fanout queued meanwhile, and releases the rebuild lock if it
+  the posts fanout queued meanwhile (and the authors who turned to pull,
+  "+author"), and releases the rebuild lock if it
   is still ours.
 
   Input:
@@ -12,6 +13,7 @@
     KEYS[4] queue             posts delivered meanwhile, feed:tlq:{user}
     KEYS[5] deleting          feed:deleting
     KEYS[6] version           the list's nonce, feed:tln:{user}
+    KEYS[7] pull              the pull authors followed, feed:tla:{user}
 
     ARGV[1] ttl               seconds
     ARGV[2] cap               feed_cache_size
@@ -21,7 +23,10 @@
     ARGV[6] follows_version   as the lock found it
     ARGV[7] nonce             the list's new version
     ARGV[8] token             the rebuild's lock token
-    ARGV[9...]                id, JSON pairs, newest first
+    ARGV[9] pull              the pull authors the user follows, as the
+                              rebuild found them before asking for the
+                              posts, separated by spaces
+    ARGV[10...]               id, JSON pairs, newest first
 
   Output:
     1, or 0 when the follows changed
@@ -44,12 +49,12 @@ if (redis.call('get', KEYS[3]) or '') ~= ARGV[6] then
 end
 if redis.call('exists', tl) == 0 then
   local ids, entries, dead = {}, {}, {}
-  for i = 9, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end
+  for i = 10, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end
   if #ids > 0 and redis.call('zcard', KEYS[5]) > 0 then
     dead = deleted(KEYS[5], ids)
   end
   for j = 1, #ids do
-    local i = 7 + 2 * j
+    local i = 8 + 2 * j
     if not dead[j] then
       if ARGV[3] == 'e' then
         entries[#entries + 1] = ARGV[i] .. ARGV[i + 1]
@@ -67,14 +72,23 @@ if redis.call('exists', tl) == 0 then
     redis.call('rpush', tl,
                unpack(entries, i, math.min(i + 999, #entries)))
   end
+  redis.call('del', KEYS[7])
+  for a in string.gmatch(ARGV[9], '%S+') do
+    redis.call('sadd', KEYS[7], a)
+  end
   if #entries > 0 then
     redis.call('ltrim', tl, 0, cap - 1)
     for _, e in ipairs(redis.call('lrange', KEYS[4], 0, -1)) do
-      insert(tl, e, cap)
+      if string.sub(e, 1, 1) == '+' then
+        redis.call('sadd', KEYS[7], string.sub(e, 2))
+      else
+        insert(tl, e, cap)
+      end
     end
     redis.call('expire', tl, ARGV[1])
     changed(KEYS[6], ARGV[1], ARGV[7])
   end
+  redis.call('expire', KEYS[7], 2 * tonumber(ARGV[1]))
 end
 unlock()
 redis.call('del', KEYS[4])

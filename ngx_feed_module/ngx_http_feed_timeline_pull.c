@@ -1,0 +1,239 @@
+
+/*
+ * ngx_feed_module: the pull authors' recent-posts lists in Redis, the only
+ * owner of feed:pl:{author} (the list: id then JSON, newest first, capped
+ * at feed_cache_size, with the END entry when it holds the author's whole
+ * history) and feed:pv:{author} (its version).  Readers merge them into
+ * their pages (timeline_read.lua), fanout adds the posts of pull authors
+ * to them, and a missing list is made again from MongoDB's newest posts.
+ * A list lives twice feed_cache_ttl from its author's last post.
+ */
+
+
+#include "ngx_http_feed_timeline_cache.h"
+#include "ngx_http_feed_json.h"
+#include "ngx_http_feed_scripts.h"
+
+
+#define NGX_HTTP_FEED_PL_PREFIX   "feed:pl:{"
+#define NGX_HTTP_FEED_PV_PREFIX   "feed:pv:{"
+
+/* what each post of a list made from MongoDB is added to */
+typedef struct {
+    ngx_pool_t                   *pool;
+    ngx_http_feed_redis_call_t   *call;
+} ngx_http_feed_timeline_pull_call_t;
+
+
+#define NGX_HTTP_FEED_PULL_KEY_LEN  (sizeof(NGX_HTTP_FEED_PL_PREFIX)        \
+                                     + NGX_HTTP_FEED_USER_MAX + 1)
+
+
+static void ngx_http_feed_timeline_pull_keys(ngx_http_feed_redis_call_t *call,
+    char *list, char *version, ngx_http_feed_user_t *author);
+static ngx_int_t ngx_http_feed_timeline_pull_item(void *data,
+    ngx_str_t *id, ngx_str_t *json);
+
+
+/* the prefix of the lists (0) or of their versions (1), for the reads */
+
+const char *
+ngx_http_feed_timeline_pull_prefix(ngx_uint_t version)
+{
+    return version ? NGX_HTTP_FEED_PV_PREFIX : NGX_HTTP_FEED_PL_PREFIX;
+}
+
+
+/* a pull author's post into their list: 1 in, 0 not, -1 no list */
+
+ngx_int_t
+ngx_http_feed_timeline_pull_add(ngx_http_feed_main_conf_t *fmcf,
+    ngx_http_feed_user_t *author, ngx_str_t *entry,
+    ngx_http_feed_redis_pt handler, void *data)
+{
+    char                        list[NGX_HTTP_FEED_PULL_KEY_LEN],
+                                version[NGX_HTTP_FEED_PULL_KEY_LEN];
+    u_char                      cap[NGX_INT_T_LEN], ttl[NGX_INT_T_LEN],
+                                nonce[NGX_HTTP_FEED_NONCE_LEN];
+    size_t                      argvlen[NGX_HTTP_FEED_SCRIPT_PULL_ADD_ARGC];
+    const char                 *argv[NGX_HTTP_FEED_SCRIPT_PULL_ADD_ARGC];
+    ngx_http_feed_redis_call_t  call;
+
+    ngx_http_feed_redis_call_init(&call, &ngx_http_feed_script_pull_add,
+                                  argv, argvlen,
+                                  NGX_HTTP_FEED_SCRIPT_PULL_ADD_NKEYS,
+                                  NGX_HTTP_FEED_SCRIPT_PULL_ADD_NARGS);
+
+    ngx_http_feed_timeline_pull_keys(&call, list, version, author);
+
+    ngx_http_feed_redis_call_arg(&call, NGX_HTTP_FEED_SCRIPT_PULL_ADD_ARG_ENTRY,
+                                 entry->data, entry->len);
+    ngx_http_feed_redis_call_arg(&call, NGX_HTTP_FEED_SCRIPT_PULL_ADD_ARG_CAP,
+        cap, ngx_sprintf(cap, "%ui", fmcf->cache_size) - cap);
+    ngx_http_feed_redis_call_arg(&call, NGX_HTTP_FEED_SCRIPT_PULL_ADD_ARG_TTL,
+        ttl, ngx_sprintf(ttl, "%T", fmcf->cache_ttl) - ttl);
+    ngx_http_feed_redis_call_arg(&call, NGX_HTTP_FEED_SCRIPT_PULL_ADD_ARG_NONCE,
+        nonce, ngx_http_feed_timeline_cache_nonce(nonce) - nonce);
+
+    return ngx_http_feed_redis_call(NULL, fmcf->redis_client, &call, handler,
+                                    data);
+}
+
+
+/*
+ * A list made from the author's newest posts in MongoDB ("items", newest
+ * first, as the posts store lists them); complete: they are all there are.
+ */
+
+ngx_int_t
+ngx_http_feed_timeline_pull_warm(ngx_http_feed_main_conf_t *fmcf,
+    ngx_pool_t *pool, ngx_http_feed_user_t *author, bson_t *items,
+    ngx_uint_t complete, ngx_http_feed_redis_pt handler, void *data)
+{
+    char                       *list, *version;
+    u_char                     *cap, *ttl, *nonce;
+    size_t                     *argvlen;
+    ngx_uint_t                  argc;
+    const char                **argv;
+    ngx_http_feed_redis_call_t  call;
+
+    ngx_http_feed_timeline_pull_call_t  pc;
+
+    argc = NGX_HTTP_FEED_REDIS_CALL_ARGC(NGX_HTTP_FEED_SCRIPT_PULL_WARM_NKEYS,
+               NGX_HTTP_FEED_SCRIPT_PULL_WARM_NARGS + bson_count_keys(items));
+
+    argv = ngx_palloc(pool, argc * sizeof(char *));
+    argvlen = ngx_palloc(pool, argc * sizeof(size_t));
+    list = ngx_pnalloc(pool, 2 * NGX_HTTP_FEED_PULL_KEY_LEN
+                             + 2 * NGX_INT_T_LEN + NGX_HTTP_FEED_NONCE_LEN);
+
+    if (argv == NULL || argvlen == NULL || list == NULL) {
+        return NGX_ERROR;
+    }
+
+    version = list + NGX_HTTP_FEED_PULL_KEY_LEN;
+    cap = (u_char *) version + NGX_HTTP_FEED_PULL_KEY_LEN;
+    ttl = cap + NGX_INT_T_LEN;
+    nonce = ttl + NGX_INT_T_LEN;
+
+    ngx_http_feed_redis_call_init(&call, &ngx_http_feed_script_pull_warm,
+                                  argv, argvlen,
+                                  NGX_HTTP_FEED_SCRIPT_PULL_WARM_NKEYS,
+                                  NGX_HTTP_FEED_SCRIPT_PULL_WARM_NARGS);
+
+    ngx_http_feed_timeline_pull_keys(&call, list, version, author);
+
+    ngx_http_feed_redis_call_arg(&call, NGX_HTTP_FEED_SCRIPT_PULL_WARM_ARG_CAP,
+        cap, ngx_sprintf(cap, "%ui", fmcf->cache_size) - cap);
+    ngx_http_feed_redis_call_arg(&call, NGX_HTTP_FEED_SCRIPT_PULL_WARM_ARG_TTL,
+        ttl, ngx_sprintf(ttl, "%T", fmcf->cache_ttl) - ttl);
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_PULL_WARM_ARG_NONCE,
+        nonce, ngx_http_feed_timeline_cache_nonce(nonce) - nonce);
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_PULL_WARM_ARG_COMPLETE, complete ? "1" : "0", 1);
+
+    pc.pool = pool;
+    pc.call = &call;
+
+    if (ngx_http_feed_json_posts(pool, items,
+                                 ngx_http_feed_timeline_pull_item, &pc)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_feed_redis_call(NULL, fmcf->redis_client, &call, handler,
+                                    data);
+}
+
+
+/* each post as its entry, the id then the JSON */
+
+static ngx_int_t
+ngx_http_feed_timeline_pull_item(void *data, ngx_str_t *id, ngx_str_t *json)
+{
+    ngx_http_feed_timeline_pull_call_t  *pc = data;
+
+    u_char  *p;
+
+    p = ngx_pnalloc(pc->pool, 24 + json->len);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(p, id->data, 24);
+    ngx_memcpy(p + 24, json->data, json->len);
+
+    ngx_http_feed_redis_call_arg(pc->call, pc->call->nargs, p,
+                                 24 + json->len);
+    pc->call->nargs++;
+
+    return NGX_OK;
+}
+
+
+/* a deleted post out of its author's list, if it is there */
+
+ngx_int_t
+ngx_http_feed_timeline_pull_remove(ngx_http_feed_main_conf_t *fmcf,
+    ngx_http_feed_user_t *author, const char *id,
+    ngx_http_feed_redis_pt handler, void *data)
+{
+    char                        list[NGX_HTTP_FEED_PULL_KEY_LEN];
+    u_char                      ttl[NGX_INT_T_LEN],
+                                nonce[NGX_HTTP_FEED_NONCE_LEN];
+    size_t                      argvlen[
+                                    NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_ARGC
+                                    + 1];
+    const char                 *argv[
+                                    NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_ARGC
+                                    + 1];
+    ngx_http_feed_redis_call_t  call;
+
+    /* the timelines' remove script, on one list: its keys are a tail */
+
+    ngx_http_feed_redis_call_init(&call, &ngx_http_feed_script_timeline_remove,
+                                  argv, argvlen, 1,
+                                  NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_NARGS);
+
+    ngx_http_feed_redis_call_key(&call, 0, list,
+        ngx_http_feed_timeline_cache_user_key(list, NGX_HTTP_FEED_PL_PREFIX,
+                                              author));
+
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_ARG_ID, id, 24);
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_ARG_TTL,
+        ttl, ngx_sprintf(ttl, "%T", fmcf->cache_ttl) - ttl);
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_ARG_NONCE,
+        nonce, ngx_http_feed_timeline_cache_nonce(nonce) - nonce);
+    ngx_http_feed_redis_call_lit(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_ARG_VERSION_PREFIX,
+        NGX_HTTP_FEED_PV_PREFIX);
+
+    return ngx_http_feed_redis_call(NULL, fmcf->redis_client, &call, handler,
+                                    data);
+}
+
+
+static void
+ngx_http_feed_timeline_pull_keys(ngx_http_feed_redis_call_t *call,
+    char *list, char *version, ngx_http_feed_user_t *author)
+{
+    /* pull_add.lua and pull_warm.lua have the same keys */
+
+    ngx_http_feed_redis_call_key(call, NGX_HTTP_FEED_SCRIPT_PULL_ADD_KEY_LIST,
+        list,
+        ngx_http_feed_timeline_cache_user_key(list, NGX_HTTP_FEED_PL_PREFIX,
+                                              author));
+    ngx_http_feed_redis_call_key(call,
+        NGX_HTTP_FEED_SCRIPT_PULL_ADD_KEY_VERSION, version,
+        ngx_http_feed_timeline_cache_user_key(version, NGX_HTTP_FEED_PV_PREFIX,
+                                              author));
+    ngx_http_feed_redis_call_key(call,
+        NGX_HTTP_FEED_SCRIPT_PULL_ADD_KEY_DELETING,
+        ngx_http_feed_timeline_cache_deleting_key.data,
+        ngx_http_feed_timeline_cache_deleting_key.len);
+}

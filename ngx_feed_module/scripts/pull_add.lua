@@ -1,0 +1,38 @@
+--[[
+  A pull author's post into their recent-posts list
+  (ngx_http_feed_pull_store_add), instead of into every follower's
+  timeline: in its place, once, within the cap; a post deleted meanwhile
+  goes nowhere.  A missing list is not made here: only MongoDB knows the
+  posts before this one (pull_warm.lua).
+
+  Input:
+    KEYS[1] list              feed:pl:{author}
+    KEYS[2] version           feed:pv:{author}
+    KEYS[3] deleting          feed:deleting
+
+    ARGV[1] entry             the id, then the JSON
+    ARGV[2] cap               feed_cache_size
+    ARGV[3] ttl               the list lives twice this, from its last post
+    ARGV[4] nonce             the list's new version
+
+  Output:
+    1 when it went in, 0 when it was there (or deleted, or older than the
+    end of a trimmed list), -1 when there is no list
+]]
+
+-- @include insert
+-- @include changed
+
+if redis.call('exists', KEYS[1]) == 0 then
+  return -1
+end
+if redis.call('zscore', KEYS[3], string.sub(ARGV[1], 1, 24)) then
+  return 0
+end
+local n = insert(KEYS[1], ARGV[1], tonumber(ARGV[2]))
+if n == 1 then
+  changed(KEYS[2], ARGV[3], ARGV[4])
+  redis.call('expire', KEYS[1], 2 * tonumber(ARGV[3]))
+  return 1
+end
+return 0

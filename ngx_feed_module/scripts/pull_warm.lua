@@ -1,0 +1,50 @@
+--[[
+  A pull author's recent-posts list made from MongoDB's newest posts
+  (ngx_http_feed_pull_store_warm), when it is missing: after a Redis
+  restart, after it expired, or when the author turns to pull.  When
+  another worker made it meanwhile, the posts are put in their places
+  instead (each once), so that a post listed meanwhile is kept.
+
+  Input:
+    KEYS[1] list              feed:pl:{author}
+    KEYS[2] version           feed:pv:{author}
+    KEYS[3] deleting          feed:deleting
+
+    ARGV[1] cap               feed_cache_size
+    ARGV[2] ttl               the list lives twice this
+    ARGV[3] nonce             the list's new version
+    ARGV[4] complete          '1': the posts are the author's whole history
+    ARGV[5...]                entries (id, then JSON), newest first
+
+  Output:
+    1, or 0 when nothing could be made (every post was being deleted)
+]]
+
+-- @include end
+-- @include deleted
+-- @include insert
+-- @include changed
+
+local list, cap = KEYS[1], tonumber(ARGV[1])
+local ids, dead, entries = {}, {}, {}
+for i = 5, #ARGV do ids[#ids + 1] = string.sub(ARGV[i], 1, 24) end
+if #ids > 0 and redis.call('zcard', KEYS[3]) > 0 then
+  dead = deleted(KEYS[3], ids)
+end
+for j = 1, #ids do
+  if not dead[j] then entries[#entries + 1] = ARGV[4 + j] end
+end
+if redis.call('exists', list) == 0 then
+  if ARGV[4] == '1' then entries[#entries + 1] = END end
+  if #entries == 0 then return 0 end
+  for i = 1, #entries, 1000 do
+    redis.call('rpush', list,
+               unpack(entries, i, math.min(i + 999, #entries)))
+  end
+  redis.call('ltrim', list, 0, cap - 1)
+else
+  for i = 1, #entries do insert(list, entries[i], cap) end
+end
+changed(KEYS[2], ARGV[2], ARGV[3])
+redis.call('expire', list, 2 * tonumber(ARGV[2]))
+return 1
