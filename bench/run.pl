@@ -771,12 +771,19 @@ if (phase(6)) {
     for my $which (qw(first deep)) {
         for my $n (1 .. 2) {
             for my $r (@readers) {
-                my $s0 = status_json()->{pull};
+                my $s0 = status_json();
+                my $c0 = redis_cmdstats();
                 my $w = wrk($page{$r}{$which});
-                my $s1 = status_json()->{pull};
+                my $c1 = redis_cmdstats();
+                my $s1 = status_json();
                 push @{ $result{hot}{$which}{$r} }, {
-                    %$w, map { $_ => ($s1->{$_} // 0) - ($s0->{$_} // 0) }
-                        qw(reads pulled merge_us) };
+                    %$w, map({ $_ => ($s1->{pull}{$_} // 0)
+                                     - ($s0->{pull}{$_} // 0) }
+                        qw(reads pulled merge_us)),
+                    copies => ($s1->{local_pages}{answered} // 0)
+                        - ($s0->{local_pages}{answered} // 0),
+                    script_us => ($c1->{evalsha}[1] // 0)
+                        - ($c0->{evalsha}[1] // 0) };
             }
         }
     }
@@ -1076,12 +1083,16 @@ if (phase(6)) {
             . 'the worker\'s copy for a plain reader), "deep" the page its '
             . '`next` points to (`max_id`). Two alternating rounds of '
             . 'wrk -t1 -c%d, %d s each; merged reads, pulled posts and merge '
-            . 'time from `feed_status` ("pull"), per request.',
+            . 'time from `feed_status` ("pull"), per request, and the '
+            . 'read script\'s Redis time per request (`EVALSHA` in '
+            . '`INFO commandstats`); "copies": answered from the worker\'s '
+            . 'own copy of the page (`local_pages`).',
             $hot->{threshold}, $CONNS, $DUR), '',
         '| page | pull authors | bytes | req/s (runs) | **mean req/s** '
-        . '| **× 0 pull authors** | p50 | p99 | merged reads per request '
+        . '| **× 0 pull authors** | p50 | p99 | copies per request '
+        . '| **script µs per request** | merged reads per request '
         . '| pulled per merged read | merge µs per merged read |',
-        '|---|---|---|---|---|---|---|---|---|---|---|';
+        '|---|---|---|---|---|---|---|---|---|---|---|---|---|';
 
     for my $which (qw(first deep)) {
         my $mean = sub {
@@ -1094,11 +1105,14 @@ if (phase(6)) {
             my $req = sum(map { $_->{requests} // 0 } @runs) || 1;
             my $reads = sum(map { $_->{reads} } @runs);
             push @out, sprintf('| %s | %s | %d | %s | **%.0f** | **%.2f** '
-                . '| %s | %s | %.2f | %s | %s |', $which, substr($r, 1),
+                . '| %s | %s | %.2f | **%.1f** | %.2f | %s | %s |', $which,
+                substr($r, 1),
                 $hot->{bytes}{$which}{$r}, join(', ', map { sprintf('%.0f', $_->{rps}) }
                     @runs), $mean->($r), $base ? $mean->($r) / $base : 0,
                 fmt_ms(max(map { $_->{p50} // 0 } @runs)),
-                fmt_ms(max(map { $_->{p99} // 0 } @runs)), $reads / $req,
+                fmt_ms(max(map { $_->{p99} // 0 } @runs)),
+                sum(map { $_->{copies} } @runs) / $req,
+                sum(map { $_->{script_us} } @runs) / $req, $reads / $req,
                 $reads ? sprintf('%.1f', sum(map { $_->{pulled} } @runs)
                     / $reads) : '-',
                 $reads ? sprintf('%.1f', sum(map { $_->{merge_us} } @runs)
