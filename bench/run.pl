@@ -369,8 +369,11 @@ if (phase(4)) {
         system("$dir/seed", "$dir/mongofan-db/standin-data.bson", 'feed', $star,
             $f) == 0 or die "seed failed\n";
         $t->start_mongo(name => 'mongofan', args => ['--no-unique']);
+        # every post pushed: with the default feed_pull_threshold, an
+        # author of 10,000 followers or more would be turning to pull
+        # (part 6 measures that)
         start_nginx(mode => 'link', mongo => 'mongofan',
-            mongo_timeout => '60s');
+            mongo_timeout => '60s', pull => 'off');
 
         # every follower has a cached timeline
 
