@@ -590,6 +590,14 @@ ngx_http_feed_pull_counters(bson_t *doc, ngx_http_feed_stats_t *st)
     BSON_APPEND_INT64(doc, "reads", (int64_t) st->pull_reads);
     BSON_APPEND_INT64(doc, "pulled", (int64_t) st->pull_pulled);
     BSON_APPEND_INT64(doc, "merge_us", (int64_t) st->pull_merge_us);
+    BSON_APPEND_DOUBLE(doc, "pulled_per_read",
+                       st->pull_reads ? (double) st->pull_pulled
+                                        / st->pull_reads
+                                      : 0.0);
+    BSON_APPEND_DOUBLE(doc, "merge_us_per_read",
+                       st->pull_reads ? (double) st->pull_merge_us
+                                        / st->pull_reads
+                                      : 0.0);
     BSON_APPEND_INT64(doc, "loads", (int64_t) st->pull_loads);
     BSON_APPEND_INT64(doc, "to_pull", (int64_t) st->pull_to_pull);
     BSON_APPEND_INT64(doc, "to_push", (int64_t) st->pull_to_push);

@@ -21,8 +21,10 @@ our @EXPORT_OK = qw(
     is_error post_problems tl_uri tl_page_problems
     status_all statuses fsum
     parallel follow_each read_each none_failed
-    post post_start post_end
+    post post_start post_end post_end_tagged
     rd tl_key copies copies_summary all_n group_info wait_settled
+    tl_ids tl_walk node_counts node_moved node_moved_is node_acked
+    workers_up
 );
 
 # the posts' stream and the fanout's consumer group (the defaults)
@@ -232,7 +234,102 @@ sub tl_page_problems {
     return @p;
 }
 
+# the ids of a timeline page's items ([] when it has none)
+sub tl_ids {
+    my ($r) = @_;
+    return [] unless ref $r->{json} eq 'HASH'
+        && ref $r->{json}{items} eq 'ARRAY';
+    return [ map { ref $_ eq 'HASH' ? $_->{id} // '' : '' }
+        @{ $r->{json}{items} } ];
+}
+
+# the pages of $uid's home timeline from the first to the one whose next
+# is null, each reached by its predecessor's Link header: the ids and the
+# items (tag()ged) of all pages, X-Feed-Cache of each page, and the pages'
+# problems (tl_page_problems; more pages than $o{most}, 200 by default)
+sub tl_walk {
+    my ($t, $uid, $limit, %o) = @_;
+    my $w = { ids => [], items => [], caches => [], problems => [] };
+    my $uri = tl_uri($uid, limit => $limit);
+
+    while (defined $uri) {
+        if (@{$w->{caches}} >= ($o{most} || 200)) {
+            push @{$w->{problems}}, "more than $o{most} pages";
+            last;
+        }
+        my $r = $t->get($uri);
+        my @p = tl_page_problems($r, $uid, $limit);
+        if (@p) {
+            push @{$w->{problems}}, map { "$uri: $_" } @p;
+            last;
+        }
+        push @{$w->{caches}}, $r->{headers}{'x-feed-cache'};
+        push @{$w->{items}}, @{ tag($r->{json})->{items} };
+        push @{$w->{ids}}, @{ tl_ids($r) };
+        $uri = defined $r->{json}{next}
+            ? ($r->{headers}{link} =~ /<(?:https?:\/\/[^\/]+)?([^>]*)>/)[0]
+            : undef;
+    }
+    return $w;
+}
+
 # ----------------------------------------------------------------- status --
+
+# the node's counters in /status (all the workers together), flat:
+# "requests", "fanout.deliveries", "pull.listed", ...; {} without an answer
+sub node_counts {
+    my ($t) = @_;
+    my $j = $t->get('/status', timeout => 5)->{json};
+    my $n = ref $j eq 'HASH' && ref $j->{node} eq 'HASH' ? $j->{node} : {};
+    my %c;
+    for my $k (keys %$n) {
+        if (ref $n->{$k} eq 'HASH') {
+            $c{"$k.$_"} = $n->{$k}{$_}
+                for grep { !ref $n->{$k}{$_} } keys %{ $n->{$k} };
+        } elsif (!ref $n->{$k}) {
+            $c{$k} = $n->{$k};
+        }
+    }
+    return \%c;
+}
+
+# how far each counter moved since node_counts() answered $c0
+sub node_moved {
+    my ($t, $c0) = @_;
+    my $c = node_counts($t);
+    return { map { $_ => ($c->{$_} // 0) - ($c0->{$_} // 0) } keys %$c };
+}
+
+# a test: the counters of %$want moved by as much since $c0, no more
+sub node_moved_is {
+    my ($t, $c0, $want, $name) = @_;
+    local $Test::Builder::Level = $Test::Builder::Level + 1;
+    my $d = node_moved($t, $c0);
+    is_deeply({ map { $_ => $d->{$_} // 0 } keys %$want }, $want,
+        "$name: node " . join(', ', map { "$_ +$want->{$_}" }
+            sort keys %$want)) or diag('moved: ' . $JSON->encode($d));
+}
+
+# a test: every stream entry fanned out and acknowledged, and the node's
+# fanout.acked $n more than in $c0 (it moves a hair after the XACK)
+sub node_acked {
+    my ($t, $c0, $n, $name) = @_;
+    local $Test::Builder::Level = $Test::Builder::Level + 1;
+    wait_settled($t, $name);
+    ok($t->wait_for(3, sub { node_moved($t, $c0)->{'fanout.acked'} >= $n }),
+        "$name: $n entries acknowledged (node fanout.acked)")
+        or diag($JSON->encode(node_counts($t)));
+}
+
+# $n workers answer /status, each with Redis and MongoDB up, reading the
+# stream
+sub workers_up {
+    my ($t, $n) = @_;
+    my $st = statuses($t);
+    return keys %$st == $n && !grep {
+        !($_->{redis}{up} && $_->{mongo}{up} && $_->{fanout}{reading})
+    } values %$st;
+}
 
 # true when $what (redis, mongo) is up in every answer to $o{tries} (6)
 # requests for /status, spread over the workers; up => 0: down in every one
@@ -324,11 +421,12 @@ sub none_failed {
 
 # ------------------------------------------------------------------ posts --
 
-# starts a post by $uid; post_end() collects it
+# starts a post by $uid (with $data when given); post_end() collects it
 sub post_start {
-    my ($t, $uid, $body) = @_;
+    my ($t, $uid, $body, $data) = @_;
     return $t->http_start('POST', "/users/$uid/posts",
-        body => $JSON->encode({ body => $body }),
+        body => $JSON->encode({ body => $body,
+            defined $data ? (data => $data) : () }),
         headers => { 'Content-Type' => 'application/json' });
 }
 
@@ -352,6 +450,15 @@ sub post_end {
         diag(short($r));
     }
     return;
+}
+
+# post_end(), with the 201 tag()ged: (id, tag), or nothing
+sub post_end_tagged {
+    my ($t, $h, $name) = @_;
+    local $Test::Builder::Level = $Test::Builder::Level + 1;
+    my %keep;
+    my $id = post_end($t, $h, $name, keep => \%keep) or return;
+    return ($id, tag($keep{$id}));
 }
 
 # a post by $uid, {"body": $body}: as post_end()
