@@ -76,6 +76,12 @@ ngx_http_feed_authors_get(mongoc_client_t *client, const char *database,
         }
     }
 
+    if (bson_iter_init_find(&it, &doc, "pull_changed")
+        && BSON_ITER_HOLDS_DATE_TIME(&it))
+    {
+        mode->changed = bson_iter_date_time(&it);
+    }
+
     bson_destroy(&doc);
 
     return NGX_OK;
@@ -83,9 +89,25 @@ ngx_http_feed_authors_get(mongoc_client_t *client, const char *database,
 
 
 /*
- * From one mode to another, only if the author is still in the first
- * (with its token): *changed says whether it was.  The first move of an
- * author is the document's insert, which only one writer can make.
+ * The time in a thread, where nginx's cached time is not kept current:
+ * ms since the epoch
+ */
+
+int64_t
+ngx_http_feed_authors_now(void)
+{
+    struct timeval  tv;
+
+    ngx_gettimeofday(&tv);
+
+    return (int64_t) tv.tv_sec * 1000 + tv.tv_usec / 1000;
+}
+
+
+/*
+ * From one mode to another (or to the same, to say it is alive), only if
+ * the author is still in the first (with its token): *changed says
+ * whether it was.  An author never moved has no "pull" yet.
  */
 
 ngx_int_t
@@ -112,7 +134,7 @@ ngx_http_feed_authors_set(mongoc_client_t *client, const char *database,
     BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
     BSON_APPEND_UTF8(&set, "pull", m);
     BSON_APPEND_UTF8(&set, "pull_token", to->token);
-    BSON_APPEND_DATE_TIME(&set, "pull_changed", ngx_http_feed_now_ms());
+    BSON_APPEND_DATE_TIME(&set, "pull_changed", ngx_http_feed_authors_now());
     bson_append_document_end(&update, &set);
 
     ok = mongoc_collection_update_one(coll, &filter, &update, NULL, &reply,

@@ -26,6 +26,7 @@ typedef struct {
     int64_t                       followers;
     u_char                        mode;
     char                          token[25];  /* the post turning it */
+    int64_t                       changed;    /* ms since the epoch */
 } ngx_http_feed_author_mode_t;
 
 
@@ -34,6 +35,7 @@ typedef ngx_int_t (*ngx_http_feed_authors_pt)(void *data,
     ngx_http_feed_user_t *user);
 
 
+int64_t ngx_http_feed_authors_now(void);
 ngx_int_t ngx_http_feed_authors_get(mongoc_client_t *client,
     const char *database, ngx_http_feed_user_t *user,
     ngx_http_feed_author_mode_t *mode, bson_error_t *error);

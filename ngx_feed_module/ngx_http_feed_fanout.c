@@ -538,6 +538,9 @@ ngx_http_feed_fanout_start(ngx_http_feed_fanout_t *fo, redisReply *e)
     fe->page.limit = fo->fmcf->fanout_page;
     fe->page.pull_threshold = fo->fmcf->pull_threshold;
 
+    /* a live turn reads a page of followers well within a claim's idle */
+    fe->page.pull_stale = 4 * fo->fmcf->fanout_claim_idle;
+
     if (fe->kind == 'd') {
         ngx_http_feed_fanout_unlist(fe);
     }

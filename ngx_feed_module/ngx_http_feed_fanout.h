@@ -21,6 +21,8 @@ typedef struct {
     ngx_uint_t                    want_post;
     ngx_uint_t                    limit;
     ngx_int_t                     pull_threshold;
+    ngx_msec_t                    pull_stale; /* a turn not heard of for
+                                                 this long is taken over */
 
     /* where the page starts: after (created, src) of the last one */
     ngx_uint_t                    has_cursor;

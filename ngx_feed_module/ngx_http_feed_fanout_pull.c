@@ -144,7 +144,12 @@ ngx_http_feed_fanout_turn(ngx_http_feed_fanout_entry_t *fe)
                                  ngx_http_feed_fanout_turn_run,
                                  ngx_http_feed_fanout_turn_done, fe);
 
-    if (t == NULL || ngx_http_feed_mongo_post(t) != NGX_OK) {
+    if (t == NULL) {
+        ngx_http_feed_fanout_fail(fe, "out of memory");
+        return;
+    }
+
+    if (ngx_http_feed_mongo_post(t) != NGX_OK) {
         ngx_http_feed_fanout_fail(fe, "thread pool queue overflow");
         return;
     }

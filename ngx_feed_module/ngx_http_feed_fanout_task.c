@@ -44,18 +44,26 @@ ngx_http_feed_fanout_page_run(ngx_http_feed_mongo_task_t *t,
 
         if (ngx_http_feed_pull_decide(client, t->database, &page->author,
                                       page->post_id, page->pull_threshold,
-                                      &page->pull, &page->to_push,
-                                      &t->error)
+                                      page->pull_stale, &page->pull,
+                                      &page->to_push, &t->error)
             != NGX_OK)
         {
             return;
         }
 
-        if (page->pull == NGX_HTTP_FEED_PULL_LIST) {
-            /* a pull author's post: no follower is read */
-            t->rc = NGX_OK;
-            return;
-        }
+    } else if (page->pull == NGX_HTTP_FEED_PULL_TURN
+               && ngx_http_feed_pull_turning(client, t->database,
+                                             &page->author, page->post_id,
+                                             &t->error)
+                  != NGX_OK)
+    {
+        return;
+    }
+
+    if (page->pull == NGX_HTTP_FEED_PULL_LIST) {
+        /* a pull author's post: no follower is read */
+        t->rc = NGX_OK;
+        return;
     }
 
     if (page->limit == 0) {

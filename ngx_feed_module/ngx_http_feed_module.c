@@ -655,9 +655,6 @@ ngx_http_feed_location(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
-/* feed_stream name [maxlen=N]; */
-
-
 /*
  * feed_pull_threshold <followers> | off: authors with that many followers
  * are pulled at read time, not fanned out (0: nobody is)
@@ -692,6 +689,9 @@ ngx_http_feed_pull_threshold(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     return NGX_CONF_OK;
 }
+
+
+/* feed_stream name [maxlen=N]; */
 
 static char *
 ngx_http_feed_stream(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)

@@ -113,9 +113,10 @@ ngx_http_feed_pull_init(void)
 ngx_int_t
 ngx_http_feed_pull_decide(mongoc_client_t *client, const char *database,
     ngx_http_feed_user_t *author, const char *post_id, ngx_int_t threshold,
-    ngx_uint_t *action, ngx_uint_t *to_push, bson_error_t *error)
+    ngx_msec_t stale, ngx_uint_t *action, ngx_uint_t *to_push,
+    bson_error_t *error)
 {
-    ngx_uint_t                   want, changed;
+    ngx_uint_t                   want, changed, was_pull;
     ngx_http_feed_author_mode_t  mode;
 
     *action = NGX_HTTP_FEED_PULL_PUSH;
@@ -147,23 +148,42 @@ ngx_http_feed_pull_decide(mongoc_client_t *client, const char *database,
             return NGX_OK;
         }
 
-        return ngx_http_feed_pull_move(client, database, author, &mode,
-                                       NGX_HTTP_FEED_AUTHOR_BOTH, post_id,
-                                       to_push, error);
+        /* back to push: counted only for an author who was pull */
+
+        was_pull = (mode.mode == NGX_HTTP_FEED_AUTHOR_PULL);
+
+        if (ngx_http_feed_pull_move(client, database, author, &mode,
+                                    NGX_HTTP_FEED_AUTHOR_BOTH, post_id,
+                                    &changed, error)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        *to_push = changed && was_pull;
+
+        return NGX_OK;
     }
 
     /*
-     * Turning to pull: this post is the one that turns the author (a
-     * redelivery of it, or a later post taking over from one that could
-     * not finish, deleted meanwhile), unless another worker's post took
-     * over first.
+     * Turning to pull.  This post turns the author when it is the one
+     * that turns it (a redelivery), or when the turn is left alone: its
+     * post's fanout has not been heard of for "stale" (deleted meanwhile,
+     * or its entry cannot finish).  A turn in progress is left to finish:
+     * posts meanwhile are fanned out and listed, and whoever they reach
+     * before the turn does sees them in their list.
      */
 
-    if (mode.mode == NGX_HTTP_FEED_AUTHOR_SWITCHING
-        && ngx_strncmp(mode.token, post_id, 24) == 0)
-    {
-        *action = NGX_HTTP_FEED_PULL_TURN;
-        return NGX_OK;
+    if (mode.mode == NGX_HTTP_FEED_AUTHOR_SWITCHING) {
+        if (ngx_strncmp(mode.token, post_id, 24) == 0) {
+            *action = NGX_HTTP_FEED_PULL_TURN;
+            return NGX_OK;
+        }
+
+        if (ngx_http_feed_authors_now() - mode.changed < (int64_t) stale) {
+            *action = NGX_HTTP_FEED_PULL_BOTH;
+            return NGX_OK;
+        }
     }
 
     if (ngx_http_feed_pull_move(client, database, author, &mode,
@@ -196,6 +216,28 @@ ngx_http_feed_pull_turned(mongoc_client_t *client, const char *database,
     return ngx_http_feed_pull_move(client, database, author, &from,
                                    NGX_HTTP_FEED_AUTHOR_PULL, post_id,
                                    changed, error);
+}
+
+
+/*
+ * The turning post's fanout is alive (at each page of followers it
+ * reads): the turn is not taken over while it goes on, however long.
+ */
+
+ngx_int_t
+ngx_http_feed_pull_turning(mongoc_client_t *client, const char *database,
+    ngx_http_feed_user_t *author, const char *post_id, bson_error_t *error)
+{
+    ngx_uint_t                   changed;
+    ngx_http_feed_author_mode_t  from;
+
+    from.mode = NGX_HTTP_FEED_AUTHOR_SWITCHING;
+    ngx_memcpy(from.token, post_id, 24);
+    from.token[24] = '\0';
+
+    return ngx_http_feed_pull_move(client, database, author, &from,
+                                   NGX_HTTP_FEED_AUTHOR_SWITCHING, post_id,
+                                   &changed, error);
 }
 
 
@@ -498,7 +540,9 @@ ngx_http_feed_pull_warmed(void *data, redisReply *reply)
 {
     ngx_http_feed_pull_load_t  *ld = data;
 
-    if (reply && reply->type == REDIS_REPLY_INTEGER) {
+    /* 0: nothing could be made (every post was being deleted) */
+
+    if (reply && reply->type == REDIS_REPLY_INTEGER && reply->integer == 1) {
         ngx_http_feed_stat(pull_loads, 1);
         ngx_http_feed_pull_load_end(ld, NGX_OK);
         return;

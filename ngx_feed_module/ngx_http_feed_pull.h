@@ -34,7 +34,10 @@ typedef void (*ngx_http_feed_pull_loaded_pt)(void *data, ngx_int_t rc);
 
 ngx_int_t ngx_http_feed_pull_decide(mongoc_client_t *client,
     const char *database, ngx_http_feed_user_t *author, const char *post_id,
-    ngx_int_t threshold, ngx_uint_t *action, ngx_uint_t *to_push,
+    ngx_int_t threshold, ngx_msec_t stale, ngx_uint_t *action,
+    ngx_uint_t *to_push, bson_error_t *error);
+ngx_int_t ngx_http_feed_pull_turning(mongoc_client_t *client,
+    const char *database, ngx_http_feed_user_t *author, const char *post_id,
     bson_error_t *error);
 ngx_int_t ngx_http_feed_pull_turned(mongoc_client_t *client,
     const char *database, ngx_http_feed_user_t *author, const char *post_id,

@@ -803,7 +803,8 @@ ngx_http_feed_timeline_cache_warm(ngx_http_request_t *r,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_ARG_TOKEN,
         token->data, token->len);
     ngx_http_feed_redis_call_arg(&call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_ARG_PULL, pull->data, pull->len);
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_ARG_PULL,
+        pull->len ? (char *) pull->data : "", pull->len);
 
     if (ngx_http_feed_timeline_cache_warm_items(r, &call, items) != NGX_OK) {
         return NGX_ERROR;
@@ -1005,6 +1006,9 @@ ngx_http_feed_timeline_cache_deliver(ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_redis_call_lit(call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_ARG_PULL_PREFIX,
         NGX_HTTP_FEED_TLA_PREFIX);
+    ngx_http_feed_redis_call_lit(call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_ARG_FOLLOWS_PREFIX,
+        NGX_HTTP_FEED_TLV_PREFIX);
 
     return ngx_http_feed_timeline_cache_batch_send(fmcf, call, handler,
                                                    data);

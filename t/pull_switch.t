@@ -95,6 +95,13 @@ my %TAG;    # post id => its 201, tag()ged
 my %CACHED; # user => 1 while their timeline is cached
 my %DEL;    # post id => 1 once deleted
 
+# a post in none of the lists (some users may have none: a rebuild the
+# turn met starts over, and is made at their next read)
+sub in_none {
+    my ($c) = @_;
+    return $c && !grep { $_ > 0 } values %$c;
+}
+
 sub want {
     my ($u) = @_;
     return [ sort { $b cmp $a } grep { !$DEL{$_} }
@@ -359,11 +366,19 @@ all_see('setup', [ @C ]);
     authors_are(1, 'up again');
     node_moved_is($t, $c1, { 'fanout.deliveries' => 0, 'pull.listed' => 1 },
         'up again, then');
-    my $c = copies($t, $s13, @cached, @new);
-    ok(all_n($c, 1), 'up again: the turning post once in each cached list, '
-        . 'those rebuilt meanwhile too') or diag(copies_summary($c));
+    my $c = copies($t, $s13, @cached);
+    ok(all_n($c, 1), 'up again: the turning post once in each cached list')
+        or diag(copies_summary($c));
+
+    # a rebuild that the turn met is not warmed (it may have asked for the
+    # pull authors before the turn): answered, and made again at the next
+    # read, or warmed once with the post when the turn came after it
+    $c = copies($t, $s13, @new);
+    ok($c && !grep({ $_ != -1 && $_ != 1 } values %$c),
+        'up again: those rebuilt meanwhile: no list (started over) or the '
+        . 'post once') or diag(copies_summary($c));
     $c = copies($t, $s14, @cached, @new);
-    ok(all_n($c, 0), 'up again: the next one in no cached list')
+    ok(in_none($c), 'up again: the next one in no cached list')
         or diag(copies_summary($c));
     all_see('up again', [ @C, @U, @X ], [ $X[2], $U[3] ]);
 }
@@ -434,7 +449,7 @@ all_see('setup', [ @C ]);
     node_moved_is($t, $c2, { 'fanout.deliveries' => 0, 'pull.listed' => 1 },
         'redis restart, r3');
     my $c = copies($t, $r3, cached_of($tr));
-    ok(all_n($c, 0), 'redis restart: r3 in no cached list')
+    ok(in_none($c), 'redis restart: r3 in no cached list')
         or diag(copies_summary($c));
     all_see('redis restart, r3', [ @all ], [ $C[1], $SW ]);
 }

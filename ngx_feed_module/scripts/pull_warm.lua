@@ -2,8 +2,7 @@
   A pull author's recent-posts list made from MongoDB's newest posts
   (ngx_http_feed_pull_store_warm), when it is missing: after a Redis
   restart, after it expired, or when the author turns to pull.  When
-  another worker made it meanwhile, the posts are put in their places
-  instead (each once), so that a post listed meanwhile is kept.
+  another worker made it meanwhile, it is left as it is.
 
   Input:
     KEYS[1] list              feed:pl:{author}
@@ -22,10 +21,14 @@
 
 -- @include end
 -- @include deleted
--- @include insert
 -- @include changed
 
 local list, cap = KEYS[1], tonumber(ARGV[1])
+if redis.call('exists', list) == 1 then
+  -- made meanwhile by another load: the posts since are in it, each put
+  -- there by its own fanout
+  return 1
+end
 local ids, dead, entries = {}, {}, {}
 for i = 5, #ARGV do ids[#ids + 1] = string.sub(ARGV[i], 1, 24) end
 if #ids > 0 and redis.call('zcard', KEYS[3]) > 0 then
@@ -34,17 +37,12 @@ end
 for j = 1, #ids do
   if not dead[j] then entries[#entries + 1] = ARGV[4 + j] end
 end
-if redis.call('exists', list) == 0 then
-  if ARGV[4] == '1' then entries[#entries + 1] = END end
-  if #entries == 0 then return 0 end
-  for i = 1, #entries, 1000 do
-    redis.call('rpush', list,
-               unpack(entries, i, math.min(i + 999, #entries)))
-  end
-  redis.call('ltrim', list, 0, cap - 1)
-else
-  for i = 1, #entries do insert(list, entries[i], cap) end
+if ARGV[4] == '1' then entries[#entries + 1] = END end
+if #entries == 0 then return 0 end
+for i = 1, #entries, 1000 do
+  redis.call('rpush', list, unpack(entries, i, math.min(i + 999, #entries)))
 end
+redis.call('ltrim', list, 0, cap - 1)
 changed(KEYS[2], ARGV[2], ARGV[3])
 redis.call('expire', list, 2 * tonumber(ARGV[2]))
 return 1

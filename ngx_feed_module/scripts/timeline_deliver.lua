@@ -12,7 +12,7 @@
   the prefixes, not sent for each follower.
 
   The post that turns its author to pull (member) also adds the author to
-  each follower's pull authors, or to the queue of a rebuild in progress
+  each follower's pull authors, and makes a rebuild in progress start over
   (even when the post itself was deleted meanwhile):
   once it is delivered to all, the author's next posts go to their own
   list only, and every cached follower merges it.
@@ -33,6 +33,7 @@
     ARGV[10] member           '', or the author, who turns to pull: each
                               follower adds them to their pull authors
     ARGV[11] pull_prefix      feed:tla:{
+    ARGV[12] follows_prefix   feed:tlv:{
 
   Output:
     how many timelines got it
@@ -51,17 +52,23 @@ end
 for i = 2, #KEYS do
   local tl = KEYS[i]
   local head = redis.call('lindex', tl, 0)
-  if head and member ~= '' then
+  if head and member ~= '' and key('', tl) ~= member .. '}' then
+    -- the author's own timeline gets their posts pushed: not merged
     local pull = key(ARGV[11], tl)
     redis.call('sadd', pull, member)
     redis.call('expire', pull, 2 * tonumber(ARGV[4]))
   end
+  if not head and member ~= ''
+     and redis.call('exists', key(ARGV[7], tl)) == 1
+  then
+    -- a rebuild in progress may have asked for the pull authors before
+    -- this one turned: it is not warmed, the next read rebuilds again
+    local v = key(ARGV[12], tl)
+    redis.call('incr', v)
+    redis.call('expire', v, ARGV[4])
+  end
   if not entry then
-    if not head and redis.call('exists', key(ARGV[7], tl)) == 1 then
-      local q = key(ARGV[8], tl)
-      redis.call('rpush', q, '+' .. member)
-      redis.call('pexpire', q, ARGV[3])
-    end
+    -- deleted meanwhile: the turn goes on, the post goes nowhere
   elseif head then
     local hid = string.sub(head, 1, 24)
     if hid < id then
@@ -78,7 +85,6 @@ for i = 2, #KEYS do
     if redis.call('exists', key(ARGV[7], tl)) == 1 then
       local q = key(ARGV[8], tl)
       redis.call('rpush', q, entry)
-      if member ~= '' then redis.call('rpush', q, '+' .. member) end
       redis.call('pexpire', q, ARGV[3])
     end
   end

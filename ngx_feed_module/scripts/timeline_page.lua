@@ -31,7 +31,7 @@
 
 local head = redis.call('lindex', KEYS[3], 0) or ''
 local nonce = redis.call('get', KEYS[2]) or '0'
-local pull = redis.call('smembers', KEYS[4])
+local pull = authors(redis.call('smembers', KEYS[4]))
 if #pull > 0 then
   local sig = pulled(pull, ARGV[6])
   if not sig then return 1 end

@@ -8,6 +8,7 @@
     KEYS[4] version       the list's nonce, feed:tln:{user}
     KEYS[5] deleting      the posts being deleted, feed:deleting
     KEYS[6] pull          the pull authors the user follows, feed:tla:{user}
+                          (and '': a list without it is made again)
 
     ARGV[1] limit         posts per page
     ARGV[2] max_id        only older posts ('' for none)
@@ -59,7 +60,12 @@ local MISSING, PAGE, KEPT, LOCAL, PULL = 0, 1, 3, 4, 5
 local tl = KEYS[1]
 local limit, max, since = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 local ver = redis.call('get', KEYS[4]) or '0'
-local pull = redis.call('smembers', KEYS[6])
+local set = redis.call('smembers', KEYS[6])
+if #set == 0 then
+  -- the list's pull authors are lost (evicted): it must be made again
+  redis.call('del', tl, KEYS[3])
+end
+local pull = authors(set)
 if #pull > 0 then
   local sig, missing = pulled(pull, ARGV[9])
   if not sig then
@@ -69,11 +75,6 @@ if #pull > 0 then
     pull = {}
   else
     ver = ver .. '.' .. sig
-  end
-end
-local function alive()
-  if #pull > 0 then
-    redis.call('expire', KEYS[6], 2 * tonumber(ARGV[4]))
   end
 end
 local deleting = redis.call('zcard', KEYS[5]) > 0
@@ -91,7 +92,6 @@ if kv and string.sub(kv, 1, #ver + 1) == ver .. ':' then
     end
   end
   if fresh and redis.call('expire', tl, ARGV[4]) == 1 then
-    alive()
     if ARGV[7] == '' then return {KEPT, kv} end
     if ARGV[7] == kv then return {LOCAL, kv} end
     return {KEPT, kv, redis.call('hget', KEYS[3], ARGV[1])}
@@ -107,7 +107,6 @@ if #part == 0 then
 end
 if part[1] ~= END then
   redis.call('expire', tl, ARGV[4])
-  alive()
 end
 local out, got, n, pos = {PAGE, 0, 1, '',
                           ver .. ':' .. string.sub(part[1], 1, 24),

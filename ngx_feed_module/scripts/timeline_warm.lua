@@ -2,8 +2,7 @@
   Creates a timeline in one step (ngx_http_feed_timeline_cache_warm),
   unless someone else did already or the user's follows changed since the
   rebuild began (the follows version moved: 0 is returned), then puts in
-  the posts fanout queued meanwhile (and the authors who turned to pull,
-  "+author"), and releases the rebuild lock if it
+  the posts fanout queued meanwhile, and releases the rebuild lock if it
   is still ours.
 
   Input:
@@ -13,7 +12,8 @@
     KEYS[4] queue             posts delivered meanwhile, feed:tlq:{user}
     KEYS[5] deleting          feed:deleting
     KEYS[6] version           the list's nonce, feed:tln:{user}
-    KEYS[7] pull              the pull authors followed, feed:tla:{user}
+    KEYS[7] pull              the pull authors followed, feed:tla:{user},
+                              with '' (the set is there, whatever it holds)
 
     ARGV[1] ttl               seconds
     ARGV[2] cap               feed_cache_size
@@ -73,17 +73,14 @@ if redis.call('exists', tl) == 0 then
                unpack(entries, i, math.min(i + 999, #entries)))
   end
   redis.call('del', KEYS[7])
+  redis.call('sadd', KEYS[7], '')
   for a in string.gmatch(ARGV[9], '%S+') do
     redis.call('sadd', KEYS[7], a)
   end
   if #entries > 0 then
     redis.call('ltrim', tl, 0, cap - 1)
     for _, e in ipairs(redis.call('lrange', KEYS[4], 0, -1)) do
-      if string.sub(e, 1, 1) == '+' then
-        redis.call('sadd', KEYS[7], string.sub(e, 2))
-      else
-        insert(tl, e, cap)
-      end
+      insert(tl, e, cap)
     end
     redis.call('expire', tl, ARGV[1])
     changed(KEYS[6], ARGV[1], ARGV[7])

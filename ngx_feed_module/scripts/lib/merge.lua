@@ -10,8 +10,10 @@ local function merge(out, part, pull)
   local lists = {{key = tl, buf = part, pos = #part, i = 1,
                   chunk = limit + 1, eof = #part < limit + 1}}
   for k = 1, #pull do
+    -- a pull author gives a page a few posts: their list is read a few
+    -- entries at a time, twice as many each time
     lists[#lists + 1] = {key = ARGV[8] .. pull[k] .. '}', buf = {}, pos = 0,
-                         i = 1, chunk = limit + 1, pulled = true,
+                         i = 1, chunk = 2, pulled = true,
                          author = pull[k]}
   end
 

@@ -1,10 +1,22 @@
--- The version of the pull authors' lists a user merges (the members of
--- the set "pull"): each author with their list's own version, in a stable
--- order, hashed.  Returns nil and the authors whose lists are missing
--- when any is: those are loaded from MongoDB before the read goes on.
--- MGET 1000 keys at a time, as Lua unpacks at most 8000 values.
+-- The pull authors a user merges: the members of their set (SMEMBERS)
+-- but '', which every set made by a rebuild holds so that a set lost on
+-- its own (evicted) is told from one without authors.
+local function authors(set)
+  local pull = {}
+  for i = 1, #set do
+    if set[i] ~= '' then pull[#pull + 1] = set[i] end
+  end
+  return pull
+end
+
+-- The version of the pull authors' lists a user merges: their lists' own
+-- versions, hashed, in the order SMEMBERS gives them (the same while the
+-- set does not change; another order only makes a kept page stale, and
+-- versions are never reused, so two states never hash alike).  Returns
+-- nil and the authors whose lists are missing when any is: those are
+-- loaded from MongoDB before the read goes on.  MGET 1000 keys at a time,
+-- as Lua unpacks at most 8000 values.
 local function pulled(pull, vprefix)
-  table.sort(pull)
   local parts, missing = {}, {}
   for i = 1, #pull, 1000 do
     local keys = {}
@@ -15,7 +27,7 @@ local function pulled(pull, vprefix)
     for j = 1, #vs do
       local a = pull[i + j - 1]
       if vs[j] then
-        parts[#parts + 1] = a .. '=' .. vs[j]
+        parts[#parts + 1] = vs[j]
       else
         missing[#missing + 1] = a
       end
