@@ -5,7 +5,9 @@
 # one nginx with one worker.  Prints a table and writes docs/benchmarks.md.
 #
 # FEED_BENCH_QUICK=1: a smoke run with tiny sizes (not written to docs/).
-# FEED_BENCH_PHASES=1,4: only those parts (not written to docs/ either).
+# FEED_BENCH_PHASES=1,4: only those parts (not written to docs/ either,
+# unless FEED_BENCH_WRITE=1: then only their sections are replaced there).
+# FEED_BENCH_PULL=1000,100000: part 6's authors (their followers).
 
 use strict;
 use warnings;
@@ -15,20 +17,24 @@ use lib "$FindBin::Bin/../t/lib";
 use Test::More;
 use Time::HiRes qw(time sleep);
 use POSIX qw(strftime);
-use List::Util qw(sum max);
+use List::Util qw(sum max min);
 use FeedTest qw(json_decode);
 
 Test::More->builder->no_ending(1);
 
 my $QUICK = $ENV{FEED_BENCH_QUICK};
-my %PHASES = map { $_ => 1 } split /,/, $ENV{FEED_BENCH_PHASES} || '1,2,3,4,5';
-my $ALL = keys %PHASES == 5;
+my %PHASES = map { $_ => 1 } split /,/,
+    $ENV{FEED_BENCH_PHASES} || '1,2,3,4,5,6';
+my $ALL = keys %PHASES == 6;
 my $ROOT = FeedTest->root;
 my $DUR = $QUICK ? 1 : 5;
 my $CONNS = 32;
 my @FANOUT = $ENV{FEED_BENCH_FANOUT}
     ? split(/,/, $ENV{FEED_BENCH_FANOUT})
     : $QUICK ? (500) : (10_000, 100_000);
+my @PULL = $ENV{FEED_BENCH_PULL}
+    ? split(/,/, $ENV{FEED_BENCH_PULL})
+    : $QUICK ? (20, 200, 600) : (1_000, 100_000, 1_000_000);
 my $started = time;
 
 # under make test-asan: ASan's slow unwinder (libgcc's) takes a lock that
@@ -55,6 +61,7 @@ sub conf {
                           : '%%MONGO_URI%%';
     my $timeout = $o{mongo_timeout} || '10s';
     my $m = $mode eq 'embed' ? 'e' : 'l';
+    my $pull = defined $o{pull} ? "\n    feed_pull_threshold $o{pull};" : '';
     my $lua = $sha ? <<"EOF" : '';
         location ~ ^/lua/([^/]+)/timeline\$ {
             set \$feed_uid \$1;
@@ -91,7 +98,7 @@ http {
     feed_cache_mode $mode;
     feed_fanout on;
     feed_fanout_page 200000;
-    feed_fanout_block 200ms;
+    feed_fanout_block 200ms;$pull
 
     server {
         listen 127.0.0.1:%%PORT_HTTP%% backlog=4096;
@@ -146,10 +153,11 @@ sub wrk {
     my @cmd = ('wrk', '-t1', '-c' . ($o{conns} || $CONNS),
         '-d' . ($o{dur} || $DUR) . 's', '--latency');
     push @cmd, '-s', $o{script} if $o{script};
-    my $out = `@cmd http://127.0.0.1:${\ $t->port('http')}$url 2>&1`;
+    my $out = `@cmd 'http://127.0.0.1:${\ $t->port('http')}$url' 2>&1`;
 
     my %r = (rps => 0, out => $out);
     $r{rps} = $1 if $out =~ /Requests\/sec:\s+([\d.]+)/;
+    $r{requests} = $1 if $out =~ /(\d+) requests in/;
     $r{errors} = ($out =~ /Non-2xx or 3xx responses: (\d+)/) ? $1 : 0;
     $r{errors} += $1 if $out =~ /Socket errors: .*?timeout (\d+)/;
 
@@ -361,8 +369,11 @@ if (phase(4)) {
         system("$dir/seed", "$dir/mongofan-db/standin-data.bson", 'feed', $star,
             $f) == 0 or die "seed failed\n";
         $t->start_mongo(name => 'mongofan', args => ['--no-unique']);
+        # every post pushed: with the default feed_pull_threshold, an
+        # author of 10,000 followers or more would be turning to pull
+        # (part 6 measures that)
         start_nginx(mode => 'link', mongo => 'mongofan',
-            mongo_timeout => '60s');
+            mongo_timeout => '60s', pull => 'off');
 
         # every follower has a cached timeline
 
@@ -478,6 +489,404 @@ if (phase(5)) {
         $result{"mem$mode"} = { entries => $len, bytes => $bytes,
             per => $bytes / $len, post => $post };
     }
+}
+
+# --------------------------------------------------- 6. pull authors --
+
+# Redis INFO commandstats: { command => [calls, usec] }
+sub redis_cmdstats {
+    my %c;
+    my $s = $t->redis('INFO', 'commandstats');
+    $c{$1} = [$2, $3] while $s =~ /^cmdstat_([^:]+):calls=(\d+),usec=(\d+)/mg;
+    return \%c;
+}
+
+# The stand-in's counts of documents sent back (find, getMore, aggregate,
+# findAndModify) and matched by count, per namespace (its serverStatus)
+sub mongo_returned {
+    my ($name) = @_;
+    my $py = <<'PY';
+import sys, json
+from pymongo import MongoClient
+s = MongoClient(sys.argv[1], serverSelectionTimeoutMS=5000,
+                socketTimeoutMS=600000).admin.command('serverStatus')
+print(json.dumps({k: {ns: int(n) for ns, n in v.items()}
+                  for k, v in s['standin'].items()}))
+PY
+    my $uri = $t->mongo_uri($name);
+    open my $fh, '-|', $FeedTest::PYTHON, '-c', $py, $uri
+        or die "serverStatus: $!\n";
+    local $/;
+    my $out = <$fh>;
+    close $fh or die "serverStatus failed\n";
+    return json_decode($out);
+}
+
+# the stream entries all acknowledged by the consumer group: every post so
+# far fanned out (XINFO GROUPS and STREAM: commands the module never sends,
+# so that they can be told apart in commandstats)
+sub fanout_idle {
+    my $st = eval { $t->redis('XINFO', 'STREAM', 'feed:posts') } or return 0;
+    my %st = @$st;
+    my $gs = $t->redis('XINFO', 'GROUPS', 'feed:posts');
+    for my $g (@$gs) {
+        my %g = @$g;
+        return 0 if $g{pending} || $g{'last-delivered-id'} ne
+            $st{'last-generated-id'};
+    }
+    return 1;
+}
+
+sub wait_fanout {
+    my ($timeout) = @_;
+    my $end = time + $timeout;
+    while (time < $end) {
+        return 1 if fanout_idle();
+        sleep 0.002;
+    }
+    return 0;
+}
+
+sub status_json {
+    my $j = $t->get('/status', timeout => 600)->{json};
+    die "no /status\n" unless $j;
+    return $j;
+}
+
+# One post by $author, from the POST to its stream entry acknowledged:
+# the Redis commands and time of that window (commandstats deltas, the
+# bench's own INFO and XINFO taken out), the stand-in's documents read,
+# MongoDB commands, deliveries
+
+# the commands the module's scripts run: counted by commandstats as well,
+# their time inside their EVALSHA's
+my %IN_SCRIPTS;
+for my $f (glob("$ROOT/ngx_feed_module/scripts/*.lua"),
+    glob("$ROOT/ngx_feed_module/scripts/lib/*.lua"))
+{
+    open my $fh, '<', $f or next;
+    local $/;
+    my $lua = <$fh>;
+    $IN_SCRIPTS{lc $1} = 1 while $lua =~ /redis\.p?call\(\s*['"](\w+)/g;
+}
+
+sub post_cost {
+    my ($author, $body, $timeout) = @_;
+
+    wait_fanout(600) or die "fanout busy before $author posts\n";
+    my $st0 = status_json();
+    my $m0 = mongo_returned('mongopull');
+    my @log0 = $t->mongo_commands('mongopull');
+    my $r0 = redis_cmdstats();
+
+    my $t0 = time;
+    my $id = post($author, $body);
+    my $t201 = time;
+    wait_fanout($timeout) or die "the fanout of ${author}'s post did not end\n";
+    my $t1 = time;
+
+    my $r1 = redis_cmdstats();
+    my $m1 = mongo_returned('mongopull');
+    my @log1 = $t->mongo_commands('mongopull');
+    my $st1 = status_json();
+
+    my (%cmds, $calls, $inner, $usec);
+    for my $c (keys %$r1) {
+        next if $c eq 'info' || $c =~ /^xinfo\|(?:stream|groups)$/;
+        my ($n, $u) = ($r1->{$c}[0] - ($r0->{$c}[0] // 0),
+                       $r1->{$c}[1] - ($r0->{$c}[1] // 0));
+        next unless $n;
+        $cmds{$c} = [$n, $u];
+        if ($IN_SCRIPTS{ (split /\|/, $c)[0] }) {
+            $inner += $n;
+        } else {
+            $calls += $n;
+            $usec += $u;
+        }
+    }
+
+    my (%docs, $docs);
+    for my $k ('returned', 'counted') {
+        for my $ns (keys %{ $m1->{$k} }) {
+            my $n = $m1->{$k}{$ns} - ($m0->{$k}{$ns} // 0);
+            next unless $n;
+            $docs{"$ns" . ($k eq 'counted' ? ' (count)' : '')} = $n;
+            $docs += $n;
+        }
+    }
+
+    my %mcmds;
+    for my $c (@log1[scalar(@log0) .. $#log1]) {
+        next if $c->{cmd} =~ /^(?:hello|isMaster|ismaster|ping|serverStatus|endSessions)$/;
+        $mcmds{$c->{cmd} . ($c->{coll} ? " $c->{coll}" : '')}++;
+    }
+
+    my $d = sub {
+        my ($part, $k) = @_;
+        return ($st1->{$part}{$k} // 0) - ($st0->{$part}{$k} // 0);
+    };
+
+    return {
+        id => $id, post_ms => ($t201 - $t0) * 1000,
+        done_s => $t1 - $t0, calls => $calls // 0, usec => $usec // 0,
+        inner => $inner // 0,
+        cmds => \%cmds, docs => $docs // 0, docs_by => \%docs,
+        mongo => \%mcmds,
+        deliveries => $d->('fanout', 'deliveries'),
+        listed => $d->('pull', 'listed'), to_pull => $d->('pull', 'to_pull'),
+    };
+}
+
+# GETs of the users' first pages, pipelined over a few connections, round
+# after round, until each answer holds $id: { user => seconds from $since }
+
+sub poll_visible {
+    my ($users, $id, $since, $deadline) = @_;
+    my $nconn = 8;
+    my %seen;
+
+    while (time < $deadline) {
+        my @left = grep { !exists $seen{$_} } @$users or last;
+        my @groups;
+        push @{ $groups[$_ % $nconn] }, $left[$_] for 0 .. $#left;
+
+        # new connections each round: keepalive_requests ends old ones
+        my @conns;
+        for my $g (grep { $_ } @groups) {
+            my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:'
+                . $t->port('http')) or die "connect: $!\n";
+            $s->syswrite(join '', map {
+                "GET /users/$_/timeline HTTP/1.1\r\nHost: localhost\r\n\r\n"
+            } @$g);
+            push @conns, { sock => $s, buf => '', users => $g };
+        }
+
+        for my $c (@conns) {
+            for my $u (@{ $c->{users} }) {
+                my ($status, $body) = read_response($c);
+                die "GET /users/$u/timeline: $status\n" unless $status == 200;
+                $seen{$u} = time - $since if index($body, $id) >= 0;
+            }
+            close $c->{sock};
+        }
+    }
+
+    return \%seen;
+}
+
+sub read_response {
+    my ($c) = @_;
+
+    while (1) {
+        my $h = index($c->{buf}, "\r\n\r\n");
+        if ($h >= 0) {
+            my $head = substr($c->{buf}, 0, $h);
+            my ($status) = $head =~ m{^HTTP/1\.1 (\d+)};
+            my $end;
+            if ($head =~ /^content-length:\s*(\d+)/mi) {
+                $end = $h + 4 + $1 if length($c->{buf}) >= $h + 4 + $1;
+            } elsif ($head =~ /^transfer-encoding:\s*chunked/mi) {
+                my $z = index($c->{buf}, "\r\n0\r\n\r\n", $h);
+                $end = $z + 7 if $z >= 0;
+            } else {
+                die "a response with no length\n";
+            }
+            if (defined $end) {
+                my $body = substr($c->{buf}, $h + 4, $end - $h - 4);
+                substr($c->{buf}, 0, $end, '');
+                return ($status, $body);
+            }
+        }
+        my $n = sysread($c->{sock}, $c->{buf}, 65536, length $c->{buf});
+        die "connection closed\n" unless $n;
+    }
+}
+
+sub pct {
+    my ($p, @v) = @_;
+    return undef unless @v;
+    @v = sort { $a <=> $b } @v;
+    return $v[ int(@v * $p / 100) >= @v ? $#v : int(@v * $p / 100) ];
+}
+
+if (phase(6)) {
+
+    my $t6 = time;
+
+    # -- 6b. the hot path of readers following 0, 5 and 20 pull authors --
+    #
+    # A stand-in of its own, with a threshold of $hot_t: what a read costs
+    # depends on the pull authors' lists, not on how many follow them, and
+    # the follows stay real (through the API) and quick to make.
+
+    my $hot_t = $QUICK ? 5 : 50;
+    my @push = map { "b$_" } 1 .. 5;
+    my @pull = map { "q$_" } 1 .. 20;
+    my %follows = (r0 => [@push], r5 => [@push, @pull[0 .. 4]],
+                   r20 => [@push, @pull]);
+    my @readers = qw(r0 r5 r20);
+
+    $t->stop;
+    $t->redis('FLUSHALL');
+    $t->start_mongo(name => 'mongohot', args => ['--no-unique']);
+    start_nginx(mode => 'link', mongo => 'mongohot', pull => $hot_t);
+
+    for my $r (@readers) {
+        follow($r, $_) for @{ $follows{$r} };
+    }
+    for my $x (1 .. $hot_t) {
+        follow("x$x", $_) for @pull;
+    }
+
+    # the readers' timelines cached first, then posts arrive: five ordinary
+    # authors forty each, the twenty pull authors one in four rounds
+
+    my (%by, $round);
+    my $rounds = $QUICK ? 12 : 40;
+    for my $round (1 .. $rounds) {
+        for my $a (@push, $round % 4 == 2 ? @pull : ()) {
+            push @{ $by{$a} }, post($a, "post $round of $a: an ordinary post "
+                . "of some words, a link or two, and a few more words");
+        }
+        if ($round == 1) {
+            body("/users/$_/timeline") for @readers;
+        }
+    }
+    wait_fanout(60) or die "fanout did not end\n";
+
+    # each first page is what pushing everything would give: the newest
+    # posts of everyone followed
+
+    my %page;
+    for my $r (@readers) {
+        my $want = join ',', (sort { $b cmp $a }
+            map { @{ $by{$_} } } @{ $follows{$r} })[0 .. 19];
+        my $j = json_decode(body("/users/$r/timeline?limit=20"));
+        my $got = join ',', map { $_->{id} } @{ $j->{items} };
+        die "${r}'s first page is not the newest 20 posts of those followed:\n"
+            . " want $want\n got  $got\n" unless $got eq $want;
+        $page{$r} = { first => "/users/$r/timeline?limit=20",
+            deep => "/users/$r/timeline?limit=20&max_id=$j->{next}" };
+        $result{hot}{bytes}{$_}{$r} = length(body($page{$r}{$_}))
+            for qw(first deep);
+    }
+
+    for my $which (qw(first deep)) {
+        for my $n (1 .. 2) {
+            for my $r (@readers) {
+                my $s0 = status_json();
+                my $c0 = redis_cmdstats();
+                my $w = wrk($page{$r}{$which});
+                my $c1 = redis_cmdstats();
+                my $s1 = status_json();
+                push @{ $result{hot}{$which}{$r} }, {
+                    %$w, map({ $_ => ($s1->{pull}{$_} // 0)
+                                     - ($s0->{pull}{$_} // 0) }
+                        qw(reads pulled merge_us)),
+                    copies => ($s1->{local_pages}{answered} // 0)
+                        - ($s0->{local_pages}{answered} // 0),
+                    script_us => ($c1->{evalsha}[1] // 0)
+                        - ($c0->{evalsha}[1] // 0) };
+            }
+        }
+    }
+    $result{hot}{threshold} = $hot_t;
+
+    $t->stop;
+    $t->stop_mongo('mongohot');
+    $t->redis('FLUSHALL');
+
+    # -- 6a. the cost of one post; 6c. post -> visible --
+    #
+    # Real follow documents and counts: f1..fN follow each author sN (N
+    # followers), seeded into the stand-in's data file.  f1..f$nvis have
+    # cached timelines built by reads (they follow "pa" too, so that their
+    # timelines are not empty) and poll for the posts; every other follower
+    # has a cached timeline made in Redis directly, as part 4 does.
+
+    my $nvis = $QUICK ? 20 : 200;
+    my $pull_t = $QUICK ? 100 : 10_000;
+    my $max = max(@PULL);
+    my $db = "$dir/mongopull-db/standin-data.bson";
+
+    mkdir "$dir/mongopull-db";
+    system("$dir/seed", $db, 'feed', 'pa', $nvis) == 0
+        && system("$dir/seed", '-p', $db, 'feed', 'pa', 3) == 0
+        or die "seed failed\n";
+    $t->start_mongo(name => 'mongopull', args => ['--no-unique']);
+    start_nginx(mode => 'link', mongo => 'mongopull', pull => $pull_t);
+    for my $i (1 .. $nvis) {
+        my $j = json_decode(body("/users/f$i/timeline"));
+        die "f${i}'s timeline is empty\n" unless @{ $j->{items} };
+    }
+
+    $t->stop;
+    $t->stop_mongo('mongopull');
+    my $ts = time;
+    for my $n (@PULL) {
+        system("$dir/seed", $db, 'feed', "s$n", $n) == 0
+            or die "seed failed\n";
+    }
+    $t->start_mongo(name => 'mongopull', args => ['--no-unique'],
+        wait => 900);
+    $result{pull}{load_s} = time - $ts;
+    $result{pull}{docs} = sum(@PULL) + $nvis;
+
+    {
+        my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:'
+            . $t->port('redis')) or die "redis: $!\n";
+        for (my $i = $nvis + 1; $i <= $max; $i += 10_000) {
+            my ($req, $n) = ('', 0);
+            for my $u ($i .. min($i + 9_999, $max)) {
+                my $k = "feed:tl:{f$u}";
+                $req .= "*3\r\n\$5\r\nRPUSH\r\n\$" . length($k) . "\r\n$k\r\n"
+                    . "\$24\r\n000000000000000000000000\r\n";
+                $n++;
+            }
+            print $s $req;
+            FeedTest::_resp_read($s) for 1 .. $n;
+        }
+    }
+
+    start_nginx(mode => 'link', mongo => 'mongopull', pull => $pull_t,
+        mongo_timeout => '600s');
+
+    for my $n (@PULL) {
+        for my $k (1 .. 2) {
+            my $c = post_cost("s$n", "post $k of s$n", 900);
+            $c->{n} = $n;
+            $c->{k} = $k;
+            $c->{mode} = $n < $pull_t ? 'push'
+                : $k == 1 ? 'switch (pushed, registers)' : 'pull';
+            push @{ $result{pull}{cost} }, $c;
+        }
+    }
+
+    # post -> visible: the first pages of f1..f$nvis polled from the 201 on
+
+    my @users = map { "f$_" } 1 .. $nvis;
+    my (@delays, $missed);
+    my $nposts = $QUICK ? 2 : 5;
+    for my $k (1 .. $nposts) {
+        wait_fanout(900) or die "fanout busy\n";
+        my $id = post("s$max", "visible $k");
+        my $t201 = time;
+        my $seen = poll_visible(\@users, $id, $t201, $t201 + 5);
+        push @delays, map { $_ * 1000 } values %$seen;
+        $missed += @users - keys %$seen;
+    }
+    $result{pull}{vis} = { n => scalar(@delays), missed => $missed,
+        posts => $nposts, users => $nvis,
+        p50 => pct(50, @delays), p99 => pct(99, @delays),
+        max => max(@delays) };
+    $result{pull}{status} = status_json()->{pull};
+    $result{pull}{threshold} = $pull_t;
+
+    $t->stop;
+    # a million documents would take the stand-in a minute to save
+    $t->stop_proc('mongopull', 'KILL');
+    $t->redis('FLUSHALL');
+    $result{pull_s} = time - $t6;
 }
 
 # nginx stops gracefully, with nothing alarming in its log over the run
@@ -607,6 +1016,133 @@ if (phase(5)) {
     push @out, '', 'Target: ≤ 64 B per entry in link mode.', '';
 }
 
+if (phase(6)) {
+    my $pr = $result{pull};
+    my $hot = $result{hot};
+    my $cmd = $ALL ? 'make bench' : "FEED_BENCH_PHASES=$ENV{FEED_BENCH_PHASES}"
+        . ($ENV{FEED_BENCH_WRITE} ? ' FEED_BENCH_WRITE=1' : '')
+        . ($ENV{FEED_BENCH_PULL} ? " FEED_BENCH_PULL=$ENV{FEED_BENCH_PULL}"
+            : '') . ' make bench';
+
+    push @out, "## 6. Pull authors", '',
+        "Measured $date by `$cmd` (this part: "
+        . sprintf('%.0f', $result{pull_s} // 0) . ' s).', '',
+        "### Cost of one post", '',
+        sprintf('`feed_pull_threshold %d`%s. Author sN has N '
+            . 'followers: real follow documents f1..fN in the stand-in and a '
+            . 'follow_counts count of N (%d documents, seeded into its data '
+            . 'file: loaded in %.0f s), and every follower has a cached '
+            . 'timeline. Each author posts twice; for the authors at or above '
+            . 'the threshold the first post is the switch (still pushed, it '
+            . 'registers the author with the cached followers), the second is '
+            . 'pulled. The window runs from the POST to its stream entry '
+            . 'acknowledged. Redis: `INFO commandstats` deltas (calls, usec) '
+            . 'over the window, the bench\'s own `INFO` and `XINFO` left out '
+            . '(the consumer\'s idle `XREADGROUP ... BLOCK` loop is in them): '
+            . '"Redis calls" are the commands nginx sent, "in scripts" those '
+            . 'the scripts ran (commandstats counts them too; by name: a '
+            . 'command the scripts use counts as theirs), "Redis time" the '
+            . 'time of the commands nginx sent (an EVALSHA\'s includes what '
+            . 'its script ran). '
+            . 'MongoDB: documents the stand-in sent back (find, getMore, '
+            . 'aggregate, findAndModify; its `serverStatus`), '
+            . 'which with the module\'s indexes is also what MongoDB would '
+            . 'read.', $pr->{threshold},
+            $pr->{threshold} == 10_000 ? ' (the default)' : '',
+            $pr->{docs}, $pr->{load_s}), '',
+        '| followers | post | deliveries | **Redis calls** | in scripts '
+        . '| **Redis time (µs)** | **MongoDB documents read** '
+        . '| MongoDB commands | POST → acknowledged (s) '
+        . '| Redis, by command (calls/µs) |',
+        '|---|---|---|---|---|---|---|---|---|---|';
+
+    for my $c (@{ $pr->{cost} }) {
+        my @by = sort { $c->{cmds}{$b}[1] <=> $c->{cmds}{$a}[1] }
+            keys %{ $c->{cmds} };
+        push @out, sprintf('| %d | %d: %s | %d | **%d** | %d | **%d** '
+            . '| **%d** (%s) | %s | %.3f | %s |', $c->{n}, $c->{k}, $c->{mode},
+            $c->{deliveries}, $c->{calls}, $c->{inner}, $c->{usec},
+            $c->{docs},
+            join(', ', map { "$_ $c->{docs_by}{$_}" }
+                sort keys %{ $c->{docs_by} }) || '-',
+            join(', ', map { "$_ $c->{mongo}{$_}" }
+                sort keys %{ $c->{mongo} }) || '-',
+            $c->{done_s},
+            join(', ', map { "$_ $c->{cmds}{$_}[0]/$c->{cmds}{$_}[1]" }
+                @by));
+    }
+
+    push @out, '', 'Target: a pull author\'s post costs O(1), whatever '
+        . 'the followers.', '';
+
+    push @out, '### Hot path', '',
+        sprintf('Requests/s of the same kind of page (limit 20) for readers '
+            . 'who follow 5 ordinary authors and 0, 5 or 20 pull authors '
+            . '(a stand-in of its own with `feed_pull_threshold %d`, so that '
+            . 'the pull authors\' follows are made through the API: a read '
+            . 'depends on the pull authors\' lists, not on their follower '
+            . 'counts). Each page was checked to be the newest 20 posts of '
+            . 'those followed. "first" is the first page (kept, and the '
+            . 'worker\'s copy of it, checked by the read script), "deep" '
+            . 'the page its '
+            . '`next` points to (`max_id`). Two alternating rounds of '
+            . 'wrk -t1 -c%d, %d s each; merged reads, pulled posts and merge '
+            . 'time from `feed_status` ("pull"), per request, and the '
+            . 'read script\'s Redis time per request (`EVALSHA` in '
+            . '`INFO commandstats`); "copies": answered from the worker\'s '
+            . 'own copy of the page (`local_pages`).',
+            $hot->{threshold}, $CONNS, $DUR), '',
+        '| page | pull authors | bytes | req/s (runs) | **mean req/s** '
+        . '| **× 0 pull authors** | p50 | p99 | copies per request '
+        . '| **script µs per request** | merged reads per request '
+        . '| pulled per merged read | merge µs per merged read |',
+        '|---|---|---|---|---|---|---|---|---|---|---|---|---|';
+
+    for my $which (qw(first deep)) {
+        my $mean = sub {
+            my @r = @{ $hot->{$which}{ $_[0] } };
+            return sum(map { $_->{rps} } @r) / @r;
+        };
+        my $base = $mean->('r0');
+        for my $r (qw(r0 r5 r20)) {
+            my @runs = @{ $hot->{$which}{$r} };
+            my $req = sum(map { $_->{requests} // 0 } @runs) || 1;
+            my $reads = sum(map { $_->{reads} } @runs);
+            push @out, sprintf('| %s | %s | %d | %s | **%.0f** | **%.2f** '
+                . '| %s | %s | %.2f | **%.1f** | %.2f | %s | %s |', $which,
+                substr($r, 1),
+                $hot->{bytes}{$which}{$r}, join(', ', map { sprintf('%.0f', $_->{rps}) }
+                    @runs), $mean->($r), $base ? $mean->($r) / $base : 0,
+                fmt_ms(max(map { $_->{p50} // 0 } @runs)),
+                fmt_ms(max(map { $_->{p99} // 0 } @runs)),
+                sum(map { $_->{copies} } @runs) / $req,
+                sum(map { $_->{script_us} } @runs) / $req, $reads / $req,
+                $reads ? sprintf('%.1f', sum(map { $_->{pulled} } @runs)
+                    / $reads) : '-',
+                $reads ? sprintf('%.1f', sum(map { $_->{merge_us} } @runs)
+                    / $reads) : '-');
+        }
+    }
+
+    my $v = $pr->{vis};
+    push @out, '', 'Target: ≥ 0.8× with 20 pull authors.', '',
+        '### Post → visible', '',
+        sprintf('%d followers of the %d-follower author (cached timelines, '
+            . 'registered by the switch) read their first page over and over, '
+            . 'pipelined on 8 connections, from the POST\'s 201 on, for %d '
+            . 'posts: %d sightings, %d missed within 5 s. Time from the 201 to '
+            . 'the first page holding the post: p50 **%s ms**, p99 **%s ms**, '
+            . 'max %s ms (target ≤ 1 s).', $v->{users}, max(@PULL),
+            $v->{posts}, $v->{n}, $v->{missed}, fmt_ms($v->{p50}),
+            fmt_ms($v->{p99}), fmt_ms($v->{max})), '';
+
+    my $ps = $pr->{status} || {};
+    push @out, '`feed_status` "pull" at the end: '
+        . join(', ', map { "$_ " . ($ps->{$_} // 'null') }
+            qw(threshold authors listed reads pulled merge_us loads to_pull
+               to_push)) . '.', '';
+}
+
 my $report = join("\n", @out) . "\n";
 print $report;
 
@@ -630,4 +1166,25 @@ if (!$QUICK && $ALL) {
     print $fh $report, $old;
     close $fh;
     print "written to docs/benchmarks.md\n";
+
+} elsif (!$QUICK && $ENV{FEED_BENCH_WRITE}) {
+    # only the parts run here: each "## N." section replaced where it is
+    # (or put before the analysis), the rest of the file as it was
+    my $file = "$ROOT/docs/benchmarks.md";
+    open my $in, '<', $file or die "$file: $!\n";
+    my $doc = do { local $/; <$in> };
+    close $in;
+
+    for my $sec (split /^(?=## \d+\. )/m, $report) {
+        my ($n) = $sec =~ /^## (\d+)\. / or next;
+        $sec =~ s/\n*\z/\n\n/;
+        $doc =~ s/^## \Q$n\E\. .*?(?=^## |\z)/$sec/ms
+            or $doc =~ s/^(?=## Analysis)/$sec\n/m
+            or $doc .= "\n$sec";
+    }
+
+    open my $fh, '>', $file or die "$file: $!\n";
+    print $fh $doc;
+    close $fh;
+    print "sections written to docs/benchmarks.md\n";
 }

@@ -30,7 +30,7 @@ is($rc, 0, 'bench/run exits 0') or diag($out =~ /^(sanitizer report: .*)/ms
     ? $1 : substr($out, -2000));
 
 for my $h ('## 1. Hot path', '## 2. The event loop', '## 3. Stampede',
-    '## 4. Fanout', '## 5. Memory')
+    '## 4. Fanout', '## 5. Memory', '## 6. Pull authors')
 {
     like($out, qr/^\Q$h\E/m, "prints \"$h\"");
 }
@@ -44,6 +44,16 @@ like($out, qr/: 100 answered 200, all identical; MongoDB rebuilds: \*\*1\*\*/,
     'stampede: 100 cold reads, identical answers, one rebuild');
 like($out, qr/^\| 500 \| all \|/m, 'fanout: the post reached all 500');
 like($out, qr/^\| link \| \d+ \| \d+ \| \*\*[\d.]+\*\*/m, 'memory, link');
+
+# part 6 (FEED_BENCH_QUICK: threshold 100; authors of 20, 200, 600 followers)
+like($out, qr/^\| 20 \| 1: push \| 20 \|/m, 'pull: a push post reached all 20');
+like($out, qr/^\| 600 \| 1: switch [^|]*\| 600 \|/m,
+    'pull: the switch post reached all 600');
+like($out, qr/^\| 600 \| 2: pull \| 0 \|/m, 'pull: the pull post, no delivery');
+my @hot = $out =~ /^\| (?:first|deep) \| (?:0|5|20) \| \d+ \| [\d, ]+ \| \*\*(\d+)\*\*/mg;
+is(scalar(@hot), 6, 'hot path rows: first and deep pages, 0, 5, 20 pull authors');
+ok(!grep({ $_ == 0 } @hot), 'the module answered in every pull hot path run');
+like($out, qr/for 2 posts: 40 sightings, 0 missed/, 'every follower saw the pulled posts');
 is(md5($DOC), $before, 'docs/benchmarks.md left alone');
 
 done_testing;

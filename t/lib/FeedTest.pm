@@ -267,7 +267,8 @@ sub start_mongo {
 
     $self->spawn($name, @cmd);
 
-    return $port if $self->wait_port($port, 20);
+    # wait => seconds: a large --dbpath file takes a while to load
+    return $port if $self->wait_port($port, $o{wait} || 20);
     die "mongo stand-in did not start on $port\n";
 }
 
