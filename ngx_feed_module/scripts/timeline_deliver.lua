@@ -53,10 +53,15 @@ for i = 2, #KEYS do
   local tl = KEYS[i]
   local head = redis.call('lindex', tl, 0)
   if head and member ~= '' and key('', tl) ~= member .. '}' then
-    -- the author's own timeline gets their posts pushed: not merged
-    local pull = key(ARGV[11], tl)
+    -- the author's own timeline gets their posts pushed: not merged; the
+    -- version's mark says the user follows pull authors now
+    local pull, v = key(ARGV[11], tl), key(ARGV[9], tl)
     redis.call('sadd', pull, member)
     redis.call('expire', pull, 2 * tonumber(ARGV[4]))
+    local cur = redis.call('get', v)
+    if cur and string.sub(cur, -1) ~= 'P' then
+      redis.call('set', v, string.sub(cur, 1, -2) .. 'P', 'KEEPTTL')
+    end
   end
   if not head and member ~= ''
      and redis.call('exists', key(ARGV[7], tl)) == 1

@@ -31,7 +31,10 @@
 
 local head = redis.call('lindex', KEYS[3], 0) or ''
 local nonce = redis.call('get', KEYS[2]) or '0'
-local pull = authors(redis.call('smembers', KEYS[4]))
+local pull = {}
+if string.sub(nonce, -1) == 'P' then
+  pull = redis.call('smembers', KEYS[4])
+end
 if #pull > 0 then
   local sig = pulled(pull, ARGV[6])
   if not sig then return 1 end
@@ -43,6 +46,8 @@ if string.sub(ARGV[4], 1, #cur) == cur
 then
   redis.call('hset', KEYS[1], ARGV[1], ARGV[2],
              'v' .. ARGV[1], ARGV[4], 'i' .. ARGV[1], ARGV[5])
+  -- a list that takes new posts keeps its version (and its mark)
+  redis.call('expire', KEYS[2], 2 * tonumber(ARGV[3]))
   redis.call('expire', KEYS[1], ARGV[3])
 end
 return 1

@@ -7,8 +7,9 @@
     KEYS[3] pages         the first pages kept as answered, feed:tlp:{user}
     KEYS[4] version       the list's nonce, feed:tln:{user}
     KEYS[5] deleting      the posts being deleted, feed:deleting
-    KEYS[6] pull          the pull authors the user follows, feed:tla:{user}
-                          (and '': a list without it is made again)
+    KEYS[6] pull          the pull authors the user follows, feed:tla:{user},
+                          read when the version ends with 'P' (it ends with
+                          'N' for a user who follows none)
 
     ARGV[1] limit         posts per page
     ARGV[2] max_id        only older posts ('' for none)
@@ -59,13 +60,18 @@ local MISSING, PAGE, KEPT, LOCAL, PULL = 0, 1, 3, 4, 5
 
 local tl = KEYS[1]
 local limit, max, since = tonumber(ARGV[1]), ARGV[2], ARGV[3]
-local ver = redis.call('get', KEYS[4]) or '0'
-local set = redis.call('smembers', KEYS[6])
-if #set == 0 then
-  -- the list's pull authors are lost (evicted): it must be made again
-  redis.call('del', tl, KEYS[3])
+local ver = redis.call('get', KEYS[4])
+local mark, pull = ver and string.sub(ver, -1), {}
+if mark == 'P' then
+  pull = redis.call('smembers', KEYS[6])
 end
-local pull = authors(set)
+if (mark ~= 'P' and mark ~= 'N') or (mark == 'P' and #pull == 0) then
+  -- a list without its version, or without its pull authors (evicted on
+  -- their own, or made by an older version): made again
+  redis.call('del', tl, KEYS[3])
+  ver, pull = nil, {}
+end
+ver = ver or '0'
 if #pull > 0 then
   local sig, missing = pulled(pull, ARGV[9])
   if not sig then

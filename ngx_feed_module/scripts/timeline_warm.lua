@@ -12,8 +12,8 @@
     KEYS[4] queue             posts delivered meanwhile, feed:tlq:{user}
     KEYS[5] deleting          feed:deleting
     KEYS[6] version           the list's nonce, feed:tln:{user}
-    KEYS[7] pull              the pull authors followed, feed:tla:{user},
-                              with '' (the set is there, whatever it holds)
+    KEYS[7] pull              the pull authors followed, feed:tla:{user}
+                              (the version's mark says whether there are)
 
     ARGV[1] ttl               seconds
     ARGV[2] cap               feed_cache_size
@@ -73,7 +73,6 @@ if redis.call('exists', tl) == 0 then
                unpack(entries, i, math.min(i + 999, #entries)))
   end
   redis.call('del', KEYS[7])
-  redis.call('sadd', KEYS[7], '')
   for a in string.gmatch(ARGV[9], '%S+') do
     redis.call('sadd', KEYS[7], a)
   end
@@ -83,7 +82,8 @@ if redis.call('exists', tl) == 0 then
       insert(tl, e, cap)
     end
     redis.call('expire', tl, ARGV[1])
-    changed(KEYS[6], ARGV[1], ARGV[7])
+    redis.call('set', KEYS[6], ARGV[7] .. (ARGV[9] == '' and 'N' or 'P'),
+               'EX', 2 * tonumber(ARGV[1]))
   end
   redis.call('expire', KEYS[7], 2 * tonumber(ARGV[1]))
 end
