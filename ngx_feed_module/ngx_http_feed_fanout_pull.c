@@ -164,9 +164,9 @@ ngx_http_feed_fanout_turn_run(ngx_http_feed_mongo_task_t *t,
 {
     ngx_http_feed_fanout_entry_t  *fe = t->data;
 
-    t->rc = ngx_http_feed_pull_turned(client, t->database, &fe->page.author,
-                                      fe->page.post_id, &fe->turn_changed,
-                                      &t->error);
+    t->rc = ngx_http_feed_pull_turn(client, t->database, &fe->page.author,
+                                    fe->page.post_id, 1, &fe->turn_changed,
+                                    &t->error);
 }
 
 

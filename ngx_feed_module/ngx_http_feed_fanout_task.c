@@ -28,6 +28,8 @@ ngx_http_feed_fanout_page_run(ngx_http_feed_mongo_task_t *t,
 {
     ngx_http_feed_fanout_page_t  *page = t->data;
 
+    ngx_uint_t  alive;
+
     t->rc = NGX_ERROR;
 
     if (page->want_post) {
@@ -52,9 +54,9 @@ ngx_http_feed_fanout_page_run(ngx_http_feed_mongo_task_t *t,
         }
 
     } else if (page->pull == NGX_HTTP_FEED_PULL_TURN
-               && ngx_http_feed_pull_turning(client, t->database,
-                                             &page->author, page->post_id,
-                                             &t->error)
+               && ngx_http_feed_pull_turn(client, t->database,
+                                          &page->author, page->post_id, 0,
+                                          &alive, &t->error)
                   != NGX_OK)
     {
         return;

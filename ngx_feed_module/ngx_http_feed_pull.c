@@ -200,35 +200,18 @@ ngx_http_feed_pull_decide(mongoc_client_t *client, const char *database,
 }
 
 
-/* the post that turned its author reached every follower: pull now */
-
-ngx_int_t
-ngx_http_feed_pull_turned(mongoc_client_t *client, const char *database,
-    ngx_http_feed_user_t *author, const char *post_id, ngx_uint_t *changed,
-    bson_error_t *error)
-{
-    ngx_http_feed_author_mode_t  from;
-
-    from.mode = NGX_HTTP_FEED_AUTHOR_SWITCHING;
-    ngx_memcpy(from.token, post_id, 24);
-    from.token[24] = '\0';
-
-    return ngx_http_feed_pull_move(client, database, author, &from,
-                                   NGX_HTTP_FEED_AUTHOR_PULL, post_id,
-                                   changed, error);
-}
-
-
 /*
- * The turning post's fanout is alive (at each page of followers it
- * reads): the turn is not taken over while it goes on, however long.
+ * The post turning its author, from its fanout's thread: the fanout is
+ * alive (at each page of followers it reads: the turn is not taken over
+ * while it goes on, however long), or done (it reached every follower:
+ * the author is pull now).  changed: the author was still this post's.
  */
 
 ngx_int_t
-ngx_http_feed_pull_turning(mongoc_client_t *client, const char *database,
-    ngx_http_feed_user_t *author, const char *post_id, bson_error_t *error)
+ngx_http_feed_pull_turn(mongoc_client_t *client, const char *database,
+    ngx_http_feed_user_t *author, const char *post_id, ngx_uint_t done,
+    ngx_uint_t *changed, bson_error_t *error)
 {
-    ngx_uint_t                   changed;
     ngx_http_feed_author_mode_t  from;
 
     from.mode = NGX_HTTP_FEED_AUTHOR_SWITCHING;
@@ -236,8 +219,9 @@ ngx_http_feed_pull_turning(mongoc_client_t *client, const char *database,
     from.token[24] = '\0';
 
     return ngx_http_feed_pull_move(client, database, author, &from,
-                                   NGX_HTTP_FEED_AUTHOR_SWITCHING, post_id,
-                                   &changed, error);
+                                   done ? NGX_HTTP_FEED_AUTHOR_PULL
+                                        : NGX_HTTP_FEED_AUTHOR_SWITCHING,
+                                   post_id, changed, error);
 }
 
 

@@ -39,9 +39,9 @@ ngx_int_t ngx_http_feed_pull_decide(mongoc_client_t *client,
 ngx_int_t ngx_http_feed_pull_turning(mongoc_client_t *client,
     const char *database, ngx_http_feed_user_t *author, const char *post_id,
     bson_error_t *error);
-ngx_int_t ngx_http_feed_pull_turned(mongoc_client_t *client,
+ngx_int_t ngx_http_feed_pull_turn(mongoc_client_t *client,
     const char *database, ngx_http_feed_user_t *author, const char *post_id,
-    ngx_uint_t *changed, bson_error_t *error);
+    ngx_uint_t done, ngx_uint_t *changed, bson_error_t *error);
 ngx_int_t ngx_http_feed_pull_followed(mongoc_client_t *client,
     const char *database, ngx_http_feed_user_t *user, char **authors,
     size_t *len, bson_error_t *error);

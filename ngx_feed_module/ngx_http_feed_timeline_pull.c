@@ -25,12 +25,18 @@ typedef struct {
 } ngx_http_feed_timeline_pull_call_t;
 
 
+/* what pull_add.lua and pull_warm.lua's first arguments are written in */
+#define NGX_HTTP_FEED_PULL_ARGS_LEN  (2 * NGX_INT_T_LEN                     \
+                                      + NGX_HTTP_FEED_NONCE_LEN)
+
 #define NGX_HTTP_FEED_PULL_KEY_LEN  (sizeof(NGX_HTTP_FEED_PL_PREFIX)        \
                                      + NGX_HTTP_FEED_USER_MAX + 1)
 
 
 static void ngx_http_feed_timeline_pull_keys(ngx_http_feed_redis_call_t *call,
     char *list, char *version, ngx_http_feed_user_t *author);
+static void ngx_http_feed_timeline_pull_args(ngx_http_feed_redis_call_t *call,
+    u_char *buf, ngx_http_feed_main_conf_t *fmcf);
 static ngx_int_t ngx_http_feed_timeline_pull_item(void *data,
     ngx_str_t *id, ngx_str_t *json);
 
@@ -53,8 +59,7 @@ ngx_http_feed_timeline_pull_add(ngx_http_feed_main_conf_t *fmcf,
 {
     char                        list[NGX_HTTP_FEED_PULL_KEY_LEN],
                                 version[NGX_HTTP_FEED_PULL_KEY_LEN];
-    u_char                      cap[NGX_INT_T_LEN], ttl[NGX_INT_T_LEN],
-                                nonce[NGX_HTTP_FEED_NONCE_LEN];
+    u_char                      buf[NGX_HTTP_FEED_PULL_ARGS_LEN];
     size_t                      argvlen[NGX_HTTP_FEED_SCRIPT_PULL_ADD_ARGC];
     const char                 *argv[NGX_HTTP_FEED_SCRIPT_PULL_ADD_ARGC];
     ngx_http_feed_redis_call_t  call;
@@ -65,15 +70,10 @@ ngx_http_feed_timeline_pull_add(ngx_http_feed_main_conf_t *fmcf,
                                   NGX_HTTP_FEED_SCRIPT_PULL_ADD_NARGS);
 
     ngx_http_feed_timeline_pull_keys(&call, list, version, author);
+    ngx_http_feed_timeline_pull_args(&call, buf, fmcf);
 
     ngx_http_feed_redis_call_arg(&call, NGX_HTTP_FEED_SCRIPT_PULL_ADD_ARG_ENTRY,
                                  entry->data, entry->len);
-    ngx_http_feed_redis_call_arg(&call, NGX_HTTP_FEED_SCRIPT_PULL_ADD_ARG_CAP,
-        cap, ngx_sprintf(cap, "%ui", fmcf->cache_size) - cap);
-    ngx_http_feed_redis_call_arg(&call, NGX_HTTP_FEED_SCRIPT_PULL_ADD_ARG_TTL,
-        ttl, ngx_sprintf(ttl, "%T", fmcf->cache_ttl) - ttl);
-    ngx_http_feed_redis_call_arg(&call, NGX_HTTP_FEED_SCRIPT_PULL_ADD_ARG_NONCE,
-        nonce, ngx_http_feed_timeline_cache_nonce(nonce) - nonce);
 
     return ngx_http_feed_redis_call(NULL, fmcf->redis_client, &call, handler,
                                     data);
@@ -91,7 +91,6 @@ ngx_http_feed_timeline_pull_warm(ngx_http_feed_main_conf_t *fmcf,
     ngx_uint_t complete, ngx_http_feed_redis_pt handler, void *data)
 {
     char                       *list, *version;
-    u_char                     *cap, *ttl, *nonce;
     size_t                     *argvlen;
     ngx_uint_t                  argc;
     const char                **argv;
@@ -105,16 +104,13 @@ ngx_http_feed_timeline_pull_warm(ngx_http_feed_main_conf_t *fmcf,
     argv = ngx_palloc(pool, argc * sizeof(char *));
     argvlen = ngx_palloc(pool, argc * sizeof(size_t));
     list = ngx_pnalloc(pool, 2 * NGX_HTTP_FEED_PULL_KEY_LEN
-                             + 2 * NGX_INT_T_LEN + NGX_HTTP_FEED_NONCE_LEN);
+                             + NGX_HTTP_FEED_PULL_ARGS_LEN);
 
     if (argv == NULL || argvlen == NULL || list == NULL) {
         return NGX_ERROR;
     }
 
     version = list + NGX_HTTP_FEED_PULL_KEY_LEN;
-    cap = (u_char *) version + NGX_HTTP_FEED_PULL_KEY_LEN;
-    ttl = cap + NGX_INT_T_LEN;
-    nonce = ttl + NGX_INT_T_LEN;
 
     ngx_http_feed_redis_call_init(&call, &ngx_http_feed_script_pull_warm,
                                   argv, argvlen,
@@ -122,14 +118,8 @@ ngx_http_feed_timeline_pull_warm(ngx_http_feed_main_conf_t *fmcf,
                                   NGX_HTTP_FEED_SCRIPT_PULL_WARM_NARGS);
 
     ngx_http_feed_timeline_pull_keys(&call, list, version, author);
-
-    ngx_http_feed_redis_call_arg(&call, NGX_HTTP_FEED_SCRIPT_PULL_WARM_ARG_CAP,
-        cap, ngx_sprintf(cap, "%ui", fmcf->cache_size) - cap);
-    ngx_http_feed_redis_call_arg(&call, NGX_HTTP_FEED_SCRIPT_PULL_WARM_ARG_TTL,
-        ttl, ngx_sprintf(ttl, "%T", fmcf->cache_ttl) - ttl);
-    ngx_http_feed_redis_call_arg(&call,
-        NGX_HTTP_FEED_SCRIPT_PULL_WARM_ARG_NONCE,
-        nonce, ngx_http_feed_timeline_cache_nonce(nonce) - nonce);
+    ngx_http_feed_timeline_pull_args(&call,
+        (u_char *) version + NGX_HTTP_FEED_PULL_KEY_LEN, fmcf);
     ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_PULL_WARM_ARG_COMPLETE, complete ? "1" : "0", 1);
 
@@ -236,4 +226,24 @@ ngx_http_feed_timeline_pull_keys(ngx_http_feed_redis_call_t *call,
         NGX_HTTP_FEED_SCRIPT_PULL_ADD_KEY_DELETING,
         ngx_http_feed_timeline_cache_deleting_key.data,
         ngx_http_feed_timeline_cache_deleting_key.len);
+}
+
+
+/* pull_add.lua and pull_warm.lua begin with the same arguments */
+
+static void
+ngx_http_feed_timeline_pull_args(ngx_http_feed_redis_call_t *call,
+    u_char *buf, ngx_http_feed_main_conf_t *fmcf)
+{
+    u_char  *ttl, *nonce;
+
+    ttl = ngx_sprintf(buf, "%ui", fmcf->cache_size);
+    nonce = ngx_sprintf(ttl, "%T", fmcf->cache_ttl);
+
+    ngx_http_feed_redis_call_arg(call, NGX_HTTP_FEED_SCRIPT_PULL_ADD_ARG_CAP,
+                                 buf, ttl - buf);
+    ngx_http_feed_redis_call_arg(call, NGX_HTTP_FEED_SCRIPT_PULL_ADD_ARG_TTL,
+                                 ttl, nonce - ttl);
+    ngx_http_feed_redis_call_arg(call, NGX_HTTP_FEED_SCRIPT_PULL_ADD_ARG_NONCE,
+        nonce, ngx_http_feed_timeline_cache_nonce(nonce) - nonce);
 }

@@ -10,10 +10,10 @@
     KEYS[2] version           feed:pv:{author}
     KEYS[3] deleting          feed:deleting
 
-    ARGV[1] entry             the id, then the JSON
-    ARGV[2] cap               feed_cache_size
-    ARGV[3] ttl               the list lives twice this, from its last post
-    ARGV[4] nonce             the list's new version
+    ARGV[1] cap               feed_cache_size
+    ARGV[2] ttl               the list lives twice this, from its last post
+    ARGV[3] nonce             the list's new version
+    ARGV[4] entry             the id, then the JSON
 
   Output:
     1 when it went in, 0 when it was there (or deleted, or older than the
@@ -26,13 +26,13 @@
 if redis.call('exists', KEYS[1]) == 0 then
   return -1
 end
-if redis.call('zscore', KEYS[3], string.sub(ARGV[1], 1, 24)) then
+if redis.call('zscore', KEYS[3], string.sub(ARGV[4], 1, 24)) then
   return 0
 end
-local n = insert(KEYS[1], ARGV[1], tonumber(ARGV[2]))
+local n = insert(KEYS[1], ARGV[4], tonumber(ARGV[1]))
 if n == 1 then
-  changed(KEYS[2], ARGV[3], ARGV[4])
-  redis.call('expire', KEYS[1], 2 * tonumber(ARGV[3]))
+  changed(KEYS[2], ARGV[2], ARGV[3])
+  redis.call('expire', KEYS[1], 2 * tonumber(ARGV[2]))
   return 1
 end
 return 0
