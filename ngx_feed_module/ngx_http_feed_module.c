@@ -1077,6 +1077,10 @@ ngx_http_feed_init_process(ngx_cycle_t *cycle)
     ngx_http_feed_timeline_local_init(fmcf->cache_local);
     ngx_http_feed_pull_init();
 
+    if (ngx_http_feed_timeline_watch_init(cycle, fmcf) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
     if (ngx_http_feed_outbox_init(cycle, fmcf) != NGX_OK
         || ngx_http_feed_timeline_init() != NGX_OK)
     {
@@ -1114,6 +1118,7 @@ ngx_http_feed_exit_process(ngx_cycle_t *cycle)
     ngx_http_feed_schema_exit();
     ngx_http_feed_outbox_exit();
     ngx_http_feed_fanout_exit();
+    ngx_http_feed_timeline_watch_exit();
     ngx_http_feed_timeline_local_exit();
 
     ngx_http_feed_redis_destroy(fmcf->redis_client);

@@ -104,6 +104,7 @@ typedef struct {
     ngx_atomic_t                  pull_loads;
     ngx_atomic_t                  pull_to_pull;
     ngx_atomic_t                  pull_to_push;
+    ngx_atomic_t                  pull_vouched;
 } ngx_http_feed_stats_t;
 
 

@@ -590,6 +590,10 @@ ngx_http_feed_pull_status(bson_t *doc, ngx_http_feed_main_conf_t *fmcf,
 
     ngx_http_feed_pull_counters(&sub, &ngx_http_feed_stats);
 
+    if (ngx_http_feed_timeline_watch_status(&sub) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
     return bson_append_document_end(doc, &sub) ? NGX_OK : NGX_ERROR;
 }
 
@@ -629,4 +633,5 @@ ngx_http_feed_pull_counters(bson_t *doc, ngx_http_feed_stats_t *st)
     BSON_APPEND_INT64(doc, "loads", (int64_t) st->pull_loads);
     BSON_APPEND_INT64(doc, "to_pull", (int64_t) st->pull_to_pull);
     BSON_APPEND_INT64(doc, "to_push", (int64_t) st->pull_to_push);
+    BSON_APPEND_INT64(doc, "vouched", (int64_t) st->pull_vouched);
 }

@@ -63,6 +63,10 @@ struct ngx_http_feed_redis_s {
 
     /* hiredis's reply functions, but a reply a handler kept is not freed */
     redisReplyObjectFunctions     fns;
+
+    /* a subscribed connection's messages go here, see subscribe() */
+    ngx_http_feed_redis_pt        on_message;
+    void                         *on_message_data;
 };
 
 
@@ -113,6 +117,8 @@ static ngx_http_feed_redis_cmd_t *ngx_http_feed_redis_cmd_get(
     ngx_http_feed_redis_t *rd);
 static void ngx_http_feed_redis_cmd_put(ngx_http_feed_redis_cmd_t *cmd);
 static void ngx_http_feed_redis_reply(redisAsyncContext *ac, void *reply,
+    void *privdata);
+static void ngx_http_feed_redis_message(redisAsyncContext *ac, void *reply,
     void *privdata);
 static void ngx_http_feed_redis_cmd_timeout(ngx_event_t *ev);
 static void ngx_http_feed_redis_cmd_cleanup(void *data);
@@ -178,6 +184,7 @@ ngx_http_feed_redis_destroy(ngx_http_feed_redis_t *rd)
     }
 
     rd->state = NGX_HTTP_FEED_REDIS_EXITING;
+    rd->on_message = NULL;
 
     if (rd->connect_timer.timer_set) {
         ngx_del_timer(&rd->connect_timer);
@@ -1010,6 +1017,58 @@ ngx_http_feed_redis_reply(redisAsyncContext *ac, void *r, void *privdata)
 
     if (c) {
         ngx_http_run_posted_requests(c);
+    }
+}
+
+
+/*
+ * SUBSCRIBE on a connection of its own, once it is ready: handler gets
+ * each message and each channel's confirmation (arrays, as Redis sends
+ * them), then NULL when the connection goes; the subscription is asked
+ * again on the next connection.  No other command may follow on that
+ * connection: hiredis would give it the next message as its reply.
+ */
+
+ngx_int_t
+ngx_http_feed_redis_subscribe(ngx_http_feed_redis_t *rd,
+    ngx_http_feed_redis_pt handler, void *data,
+    ngx_http_feed_redis_args_t *args)
+{
+    if (rd == NULL || rd->ac == NULL) {
+        return NGX_DECLINED;
+    }
+
+    rd->on_message = handler;
+    rd->on_message_data = data;
+
+    if (redisAsyncCommandArgv(rd->ac, ngx_http_feed_redis_message, rd,
+                              (int) args->argc, args->argv, args->argvlen)
+        != REDIS_OK)
+    {
+        ngx_http_feed_stat(redis_errors, 1);
+        return NGX_ERROR;
+    }
+
+    ngx_http_feed_stat(redis_commands, 1);
+
+    ngx_log_debug2(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                   "feed redis %p subscribes to %ui channels", rd,
+                   args->argc - 1);
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_feed_redis_message(redisAsyncContext *ac, void *reply,
+    void *privdata)
+{
+    ngx_http_feed_redis_t  *rd = privdata;
+
+    /* after destroy() began, nobody is left to hear it */
+
+    if (rd->on_message) {
+        rd->on_message(rd->on_message_data, reply);
     }
 }
 

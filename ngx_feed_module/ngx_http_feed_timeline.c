@@ -243,14 +243,15 @@ static void
 ngx_http_feed_timeline_read(ngx_http_feed_timeline_ctx_t *ctx)
 {
     u_char     *nl;
-    ngx_str_t   copy;
+    ngx_str_t   copy, lists;
 
     ctx->kept.len = 0;
     ctx->have.len = 0;
+    ctx->vouched = 0;
 
     if (!ctx->page.has_max && !ctx->page.has_since && !ctx->no_local) {
         copy = ngx_http_feed_timeline_local_get(&ctx->page.user,
-                                                ctx->page.limit);
+                                                ctx->page.limit, &lists);
 
         nl = copy.len ? ngx_strlchr(copy.data, copy.data + copy.len, '\n')
                       : NULL;
@@ -265,6 +266,13 @@ ngx_http_feed_timeline_read(ngx_http_feed_timeline_ctx_t *ctx)
                                             NGX_HTTP_INTERNAL_SERVER_ERROR);
                 return;
             }
+
+            /*
+             * merged from pull authors' lists: the worker may know that
+             * none of them changed since, and say so to the script
+             */
+
+            ctx->vouched = ngx_http_feed_timeline_watch_vouch(&lists);
         }
     }
 
@@ -280,8 +288,11 @@ ngx_http_feed_timeline_lookup(ngx_http_feed_timeline_ctx_t *ctx)
 {
     ngx_int_t  rc;
 
+    ngx_http_feed_timeline_watch_mark(&ctx->mark);
+
     rc = ngx_http_feed_timeline_cache_read(ctx->request, ctx->fmcf,
                                            &ctx->page, &ctx->have,
+                                           ctx->vouched,
                                            ngx_http_feed_timeline_kept,
                                            ngx_http_feed_timeline_read_done,
                                            ctx);
@@ -330,7 +341,7 @@ ngx_http_feed_timeline_kept_page(ngx_http_feed_timeline_ctx_t *ctx)
 
     if (ctx->cached.local) {
         copy = ngx_http_feed_timeline_local_get(&ctx->page.user,
-                                                ctx->page.limit);
+                                                ctx->page.limit, NULL);
         if (copy.len == 0) {
             return NGX_DECLINED;
         }
@@ -350,6 +361,10 @@ ngx_http_feed_timeline_kept_page(ngx_http_feed_timeline_ctx_t *ctx)
 
         ngx_http_feed_stat(local_answers, 1);
 
+        if (ctx->vouched && ctx->cached.lists.len == 0) {
+            ngx_http_feed_stat(pull_vouched, 1);
+        }
+
         return NGX_OK;
     }
 
@@ -364,7 +379,7 @@ ngx_http_feed_timeline_kept_page(ngx_http_feed_timeline_ctx_t *ctx)
     }
 
     ngx_http_feed_timeline_local_put(&ctx->page.user, ctx->page.limit,
-                                     &ctx->kept);
+                                     &ctx->kept, &ctx->cached.lists);
 
     return NGX_OK;
 }
@@ -390,6 +405,10 @@ ngx_http_feed_timeline_read_done(void *data, redisReply *reply)
     if (rc == NGX_DECLINED) {
         ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_BYPASS);
         return;
+    }
+
+    if (ctx->cached.lists.len) {
+        ngx_http_feed_timeline_watch_learn(&ctx->cached.lists, &ctx->mark);
     }
 
     if (ctx->cached.npull) {

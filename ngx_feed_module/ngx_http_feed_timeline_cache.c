@@ -68,6 +68,7 @@ enum {
 
     NGX_HTTP_FEED_TIMELINE_READ_KEPT_VERSION = 1,  /* KEPT, LOCAL */
     NGX_HTTP_FEED_TIMELINE_READ_KEPT_PAGE = 2,
+    NGX_HTTP_FEED_TIMELINE_READ_KEPT_LISTS = 3,
 
     NGX_HTTP_FEED_TIMELINE_READ_MORE = 1,          /* PAGE */
     NGX_HTTP_FEED_TIMELINE_READ_DEEP = 2,
@@ -76,7 +77,8 @@ enum {
     NGX_HTTP_FEED_TIMELINE_READ_IDS = 5,
     NGX_HTTP_FEED_TIMELINE_READ_PULLED = 6,
     NGX_HTTP_FEED_TIMELINE_READ_USEC = 7,
-    NGX_HTTP_FEED_TIMELINE_READ_ITEMS = 8
+    NGX_HTTP_FEED_TIMELINE_READ_LISTS = 8,
+    NGX_HTTP_FEED_TIMELINE_READ_ITEMS = 9
 };
 
 
@@ -103,6 +105,8 @@ static ngx_uint_t ngx_http_feed_timeline_cache_flag(redisReply *e);
 static ngx_uint_t ngx_http_feed_timeline_cache_int(redisReply *e);
 static void ngx_http_feed_timeline_cache_prefix(
     ngx_http_feed_redis_call_t *call, ngx_uint_t i, ngx_uint_t version);
+static ngx_int_t ngx_http_feed_timeline_cache_lists(ngx_http_request_t *r,
+    redisReply *reply, size_t i, ngx_str_t *lists);
 static ngx_int_t ngx_http_feed_timeline_cache_copy(ngx_http_request_t *r,
     redisReply *e, ngx_str_t *to);
 static size_t ngx_http_feed_timeline_cache_key(
@@ -145,7 +149,7 @@ ngx_http_feed_timeline_cache_init(ngx_http_feed_main_conf_t *fmcf)
 ngx_int_t
 ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_page_t *page,
-    ngx_str_t *have, ngx_http_feed_redis_pt kept,
+    ngx_str_t *have, ngx_uint_t vouched, ngx_http_feed_redis_pt kept,
     ngx_http_feed_redis_pt handler, void *data)
 {
     char                        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_NKEYS]
@@ -214,6 +218,8 @@ ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_PULL_PREFIX, 0);
     ngx_http_feed_timeline_cache_prefix(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_PULLV_PREFIX, 1);
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_VOUCHED, vouched ? "1" : "", 1);
 
     /* with a copy of its own, the worker needs the page only if it changed */
 
@@ -330,7 +336,8 @@ ngx_http_feed_timeline_cache_page(ngx_http_request_t *r,
     kept.data = value;
     kept.len = p - value;
 
-    ngx_http_feed_timeline_local_put(&page->user, page->limit, &kept);
+    ngx_http_feed_timeline_local_put(&page->user, page->limit, &kept,
+                                     &cached->lists);
 }
 
 
@@ -386,7 +393,8 @@ ngx_http_feed_timeline_cache_parse(ngx_http_request_t *r, redisReply *reply,
     for (i = NGX_HTTP_FEED_TIMELINE_READ_LAST; i < reply->elements; i++) {
         if (reply->element[i]->type != REDIS_REPLY_STRING
             && i != NGX_HTTP_FEED_TIMELINE_READ_PULLED
-            && i != NGX_HTTP_FEED_TIMELINE_READ_USEC)
+            && i != NGX_HTTP_FEED_TIMELINE_READ_USEC
+            && i != NGX_HTTP_FEED_TIMELINE_READ_LISTS)
         {
             return NGX_DECLINED;
         }
@@ -417,6 +425,9 @@ ngx_http_feed_timeline_cache_parse(ngx_http_request_t *r, redisReply *reply,
         != NGX_OK
         || ngx_http_feed_timeline_cache_copy(r,
                reply->element[NGX_HTTP_FEED_TIMELINE_READ_IDS], &cached->ids)
+           != NGX_OK
+        || ngx_http_feed_timeline_cache_lists(r, reply,
+               NGX_HTTP_FEED_TIMELINE_READ_LISTS, &cached->lists)
            != NGX_OK)
     {
         return NGX_ERROR;
@@ -474,6 +485,13 @@ ngx_http_feed_timeline_cache_parse_kept(ngx_http_request_t *r,
         if (page->type == REDIS_REPLY_STRING) {
             (void) ngx_http_feed_timeline_cache_copy(r, page, &cached->page);
         }
+    }
+
+    if (ngx_http_feed_timeline_cache_lists(r, reply,
+            NGX_HTTP_FEED_TIMELINE_READ_KEPT_LISTS, &cached->lists)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
     }
 
     return ngx_http_feed_timeline_cache_copy(r,
@@ -591,6 +609,66 @@ ngx_http_feed_timeline_cache_kept(ngx_str_t *page,
 
     cached->body.data = nl + 1;
     cached->body.len = last - (nl + 1);
+
+    return NGX_OK;
+}
+
+
+/*
+ * The pull authors merged and their lists' versions, {a1, v1, ...} in the
+ * reply (none for a user who follows none), as "author version\n" each:
+ * the worker's copy of the page keeps them.
+ */
+
+static ngx_int_t
+ngx_http_feed_timeline_cache_lists(ngx_http_request_t *r, redisReply *reply,
+    size_t i, ngx_str_t *lists)
+{
+    u_char      *p;
+    size_t       j, len;
+    redisReply  *e, *a, *v;
+
+    ngx_str_null(lists);
+
+    if (reply->elements <= i
+        || reply->element[i]->type != REDIS_REPLY_ARRAY
+        || reply->element[i]->elements == 0)
+    {
+        return NGX_OK;
+    }
+
+    e = reply->element[i];
+    len = 0;
+
+    for (j = 0; j + 1 < e->elements; j += 2) {
+        a = e->element[j];
+        v = e->element[j + 1];
+
+        if (a->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING) {
+            return NGX_OK;
+        }
+
+        len += a->len + 1 + v->len + 1;
+    }
+
+    p = ngx_pnalloc(r->pool, len);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    lists->data = p;
+
+    for (j = 0; j + 1 < e->elements; j += 2) {
+        a = e->element[j];
+        v = e->element[j + 1];
+
+        p = ngx_cpymem(p, a->str, a->len);
+        *p++ = ' ';
+        p = ngx_cpymem(p, v->str, v->len);
+        *p++ = '\n';
+    }
+
+    lists->len = p - lists->data;
 
     return NGX_OK;
 }
@@ -1073,6 +1151,8 @@ ngx_http_feed_timeline_cache_remove(ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_redis_call_lit(call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_ARG_VERSION_PREFIX,
         NGX_HTTP_FEED_TLN_PREFIX);
+    ngx_http_feed_redis_call_lit(call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_ARG_CHANNEL, "");
 
     return ngx_http_feed_timeline_cache_batch_send(fmcf, call, handler,
                                                    data);

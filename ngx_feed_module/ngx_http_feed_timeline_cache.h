@@ -22,6 +22,17 @@
 #define NGX_HTTP_FEED_NONCE_LEN    (3 * NGX_INT64_LEN)
 
 
+/*
+ * Where a worker's watch of the pull authors' lists was when a read was
+ * sent (ngx_http_feed_timeline_watch.c): what the read's reply tells is
+ * learned only if the watch heard everything since.
+ */
+typedef struct {
+    ngx_uint_t                    era;
+    ngx_uint_t                    skipped;
+} ngx_http_feed_watch_mark_t;
+
+
 /* what the cache answered for a page */
 typedef struct {
     ngx_uint_t                    found;      /* the timeline is cached */
@@ -55,6 +66,10 @@ typedef struct {
                                                  from pull authors' lists */
     ngx_uint_t                    merge_us;   /* the time the merge took */
 
+    ngx_str_t                     lists;      /* the pull authors merged,
+                                                 with their lists' versions:
+                                                 "author version\n" each */
+
     ngx_http_feed_user_t         *pull;       /* pull authors whose lists
                                                  are missing: load them */
     ngx_uint_t                    npull;
@@ -68,7 +83,7 @@ ngx_int_t ngx_http_feed_timeline_cache_init(ngx_http_feed_main_conf_t *fmcf);
 
 ngx_int_t ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_page_t *page,
-    ngx_str_t *have, ngx_http_feed_redis_pt kept,
+    ngx_str_t *have, ngx_uint_t vouched, ngx_http_feed_redis_pt kept,
     ngx_http_feed_redis_pt handler, void *data);
 ngx_int_t ngx_http_feed_timeline_cache_parse(ngx_http_request_t *r,
     redisReply *reply, ngx_http_feed_cached_t *cached);
@@ -124,12 +139,22 @@ ngx_int_t ngx_http_feed_timeline_pull_remove(
     const char *id, ngx_http_feed_redis_pt handler, void *data);
 const char *ngx_http_feed_timeline_pull_prefix(ngx_uint_t version);
 
+const char *ngx_http_feed_timeline_watch_channel(void);
+ngx_int_t ngx_http_feed_timeline_watch_init(ngx_cycle_t *cycle,
+    ngx_http_feed_main_conf_t *fmcf);
+void ngx_http_feed_timeline_watch_exit(void);
+ngx_uint_t ngx_http_feed_timeline_watch_vouch(ngx_str_t *lists);
+void ngx_http_feed_timeline_watch_mark(ngx_http_feed_watch_mark_t *m);
+void ngx_http_feed_timeline_watch_learn(ngx_str_t *lists,
+    ngx_http_feed_watch_mark_t *m);
+ngx_int_t ngx_http_feed_timeline_watch_status(bson_t *doc);
+
 void ngx_http_feed_timeline_local_init(size_t max);
 void ngx_http_feed_timeline_local_exit(void);
 ngx_str_t ngx_http_feed_timeline_local_get(ngx_http_feed_user_t *user,
-    ngx_uint_t limit);
+    ngx_uint_t limit, ngx_str_t *lists);
 void ngx_http_feed_timeline_local_put(ngx_http_feed_user_t *user,
-    ngx_uint_t limit, ngx_str_t *page);
+    ngx_uint_t limit, ngx_str_t *page, ngx_str_t *lists);
 ngx_int_t ngx_http_feed_timeline_local_status(bson_t *doc);
 
 

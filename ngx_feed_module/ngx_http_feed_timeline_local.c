@@ -22,6 +22,10 @@ typedef struct {
     ngx_queue_t                   queue;    /* in the LRU list */
     size_t                        size;     /* bytes allocated for it */
     ngx_str_t                     page;     /* "version\nnext\nJSON" */
+    ngx_str_t                     lists;    /* the pull authors' lists it
+                                               was merged from, with their
+                                               versions, "author version\n"
+                                               each (see the watch) */
 } ngx_http_feed_timeline_local_t;
 
 
@@ -84,19 +88,24 @@ ngx_http_feed_timeline_local_exit(void)
 
 /*
  * The copy of a user's first page of this limit, "version\nnext\nJSON",
- * or an empty string.  It stays valid until the next call of put: a
- * request that needs it after waiting copies it.
+ * or an empty string; lists (unless NULL): the pull authors' lists it was
+ * merged from.  They stay valid until the next call of put: a request
+ * that needs them after waiting copies them.
  */
 
 ngx_str_t
 ngx_http_feed_timeline_local_get(ngx_http_feed_user_t *user,
-    ngx_uint_t limit)
+    ngx_uint_t limit, ngx_str_t *lists)
 {
     u_char                            buf[NGX_HTTP_FEED_LOCAL_KEY_LEN];
     uint32_t                          hash;
     ngx_str_t                         key, none = ngx_null_string;
     ngx_http_feed_timeline_local_t   *lp;
     ngx_http_feed_timeline_locals_t  *ls = &ngx_http_feed_timeline_locals;
+
+    if (lists) {
+        ngx_str_null(lists);
+    }
 
     if (ls->max == 0) {
         return none;
@@ -112,6 +121,10 @@ ngx_http_feed_timeline_local_get(ngx_http_feed_user_t *user,
     ngx_queue_remove(&lp->queue);
     ngx_queue_insert_head(&ls->lru, &lp->queue);
 
+    if (lists) {
+        *lists = lp->lists;
+    }
+
     return lp->page;
 }
 
@@ -120,7 +133,7 @@ ngx_http_feed_timeline_local_get(ngx_http_feed_user_t *user,
 
 void
 ngx_http_feed_timeline_local_put(ngx_http_feed_user_t *user,
-    ngx_uint_t limit, ngx_str_t *page)
+    ngx_uint_t limit, ngx_str_t *page, ngx_str_t *lists)
 {
     u_char                            buf[NGX_HTTP_FEED_LOCAL_KEY_LEN];
     size_t                            size;
@@ -131,7 +144,8 @@ ngx_http_feed_timeline_local_put(ngx_http_feed_user_t *user,
     ngx_http_feed_timeline_locals_t  *ls = &ngx_http_feed_timeline_locals;
 
     hash = ngx_http_feed_timeline_local_key(buf, user, limit, &key);
-    size = sizeof(ngx_http_feed_timeline_local_t) + key.len + page->len;
+    size = sizeof(ngx_http_feed_timeline_local_t) + key.len + page->len
+           + lists->len;
 
     if (ls->max == 0) {
         return;
@@ -163,7 +177,9 @@ ngx_http_feed_timeline_local_put(ngx_http_feed_user_t *user,
     lp->size = size;
     lp->page.data = ngx_cpymem(lp->sn.str.data, key.data, key.len);
     lp->page.len = page->len;
-    ngx_memcpy(lp->page.data, page->data, page->len);
+    lp->lists.data = ngx_cpymem(lp->page.data, page->data, page->len);
+    lp->lists.len = lists->len;
+    ngx_memcpy(lp->lists.data, lists->data, lists->len);
 
     ngx_rbtree_insert(&ls->rbtree, &lp->sn.node);
     ngx_queue_insert_head(&ls->lru, &lp->queue);

@@ -37,6 +37,8 @@ static void ngx_http_feed_timeline_pull_keys(ngx_http_feed_redis_call_t *call,
     char *list, char *version, ngx_http_feed_user_t *author);
 static void ngx_http_feed_timeline_pull_args(ngx_http_feed_redis_call_t *call,
     u_char *buf, ngx_http_feed_main_conf_t *fmcf);
+static void ngx_http_feed_timeline_pull_channel(
+    ngx_http_feed_redis_call_t *call, ngx_uint_t i);
 static ngx_int_t ngx_http_feed_timeline_pull_item(void *data,
     ngx_str_t *id, ngx_str_t *json);
 
@@ -202,6 +204,8 @@ ngx_http_feed_timeline_pull_remove(ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_redis_call_lit(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_ARG_VERSION_PREFIX,
         NGX_HTTP_FEED_PV_PREFIX);
+    ngx_http_feed_timeline_pull_channel(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_ARG_CHANNEL);
 
     return ngx_http_feed_redis_call(NULL, fmcf->redis_client, &call, handler,
                                     data);
@@ -246,4 +250,20 @@ ngx_http_feed_timeline_pull_args(ngx_http_feed_redis_call_t *call,
                                  ttl, nonce - ttl);
     ngx_http_feed_redis_call_arg(call, NGX_HTTP_FEED_SCRIPT_PULL_ADD_ARG_NONCE,
         nonce, ngx_http_feed_timeline_cache_nonce(nonce) - nonce);
+    ngx_http_feed_timeline_pull_channel(call,
+                                        NGX_HTTP_FEED_SCRIPT_PULL_ADD_ARG_CHANNEL);
+}
+
+
+/* where the workers hear of the lists' new versions */
+
+static void
+ngx_http_feed_timeline_pull_channel(ngx_http_feed_redis_call_t *call,
+    ngx_uint_t i)
+{
+    const char  *channel;
+
+    channel = ngx_http_feed_timeline_watch_channel();
+
+    ngx_http_feed_redis_call_arg(call, i, channel, ngx_strlen(channel));
 }

@@ -109,6 +109,9 @@ struct ngx_http_feed_timeline_ctx_s {
     /* the version of the worker's own copy of it, when it has one */
     ngx_str_t                       have;
 
+    /* where the worker's watch of pull authors' lists was at the read */
+    ngx_http_feed_watch_mark_t      mark;
+
     /* the pull authors the user follows, as the rebuild found them */
     ngx_str_t                       pull;
     char                           *pull_raw;
@@ -131,6 +134,10 @@ struct ngx_http_feed_timeline_ctx_s {
 
     /* the next read does not offer the worker's copy of the first page */
     unsigned                        no_local:1;
+
+    /* the worker vouches that the pull authors' lists of its copy did
+       not change since it was made */
+    unsigned                        vouched:1;
 
     /* the answer overflowed the fallback location's subrequest buffer */
     unsigned                        fb_broke:1;

@@ -231,16 +231,20 @@ start_nginx('link', 800);
     ok($g, "group '$GROUP' of $STREAM exists")
         or diag($JSON->encode(rd($t, 'XINFO', 'GROUPS', $STREAM) // 'none'));
 
-    # two connections per worker; one of them blocked in XREADGROUP
-    my ($n, $blocked, $list) = (0, 0, '');
+    # three connections per worker: one blocked in XREADGROUP, one
+    # subscribed to the pull authors' versions (feed_pull_threshold is on)
+    my ($n, $blocked, $subs, $list) = (0, 0, 0, '');
     $t->wait_for(5, sub {
         $list = rd($t, 'CLIENT', 'LIST') // '';
         my @c = grep { !/cmd=client\|list/ } split /\n/, $list;
         $n = @c;
         $blocked = grep { /flags=\S*b/ && /cmd=xreadgroup/ } @c;
-        $n == 6 && $blocked == 3;
+        $subs = grep { /cmd=subscribe/ && /sub=2 / } @c;
+        $n == 9 && $blocked == 3 && $subs == 3;
     });
-    is($n, 6, 'CLIENT LIST: 2 Redis connections per worker') or diag($list);
+    is($n, 9, 'CLIENT LIST: 3 Redis connections per worker') or diag($list);
+    is($subs, 3, 'CLIENT LIST: one per worker subscribed to 2 channels')
+        or diag($list);
     is($blocked, 3, 'CLIENT LIST: one per worker blocked in XREADGROUP')
         or diag($list);
 }

@@ -34,6 +34,7 @@ my %layer = (
     timeline_cache  => 'store',
     timeline_local  => 'store',
     timeline_pull   => 'store',
+    timeline_watch  => 'store',
     authors_store   => 'store',
     counts          => 'store',
 
@@ -69,6 +70,8 @@ my %owner = (
     '"feed:cnt:'      => 'counts.c',
     '"feed:pl:'       => 'timeline_pull.c',
     '"feed:pv:'       => 'timeline_pull.c',
+    '"feed:pvc'       => 'timeline_watch.c',
+    '"feed:pvh:'      => 'timeline_watch.c',
 );
 
 sub layer_of {

@@ -13,7 +13,8 @@
     ARGV[1] cap               feed_cache_size
     ARGV[2] ttl               the list lives twice this, from its last post
     ARGV[3] nonce             the list's new version
-    ARGV[4] entry             the id, then the JSON
+    ARGV[4] channel           where the workers hear of new versions
+    ARGV[5] entry             the id, then the JSON
 
   Output:
     1 when it went in, 0 when it was there (or deleted, or older than the
@@ -21,17 +22,17 @@
 ]]
 
 -- @include insert
--- @include changed
+-- @include pull_changed
 
 if redis.call('exists', KEYS[1]) == 0 then
   return -1
 end
-if redis.call('zscore', KEYS[3], string.sub(ARGV[4], 1, 24)) then
+if redis.call('zscore', KEYS[3], string.sub(ARGV[5], 1, 24)) then
   return 0
 end
-local n = insert(KEYS[1], ARGV[4], tonumber(ARGV[1]))
+local n = insert(KEYS[1], ARGV[5], tonumber(ARGV[1]))
 if n == 1 then
-  changed(KEYS[2], ARGV[2], ARGV[3])
+  pull_changed(KEYS[2], ARGV[2], ARGV[3], ARGV[4])
   redis.call('expire', KEYS[1], 2 * tonumber(ARGV[2]))
   return 1
 end

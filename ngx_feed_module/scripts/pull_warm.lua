@@ -12,8 +12,9 @@
     ARGV[1] cap               feed_cache_size
     ARGV[2] ttl               the list lives twice this
     ARGV[3] nonce             the list's new version
-    ARGV[4] complete          '1': the posts are the author's whole history
-    ARGV[5...]                entries (id, then JSON), newest first
+    ARGV[4] channel           where the workers hear of new versions
+    ARGV[5] complete          '1': the posts are the author's whole history
+    ARGV[6...]                entries (id, then JSON), newest first
 
   Output:
     1, or 0 when nothing could be made (every post was being deleted)
@@ -21,7 +22,7 @@
 
 -- @include end
 -- @include deleted
--- @include changed
+-- @include pull_changed
 
 local list, cap = KEYS[1], tonumber(ARGV[1])
 if redis.call('exists', list) == 1 then
@@ -30,19 +31,19 @@ if redis.call('exists', list) == 1 then
   return 1
 end
 local ids, dead, entries = {}, {}, {}
-for i = 5, #ARGV do ids[#ids + 1] = string.sub(ARGV[i], 1, 24) end
+for i = 6, #ARGV do ids[#ids + 1] = string.sub(ARGV[i], 1, 24) end
 if #ids > 0 and redis.call('zcard', KEYS[3]) > 0 then
   dead = deleted(KEYS[3], ids)
 end
 for j = 1, #ids do
-  if not dead[j] then entries[#entries + 1] = ARGV[4 + j] end
+  if not dead[j] then entries[#entries + 1] = ARGV[5 + j] end
 end
-if ARGV[4] == '1' then entries[#entries + 1] = END end
+if ARGV[5] == '1' then entries[#entries + 1] = END end
 if #entries == 0 then return 0 end
 for i = 1, #entries, 1000 do
   redis.call('rpush', list, unpack(entries, i, math.min(i + 999, #entries)))
 end
 redis.call('ltrim', list, 0, cap - 1)
-changed(KEYS[2], ARGV[2], ARGV[3])
+pull_changed(KEYS[2], ARGV[2], ARGV[3], ARGV[4])
 redis.call('expire', list, 2 * tonumber(ARGV[2]))
 return 1

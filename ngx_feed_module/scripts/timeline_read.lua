@@ -21,20 +21,28 @@
                           page ('' without one)
     ARGV[8] pull_prefix   the pull authors' lists, feed:pl:{
     ARGV[9] pullv_prefix  their versions, feed:pv:{
+    ARGV[10] vouched      '1': the worker has heard of no change of the
+                          pull authors' lists its copy (ARGV[7]) was
+                          merged from since it was made
 
   Output, the first element the kind of reply:
     {0, locked}           MISSING: no timeline; locked 1 while being
                           rebuilt, 2 when a rebuild just failed
-    {1, more, deep, last, version, ids, pulled, usec, JSON...}
+    {1, more, deep, last, version, ids, pulled, usec, lists, JSON...}
                           PAGE: the page, each post's JSON; last: the id of
                           its last post, ids: theirs concatenated; pulled:
                           how many came from pull authors' lists, usec: the
-                          time their merge took
-    {3, version}          KEPT: the first page kept as answered (read by the
+                          time their merge took; lists: the pull authors
+                          merged and their lists' versions, {a1, v1, ...}
+    {3, version, false, lists}
+                          KEPT: the first page kept as answered (read by the
                           HGET sent just before this, in the same round
                           trip) is current: its bytes never go through here
-    {3, version, page}    KEPT: the worker's copy is not current, this is
-    {4, version}          LOCAL: the worker's own copy is current
+    {3, version, page, lists}
+                          KEPT: the worker's copy is not current, this is
+    {4, version, false, lists}
+                          LOCAL: the worker's own copy is current
+    {4, version}          LOCAL: the same, on the worker's word (vouched)
     {5, author...}        PULL: these pull authors' lists are missing (a
                           Redis restart, or no post for a long time): they
                           are loaded from MongoDB, and the page read again
@@ -43,7 +51,12 @@
   "pull": their posts are not in the user's list but in each author's
   own, and a page is merged from all of them (lib/merge.lua).  The lists'
   versions are part of the version of kept pages, so that a kept page or
-  a worker's copy is current only while none of the lists changed.
+  a worker's copy is current only while none of the lists changed.  A
+  worker hears of every change of those lists (lib/pull_changed.lua): for
+  a copy it vouches for, only the user's own keys are read, as for a user
+  who follows none, so that a hit costs the same whatever the number of
+  pull authors.  A change of the set itself moves the version or deletes
+  the kept pages.
 
   A few calls per page, whatever its size: a chunk of the list, a check of
   its candidates against the deleted posts when there are any, one MGET of
@@ -61,7 +74,32 @@ local MISSING, PAGE, KEPT, LOCAL, PULL = 0, 1, 3, 4, 5
 local tl = KEYS[1]
 local limit, max, since = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 local ver = redis.call('get', KEYS[4])
-local mark, pull = ver and string.sub(ver, -1), {}
+local mark, pull, lists = ver and string.sub(ver, -1), {}, {}
+local first = max == '' and since == ''
+local deleting = redis.call('zcard', KEYS[5]) > 0
+
+-- a first page kept as answered is current (kv: its version) when none of
+-- its posts is being deleted; its list lives on
+local function current(kv)
+  if deleting then
+    local ids = {}
+    local s = redis.call('hget', KEYS[3], 'i' .. ARGV[1]) or ''
+    for i = 1, #s, 24 do ids[#ids + 1] = string.sub(s, i, i + 23) end
+    if #ids > 0 then
+      local d = deleted(KEYS[5], ids)
+      for i = 1, #d do if d[i] then return false end end
+    end
+  end
+  return redis.call('expire', tl, ARGV[4]) == 1
+end
+
+if mark == 'P' and first and ARGV[10] == '1'
+   and string.sub(ARGV[7], 1, #ver + 1) == ver .. '.'
+   and redis.call('exists', KEYS[6]) == 1
+then
+  local kv = redis.call('hget', KEYS[3], 'v' .. ARGV[1])
+  if kv == ARGV[7] and current(kv) then return {LOCAL, kv} end
+end
 if mark == 'P' then
   pull = redis.call('smembers', KEYS[6])
 end
@@ -73,35 +111,23 @@ if (mark ~= 'P' and mark ~= 'N') or (mark == 'P' and #pull == 0) then
 end
 ver = ver or '0'
 if #pull > 0 then
-  local sig, missing = pulled(pull, ARGV[9])
+  local sig, more = pulled(pull, ARGV[9])
   if not sig then
     if redis.call('exists', tl) == 1 then
-      return {PULL, unpack(missing)}
+      return {PULL, unpack(more)}
     end
     pull = {}
   else
-    ver = ver .. '.' .. sig
+    ver, lists = ver .. '.' .. sig, more
   end
 end
-local deleting = redis.call('zcard', KEYS[5]) > 0
-local kv = max == '' and since == ''
-           and redis.call('hget', KEYS[3], 'v' .. ARGV[1])
-if kv and string.sub(kv, 1, #ver + 1) == ver .. ':' then
-  local fresh = true
-  if deleting then
-    local ids = {}
-    local s = redis.call('hget', KEYS[3], 'i' .. ARGV[1]) or ''
-    for i = 1, #s, 24 do ids[#ids + 1] = string.sub(s, i, i + 23) end
-    if #ids > 0 then
-      local d = deleted(KEYS[5], ids)
-      for i = 1, #d do if d[i] then fresh = false end end
-    end
-  end
-  if fresh and redis.call('expire', tl, ARGV[4]) == 1 then
-    if ARGV[7] == '' then return {KEPT, kv} end
-    if ARGV[7] == kv then return {LOCAL, kv} end
-    return {KEPT, kv, redis.call('hget', KEYS[3], ARGV[1])}
-  end
+local kv = first and redis.call('hget', KEYS[3], 'v' .. ARGV[1])
+if kv and string.sub(kv, 1, #ver + 1) == ver .. ':' and current(kv) then
+  -- a plain user's replies stay as short as they were
+  local tail = #pull > 0 and {false, lists} or {}
+  if ARGV[7] == '' then return {KEPT, kv, unpack(tail)} end
+  if ARGV[7] == kv then return {LOCAL, kv, unpack(tail)} end
+  return {KEPT, kv, redis.call('hget', KEYS[3], ARGV[1]), lists}
 end
 local embed = ARGV[5] == 'e'
 -- @include merge
@@ -116,7 +142,7 @@ if part[1] ~= END then
 end
 local out, got, n, pos = {PAGE, 0, 1, '',
                           ver .. ':' .. string.sub(part[1], 1, 24),
-                          '', 0, 0}, {}, 0, 0
+                          '', 0, 0, lists}, {}, 0, 0
 if #pull > 0 then
   return merge(out, part, pull)
 end
@@ -163,7 +189,7 @@ while true do
         return out
       end
       n = n + 1
-      out[8 + n] = json
+      out[9 + n] = json
       out[4] = ids[i]
       got[n] = ids[i]
     end

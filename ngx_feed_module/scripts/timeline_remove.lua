@@ -10,12 +10,16 @@
     ARGV[2] ttl               seconds
     ARGV[3] nonce             a new version for a list that changes
     ARGV[4] version_prefix    feed:tln:{
+    ARGV[5] channel           '' for timelines; for a pull author's list
+                              (feed:pl:{author}), where the workers hear
+                              of its new version
 
   Output:
     how many timelines had it
 ]]
 
 -- @include changed
+-- @include pull_changed
 
 local id, n = ARGV[1], 0
 for i = 1, #KEYS do
@@ -27,7 +31,11 @@ for i = 1, #KEYS do
       local eid = string.sub(part[j], 1, 24)
       if eid == id then
         n = n + redis.call('lrem', KEYS[i], 1, part[j])
-        changed(key(ARGV[4], KEYS[i]), ARGV[2], ARGV[3])
+        if ARGV[5] == '' then
+          changed(key(ARGV[4], KEYS[i]), ARGV[2], ARGV[3])
+        else
+          pull_changed(key(ARGV[4], KEYS[i]), ARGV[2], ARGV[3], ARGV[5])
+        end
         done = true break
       end
       if eid < id then done = true break end

@@ -131,7 +131,7 @@ local function merge(out, part, pull)
           break
         end
         n = n + 1
-        out[8 + n] = json
+        out[9 + n] = json
         out[4] = c[i][1]
         got[n] = c[i][1]
         if c[i][3] then pulled_n = pulled_n + 1 end

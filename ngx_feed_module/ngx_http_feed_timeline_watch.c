@@ -1,0 +1,667 @@
+
+/*
+ * ngx_feed_module: what each worker knows of the versions of the pull
+ * authors' lists, heard on a Redis channel.
+ *
+ * Every change of a pull author's list publishes its new version on
+ * "feed:pvc" (scripts/lib/pull_changed.lua).  Each worker subscribes on a
+ * connection of its own and keeps, by author, the newest version it heard
+ * of.  A worker's copy of a first page merged from pull authors' lists
+ * keeps those lists' versions (ngx_http_feed_timeline_local.c): while each
+ * is the newest the worker heard of, and the worker is sure it hears, it
+ * vouches for the copy, and the read script checks only the user's own
+ * keys, as for a user who follows no pull author.
+ *
+ * Being sure: every 100 ms the worker publishes, on a channel of its own
+ * and through its main connection, the time it sent that.  A subscriber
+ * gets messages in the order they were published, so when one comes back
+ * every change published before it was heard.  The worker vouches only
+ * while the last one it heard back was sent less than 300 ms ago: a
+ * subscription that stopped delivering (a half-open socket, a stalled
+ * server) is noticed within that time, and a pull author's post is still
+ * seen within a second.
+ *
+ * Versions learned from a read's reply are those the script saw, and a
+ * message about a later change may or may not have been heard before the
+ * reply arrives.  Versions are ordered (their first 16 digits are the
+ * server's time), so the newest is kept.  An author not known yet is
+ * added only if the subscription stayed the same since the read was sent
+ * and no message about that author was passed over meanwhile (messages
+ * about authors nobody asked about are not kept): otherwise the version
+ * could be older than one heard and dropped.
+ */
+
+
+#include "ngx_http_feed_timeline_cache.h"
+
+
+#define NGX_HTTP_FEED_WATCH_CHANNEL    "feed:pvc"
+#define NGX_HTTP_FEED_WATCH_ECHO       "feed:pvh:"
+
+#define NGX_HTTP_FEED_WATCH_BEAT       100     /* ms between heartbeats */
+#define NGX_HTTP_FEED_WATCH_FRESH      300     /* ms a heartbeat vouches */
+
+/* the versions of the authors known: reset when there are more */
+#define NGX_HTTP_FEED_WATCH_MAX        65536
+
+/* the authors of the last messages passed over, for learn() */
+#define NGX_HTTP_FEED_WATCH_SKIPPED    256
+
+/* 16 digits of time, then a nonce */
+#define NGX_HTTP_FEED_WATCH_TIME_LEN   16
+#define NGX_HTTP_FEED_WATCH_VERSION    (NGX_HTTP_FEED_WATCH_TIME_LEN         \
+                                        + NGX_HTTP_FEED_NONCE_LEN)
+
+
+typedef struct {
+    ngx_str_node_t                sn;       /* the author */
+    u_char                        version[NGX_HTTP_FEED_WATCH_VERSION];
+    size_t                        len;
+} ngx_http_feed_watch_author_t;
+
+
+typedef struct {
+    ngx_http_feed_main_conf_t    *fmcf;
+    ngx_http_feed_redis_t        *rd;       /* the subscribed connection */
+    ngx_log_t                    *log;
+
+    ngx_rbtree_t                  rbtree;
+    ngx_rbtree_node_t             sentinel;
+    ngx_uint_t                    authors;
+
+    /* moves each time the subscription is lost or made, and at a reset */
+    ngx_uint_t                    era;
+    ngx_uint_t                    channels; /* confirmed this era */
+
+    /* the messages passed over: how many, and the last ones' authors */
+    ngx_uint_t                    skipped;
+    uint32_t                      skip[NGX_HTTP_FEED_WATCH_SKIPPED];
+
+    ngx_msec_t                    echo;     /* sent time of the last heard */
+    unsigned                      heard:1;  /* one was heard this era */
+
+    ngx_event_t                   beat;
+    ngx_connection_t              dummy;
+
+    u_char                        own[sizeof(NGX_HTTP_FEED_WATCH_ECHO)
+                                      + NGX_INT64_LEN * 2];
+    size_t                        own_len;
+
+    ngx_uint_t                    messages;
+} ngx_http_feed_watch_t;
+
+
+static void ngx_http_feed_timeline_watch_ready(ngx_http_feed_redis_t *rd,
+    void *data);
+static void ngx_http_feed_timeline_watch_message(void *data,
+    redisReply *reply);
+static void ngx_http_feed_timeline_watch_changed(ngx_http_feed_watch_t *w,
+    redisReply *payload);
+static void ngx_http_feed_timeline_watch_beat(ngx_event_t *ev);
+static void ngx_http_feed_timeline_watch_reset(ngx_http_feed_watch_t *w,
+    const char *why, ngx_uint_t lost);
+static ngx_http_feed_watch_author_t *ngx_http_feed_timeline_watch_find(
+    ngx_http_feed_watch_t *w, u_char *author, size_t len, uint32_t hash);
+static void ngx_http_feed_timeline_watch_set(ngx_http_feed_watch_author_t *a,
+    u_char *version, size_t len);
+static ngx_int_t ngx_http_feed_timeline_watch_add(ngx_http_feed_watch_t *w,
+    u_char *author, size_t alen, uint32_t hash, u_char *version,
+    size_t vlen);
+static ngx_uint_t ngx_http_feed_timeline_watch_newer(u_char *version,
+    ngx_http_feed_watch_author_t *a);
+static ngx_uint_t ngx_http_feed_timeline_watch_valid(u_char *version,
+    size_t len);
+static ngx_uint_t ngx_http_feed_timeline_watch_line(u_char **pos,
+    u_char *last, ngx_str_t *author, ngx_str_t *version);
+
+
+static ngx_http_feed_watch_t  *ngx_http_feed_timeline_watch;
+
+
+/* the name of the channel the scripts publish new versions on */
+
+const char *
+ngx_http_feed_timeline_watch_channel(void)
+{
+    return NGX_HTTP_FEED_WATCH_CHANNEL;
+}
+
+
+/* a connection of its own: once subscribed it can send nothing else */
+
+ngx_int_t
+ngx_http_feed_timeline_watch_init(ngx_cycle_t *cycle,
+    ngx_http_feed_main_conf_t *fmcf)
+{
+    ngx_http_feed_watch_t  *w;
+
+    if (fmcf->redis_client == NULL || fmcf->pull_threshold == 0) {
+        return NGX_OK;
+    }
+
+    w = ngx_pcalloc(cycle->pool, sizeof(ngx_http_feed_watch_t));
+    if (w == NULL) {
+        return NGX_ERROR;
+    }
+
+    w->fmcf = fmcf;
+    w->log = cycle->log;
+    w->era = 1;
+
+    ngx_rbtree_init(&w->rbtree, &w->sentinel, ngx_str_rbtree_insert_value);
+
+    w->own_len = ngx_sprintf(w->own, NGX_HTTP_FEED_WATCH_ECHO "%P-%M",
+                             ngx_pid, ngx_current_msec)
+                 - w->own;
+
+    w->dummy.fd = (ngx_socket_t) -1;
+    w->beat.handler = ngx_http_feed_timeline_watch_beat;
+    w->beat.data = &w->dummy;
+    w->beat.log = cycle->log;
+    w->beat.cancelable = 1;
+
+    w->rd = ngx_http_feed_redis_create(cycle, &fmcf->redis);
+    if (w->rd == NULL
+        || ngx_http_feed_redis_on_ready(w->rd,
+                                        ngx_http_feed_timeline_watch_ready, w)
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    ngx_http_feed_timeline_watch = w;
+
+    ngx_http_feed_redis_start(w->rd);
+
+    ngx_add_timer(&w->beat, NGX_HTTP_FEED_WATCH_BEAT);
+
+    return NGX_OK;
+}
+
+
+void
+ngx_http_feed_timeline_watch_exit(void)
+{
+    ngx_http_feed_watch_t  *w = ngx_http_feed_timeline_watch;
+
+    if (w == NULL) {
+        return;
+    }
+
+    if (w->beat.timer_set) {
+        ngx_del_timer(&w->beat);
+    }
+
+    ngx_http_feed_timeline_watch_reset(w, "exit", 1);
+
+    ngx_http_feed_redis_destroy(w->rd);
+    ngx_http_feed_timeline_watch = NULL;
+}
+
+
+static void
+ngx_http_feed_timeline_watch_ready(ngx_http_feed_redis_t *rd, void *data)
+{
+    ngx_http_feed_watch_t  *w = data;
+
+    const char                 *argv[3];
+    size_t                      argvlen[3];
+    ngx_http_feed_redis_args_t  args;
+
+    ngx_http_feed_redis_args_init(&args, argv, argvlen);
+    ngx_http_feed_redis_args_lit(&args, "SUBSCRIBE");
+    ngx_http_feed_redis_args_lit(&args, NGX_HTTP_FEED_WATCH_CHANNEL);
+    ngx_http_feed_redis_args_add(&args, w->own, w->own_len);
+
+    if (ngx_http_feed_redis_subscribe(rd, ngx_http_feed_timeline_watch_message,
+                                      w, &args)
+        != NGX_OK)
+    {
+        ngx_log_error(NGX_LOG_ERR, w->log, 0,
+                      "feed pull watch cannot subscribe");
+    }
+}
+
+
+/* a message, a channel's confirmation, or NULL: the connection is gone */
+
+static void
+ngx_http_feed_timeline_watch_message(void *data, redisReply *reply)
+{
+    ngx_http_feed_watch_t  *w = data;
+
+    ngx_int_t    sent;
+    redisReply  *kind, *channel, *payload;
+
+    if (reply == NULL || reply->type != REDIS_REPLY_ARRAY
+        || reply->elements != 3)
+    {
+        if (w->channels || w->heard) {
+            ngx_http_feed_timeline_watch_reset(w, "subscription lost", 1);
+        }
+
+        return;
+    }
+
+    kind = reply->element[0];
+    channel = reply->element[1];
+    payload = reply->element[2];
+
+    if (kind->type != REDIS_REPLY_STRING
+        || channel->type != REDIS_REPLY_STRING)
+    {
+        return;
+    }
+
+    if (kind->len == sizeof("subscribe") - 1
+        && ngx_strncmp(kind->str, "subscribe", kind->len) == 0)
+    {
+        w->channels++;
+
+        ngx_log_debug2(NGX_LOG_DEBUG_CORE, w->log, 0,
+                       "feed pull watch subscribed to \"%*s\"",
+                       (size_t) channel->len, channel->str);
+        return;
+    }
+
+    if (payload->type != REDIS_REPLY_STRING) {
+        return;
+    }
+
+    if ((size_t) channel->len == w->own_len
+        && ngx_strncmp(channel->str, w->own, w->own_len) == 0)
+    {
+        sent = ngx_atoi((u_char *) payload->str, payload->len);
+
+        if (sent == NGX_ERROR) {
+            return;
+        }
+
+        if (!w->heard || (ngx_msec_int_t) ((ngx_msec_t) sent - w->echo) > 0) {
+            w->echo = (ngx_msec_t) sent;
+        }
+
+        w->heard = 1;
+        return;
+    }
+
+    w->messages++;
+    ngx_http_feed_timeline_watch_changed(w, payload);
+}
+
+
+/* "author version": the newest version of a known author's list */
+
+static void
+ngx_http_feed_timeline_watch_changed(ngx_http_feed_watch_t *w,
+    redisReply *payload)
+{
+    u_char                        *p, *last;
+    uint32_t                       hash;
+    ngx_str_t                      author, version;
+    ngx_http_feed_watch_author_t  *a;
+
+    p = (u_char *) payload->str;
+    last = p + payload->len;
+
+    if (!ngx_http_feed_timeline_watch_line(&p, last, &author, &version)) {
+        /* a version of an older module: not one to vouch by */
+        ngx_http_feed_timeline_watch_reset(w, "unknown version", 0);
+        return;
+    }
+
+    hash = ngx_crc32_short(author.data, author.len);
+
+    a = ngx_http_feed_timeline_watch_find(w, author.data, author.len, hash);
+
+    if (a == NULL) {
+        w->skip[w->skipped++ % NGX_HTTP_FEED_WATCH_SKIPPED] = hash;
+        return;
+    }
+
+    if (ngx_http_feed_timeline_watch_newer(version.data, a)) {
+        ngx_log_debug4(NGX_LOG_DEBUG_CORE, w->log, 0,
+                       "feed pull watch: \"%V\" is at %V, was %*s", &author,
+                       &version, a->len, a->version);
+
+        ngx_http_feed_timeline_watch_set(a, version.data, version.len);
+    }
+}
+
+
+/*
+ * Whether the worker can vouch for a copy merged from these lists
+ * ("author version\n" each): it hears every change, and none of theirs
+ * since the copy was made.
+ */
+
+ngx_uint_t
+ngx_http_feed_timeline_watch_vouch(ngx_str_t *lists)
+{
+    u_char                        *p, *last;
+    ngx_str_t                      author, version;
+    ngx_http_feed_watch_t         *w = ngx_http_feed_timeline_watch;
+    ngx_http_feed_watch_author_t  *a;
+
+    if (w == NULL || lists->len == 0 || w->channels < 2 || !w->heard
+        || (ngx_msec_int_t) (ngx_current_msec - w->echo)
+           > NGX_HTTP_FEED_WATCH_FRESH)
+    {
+        return 0;
+    }
+
+    p = lists->data;
+    last = p + lists->len;
+
+    while (p < last) {
+        if (!ngx_http_feed_timeline_watch_line(&p, last, &author, &version)) {
+            return 0;
+        }
+
+        a = ngx_http_feed_timeline_watch_find(w, author.data, author.len,
+                                     ngx_crc32_short(author.data, author.len));
+
+        if (a == NULL || a->len != version.len
+            || ngx_memcmp(a->version, version.data, version.len) != 0)
+        {
+            return 0;
+        }
+    }
+
+    return 1;
+}
+
+
+/* where the watch is when a read is sent: learn() needs it */
+
+void
+ngx_http_feed_timeline_watch_mark(ngx_http_feed_watch_mark_t *m)
+{
+    ngx_http_feed_watch_t  *w = ngx_http_feed_timeline_watch;
+
+    if (w == NULL || w->channels < 2) {
+        m->era = 0;
+        m->skipped = 0;
+        return;
+    }
+
+    m->era = w->era;
+    m->skipped = w->skipped;
+}
+
+
+/* the versions a read's reply saw ("author version\n" each) */
+
+void
+ngx_http_feed_timeline_watch_learn(ngx_str_t *lists,
+    ngx_http_feed_watch_mark_t *m)
+{
+    u_char                        *p, *last;
+    uint32_t                       hash;
+    ngx_uint_t                     i, fresh;
+    ngx_str_t                      author, version;
+    ngx_http_feed_watch_t         *w = ngx_http_feed_timeline_watch;
+    ngx_http_feed_watch_author_t  *a;
+
+    if (w == NULL) {
+        return;
+    }
+
+    /* new authors only while what was passed over since is all known */
+
+    fresh = (m->era != 0 && m->era == w->era
+             && w->skipped - m->skipped <= NGX_HTTP_FEED_WATCH_SKIPPED);
+
+    p = lists->data;
+    last = p + lists->len;
+
+    while (p < last) {
+        if (!ngx_http_feed_timeline_watch_line(&p, last, &author, &version)) {
+            return;
+        }
+
+        hash = ngx_crc32_short(author.data, author.len);
+
+        a = ngx_http_feed_timeline_watch_find(w, author.data, author.len,
+                                              hash);
+        if (a) {
+            if (ngx_http_feed_timeline_watch_newer(version.data, a)) {
+                ngx_http_feed_timeline_watch_set(a, version.data,
+                                                 version.len);
+            }
+
+            continue;
+        }
+
+        if (!fresh) {
+            continue;
+        }
+
+        for (i = m->skipped; i != w->skipped; i++) {
+            if (w->skip[i % NGX_HTTP_FEED_WATCH_SKIPPED] == hash) {
+                break;
+            }
+        }
+
+        if (i != w->skipped) {
+            continue;
+        }
+
+        if (w->authors == NGX_HTTP_FEED_WATCH_MAX) {
+            ngx_http_feed_timeline_watch_reset(w, "full", 0);
+            return;
+        }
+
+        if (ngx_http_feed_timeline_watch_add(w, author.data, author.len, hash,
+                                             version.data, version.len)
+            != NGX_OK)
+        {
+            return;
+        }
+    }
+}
+
+
+/* for feed_status */
+
+ngx_int_t
+ngx_http_feed_timeline_watch_status(bson_t *doc)
+{
+    bson_t                  sub;
+    ngx_http_feed_watch_t  *w = ngx_http_feed_timeline_watch;
+
+    if (w == NULL) {
+        return NGX_OK;
+    }
+
+    if (!BSON_APPEND_DOCUMENT_BEGIN(doc, "watch", &sub)) {
+        return NGX_ERROR;
+    }
+
+    BSON_APPEND_BOOL(&sub, "subscribed", w->channels >= 2);
+    BSON_APPEND_INT64(&sub, "heard_ms_ago",
+                      w->heard ? (int64_t) (ngx_current_msec - w->echo) : -1);
+    BSON_APPEND_INT64(&sub, "authors", (int64_t) w->authors);
+    BSON_APPEND_INT64(&sub, "messages", (int64_t) w->messages);
+    BSON_APPEND_INT64(&sub, "passed_over", (int64_t) w->skipped);
+
+    return bson_append_document_end(doc, &sub) ? NGX_OK : NGX_ERROR;
+}
+
+
+/* the time it is sent, published on the worker's own channel */
+
+static void
+ngx_http_feed_timeline_watch_beat(ngx_event_t *ev)
+{
+    u_char                      now[NGX_INT_T_LEN];
+    const char                 *argv[3];
+    size_t                      argvlen[3];
+    ngx_http_feed_watch_t      *w;
+    ngx_http_feed_redis_args_t  args;
+
+    w = ngx_http_feed_timeline_watch;
+
+    if (w == NULL || ngx_exiting) {
+        return;
+    }
+
+    if (w->channels >= 2) {
+        ngx_http_feed_redis_args_init(&args, argv, argvlen);
+        ngx_http_feed_redis_args_lit(&args, "PUBLISH");
+        ngx_http_feed_redis_args_add(&args, w->own, w->own_len);
+        ngx_http_feed_redis_args_add(&args, now,
+                                     ngx_sprintf(now, "%M", ngx_current_msec)
+                                     - now);
+
+        (void) ngx_http_feed_redis_send(w->fmcf->redis_client, NULL, NULL,
+                                        &args);
+    }
+
+    ngx_add_timer(&w->beat, NGX_HTTP_FEED_WATCH_BEAT);
+}
+
+
+/*
+ * Everything known is forgotten: nothing is vouched for until relearned.
+ * lost: the subscription is gone too, and must be made and heard again.
+ */
+
+static void
+ngx_http_feed_timeline_watch_reset(ngx_http_feed_watch_t *w, const char *why,
+    ngx_uint_t lost)
+{
+    ngx_rbtree_node_t             *node;
+    ngx_http_feed_watch_author_t  *a;
+
+    ngx_log_debug2(NGX_LOG_DEBUG_CORE, w->log, 0,
+                   "feed pull watch reset: %s, %ui authors", why, w->authors);
+
+    while (w->rbtree.root != w->rbtree.sentinel) {
+        node = ngx_rbtree_min(w->rbtree.root, w->rbtree.sentinel);
+        ngx_rbtree_delete(&w->rbtree, node);
+
+        a = (ngx_http_feed_watch_author_t *) node;
+        ngx_free(a);
+    }
+
+    w->authors = 0;
+    w->era++;
+
+    if (lost) {
+        w->channels = 0;
+        w->heard = 0;
+    }
+}
+
+
+static ngx_http_feed_watch_author_t *
+ngx_http_feed_timeline_watch_find(ngx_http_feed_watch_t *w, u_char *author,
+    size_t len, uint32_t hash)
+{
+    ngx_str_t  key;
+
+    key.data = author;
+    key.len = len;
+
+    return (ngx_http_feed_watch_author_t *)
+               ngx_str_rbtree_lookup(&w->rbtree, &key, hash);
+}
+
+
+static ngx_int_t
+ngx_http_feed_timeline_watch_add(ngx_http_feed_watch_t *w, u_char *author,
+    size_t alen, uint32_t hash, u_char *version, size_t vlen)
+{
+    ngx_http_feed_watch_author_t  *a;
+
+    a = ngx_alloc(sizeof(ngx_http_feed_watch_author_t) + alen, w->log);
+    if (a == NULL) {
+        return NGX_ERROR;
+    }
+
+    a->sn.node.key = hash;
+    a->sn.str.data = (u_char *) (a + 1);
+    a->sn.str.len = alen;
+    ngx_memcpy(a->sn.str.data, author, alen);
+
+    ngx_http_feed_timeline_watch_set(a, version, vlen);
+
+    ngx_rbtree_insert(&w->rbtree, &a->sn.node);
+    w->authors++;
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_feed_timeline_watch_set(ngx_http_feed_watch_author_t *a,
+    u_char *version, size_t len)
+{
+    ngx_memcpy(a->version, version, len);
+    a->len = len;
+}
+
+
+/* versions are ordered by their time: later, or the same time elsewhere */
+
+static ngx_uint_t
+ngx_http_feed_timeline_watch_newer(u_char *version,
+    ngx_http_feed_watch_author_t *a)
+{
+    return ngx_memcmp(version, a->version, NGX_HTTP_FEED_WATCH_TIME_LEN) > 0;
+}
+
+
+static ngx_uint_t
+ngx_http_feed_timeline_watch_valid(u_char *version, size_t len)
+{
+    size_t  i;
+
+    if (len <= NGX_HTTP_FEED_WATCH_TIME_LEN
+        || len > NGX_HTTP_FEED_WATCH_VERSION)
+    {
+        return 0;
+    }
+
+    for (i = 0; i < NGX_HTTP_FEED_WATCH_TIME_LEN; i++) {
+        if (version[i] < '0' || version[i] > '9') {
+            return 0;
+        }
+    }
+
+    return 1;
+}
+
+
+/* "author version\n" (or without the newline at the end of a message) */
+
+static ngx_uint_t
+ngx_http_feed_timeline_watch_line(u_char **pos, u_char *last,
+    ngx_str_t *author, ngx_str_t *version)
+{
+    u_char  *p, *sp, *nl;
+
+    p = *pos;
+
+    nl = ngx_strlchr(p, last, '\n');
+    if (nl == NULL) {
+        nl = last;
+    }
+
+    sp = ngx_strlchr(p, nl, ' ');
+    if (sp == NULL) {
+        return 0;
+    }
+
+    author->data = p;
+    author->len = sp - p;
+    version->data = sp + 1;
+    version->len = nl - (sp + 1);
+
+    *pos = (nl < last) ? nl + 1 : last;
+
+    return ngx_http_feed_user_valid(author->data, author->len)
+           && ngx_http_feed_timeline_watch_valid(version->data,
+                                                 version->len);
+}
