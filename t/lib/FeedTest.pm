@@ -232,15 +232,18 @@ sub _resp_read {
     die "redis: bad reply '$line'\n";
 }
 
-# a TCP relay to a server: killing it cuts the server off while it runs on
+# a TCP relay to a server: killing it cuts the server off while it runs on;
+# $mode "hold": subscribed connections stalled on SIGUSR1 to the proxy's
+# process group, relayed again on SIGUSR2 (t/lib/tcp_proxy.pl)
 
 sub start_proxy {
-    my ($self, $name, $target, $delay_ms) = @_;
+    my ($self, $name, $target, $delay_ms, $mode) = @_;
 
     my $port = $self->port($name);
     (my $script = __FILE__) =~ s/FeedTest\.pm$/tcp_proxy.pl/;
 
-    $self->spawn($name, $^X, $script, $port, $target, $delay_ms || 0);
+    $self->spawn($name, $^X, $script, $port, $target, $delay_ms || 0,
+        $mode ? $mode : ());
 
     return $port if $self->wait_port($port);
     die "proxy $name did not start on $port\n";
