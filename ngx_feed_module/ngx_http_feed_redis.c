@@ -1021,6 +1021,15 @@ ngx_http_feed_redis_reply(redisAsyncContext *ac, void *r, void *privdata)
 }
 
 
+/* the connection is closed and made again (after the backoff) */
+
+void
+ngx_http_feed_redis_reconnect(ngx_http_feed_redis_t *rd, const char *why)
+{
+    ngx_http_feed_redis_drop(rd, why);
+}
+
+
 /*
  * SUBSCRIBE on a connection of its own, once it is ready: handler gets
  * each message and each channel's confirmation (arrays, as Redis sends

@@ -149,6 +149,8 @@ ngx_int_t ngx_http_feed_redis_send_r(ngx_http_request_t *r,
     ngx_http_feed_redis_t *rd, ngx_http_feed_redis_pt handler, void *data,
     ngx_http_feed_redis_args_t *args);
 void ngx_http_feed_redis_cancel(ngx_http_feed_redis_cmd_t *cmd);
+void ngx_http_feed_redis_reconnect(ngx_http_feed_redis_t *rd,
+    const char *why);
 ngx_int_t ngx_http_feed_redis_subscribe(ngx_http_feed_redis_t *rd,
     ngx_http_feed_redis_pt handler, void *data,
     ngx_http_feed_redis_args_t *args);

@@ -179,7 +179,10 @@ ngx_http_feed_timeline_local_put(ngx_http_feed_user_t *user,
     lp->page.len = page->len;
     lp->lists.data = ngx_cpymem(lp->page.data, page->data, page->len);
     lp->lists.len = lists->len;
-    ngx_memcpy(lp->lists.data, lists->data, lists->len);
+
+    if (lists->len) {
+        ngx_memcpy(lp->lists.data, lists->data, lists->len);
+    }
 
     ngx_rbtree_insert(&ls->rbtree, &lp->sn.node);
     ngx_queue_insert_head(&ls->lru, &lp->queue);

@@ -251,7 +251,7 @@ ngx_http_feed_timeline_pull_args(ngx_http_feed_redis_call_t *call,
     ngx_http_feed_redis_call_arg(call, NGX_HTTP_FEED_SCRIPT_PULL_ADD_ARG_NONCE,
         nonce, ngx_http_feed_timeline_cache_nonce(nonce) - nonce);
     ngx_http_feed_timeline_pull_channel(call,
-                                        NGX_HTTP_FEED_SCRIPT_PULL_ADD_ARG_CHANNEL);
+        NGX_HTTP_FEED_SCRIPT_PULL_ADD_ARG_CHANNEL);
 }
 
 

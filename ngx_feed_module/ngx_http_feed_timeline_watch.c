@@ -47,9 +47,12 @@
 /* the authors of the last messages passed over, for learn() */
 #define NGX_HTTP_FEED_WATCH_SKIPPED    256
 
-/* 16 digits of time, then a nonce */
+/* a subscription that hears no heartbeat for this long is made again */
+#define NGX_HTTP_FEED_WATCH_DEAF       3000
+
+/* 16 digits of time, a dot, then a nonce */
 #define NGX_HTTP_FEED_WATCH_TIME_LEN   16
-#define NGX_HTTP_FEED_WATCH_VERSION    (NGX_HTTP_FEED_WATCH_TIME_LEN         \
+#define NGX_HTTP_FEED_WATCH_VERSION    (NGX_HTTP_FEED_WATCH_TIME_LEN + 1     \
                                         + NGX_HTTP_FEED_NONCE_LEN)
 
 
@@ -69,7 +72,7 @@ typedef struct {
     ngx_rbtree_node_t             sentinel;
     ngx_uint_t                    authors;
 
-    /* moves each time the subscription is lost or made, and at a reset */
+    /* moves at each reset: the subscription lost, or the versions */
     ngx_uint_t                    era;
     ngx_uint_t                    channels; /* confirmed this era */
 
@@ -78,6 +81,7 @@ typedef struct {
     uint32_t                      skip[NGX_HTTP_FEED_WATCH_SKIPPED];
 
     ngx_msec_t                    echo;     /* sent time of the last heard */
+    ngx_msec_t                    since;    /* when subscribed */
     unsigned                      heard:1;  /* one was heard this era */
 
     ngx_event_t                   beat;
@@ -111,7 +115,9 @@ static ngx_uint_t ngx_http_feed_timeline_watch_newer(u_char *version,
     ngx_http_feed_watch_author_t *a);
 static ngx_uint_t ngx_http_feed_timeline_watch_valid(u_char *version,
     size_t len);
-static ngx_uint_t ngx_http_feed_timeline_watch_line(u_char **pos,
+static void ngx_http_feed_timeline_watch_forget(ngx_http_feed_watch_t *w,
+    ngx_str_t *author, uint32_t hash);
+static ngx_int_t ngx_http_feed_timeline_watch_line(u_char **pos,
     u_char *last, ngx_str_t *author, ngx_str_t *version);
 
 
@@ -135,7 +141,9 @@ ngx_http_feed_timeline_watch_init(ngx_cycle_t *cycle,
 {
     ngx_http_feed_watch_t  *w;
 
-    if (fmcf->redis_client == NULL || fmcf->pull_threshold == 0) {
+    if (fmcf->redis_client == NULL || fmcf->pull_threshold == 0
+        || fmcf->cache_local == 0)
+    {
         return NGX_OK;
     }
 
@@ -218,7 +226,8 @@ ngx_http_feed_timeline_watch_ready(ngx_http_feed_redis_t *rd, void *data)
         != NGX_OK)
     {
         ngx_log_error(NGX_LOG_ERR, w->log, 0,
-                      "feed pull watch cannot subscribe");
+                      "feed pull watch cannot subscribe to \"%s\"",
+                      NGX_HTTP_FEED_WATCH_CHANNEL);
     }
 }
 
@@ -233,13 +242,15 @@ ngx_http_feed_timeline_watch_message(void *data, redisReply *reply)
     ngx_int_t    sent;
     redisReply  *kind, *channel, *payload;
 
-    if (reply == NULL || reply->type != REDIS_REPLY_ARRAY
-        || reply->elements != 3)
-    {
+    if (reply == NULL) {
         if (w->channels || w->heard) {
             ngx_http_feed_timeline_watch_reset(w, "subscription lost", 1);
         }
 
+        return;
+    }
+
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 3) {
         return;
     }
 
@@ -257,6 +268,7 @@ ngx_http_feed_timeline_watch_message(void *data, redisReply *reply)
         && ngx_strncmp(kind->str, "subscribe", kind->len) == 0)
     {
         w->channels++;
+        w->since = ngx_current_msec;
 
         ngx_log_debug2(NGX_LOG_DEBUG_CORE, w->log, 0,
                        "feed pull watch subscribed to \"%*s\"",
@@ -301,12 +313,14 @@ ngx_http_feed_timeline_watch_changed(ngx_http_feed_watch_t *w,
     ngx_str_t                      author, version;
     ngx_http_feed_watch_author_t  *a;
 
+    ngx_int_t                      rc;
+
     p = (u_char *) payload->str;
     last = p + payload->len;
 
-    if (!ngx_http_feed_timeline_watch_line(&p, last, &author, &version)) {
-        /* a version of an older module: not one to vouch by */
-        ngx_http_feed_timeline_watch_reset(w, "unknown version", 0);
+    rc = ngx_http_feed_timeline_watch_line(&p, last, &author, &version);
+
+    if (rc == NGX_ERROR) {
         return;
     }
 
@@ -314,18 +328,52 @@ ngx_http_feed_timeline_watch_changed(ngx_http_feed_watch_t *w,
 
     a = ngx_http_feed_timeline_watch_find(w, author.data, author.len, hash);
 
-    if (a == NULL) {
-        w->skip[w->skipped++ % NGX_HTTP_FEED_WATCH_SKIPPED] = hash;
-        return;
-    }
-
-    if (ngx_http_feed_timeline_watch_newer(version.data, a)) {
+    if (a && rc == NGX_OK
+        && ngx_http_feed_timeline_watch_newer(version.data, a))
+    {
         ngx_log_debug4(NGX_LOG_DEBUG_CORE, w->log, 0,
                        "feed pull watch: \"%V\" is at %V, was %*s", &author,
                        &version, a->len, a->version);
 
         ngx_http_feed_timeline_watch_set(a, version.data, version.len);
+        return;
     }
+
+    if (a && a->len == version.len
+        && ngx_memcmp(a->version, version.data, version.len) == 0)
+    {
+        return;
+    }
+
+    /*
+     * Unknown, gone ("-"), of another form, or not later than the one
+     * known (a clock stepped back): no version of it is to be trusted.
+     */
+
+    ngx_http_feed_timeline_watch_forget(w, &author, hash);
+}
+
+
+/* an author's versions are not known, nor learned from reads sent before */
+
+static void
+ngx_http_feed_timeline_watch_forget(ngx_http_feed_watch_t *w,
+    ngx_str_t *author, uint32_t hash)
+{
+    ngx_http_feed_watch_author_t  *a;
+
+    a = ngx_http_feed_timeline_watch_find(w, author->data, author->len, hash);
+
+    if (a) {
+        ngx_log_debug1(NGX_LOG_DEBUG_CORE, w->log, 0,
+                       "feed pull watch forgets \"%V\"", author);
+
+        ngx_rbtree_delete(&w->rbtree, &a->sn.node);
+        ngx_free(a);
+        w->authors--;
+    }
+
+    w->skip[w->skipped++ % NGX_HTTP_FEED_WATCH_SKIPPED] = hash;
 }
 
 
@@ -354,7 +402,9 @@ ngx_http_feed_timeline_watch_vouch(ngx_str_t *lists)
     last = p + lists->len;
 
     while (p < last) {
-        if (!ngx_http_feed_timeline_watch_line(&p, last, &author, &version)) {
+        if (ngx_http_feed_timeline_watch_line(&p, last, &author, &version)
+            != NGX_OK)
+        {
             return 0;
         }
 
@@ -398,6 +448,7 @@ ngx_http_feed_timeline_watch_learn(ngx_str_t *lists,
 {
     u_char                        *p, *last;
     uint32_t                       hash;
+    ngx_int_t                      rc;
     ngx_uint_t                     i, fresh;
     ngx_str_t                      author, version;
     ngx_http_feed_watch_t         *w = ngx_http_feed_timeline_watch;
@@ -416,11 +467,19 @@ ngx_http_feed_timeline_watch_learn(ngx_str_t *lists,
     last = p + lists->len;
 
     while (p < last) {
-        if (!ngx_http_feed_timeline_watch_line(&p, last, &author, &version)) {
+        rc = ngx_http_feed_timeline_watch_line(&p, last, &author, &version);
+
+        if (rc == NGX_ERROR) {
             return;
         }
 
         hash = ngx_crc32_short(author.data, author.len);
+
+        if (rc == NGX_DECLINED) {
+            /* written by an older module, unannounced: not to be trusted */
+            ngx_http_feed_timeline_watch_forget(w, &author, hash);
+            continue;
+        }
 
         a = ngx_http_feed_timeline_watch_find(w, author.data, author.len,
                                               hash);
@@ -504,6 +563,24 @@ ngx_http_feed_timeline_watch_beat(ngx_event_t *ev)
 
     if (w == NULL || ngx_exiting) {
         return;
+    }
+
+    if (w->channels >= 2
+        && ngx_http_feed_redis_state(w->fmcf->redis_client)
+           == NGX_HTTP_FEED_REDIS_UP
+        && (ngx_msec_int_t) (ngx_current_msec - (w->heard ? w->echo
+                                                           : w->since))
+           > NGX_HTTP_FEED_WATCH_DEAF)
+    {
+        /* a half-open socket, or a server that stopped delivering */
+
+        ngx_log_error(NGX_LOG_WARN, w->log, 0,
+                      "feed pull watch heard no heartbeat for %M ms, "
+                      "subscribing again", (ngx_msec_t)
+                      NGX_HTTP_FEED_WATCH_DEAF);
+
+        ngx_http_feed_timeline_watch_reset(w, "deaf", 1);
+        ngx_http_feed_redis_reconnect(w->rd, "no heartbeat heard");
     }
 
     if (w->channels >= 2) {
@@ -618,8 +695,9 @@ ngx_http_feed_timeline_watch_valid(u_char *version, size_t len)
 {
     size_t  i;
 
-    if (len <= NGX_HTTP_FEED_WATCH_TIME_LEN
-        || len > NGX_HTTP_FEED_WATCH_VERSION)
+    if (len <= NGX_HTTP_FEED_WATCH_TIME_LEN + 1
+        || len > NGX_HTTP_FEED_WATCH_VERSION
+        || version[NGX_HTTP_FEED_WATCH_TIME_LEN] != '.')
     {
         return 0;
     }
@@ -634,9 +712,13 @@ ngx_http_feed_timeline_watch_valid(u_char *version, size_t len)
 }
 
 
-/* "author version\n" (or without the newline at the end of a message) */
+/*
+ * "author version\n" (or without the newline at the end of a message):
+ * NGX_OK, NGX_DECLINED for a version of another form ("-": the list is
+ * gone), NGX_ERROR when not even the author can be read.
+ */
 
-static ngx_uint_t
+static ngx_int_t
 ngx_http_feed_timeline_watch_line(u_char **pos, u_char *last,
     ngx_str_t *author, ngx_str_t *version)
 {
@@ -651,7 +733,7 @@ ngx_http_feed_timeline_watch_line(u_char **pos, u_char *last,
 
     sp = ngx_strlchr(p, nl, ' ');
     if (sp == NULL) {
-        return 0;
+        return NGX_ERROR;
     }
 
     author->data = p;
@@ -661,7 +743,10 @@ ngx_http_feed_timeline_watch_line(u_char **pos, u_char *last,
 
     *pos = (nl < last) ? nl + 1 : last;
 
-    return ngx_http_feed_user_valid(author->data, author->len)
-           && ngx_http_feed_timeline_watch_valid(version->data,
-                                                 version->len);
+    if (!ngx_http_feed_user_valid(author->data, author->len)) {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_feed_timeline_watch_valid(version->data, version->len)
+           ? NGX_OK : NGX_DECLINED;
 }

@@ -56,15 +56,24 @@ for i = 2, #KEYS do
     -- the author's own timeline gets their posts pushed: not merged; the
     -- version's mark says the user follows pull authors now
     local pull, v = key(ARGV[11], tl), key(ARGV[9], tl)
-    if redis.call('sadd', pull, member) == 1 then
-      -- workers answer their copies of pages for the set they were
-      -- merged from (timeline_read.lua): those go with the set's change
-      redis.call('del', key(ARGV[6], tl))
-    end
-    redis.call('expire', pull, 2 * tonumber(ARGV[4]))
     local cur = redis.call('get', v)
-    if cur and string.sub(cur, -1) ~= 'P' then
-      redis.call('set', v, string.sub(cur, 1, -2) .. 'P', 'KEEPTTL')
+    if cur and string.sub(cur, -1) == 'P'
+       and redis.call('exists', pull) == 0
+    then
+      -- the set of pull authors was lost (expired, evicted): one made of
+      -- this author alone would hide the others, the list is made again
+      redis.call('del', tl, key(ARGV[6], tl))
+      head = nil
+    else
+      if redis.call('sadd', pull, member) == 1 then
+        -- workers answer their copies of pages for the set they were
+        -- merged from (timeline_read.lua): those go with the set's change
+        redis.call('del', key(ARGV[6], tl))
+      end
+      redis.call('expire', pull, 2 * tonumber(ARGV[4]))
+      if cur and string.sub(cur, -1) ~= 'P' then
+        redis.call('set', v, string.sub(cur, 1, -2) .. 'P', 'KEEPTTL')
+      end
     end
   end
   if not head and member ~= ''

@@ -23,6 +23,11 @@
 
 local id, n = ARGV[1], 0
 for i = 1, #KEYS do
+  if ARGV[5] ~= '' and redis.call('exists', KEYS[i]) == 0 then
+    -- a pull author's list gone (expired, evicted): pages merged from it
+    -- may still show the post, their workers must not vouch for them
+    pull_forgotten(KEYS[i], ARGV[5])
+  end
   local pos, done = 0, false
   while not done do
     local part = redis.call('lrange', KEYS[i], pos, pos + 63)
