@@ -129,14 +129,16 @@ sub all_reading {
     } values %$st;
 }
 
-# 2 connections per worker, one of them blocked in XREADGROUP
+# 3 connections per worker: one blocked in XREADGROUP, one subscribed to
+# the pull authors' versions
 sub connections_ok {
     my ($t) = @_;
     my $list = rd($t, 'CLIENT', 'LIST') // '';
     my @c = grep { !/cmd=client\|list/ } split /\n/, $list;
     my $blocked = grep { /flags=\S*b/ && /cmd=xreadgroup/ } @c;
-    return (@c == 6 && $blocked == 3, scalar(@c) . " connections, $blocked "
-        . "blocked in XREADGROUP");
+    my $subs = grep { /cmd=subscribe/ } @c;
+    return (@c == 9 && $blocked == 3 && $subs == 3, scalar(@c)
+        . " connections, $blocked blocked in XREADGROUP, $subs subscribed");
 }
 
 sub redis_aof_start {
