@@ -195,19 +195,21 @@ ngx_http_feed_fuzz_walk(redisReply *e)
 }
 
 
-/* every "*n" and "$n" header at a line's start within the bound */
+/*
+ * every "*n" and "$n" within the bound, wherever it stands: hiredis skips
+ * the two bytes after a bulk string without looking at them, so a header
+ * may begin in the middle of a line
+ */
 
 static ngx_uint_t
 ngx_http_feed_fuzz_resp_bounded(const uint8_t *data, size_t size)
 {
     size_t      i;
-    ngx_uint_t  n, bol;
-
-    bol = 1;
+    ngx_uint_t  n;
 
     for (i = 0; i < size; i++) {
 
-        if (bol && (data[i] == '*' || data[i] == '$')) {
+        if (data[i] == '*' || data[i] == '$') {
             n = 0;
 
             while (i + 1 < size && data[i + 1] >= '0' && data[i + 1] <= '9')
@@ -219,8 +221,6 @@ ngx_http_feed_fuzz_resp_bounded(const uint8_t *data, size_t size)
                 }
             }
         }
-
-        bol = (data[i] == '\n');
     }
 
     return 1;
