@@ -86,8 +86,10 @@ ok(time - $start < 2, 'down within the timeout');
 $r = $t->get('/status', timeout => 5);
 ok($r->{elapsed} < 1, 'status does not hang while redis is down');
 is($t->get('/plain')->{status}, 200, 'other locations answer');
-like(status()->{redis}{last_error} // '', qr/refused|closed|lost/i,
-    'last_error says why');
+# a kill while a heartbeat's PUBLISH is unread by the server resets the
+# connection instead of closing it; a write after it breaks the pipe
+like(status()->{redis}{last_error} // '',
+    qr/refused|closed|lost|reset by peer|broken pipe/i, 'last_error says why');
 
 # back: reconnects by itself with backoff, no reload
 
