@@ -347,7 +347,9 @@ sub write_conf {
         . "pid $dir/nginx.pid;\n"
         . "error_log $dir/error.log "
         . ($ENV{FEED_TEST_DEBUG} ? 'debug' : 'info') . ";\n"
-        . ($> == 0 ? "user root;\n" : '');
+        . ($> == 0 ? "user root;\n" : '')
+        . ($ENV{FEED_TEST_CORE}
+            ? "worker_rlimit_core 2g;\nworking_directory $dir;\n" : '');
 
     my $http = "\n    access_log "
         . ($self->{no_access_log} ? 'off' : "$dir/access.log") . ";\n"
@@ -565,6 +567,22 @@ sub bad_log_lines {
         split /\n/, $self->error_log;
 }
 
+# what a crashed worker said before it died (an assert of a library goes
+# to stderr, not to error.log), and where its core file is
+sub crash_output {
+    my ($self, @bad) = @_;
+    return () unless grep { /exited on signal/ } @bad;
+    my @out;
+    if (open my $fh, '<', "$self->{dir}/nginx.out") {
+        my @lines = <$fh>;
+        chomp @lines;
+        splice(@lines, 0, @lines - 20) if @lines > 20;
+        push @out, 'nginx stderr:', @lines if @lines;
+    }
+    push @out, "core files: $_" for glob "$self->{dir}/core*";
+    return @out;
+}
+
 # stops nginx gracefully, then asserts error.log is clean
 sub done {
     my ($self) = @_;
@@ -572,7 +590,8 @@ sub done {
     ok($self->stop, 'nginx stopped gracefully');
 
     my @bad = $self->bad_log_lines;
-    ok(!@bad, 'no alerts in error.log') or diag(join "\n", @bad);
+    ok(!@bad, 'no alerts in error.log') or diag(join "\n", @bad,
+        $self->crash_output(@bad));
 
     $self->cleanup;
     $self->no_sanitizer_reports;
