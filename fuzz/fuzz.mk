@@ -9,7 +9,8 @@
 # clang (Debian's, 14) builds nginx's core (tools/fuzz-nginx), the module
 # and the targets with libFuzzer, AddressSanitizer and UBSan.
 
-FUZZ_TARGETS  ?= post_input cursor timeline_args fallback redis_reply
+FUZZ_TARGETS  ?= post_input cursor timeline_args fallback redis_reply \
+                 redis_cluster
 FUZZ_SECONDS  ?= 300
 FUZZ_DIR      := $(BUILD)/fuzz
 FUZZ_BIN      := $(FUZZ_DIR)/bin

@@ -42,8 +42,6 @@
 #define NGX_HTTP_FEED_FUZZ_RESP_MAX  100000
 
 
-static ngx_uint_t ngx_http_feed_fuzz_resp_bounded(const uint8_t *data,
-    size_t size);
 static void ngx_http_feed_fuzz_reply(ngx_http_feed_redis_t *rd,
     redisReply *reply);
 static void ngx_http_feed_fuzz_walk(redisReply *e);
@@ -60,7 +58,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     ngx_http_feed_fuzz_init();
 
-    if (!ngx_http_feed_fuzz_resp_bounded(data, size)) {
+    if (!ngx_http_feed_fuzz_resp_bounded(data, size,
+                                         NGX_HTTP_FEED_FUZZ_RESP_MAX))
+    {
         return 0;
     }
 
@@ -192,36 +192,4 @@ ngx_http_feed_fuzz_walk(redisReply *e)
     for (i = 0; i < e->elements; i++) {
         ngx_http_feed_fuzz_walk(e->element[i]);
     }
-}
-
-
-/*
- * every "*n" and "$n" within the bound, wherever it stands: hiredis skips
- * the two bytes after a bulk string without looking at them, so a header
- * may begin in the middle of a line
- */
-
-static ngx_uint_t
-ngx_http_feed_fuzz_resp_bounded(const uint8_t *data, size_t size)
-{
-    size_t      i;
-    ngx_uint_t  n;
-
-    for (i = 0; i < size; i++) {
-
-        if (data[i] == '*' || data[i] == '$') {
-            n = 0;
-
-            while (i + 1 < size && data[i + 1] >= '0' && data[i + 1] <= '9')
-            {
-                n = n * 10 + data[++i] - '0';
-
-                if (n > NGX_HTTP_FEED_FUZZ_RESP_MAX) {
-                    return 0;
-                }
-            }
-        }
-    }
-
-    return 1;
 }

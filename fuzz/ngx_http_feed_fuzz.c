@@ -314,3 +314,37 @@ ngx_http_feed_fuzz_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 
     return NGX_OK;
 }
+
+
+/*
+ * Every "*n" and "$n" of RESP bytes within max, wherever it stands:
+ * hiredis skips the two bytes after a bulk string without looking at
+ * them, so a header may begin in the middle of a line.  hiredis allocates
+ * an array of the length a header announces before its elements arrive.
+ */
+
+ngx_uint_t
+ngx_http_feed_fuzz_resp_bounded(const uint8_t *data, size_t size,
+    ngx_uint_t max)
+{
+    size_t      i;
+    ngx_uint_t  n;
+
+    for (i = 0; i < size; i++) {
+
+        if (data[i] == '*' || data[i] == '$') {
+            n = 0;
+
+            while (i + 1 < size && data[i + 1] >= '0' && data[i + 1] <= '9')
+            {
+                n = n * 10 + data[++i] - '0';
+
+                if (n > max) {
+                    return 0;
+                }
+            }
+        }
+    }
+
+    return 1;
+}

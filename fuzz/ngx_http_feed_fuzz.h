@@ -35,6 +35,8 @@ extern ngx_http_feed_fuzz_answer_t   ngx_http_feed_fuzz_answer;
 
 
 void ngx_http_feed_fuzz_init(void);
+ngx_uint_t ngx_http_feed_fuzz_resp_bounded(const uint8_t *data, size_t size,
+    ngx_uint_t max);
 ngx_http_request_t *ngx_http_feed_fuzz_request(void);
 void ngx_http_feed_fuzz_done(ngx_http_request_t *r);
 void ngx_http_feed_fuzz_check_answer(ngx_http_request_t *r);

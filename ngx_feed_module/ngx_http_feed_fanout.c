@@ -171,6 +171,8 @@ ngx_http_feed_fanout_ready(ngx_http_feed_redis_t *rd, void *data)
     ngx_http_feed_redis_args_init(&args, argv, argvlen);
     ngx_http_feed_redis_args_lit(&args, "CLIENT");
     ngx_http_feed_redis_args_lit(&args, "ID");
+    ngx_http_feed_redis_args_route(&args, fmcf->stream.data,
+                                   fmcf->stream.len);
 
     (void) ngx_http_feed_redis_send(rd, ngx_http_feed_fanout_client_id, fo,
                                     &args);
@@ -261,6 +263,8 @@ ngx_http_feed_fanout_stop(ngx_http_feed_redis_t *rd, void *data)
     ngx_http_feed_redis_args_lit(&args, "UNBLOCK");
     ngx_http_feed_redis_args_add(&args, id,
                                  ngx_sprintf(id, "%L", fo->client_id) - id);
+    ngx_http_feed_redis_args_route(&args, fo->fmcf->stream.data,
+                                   fo->fmcf->stream.len);
 
     (void) ngx_http_feed_redis_send(fo->fmcf->redis_client, NULL, NULL,
                                     &args);

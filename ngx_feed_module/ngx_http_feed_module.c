@@ -26,6 +26,8 @@ static char *ngx_http_feed_redis_addr(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static ngx_int_t ngx_http_feed_redis_parse_addr(ngx_conf_t *cf,
     ngx_http_feed_redis_conf_t *rcf, ngx_str_t *addr);
+static ngx_int_t ngx_http_feed_redis_cluster_check(ngx_conf_t *cf,
+    ngx_http_feed_redis_conf_t *rcf);
 static ngx_int_t ngx_http_feed_redis_parse_param(ngx_conf_t *cf,
     ngx_http_feed_redis_conf_t *rcf, ngx_str_t *param);
 static char *ngx_http_feed_mongo_database(ngx_conf_t *cf,
@@ -405,8 +407,9 @@ ngx_http_feed_redis_addr(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_feed_main_conf_t  *fmcf = conf;
 
-    ngx_str_t   *value;
-    ngx_uint_t   i;
+    ngx_str_t                   *value;
+    ngx_uint_t                   i;
+    ngx_http_feed_redis_conf_t  *seed;
 
     if (fmcf->redis_enabled) {
         return "is duplicate";
@@ -414,23 +417,98 @@ ngx_http_feed_redis_addr(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     value = cf->args->elts;
 
-    if (ngx_http_feed_redis_parse_addr(cf, &fmcf->redis, &value[1])
-        != NGX_OK)
-    {
+    fmcf->redis.seeds = ngx_array_create(cf->pool, 3,
+                                         sizeof(ngx_http_feed_redis_conf_t));
+    if (fmcf->redis.seeds == NULL) {
         return NGX_CONF_ERROR;
     }
 
-    for (i = 2; i < cf->args->nelts; i++) {
-        if (ngx_http_feed_redis_parse_param(cf, &fmcf->redis, &value[i])
-            != NGX_OK)
-        {
+    for (i = 1; i < cf->args->nelts; i++) {
+
+        if (ngx_strlchr(value[i].data, value[i].data + value[i].len, '=')) {
+            if (ngx_http_feed_redis_parse_param(cf, &fmcf->redis, &value[i])
+                != NGX_OK)
+            {
+                return NGX_CONF_ERROR;
+            }
+
+            continue;
+        }
+
+        if (ngx_strcmp(value[i].data, "cluster") == 0) {
+            fmcf->redis.cluster = 1;
+            continue;
+        }
+
+        /* another address: the seed nodes of a cluster */
+
+        seed = ngx_array_push(fmcf->redis.seeds);
+        if (seed == NULL) {
             return NGX_CONF_ERROR;
         }
+
+        ngx_memzero(seed, sizeof(ngx_http_feed_redis_conf_t));
+
+        if (ngx_http_feed_redis_parse_addr(cf, seed, &value[i]) != NGX_OK) {
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    if (fmcf->redis.seeds->nelts == 0) {
+        return "needs an address";
+    }
+
+    seed = fmcf->redis.seeds->elts;
+
+    fmcf->redis.addr_text = seed[0].addr_text;
+    fmcf->redis.host = seed[0].host;
+    fmcf->redis.port = seed[0].port;
+    fmcf->redis.unix_path = seed[0].unix_path;
+
+    if (fmcf->redis.seeds->nelts > 1) {
+        fmcf->redis.cluster = 1;
+    }
+
+    if (fmcf->redis.cluster
+        && ngx_http_feed_redis_cluster_check(cf, &fmcf->redis) != NGX_OK)
+    {
+        return NGX_CONF_ERROR;
     }
 
     fmcf->redis_enabled = 1;
 
     return NGX_CONF_OK;
+}
+
+
+/* a cluster has only database 0, and its nodes tell their IP addresses */
+
+static ngx_int_t
+ngx_http_feed_redis_cluster_check(ngx_conf_t *cf,
+    ngx_http_feed_redis_conf_t *rcf)
+{
+    ngx_uint_t                   i;
+    ngx_http_feed_redis_conf_t  *seed;
+
+    if (rcf->db > 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"feed_redis\" of a cluster cannot select a "
+                           "database: a cluster has only db=0");
+        return NGX_ERROR;
+    }
+
+    seed = rcf->seeds->elts;
+
+    for (i = 0; i < rcf->seeds->nelts; i++) {
+        if (seed[i].unix_path) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"feed_redis\" of a cluster needs TCP "
+                               "addresses, not \"%V\"", &seed[i].addr_text);
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
 }
 
 

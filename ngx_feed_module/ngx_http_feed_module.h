@@ -88,6 +88,8 @@ typedef struct {
     ngx_atomic_t                  redis_errors;
     ngx_atomic_t                  redis_timeouts;
     ngx_atomic_t                  redis_reconnects;
+    ngx_atomic_t                  redis_moved;
+    ngx_atomic_t                  redis_asked;
     ngx_atomic_t                  mongo_tasks;
     ngx_atomic_t                  mongo_errors;
     ngx_atomic_t                  local_answers;
@@ -136,6 +138,10 @@ typedef struct {
     ngx_int_t                     db;
     ngx_msec_t                    connect_timeout;
     ngx_msec_t                    timeout;
+
+    /* a Redis Cluster: its seed nodes (this conf among them) */
+    ngx_flag_t                    cluster;
+    ngx_array_t                  *seeds;
 } ngx_http_feed_redis_conf_t;
 
 

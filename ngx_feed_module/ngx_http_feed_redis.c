@@ -16,11 +16,13 @@
 
 
 #include "ngx_http_feed_redis.h"
+#include "ngx_http_feed_redis_cluster.h"
 
 
 #define NGX_HTTP_FEED_REDIS_BACKOFF_MIN  50
 #define NGX_HTTP_FEED_REDIS_BACKOFF_MAX  2000
 #define NGX_HTTP_FEED_REDIS_READY_MAX    4
+#define NGX_HTTP_FEED_REDIS_REDIRECTS    5
 
 
 typedef struct {
@@ -67,6 +69,13 @@ struct ngx_http_feed_redis_s {
     /* a subscribed connection's messages go here, see subscribe() */
     ngx_http_feed_redis_pt        on_message;
     void                         *on_message_data;
+
+    /* a router has no connection: its cluster's nodes each have one */
+    ngx_http_feed_redis_cluster_t *cluster;
+
+    /* a node: the router it works for */
+    ngx_http_feed_redis_t        *router;
+    unsigned                      exit_told:1;
 };
 
 
@@ -80,9 +89,24 @@ struct ngx_http_feed_redis_cmd_s {
 
     /* the request a command of ngx_http_feed_redis_send_r() is for */
     ngx_http_request_t           *request;
+
+    /* a cluster node's command, kept to be sent again where redirected */
+    char                         *formatted;
+    size_t                        formatted_len;
+    ngx_uint_t                    redirects;
 };
 
 
+static ngx_http_feed_redis_t *ngx_http_feed_redis_alloc(ngx_cycle_t *cycle,
+    ngx_http_feed_redis_conf_t *conf);
+static ngx_http_feed_redis_t *ngx_http_feed_redis_create_router(
+    ngx_cycle_t *cycle, ngx_http_feed_redis_conf_t *conf, ngx_uint_t pinned);
+static void ngx_http_feed_redis_node_exit(ngx_http_feed_redis_t *rd,
+    void *data);
+static ngx_int_t ngx_http_feed_redis_format(ngx_http_feed_redis_t *rd,
+    ngx_http_feed_redis_cmd_t *cmd, ngx_http_feed_redis_args_t *args);
+static ngx_int_t ngx_http_feed_redis_redirected(ngx_http_feed_redis_cmd_t *cmd,
+    redisReply *reply);
 static void ngx_http_feed_redis_connect(ngx_http_feed_redis_t *rd);
 static void ngx_http_feed_redis_drop(ngx_http_feed_redis_t *rd,
     const char *why);
@@ -130,6 +154,79 @@ ngx_http_feed_redis_t *
 ngx_http_feed_redis_create(ngx_cycle_t *cycle,
     ngx_http_feed_redis_conf_t *conf)
 {
+    if (conf->cluster) {
+        return ngx_http_feed_redis_create_router(cycle, conf, 0);
+    }
+
+    return ngx_http_feed_redis_alloc(cycle, conf);
+}
+
+
+/*
+ * A connection that subscribes: against a cluster, to any one node (it
+ * hears what is published on every node), another when that one goes.
+ */
+
+ngx_http_feed_redis_t *
+ngx_http_feed_redis_create_pinned(ngx_cycle_t *cycle,
+    ngx_http_feed_redis_conf_t *conf)
+{
+    if (conf->cluster) {
+        return ngx_http_feed_redis_create_router(cycle, conf, 1);
+    }
+
+    return ngx_http_feed_redis_alloc(cycle, conf);
+}
+
+
+static ngx_http_feed_redis_t *
+ngx_http_feed_redis_create_router(ngx_cycle_t *cycle,
+    ngx_http_feed_redis_conf_t *conf, ngx_uint_t pinned)
+{
+    ngx_http_feed_redis_t  *rd;
+
+    rd = ngx_http_feed_redis_alloc(cycle, conf);
+    if (rd == NULL) {
+        return NULL;
+    }
+
+    rd->cluster = ngx_http_feed_redis_cluster_create(cycle, rd, conf, pinned);
+    if (rd->cluster == NULL) {
+        ngx_free(rd);
+        return NULL;
+    }
+
+    return rd;
+}
+
+
+/* a cluster's node, made by ngx_http_feed_redis_cluster.c */
+
+ngx_http_feed_redis_t *
+ngx_http_feed_redis_create_node(ngx_cycle_t *cycle,
+    ngx_http_feed_redis_conf_t *conf, ngx_http_feed_redis_t *router)
+{
+    ngx_http_feed_redis_t  *rd;
+
+    rd = ngx_http_feed_redis_alloc(cycle, conf);
+    if (rd == NULL) {
+        return NULL;
+    }
+
+    rd->router = router;
+
+    /* every node hears of a shutdown; the router's user once */
+    rd->on_exit = ngx_http_feed_redis_node_exit;
+    rd->on_exit_data = router;
+
+    return rd;
+}
+
+
+static ngx_http_feed_redis_t *
+ngx_http_feed_redis_alloc(ngx_cycle_t *cycle,
+    ngx_http_feed_redis_conf_t *conf)
+{
     ngx_http_feed_redis_t  *rd;
 
     rd = ngx_calloc(sizeof(ngx_http_feed_redis_t), cycle->log);
@@ -168,7 +265,24 @@ ngx_http_feed_redis_create(ngx_cycle_t *cycle,
 void
 ngx_http_feed_redis_start(ngx_http_feed_redis_t *rd)
 {
+    if (rd->cluster) {
+        ngx_http_feed_redis_cluster_start(rd->cluster);
+        return;
+    }
+
     ngx_http_feed_redis_connect(rd);
+}
+
+
+static void
+ngx_http_feed_redis_node_exit(ngx_http_feed_redis_t *rd, void *data)
+{
+    ngx_http_feed_redis_t  *router = data;
+
+    if (router->on_exit && !router->exit_told) {
+        router->exit_told = 1;
+        router->on_exit(router, router->on_exit_data);
+    }
 }
 
 
@@ -180,6 +294,12 @@ ngx_http_feed_redis_destroy(ngx_http_feed_redis_t *rd)
     ngx_http_feed_redis_cmd_t  *cmd;
 
     if (rd == NULL) {
+        return;
+    }
+
+    if (rd->cluster) {
+        ngx_http_feed_redis_cluster_destroy(rd->cluster);
+        ngx_free(rd);
         return;
     }
 
@@ -223,6 +343,10 @@ ngx_http_feed_redis_destroy(ngx_http_feed_redis_t *rd)
 ngx_http_feed_redis_state_e
 ngx_http_feed_redis_state(ngx_http_feed_redis_t *rd)
 {
+    if (rd && rd->cluster) {
+        return ngx_http_feed_redis_cluster_state(rd->cluster);
+    }
+
     return rd ? rd->state : NGX_HTTP_FEED_REDIS_DOWN;
 }
 
@@ -230,6 +354,10 @@ ngx_http_feed_redis_state(ngx_http_feed_redis_t *rd)
 ngx_uint_t
 ngx_http_feed_redis_pending(ngx_http_feed_redis_t *rd)
 {
+    if (rd && rd->cluster) {
+        return ngx_http_feed_redis_cluster_pending(rd->cluster);
+    }
+
     return rd ? rd->npending : 0;
 }
 
@@ -237,7 +365,26 @@ ngx_http_feed_redis_pending(ngx_http_feed_redis_t *rd)
 const char *
 ngx_http_feed_redis_run_id(ngx_http_feed_redis_t *rd)
 {
+    if (rd && rd->cluster) {
+        return ngx_http_feed_redis_cluster_run_id(rd->cluster);
+    }
+
     return (rd && rd->run_id[0]) ? rd->run_id : NULL;
+}
+
+
+/* a cluster's masters, and how many are up; 0 for a single Redis */
+
+ngx_uint_t
+ngx_http_feed_redis_masters(ngx_http_feed_redis_t *rd, ngx_uint_t *up)
+{
+    *up = 0;
+
+    if (rd == NULL || rd->cluster == NULL) {
+        return 0;
+    }
+
+    return ngx_http_feed_redis_cluster_masters(rd->cluster, up);
 }
 
 
@@ -441,6 +588,20 @@ ngx_http_feed_redis_ready(ngx_http_feed_redis_t *rd)
     for (i = 0; i < rd->nready; i++) {
         rd->ready[i].handler(rd, rd->ready[i].data);
     }
+
+    if (rd->router) {
+        ngx_http_feed_redis_cluster_node_ready(rd->router->cluster, rd);
+    }
+}
+
+
+/* the cluster is mapped, or a master is back: the router's users hear */
+
+void
+ngx_http_feed_redis_router_ready(ngx_http_feed_redis_t *router)
+{
+    router->error[0] = '\0';
+    ngx_http_feed_redis_ready(router);
 }
 
 
@@ -636,6 +797,17 @@ ngx_http_feed_redis_log_level(ngx_http_feed_redis_t *rd)
 static void
 ngx_http_feed_redis_schedule(ngx_http_feed_redis_t *rd)
 {
+    if (rd->router) {
+        ngx_cpystrn((u_char *) rd->router->error, (u_char *) rd->error,
+                    sizeof(rd->error));
+
+        if (ngx_http_feed_redis_cluster_node_down(rd->router->cluster, rd)
+            == NGX_DECLINED)
+        {
+            return;
+        }
+    }
+
     if (rd->state == NGX_HTTP_FEED_REDIS_EXITING || ngx_exiting
         || ngx_terminate || rd->reconnect.timer_set)
     {
@@ -871,7 +1043,12 @@ ngx_http_feed_redis_send_timeout(ngx_http_feed_redis_t *rd,
     ngx_msec_t timeout, ngx_http_feed_redis_pt handler, void *data,
     ngx_http_feed_redis_args_t *args)
 {
+    ngx_int_t                   rc;
     ngx_http_feed_redis_cmd_t  *cmd;
+
+    if (rd && rd->cluster) {
+        rd = ngx_http_feed_redis_cluster_route(rd->cluster, args);
+    }
 
     if (rd == NULL || rd->ac == NULL) {
         return NULL;
@@ -886,10 +1063,16 @@ ngx_http_feed_redis_send_timeout(ngx_http_feed_redis_t *rd,
     cmd->data = data;
     cmd->request = NULL;
 
-    if (redisAsyncCommandArgv(rd->ac, ngx_http_feed_redis_reply, cmd,
-                              (int) args->argc, args->argv, args->argvlen)
-        != REDIS_OK)
-    {
+    if (rd->router) {
+        rc = ngx_http_feed_redis_format(rd, cmd, args);
+
+    } else {
+        rc = redisAsyncCommandArgv(rd->ac, ngx_http_feed_redis_reply, cmd,
+                                   (int) args->argc, args->argv,
+                                   args->argvlen);
+    }
+
+    if (rc != REDIS_OK) {
         ngx_http_feed_stat(redis_errors, 1);
         ngx_http_feed_redis_cmd_put(cmd);
         return NULL;
@@ -984,6 +1167,11 @@ ngx_http_feed_redis_reply(redisAsyncContext *ac, void *r, void *privdata)
     ngx_http_feed_redis_t      *rd;
     ngx_http_feed_redis_pt      handler;
 
+    if (cmd->formatted && ngx_http_feed_redis_redirected(cmd, reply) == NGX_OK)
+    {
+        return;
+    }
+
     rd = cmd->rd;
     handler = cmd->handler;
     data = cmd->data;
@@ -1021,11 +1209,113 @@ ngx_http_feed_redis_reply(redisAsyncContext *ac, void *r, void *privdata)
 }
 
 
+/*
+ * A cluster node's command is formatted once and kept: a MOVED or an ASK
+ * sends the same bytes to another node.
+ */
+
+static ngx_int_t
+ngx_http_feed_redis_format(ngx_http_feed_redis_t *rd,
+    ngx_http_feed_redis_cmd_t *cmd, ngx_http_feed_redis_args_t *args)
+{
+    int  len;
+
+    len = redisFormatCommandArgv(&cmd->formatted, (int) args->argc,
+                                 args->argv, args->argvlen);
+    if (len < 0) {
+        cmd->formatted = NULL;
+        return REDIS_ERR;
+    }
+
+    cmd->formatted_len = len;
+
+    return redisAsyncFormattedCommand(rd->ac, ngx_http_feed_redis_reply, cmd,
+                                      cmd->formatted, len);
+}
+
+
+/*
+ * NGX_OK: the reply was a redirection and the command went where it
+ * points (behind ASKING for an ASK); its handler waits for that answer.
+ */
+
+static ngx_int_t
+ngx_http_feed_redis_redirected(ngx_http_feed_redis_cmd_t *cmd,
+    redisReply *reply)
+{
+    ngx_http_feed_redis_t           *rd, *to;
+    ngx_http_feed_redis_redirect_t   rr;
+
+    rd = cmd->rd;
+
+    if (reply == NULL || reply->type != REDIS_REPLY_ERROR
+        || cmd->handler == NULL
+        || cmd->redirects == NGX_HTTP_FEED_REDIS_REDIRECTS
+        || ngx_http_feed_redis_redirect(reply->str, reply->len, &rr)
+           != NGX_OK)
+    {
+        return NGX_DECLINED;
+    }
+
+    to = ngx_http_feed_redis_cluster_redirect(rd->router->cluster, rd, &rr);
+
+    if (to == NULL || to->ac == NULL) {
+        return NGX_DECLINED;
+    }
+
+    if (rr.ask
+        && redisAsyncCommand(to->ac, NULL, NULL, "ASKING") != REDIS_OK)
+    {
+        return NGX_DECLINED;
+    }
+
+    if (redisAsyncFormattedCommand(to->ac, ngx_http_feed_redis_reply, cmd,
+                                   cmd->formatted, cmd->formatted_len)
+        != REDIS_OK)
+    {
+        return NGX_DECLINED;
+    }
+
+    ngx_log_debug4(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                   "feed redis %p: command %s to %p, slot %ui", rd,
+                   rr.ask ? "asked" : "moved", to, rr.slot);
+
+    ngx_queue_remove(&cmd->queue);
+    rd->npending--;
+
+    cmd->rd = to;
+    cmd->redirects++;
+
+    ngx_queue_insert_tail(&to->pending, &cmd->queue);
+    to->npending++;
+
+    ngx_http_feed_stat(redis_commands, 1);
+
+    if (rr.ask) {
+        ngx_http_feed_stat(redis_asked, 1);
+
+    } else {
+        ngx_http_feed_stat(redis_moved, 1);
+    }
+
+    return NGX_OK;
+}
+
+
 /* the connection is closed and made again (after the backoff) */
 
 void
 ngx_http_feed_redis_reconnect(ngx_http_feed_redis_t *rd, const char *why)
 {
+    if (rd->cluster) {
+        /* a pinned router's node: another is taken when it goes */
+        rd = ngx_http_feed_redis_cluster_route(rd->cluster, NULL);
+
+        if (rd == NULL) {
+            return;
+        }
+    }
+
     ngx_http_feed_redis_drop(rd, why);
 }
 
@@ -1043,6 +1333,10 @@ ngx_http_feed_redis_subscribe(ngx_http_feed_redis_t *rd,
     ngx_http_feed_redis_pt handler, void *data,
     ngx_http_feed_redis_args_t *args)
 {
+    if (rd && rd->cluster) {
+        rd = ngx_http_feed_redis_cluster_route(rd->cluster, args);
+    }
+
     if (rd == NULL || rd->ac == NULL) {
         return NGX_DECLINED;
     }
@@ -1176,6 +1470,11 @@ ngx_http_feed_redis_cmd_put(ngx_http_feed_redis_cmd_t *cmd)
 {
     if (cmd->timer.timer_set) {
         ngx_del_timer(&cmd->timer);
+    }
+
+    if (cmd->formatted) {
+        redisFreeCommand(cmd->formatted);
+        cmd->formatted = NULL;
     }
 
     ngx_queue_insert_head(&cmd->rd->free, &cmd->queue);

@@ -42,12 +42,20 @@ typedef struct {
     ngx_uint_t                    argc;
     ngx_uint_t                    key;
     ngx_uint_t                    nkeys;
+
+    /* a command without keys that must reach this key's node */
+    const char                   *route;
+    size_t                        route_len;
 } ngx_http_feed_redis_args_t;
 
 
 #define ngx_http_feed_redis_args_init(a, v, vlen)                            \
     ((a)->argv = (v), (a)->argvlen = (vlen), (a)->argc = 0,                  \
-     (a)->key = 0, (a)->nkeys = 0)
+     (a)->key = 0, (a)->nkeys = 0, (a)->route = NULL, (a)->route_len = 0)
+
+/* CLIENT ID and CLIENT UNBLOCK of a read blocked on a stream: its node */
+#define ngx_http_feed_redis_args_route(a, s, n)                              \
+    ((a)->route = (const char *) (s), (a)->route_len = (n))
 
 #define ngx_http_feed_redis_args_add(a, s, n)                                \
     ((a)->argv[(a)->argc] = (const char *) (s),                              \
@@ -135,6 +143,8 @@ typedef enum {
 
 ngx_http_feed_redis_t *ngx_http_feed_redis_create(ngx_cycle_t *cycle,
     ngx_http_feed_redis_conf_t *conf);
+ngx_http_feed_redis_t *ngx_http_feed_redis_create_pinned(ngx_cycle_t *cycle,
+    ngx_http_feed_redis_conf_t *conf);
 void ngx_http_feed_redis_start(ngx_http_feed_redis_t *rd);
 void ngx_http_feed_redis_destroy(ngx_http_feed_redis_t *rd);
 
@@ -182,6 +192,8 @@ ngx_http_feed_redis_state_e ngx_http_feed_redis_state(
 ngx_uint_t ngx_http_feed_redis_pending(ngx_http_feed_redis_t *rd);
 const char *ngx_http_feed_redis_last_error(ngx_http_feed_redis_t *rd);
 const char *ngx_http_feed_redis_run_id(ngx_http_feed_redis_t *rd);
+ngx_uint_t ngx_http_feed_redis_masters(ngx_http_feed_redis_t *rd,
+    ngx_uint_t *up);
 
 
 #endif /* _NGX_HTTP_FEED_REDIS_H_INCLUDED_ */

@@ -121,6 +121,8 @@ ngx_http_feed_redis_call(ngx_http_request_t *r, ngx_http_feed_redis_t *rd,
     args.argc = NGX_HTTP_FEED_REDIS_CALL_ARGC(call->nkeys, call->nargs);
     args.key = 3;
     args.nkeys = call->nkeys;
+    args.route = NULL;
+    args.route_len = 0;
 
     return ngx_http_feed_redis_send_r(r, rd, handler, data, &args);
 }

@@ -39,6 +39,8 @@ typedef struct {
 } ngx_http_feed_status_ctx_t;
 
 
+static ngx_int_t ngx_http_feed_status_cluster(bson_t *doc,
+    ngx_http_feed_redis_t *rd);
 static ngx_int_t ngx_http_feed_status_start(ngx_http_request_t *r,
     void *data);
 static void ngx_http_feed_status_redis_reply(void *data, redisReply *reply);
@@ -341,7 +343,38 @@ ngx_http_feed_status_redis(ngx_http_feed_status_ctx_t *ctx, bson_t *doc)
         } else {
             BSON_APPEND_NULL(&sub, "last_error");
         }
+
+        if (fmcf->redis.cluster
+            && ngx_http_feed_status_cluster(&sub, rd) != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
     }
+
+    return bson_append_document_end(doc, &sub) ? NGX_OK : NGX_ERROR;
+}
+
+
+/* this worker's view of the cluster: the masters of its slot map */
+
+static ngx_int_t
+ngx_http_feed_status_cluster(bson_t *doc, ngx_http_feed_redis_t *rd)
+{
+    bson_t      sub;
+    ngx_uint_t  masters, up;
+
+    masters = ngx_http_feed_redis_masters(rd, &up);
+
+    if (!BSON_APPEND_DOCUMENT_BEGIN(doc, "cluster", &sub)) {
+        return NGX_ERROR;
+    }
+
+    BSON_APPEND_INT64(&sub, "masters", (int64_t) masters);
+    BSON_APPEND_INT64(&sub, "masters_up", (int64_t) up);
+    BSON_APPEND_INT64(&sub, "moved",
+                      (int64_t) ngx_http_feed_stats.redis_moved);
+    BSON_APPEND_INT64(&sub, "asked",
+                      (int64_t) ngx_http_feed_stats.redis_asked);
 
     return bson_append_document_end(doc, &sub) ? NGX_OK : NGX_ERROR;
 }
@@ -438,6 +471,8 @@ ngx_http_feed_status_node(bson_t *doc)
     BSON_APPEND_INT64(&part, "errors", (int64_t) st->redis_errors);
     BSON_APPEND_INT64(&part, "timeouts", (int64_t) st->redis_timeouts);
     BSON_APPEND_INT64(&part, "reconnects", (int64_t) st->redis_reconnects);
+    BSON_APPEND_INT64(&part, "moved", (int64_t) st->redis_moved);
+    BSON_APPEND_INT64(&part, "asked", (int64_t) st->redis_asked);
     bson_append_document_end(&sub, &part);
 
     BSON_APPEND_DOCUMENT_BEGIN(&sub, "mongo", &part);

@@ -168,7 +168,7 @@ ngx_http_feed_timeline_watch_init(ngx_cycle_t *cycle,
     w->beat.log = cycle->log;
     w->beat.cancelable = 1;
 
-    w->rd = ngx_http_feed_redis_create(cycle, &fmcf->redis);
+    w->rd = ngx_http_feed_redis_create_pinned(cycle, &fmcf->redis);
     if (w->rd == NULL
         || ngx_http_feed_redis_on_ready(w->rd,
                                         ngx_http_feed_timeline_watch_ready, w)

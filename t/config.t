@@ -56,6 +56,16 @@ $t->write_conf(conf('', 'feed_redis localhost;'));
 ($ok, $out) = $t->test_conf;
 ok($ok, 'host name without port accepted') or diag($out);
 
+# a cluster: several seed nodes, or one and the word "cluster"
+
+for my $v ('127.0.0.1:7000 127.0.0.1:7001 127.0.0.1:7002',
+           '127.0.0.1:7000 cluster password=secret')
+{
+    $t->write_conf(conf('', "feed_redis $v;"));
+    ($ok, $out) = $t->test_conf;
+    ok($ok, "cluster seeds accepted: $v") or diag($out);
+}
+
 for my $v ('off', '1', '250000') {
     $t->write_conf(conf('', "feed_pull_threshold $v;"));
     ($ok, $out) = $t->test_conf;
@@ -85,6 +95,15 @@ my @bad = (
     [ 'feed_redis;',                          qr/invalid number of arguments in "feed_redis"/ ],
     [ "feed_redis 127.0.0.1;\n    feed_redis 127.0.0.1;",
                                               qr/"feed_redis" directive is duplicate/ ],
+    [ 'feed_redis 127.0.0.1:7000 cluster db=2;',
+                                              qr/"feed_redis" of a cluster cannot select a database: a cluster has only db=0/ ],
+    [ 'feed_redis 127.0.0.1:7000 127.0.0.1:7001 db=1;',
+                                              qr/"feed_redis" of a cluster cannot select a database/ ],
+    [ 'feed_redis unix:/tmp/r.sock 127.0.0.1:7000;',
+                                              qr/"feed_redis" of a cluster needs TCP addresses, not "unix:\/tmp\/r\.sock"/ ],
+    [ 'feed_redis cluster;',                  qr/"feed_redis" directive needs an address/ ],
+    [ 'feed_redis 127.0.0.1:7000 127.0.0.1:99999;',
+                                              qr/feed_redis.*127\.0\.0\.1:99999|invalid port.*feed_redis/ ],
     [ 'feed_redis_timeout 0;',                qr/"feed_redis_timeout" directive must be positive/ ],
     [ 'feed_redis_timeout abc;',              qr/"feed_redis_timeout" directive invalid value/ ],
     [ 'feed_redis_connect_timeout -1s;',      qr/"feed_redis_connect_timeout" directive invalid value/ ],

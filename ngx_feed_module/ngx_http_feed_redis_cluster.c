@@ -1,0 +1,803 @@
+
+/*
+ * ngx_feed_module: a Redis Cluster behind one client (a router).
+ *
+ * The slot map comes from CLUSTER SLOTS, asked of any node that is up: at
+ * start, on a MOVED, when a master's connection goes, and every few
+ * seconds (quickly while a slot has no master that is up, so that a
+ * promoted replica is found within a fraction of a second).  Each master
+ * gets a connection of its own, an ngx_http_feed_redis_t like a single
+ * Redis's: the same login, scripts, timeouts and backoff.  A command goes
+ * to the master of its first key's slot; keyless ones to any master up.
+ */
+
+
+#include "ngx_http_feed_redis_cluster.h"
+
+
+#define NGX_HTTP_FEED_REDIS_NODES_MAX        64
+#define NGX_HTTP_FEED_REDIS_REFRESH_FAST     250
+#define NGX_HTTP_FEED_REDIS_REFRESH_SLOW     10000
+
+
+typedef struct {
+    ngx_http_feed_redis_t        *rd;
+    ngx_http_feed_redis_conf_t    conf;
+    u_char                        text[NGX_SOCKADDR_STRLEN + 8];
+    char                          host[NGX_SOCKADDR_STRLEN];
+    unsigned                      master:1;
+    unsigned                      started:1;
+} ngx_http_feed_redis_node_t;
+
+
+struct ngx_http_feed_redis_cluster_s {
+    ngx_http_feed_redis_t        *router;
+    ngx_http_feed_redis_conf_t   *conf;
+    ngx_cycle_t                  *cycle;
+    ngx_log_t                    *log;
+
+    ngx_http_feed_redis_node_t    nodes[NGX_HTTP_FEED_REDIS_NODES_MAX];
+    ngx_uint_t                    nnodes;
+
+    /* the owner of each slot: a node's index + 1, 0 when none is known */
+    uint8_t                       slots[NGX_HTTP_FEED_REDIS_SLOTS];
+    uint8_t                       next[NGX_HTTP_FEED_REDIS_SLOTS];
+
+    ngx_event_t                   refresh;
+    ngx_connection_t              dummy;
+    ngx_uint_t                    asked;       /* the node asked, + 1 */
+    ngx_uint_t                    turn;        /* whom to ask next */
+
+    unsigned                      refreshing:1;
+    unsigned                      mapped:1;    /* every slot has a master */
+    unsigned                      exiting:1;
+
+    /*
+     * A pinned router (a subscriber) uses one node, whichever is up: a
+     * message published on any node reaches the subscribers of all.
+     */
+    unsigned                      pinned:1;
+    ngx_http_feed_redis_node_t   *pin;
+
+    char                          run_id[NGX_INT_T_LEN * 2];
+};
+
+
+static ngx_http_feed_redis_node_t *ngx_http_feed_redis_cluster_node(
+    ngx_http_feed_redis_cluster_t *cl, ngx_str_t *host, in_port_t port);
+static void ngx_http_feed_redis_cluster_pin(ngx_http_feed_redis_cluster_t *cl,
+    ngx_http_feed_redis_t *rd);
+static void ngx_http_feed_redis_cluster_refresh(ngx_event_t *ev);
+static void ngx_http_feed_redis_cluster_ask(
+    ngx_http_feed_redis_cluster_t *cl);
+static void ngx_http_feed_redis_cluster_slots(void *data, redisReply *reply);
+static ngx_int_t ngx_http_feed_redis_cluster_range(void *data,
+    ngx_uint_t first, ngx_uint_t last,
+    ngx_http_feed_redis_node_addr_t *master);
+static void ngx_http_feed_redis_cluster_apply(
+    ngx_http_feed_redis_cluster_t *cl);
+static void ngx_http_feed_redis_cluster_rearm(
+    ngx_http_feed_redis_cluster_t *cl);
+static void ngx_http_feed_redis_cluster_make_run_id(
+    ngx_http_feed_redis_cluster_t *cl);
+
+
+ngx_http_feed_redis_cluster_t *
+ngx_http_feed_redis_cluster_create(ngx_cycle_t *cycle,
+    ngx_http_feed_redis_t *router, ngx_http_feed_redis_conf_t *conf,
+    ngx_uint_t pinned)
+{
+    ngx_str_t                        host;
+    ngx_uint_t                       i;
+    ngx_http_feed_redis_conf_t      *seed;
+    ngx_http_feed_redis_cluster_t   *cl;
+
+    cl = ngx_calloc(sizeof(ngx_http_feed_redis_cluster_t), cycle->log);
+    if (cl == NULL) {
+        return NULL;
+    }
+
+    cl->router = router;
+    cl->conf = conf;
+    cl->cycle = cycle;
+    cl->log = cycle->log;
+    cl->pinned = pinned;
+
+    cl->dummy.fd = (ngx_socket_t) -1;
+    cl->refresh.handler = ngx_http_feed_redis_cluster_refresh;
+    cl->refresh.data = &cl->dummy;
+    cl->refresh.log = cycle->log;
+    cl->refresh.cancelable = 1;
+
+    /* the seeds are asked for the map; they become nodes like any other */
+
+    seed = conf->seeds->elts;
+
+    for (i = 0; i < conf->seeds->nelts; i++) {
+        host.data = (u_char *) seed[i].host;
+        host.len = ngx_strlen(seed[i].host);
+
+        if (ngx_http_feed_redis_cluster_node(cl, &host,
+                                             (in_port_t) seed[i].port)
+            == NULL)
+        {
+            ngx_http_feed_redis_cluster_destroy(cl);
+            return NULL;
+        }
+    }
+
+    return cl;
+}
+
+
+void
+ngx_http_feed_redis_cluster_start(ngx_http_feed_redis_cluster_t *cl)
+{
+    ngx_uint_t  i;
+
+    for (i = 0; i < cl->nnodes; i++) {
+        cl->nodes[i].started = 1;
+        ngx_http_feed_redis_start(cl->nodes[i].rd);
+    }
+}
+
+
+void
+ngx_http_feed_redis_cluster_destroy(ngx_http_feed_redis_cluster_t *cl)
+{
+    ngx_uint_t  i;
+
+    if (cl == NULL) {
+        return;
+    }
+
+    cl->exiting = 1;
+
+    if (cl->refresh.timer_set) {
+        ngx_del_timer(&cl->refresh);
+    }
+
+    for (i = 0; i < cl->nnodes; i++) {
+        ngx_http_feed_redis_destroy(cl->nodes[i].rd);
+    }
+
+    ngx_free(cl);
+}
+
+
+/* the node of that address, made (not started) when it is new */
+
+static ngx_http_feed_redis_node_t *
+ngx_http_feed_redis_cluster_node(ngx_http_feed_redis_cluster_t *cl,
+    ngx_str_t *host, in_port_t port)
+{
+    u_char                      *p;
+    ngx_uint_t                   i;
+    ngx_http_feed_redis_node_t  *node;
+
+    for (i = 0; i < cl->nnodes; i++) {
+        node = &cl->nodes[i];
+
+        if (node->conf.port == port
+            && ngx_strlen(node->host) == host->len
+            && ngx_strncmp(node->host, host->data, host->len) == 0)
+        {
+            return node;
+        }
+    }
+
+    if (cl->nnodes == NGX_HTTP_FEED_REDIS_NODES_MAX
+        || host->len == 0 || host->len >= sizeof(node->host))
+    {
+        ngx_log_error(NGX_LOG_ERR, cl->log, 0,
+                      "redis cluster node \"%V:%d\" not used: %s", host,
+                      (int) port, host->len ? "too many nodes"
+                                            : "no address");
+        return NULL;
+    }
+
+    node = &cl->nodes[cl->nnodes];
+    ngx_memzero(node, sizeof(ngx_http_feed_redis_node_t));
+
+    ngx_memcpy(node->host, host->data, host->len);
+    node->host[host->len] = '\0';
+
+    p = ngx_snprintf(node->text, sizeof(node->text), "%V:%d", host,
+                     (int) port);
+
+    /* a cluster's nodes all take the seeds' password, and have no db */
+
+    node->conf = *cl->conf;
+    node->conf.seeds = NULL;
+    node->conf.cluster = 0;
+    node->conf.unix_path = NULL;
+    node->conf.host = node->host;
+    node->conf.port = port;
+    node->conf.addr_text.data = node->text;
+    node->conf.addr_text.len = p - node->text;
+
+    node->rd = ngx_http_feed_redis_create_node(cl->cycle, &node->conf,
+                                               cl->router);
+    if (node->rd == NULL) {
+        return NULL;
+    }
+
+    cl->nnodes++;
+
+    ngx_log_debug2(NGX_LOG_DEBUG_EVENT, cl->log, 0,
+                   "feed redis cluster node %V is %p", &node->conf.addr_text,
+                   node->rd);
+
+    return node;
+}
+
+
+/* routing */
+
+ngx_http_feed_redis_t *
+ngx_http_feed_redis_cluster_route(ngx_http_feed_redis_cluster_t *cl,
+    ngx_http_feed_redis_args_t *args)
+{
+    ngx_uint_t  slot, owner;
+
+    if (cl->pinned) {
+        return cl->pin ? cl->pin->rd : NULL;
+    }
+
+    if (args == NULL) {
+        return ngx_http_feed_redis_cluster_any(cl);
+    }
+
+    if (args->nkeys) {
+        slot = ngx_http_feed_redis_slot((u_char *) args->argv[args->key],
+                                        args->argvlen[args->key]);
+
+    } else if (args->route) {
+        slot = ngx_http_feed_redis_slot((u_char *) args->route,
+                                        args->route_len);
+
+    } else {
+        return ngx_http_feed_redis_cluster_any(cl);
+    }
+
+    owner = cl->slots[slot];
+
+    if (owner == 0) {
+        ngx_log_debug1(NGX_LOG_DEBUG_EVENT, cl->log, 0,
+                       "feed redis cluster: slot %ui has no master known",
+                       slot);
+        return NULL;
+    }
+
+    return cl->nodes[owner - 1].rd;
+}
+
+
+/* a master whose connection is up, for a command without keys */
+
+ngx_http_feed_redis_t *
+ngx_http_feed_redis_cluster_any(ngx_http_feed_redis_cluster_t *cl)
+{
+    ngx_uint_t  i;
+
+    for (i = 0; i < cl->nnodes; i++) {
+        if (cl->nodes[i].master
+            && ngx_http_feed_redis_state(cl->nodes[i].rd)
+               == NGX_HTTP_FEED_REDIS_UP)
+        {
+            return cl->nodes[i].rd;
+        }
+    }
+
+    return NULL;
+}
+
+
+/*
+ * MOVED: the slot is the target's now, and the map is asked again (more
+ * slots may have moved with it); ASK: only this command goes there.
+ */
+
+ngx_http_feed_redis_t *
+ngx_http_feed_redis_cluster_redirect(ngx_http_feed_redis_cluster_t *cl,
+    ngx_http_feed_redis_t *from, ngx_http_feed_redis_redirect_t *rr)
+{
+    ngx_uint_t                   i;
+    ngx_http_feed_redis_node_t  *node;
+    ngx_str_t                    host;
+
+    host = rr->addr.host;
+
+    if (host.len == 0) {
+        /* an empty host: the node that answered */
+
+        for (i = 0; i < cl->nnodes; i++) {
+            if (cl->nodes[i].rd == from) {
+                host.data = (u_char *) cl->nodes[i].host;
+                host.len = ngx_strlen(cl->nodes[i].host);
+                break;
+            }
+        }
+    }
+
+    node = ngx_http_feed_redis_cluster_node(cl, &host, rr->addr.port);
+    if (node == NULL) {
+        return NULL;
+    }
+
+    if (!node->started) {
+        node->started = 1;
+        ngx_http_feed_redis_start(node->rd);
+    }
+
+    ngx_log_debug4(NGX_LOG_DEBUG_EVENT, cl->log, 0,
+                   "feed redis cluster: %s slot %ui to %V (%p)",
+                   rr->ask ? "ask for" : "moved", rr->slot,
+                   &node->conf.addr_text, node->rd);
+
+    if (!rr->ask) {
+        node->master = 1;
+        cl->slots[rr->slot] = (uint8_t) (node - cl->nodes + 1);
+
+        if (!cl->refreshing) {
+            ngx_http_feed_redis_cluster_ask(cl);
+        }
+    }
+
+    return node->rd;
+}
+
+
+/* node events, from ngx_http_feed_redis.c */
+
+void
+ngx_http_feed_redis_cluster_node_ready(ngx_http_feed_redis_cluster_t *cl,
+    ngx_http_feed_redis_t *rd)
+{
+    ngx_uint_t  i;
+
+    if (cl->pinned) {
+        ngx_http_feed_redis_cluster_pin(cl, rd);
+        return;
+    }
+
+    ngx_http_feed_redis_cluster_make_run_id(cl);
+
+    if (!cl->mapped) {
+        if (!cl->refreshing) {
+            ngx_http_feed_redis_cluster_ask(cl);
+        }
+
+        return;
+    }
+
+    /* a master back: what waited for Redis can go on */
+
+    for (i = 0; i < cl->nnodes; i++) {
+        if (cl->nodes[i].rd == rd && cl->nodes[i].master) {
+            ngx_http_feed_redis_router_ready(cl->router);
+            return;
+        }
+    }
+}
+
+
+/*
+ * A connection went: the map is asked again at once, and then often
+ * until every slot's master is up (a failover takes about the cluster's
+ * node timeout).  NGX_DECLINED: the node is no master, let it rest.
+ */
+
+ngx_int_t
+ngx_http_feed_redis_cluster_node_down(ngx_http_feed_redis_cluster_t *cl,
+    ngx_http_feed_redis_t *rd)
+{
+    ngx_uint_t  i;
+
+    if (cl->exiting) {
+        return NGX_DECLINED;
+    }
+
+    cl->run_id[0] = '\0';
+
+    if (cl->pinned) {
+        if (cl->pin && cl->pin->rd == rd) {
+            cl->pin = NULL;
+            ngx_http_feed_redis_cluster_pin(cl, NULL);
+        }
+
+        return NGX_OK;
+    }
+
+    for (i = 0; i < cl->nnodes; i++) {
+        if (cl->nodes[i].rd != rd) {
+            continue;
+        }
+
+        if (!cl->refreshing) {
+            ngx_http_feed_redis_cluster_ask(cl);
+        }
+
+        if (cl->nodes[i].master || !cl->mapped) {
+            return NGX_OK;
+        }
+
+        ngx_log_debug1(NGX_LOG_DEBUG_EVENT, cl->log, 0,
+                       "feed redis cluster node %V rests: no master",
+                       &cl->nodes[i].conf.addr_text);
+
+        cl->nodes[i].started = 0;
+
+        return NGX_DECLINED;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * A pinned router takes the node that became ready (rd), or when its own
+ * went, any other that is up, and tells so: its user subscribes there.
+ */
+
+static void
+ngx_http_feed_redis_cluster_pin(ngx_http_feed_redis_cluster_t *cl,
+    ngx_http_feed_redis_t *rd)
+{
+    ngx_uint_t  i;
+
+    if (cl->pin && cl->pin->rd != rd) {
+        return;
+    }
+
+    for (i = 0; i < cl->nnodes; i++) {
+        if (rd ? cl->nodes[i].rd == rd
+               : ngx_http_feed_redis_state(cl->nodes[i].rd)
+                 == NGX_HTTP_FEED_REDIS_UP)
+        {
+            cl->pin = &cl->nodes[i];
+
+            ngx_log_debug1(NGX_LOG_DEBUG_EVENT, cl->log, 0,
+                           "feed redis cluster: pinned to %V",
+                           &cl->pin->conf.addr_text);
+
+            ngx_http_feed_redis_router_ready(cl->router);
+            return;
+        }
+    }
+}
+
+
+/* the map */
+
+static void
+ngx_http_feed_redis_cluster_refresh(ngx_event_t *ev)
+{
+    ngx_http_feed_redis_cluster_t  *cl;
+
+    cl = ngx_queue_data(ev, ngx_http_feed_redis_cluster_t, refresh);
+
+    if (!cl->refreshing) {
+        ngx_http_feed_redis_cluster_ask(cl);
+    }
+}
+
+
+static void
+ngx_http_feed_redis_cluster_ask(ngx_http_feed_redis_cluster_t *cl)
+{
+    const char                  *argv[2];
+    size_t                       argvlen[2];
+    ngx_uint_t                   i, n;
+    ngx_http_feed_redis_node_t  *node;
+    ngx_http_feed_redis_args_t   args;
+
+    if (cl->exiting || ngx_exiting || ngx_terminate) {
+        return;
+    }
+
+    if (cl->refresh.timer_set) {
+        ngx_del_timer(&cl->refresh);
+    }
+
+    /* any node that is up will do; the next one each time */
+
+    for (n = 0; n < cl->nnodes; n++) {
+        i = (cl->turn + n) % cl->nnodes;
+        node = &cl->nodes[i];
+
+        if (ngx_http_feed_redis_state(node->rd) != NGX_HTTP_FEED_REDIS_UP) {
+            continue;
+        }
+
+        ngx_http_feed_redis_args_init(&args, argv, argvlen);
+        ngx_http_feed_redis_args_lit(&args, "CLUSTER");
+        ngx_http_feed_redis_args_lit(&args, "SLOTS");
+
+        if (ngx_http_feed_redis_send(node->rd,
+                                     ngx_http_feed_redis_cluster_slots, cl,
+                                     &args)
+            == NULL)
+        {
+            continue;
+        }
+
+        ngx_log_debug1(NGX_LOG_DEBUG_EVENT, cl->log, 0,
+                       "feed redis cluster: asking %V for the map",
+                       &node->conf.addr_text);
+
+        cl->turn = i + 1;
+        cl->asked = i + 1;
+        cl->refreshing = 1;
+
+        return;
+    }
+
+    /* nobody up: wake the nodes that rest, the seeds among them */
+
+    for (i = 0; i < cl->nnodes; i++) {
+        if (!cl->nodes[i].started) {
+            cl->nodes[i].started = 1;
+            ngx_http_feed_redis_start(cl->nodes[i].rd);
+        }
+    }
+
+    ngx_http_feed_redis_cluster_rearm(cl);
+}
+
+
+static void
+ngx_http_feed_redis_cluster_slots(void *data, redisReply *reply)
+{
+    ngx_http_feed_redis_cluster_t  *cl = data;
+
+    cl->refreshing = 0;
+
+    if (cl->exiting) {
+        return;
+    }
+
+    ngx_memzero(cl->next, sizeof(cl->next));
+
+    if (ngx_http_feed_redis_slots_parse(reply,
+                                        ngx_http_feed_redis_cluster_range, cl)
+        != NGX_OK)
+    {
+        ngx_log_error(NGX_LOG_ERR, cl->log, 0,
+                      "redis cluster map from %V not read: %*s",
+                      &cl->nodes[cl->asked - 1].conf.addr_text,
+                      (size_t) (reply && reply->type == REDIS_REPLY_ERROR
+                                ? reply->len : 0),
+                      reply ? reply->str : "");
+        ngx_http_feed_redis_cluster_rearm(cl);
+        return;
+    }
+
+    ngx_http_feed_redis_cluster_apply(cl);
+    ngx_http_feed_redis_cluster_rearm(cl);
+}
+
+
+static ngx_int_t
+ngx_http_feed_redis_cluster_range(void *data, ngx_uint_t first,
+    ngx_uint_t last, ngx_http_feed_redis_node_addr_t *master)
+{
+    ngx_http_feed_redis_cluster_t  *cl = data;
+
+    ngx_str_t                    host;
+    ngx_uint_t                   s;
+    ngx_http_feed_redis_node_t  *node;
+
+    host = master->host;
+
+    if (host.len == 0) {
+        host.data = (u_char *) cl->nodes[cl->asked - 1].host;
+        host.len = ngx_strlen(cl->nodes[cl->asked - 1].host);
+    }
+
+    node = ngx_http_feed_redis_cluster_node(cl, &host, master->port);
+    if (node == NULL) {
+        /* its slots stay without a master; the rest of the map is good */
+        return NGX_OK;
+    }
+
+    for (s = first; s <= last; s++) {
+        cl->next[s] = (uint8_t) (node - cl->nodes + 1);
+    }
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_feed_redis_cluster_apply(ngx_http_feed_redis_cluster_t *cl)
+{
+    ngx_uint_t  s, i, up, missing, was_mapped;
+
+    missing = 0;
+
+    for (i = 0; i < cl->nnodes; i++) {
+        cl->nodes[i].master = 0;
+    }
+
+    for (s = 0; s < NGX_HTTP_FEED_REDIS_SLOTS; s++) {
+        if (cl->next[s] == 0) {
+            missing++;
+            continue;
+        }
+
+        cl->nodes[cl->next[s] - 1].master = 1;
+    }
+
+    if (ngx_memcmp(cl->slots, cl->next, sizeof(cl->slots)) != 0) {
+        ngx_memcpy(cl->slots, cl->next, sizeof(cl->slots));
+
+        ngx_log_error(NGX_LOG_INFO, cl->log, 0,
+                      "redis cluster map from %V: %ui masters, "
+                      "%ui slots without one",
+                      &cl->nodes[cl->asked - 1].conf.addr_text,
+                      ngx_http_feed_redis_cluster_masters(cl, &up), missing);
+    }
+
+    for (i = 0; i < cl->nnodes; i++) {
+        if (cl->nodes[i].master && !cl->nodes[i].started) {
+            cl->nodes[i].started = 1;
+            ngx_http_feed_redis_start(cl->nodes[i].rd);
+        }
+    }
+
+    was_mapped = cl->mapped;
+    cl->mapped = (missing == 0);
+
+    ngx_http_feed_redis_cluster_make_run_id(cl);
+
+    if (cl->mapped && !was_mapped) {
+        ngx_http_feed_redis_router_ready(cl->router);
+    }
+}
+
+
+/* often while a slot lacks a master that is up, seldom when all is well */
+
+static void
+ngx_http_feed_redis_cluster_rearm(ngx_http_feed_redis_cluster_t *cl)
+{
+    ngx_uint_t  i;
+    ngx_msec_t  delay;
+
+    if (cl->exiting || ngx_exiting || ngx_terminate) {
+        return;
+    }
+
+    delay = cl->mapped ? NGX_HTTP_FEED_REDIS_REFRESH_SLOW
+                       : NGX_HTTP_FEED_REDIS_REFRESH_FAST;
+
+    for (i = 0; i < cl->nnodes; i++) {
+        if (cl->nodes[i].master
+            && ngx_http_feed_redis_state(cl->nodes[i].rd)
+               != NGX_HTTP_FEED_REDIS_UP)
+        {
+            delay = NGX_HTTP_FEED_REDIS_REFRESH_FAST;
+            break;
+        }
+    }
+
+    if (cl->refresh.timer_set) {
+        ngx_del_timer(&cl->refresh);
+    }
+
+    ngx_add_timer(&cl->refresh, delay);
+}
+
+
+/*
+ * The cluster's run id changes whenever a master's does (a restart, a
+ * failover): what a single Redis's run id tells, that data may be lost.
+ * NULL until every master has answered.
+ */
+
+static void
+ngx_http_feed_redis_cluster_make_run_id(ngx_http_feed_redis_cluster_t *cl)
+{
+    uint32_t     crc;
+    ngx_uint_t   i;
+    const char  *id;
+
+    cl->run_id[0] = '\0';
+
+    if (!cl->mapped) {
+        return;
+    }
+
+    ngx_crc32_init(crc);
+
+    for (i = 0; i < cl->nnodes; i++) {
+        if (!cl->nodes[i].master) {
+            continue;
+        }
+
+        id = ngx_http_feed_redis_run_id(cl->nodes[i].rd);
+        if (id == NULL) {
+            return;
+        }
+
+        ngx_crc32_update(&crc, (u_char *) id, ngx_strlen(id));
+    }
+
+    ngx_crc32_final(crc);
+
+    ngx_sprintf((u_char *) cl->run_id, "c%08xD%Z", crc);
+}
+
+
+/* what the status page and the router's own functions tell */
+
+ngx_http_feed_redis_state_e
+ngx_http_feed_redis_cluster_state(ngx_http_feed_redis_cluster_t *cl)
+{
+    if (cl->exiting) {
+        return NGX_HTTP_FEED_REDIS_EXITING;
+    }
+
+    if (cl->pinned) {
+        return cl->pin ? ngx_http_feed_redis_state(cl->pin->rd)
+                       : NGX_HTTP_FEED_REDIS_DOWN;
+    }
+
+    if (!cl->mapped) {
+        return cl->nnodes ? NGX_HTTP_FEED_REDIS_CONNECTING
+                          : NGX_HTTP_FEED_REDIS_DOWN;
+    }
+
+    return ngx_http_feed_redis_cluster_any(cl) ? NGX_HTTP_FEED_REDIS_UP
+                                               : NGX_HTTP_FEED_REDIS_DOWN;
+}
+
+
+ngx_uint_t
+ngx_http_feed_redis_cluster_pending(ngx_http_feed_redis_cluster_t *cl)
+{
+    ngx_uint_t  i, n;
+
+    n = 0;
+
+    for (i = 0; i < cl->nnodes; i++) {
+        n += ngx_http_feed_redis_pending(cl->nodes[i].rd);
+    }
+
+    return n;
+}
+
+
+const char *
+ngx_http_feed_redis_cluster_run_id(ngx_http_feed_redis_cluster_t *cl)
+{
+    return cl->run_id[0] ? cl->run_id : NULL;
+}
+
+
+ngx_uint_t
+ngx_http_feed_redis_cluster_masters(ngx_http_feed_redis_cluster_t *cl,
+    ngx_uint_t *up)
+{
+    ngx_uint_t  i, n;
+
+    n = 0;
+    *up = 0;
+
+    for (i = 0; i < cl->nnodes; i++) {
+        if (!cl->nodes[i].master) {
+            continue;
+        }
+
+        n++;
+
+        if (ngx_http_feed_redis_state(cl->nodes[i].rd)
+            == NGX_HTTP_FEED_REDIS_UP)
+        {
+            (*up)++;
+        }
+    }
+
+    return n;
+}
