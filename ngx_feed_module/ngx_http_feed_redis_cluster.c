@@ -70,6 +70,8 @@ static void ngx_http_feed_redis_cluster_pin(ngx_http_feed_redis_cluster_t *cl,
 static void ngx_http_feed_redis_cluster_refresh(ngx_event_t *ev);
 static void ngx_http_feed_redis_cluster_ask(
     ngx_http_feed_redis_cluster_t *cl);
+static ngx_int_t ngx_http_feed_redis_cluster_ask_one(
+    ngx_http_feed_redis_cluster_t *cl, ngx_uint_t idle);
 static void ngx_http_feed_redis_cluster_slots(void *data, redisReply *reply);
 static ngx_int_t ngx_http_feed_redis_cluster_range(void *data,
     ngx_uint_t first, ngx_uint_t last,
@@ -486,11 +488,7 @@ ngx_http_feed_redis_cluster_refresh(ngx_event_t *ev)
 static void
 ngx_http_feed_redis_cluster_ask(ngx_http_feed_redis_cluster_t *cl)
 {
-    const char                  *argv[2];
-    size_t                       argvlen[2];
-    ngx_uint_t                   i, n;
-    ngx_http_feed_redis_node_t  *node;
-    ngx_http_feed_redis_args_t   args;
+    ngx_uint_t  i;
 
     if (cl->exiting || ngx_exiting || ngx_terminate) {
         return;
@@ -500,13 +498,49 @@ ngx_http_feed_redis_cluster_ask(ngx_http_feed_redis_cluster_t *cl)
         ngx_del_timer(&cl->refresh);
     }
 
-    /* any node that is up will do; the next one each time */
+    /*
+     * An idle node first: the fanout's connection to the stream's node
+     * waits in a blocked read, and the map would wait behind it.
+     */
+
+    if (ngx_http_feed_redis_cluster_ask_one(cl, 1) == NGX_OK
+        || ngx_http_feed_redis_cluster_ask_one(cl, 0) == NGX_OK)
+    {
+        return;
+    }
+
+    /* nobody up: wake the nodes that rest, the seeds among them */
+
+    for (i = 0; i < cl->nnodes; i++) {
+        if (!cl->nodes[i].started) {
+            cl->nodes[i].started = 1;
+            ngx_http_feed_redis_start(cl->nodes[i].rd);
+        }
+    }
+
+    ngx_http_feed_redis_cluster_rearm(cl);
+}
+
+
+/* CLUSTER SLOTS of a node that is up (and idle), the next one each time */
+
+static ngx_int_t
+ngx_http_feed_redis_cluster_ask_one(ngx_http_feed_redis_cluster_t *cl,
+    ngx_uint_t idle)
+{
+    const char                  *argv[2];
+    size_t                       argvlen[2];
+    ngx_uint_t                   i, n;
+    ngx_http_feed_redis_node_t  *node;
+    ngx_http_feed_redis_args_t   args;
 
     for (n = 0; n < cl->nnodes; n++) {
         i = (cl->turn + n) % cl->nnodes;
         node = &cl->nodes[i];
 
-        if (ngx_http_feed_redis_state(node->rd) != NGX_HTTP_FEED_REDIS_UP) {
+        if (ngx_http_feed_redis_state(node->rd) != NGX_HTTP_FEED_REDIS_UP
+            || (idle && ngx_http_feed_redis_pending(node->rd)))
+        {
             continue;
         }
 
@@ -530,19 +564,10 @@ ngx_http_feed_redis_cluster_ask(ngx_http_feed_redis_cluster_t *cl)
         cl->asked = i + 1;
         cl->refreshing = 1;
 
-        return;
+        return NGX_OK;
     }
 
-    /* nobody up: wake the nodes that rest, the seeds among them */
-
-    for (i = 0; i < cl->nnodes; i++) {
-        if (!cl->nodes[i].started) {
-            cl->nodes[i].started = 1;
-            ngx_http_feed_redis_start(cl->nodes[i].rd);
-        }
-    }
-
-    ngx_http_feed_redis_cluster_rearm(cl);
+    return NGX_DECLINED;
 }
 
 
@@ -566,9 +591,12 @@ ngx_http_feed_redis_cluster_slots(void *data, redisReply *reply)
         ngx_log_error(NGX_LOG_ERR, cl->log, 0,
                       "redis cluster map from %V not read: %*s",
                       &cl->nodes[cl->asked - 1].conf.addr_text,
-                      (size_t) (reply && reply->type == REDIS_REPLY_ERROR
-                                ? reply->len : 0),
-                      reply ? reply->str : "");
+                      (size_t) (reply == NULL ? sizeof("no answer") - 1
+                                : reply->type == REDIS_REPLY_ERROR
+                                  ? reply->len : sizeof("not a map") - 1),
+                      reply == NULL ? "no answer"
+                      : reply->type == REDIS_REPLY_ERROR ? reply->str
+                                                         : "not a map");
         ngx_http_feed_redis_cluster_rearm(cl);
         return;
     }

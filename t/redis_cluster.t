@@ -27,7 +27,10 @@ plan(skip_all => 'a real MongoDB: this test is about Redis')
 $t->start_mongo;
 my $c = FeedCluster->start($t, masters => 3, replicas => 1);
 
-my $seeds = $c->seeds(2);
+# one seed and the word "cluster": the stream's master, so that it is the
+# first node of every worker's routers (their map asked of it first)
+my $seeds = '127.0.0.1:' . $c->port($c->master_of('feed:posts'))
+    . ' cluster';
 
 $t->write_conf(<<"EOF")->run;
 worker_processes 2;
@@ -130,6 +133,11 @@ is(join(' ', redirects()), '0 0', 'routing: every command went to its '
 
 # ------------------------------------------------------------- MOVED --
 
+# the workers ask the map again every 250 ms until their connections to
+# all masters are up, then every 10 s: past those first asks, only a MOVED
+# tells them of the slot moved below
+sleep 1;
+
 my $key = 'feed:cnt:user2';
 my $slot = $c->cmd('c1', 'CLUSTER', 'KEYSLOT', $key);
 my $from = $c->master_of($key);
@@ -208,5 +216,11 @@ isnt($new, $victim, "failover: $theirs[0]'s slot has a new master ($new)");
 $before = hmgets($new);
 is(followers($_), 1, "failover: the count of $_ read again") for @theirs[0 .. 1];
 ok(hmgets($new) > $before, 'failover: from the promoted replica');
+
+# the fanout's own connections: one waits in a blocked read of the stream,
+# and the map is never asked of it (it would wait behind the read)
+my @timeouts = grep { /timed out/ } split /\n/, $t->error_log;
+is(scalar(@timeouts), 0, 'no command timed out, the map asked of idle '
+    . 'nodes only') or diag(join "\n", @timeouts[0 .. 4]);
 
 $t->done;
