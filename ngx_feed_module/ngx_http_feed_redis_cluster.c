@@ -63,6 +63,8 @@ struct ngx_http_feed_redis_cluster_s {
 };
 
 
+static ngx_http_feed_redis_t *ngx_http_feed_redis_cluster_any(
+    ngx_http_feed_redis_cluster_t *cl);
 static ngx_http_feed_redis_node_t *ngx_http_feed_redis_cluster_node(
     ngx_http_feed_redis_cluster_t *cl, ngx_str_t *host, in_port_t port);
 static void ngx_http_feed_redis_cluster_pin(ngx_http_feed_redis_cluster_t *cl,
@@ -277,7 +279,7 @@ ngx_http_feed_redis_cluster_route(ngx_http_feed_redis_cluster_t *cl,
 
 /* a master whose connection is up, for a command without keys */
 
-ngx_http_feed_redis_t *
+static ngx_http_feed_redis_t *
 ngx_http_feed_redis_cluster_any(ngx_http_feed_redis_cluster_t *cl)
 {
     ngx_uint_t  i;

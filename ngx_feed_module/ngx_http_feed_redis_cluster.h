@@ -43,8 +43,6 @@ const char *ngx_http_feed_redis_cluster_run_id(
     ngx_http_feed_redis_cluster_t *cl);
 ngx_uint_t ngx_http_feed_redis_cluster_masters(
     ngx_http_feed_redis_cluster_t *cl, ngx_uint_t *up);
-ngx_http_feed_redis_t *ngx_http_feed_redis_cluster_any(
-    ngx_http_feed_redis_cluster_t *cl);
 
 
 /* ngx_http_feed_redis.c's side: a node's connection, the router's hooks */
