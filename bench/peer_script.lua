@@ -23,12 +23,11 @@ local tlp = "feed:tlp:{" .. uid .. "}"
 
 red:init_pipeline()
 red:hget(tlp, limit)
-red:evalsha(ngx.var.feed_read_sha, 6,
+red:evalsha(ngx.var.feed_read_sha, 5,
             "feed:tl:{" .. uid .. "}", "feed:lock:{" .. uid .. "}", tlp,
-            "feed:tln:{" .. uid .. "}", "feed:deleting",
-            "feed:tla:{" .. uid .. "}",
+            "feed:tln:{" .. uid .. "}", "feed:tla:{" .. uid .. "}",
             limit, "", "", ngx.var.feed_ttl, ngx.var.feed_mode, "feed:p:",
-            "", "feed:pl:{", "feed:pv:{")
+            "", "feed:pl:{", "feed:pv:{", "", "feed:deleting", "")
 local both = red:commit_pipeline()
 
 red:set_keepalive(10000, 64)

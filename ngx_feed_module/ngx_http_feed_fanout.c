@@ -29,6 +29,9 @@
 #define NGX_HTTP_FEED_FANOUT_RETRY   500
 #define NGX_HTTP_FEED_FANOUT_WINDOW  4
 
+/* nodes told apart when batches are ordered by node (a cluster's 64) */
+#define NGX_HTTP_FEED_FANOUT_NODES   65
+
 
 static void ngx_http_feed_fanout_ready(ngx_http_feed_redis_t *rd,
     void *data);
@@ -50,6 +53,11 @@ static ngx_int_t ngx_http_feed_fanout_parse(ngx_http_feed_fanout_entry_t *fe,
 static void ngx_http_feed_fanout_fetch(ngx_http_feed_fanout_entry_t *fe);
 static void ngx_http_feed_fanout_fetched(ngx_http_feed_mongo_task_t *t);
 static void ngx_http_feed_fanout_deliver(ngx_http_feed_fanout_entry_t *fe);
+static ngx_int_t ngx_http_feed_fanout_by_node(
+    ngx_http_feed_fanout_entry_t *fe);
+static int ngx_libc_cdecl ngx_http_feed_fanout_node_cmp(const void *one,
+    const void *two);
+static ngx_uint_t ngx_http_feed_fanout_batch(ngx_http_feed_fanout_entry_t *fe);
 static void ngx_http_feed_fanout_send(ngx_http_feed_fanout_entry_t *fe);
 static void ngx_http_feed_fanout_delivered(void *data, redisReply *reply);
 static void ngx_http_feed_fanout_ack(ngx_http_feed_fanout_entry_t *fe);
@@ -861,11 +869,121 @@ ngx_http_feed_fanout_deliver(ngx_http_feed_fanout_entry_t *fe)
     fe->nusers = n;
     fe->next = 0;
 
+    if (ngx_http_feed_fanout_by_node(fe) != NGX_OK) {
+        fe->failed = 1;
+        return;
+    }
+
     if (fe->first_sent == 0) {
         fe->first_sent = ngx_current_msec;
     }
 
     ngx_http_feed_fanout_send(fe);
+}
+
+
+/* a user and the turn of their batch: see ngx_http_feed_fanout_by_node() */
+typedef struct {
+    ngx_uint_t                    order;
+    ngx_http_feed_user_t          user;
+} ngx_http_feed_fanout_node_t;
+
+
+/*
+ * On a Redis Cluster a batch is made of users of one node, whose script
+ * reaches only its own keys: the users are ordered by node, and the
+ * batches of the nodes take turns (the first of each node, then the
+ * second...), so that the batches in flight keep every node working.
+ * Nothing to do for a single Redis.
+ */
+
+static ngx_int_t
+ngx_http_feed_fanout_by_node(ngx_http_feed_fanout_entry_t *fe)
+{
+    ngx_uint_t                    i, node, batch, up,
+                                  count[NGX_HTTP_FEED_FANOUT_NODES];
+    ngx_http_feed_main_conf_t    *fmcf;
+    ngx_http_feed_fanout_node_t  *sorted;
+
+    fmcf = fe->fo->fmcf;
+
+    if (fe->nusers < 2
+        || ngx_http_feed_redis_masters(fmcf->redis_client, &up) == 0)
+    {
+        return NGX_OK;
+    }
+
+    sorted = ngx_alloc(fe->nusers * sizeof(ngx_http_feed_fanout_node_t),
+                       fe->fo->log);
+    if (sorted == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memzero(count, sizeof(count));
+    batch = fmcf->fanout_deliver_batch;
+
+    for (i = 0; i < fe->nusers; i++) {
+        node = ngx_http_feed_timeline_cache_node(fmcf, &fe->users[i])
+               % NGX_HTTP_FEED_FANOUT_NODES;
+
+        sorted[i].order = (count[node]++ / batch) * NGX_HTTP_FEED_FANOUT_NODES
+                          + node;
+        sorted[i].user = fe->users[i];
+    }
+
+    ngx_qsort(sorted, fe->nusers, sizeof(ngx_http_feed_fanout_node_t),
+              ngx_http_feed_fanout_node_cmp);
+
+    for (i = 0; i < fe->nusers; i++) {
+        fe->users[i] = sorted[i].user;
+    }
+
+    ngx_free(sorted);
+
+    return NGX_OK;
+}
+
+
+static int ngx_libc_cdecl
+ngx_http_feed_fanout_node_cmp(const void *one, const void *two)
+{
+    const ngx_http_feed_fanout_node_t  *a = one, *b = two;
+
+    return (a->order > b->order) - (a->order < b->order);
+}
+
+
+/*
+ * The next batch: up to feed_fanout_deliver_batch users, of one node as
+ * the map is now (a map that changed since they were ordered makes more,
+ * smaller batches, never one across nodes).
+ */
+
+static ngx_uint_t
+ngx_http_feed_fanout_batch(ngx_http_feed_fanout_entry_t *fe)
+{
+    ngx_uint_t                  n, max, node;
+    ngx_http_feed_main_conf_t  *fmcf;
+
+    fmcf = fe->fo->fmcf;
+    max = ngx_min(fmcf->fanout_deliver_batch, fe->nusers - fe->next);
+
+    node = ngx_http_feed_timeline_cache_node(fmcf, &fe->users[fe->next]);
+
+    if (node == 0) {
+        return max;
+    }
+
+    for (n = 1; n < max; n++) {
+        if (ngx_http_feed_timeline_cache_node(fmcf,
+                                              &fe->users[fe->next + n])
+            != node)
+        {
+            break;
+        }
+    }
+
+    return n;
 }
 
 
@@ -887,7 +1005,7 @@ ngx_http_feed_fanout_send(ngx_http_feed_fanout_entry_t *fe)
     while (!fe->failed && fe->next < fe->nusers
            && fe->waiting < NGX_HTTP_FEED_FANOUT_WINDOW)
     {
-        n = ngx_min(fmcf->fanout_deliver_batch, fe->nusers - fe->next);
+        n = ngx_http_feed_fanout_batch(fe);
 
         if (fe->kind == 'p') {
             rc = ngx_http_feed_timeline_cache_deliver(fmcf, fe->pool,
@@ -924,6 +1042,7 @@ ngx_http_feed_fanout_delivered(void *data, redisReply *reply)
     ngx_http_feed_fanout_entry_t  *fe = data;
 
     if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
+        ngx_http_feed_timeline_cache_error(reply);
         ngx_http_feed_fanout_failing(fe, reply ? reply->str
                                                : "redis unavailable");
 

@@ -26,6 +26,8 @@ static char *ngx_http_feed_redis_addr(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static ngx_int_t ngx_http_feed_redis_parse_addr(ngx_conf_t *cf,
     ngx_http_feed_redis_conf_t *rcf, ngx_str_t *addr);
+static ngx_int_t ngx_http_feed_cluster_defaults(ngx_conf_t *cf,
+    ngx_http_feed_main_conf_t *fmcf);
 static ngx_int_t ngx_http_feed_redis_cluster_check(ngx_conf_t *cf,
     ngx_http_feed_redis_conf_t *rcf);
 static ngx_int_t ngx_http_feed_redis_parse_param(ngx_conf_t *cf,
@@ -930,6 +932,13 @@ ngx_http_feed_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_uint_value(fmcf->follow_max, 5000);
     ngx_conf_init_size_value(fmcf->post_data_max_size, 16384);
     ngx_conf_init_uint_value(fmcf->cache_size, 800);
+
+    if (fmcf->redis.cluster
+        && ngx_http_feed_cluster_defaults(cf, fmcf) != NGX_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
+
     ngx_conf_init_value(fmcf->pull_threshold, 10000);
     ngx_conf_init_value(fmcf->cache_ttl, 7 * 24 * 3600);
     ngx_conf_init_value(fmcf->cache_empty_ttl, 30);
@@ -992,6 +1001,41 @@ ngx_http_feed_init_main_conf(ngx_conf_t *cf, void *conf)
     }
 
     return NGX_CONF_OK;
+}
+
+
+/*
+ * On a Redis Cluster a read's script reaches only its node's keys: a
+ * timeline's entries hold the JSON (embed mode; link mode's post keys are
+ * on every node), and authors are not pulled (their lists are on other
+ * nodes than their followers').  Both are the defaults there; asked for,
+ * an error.
+ */
+
+static ngx_int_t
+ngx_http_feed_cluster_defaults(ngx_conf_t *cf,
+    ngx_http_feed_main_conf_t *fmcf)
+{
+    if (fmcf->cache_embed == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"feed_cache_mode link\" cannot be used with "
+                           "a redis cluster: use \"embed\"");
+        return NGX_ERROR;
+    }
+
+    if (fmcf->pull_threshold != NGX_CONF_UNSET
+        && fmcf->pull_threshold != 0)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"feed_pull_threshold\" cannot be used with a "
+                           "redis cluster yet: use \"off\"");
+        return NGX_ERROR;
+    }
+
+    fmcf->cache_embed = 1;
+    fmcf->pull_threshold = 0;
+
+    return NGX_OK;
 }
 
 

@@ -388,6 +388,58 @@ ngx_http_feed_redis_masters(ngx_http_feed_redis_t *rd, ngx_uint_t *up)
 }
 
 
+/*
+ * The node a key's commands go to, as a number: keys of one number are
+ * on one node, and a script may reach all of them.  0 for a single Redis
+ * (and for a slot whose master is not known).
+ */
+
+ngx_uint_t
+ngx_http_feed_redis_node_of(ngx_http_feed_redis_t *rd, const u_char *key,
+    size_t len)
+{
+    if (rd == NULL || rd->cluster == NULL) {
+        return 0;
+    }
+
+    return ngx_http_feed_redis_cluster_owner(rd->cluster, key, len);
+}
+
+
+/*
+ * The name, in buf, of base's copy on key's node: base itself for a
+ * single Redis.  0 when key's node is not known (the command would fail
+ * anyway).
+ */
+
+size_t
+ngx_http_feed_redis_local_key(ngx_http_feed_redis_t *rd, const u_char *key,
+    size_t len, ngx_str_t *base, u_char *buf)
+{
+    if (rd == NULL || rd->cluster == NULL) {
+        ngx_memcpy(buf, base->data, base->len);
+        return base->len;
+    }
+
+    return ngx_http_feed_redis_cluster_local(rd->cluster, key, len, base,
+                                             buf);
+}
+
+
+/* each copy of base, one on each master; none for a single Redis */
+
+void
+ngx_http_feed_redis_local_keys(ngx_http_feed_redis_t *rd, ngx_str_t *base,
+    ngx_http_feed_redis_local_pt handler, void *data)
+{
+    if (rd == NULL || rd->cluster == NULL) {
+        return;
+    }
+
+    ngx_http_feed_redis_cluster_locals(rd->cluster, base, handler, data);
+}
+
+
 const char *
 ngx_http_feed_redis_last_error(ngx_http_feed_redis_t *rd)
 {

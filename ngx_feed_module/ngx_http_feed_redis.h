@@ -31,6 +31,22 @@ typedef void (*ngx_http_feed_redis_ready_pt)(ngx_http_feed_redis_t *rd,
 
 
 /*
+ * A key that every command of some kind needs beside its own keys (the
+ * set of posts being deleted, which every read checks) has on a cluster
+ * a copy on each master, named "<base>{<tag>}" with a hash tag of one of
+ * the master's slots: a script reaches it wherever it runs.  The handler
+ * is called with each copy's name (none for a single Redis).
+ */
+typedef void (*ngx_http_feed_redis_local_pt)(void *data, u_char *key,
+    size_t len);
+
+/* the longest name of a copy, and the buffer a base's copy needs */
+#define NGX_HTTP_FEED_REDIS_LOCAL_MAX  64
+#define NGX_HTTP_FEED_REDIS_LOCAL_LEN(base)                                  \
+    (sizeof(base) - 1 + 2 + NGX_INT_T_LEN)
+
+
+/*
  * A command's words, appended in order by the macros below into the
  * caller's arrays; its keys are marked (key: the index of the first,
  * nkeys: how many, one after the other), because a router needs every
@@ -194,6 +210,12 @@ const char *ngx_http_feed_redis_last_error(ngx_http_feed_redis_t *rd);
 const char *ngx_http_feed_redis_run_id(ngx_http_feed_redis_t *rd);
 ngx_uint_t ngx_http_feed_redis_masters(ngx_http_feed_redis_t *rd,
     ngx_uint_t *up);
+ngx_uint_t ngx_http_feed_redis_node_of(ngx_http_feed_redis_t *rd,
+    const u_char *key, size_t len);
+size_t ngx_http_feed_redis_local_key(ngx_http_feed_redis_t *rd,
+    const u_char *key, size_t len, ngx_str_t *base, u_char *buf);
+void ngx_http_feed_redis_local_keys(ngx_http_feed_redis_t *rd,
+    ngx_str_t *base, ngx_http_feed_redis_local_pt handler, void *data);
 
 
 #endif /* _NGX_HTTP_FEED_REDIS_H_INCLUDED_ */

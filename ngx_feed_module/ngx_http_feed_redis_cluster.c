@@ -25,6 +25,10 @@ typedef struct {
     ngx_http_feed_redis_conf_t    conf;
     u_char                        text[NGX_SOCKADDR_STRLEN + 8];
     char                          host[NGX_SOCKADDR_STRLEN];
+    /* the node's first slot, + 1 (0: none), and its hash tag */
+    ngx_uint_t                    first;
+    u_char                        tag[NGX_HTTP_FEED_REDIS_TAG_LEN];
+    size_t                        tag_len;
     unsigned                      master:1;
     unsigned                      started:1;
 } ngx_http_feed_redis_node_t;
@@ -79,6 +83,8 @@ static ngx_int_t ngx_http_feed_redis_cluster_range(void *data,
     ngx_uint_t first, ngx_uint_t last,
     ngx_http_feed_redis_node_addr_t *master);
 static void ngx_http_feed_redis_cluster_apply(
+    ngx_http_feed_redis_cluster_t *cl);
+static void ngx_http_feed_redis_cluster_tags(
     ngx_http_feed_redis_cluster_t *cl);
 static void ngx_http_feed_redis_cluster_rearm(
     ngx_http_feed_redis_cluster_t *cl);
@@ -274,6 +280,66 @@ ngx_http_feed_redis_cluster_route(ngx_http_feed_redis_cluster_t *cl,
     }
 
     return cl->nodes[owner - 1].rd;
+}
+
+
+/* the master of a key's slot, + 1; 0 when none is known */
+
+ngx_uint_t
+ngx_http_feed_redis_cluster_owner(ngx_http_feed_redis_cluster_t *cl,
+    const u_char *key, size_t len)
+{
+    return cl->slots[ngx_http_feed_redis_slot(key, len)];
+}
+
+
+/*
+ * The name of base's copy on the master of key's slot, "<base>{<tag>}",
+ * made in buf (NGX_HTTP_FEED_REDIS_LOCAL_LEN(base) bytes); 0 when that
+ * master is not known.
+ */
+
+size_t
+ngx_http_feed_redis_cluster_local(ngx_http_feed_redis_cluster_t *cl,
+    const u_char *key, size_t len, ngx_str_t *base, u_char *buf)
+{
+    ngx_uint_t  owner;
+
+    owner = ngx_http_feed_redis_cluster_owner(cl, key, len);
+
+    if (owner == 0 || cl->nodes[owner - 1].tag_len == 0) {
+        return 0;
+    }
+
+    return ngx_sprintf(buf, "%V{%*s}", base, cl->nodes[owner - 1].tag_len,
+                       cl->nodes[owner - 1].tag)
+           - buf;
+}
+
+
+/* the names of base's copies, one on each master that has slots */
+
+void
+ngx_http_feed_redis_cluster_locals(ngx_http_feed_redis_cluster_t *cl,
+    ngx_str_t *base, ngx_http_feed_redis_local_pt handler, void *data)
+{
+    u_char                      *p, buf[NGX_HTTP_FEED_REDIS_LOCAL_MAX];
+    ngx_uint_t                   i;
+    ngx_http_feed_redis_node_t  *node;
+
+    for (i = 0; i < cl->nnodes; i++) {
+        node = &cl->nodes[i];
+
+        if (!node->master || node->tag_len == 0
+            || base->len + node->tag_len + 2 > sizeof(buf))
+        {
+            continue;
+        }
+
+        p = ngx_sprintf(buf, "%V{%*s}", base, node->tag_len, node->tag);
+
+        handler(data, buf, p - buf);
+    }
 }
 
 
@@ -661,6 +727,7 @@ ngx_http_feed_redis_cluster_apply(ngx_http_feed_redis_cluster_t *cl)
 
     if (ngx_memcmp(cl->slots, cl->next, sizeof(cl->slots)) != 0) {
         ngx_memcpy(cl->slots, cl->next, sizeof(cl->slots));
+        ngx_http_feed_redis_cluster_tags(cl);
 
         ngx_log_error(NGX_LOG_INFO, cl->log, 0,
                       "redis cluster map from %V: %ui masters, "
@@ -683,6 +750,46 @@ ngx_http_feed_redis_cluster_apply(ngx_http_feed_redis_cluster_t *cl)
 
     if (cl->mapped && !was_mapped) {
         ngx_http_feed_redis_router_ready(cl->router);
+    }
+}
+
+
+/*
+ * Each master's first slot, and its hash tag: keys named with it are the
+ * master's own (ngx_http_feed_redis_cluster_local()).  Made again only for
+ * a master whose first slot moved.
+ */
+
+static void
+ngx_http_feed_redis_cluster_tags(ngx_http_feed_redis_cluster_t *cl)
+{
+    ngx_uint_t                   s, i, first[NGX_HTTP_FEED_REDIS_NODES_MAX];
+    ngx_http_feed_redis_node_t  *node;
+
+    ngx_memzero(first, sizeof(first));
+
+    for (s = 0; s < NGX_HTTP_FEED_REDIS_SLOTS; s++) {
+        if (cl->slots[s] && first[cl->slots[s] - 1] == 0) {
+            first[cl->slots[s] - 1] = s + 1;
+        }
+    }
+
+    for (i = 0; i < cl->nnodes; i++) {
+        node = &cl->nodes[i];
+
+        if (node->first == first[i]) {
+            continue;
+        }
+
+        node->first = first[i];
+        node->tag_len = first[i]
+                        ? ngx_http_feed_redis_slot_tag(first[i] - 1, node->tag)
+                        : 0;
+
+        ngx_log_debug4(NGX_LOG_DEBUG_EVENT, cl->log, 0,
+                       "feed redis cluster node %V: first slot %ui, tag %*s",
+                       &node->conf.addr_text, first[i], node->tag_len,
+                       node->tag);
     }
 }
 

@@ -26,6 +26,12 @@ void ngx_http_feed_redis_cluster_destroy(ngx_http_feed_redis_cluster_t *cl);
 
 ngx_http_feed_redis_t *ngx_http_feed_redis_cluster_route(
     ngx_http_feed_redis_cluster_t *cl, ngx_http_feed_redis_args_t *args);
+ngx_uint_t ngx_http_feed_redis_cluster_owner(
+    ngx_http_feed_redis_cluster_t *cl, const u_char *key, size_t len);
+size_t ngx_http_feed_redis_cluster_local(ngx_http_feed_redis_cluster_t *cl,
+    const u_char *key, size_t len, ngx_str_t *base, u_char *buf);
+void ngx_http_feed_redis_cluster_locals(ngx_http_feed_redis_cluster_t *cl,
+    ngx_str_t *base, ngx_http_feed_redis_local_pt handler, void *data);
 ngx_http_feed_redis_t *ngx_http_feed_redis_cluster_redirect(
     ngx_http_feed_redis_cluster_t *cl, ngx_http_feed_redis_t *from,
     ngx_http_feed_redis_redirect_t *rr);

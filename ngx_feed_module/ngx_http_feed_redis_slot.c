@@ -65,6 +65,35 @@ ngx_http_feed_redis_slot(const u_char *key, size_t len)
 
 
 /*
+ * A hash tag of that slot: the smallest decimal number whose CRC16 falls
+ * in it.  A key named "<base>{<tag>}" lives on the slot's master: what a
+ * script needs of a set that every read checks, which has a copy on each
+ * master (every slot has a tag of at most 6 digits: fuzz_redis_cluster
+ * checks them all).
+ */
+
+size_t
+ngx_http_feed_redis_slot_tag(ngx_uint_t slot, u_char *buf)
+{
+    u_char      *p;
+    ngx_uint_t   n;
+
+    for (n = 0; n < 1000000; n++) {
+        p = ngx_sprintf(buf, "%ui", n);
+
+        if ((ngx_http_feed_redis_crc16(buf, p - buf)
+             & (NGX_HTTP_FEED_REDIS_SLOTS - 1))
+            == slot)
+        {
+            return p - buf;
+        }
+    }
+
+    return 0;
+}
+
+
+/*
  * "MOVED 3999 127.0.0.1:6381" or "ASK 3999 127.0.0.1:6381": NGX_OK, with
  * the slot and the address (an empty host means the node that answered);
  * NGX_DECLINED for any other error.

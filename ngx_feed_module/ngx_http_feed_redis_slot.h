@@ -16,7 +16,10 @@
 #include <hiredis.h>
 
 
-#define NGX_HTTP_FEED_REDIS_SLOTS  16384
+#define NGX_HTTP_FEED_REDIS_SLOTS    16384
+
+/* a slot's hash tag, decimal digits (ngx_http_feed_redis_slot_tag()) */
+#define NGX_HTTP_FEED_REDIS_TAG_LEN  NGX_INT_T_LEN
 
 
 /* a node's address as Redis gives it: host (an IP) and port */
@@ -41,6 +44,7 @@ typedef ngx_int_t (*ngx_http_feed_redis_range_pt)(void *data,
 
 
 ngx_uint_t ngx_http_feed_redis_slot(const u_char *key, size_t len);
+size_t ngx_http_feed_redis_slot_tag(ngx_uint_t slot, u_char *buf);
 ngx_int_t ngx_http_feed_redis_redirect(const char *err, size_t len,
     ngx_http_feed_redis_redirect_t *rr);
 ngx_int_t ngx_http_feed_redis_slots_parse(redisReply *reply,

@@ -781,6 +781,7 @@ ngx_http_feed_timeline_warmed(void *data, redisReply *reply)
     ngx_http_feed_timeline_ctx_t  *ctx = data;
 
     if (reply == NULL || reply->type != REDIS_REPLY_INTEGER) {
+        ngx_http_feed_timeline_cache_error(reply);
         ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_REBUILT);
 
     } else if (reply->integer == 0) {

@@ -47,6 +47,13 @@
 /* a post's JSON in link mode */
 #define NGX_HTTP_FEED_POST_PREFIX  "feed:p:"
 
+/* the name of feed:deleting's copy on a cluster's node */
+#define NGX_HTTP_FEED_DELETING_LEN                                           \
+    NGX_HTTP_FEED_REDIS_LOCAL_LEN(NGX_HTTP_FEED_DELETING)
+
+/* the member of a copy that says it is whole (lib/deleted.lua) */
+#define NGX_HTTP_FEED_DELETING_MARK  "~"
+
 #define NGX_HTTP_FEED_KEY_LEN      (sizeof(NGX_HTTP_FEED_LOCK_PREFIX)        \
                                     + NGX_HTTP_FEED_USER_MAX + 1)
 #define NGX_HTTP_FEED_POST_KEY_LEN (sizeof(NGX_HTTP_FEED_POST_PREFIX) + 24)
@@ -90,8 +97,19 @@ static ngx_int_t ngx_http_feed_timeline_cache_send_drop(
     ngx_http_request_t *r, ngx_http_feed_redis_t *rd,
     ngx_http_feed_user_t *user, ngx_http_feed_redis_pt handler, void *data);
 static ngx_http_feed_redis_call_t *ngx_http_feed_timeline_cache_batch(
-    ngx_log_t *log, ngx_http_feed_redis_script_t *script, ngx_uint_t nkeys,
+    ngx_log_t *log, ngx_http_feed_redis_script_t *script,
     ngx_http_feed_user_t *users, ngx_uint_t n);
+static void ngx_http_feed_timeline_cache_deleting_args(
+    ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_redis_call_t *call,
+    ngx_uint_t i, u_char *buf, ngx_uint_t key);
+static void ngx_http_feed_timeline_cache_deleting_copy(void *data,
+    u_char *key, size_t len);
+static void ngx_http_feed_timeline_cache_copies_ready(
+    ngx_http_feed_redis_t *rd, void *data);
+static void ngx_http_feed_timeline_cache_copies_got(void *data,
+    redisReply *reply);
+static void ngx_http_feed_timeline_cache_copy_make(void *data, u_char *key,
+    size_t len);
 static ngx_int_t ngx_http_feed_timeline_cache_batch_send(
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_redis_call_t *call,
     ngx_http_feed_redis_pt handler, void *data);
@@ -123,6 +141,9 @@ ngx_str_t  ngx_http_feed_timeline_cache_deleting_key =
 static ngx_http_feed_main_conf_t  *ngx_http_feed_timeline_cache_fmcf;
 static ngx_int_t                   ngx_http_feed_timeline_cache_drops;
 
+/* feed:deleting is being read to make its copies */
+static ngx_uint_t                  ngx_http_feed_timeline_cache_copying;
+
 
 /* a drop that could not reach Redis is sent again once it is back */
 
@@ -136,8 +157,15 @@ ngx_http_feed_timeline_cache_init(ngx_http_feed_main_conf_t *fmcf)
         "too many timeline drops waiting for redis, cached timelines "
         "may be stale until they expire");
 
-    return ngx_http_feed_timeline_cache_drops == NGX_ERROR
-           ? NGX_ERROR : NGX_OK;
+    if (ngx_http_feed_timeline_cache_drops == NGX_ERROR) {
+        return NGX_ERROR;
+    }
+
+    /* a cluster's map, new or changed: each master needs its copy */
+
+    return ngx_http_feed_redis_on_ready(fmcf->redis_client,
+                                        ngx_http_feed_timeline_cache_copies_ready,
+                                        fmcf);
 }
 
 
@@ -154,7 +182,8 @@ ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
 {
     char                        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_NKEYS]
                                     [NGX_HTTP_FEED_KEY_LEN];
-    u_char                      limit[NGX_INT_T_LEN], ttl[NGX_INT_T_LEN];
+    u_char                      limit[NGX_INT_T_LEN], ttl[NGX_INT_T_LEN],
+                                deleting[NGX_HTTP_FEED_DELETING_LEN];
     size_t                      argvlen[
                                     NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARGC];
     size_t                      hgetlen[3], pages_len, limit_len;
@@ -185,9 +214,6 @@ ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_VERSION,
         keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_VERSION],
         NGX_HTTP_FEED_TLN_PREFIX, &page->user);
-    ngx_http_feed_redis_call_key(&call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_DELETING,
-        NGX_HTTP_FEED_DELETING, sizeof(NGX_HTTP_FEED_DELETING) - 1);
     ngx_http_feed_timeline_cache_key(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_PULL,
         keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_PULL],
@@ -220,6 +246,9 @@ ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_PULLV_PREFIX, 1);
     ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_VOUCHED, vouched ? "1" : "", 1);
+    ngx_http_feed_timeline_cache_deleting_args(fmcf, &call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_DELETING, deleting,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_TIMELINE);
 
     /* with a copy of its own, the worker needs the page only if it changed */
 
@@ -351,6 +380,8 @@ ngx_http_feed_timeline_cache_parse(ngx_http_request_t *r, redisReply *reply,
     redisReply  *e;
 
     ngx_memzero(cached, sizeof(ngx_http_feed_cached_t));
+
+    ngx_http_feed_timeline_cache_error(reply);
 
     if (reply == NULL || reply->type != REDIS_REPLY_ARRAY
         || reply->elements < 2
@@ -798,7 +829,8 @@ ngx_http_feed_timeline_cache_warm(ngx_http_request_t *r,
     keys = ngx_pnalloc(r->pool, NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_NKEYS
                                 * NGX_HTTP_FEED_KEY_LEN
                                 + 2 * NGX_INT_T_LEN
-                                + NGX_HTTP_FEED_NONCE_LEN);
+                                + NGX_HTTP_FEED_NONCE_LEN
+                                + NGX_HTTP_FEED_DELETING_LEN);
 
     if (argv == NULL || argvlen == NULL || keys == NULL) {
         return NGX_ERROR;
@@ -834,9 +866,6 @@ ngx_http_feed_timeline_cache_warm(ngx_http_request_t *r,
         keys + NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_KEY_VERSION
                * NGX_HTTP_FEED_KEY_LEN,
         NGX_HTTP_FEED_TLN_PREFIX, user);
-    ngx_http_feed_redis_call_key(&call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_KEY_DELETING,
-        NGX_HTTP_FEED_DELETING, sizeof(NGX_HTTP_FEED_DELETING) - 1);
     ngx_http_feed_timeline_cache_key(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_KEY_PULL,
         keys + NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_KEY_PULL
@@ -883,6 +912,10 @@ ngx_http_feed_timeline_cache_warm(ngx_http_request_t *r,
     ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_ARG_PULL,
         pull->len ? (char *) pull->data : "", pull->len);
+    ngx_http_feed_timeline_cache_deleting_args(fmcf, &call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_ARG_DELETING,
+        nonce + NGX_HTTP_FEED_NONCE_LEN,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_KEY_TIMELINE);
 
     if (ngx_http_feed_timeline_cache_warm_items(r, &call, items) != NGX_OK) {
         return NGX_ERROR;
@@ -1036,20 +1069,20 @@ ngx_http_feed_timeline_cache_deliver(ngx_http_feed_main_conf_t *fmcf,
 {
     u_char                      cap[NGX_INT_T_LEN], ms[NGX_INT_T_LEN],
                                 ttl[NGX_INT_T_LEN],
-                                nonce[NGX_HTTP_FEED_NONCE_LEN];
+                                nonce[NGX_HTTP_FEED_NONCE_LEN],
+                                deleting[NGX_HTTP_FEED_DELETING_LEN];
     ngx_http_feed_redis_call_t *call;
 
     call = ngx_http_feed_timeline_cache_batch(pool->log,
                                 &ngx_http_feed_script_timeline_deliver,
-                                NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_NKEYS,
                                 users, n);
     if (call == NULL) {
         return NGX_ERROR;
     }
 
-    ngx_http_feed_redis_call_key(call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_KEY_DELETING,
-        NGX_HTTP_FEED_DELETING, sizeof(NGX_HTTP_FEED_DELETING) - 1);
+    ngx_http_feed_timeline_cache_deleting_args(fmcf, call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_ARG_DELETING, deleting,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_KEY_ROUTE);
 
     ngx_http_feed_redis_call_arg(call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_ARG_ENTRY,
@@ -1134,7 +1167,6 @@ ngx_http_feed_timeline_cache_remove(ngx_http_feed_main_conf_t *fmcf,
 
     call = ngx_http_feed_timeline_cache_batch(pool->log,
                                 &ngx_http_feed_script_timeline_remove,
-                                NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_NKEYS,
                                 users, n);
     if (call == NULL) {
         return NGX_ERROR;
@@ -1170,25 +1202,26 @@ ngx_http_feed_timeline_cache_removed(ngx_http_feed_main_conf_t *fmcf,
 
 
 /*
- * A script call on the timelines of a batch of users, keys after the
- * script's own nkeys; its arguments are the caller's to add.  It and what
- * it is built in are one block, freed as soon as hiredis has copied it:
- * one entry may go to hundreds of thousands of followers, batch after
- * batch.
+ * A script call on the timelines of a batch of users, arguments after the
+ * script's own, the first timeline its only key (its route: on a cluster,
+ * the users of a batch are on one node); its other arguments are the
+ * caller's to add.  It and what it is built in are one block, freed as
+ * soon as hiredis has copied it: one entry may go to hundreds of
+ * thousands of followers, batch after batch.
  */
 
 static ngx_http_feed_redis_call_t *
 ngx_http_feed_timeline_cache_batch(ngx_log_t *log,
-    ngx_http_feed_redis_script_t *script, ngx_uint_t nkeys,
-    ngx_http_feed_user_t *users, ngx_uint_t n)
+    ngx_http_feed_redis_script_t *script, ngx_http_feed_user_t *users,
+    ngx_uint_t n)
 {
     char                        *p;
-    size_t                      *argvlen;
+    size_t                      *argvlen, len;
     ngx_uint_t                   i, argc;
     const char                 **argv;
     ngx_http_feed_redis_call_t  *call;
 
-    argc = NGX_HTTP_FEED_REDIS_CALL_ARGC(nkeys + n, script->nargs);
+    argc = NGX_HTTP_FEED_REDIS_CALL_ARGC(1, script->nargs + n);
 
     call = ngx_alloc(sizeof(ngx_http_feed_redis_call_t)
                      + argc * (sizeof(char *) + sizeof(size_t))
@@ -1201,12 +1234,18 @@ ngx_http_feed_timeline_cache_batch(ngx_log_t *log,
     argvlen = (size_t *) (argv + argc);
     p = (char *) (argvlen + argc);
 
-    ngx_http_feed_redis_call_init(call, script, argv, argvlen, nkeys + n,
-                                  script->nargs);
+    ngx_http_feed_redis_call_init(call, script, argv, argvlen, 1,
+                                  script->nargs + n);
 
     for (i = 0; i < n; i++) {
-        ngx_http_feed_timeline_cache_key(call, nkeys + i, p,
-                                         NGX_HTTP_FEED_TL_PREFIX, &users[i]);
+        len = ngx_http_feed_timeline_cache_user_key(p, NGX_HTTP_FEED_TL_PREFIX,
+                                                    &users[i]);
+        ngx_http_feed_redis_call_arg(call, script->nargs + i, p, len);
+
+        if (i == 0) {
+            ngx_http_feed_redis_call_key(call, 0, p, len);
+        }
+
         p += NGX_HTTP_FEED_KEY_LEN;
     }
 
@@ -1243,10 +1282,10 @@ ngx_http_feed_timeline_cache_deleting(ngx_http_feed_main_conf_t *fmcf,
 {
     u_char                      score[NGX_INT64_LEN + 1],
                                 now[NGX_INT64_LEN + 1];
-    size_t                      argvlen[5];
+    size_t                      argvlen[5], targvlen[4];
     int64_t                     ms;
-    const char                 *argv[5];
-    ngx_http_feed_redis_args_t  args;
+    const char                 *argv[5], *targv[4];
+    ngx_http_feed_redis_args_t  args, trim, *write[2];
 
     ms = ngx_http_feed_now_ms();
 
@@ -1275,19 +1314,246 @@ ngx_http_feed_timeline_cache_deleting(ngx_http_feed_main_conf_t *fmcf,
 
     ngx_http_feed_redis_args_add(&args, id, 24);
 
-    (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, &args);
-
     /* what no read needs any more */
 
-    ngx_http_feed_redis_args_init(&args, argv, argvlen);
-    ngx_http_feed_redis_args_lit(&args, "ZREMRANGEBYSCORE");
-    ngx_http_feed_redis_args_key(&args, NGX_HTTP_FEED_DELETING,
+    ngx_http_feed_redis_args_init(&trim, targv, targvlen);
+    ngx_http_feed_redis_args_lit(&trim, "ZREMRANGEBYSCORE");
+    ngx_http_feed_redis_args_key(&trim, NGX_HTTP_FEED_DELETING,
                                  sizeof(NGX_HTTP_FEED_DELETING) - 1);
-    ngx_http_feed_redis_args_lit(&args, "-inf");
-    ngx_http_feed_redis_args_add(&args, now,
+    ngx_http_feed_redis_args_lit(&trim, "-inf");
+    ngx_http_feed_redis_args_add(&trim, now,
                                  ngx_sprintf(now, "(%L", ms) - now);
 
     (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, &args);
+    (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, &trim);
+
+    /*
+     * On a cluster, the same on each master's copy, which the reads of
+     * its users check: the mark at +inf is never trimmed.
+     */
+
+    write[0] = &args;
+    write[1] = &trim;
+
+    ngx_http_feed_redis_local_keys(fmcf->redis_client,
+                                   &ngx_http_feed_timeline_cache_deleting_key,
+                                   ngx_http_feed_timeline_cache_deleting_copy,
+                                   write);
+}
+
+
+/* a write of feed:deleting made again on a copy: the same, another key */
+
+static void
+ngx_http_feed_timeline_cache_deleting_copy(void *data, u_char *key,
+    size_t len)
+{
+    ngx_http_feed_redis_args_t **write = data;
+
+    ngx_uint_t  i;
+
+    for (i = 0; i < 2; i++) {
+        write[i]->argv[write[i]->key] = (const char *) key;
+        write[i]->argvlen[write[i]->key] = len;
+
+        (void) ngx_http_feed_redis_send(
+                   ngx_http_feed_timeline_cache_fmcf->redis_client, NULL,
+                   NULL, write[i]);
+    }
+}
+
+
+/*
+ * The two arguments (i, i + 1) of a script that checks the posts being
+ * deleted (lib/deleted.lua): feed:deleting, or on a cluster its copy on the
+ * node of the call's key of index key (buf: NGX_HTTP_FEED_DELETING_LEN
+ * bytes), and which it is.
+ */
+
+static void
+ngx_http_feed_timeline_cache_deleting_args(ngx_http_feed_main_conf_t *fmcf,
+    ngx_http_feed_redis_call_t *call, ngx_uint_t i, u_char *buf,
+    ngx_uint_t key)
+{
+    size_t  len;
+
+    len = ngx_http_feed_redis_local_key(fmcf->redis_client,
+              (u_char *) call->argv[3 + key], call->argvlen[3 + key],
+              &ngx_http_feed_timeline_cache_deleting_key, buf);
+
+    ngx_http_feed_redis_call_arg(call, i, buf, len);
+
+    if (len == ngx_http_feed_timeline_cache_deleting_key.len) {
+        ngx_http_feed_redis_call_arg(call, i + 1, "", 0);
+
+    } else {
+        ngx_http_feed_redis_call_arg(call, i + 1, "1", 1);
+    }
+}
+
+
+/*
+ * A script found a copy of feed:deleting without its mark (a new master,
+ * a slot moved, a node emptied): reads of that node's users fail until it
+ * is made.  The other errors are the caller's.
+ */
+
+void
+ngx_http_feed_timeline_cache_error(redisReply *reply)
+{
+    if (reply != NULL && reply->type == REDIS_REPLY_ERROR
+        && reply->len > 7 && ngx_strncmp(reply->str, "NOCOPY ", 7) == 0)
+    {
+        ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
+                      "feed deleted posts: %*s, making it",
+                      (size_t) ngx_min(reply->len, 64), reply->str);
+
+        ngx_http_feed_timeline_cache_copies_ready(NULL,
+            ngx_http_feed_timeline_cache_fmcf);
+    }
+}
+
+
+/*
+ * Each master's copy of feed:deleting, made or completed from it: its
+ * members added where missing (NX: a copy's own writes are as new), and
+ * the mark.  One at a time per worker: the reads that fail meanwhile were
+ * sent before the copy's ZADD, the next ones are sent after it.
+ */
+
+static void
+ngx_http_feed_timeline_cache_copies_ready(ngx_http_feed_redis_t *rd,
+    void *data)
+{
+    ngx_http_feed_main_conf_t  *fmcf = data;
+
+    size_t                      argvlen[5];
+    ngx_uint_t                  up;
+    const char                 *argv[5];
+    ngx_http_feed_redis_args_t  args;
+
+    /* a worker's own: no configuration yet is no cluster */
+
+    if (fmcf == NULL
+        || ngx_http_feed_redis_masters(fmcf->redis_client, &up) == 0)
+    {
+        return;
+    }
+
+    if (ngx_http_feed_timeline_cache_copying) {
+        return;
+    }
+
+    ngx_http_feed_redis_args_init(&args, argv, argvlen);
+    ngx_http_feed_redis_args_lit(&args, "ZRANGE");
+    ngx_http_feed_redis_args_key(&args, NGX_HTTP_FEED_DELETING,
+                                 sizeof(NGX_HTTP_FEED_DELETING) - 1);
+    ngx_http_feed_redis_args_lit(&args, "0");
+    ngx_http_feed_redis_args_lit(&args, "-1");
+    ngx_http_feed_redis_args_lit(&args, "WITHSCORES");
+
+    if (ngx_http_feed_redis_send(fmcf->redis_client,
+                                 ngx_http_feed_timeline_cache_copies_got,
+                                 fmcf, &args)
+        == NULL)
+    {
+        return;
+    }
+
+    ngx_log_debug0(NGX_LOG_DEBUG_CORE, ngx_cycle->log, 0,
+                   "feed deleted posts: making the copies");
+
+    ngx_http_feed_timeline_cache_copying = 1;
+}
+
+
+static void
+ngx_http_feed_timeline_cache_copies_got(void *data, redisReply *reply)
+{
+    ngx_http_feed_main_conf_t  *fmcf = data;
+
+    ngx_http_feed_timeline_cache_copying = 0;
+
+    if (reply == NULL || reply->type != REDIS_REPLY_ARRAY
+        || reply->elements % 2)
+    {
+        ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
+                      "feed deleted posts not read for their copies: %s",
+                      reply && reply->type == REDIS_REPLY_ERROR
+                      ? reply->str : "no answer");
+        return;
+    }
+
+    ngx_http_feed_redis_local_keys(fmcf->redis_client,
+                                   &ngx_http_feed_timeline_cache_deleting_key,
+                                   ngx_http_feed_timeline_cache_copy_make,
+                                   reply);
+}
+
+
+/* ZADD copy NX +inf ~ score id ...: the members as ZRANGE gave them */
+
+static void
+ngx_http_feed_timeline_cache_copy_make(void *data, u_char *key, size_t len)
+{
+    redisReply *reply = data;
+
+    size_t                     *argvlen;
+    ngx_uint_t                  i, argc;
+    const char                **argv;
+    ngx_http_feed_redis_args_t  args;
+
+    argc = 5 + reply->elements;
+
+    argv = ngx_alloc(argc * (sizeof(char *) + sizeof(size_t)),
+                     ngx_cycle->log);
+    if (argv == NULL) {
+        return;
+    }
+
+    argvlen = (size_t *) (argv + argc);
+
+    ngx_http_feed_redis_args_init(&args, argv, argvlen);
+    ngx_http_feed_redis_args_lit(&args, "ZADD");
+    ngx_http_feed_redis_args_key(&args, key, len);
+    ngx_http_feed_redis_args_lit(&args, "NX");
+    ngx_http_feed_redis_args_lit(&args, "+inf");
+    ngx_http_feed_redis_args_lit(&args, NGX_HTTP_FEED_DELETING_MARK);
+
+    for (i = 0; i + 1 < reply->elements; i += 2) {
+        ngx_http_feed_redis_args_add(&args, reply->element[i + 1]->str,
+                                     reply->element[i + 1]->len);
+        ngx_http_feed_redis_args_add(&args, reply->element[i]->str,
+                                     reply->element[i]->len);
+    }
+
+    ngx_log_debug2(NGX_LOG_DEBUG_CORE, ngx_cycle->log, 0,
+                   "feed deleted posts: copy %*s made", len, key);
+
+    (void) ngx_http_feed_redis_send(
+               ngx_http_feed_timeline_cache_fmcf->redis_client, NULL, NULL,
+               &args);
+
+    ngx_free(argv);
+}
+
+
+
+/*
+ * The Redis node of a user's timeline, as a number (0 for a single Redis):
+ * a batch of deliveries or removes is of one node.
+ */
+
+ngx_uint_t
+ngx_http_feed_timeline_cache_node(ngx_http_feed_main_conf_t *fmcf,
+    ngx_http_feed_user_t *user)
+{
+    char  key[NGX_HTTP_FEED_KEY_LEN];
+
+    return ngx_http_feed_redis_node_of(fmcf->redis_client, (u_char *) key,
+               ngx_http_feed_timeline_cache_user_key(key,
+                                                     NGX_HTTP_FEED_TL_PREFIX,
+                                                     user));
 }
 
 

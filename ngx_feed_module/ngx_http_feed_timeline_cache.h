@@ -121,6 +121,9 @@ void ngx_http_feed_timeline_cache_delete(ngx_http_feed_main_conf_t *fmcf,
 ngx_int_t ngx_http_feed_timeline_cache_remove(ngx_http_feed_main_conf_t *fmcf,
     ngx_pool_t *pool, ngx_http_feed_user_t *users, ngx_uint_t n,
     const char *id, ngx_http_feed_redis_pt handler, void *data);
+void ngx_http_feed_timeline_cache_error(redisReply *reply);
+ngx_uint_t ngx_http_feed_timeline_cache_node(ngx_http_feed_main_conf_t *fmcf,
+    ngx_http_feed_user_t *user);
 void ngx_http_feed_timeline_cache_removed(ngx_http_feed_main_conf_t *fmcf,
     const char *id);
 

@@ -175,7 +175,7 @@ ngx_http_feed_timeline_pull_remove(ngx_http_feed_main_conf_t *fmcf,
     char                        list[NGX_HTTP_FEED_PULL_KEY_LEN];
     u_char                      ttl[NGX_INT_T_LEN],
                                 nonce[NGX_HTTP_FEED_NONCE_LEN];
-    size_t                      argvlen[
+    size_t                      len, argvlen[
                                     NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_ARGC
                                     + 1];
     const char                 *argv[
@@ -183,15 +183,22 @@ ngx_http_feed_timeline_pull_remove(ngx_http_feed_main_conf_t *fmcf,
                                     + 1];
     ngx_http_feed_redis_call_t  call;
 
-    /* the timelines' remove script, on one list: its keys are a tail */
+    /*
+     * The timelines' remove script, on one list: the lists are a tail of
+     * its arguments, the first its key
+     */
 
     ngx_http_feed_redis_call_init(&call, &ngx_http_feed_script_timeline_remove,
                                   argv, argvlen, 1,
-                                  NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_NARGS);
+                                  NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_NARGS
+                                  + 1);
 
-    ngx_http_feed_redis_call_key(&call, 0, list,
-        ngx_http_feed_timeline_cache_user_key(list, NGX_HTTP_FEED_PL_PREFIX,
-                                              author));
+    len = ngx_http_feed_timeline_cache_user_key(list, NGX_HTTP_FEED_PL_PREFIX,
+                                                author);
+
+    ngx_http_feed_redis_call_key(&call, 0, list, len);
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_NARGS, list, len);
 
     ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_ARG_ID, id, 24);

@@ -17,9 +17,16 @@
   once it is delivered to all, the author's next posts go to their own
   list only, and every cached follower merges it.
 
+  The followers' timelines are arguments, not keys: on a Redis Cluster a
+  batch is made of followers whose slots have one master, the one the
+  first follower's timeline (the only key) routes the call to, and a
+  script may reach keys of other slots of its node that it does not
+  declare.  A slot that moved meanwhile fails the call ("non local key")
+  after the timelines before it got the post: the entry stays pending and
+  is delivered again, and a second delivery changes nothing.
+
   Input:
-    KEYS[1] deleting          feed:deleting
-    KEYS[2...]                the followers' timelines, feed:tl:{user}
+    KEYS[1] route             the first follower's timeline
 
     ARGV[1] entry             the id, then the JSON in embed mode
     ARGV[2] cap               feed_cache_size
@@ -34,23 +41,29 @@
                               follower adds them to their pull authors
     ARGV[11] pull_prefix      feed:tla:{
     ARGV[12] follows_prefix   feed:tlv:{
+    ARGV[13] deleting         the posts being deleted, feed:deleting (on
+                              a cluster, its copy on the batch's node)
+    ARGV[14] copy             '1' on a cluster (lib/deleted.lua)
+    ARGV[15...]               the followers' timelines, feed:tl:{user}
 
   Output:
     how many timelines got it
 ]]
 
+-- @include deleted
 -- @include insert
 -- @include changed
 
 local entry, cap, n = ARGV[1], tonumber(ARGV[2]), 0
 local id = string.sub(entry, 1, 24)
 local member = ARGV[10]
-if redis.call('zscore', KEYS[1], id) then
+if deleting_any(ARGV[13], ARGV[14]) and redis.call('zscore', ARGV[13], id)
+then
   if member == '' then return 0 end
   entry = nil
 end
-for i = 2, #KEYS do
-  local tl = KEYS[i]
+for i = 15, #ARGV do
+  local tl = ARGV[i]
   local head = redis.call('lindex', tl, 0)
   if head and member ~= '' and key('', tl) ~= member .. '}' then
     -- the author's own timeline gets their posts pushed: not merged; the

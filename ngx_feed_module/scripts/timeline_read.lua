@@ -6,8 +6,7 @@
     KEYS[2] lock          its rebuild lock, feed:lock:{user}
     KEYS[3] pages         the first pages kept as answered, feed:tlp:{user}
     KEYS[4] version       the list's nonce, feed:tln:{user}
-    KEYS[5] deleting      the posts being deleted, feed:deleting
-    KEYS[6] pull          the pull authors the user follows, feed:tla:{user},
+    KEYS[5] pull          the pull authors the user follows, feed:tla:{user},
                           read when the version ends with 'P' (it ends with
                           'N' for a user who follows none)
 
@@ -24,6 +23,9 @@
     ARGV[10] vouched      '1': the worker has heard of no change of the
                           pull authors' lists its copy (ARGV[7]) was
                           merged from since it was made
+    ARGV[11] deleting     the posts being deleted, feed:deleting (on a
+                          cluster, its copy on the user's node)
+    ARGV[12] copy         '1' on a cluster (lib/deleted.lua)
 
   Output, the first element the kind of reply:
     {0, locked}           MISSING: no timeline; locked 1 while being
@@ -76,7 +78,7 @@ local limit, max, since = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 local ver = redis.call('get', KEYS[4])
 local mark, pull, lists = ver and string.sub(ver, -1), {}, {}
 local first = max == '' and since == ''
-local deleting = redis.call('zcard', KEYS[5]) > 0
+local deleting = deleting_any(ARGV[11], ARGV[12])
 
 -- a first page kept as answered is current (kv: its version) when none of
 -- its posts is being deleted; its list lives on
@@ -86,7 +88,7 @@ local function current(kv)
     local s = redis.call('hget', KEYS[3], 'i' .. ARGV[1]) or ''
     for i = 1, #s, 24 do ids[#ids + 1] = string.sub(s, i, i + 23) end
     if #ids > 0 then
-      local d = deleted(KEYS[5], ids)
+      local d = deleted(ARGV[11], ids)
       for i = 1, #d do if d[i] then return false end end
     end
   end
@@ -95,13 +97,13 @@ end
 
 if mark == 'P' and first and ARGV[10] == '1'
    and string.sub(ARGV[7], 1, #ver + 1) == ver .. '.'
-   and redis.call('exists', KEYS[6]) == 1
+   and redis.call('exists', KEYS[5]) == 1
 then
   local kv = redis.call('hget', KEYS[3], 'v' .. ARGV[1])
   if kv == ARGV[7] and current(kv) then return {LOCAL, kv} end
 end
 if mark == 'P' then
-  pull = redis.call('smembers', KEYS[6])
+  pull = redis.call('smembers', KEYS[5])
 end
 if (mark ~= 'P' and mark ~= 'N') or (mark == 'P' and #pull == 0) then
   -- a list without its version, or without its pull authors (evicted on
@@ -160,7 +162,7 @@ while true do
   end
   if #ids > 0 then
     local dead = {}
-    if deleting then dead = deleted(KEYS[5], ids) end
+    if deleting then dead = deleted(ARGV[11], ids) end
     local live, keys = {}, {}
     for i = 1, #ids do
       if not dead[i] then

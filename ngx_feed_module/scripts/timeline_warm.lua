@@ -10,9 +10,8 @@
     KEYS[2] lock              feed:lock:{user}
     KEYS[3] follows_version   feed:tlv:{user}
     KEYS[4] queue             posts delivered meanwhile, feed:tlq:{user}
-    KEYS[5] deleting          feed:deleting
-    KEYS[6] version           the list's nonce, feed:tln:{user}
-    KEYS[7] pull              the pull authors followed, feed:tla:{user}
+    KEYS[5] version           the list's nonce, feed:tln:{user}
+    KEYS[6] pull              the pull authors followed, feed:tla:{user}
                               (the version's mark says whether there are)
 
     ARGV[1] ttl               seconds
@@ -26,7 +25,10 @@
     ARGV[9] pull              the pull authors the user follows, as the
                               rebuild found them before asking for the
                               posts, separated by spaces
-    ARGV[10...]               id, JSON pairs, newest first
+    ARGV[10] deleting         the posts being deleted, feed:deleting (on
+                              a cluster, its copy on the user's node)
+    ARGV[11] copy             '1' on a cluster (lib/deleted.lua)
+    ARGV[12...]               id, JSON pairs, newest first
 
   Output:
     1, or 0 when the follows changed
@@ -49,12 +51,12 @@ if (redis.call('get', KEYS[3]) or '') ~= ARGV[6] then
 end
 if redis.call('exists', tl) == 0 then
   local ids, entries, dead = {}, {}, {}
-  for i = 10, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end
-  if #ids > 0 and redis.call('zcard', KEYS[5]) > 0 then
-    dead = deleted(KEYS[5], ids)
+  for i = 12, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end
+  if #ids > 0 and deleting_any(ARGV[10], ARGV[11]) then
+    dead = deleted(ARGV[10], ids)
   end
   for j = 1, #ids do
-    local i = 8 + 2 * j
+    local i = 10 + 2 * j
     if not dead[j] then
       if ARGV[3] == 'e' then
         entries[#entries + 1] = ARGV[i] .. ARGV[i + 1]
@@ -72,9 +74,9 @@ if redis.call('exists', tl) == 0 then
     redis.call('rpush', tl,
                unpack(entries, i, math.min(i + 999, #entries)))
   end
-  redis.call('del', KEYS[7])
+  redis.call('del', KEYS[6])
   for a in string.gmatch(ARGV[9], '%S+') do
-    redis.call('sadd', KEYS[7], a)
+    redis.call('sadd', KEYS[6], a)
   end
   if #entries > 0 then
     redis.call('ltrim', tl, 0, cap - 1)
@@ -82,10 +84,10 @@ if redis.call('exists', tl) == 0 then
       insert(tl, e, cap)
     end
     redis.call('expire', tl, ARGV[1])
-    redis.call('set', KEYS[6], ARGV[7] .. (ARGV[9] == '' and 'N' or 'P'),
+    redis.call('set', KEYS[5], ARGV[7] .. (ARGV[9] == '' and 'N' or 'P'),
                'EX', 2 * tonumber(ARGV[1]))
   end
-  redis.call('expire', KEYS[7], 2 * tonumber(ARGV[1]))
+  redis.call('expire', KEYS[6], 2 * tonumber(ARGV[1]))
 end
 unlock()
 redis.call('del', KEYS[4])

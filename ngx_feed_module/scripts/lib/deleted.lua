@@ -11,3 +11,18 @@ local function deleted(set, ids)
   end
   return d
 end
+
+-- Whether any post is being deleted, in the set of them that ARGV names:
+-- feed:deleting itself, or on a Redis Cluster (copy '1') the copy of it
+-- on this node, whose member '~' (no id) says it is whole: without it the
+-- copy is not made yet (a new master, a slot moved), and the call fails
+-- with NOCOPY rather than miss a delete; the worker makes it.
+local function deleting_any(set, copy)
+  if copy ~= '1' then
+    return redis.call('zcard', set) > 0
+  end
+  if not redis.call('zscore', set, '~') then
+    error({err = 'NOCOPY ' .. set})
+  end
+  return redis.call('zcard', set) > 1
+end

@@ -101,7 +101,7 @@ local function merge(out, part, pull)
     if deleting and #c > 0 then
       local ids = {}
       for i = 1, #c do ids[i] = c[i][1] end
-      dead = deleted(KEYS[5], ids)
+      dead = deleted(ARGV[11], ids)
     end
     if not embed then
       for i = 1, #c do

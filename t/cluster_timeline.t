@@ -1,0 +1,222 @@
+#!/usr/bin/perl
+
+# Timelines, fanout and deletes on a real Redis Cluster (three masters):
+#
+#   - reads are served from the cache (MISS once, then HIT) for users of
+#     every master: the read script checks the copy of the deleted posts
+#     on its own node (feed:deleting{<tag>}), not feed:deleting;
+#   - a post is delivered to the cached timelines of followers of all
+#     three masters, once, in batches of one node each (no CROSSSLOT),
+#     with feed_fanout_deliver_batch smaller than a node's share;
+#   - a delete is never shown by any read, on any node, and each master's
+#     copy holds it;
+#   - a copy lost (deleted by hand): reads of that node's users do not
+#     show a deleted post still in their lists, the copy is made again
+#     from feed:deleting, and reads hit again;
+#
+# Link mode and pull authors are refused with a cluster: t/config.t.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use Test::More;
+use Time::HiRes qw(time sleep);
+use FeedTest;
+use FeedTest::Util qw(short statuses fsum follow_each read_each none_failed
+    post);
+use FeedCluster;
+
+my $t = FeedTest->new;
+
+$t->start_mongo unless FeedTest::real_mongo();
+my $c = FeedCluster->start($t, masters => 3, replicas => 0);
+
+my $seeds = '127.0.0.1:' . $c->port(($c->masters)[0]) . ' cluster';
+
+my $CONF = <<"EOF";
+worker_processes 2;
+thread_pool feedtp threads=4;
+events { worker_connections 256; }
+http {
+    feed_redis $seeds;
+    feed_redis_timeout 1s;
+    feed_mongo_uri "%%MONGO_URI%%";
+    feed_mongo_timeout 2s;
+    feed_thread_pool feedtp;
+    feed_fanout on;
+    feed_fanout_block 500ms;
+    feed_fanout_claim_idle 2s;
+    feed_fanout_deliver_batch 4;
+    \@\@EXTRA\@\@
+
+    server {
+        listen 127.0.0.1:%%PORT_HTTP%% reuseport;
+        location ~ ^/users/([^/]+)/following/([^/]+)\$ { feed_follow \$1 \$2; }
+        location ~ ^/users/([^/]+)/posts\$ { feed_posts \$1; }
+        location ~ ^/users/([^/]+)/posts/([^/]+)\$ { feed_user_post \$1 \$2; }
+        location ~ ^/users/([^/]+)/timeline\$ {
+            feed_timeline \$1;
+            add_header X-Feed-Cache \$feed_cache_status always;
+        }
+        location /_feed/timeline {
+            internal;
+            subrequest_output_buffer_size 16m;
+            feed_timeline_source;
+        }
+        location = /status { feed_status; }
+    }
+}
+EOF
+
+(my $conf = $CONF) =~ s/\@\@EXTRA\@\@/feed_cache_local 1m;/;
+$t->write_conf($conf)->run;
+
+ok($t->wait_for(10, sub {
+    my $st = statuses($t);
+    return 0 unless keys %$st == 2;
+    for my $j (values %$st) {
+        my $cl = $j->{redis}{cluster} or return 0;
+        return 0 unless $cl->{masters_up} == 3;
+    }
+    return 1;
+}), 'every worker maps the cluster');
+
+# ------------------------------------------------------------- helpers --
+
+my @F = map { "f$_" } 1 .. 30;
+my %node = map { $_ => $c->master_of("feed:tl:{$_}") } @F;
+my %per;
+$per{$node{$_}}++ for @F;
+is(scalar keys %per, 3, 'the followers\' timelines are on all three '
+    . 'masters: ' . join(' ', map { "$_=$per{$_}" } sort keys %per));
+
+sub ids {
+    my ($r) = @_;
+    return [ map { $_->{id} } @{ $r->{json}{items} // [] } ];
+}
+
+sub cache_of {
+    my ($r) = @_;
+    return $r->{headers}{'x-feed-cache'} // '';
+}
+
+# each user's read: [status, cache status, ids]
+sub read_all {
+    my (@users) = @_;
+    my ($res) = read_each($t, @users);
+    return map { [ $_->{status}, cache_of($_), ids($_) ] } @$res;
+}
+
+sub in_list {
+    my ($user, $id) = @_;
+    my $l = eval { $c->key_cmd("feed:tl:{$user}", 'LRANGE',
+        "feed:tl:{$user}", 0, -1) } || [];
+    return scalar grep { substr($_, 0, 24) eq $id } @$l;
+}
+
+sub copy_of {
+    my ($name) = @_;
+    my $keys = $c->cmd($name, 'KEYS', 'feed:deleting{*}');
+    return @$keys ? $keys->[0] : undef;
+}
+
+# ------------------------------------------------------------ timelines --
+
+none_failed([ follow_each($t, 'author', @F) ], '30 follows of author');
+
+my $p1 = post($t, 'author', 'before the caches');
+
+my @r = read_all(@F);
+is(scalar(grep { $_->[0] == 200 && $_->[1] eq 'MISS' } @r), 30,
+    'first reads: 30 MISS (rebuilt)');
+is(scalar(grep { $_->[2][0] && $_->[2][0] eq $p1 } @r), 30,
+    'first reads: the post of before');
+
+@r = read_all(@F);
+is(scalar(grep { $_->[0] == 200 && $_->[1] eq 'HIT' } @r), 30,
+    'second reads: 30 HIT, on all three masters')
+    or diag(join ' ', map { "$_->[0]/$_->[1]" } @r);
+
+for my $m ($c->masters) {
+    my $copy = copy_of($m);
+    ok($copy && $c->master_of($copy) eq $m
+        && defined $c->cmd($m, 'ZSCORE', $copy, '~'),
+        "$m: its copy of the deleted posts, marked whole");
+}
+
+# --------------------------------------------------------------- fanout --
+
+my $d0 = fsum(statuses($t), "deliveries");
+my $p2 = post($t, 'author', 'to every node');
+
+ok($t->wait_for(5, sub { !grep { !in_list($_, $p2) } @F }),
+    'fanout: the post in all 30 cached timelines');
+is(scalar(grep { in_list($_, $p2) == 1 } @F), 30, 'fanout: once in each');
+ok($t->wait_for(3, sub {
+    fsum(statuses($t), "deliveries") - $d0 == 30 }),
+    'fanout: 30 deliveries counted (the author has no cached timeline)')
+    or diag('deliveries: ' . (fsum(statuses($t), "deliveries") - $d0));
+
+@r = read_all(@F);
+is(scalar(grep { $_->[1] eq 'HIT' && $_->[2][0] eq $p2 } @r), 30,
+    'fanout: every read a HIT with the new post first');
+
+# ---------------------------------------------------------------- delete --
+
+my $del = $t->http('DELETE', "/users/author/posts/$p2");
+is($del->{status}, 204, 'delete: 204');
+
+@r = read_all(@F);
+is(scalar(grep { $_->[0] == 200 && !grep { $_ eq $p2 } @{$_->[2]} } @r),
+    30, 'delete: no read shows it, on any node');
+for my $m ($c->masters) {
+    my $copy = copy_of($m);
+    ok($copy && defined $c->cmd($m, 'ZSCORE', $copy, $p2),
+        "delete: in $m\'s copy");
+}
+ok($t->wait_for(5, sub { !grep { in_list($_, $p2) } @F }),
+    'delete: fanout takes it out of every list');
+
+# ----------------------------------------------------------- copy lost --
+
+# a post deleted while it stays in the lists: its id put back by hand
+# after the delete's fanout, as a list made before it would hold it
+my $p3 = post($t, 'author', 'deleted, still listed');
+ok($t->wait_for(5, sub { !grep { !in_list($_, $p3) } @F }),
+    'copy lost: the post in every list');
+my $entries = { map { $_ => $c->key_cmd("feed:tl:{$_}", 'LINDEX',
+    "feed:tl:{$_}", 0) } @F };
+is($t->http('DELETE', "/users/author/posts/$p3")->{status}, 204,
+    'copy lost: post deleted');
+ok($t->wait_for(5, sub { !grep { in_list($_, $p3) } @F }),
+    'copy lost: out of every list');
+$c->key_cmd("feed:tl:{$_}", 'LPUSH', "feed:tl:{$_}", $entries->{$_})
+    for @F;
+
+my $victim = ($c->masters)[1];
+my @theirs = grep { $node{$_} eq $victim } @F;
+$c->cmd($victim, 'DEL', copy_of($victim));
+
+@r = read_all(@theirs);
+is(scalar(grep { $_->[0] == 200 && !grep { $_ eq $p3 } @{$_->[2]} } @r),
+    scalar @theirs, "copy lost: $victim\'s users never see the deleted "
+    . 'post');
+ok($t->wait_for(3, sub {
+    my $copy = copy_of($victim);
+    $copy && defined $c->cmd($victim, 'ZSCORE', $copy, '~')
+        && defined $c->cmd($victim, 'ZSCORE', $copy, $p3) }),
+    'copy lost: made again, with the deleted post');
+@r = read_all(@theirs);
+is(scalar(grep { $_->[1] eq 'HIT' && !grep { $_ eq $p3 } @{$_->[2]} } @r),
+    scalar @theirs, 'copy lost: reads hit again, without it');
+like($t->error_log, qr/feed deleted posts: NOCOPY/,
+    'copy lost: the missing copy logged');
+
+# ------------------------------------------------------------------ end --
+
+unlike($t->error_log, qr/CROSSSLOT|non local key/,
+    'no command across nodes');
+
+$t->done;
