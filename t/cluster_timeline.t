@@ -13,6 +13,11 @@
 #   - a copy lost (deleted by hand): reads of that node's users do not
 #     show a deleted post still in their lists, the copy is made again
 #     from feed:deleting, and reads hit again;
+#   - a master killed (its replica promoted): the other masters' users
+#     hit all along, its users are answered from the fallback (or 503)
+#     until the promotion, then hit again; a post made meanwhile reaches
+#     every follower once, its node's after the promotion (the entry
+#     stays pending and is claimed again).
 #
 # Link mode and pull authors are refused with a cluster: t/config.t.
 
@@ -31,9 +36,12 @@ use FeedCluster;
 my $t = FeedTest->new;
 
 $t->start_mongo unless FeedTest::real_mongo();
-my $c = FeedCluster->start($t, masters => 3, replicas => 0);
+my $c = FeedCluster->start($t, masters => 3, replicas => 1);
 
-my $seeds = '127.0.0.1:' . $c->port(($c->masters)[0]) . ' cluster';
+# the stream's master as the seed: it stays up (the failover below kills
+# another)
+my $seeds = '127.0.0.1:' . $c->port($c->master_of('feed:posts'))
+    . ' cluster';
 
 my $CONF = <<"EOF";
 worker_processes 2;
@@ -195,7 +203,7 @@ ok($t->wait_for(5, sub { !grep { in_list($_, $p3) } @F }),
 $c->key_cmd("feed:tl:{$_}", 'LPUSH', "feed:tl:{$_}", $entries->{$_})
     for @F;
 
-my $victim = ($c->masters)[1];
+my $victim = (grep { $_ ne $c->master_of('feed:posts') } $c->masters)[0];
 my @theirs = grep { $node{$_} eq $victim } @F;
 $c->cmd($victim, 'DEL', copy_of($victim));
 
@@ -213,6 +221,42 @@ is(scalar(grep { $_->[1] eq 'HIT' && !grep { $_ eq $p3 } @{$_->[2]} } @r),
     scalar @theirs, 'copy lost: reads hit again, without it');
 like($t->error_log, qr/feed deleted posts: NOCOPY/,
     'copy lost: the missing copy logged');
+
+# ------------------------------------------------------------- failover --
+
+my @others = grep { $node{$_} ne $victim } @F;
+$t->stop_proc($victim, 'KILL');
+my $killed = time;
+
+my $p4 = post($t, 'author', 'while a master is down');
+
+my (%seen, $bad);
+while (time - $killed < 1) {
+    for my $r (read_all(@others)) {
+        $bad++ unless $r->[0] == 200 && $r->[1] eq 'HIT';
+    }
+    for my $r (read_all(@theirs)) {
+        $seen{"$r->[0] $r->[1]"}++;
+    }
+}
+ok(!$bad, 'failover: the other masters\' users hit all along');
+ok(!grep({ !/^(200 BYPASS|503 .*)$/ } keys %seen),
+    "failover: $victim\'s users answered from the fallback or 503 until "
+    . 'the promotion: ' . join(', ', map { "$_ x$seen{$_}" } sort keys %seen));
+
+ok($t->wait_for(15, sub {
+    my $st = statuses($t);
+    return 0 unless keys %$st == 2;
+    !grep { ($_->{redis}{cluster}{masters_up} // 0) != 3 } values %$st;
+}), 'failover: the promoted replica found');
+diag(sprintf 'failover: %.1f s from the kill', time - $killed);
+
+ok($t->wait_for(15, sub { !grep { !in_list($_, $p4) } @F }),
+    'failover: the post made meanwhile in all 30 timelines');
+is(scalar(grep { in_list($_, $p4) == 1 } @F), 30, 'failover: once in each');
+@r = read_all(@theirs);
+is(scalar(grep { $_->[1] eq 'HIT' && $_->[2][0] eq $p4 } @r),
+    scalar @theirs, "failover: $victim\'s users hit again, the post first");
 
 # ------------------------------------------------------------------ end --
 
