@@ -19,13 +19,14 @@ use Time::HiRes qw(time sleep);
 use POSIX qw(strftime);
 use List::Util qw(sum max min);
 use FeedTest qw(json_decode);
+use FeedCluster;
 
 Test::More->builder->no_ending(1);
 
 my $QUICK = $ENV{FEED_BENCH_QUICK};
 my %PHASES = map { $_ => 1 } split /,/,
-    $ENV{FEED_BENCH_PHASES} || '1,2,3,4,5,6';
-my $ALL = keys %PHASES == 6;
+    $ENV{FEED_BENCH_PHASES} || '1,2,3,4,5,6,7';
+my $ALL = keys %PHASES == 7;
 my $ROOT = FeedTest->root;
 my $DUR = $QUICK ? 1 : 5;
 my $CONNS = 32;
@@ -62,6 +63,7 @@ sub conf {
     my $timeout = $o{mongo_timeout} || '10s';
     my $m = $mode eq 'embed' ? 'e' : 'l';
     my $pull = defined $o{pull} ? "\n    feed_pull_threshold $o{pull};" : '';
+    my $redis = $o{redis} || '127.0.0.1:%%PORT_REDIS%%';
     my $lua = $sha ? <<"EOF" : '';
         location ~ ^/lua/([^/]+)/timeline\$ {
             set \$feed_uid \$1;
@@ -90,7 +92,7 @@ thread_pool feedtp threads=16;
 events { worker_connections 8192; }
 http {
     lua_package_path "/usr/share/lua/5.1/?.lua;;";
-    feed_redis 127.0.0.1:%%PORT_REDIS%%;
+    feed_redis $redis;
     feed_redis_timeout 5s;
     feed_mongo_uri "$mongo";
     feed_mongo_timeout $timeout;
@@ -889,6 +891,40 @@ if (phase(6)) {
     $result{pull_s} = time - $t6;
 }
 
+# ------------------------------------------------- 7. Redis Cluster --
+
+if (phase(7)) {
+
+    # The same hits (embed mode, a cluster's) with a single Redis and with
+    # a 3-master cluster on the same machine, alternately, so that the
+    # machine's drift falls on both alike: what routing costs.
+    my $c = FeedCluster->start($t, masters => 3, replicas => 0);
+    my $seeds = join ' ', map { '127.0.0.1:' . $c->port($_) } $c->masters;
+    my $rounds = $QUICK ? 1 : 2;
+
+    for my $round (1 .. $rounds) {
+        for my $topo (qw(single cluster)) {
+            start_nginx(mode => 'embed',
+                $topo eq 'cluster' ? (redis => "$seeds cluster") : ());
+            $t->wait_for(5, sub {
+                my $j = $t->get('/status')->{json} or return 0;
+                $topo eq 'single' || ($j->{redis}{cluster}{masters_up} // 0)
+                    == 3;
+            }) or die "nginx does not see the cluster\n";
+
+            for my $limit (20, 50) {
+                my $url = "/users/reader/timeline?limit=$limit";
+                body($url) for 1 .. 2;
+                push @{ $result{cluster}{$limit}{$topo} }, wrk($url);
+            }
+        }
+    }
+
+    $result{cluster}{master} = $c->master_of('feed:tl:{reader}');
+    $t->stop;
+    $t->stop_proc($_, 'TERM') for $c->names;
+}
+
 # nginx stops gracefully, with nothing alarming in its log over the run
 
 my $stopped = $t->stop;
@@ -1141,6 +1177,41 @@ if (phase(6)) {
         . join(', ', map { "$_ " . ($ps->{$_} // 'null') }
             qw(threshold authors listed reads pulled merge_us loads to_pull
                to_push)) . '.', '';
+}
+
+if (phase(7)) {
+    my $cl = $result{cluster};
+    my $cmd = $ALL ? 'make bench' : "FEED_BENCH_PHASES=$ENV{FEED_BENCH_PHASES}"
+        . ($ENV{FEED_BENCH_WRITE} ? ' FEED_BENCH_WRITE=1' : '') . ' make bench';
+    push @out, "## 7. Redis Cluster", '',
+        "Measured $date by `$cmd`.", '',
+        'Hits of the same page (embed mode, the only one a cluster takes), '
+        . 'one nginx worker, with a single Redis and with a 3-master '
+        . 'cluster (`feed_redis <3 seeds> cluster`, no replicas) on the same '
+        . 'machine, the two alternately (' . scalar(@{ $cl->{20}{single} })
+        . ' rounds). The reader\'s keys are on ' . $cl->{master}
+        . '; every read runs one script there, which checks that '
+        . 'node\'s copy of the deleted posts.', '',
+        '| read | single req/s | cluster req/s | **cluster/single** '
+        . '| p50 single / cluster | p99 single / cluster |',
+        '|---|---|---|---|---|---|';
+
+    for my $limit (20, 50) {
+        my ($s, $k) = map { $cl->{$limit}{$_} } qw(single cluster);
+        my $ms = sum(map { $_->{rps} } @$s) / @$s;
+        my $mk = sum(map { $_->{rps} } @$k) / @$k;
+        push @out, sprintf('| hit, limit %d | %s | %s | **%.2f** | %s / %s '
+            . '| %s / %s |', $limit,
+            join(', ', map { sprintf('%.0f', $_->{rps}) } @$s),
+            join(', ', map { sprintf('%.0f', $_->{rps}) } @$k),
+            $ms ? $mk / $ms : 0,
+            fmt_ms(max(map { $_->{p50} // 0 } @$s)),
+            fmt_ms(max(map { $_->{p50} // 0 } @$k)),
+            fmt_ms(max(map { $_->{p99} // 0 } @$s)),
+            fmt_ms(max(map { $_->{p99} // 0 } @$k)));
+    }
+
+    push @out, '', 'Target: ≥ 0.85× of the single Redis.', '';
 }
 
 my $report = join("\n", @out) . "\n";
