@@ -12,7 +12,8 @@
  *      with a port, and a reply it accepts passes on its ranges only.
  *
  * Before any input: the slots of keys as a real Redis 7.0 computes them
- * (CLUSTER KEYSLOT), the examples of the cluster specification among them.
+ * (CLUSTER KEYSLOT), the examples of the cluster specification among them,
+ * and the hash tags of a few slots.
  */
 
 
@@ -41,6 +42,21 @@ static ngx_http_feed_fuzz_slot_t  ngx_http_feed_fuzz_known_slots[] = {
     { "", 0 },
     { "feed:tl:{42}", 8000 },
     { "a{", 14311 },
+    { NULL, 0 }
+};
+
+
+/*
+ * Hash tags of slots (ngx_http_feed_redis_slot_tag()): the last slots of
+ * the three masters redis-cli makes, and the slot whose smallest tag is
+ * the largest of all 16384 (checked once, by a search of them all).
+ */
+static ngx_http_feed_fuzz_slot_t  ngx_http_feed_fuzz_known_tags[] = {
+    { "3560", 0 },
+    { "41402", 5460 },
+    { "5405", 10922 },
+    { "39296", 16383 },
+    { "109757", 1469 },
     { NULL, 0 }
 };
 
@@ -90,6 +106,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 static void
 ngx_http_feed_fuzz_known(void)
 {
+    u_char                      tag[NGX_HTTP_FEED_REDIS_TAG_LEN];
+    size_t                      len;
     ngx_http_feed_fuzz_slot_t  *k;
 
     for (k = ngx_http_feed_fuzz_known_slots; k->key; k++) {
@@ -98,6 +116,16 @@ ngx_http_feed_fuzz_known(void)
         {
             fprintf(stderr, "slot of \"%s\" is not %u\n", k->key,
                     (unsigned) k->slot);
+            abort();
+        }
+    }
+
+    for (k = ngx_http_feed_fuzz_known_tags; k->key; k++) {
+        len = ngx_http_feed_redis_slot_tag(k->slot, tag);
+
+        if (len != strlen(k->key) || ngx_memcmp(tag, k->key, len) != 0) {
+            fprintf(stderr, "tag of slot %u is not \"%s\"\n",
+                    (unsigned) k->slot, k->key);
             abort();
         }
     }

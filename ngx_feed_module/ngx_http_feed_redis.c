@@ -105,6 +105,11 @@ static void ngx_http_feed_redis_node_exit(ngx_http_feed_redis_t *rd,
     void *data);
 static ngx_int_t ngx_http_feed_redis_format(ngx_http_feed_redis_t *rd,
     ngx_http_feed_redis_cmd_t *cmd, ngx_http_feed_redis_args_t *args);
+/* what a node answers a script that touched a key of another node's */
+#define NGX_HTTP_FEED_REDIS_NON_LOCAL                                        \
+    "ERR Script attempted to access a non local key"
+
+
 static ngx_int_t ngx_http_feed_redis_redirected(ngx_http_feed_redis_cmd_t *cmd,
     redisReply *reply);
 static void ngx_http_feed_redis_connect(ngx_http_feed_redis_t *rd);
@@ -1300,12 +1305,31 @@ ngx_http_feed_redis_redirected(ngx_http_feed_redis_cmd_t *cmd,
 
     rd = cmd->rd;
 
+    /*
+     * A command nobody waits for (a write sent and forgotten, or one whose
+     * request went away) is redirected all the same: it is still to be
+     * done.
+     */
+
     if (reply == NULL || reply->type != REDIS_REPLY_ERROR
-        || cmd->handler == NULL
-        || cmd->redirects == NGX_HTTP_FEED_REDIS_REDIRECTS
-        || ngx_http_feed_redis_redirect(reply->str, reply->len, &rr)
-           != NGX_OK)
+        || cmd->redirects == NGX_HTTP_FEED_REDIS_REDIRECTS)
     {
+        return NGX_DECLINED;
+    }
+
+    if (ngx_http_feed_redis_redirect(reply->str, reply->len, &rr)
+        != NGX_OK)
+    {
+        /* a script's key of a slot gone from this node: the map is old */
+
+        if (reply->len > sizeof(NGX_HTTP_FEED_REDIS_NON_LOCAL) - 1
+            && ngx_strncmp(reply->str, NGX_HTTP_FEED_REDIS_NON_LOCAL,
+                           sizeof(NGX_HTTP_FEED_REDIS_NON_LOCAL) - 1)
+               == 0)
+        {
+            ngx_http_feed_redis_cluster_stale(rd->router->cluster);
+        }
+
         return NGX_DECLINED;
     }
 

@@ -25,8 +25,8 @@ typedef struct {
     ngx_http_feed_redis_conf_t    conf;
     u_char                        text[NGX_SOCKADDR_STRLEN + 8];
     char                          host[NGX_SOCKADDR_STRLEN];
-    /* the node's first slot, + 1 (0: none), and its hash tag */
-    ngx_uint_t                    first;
+    /* the node's last slot, + 1 (0: none), and its hash tag */
+    ngx_uint_t                    last;
     u_char                        tag[NGX_HTTP_FEED_REDIS_TAG_LEN];
     size_t                        tag_len;
     unsigned                      master:1;
@@ -418,6 +418,19 @@ ngx_http_feed_redis_cluster_redirect(ngx_http_feed_redis_cluster_t *cl,
 }
 
 
+/* a node said a key is not its own any more: the map is asked again */
+
+void
+ngx_http_feed_redis_cluster_stale(ngx_http_feed_redis_cluster_t *cl)
+{
+    if (!cl->refreshing) {
+        ngx_log_debug0(NGX_LOG_DEBUG_EVENT, cl->log, 0,
+                       "feed redis cluster: a key not local, map asked");
+        ngx_http_feed_redis_cluster_ask(cl);
+    }
+}
+
+
 /* node events, from ngx_http_feed_redis.c */
 
 void
@@ -755,40 +768,43 @@ ngx_http_feed_redis_cluster_apply(ngx_http_feed_redis_cluster_t *cl)
 
 
 /*
- * Each master's first slot, and its hash tag: keys named with it are the
- * master's own (ngx_http_feed_redis_cluster_local()).  Made again only for
- * a master whose first slot moved.
+ * Each master's last slot, and its hash tag: keys named with it are the
+ * master's own (ngx_http_feed_redis_cluster_local()).  Its last, not its
+ * first: redis-cli --cluster reshard moves a master's slots from the
+ * lowest up, so that the tag of a master giving slots stays until the
+ * end, and of one taking lower slots does not move.  Made again only for
+ * a master whose last slot moved.
  */
 
 static void
 ngx_http_feed_redis_cluster_tags(ngx_http_feed_redis_cluster_t *cl)
 {
-    ngx_uint_t                   s, i, first[NGX_HTTP_FEED_REDIS_NODES_MAX];
+    ngx_uint_t                   s, i, last[NGX_HTTP_FEED_REDIS_NODES_MAX];
     ngx_http_feed_redis_node_t  *node;
 
-    ngx_memzero(first, sizeof(first));
+    ngx_memzero(last, sizeof(last));
 
     for (s = 0; s < NGX_HTTP_FEED_REDIS_SLOTS; s++) {
-        if (cl->slots[s] && first[cl->slots[s] - 1] == 0) {
-            first[cl->slots[s] - 1] = s + 1;
+        if (cl->slots[s]) {
+            last[cl->slots[s] - 1] = s + 1;
         }
     }
 
     for (i = 0; i < cl->nnodes; i++) {
         node = &cl->nodes[i];
 
-        if (node->first == first[i]) {
+        if (node->last == last[i]) {
             continue;
         }
 
-        node->first = first[i];
-        node->tag_len = first[i]
-                        ? ngx_http_feed_redis_slot_tag(first[i] - 1, node->tag)
+        node->last = last[i];
+        node->tag_len = last[i]
+                        ? ngx_http_feed_redis_slot_tag(last[i] - 1, node->tag)
                         : 0;
 
         ngx_log_debug4(NGX_LOG_DEBUG_EVENT, cl->log, 0,
-                       "feed redis cluster node %V: first slot %ui, tag %*s",
-                       &node->conf.addr_text, first[i], node->tag_len,
+                       "feed redis cluster node %V: last slot %ui, tag %*s",
+                       &node->conf.addr_text, last[i], node->tag_len,
                        node->tag);
     }
 }

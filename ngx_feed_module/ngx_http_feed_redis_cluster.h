@@ -36,6 +36,7 @@ ngx_http_feed_redis_t *ngx_http_feed_redis_cluster_redirect(
     ngx_http_feed_redis_cluster_t *cl, ngx_http_feed_redis_t *from,
     ngx_http_feed_redis_redirect_t *rr);
 
+void ngx_http_feed_redis_cluster_stale(ngx_http_feed_redis_cluster_t *cl);
 void ngx_http_feed_redis_cluster_node_ready(ngx_http_feed_redis_cluster_t *cl,
     ngx_http_feed_redis_t *node);
 ngx_int_t ngx_http_feed_redis_cluster_node_down(

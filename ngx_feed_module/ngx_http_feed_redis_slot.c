@@ -68,8 +68,8 @@ ngx_http_feed_redis_slot(const u_char *key, size_t len)
  * A hash tag of that slot: the smallest decimal number whose CRC16 falls
  * in it.  A key named "<base>{<tag>}" lives on the slot's master: what a
  * script needs of a set that every read checks, which has a copy on each
- * master (every slot has a tag of at most 6 digits: fuzz_redis_cluster
- * checks them all).
+ * master (every slot has one below 110000, 1469's being the largest:
+ * fuzz_redis_cluster checks it and the last slots of three masters).
  */
 
 size_t

@@ -9,7 +9,8 @@
 #     three masters, once, in batches of one node each (no CROSSSLOT),
 #     with feed_fanout_deliver_batch smaller than a node's share;
 #   - a delete is never shown by any read, on any node, and each master's
-#     copy holds it;
+#     copy holds it; its write of feed:deleting follows a MOVED (a write
+#     nobody waits for is redirected too);
 #   - a copy lost (deleted by hand): reads of that node's users do not
 #     show a deleted post still in their lists, the copy is made again
 #     from feed:deleting, and reads hit again;
@@ -186,6 +187,23 @@ for my $m ($c->masters) {
 }
 ok($t->wait_for(5, sub { !grep { in_list($_, $p2) } @F }),
     'delete: fanout takes it out of every list');
+
+# -------------------------------------- a write nobody waits for, moved --
+
+# feed:deleting's slot moved behind the workers' backs: a delete's write of
+# it (sent and forgotten) is answered MOVED, and must follow it
+my $dslot = $c->cmd($c->master_of('feed:deleting'), 'CLUSTER', 'KEYSLOT',
+    'feed:deleting');
+my $dfrom = $c->master_of('feed:deleting');
+my ($dto) = grep { $_ ne $dfrom } $c->masters;
+$c->move_slot($dslot, $dfrom, $dto);
+
+my $p5 = post($t, 'author', 'deleted after its set moved');
+is($t->http('DELETE', "/users/author/posts/$p5")->{status}, 204,
+    'moved: post deleted');
+ok($t->wait_for(3, sub {
+    defined $c->cmd($dto, 'ZSCORE', 'feed:deleting', $p5) }),
+    "moved: the delete's write followed feed:deleting to $dto");
 
 # ----------------------------------------------------------- copy lost --
 
