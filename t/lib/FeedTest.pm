@@ -583,8 +583,9 @@ sub crash_output {
     return @out;
 }
 
-# stops nginx gracefully, then asserts error.log is clean
-sub done {
+# stops nginx gracefully, then asserts error.log is clean; the last
+# instance of a test file: done(), which ends the test too
+sub finish {
     my ($self) = @_;
 
     ok($self->stop, 'nginx stopped gracefully');
@@ -595,6 +596,11 @@ sub done {
 
     $self->cleanup;
     $self->no_sanitizer_reports;
+}
+
+sub done {
+    my ($self) = @_;
+    $self->finish;
     done_testing();
 }
 
