@@ -107,6 +107,10 @@ http {
         location ~ ^/users/([^/]+)/following/([^/]+)\$ { feed_follow \$1 \$2; }
         location ~ ^/users/([^/]+)/posts\$ { feed_posts \$1; }
         location ~ ^/users/([^/]+)/timeline\$ { feed_timeline \$1; }
+        location ~ ^/c/users/([^/]+)/timeline\$ {
+            feed_timeline \$1;
+            add_header X-Feed-Cache \$feed_cache_status always;
+        }
         location /_feed/timeline {
             internal;
             subrequest_output_buffer_size 16m;
@@ -897,10 +901,13 @@ if (phase(7)) {
 
     # The same hits (embed mode, a cluster's) with a single Redis and with
     # a 3-master cluster on the same machine, alternately, so that the
-    # machine's drift falls on both alike: what routing costs.
+    # machine's drift falls on both alike: what routing costs.  Then the
+    # same post fanned out to the same followers on both, and a master
+    # killed under reads.
     my $c = FeedCluster->start($t, masters => 3, replicas => 0);
     my $seeds = join ' ', map { '127.0.0.1:' . $c->port($_) } $c->masters;
     my $rounds = $QUICK ? 1 : 2;
+    my $t7 = time;
 
     for my $round (1 .. $rounds) {
         for my $topo (qw(single cluster)) {
@@ -921,9 +928,146 @@ if (phase(7)) {
     }
 
     $result{cluster}{master} = $c->master_of('feed:tl:{reader}');
+
+    cluster_fanout($c, "$seeds cluster", $rounds);
+    cluster_failover($c, "$seeds cluster");
+
     $t->stop;
-    $t->stop_proc($_, 'TERM') for $c->names;
+    $t->stop_mongo('mongoclu');
+    $t->stop_proc($_, 'TERM') for $c->names, 'c9';
+    $result{cluster}{s} = time - $t7;
 }
+
+# a key's hash slot, as Redis computes it (CRC16 XMODEM of its hash tag)
+sub key_slot {
+    my ($k) = @_;
+    $k = $1 if $k =~ /\{([^}]+)\}/;
+    my $crc = 0;
+    for my $b (unpack 'C*', $k) {
+        $crc ^= $b << 8;
+        $crc = $crc & 0x8000 ? (($crc << 1) ^ 0x1021) & 0xffff
+                             : ($crc << 1) & 0xffff for 1 .. 8;
+    }
+    return $crc & 16383;
+}
+
+# a cached timeline (an end marker) for each of f1..fN: on the port of
+# each one's node, pipelined
+sub cache_lists {
+    my ($n, $port_of) = @_;
+    my (%req, %count);
+    for my $i (1 .. $n) {
+        my $k = "feed:tl:{f$i}";
+        my $port = $port_of->($k);
+        $req{$port} .= "*3\r\n\$5\r\nRPUSH\r\n\$" . length($k)
+            . "\r\n$k\r\n\$24\r\n000000000000000000000000\r\n";
+        $count{$port}++;
+    }
+    for my $port (keys %req) {
+        my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port")
+            or die "redis $port: $!\n";
+        print $s $req{$port};
+        FeedTest::_resp_read($s) for 1 .. $count{$port};
+    }
+}
+
+# one post of starc to its N followers, each with a cached timeline, on a
+# single Redis and on the cluster alternately: deliveries/s as the module
+# times them (first batch sent to last reply)
+sub cluster_fanout {
+    my ($c, $seeds, $rounds) = @_;
+    my $n = $QUICK ? 500 : 20_000;
+
+    $t->stop;
+    $t->start_mongo(name => 'mongoclu', args => ['--no-unique']);
+    $t->stop_mongo('mongoclu');
+    system("$dir/seed", "$dir/mongoclu-db/standin-data.bson", 'feed', 'starc',
+        $n) == 0 or die "seed failed\n";
+    $t->start_mongo(name => 'mongoclu', args => ['--no-unique']);
+
+    my %slots;
+    for my $r (@{ $c->cmd(($c->masters)[0], 'CLUSTER', 'SLOTS') }) {
+        $slots{$_} = $r->[2][1] for $r->[0] .. $r->[1];
+    }
+    cache_lists($n, sub { $t->port('redis') });
+    cache_lists($n, sub { $slots{ key_slot($_[0]) } });
+
+    for my $round (1 .. $rounds) {
+        for my $topo (qw(single cluster)) {
+            start_nginx(mode => 'embed', mongo => 'mongoclu',
+                mongo_timeout => '60s', pull => 'off',
+                $topo eq 'cluster' ? (redis => $seeds) : ());
+            $t->wait_for(5, sub {
+                my $j = $t->get('/status')->{json} or return 0;
+                $topo eq 'single' || ($j->{redis}{cluster}{masters_up} // 0)
+                    == 3;
+            }) or die "nginx does not see the cluster\n";
+
+            my $d0 = $t->get('/status', timeout => 60)->{json}{fanout}
+                {deliveries} // 0;
+            post('starc', "news for $n followers, $topo $round");
+            my ($fs, $end) = ({}, time + 120);
+            while (time < $end) {
+                $fs = $t->get('/status', timeout => 60)->{json}{fanout} || {};
+                last if ($fs->{deliveries} // 0) - $d0 >= $n;
+                sleep 0.05;
+            }
+            my $ms = $fs->{last_post_ms} || 1;
+            push @{ $result{cluster}{fanout}{$topo} }, {
+                n => ($fs->{deliveries} // 0) - $d0,
+                ms => $ms,
+                rate => ($fs->{last_post_deliveries} // 0) / ($ms / 1000) };
+        }
+    }
+    $result{cluster}{fanout}{followers} = $n;
+}
+
+# a replica for the master of f1's timeline, then that master killed while
+# f1 reads its timeline over and over: the time without a hit
+sub cluster_failover {
+    my ($c, $seeds) = @_;
+
+    my $victim = $c->master_of('feed:tl:{f1}');
+    my $port = $c->start_node('c9');
+    my $out = `redis-cli --cluster add-node 127.0.0.1:$port 127.0.0.1:${\
+        $c->port($victim)} --cluster-slave --cluster-master-id ${\
+        $c->node_id($victim)} 2>&1`;
+    die "add-node failed:\n$out" if $?;
+    $t->wait_for(20, sub {
+        ($c->cmd('c9', 'INFO', 'replication') // '')
+            =~ /master_link_status:up/ }) or die "the replica is not in sync\n";
+
+    start_nginx(mode => 'embed', mongo => 'mongoclu', pull => 'off',
+        redis => $seeds);
+    $t->wait_for(5, sub {
+        (($t->get('/status')->{json} || {})->{redis}{cluster}{masters_up}
+            // 0) == 3 }) or die "nginx does not see the cluster\n";
+    $t->get('/c/users/f1/timeline') for 1 .. 2;
+
+    my ($killed, $last_hit, $first_hit, %seen);
+    my $end = time + 30;
+    while (time < $end) {
+        if (!$killed && (time - $end + 30) > 1) {
+            $t->stop_proc($victim, 'KILL');
+            $killed = time;
+        }
+        my $r = $t->get('/c/users/f1/timeline', timeout => 5);
+        my $cache = $r->{status} == 200 ? body_cache($r) : $r->{status};
+        if ($killed) {
+            $seen{$cache}++;
+            if ($cache eq 'HIT') { $first_hit = time; last }
+        } elsif ($cache eq 'HIT') {
+            $last_hit = time;
+        }
+        sleep 0.01;
+    }
+    $result{cluster}{failover} = { gap => $first_hit ? $first_hit - $last_hit
+        : undef, after_kill => $first_hit ? $first_hit - $killed : undef,
+        seen => \%seen, victim => $victim };
+}
+
+# X-Feed-Cache of a timeline's answer ('' without the header)
+sub body_cache { $_[0]{headers}{'x-feed-cache'} // '' }
 
 # nginx stops gracefully, with nothing alarming in its log over the run
 
@@ -1211,7 +1355,36 @@ if (phase(7)) {
             fmt_ms(max(map { $_->{p99} // 0 } @$k)));
     }
 
-    push @out, '', 'Target: ≥ 0.85× of the single Redis.', '';
+    my $fo = $cl->{fanout};
+    push @out, '', "One post to $fo->{followers} followers, each with a "
+        . 'cached timeline, on a single Redis and on the cluster, '
+        . 'alternately: deliveries/s as the module times them (first batch '
+        . 'sent to last reply, `feed_status` fanout `last_post_ms`), '
+        . 'batches of 500 (of one node each on the cluster).', '',
+        '| topology | deliveries | ms | deliveries/s |', '|---|---|---|---|';
+    for my $topo (qw(single cluster)) {
+        push @out, sprintf('| %s | %s | %s | %s |', $topo,
+            join(', ', map { $_->{n} } @{ $fo->{$topo} }),
+            join(', ', map { $_->{ms} } @{ $fo->{$topo} }),
+            join(', ', map { sprintf('%.0f', $_->{rate}) } @{ $fo->{$topo} }));
+    }
+    my $mean = sub { my @r = @{ $fo->{$_[0]} }; sum(map { $_->{rate} } @r)
+        / @r };
+    push @out, '', sprintf('Cluster/single: **%.2f×**.',
+        $mean->('single') ? $mean->('cluster') / $mean->('single') : 0);
+
+    my $fv = $cl->{failover};
+    push @out, '', sprintf('Failover: a replica added to %s (the master of '
+        . 'f1\'s timeline), then %s killed (`SIGKILL`, '
+        . '`cluster-node-timeout 1000`) while f1 reads its timeline every '
+        . '10 ms: the first hit %s s after the kill, **%s s** without a hit '
+        . '(answers meanwhile: %s).', $fv->{victim}, $fv->{victim},
+        defined $fv->{after_kill} ? sprintf('%.2f', $fv->{after_kill}) : '-',
+        defined $fv->{gap} ? sprintf('%.2f', $fv->{gap}) : 'never',
+        join(', ', map { "$_ ×$fv->{seen}{$_}" } sort keys %{ $fv->{seen} }));
+
+    push @out, '', 'Targets: hits ≥ 0.85× of the single Redis; this part '
+        . sprintf('took %.0f s.', $cl->{s} // 0), '';
 }
 
 my $report = join("\n", @out) . "\n";
