@@ -112,6 +112,7 @@ ngx_http_feed_fuzz_reply(ngx_http_feed_redis_t *rd, redisReply *reply)
     ngx_http_feed_cached_t       cached;
     ngx_http_feed_fanout_consumers_t    cs;
     ngx_http_feed_counts_gen_t   gen;
+    static ngx_str_t             stream = ngx_string("feed:posts:1");
 
     r = ngx_http_feed_fuzz_request();
 
@@ -139,6 +140,7 @@ ngx_http_feed_fuzz_reply(ngx_http_feed_redis_t *rd, redisReply *reply)
     ngx_memzero(&cs, sizeof(ngx_http_feed_fanout_consumers_t));
     cs.rd = rd;
     cs.fmcf = ngx_http_feed_fuzz_fmcf;
+    cs.stream = &stream;
     cs.log = ngx_http_feed_fuzz_log;
     ngx_str_set(&cs.self, "host:1");
     ngx_str_set(&cs.host, "host");

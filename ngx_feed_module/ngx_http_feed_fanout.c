@@ -33,6 +33,9 @@
 #define NGX_HTTP_FEED_FANOUT_NODES   65
 
 
+static ngx_int_t ngx_http_feed_fanout_init_one(ngx_cycle_t *cycle,
+    ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_fanout_t *fo,
+    ngx_str_t *stream);
 static void ngx_http_feed_fanout_ready(ngx_http_feed_redis_t *rd,
     void *data);
 static void ngx_http_feed_fanout_grouped(void *data, redisReply *reply);
@@ -66,7 +69,10 @@ static void ngx_http_feed_fanout_free(ngx_http_feed_fanout_entry_t *fe);
 static void ngx_http_feed_fanout_post_cache(ngx_http_feed_fanout_entry_t *fe);
 
 
-static ngx_http_feed_fanout_t  *ngx_http_feed_fanout;
+/* the worker's consumers, one a partition; the one of the last post */
+static ngx_http_feed_fanout_t  *ngx_http_feed_fanouts;
+static ngx_uint_t               ngx_http_feed_nfanouts;
+static ngx_http_feed_fanout_t  *ngx_http_feed_fanout_last;
 
 #if (NGX_DEBUG)
 
@@ -79,11 +85,17 @@ static char  *ngx_http_feed_fanout_actions[] = {
 #endif
 
 
+/*
+ * A consumer of each partition of the queue, each on a Redis client of its
+ * own: a BLOCKed read holds up nobody else, not even another partition's
+ * (on a cluster, two partitions' streams may be on one master).
+ */
+
 ngx_int_t
 ngx_http_feed_fanout_init(ngx_cycle_t *cycle,
     ngx_http_feed_main_conf_t *fmcf)
 {
-    u_char                  *p;
+    ngx_uint_t               i;
     ngx_http_feed_fanout_t  *fo;
 
     if (!fmcf->fanout || fmcf->redis_client == NULL
@@ -92,12 +104,41 @@ ngx_http_feed_fanout_init(ngx_cycle_t *cycle,
         return NGX_OK;
     }
 
-    fo = ngx_pcalloc(cycle->pool, sizeof(ngx_http_feed_fanout_t));
+    fo = ngx_pcalloc(cycle->pool,
+                     fmcf->stream_partitions * sizeof(ngx_http_feed_fanout_t));
     if (fo == NULL) {
         return NGX_ERROR;
     }
 
+    for (i = 0; i < fmcf->stream_partitions; i++) {
+        if (ngx_http_feed_fanout_init_one(cycle, fmcf, &fo[i],
+                                          &fmcf->streams[i])
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    ngx_http_feed_fanouts = fo;
+    ngx_http_feed_nfanouts = fmcf->stream_partitions;
+
+    for (i = 0; i < ngx_http_feed_nfanouts; i++) {
+        ngx_http_feed_redis_start(fo[i].rd);
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_feed_fanout_init_one(ngx_cycle_t *cycle,
+    ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_fanout_t *fo,
+    ngx_str_t *stream)
+{
+    u_char  *p;
+
     fo->fmcf = fmcf;
+    fo->stream = stream;
     fo->log = cycle->log;
 
     p = ngx_snprintf((u_char *) fo->consumer, sizeof(fo->consumer) - 1,
@@ -105,19 +146,20 @@ ngx_http_feed_fanout_init(ngx_cycle_t *cycle,
     fo->consumer_len = p - (u_char *) fo->consumer;
 
     fo->dummy.fd = (ngx_socket_t) -1;
+    fo->dummy.data = fo;
     fo->timer.handler = ngx_http_feed_fanout_tick;
     fo->timer.data = &fo->dummy;
     fo->timer.log = cycle->log;
     fo->timer.cancelable = 1;
 
-    /* a connection of its own: a BLOCKed read holds up nobody else */
-
     fo->rd = ngx_http_feed_redis_create(cycle, &fmcf->redis);
-    if (fo->rd == NULL
-        || ngx_http_feed_fanout_consumers_init(cycle, fo->rd, fmcf,
-                                               fo->consumer, fo->consumer_len)
-           != NGX_OK)
-    {
+    if (fo->rd == NULL) {
+        return NGX_ERROR;
+    }
+
+    fo->consumers = ngx_http_feed_fanout_consumers_create(cycle, fo->rd, fmcf,
+                        stream, fo->consumer, fo->consumer_len);
+    if (fo->consumers == NULL) {
         return NGX_ERROR;
     }
 
@@ -129,9 +171,8 @@ ngx_http_feed_fanout_init(ngx_cycle_t *cycle,
 
     ngx_http_feed_redis_on_exit(fo->rd, ngx_http_feed_fanout_stop, fo);
 
-    ngx_http_feed_fanout = fo;
-
-    ngx_http_feed_redis_start(fo->rd);
+    ngx_log_debug2(NGX_LOG_DEBUG_CORE, cycle->log, 0,
+                   "feed fanout consumer \"%s\" of %V", fo->consumer, stream);
 
     return NGX_OK;
 }
@@ -140,23 +181,28 @@ ngx_http_feed_fanout_init(ngx_cycle_t *cycle,
 void
 ngx_http_feed_fanout_exit(void)
 {
-    ngx_http_feed_fanout_t  *fo = ngx_http_feed_fanout;
+    ngx_uint_t               i;
+    ngx_http_feed_fanout_t  *fo;
 
-    if (fo == NULL) {
-        return;
+    for (i = 0; i < ngx_http_feed_nfanouts; i++) {
+        fo = &ngx_http_feed_fanouts[i];
+
+        ngx_log_debug2(NGX_LOG_DEBUG_CORE, fo->log, 0,
+                       "feed fanout exit, %V: %ui entries in flight",
+                       fo->stream, fo->active);
+
+        if (fo->timer.timer_set) {
+            ngx_del_timer(&fo->timer);
+        }
+
+        /* entries read but not acknowledged are claimed by the others */
+
+        ngx_http_feed_redis_destroy(fo->rd);
     }
 
-    ngx_log_debug1(NGX_LOG_DEBUG_CORE, fo->log, 0,
-                   "feed fanout exit, %ui entries in flight", fo->active);
-
-    if (fo->timer.timer_set) {
-        ngx_del_timer(&fo->timer);
-    }
-
-    /* entries read but not acknowledged are claimed by the others */
-
-    ngx_http_feed_redis_destroy(fo->rd);
-    ngx_http_feed_fanout = NULL;
+    ngx_http_feed_fanouts = NULL;
+    ngx_http_feed_nfanouts = 0;
+    ngx_http_feed_fanout_last = NULL;
 }
 
 
@@ -179,8 +225,8 @@ ngx_http_feed_fanout_ready(ngx_http_feed_redis_t *rd, void *data)
     ngx_http_feed_redis_args_init(&args, argv, argvlen);
     ngx_http_feed_redis_args_lit(&args, "CLIENT");
     ngx_http_feed_redis_args_lit(&args, "ID");
-    ngx_http_feed_redis_args_route(&args, fmcf->stream.data,
-                                   fmcf->stream.len);
+    ngx_http_feed_redis_args_route(&args, fo->stream->data,
+                                   fo->stream->len);
 
     (void) ngx_http_feed_redis_send(rd, ngx_http_feed_fanout_client_id, fo,
                                     &args);
@@ -188,7 +234,7 @@ ngx_http_feed_fanout_ready(ngx_http_feed_redis_t *rd, void *data)
     ngx_http_feed_redis_args_init(&args, argv, argvlen);
     ngx_http_feed_redis_args_lit(&args, "XGROUP");
     ngx_http_feed_redis_args_lit(&args, "CREATE");
-    ngx_http_feed_redis_args_key(&args, fmcf->stream.data, fmcf->stream.len);
+    ngx_http_feed_redis_args_key(&args, fo->stream->data, fo->stream->len);
     ngx_http_feed_redis_args_add(&args, fmcf->fanout_group.data,
                                  fmcf->fanout_group.len);
     ngx_http_feed_redis_args_lit(&args, "0");
@@ -271,8 +317,8 @@ ngx_http_feed_fanout_stop(ngx_http_feed_redis_t *rd, void *data)
     ngx_http_feed_redis_args_lit(&args, "UNBLOCK");
     ngx_http_feed_redis_args_add(&args, id,
                                  ngx_sprintf(id, "%L", fo->client_id) - id);
-    ngx_http_feed_redis_args_route(&args, fo->fmcf->stream.data,
-                                   fo->fmcf->stream.len);
+    ngx_http_feed_redis_args_route(&args, fo->stream->data,
+                                   fo->stream->len);
 
     (void) ngx_http_feed_redis_send(fo->fmcf->redis_client, NULL, NULL,
                                     &args);
@@ -282,7 +328,9 @@ ngx_http_feed_fanout_stop(ngx_http_feed_redis_t *rd, void *data)
 static void
 ngx_http_feed_fanout_tick(ngx_event_t *ev)
 {
-    ngx_http_feed_fanout_next(ngx_http_feed_fanout);
+    ngx_connection_t  *c = ev->data;
+
+    ngx_http_feed_fanout_next(c->data);
 }
 
 
@@ -332,7 +380,7 @@ ngx_http_feed_fanout_read(ngx_http_feed_fanout_t *fo)
                                  ngx_sprintf(block, "%M", fmcf->fanout_block)
                                  - block);
     ngx_http_feed_redis_args_lit(&args, "STREAMS");
-    ngx_http_feed_redis_args_key(&args, fmcf->stream.data, fmcf->stream.len);
+    ngx_http_feed_redis_args_key(&args, fo->stream->data, fo->stream->len);
     ngx_http_feed_redis_args_lit(&args, ">");
 
     if (ngx_http_feed_redis_send_timeout(fo->rd,
@@ -364,11 +412,11 @@ ngx_http_feed_fanout_claim(ngx_http_feed_fanout_t *fo)
     fmcf = fo->fmcf;
     fo->last_claim = ngx_current_msec;
 
-    ngx_http_feed_fanout_consumers_clean();
+    ngx_http_feed_fanout_consumers_clean(fo->consumers);
 
     ngx_http_feed_redis_args_init(&args, argv, argvlen);
     ngx_http_feed_redis_args_lit(&args, "XAUTOCLAIM");
-    ngx_http_feed_redis_args_key(&args, fmcf->stream.data, fmcf->stream.len);
+    ngx_http_feed_redis_args_key(&args, fo->stream->data, fo->stream->len);
     ngx_http_feed_redis_args_add(&args, fmcf->fanout_group.data,
                                  fmcf->fanout_group.len);
     ngx_http_feed_redis_args_add(&args, fo->consumer, fo->consumer_len);
@@ -1084,6 +1132,7 @@ ngx_http_feed_fanout_ack(ngx_http_feed_fanout_entry_t *fe)
     if (fe->kind == 'p' && fe->deliveries) {
         fe->fo->last_deliveries = fe->deliveries;
         fe->fo->last_ms = fe->last_reply - fe->first_sent;
+        ngx_http_feed_fanout_last = fe->fo;
     }
 
     if (fe->kind == 'd' && fe->last) {
@@ -1093,7 +1142,8 @@ ngx_http_feed_fanout_ack(ngx_http_feed_fanout_entry_t *fe)
 
     ngx_http_feed_redis_args_init(&args, argv, argvlen);
     ngx_http_feed_redis_args_lit(&args, "XACK");
-    ngx_http_feed_redis_args_key(&args, fmcf->stream.data, fmcf->stream.len);
+    ngx_http_feed_redis_args_key(&args, fe->fo->stream->data,
+                                 fe->fo->stream->len);
     ngx_http_feed_redis_args_add(&args, fmcf->fanout_group.data,
                                  fmcf->fanout_group.len);
     ngx_http_feed_redis_args_add(&args, fe->sid, ngx_strlen(fe->sid));
@@ -1187,31 +1237,51 @@ ngx_int_t
 ngx_http_feed_fanout_status(bson_t *doc)
 {
     bson_t                   sub;
+    ngx_uint_t               i, active, ready;
+    const char              *error;
     ngx_http_feed_stats_t   *st = &ngx_http_feed_stats;
-    ngx_http_feed_fanout_t  *fo = ngx_http_feed_fanout;
+    ngx_http_feed_fanout_t  *fo, *last;
 
     if (!BSON_APPEND_DOCUMENT_BEGIN(doc, "fanout", &sub)) {
         return NGX_ERROR;
     }
 
+    fo = ngx_http_feed_fanouts;
+    last = ngx_http_feed_fanout_last;
+
     BSON_APPEND_BOOL(&sub, "enabled", fo != NULL);
 
     if (fo) {
+        active = 0;
+        ready = 1;
+        error = NULL;
+
+        for (i = 0; i < ngx_http_feed_nfanouts; i++) {
+            active += fo[i].active;
+            ready = ready && fo[i].ready;
+
+            if (fo[i].error[0]) {
+                error = fo[i].error;
+            }
+        }
+
         BSON_APPEND_UTF8(&sub, "consumer", fo->consumer);
-        BSON_APPEND_BOOL(&sub, "reading", fo->ready);
+        BSON_APPEND_INT64(&sub, "partitions", (int64_t) ngx_http_feed_nfanouts);
+        BSON_APPEND_BOOL(&sub, "reading", ready);
         BSON_APPEND_INT64(&sub, "consumed", (int64_t) st->fanout_consumed);
         BSON_APPEND_INT64(&sub, "deliveries", (int64_t) st->fanout_deliveries);
         BSON_APPEND_INT64(&sub, "acked", (int64_t) st->fanout_acked);
         BSON_APPEND_INT64(&sub, "claims", (int64_t) st->fanout_claims);
         BSON_APPEND_INT64(&sub, "failures", (int64_t) st->fanout_failures);
         BSON_APPEND_INT64(&sub, "skipped", (int64_t) st->fanout_skipped);
-        BSON_APPEND_INT64(&sub, "in_flight", (int64_t) fo->active);
+        BSON_APPEND_INT64(&sub, "in_flight", (int64_t) active);
         BSON_APPEND_INT64(&sub, "last_post_deliveries",
-                          (int64_t) fo->last_deliveries);
-        BSON_APPEND_INT64(&sub, "last_post_ms", (int64_t) fo->last_ms);
+                          (int64_t) (last ? last->last_deliveries : 0));
+        BSON_APPEND_INT64(&sub, "last_post_ms",
+                          (int64_t) (last ? last->last_ms : 0));
 
-        if (fo->error[0]) {
-            BSON_APPEND_UTF8(&sub, "last_error", fo->error);
+        if (error) {
+            BSON_APPEND_UTF8(&sub, "last_error", error);
 
         } else {
             BSON_APPEND_NULL(&sub, "last_error");

@@ -14,6 +14,10 @@
 #include "ngx_http_feed_util.h"
 
 
+typedef struct ngx_http_feed_fanout_consumers_s
+    ngx_http_feed_fanout_consumers_t;
+
+
 /* one page of an author's followers, read by a thread */
 typedef struct {
     ngx_http_feed_user_t          author;
@@ -54,10 +58,12 @@ ngx_int_t ngx_http_feed_fanout_init(ngx_cycle_t *cycle,
 void ngx_http_feed_fanout_exit(void);
 ngx_int_t ngx_http_feed_fanout_status(bson_t *doc);
 
-ngx_int_t ngx_http_feed_fanout_consumers_init(ngx_cycle_t *cycle,
-    ngx_http_feed_redis_t *rd, ngx_http_feed_main_conf_t *fmcf,
-    const char *self, size_t len);
-void ngx_http_feed_fanout_consumers_clean(void);
+ngx_http_feed_fanout_consumers_t *ngx_http_feed_fanout_consumers_create(
+    ngx_cycle_t *cycle, ngx_http_feed_redis_t *rd,
+    ngx_http_feed_main_conf_t *fmcf, ngx_str_t *stream, const char *self,
+    size_t len);
+void ngx_http_feed_fanout_consumers_clean(
+    ngx_http_feed_fanout_consumers_t *cs);
 
 
 #endif /* _NGX_HTTP_FEED_FANOUT_H_INCLUDED_ */

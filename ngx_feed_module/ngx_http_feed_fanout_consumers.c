@@ -27,13 +27,14 @@
 #define NGX_HTTP_FEED_CONSUMERS_MAX  64
 
 
-typedef struct {
+struct ngx_http_feed_fanout_consumers_s {
     ngx_http_feed_redis_t        *rd;
     ngx_http_feed_main_conf_t    *fmcf;
+    ngx_str_t                    *stream;
     ngx_str_t                     self;
     ngx_str_t                     host;
     ngx_log_t                    *log;
-} ngx_http_feed_fanout_consumers_t;
+};
 
 
 static void ngx_http_feed_fanout_consumers_info(void *data, redisReply *reply);
@@ -42,49 +43,50 @@ static ngx_uint_t ngx_http_feed_fanout_consumers_gone(
 static void ngx_http_feed_fanout_consumers_done(void *data, redisReply *reply);
 
 
-static ngx_http_feed_fanout_consumers_t  ngx_http_feed_fanout_consumers;
+/* the consumers of one partition's stream */
 
-
-ngx_int_t
-ngx_http_feed_fanout_consumers_init(ngx_cycle_t *cycle,
+ngx_http_feed_fanout_consumers_t *
+ngx_http_feed_fanout_consumers_create(ngx_cycle_t *cycle,
     ngx_http_feed_redis_t *rd, ngx_http_feed_main_conf_t *fmcf,
-    const char *self, size_t len)
+    ngx_str_t *stream, const char *self, size_t len)
 {
-    ngx_http_feed_fanout_consumers_t  *cs = &ngx_http_feed_fanout_consumers;
+    ngx_http_feed_fanout_consumers_t  *cs;
+
+    cs = ngx_pcalloc(cycle->pool, sizeof(ngx_http_feed_fanout_consumers_t));
+    if (cs == NULL) {
+        return NULL;
+    }
 
     cs->rd = rd;
+    cs->stream = stream;
     cs->fmcf = fmcf;
     cs->self.data = (u_char *) self;
     cs->self.len = len;
     cs->host = cycle->hostname;
     cs->log = cycle->log;
 
-    return NGX_OK;
+    return cs;
 }
 
 
 /* on the fanout's own connection, ahead of its claim */
 
 void
-ngx_http_feed_fanout_consumers_clean(void)
+ngx_http_feed_fanout_consumers_clean(ngx_http_feed_fanout_consumers_t *cs)
 {
-    size_t                             argvlen[4];
-    const char                        *argv[4];
-    ngx_http_feed_redis_args_t         args;
-    ngx_http_feed_fanout_consumers_t  *cs;
-
-    cs = &ngx_http_feed_fanout_consumers;
+    size_t                       argvlen[4];
+    const char                  *argv[4];
+    ngx_http_feed_redis_args_t   args;
 
     ngx_http_feed_redis_args_init(&args, argv, argvlen);
     ngx_http_feed_redis_args_lit(&args, "XINFO");
     ngx_http_feed_redis_args_lit(&args, "CONSUMERS");
-    ngx_http_feed_redis_args_key(&args, cs->fmcf->stream.data,
-                                 cs->fmcf->stream.len);
+    ngx_http_feed_redis_args_key(&args, cs->stream->data, cs->stream->len);
     ngx_http_feed_redis_args_add(&args, cs->fmcf->fanout_group.data,
                                  cs->fmcf->fanout_group.len);
 
-    ngx_log_debug0(NGX_LOG_DEBUG_CORE, cs->log, 0,
-                   "feed fanout consumers: clean started");
+    ngx_log_debug1(NGX_LOG_DEBUG_CORE, cs->log, 0,
+                   "feed fanout consumers of %V: clean started", cs->stream);
 
     (void) ngx_http_feed_redis_send(cs->rd,
                                     ngx_http_feed_fanout_consumers_info, cs,
@@ -121,7 +123,7 @@ ngx_http_feed_fanout_consumers_info(void *data, redisReply *reply)
 
     ngx_http_feed_redis_call_key(&call,
         NGX_HTTP_FEED_SCRIPT_FANOUT_CONSUMERS_KEY_STREAM,
-        cs->fmcf->stream.data, cs->fmcf->stream.len);
+        cs->stream->data, cs->stream->len);
     ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_FANOUT_CONSUMERS_ARG_GROUP,
         cs->fmcf->fanout_group.data, cs->fmcf->fanout_group.len);

@@ -17,8 +17,11 @@
 typedef struct ngx_http_feed_fanout_entry_s  ngx_http_feed_fanout_entry_t;
 
 
+/* a worker's consumer of one partition of the queue */
 typedef struct {
     ngx_http_feed_main_conf_t    *fmcf;
+    ngx_str_t                    *stream;
+    ngx_http_feed_fanout_consumers_t  *consumers;
     ngx_http_feed_redis_t        *rd;
     ngx_log_t                    *log;
     ngx_event_t                   timer;

@@ -45,6 +45,8 @@ static char *ngx_http_feed_location(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_feed_pull_threshold(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
+static ngx_int_t ngx_http_feed_stream_partitions(ngx_conf_t *cf,
+    ngx_http_feed_main_conf_t *fmcf);
 static char *ngx_http_feed_stream(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 
@@ -230,7 +232,7 @@ static ngx_command_t  ngx_http_feed_commands[] = {
       &ngx_http_feed_post_data_max_bounds },
 
     { ngx_string("feed_stream"),
-      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE12,
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE123,
       ngx_http_feed_stream,
       NGX_HTTP_MAIN_CONF_OFFSET,
       0,
@@ -771,7 +773,7 @@ ngx_http_feed_pull_threshold(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
-/* feed_stream name [maxlen=N]; */
+/* feed_stream name [maxlen=N] [partitions=N]; */
 
 static char *
 ngx_http_feed_stream(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
@@ -780,6 +782,7 @@ ngx_http_feed_stream(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     ngx_int_t   n;
     ngx_str_t  *value;
+    ngx_uint_t  i;
 
     if (fmcf->stream.data) {
         return "is duplicate";
@@ -793,24 +796,74 @@ ngx_http_feed_stream(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     fmcf->stream = value[1];
 
-    if (cf->args->nelts == 2) {
-        return NGX_CONF_OK;
-    }
+    for (i = 2; i < cf->args->nelts; i++) {
 
-    if (ngx_strncmp(value[2].data, "maxlen=", 7) == 0) {
-        n = ngx_atoi(value[2].data + 7, value[2].len - 7);
+        if (ngx_strncmp(value[i].data, "maxlen=", 7) == 0) {
+            n = ngx_atoi(value[i].data + 7, value[i].len - 7);
 
-        if (n > 0) {
-            fmcf->stream_maxlen = n;
-            return NGX_CONF_OK;
+            if (n > 0) {
+                fmcf->stream_maxlen = n;
+                continue;
+            }
+
+        } else if (ngx_strncmp(value[i].data, "partitions=", 11) == 0) {
+            n = ngx_atoi(value[i].data + 11, value[i].len - 11);
+
+            if (n > 0 && n <= NGX_HTTP_FEED_PARTITIONS_MAX) {
+                fmcf->stream_partitions = n;
+                continue;
+            }
         }
+
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid parameter \"%V\" in \"feed_stream\"",
+                           &value[i]);
+
+        return NGX_CONF_ERROR;
     }
 
-    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                       "invalid parameter \"%V\" in \"feed_stream\"",
-                       &value[2]);
+    return NGX_CONF_OK;
+}
 
-    return NGX_CONF_ERROR;
+
+/*
+ * The partitions' streams: the name itself, then "<name>:1" to
+ * "<name>:<N - 1>", so that a queue that gets partitions keeps its
+ * entries (they are in partition 0).  On a cluster each is a key of its
+ * own, on a slot of its own: appends and reads spread over the masters.
+ */
+
+static ngx_int_t
+ngx_http_feed_stream_partitions(ngx_conf_t *cf,
+    ngx_http_feed_main_conf_t *fmcf)
+{
+    ngx_uint_t   i;
+    ngx_str_t   *s;
+
+    if (fmcf->stream_partitions == 0) {
+        fmcf->stream_partitions = 1;
+    }
+
+    s = ngx_pcalloc(cf->pool, fmcf->stream_partitions * sizeof(ngx_str_t));
+    if (s == NULL) {
+        return NGX_ERROR;
+    }
+
+    s[0] = fmcf->stream;
+
+    for (i = 1; i < fmcf->stream_partitions; i++) {
+        s[i].data = ngx_pnalloc(cf->pool, fmcf->stream.len + NGX_INT_T_LEN);
+        if (s[i].data == NULL) {
+            return NGX_ERROR;
+        }
+
+        s[i].len = ngx_sprintf(s[i].data, "%V:%ui", &fmcf->stream, i)
+                   - s[i].data;
+    }
+
+    fmcf->streams = s;
+
+    return NGX_OK;
 }
 
 
@@ -890,6 +943,8 @@ ngx_http_feed_create_main_conf(ngx_conf_t *cf)
      *     fmcf->mongo.thread_pool_name = { 0, NULL };
      *     fmcf->stream = { 0, NULL };
      *     fmcf->stream_maxlen = 0;
+     *     fmcf->stream_partitions = 0;
+     *     fmcf->streams = NULL;
      */
 
     fmcf->redis.connect_timeout = NGX_CONF_UNSET_MSEC;
@@ -978,6 +1033,10 @@ ngx_http_feed_init_main_conf(ngx_conf_t *cf, void *conf)
 
     if (fmcf->stream_maxlen == 0) {
         fmcf->stream_maxlen = 1000000;
+    }
+
+    if (ngx_http_feed_stream_partitions(cf, fmcf) != NGX_OK) {
+        return NGX_CONF_ERROR;
     }
 
     if (fmcf->mongo.thread_pool_name.data == NULL) {

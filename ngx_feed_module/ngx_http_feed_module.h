@@ -121,6 +121,10 @@ typedef struct {
 } ngx_http_feed_ids_t;
 
 
+/* feed_stream ... partitions=N: at most */
+#define NGX_HTTP_FEED_PARTITIONS_MAX  64
+
+
 #define ngx_http_feed_stat(field, n)                                         \
     (ngx_http_feed_stats.field += (n),                                        \
      ngx_http_feed_node_stats                                                 \
@@ -163,9 +167,11 @@ typedef struct {
     ngx_uint_t                    follow_max;
     size_t                        post_data_max_size;
 
-    /* the fanout queue */
+    /* the fanout queue: its partitions' streams, posts routed by author */
     ngx_str_t                     stream;
     ngx_uint_t                    stream_maxlen;
+    ngx_uint_t                    stream_partitions;
+    ngx_str_t                    *streams;
 
     /* fanout on write */
     ngx_flag_t                    fanout;

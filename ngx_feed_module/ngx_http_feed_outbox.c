@@ -69,7 +69,7 @@ static void ngx_http_feed_outbox_sweep_rearm(ngx_http_feed_outbox_sweeper_t *s);
 static ngx_http_feed_outbox_sweeper_t  ngx_http_feed_outbox_sweeper;
 
 
-/* XADD stream MAXLEN ~ N * type T id I author A [ts S] */
+/* XADD stream MAXLEN ~ N * type T id I author A [ts S], the author's */
 
 ngx_int_t
 ngx_http_feed_outbox_send(ngx_http_request_t *r,
@@ -81,10 +81,12 @@ ngx_http_feed_outbox_send(ngx_http_request_t *r,
     u_char                      maxlen[NGX_INT_T_LEN], tsbuf[NGX_INT64_LEN];
     size_t                      argvlen[14];
     ngx_int_t                   rc;
+    ngx_str_t                  *stream;
     const char                 *argv[14];
     ngx_http_feed_redis_args_t  args;
 
     bson_oid_to_string(id, hex);
+    stream = ngx_http_feed_stream_of(fmcf, author);
 
     /*
      * Cached timelines may still hold a deleted post until fanout removes
@@ -98,7 +100,7 @@ ngx_http_feed_outbox_send(ngx_http_request_t *r,
 
     ngx_http_feed_redis_args_init(&args, argv, argvlen);
     ngx_http_feed_redis_args_lit(&args, "XADD");
-    ngx_http_feed_redis_args_key(&args, fmcf->stream.data, fmcf->stream.len);
+    ngx_http_feed_redis_args_key(&args, stream->data, stream->len);
     ngx_http_feed_redis_args_lit(&args, "MAXLEN");
     ngx_http_feed_redis_args_lit(&args, "~");
     ngx_http_feed_redis_args_add(&args, maxlen,

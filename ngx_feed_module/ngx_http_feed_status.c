@@ -31,6 +31,8 @@ typedef struct {
 
     int64_t                       pending;
     int64_t                       lag;
+    ngx_uint_t                    partitions;   /* XPENDING sent */
+    ngx_uint_t                    answered;
 
     /* pull authors, as MongoDB counts them; -1: unknown */
     int64_t                       pull_authors;
@@ -86,6 +88,7 @@ ngx_http_feed_status_start(ngx_http_request_t *r, void *data)
     ngx_http_feed_status_ctx_t  *ctx = data;
 
     ngx_int_t                    rc;
+    ngx_uint_t                   i;
     const char                  *argv[3];
     size_t                       argvlen[3];
     ngx_http_feed_redis_args_t   args;
@@ -110,11 +113,15 @@ ngx_http_feed_status_start(ngx_http_request_t *r, void *data)
         ctx->waiting += (rc == NGX_OK);
     }
 
-    if (ctx->fmcf->redis_client && ctx->fmcf->fanout) {
+    /* the queue: every partition's, summed */
+
+    for (i = 0; ctx->fmcf->redis_client && ctx->fmcf->fanout
+                && i < ctx->fmcf->stream_partitions; i++)
+    {
         ngx_http_feed_redis_args_init(&args, argv, argvlen);
         ngx_http_feed_redis_args_lit(&args, "XPENDING");
-        ngx_http_feed_redis_args_key(&args, ctx->fmcf->stream.data,
-                                     ctx->fmcf->stream.len);
+        ngx_http_feed_redis_args_key(&args, ctx->fmcf->streams[i].data,
+                                     ctx->fmcf->streams[i].len);
         ngx_http_feed_redis_args_add(&args, ctx->fmcf->fanout_group.data,
                                      ctx->fmcf->fanout_group.len);
 
@@ -126,6 +133,7 @@ ngx_http_feed_status_start(ngx_http_request_t *r, void *data)
         }
 
         ctx->waiting += (rc == NGX_OK);
+        ctx->partitions += (rc == NGX_OK);
     }
 
     if (ctx->fmcf->mongo_client) {
@@ -189,19 +197,23 @@ ngx_http_feed_status_pending_reply(void *data, redisReply *reply)
 
     ngx_int_t  ms;
 
+    /* known once every partition answered; the lag of the oldest entry */
+
     if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements >= 2
         && reply->element[0]->type == REDIS_REPLY_INTEGER)
     {
-        ctx->pending_known = 1;
-        ctx->pending = reply->element[0]->integer;
+        ctx->answered++;
+        ctx->pending += reply->element[0]->integer;
 
         if (reply->element[1]->type == REDIS_REPLY_STRING) {
             ms = ngx_http_feed_status_id_ms(reply->element[1]);
 
             if (ms != NGX_ERROR) {
-                ctx->lag = ngx_http_feed_now_ms() - ms;
+                ctx->lag = ngx_max(ctx->lag, ngx_http_feed_now_ms() - ms);
             }
         }
+
+        ctx->pending_known = (ctx->answered == ctx->partitions);
     }
 
     ngx_http_feed_status_finish(ctx);

@@ -126,6 +126,26 @@ ngx_http_feed_no_content(ngx_http_request_t *r)
 }
 
 
+/*
+ * The fanout queue's partition of an author's posts and deletes: the same
+ * for all of them, so that an author's entries keep their order (a delete
+ * comes after its post); authors spread evenly.
+ */
+
+ngx_str_t *
+ngx_http_feed_stream_of(ngx_http_feed_main_conf_t *fmcf,
+    ngx_http_feed_user_t *author)
+{
+    if (fmcf->stream_partitions < 2) {
+        return &fmcf->streams[0];
+    }
+
+    return &fmcf->streams[ngx_crc32_short((u_char *) author->data,
+                                          author->len)
+                          % fmcf->stream_partitions];
+}
+
+
 /* the event loop's cached time, in ms since the epoch */
 
 int64_t

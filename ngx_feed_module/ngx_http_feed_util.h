@@ -55,6 +55,8 @@ ngx_int_t ngx_http_feed_read_body(ngx_http_request_t *r,
 void ngx_http_feed_finalize(ngx_http_request_t *r, ngx_int_t rc);
 ngx_int_t ngx_http_feed_no_content(ngx_http_request_t *r);
 
+ngx_str_t *ngx_http_feed_stream_of(ngx_http_feed_main_conf_t *fmcf,
+    ngx_http_feed_user_t *author);
 int64_t ngx_http_feed_now_ms(void);
 void ngx_http_feed_random(u_char *buf, size_t len);
 

@@ -98,12 +98,7 @@ is(scalar(grep { ($_->{headers}{'x-feed-cache'} // '') eq 'HIT' } @$res),
 
 # ---------------------------------------------------------------- posts --
 
-sub in_list {
-    my ($user, $id) = @_;
-    my $l = eval { $c->key_cmd("feed:tl:{$user}", 'LRANGE',
-        "feed:tl:{$user}", 0, -1) } || [];
-    return scalar grep { substr($_, 0, 24) eq $id } @$l;
-}
+sub in_list { $c->in_list(@_) }
 
 my @posts = map { post($_ % 2 ? $u : $t, 'author', "post $_") } 1 .. 10;
 is(scalar(grep { defined } @posts), 10, 'posts made on both nodes');

@@ -81,12 +81,7 @@ none_failed([ follow_each($t, 'author', @F) ], '40 follows of author');
 my (undef, @bad) = read_each($t, @F);
 none_failed(\@bad, 'every follower\'s timeline cached');
 
-sub in_list {
-    my ($user, $id) = @_;
-    my $l = eval { $c->key_cmd("feed:tl:{$user}", 'LRANGE',
-        "feed:tl:{$user}", 0, -1) } || [];
-    return scalar grep { substr($_, 0, 24) eq $id } @$l;
-}
+sub in_list { $c->in_list(@_) }
 
 # ------------------------------------------------------- under load --
 

@@ -7,18 +7,19 @@
 #     on its own node (feed:deleting{<tag>}), not feed:deleting;
 #   - a post is delivered to the cached timelines of followers of all
 #     three masters, once, in batches of one node each (no CROSSSLOT),
-#     with feed_fanout_deliver_batch smaller than a node's share;
+#     with feed_fanout_deliver_batch smaller than a node's share; the
+#     queue in 4 partitions, on more than one master;
 #   - a delete is never shown by any read, on any node, and each master's
 #     copy holds it; its write of feed:deleting follows a MOVED (a write
 #     nobody waits for is redirected too);
 #   - a copy lost (deleted by hand): reads of that node's users do not
 #     show a deleted post still in their lists, the copy is made again
 #     from feed:deleting, and reads hit again;
-#   - a master killed (its replica promoted): the other masters' users
-#     hit all along, its users are answered from the fallback (or 503)
-#     until the promotion, then hit again; a post made meanwhile reaches
-#     every follower once, its node's after the promotion (the entry
-#     stays pending and is claimed again).
+#   - the master of the author's partition of the queue killed (its
+#     replica promoted): the other masters' users hit all along, its users
+#     are answered from the fallback (or 503) until the promotion, then
+#     hit again; a post made meanwhile (its entry not added: the outbox
+#     keeps it) reaches every follower once after the promotion.
 #
 # Link mode and pull authors are refused with a cluster: t/config.t.
 
@@ -29,6 +30,7 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
 use Time::HiRes qw(time sleep);
+use Compress::Zlib ();
 use FeedTest;
 use FeedTest::Util qw(short statuses fsum follow_each read_each none_failed
     post);
@@ -39,10 +41,13 @@ my $t = FeedTest->new;
 $t->start_mongo unless FeedTest::real_mongo();
 my $c = FeedCluster->start($t, masters => 3, replicas => 1);
 
-# the stream's master as the seed: it stays up (the failover below kills
-# another)
-my $seeds = '127.0.0.1:' . $c->port($c->master_of('feed:posts'))
-    . ' cluster';
+# the master of author's partition of the queue is killed below: the
+# seed is another
+my @S = ('feed:posts', map { "feed:posts:$_" } 1 .. 3);
+my $apart = $S[ Compress::Zlib::crc32('author') % 4 ];
+my $victim = $c->master_of($apart);
+my ($seed) = grep { $_ ne $victim } $c->masters;
+my $seeds = '127.0.0.1:' . $c->port($seed) . ' cluster';
 
 my $CONF = <<"EOF";
 worker_processes 2;
@@ -54,6 +59,7 @@ http {
     feed_mongo_uri "%%MONGO_URI%%";
     feed_mongo_timeout 2s;
     feed_thread_pool feedtp;
+    feed_stream feed:posts partitions=4;
     feed_fanout on;
     feed_fanout_block 500ms;
     feed_fanout_claim_idle 2s;
@@ -92,6 +98,11 @@ ok($t->wait_for(10, sub {
     return 1;
 }), 'every worker maps the cluster');
 
+# the queue's four partitions: on more than one master
+my %smaster = map { $c->master_of($_) => 1 } @S;
+ok(keys %smaster >= 2, 'the four partitions of the queue on '
+    . join(' ', sort keys %smaster));
+
 # ------------------------------------------------------------- helpers --
 
 my @F = map { "f$_" } 1 .. 30;
@@ -118,12 +129,7 @@ sub read_all {
     return map { [ $_->{status}, cache_of($_), ids($_) ] } @$res;
 }
 
-sub in_list {
-    my ($user, $id) = @_;
-    my $l = eval { $c->key_cmd("feed:tl:{$user}", 'LRANGE',
-        "feed:tl:{$user}", 0, -1) } || [];
-    return scalar grep { substr($_, 0, 24) eq $id } @$l;
-}
+sub in_list { $c->in_list(@_) }
 
 sub copy_of {
     my ($name) = @_;
@@ -221,7 +227,6 @@ ok($t->wait_for(5, sub { !grep { in_list($_, $p3) } @F }),
 $c->key_cmd("feed:tl:{$_}", 'LPUSH', "feed:tl:{$_}", $entries->{$_})
     for @F;
 
-my $victim = (grep { $_ ne $c->master_of('feed:posts') } $c->masters)[0];
 my @theirs = grep { $node{$_} eq $victim } @F;
 $c->cmd($victim, 'DEL', copy_of($victim));
 

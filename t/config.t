@@ -66,6 +66,14 @@ for my $v ('127.0.0.1:7000 127.0.0.1:7001 127.0.0.1:7002',
     ok($ok, "cluster seeds accepted: $v") or diag($out);
 }
 
+for my $v ('feed:posts partitions=1', 'q maxlen=100 partitions=64',
+           'q partitions=8 maxlen=5')
+{
+    $t->write_conf(conf('', "feed_stream $v;"));
+    ($ok, $out) = $t->test_conf;
+    ok($ok, "feed_stream $v accepted") or diag($out);
+}
+
 for my $v ('off', '1', '250000') {
     $t->write_conf(conf('', "feed_pull_threshold $v;"));
     ($ok, $out) = $t->test_conf;
@@ -102,6 +110,10 @@ my @bad = (
     [ 'feed_redis unix:/tmp/r.sock 127.0.0.1:7000;',
                                               qr/"feed_redis" of a cluster needs TCP addresses, not "unix:\/tmp\/r\.sock"/ ],
     [ 'feed_redis cluster;',                  qr/"feed_redis" directive needs an address/ ],
+    [ 'feed_stream s partitions=0;',          qr/invalid parameter "partitions=0" in "feed_stream"/ ],
+    [ 'feed_stream s partitions=65;',         qr/invalid parameter "partitions=65" in "feed_stream"/ ],
+    [ 'feed_stream s partitions=x;',          qr/invalid parameter "partitions=x" in "feed_stream"/ ],
+    [ 'feed_stream s maxlen=5 partitions=2 x;', qr/invalid number of arguments in "feed_stream"|invalid parameter "x" in "feed_stream"/ ],
     [ "feed_redis 127.0.0.1:7000 cluster;\n    feed_cache_mode link;",
                                               qr/"feed_cache_mode link" cannot be used with a redis cluster: use "embed"/ ],
     [ "feed_redis 127.0.0.1:7000 cluster;\n    feed_pull_threshold 100;",

@@ -161,6 +161,14 @@ sub move_slot {
         for $to, $from, grep { $_ ne $to && $_ ne $from } $self->masters;
 }
 
+# how many times a post is in a user's cached timeline
+sub in_list {
+    my ($self, $user, $id) = @_;
+    my $l = eval { $self->key_cmd("feed:tl:{$user}", 'LRANGE',
+        "feed:tl:{$user}", 0, -1) } || [];
+    return scalar grep { substr($_, 0, 24) eq $id } @$l;
+}
+
 sub masters {
     my ($self) = @_;
     my ($any) = $self->alive_names;
