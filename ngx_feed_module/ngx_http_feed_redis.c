@@ -79,6 +79,11 @@ struct ngx_http_feed_redis_s {
 };
 
 
+/* what a node answers a script that touched a key of another node's */
+#define NGX_HTTP_FEED_REDIS_NON_LOCAL                                        \
+    "ERR Script attempted to access a non local key"
+
+
 struct ngx_http_feed_redis_cmd_s {
     ngx_queue_t                   queue;
     ngx_http_feed_redis_t        *rd;
@@ -94,6 +99,12 @@ struct ngx_http_feed_redis_cmd_s {
     char                         *formatted;
     size_t                        formatted_len;
     ngx_uint_t                    redirects;
+
+    /* a BLOCK command: the connection answers nothing else meanwhile */
+    unsigned                      blocking:1;
+
+    /* its first word, for the log: which command timed out */
+    u_char                        name[16];
 };
 
 
@@ -105,11 +116,6 @@ static void ngx_http_feed_redis_node_exit(ngx_http_feed_redis_t *rd,
     void *data);
 static ngx_int_t ngx_http_feed_redis_format(ngx_http_feed_redis_t *rd,
     ngx_http_feed_redis_cmd_t *cmd, ngx_http_feed_redis_args_t *args);
-/* what a node answers a script that touched a key of another node's */
-#define NGX_HTTP_FEED_REDIS_NON_LOCAL                                        \
-    "ERR Script attempted to access a non local key"
-
-
 static ngx_int_t ngx_http_feed_redis_redirected(ngx_http_feed_redis_cmd_t *cmd,
     redisReply *reply);
 static void ngx_http_feed_redis_connect(ngx_http_feed_redis_t *rd);
@@ -364,6 +370,40 @@ ngx_http_feed_redis_pending(ngx_http_feed_redis_t *rd)
     }
 
     return rd ? rd->npending : 0;
+}
+
+
+/*
+ * How long the connection may still be held by a BLOCK command (a fanout
+ * read) before it answers anything sent now; 0 when none is in flight.
+ */
+
+ngx_msec_t
+ngx_http_feed_redis_blocked(ngx_http_feed_redis_t *rd)
+{
+    ngx_msec_t                  left, most;
+    ngx_queue_t                *q;
+    ngx_http_feed_redis_cmd_t  *cmd;
+
+    most = 0;
+
+    for (q = ngx_queue_head(&rd->pending);
+         q != ngx_queue_sentinel(&rd->pending);
+         q = ngx_queue_next(q))
+    {
+        cmd = ngx_queue_data(q, ngx_http_feed_redis_cmd_t, queue);
+
+        if (!cmd->blocking || !cmd->timer.timer_set) {
+            continue;
+        }
+
+        left = (ngx_msec_int_t) (cmd->timer.timer.key - ngx_current_msec) > 0
+               ? cmd->timer.timer.key - ngx_current_msec : 1;
+
+        most = ngx_max(most, left);
+    }
+
+    return most;
 }
 
 
@@ -1120,6 +1160,11 @@ ngx_http_feed_redis_send_timeout(ngx_http_feed_redis_t *rd,
     cmd->data = data;
     cmd->request = NULL;
 
+    if (args->argc) {
+        ngx_cpystrn(cmd->name, (u_char *) args->argv[0],
+                    ngx_min(args->argvlen[0] + 1, sizeof(cmd->name)));
+    }
+
     if (rd->router) {
         rc = ngx_http_feed_redis_format(rd, cmd, args);
 
@@ -1139,6 +1184,7 @@ ngx_http_feed_redis_send_timeout(ngx_http_feed_redis_t *rd,
     rd->npending++;
 
     if (timeout) {
+        cmd->blocking = 1;
         cmd->timer.cancelable = 1;
         ngx_add_timer(&cmd->timer, timeout);
 
@@ -1479,7 +1525,8 @@ ngx_http_feed_redis_cmd_timeout(ngx_event_t *ev)
                    rd->npending);
 
     ngx_log_error(NGX_LOG_ERR, rd->log, NGX_ETIMEDOUT,
-                  "redis command to %V timed out", &rd->conf->addr_text);
+                  "redis command %s to %V timed out", cmd->name,
+                  &rd->conf->addr_text);
 
     ngx_http_feed_redis_drop(rd, "command timed out");
 

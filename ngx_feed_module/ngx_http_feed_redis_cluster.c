@@ -580,8 +580,10 @@ ngx_http_feed_redis_cluster_ask(ngx_http_feed_redis_cluster_t *cl)
     }
 
     /*
-     * An idle node first: the fanout's connection to the stream's node
-     * waits in a blocked read, and the map would wait behind it.
+     * A node not blocked first: the fanout's connection to a partition's
+     * node waits in a blocked read, and the map would wait behind it; if
+     * every node that is up is blocked, the map waits (the ask's timeout
+     * counts from the end of the read), it does not time out.
      */
 
     if (ngx_http_feed_redis_cluster_ask_one(cl, 1) == NGX_OK
@@ -603,7 +605,10 @@ ngx_http_feed_redis_cluster_ask(ngx_http_feed_redis_cluster_t *cl)
 }
 
 
-/* CLUSTER SLOTS of a node that is up (and idle), the next one each time */
+/*
+ * CLUSTER SLOTS of a node that is up (and not blocked, or blocked: the
+ * timeout then counts from the end of its read), the next one each time
+ */
 
 static ngx_int_t
 ngx_http_feed_redis_cluster_ask_one(ngx_http_feed_redis_cluster_t *cl,
@@ -611,6 +616,7 @@ ngx_http_feed_redis_cluster_ask_one(ngx_http_feed_redis_cluster_t *cl,
 {
     const char                  *argv[2];
     size_t                       argvlen[2];
+    ngx_msec_t                   blocked;
     ngx_uint_t                   i, n;
     ngx_http_feed_redis_node_t  *node;
     ngx_http_feed_redis_args_t   args;
@@ -619,9 +625,13 @@ ngx_http_feed_redis_cluster_ask_one(ngx_http_feed_redis_cluster_t *cl,
         i = (cl->turn + n) % cl->nnodes;
         node = &cl->nodes[i];
 
-        if (ngx_http_feed_redis_state(node->rd) != NGX_HTTP_FEED_REDIS_UP
-            || (idle && ngx_http_feed_redis_pending(node->rd)))
-        {
+        if (ngx_http_feed_redis_state(node->rd) != NGX_HTTP_FEED_REDIS_UP) {
+            continue;
+        }
+
+        blocked = ngx_http_feed_redis_blocked(node->rd);
+
+        if (idle && blocked) {
             continue;
         }
 
@@ -629,9 +639,9 @@ ngx_http_feed_redis_cluster_ask_one(ngx_http_feed_redis_cluster_t *cl,
         ngx_http_feed_redis_args_lit(&args, "CLUSTER");
         ngx_http_feed_redis_args_lit(&args, "SLOTS");
 
-        if (ngx_http_feed_redis_send(node->rd,
-                                     ngx_http_feed_redis_cluster_slots, cl,
-                                     &args)
+        if (ngx_http_feed_redis_send_timeout(node->rd,
+                blocked ? blocked + node->conf.timeout : 0,
+                ngx_http_feed_redis_cluster_slots, cl, &args)
             == NULL)
         {
             continue;

@@ -53,6 +53,7 @@ ngx_uint_t ngx_http_feed_redis_cluster_masters(
 
 
 /* ngx_http_feed_redis.c's side: a node's connection, the router's hooks */
+ngx_msec_t ngx_http_feed_redis_blocked(ngx_http_feed_redis_t *rd);
 ngx_http_feed_redis_t *ngx_http_feed_redis_create_node(ngx_cycle_t *cycle,
     ngx_http_feed_redis_conf_t *conf, ngx_http_feed_redis_t *router);
 void ngx_http_feed_redis_router_ready(ngx_http_feed_redis_t *router);
