@@ -220,6 +220,21 @@ ngx_http_feed_fanout_ready(ngx_http_feed_redis_t *rd, void *data)
 
     fmcf = fo->fmcf;
 
+    /*
+     * On a cluster, the client is ready again whenever one of its masters
+     * comes back.  While our read (or claim) is in flight, the connection
+     * to the stream's master is as it was: the group and our client id
+     * are known, and anything sent there would wait behind the read, past
+     * its timeout.  A read lost with its connection has been answered
+     * (NULL), and then all is done again.
+     */
+
+    if (fo->reading) {
+        ngx_log_debug1(NGX_LOG_DEBUG_CORE, fo->log, 0,
+                       "feed fanout of %V: ready again, reading", fo->stream);
+        return;
+    }
+
     /* the id by which a shutdown can end our blocked read at once */
 
     ngx_http_feed_redis_args_init(&args, argv, argvlen);
@@ -262,11 +277,13 @@ ngx_http_feed_fanout_grouped(void *data, redisReply *reply)
         return;
     }
 
-    ngx_log_debug1(NGX_LOG_DEBUG_CORE, fo->log, 0,
-                   "feed fanout group ready, consumer \"%s\"", fo->consumer);
+    ngx_log_debug2(NGX_LOG_DEBUG_CORE, fo->log, 0,
+                   "feed fanout group ready, consumer \"%s\"%s", fo->consumer,
+                   fo->reading ? ", a read in flight" : "");
+
+    /* a read or claim sent meanwhile goes on (ngx_http_feed_fanout_ready) */
 
     fo->ready = 1;
-    fo->reading = 0;
 
     ngx_http_feed_fanout_next(fo);
 }
