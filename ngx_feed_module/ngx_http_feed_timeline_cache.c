@@ -164,8 +164,7 @@ ngx_http_feed_timeline_cache_init(ngx_http_feed_main_conf_t *fmcf)
     /* a cluster's map, new or changed: each master needs its copy */
 
     return ngx_http_feed_redis_on_ready(fmcf->redis_client,
-                                        ngx_http_feed_timeline_cache_copies_ready,
-                                        fmcf);
+               ngx_http_feed_timeline_cache_copies_ready, fmcf);
 }
 
 
