@@ -929,6 +929,7 @@ if (phase(7)) {
 
     $result{cluster}{master} = $c->master_of('feed:tl:{reader}');
 
+    cluster_pull($c, "$seeds cluster", $rounds);
     cluster_fanout($c, "$seeds cluster", $rounds);
     cluster_failover($c, "$seeds cluster");
 
@@ -969,6 +970,58 @@ sub cache_lists {
         print $s $req{$port};
         FeedTest::_resp_read($s) for 1 .. $count{$port};
     }
+}
+
+# first pages of a reader of 5 pushed authors (p0) and of one who follows
+# 5 pull authors too (p5), on a single Redis (where the pull watch vouches
+# for the worker's copies) and on the cluster (where the read script
+# checks the pull authors' versions): req/s of each
+sub cluster_pull {
+    my ($c, $seeds, $rounds) = @_;
+    my @push = map { "pb$_" } 1 .. 5;
+    my @pull = map { "pq$_" } 1 .. 5;
+    my %follows = (p0 => [@push], p5 => [@push, @pull]);
+
+    $t->stop;
+    $t->redis('FLUSHALL');
+    $c->cmd($_, 'FLUSHALL') for $c->masters;
+    $t->start_mongo(name => 'mongopull', args => ['--no-unique']);
+    start_nginx(mode => 'embed', mongo => 'mongopull', pull => 5);
+
+    for my $r (keys %follows) {
+        follow($r, $_) for @{ $follows{$r} };
+    }
+    for my $x (1 .. 5) {
+        follow("px$x", $_) for @pull;
+    }
+    for my $round (1 .. 8) {
+        post($_, "post $round of $_: an ordinary post of some words, a "
+            . 'link or two, and a few more words') for @push, @pull;
+        body("/users/$_/timeline") for $round == 1 ? keys %follows : ();
+    }
+    wait_fanout(60) or die "fanout did not end\n";
+
+    for my $round (1 .. $rounds) {
+        for my $topo (qw(single cluster)) {
+            start_nginx(mode => 'embed', mongo => 'mongopull', pull => 5,
+                $topo eq 'cluster' ? (redis => $seeds) : ());
+            $t->wait_for(5, sub {
+                my $j = $t->get('/status')->{json} or return 0;
+                $topo eq 'single' || ($j->{redis}{cluster}{masters_up} // 0)
+                    == 3;
+            }) or die "nginx does not see the cluster\n";
+
+            for my $r (sort keys %follows) {
+                my $url = "/users/$r/timeline?limit=20";
+                body($url) for 1 .. 3;
+                my $n = @{ json_decode(body($url))->{items} // [] };
+                die "$r: $n posts on the first page on the $topo\n"
+                    unless $n == 20;
+                push @{ $result{cluster}{pull}{$r}{$topo} }, wrk($url);
+            }
+        }
+    }
+    $t->stop_mongo('mongopull');
 }
 
 # one post of starc to its N followers, each with a cached timeline, on a
@@ -1353,6 +1406,26 @@ if (phase(7)) {
             fmt_ms(max(map { $_->{p50} // 0 } @$k)),
             fmt_ms(max(map { $_->{p99} // 0 } @$s)),
             fmt_ms(max(map { $_->{p99} // 0 } @$k)));
+    }
+
+    push @out, '', 'First pages (limit 20) of a reader of 5 pushed authors '
+        . '(p0) and of one who follows 5 pull authors too (p5, '
+        . '`feed_pull_threshold 5`), same machine, alternately. On the '
+        . 'single Redis the pull watch vouches for the worker\'s copy of '
+        . 'p5\'s page; on the cluster there is no watch, and the read '
+        . 'script checks the pull authors\' versions on the reader\'s node '
+        . '(their lists have a copy there).', '',
+        '| reader | single req/s | cluster req/s | **cluster/single** |',
+        '|---|---|---|---|';
+    for my $r (qw(p0 p5)) {
+        my ($s, $k) = map { $cl->{pull}{$r}{$_} } qw(single cluster);
+        next unless $s && $k;
+        my $ms = sum(map { $_->{rps} } @$s) / @$s;
+        my $mk = sum(map { $_->{rps} } @$k) / @$k;
+        push @out, sprintf('| %s | %s | %s | **%.2f** |', $r,
+            join(', ', map { sprintf('%.0f', $_->{rps}) } @$s),
+            join(', ', map { sprintf('%.0f', $_->{rps}) } @$k),
+            $ms ? $mk / $ms : 0);
     }
 
     my $fo = $cl->{fanout};

@@ -77,8 +77,6 @@ struct ngx_http_feed_fanout_entry_s {
     unsigned                      own:1;
     unsigned                      failed:1;
 
-    /* the author's list was loaded from MongoDB for this entry */
-    unsigned                      loaded:1;
 
     /* the post that turned its author to pull did it */
     unsigned                      turned:1;

@@ -12,8 +12,21 @@
 #include "ngx_http_feed_pull.h"
 
 
+/* one copy of the author's list that a post goes into */
+typedef struct {
+    ngx_http_feed_fanout_entry_t  *fe;
+    ngx_str_t                      copy;
+    unsigned                       loaded:1;
+} ngx_http_feed_fanout_copy_t;
+
+
+static void ngx_http_feed_fanout_list_copy(void *data, u_char *copy,
+    size_t len);
+static void ngx_http_feed_fanout_list_add(ngx_http_feed_fanout_copy_t *fc);
 static void ngx_http_feed_fanout_listed(void *data, redisReply *reply);
 static void ngx_http_feed_fanout_list_loaded(void *data, ngx_int_t rc);
+static void ngx_http_feed_fanout_unlist_copy(void *data, u_char *copy,
+    size_t len);
 static void ngx_http_feed_fanout_unlisted(void *data, redisReply *reply);
 static void ngx_http_feed_fanout_turn_run(ngx_http_feed_mongo_task_t *t,
     mongoc_client_t *client);
@@ -22,16 +35,54 @@ static void ngx_http_feed_fanout_turn_done(ngx_http_feed_mongo_task_t *t);
 
 /*
  * A pull author's post (or one of an author turning either way) into the
- * author's list.  A missing list is loaded from MongoDB first, and the
- * post added again after: the load may have begun before it was stored.
+ * author's list, in each of its copies (one per master on a cluster).  A
+ * missing copy is loaded from MongoDB first, and the post added again
+ * after: the load may have begun before it was stored.  With no copy to
+ * write (a cluster's map not known yet), the entry is tried again later.
  */
 
 void
 ngx_http_feed_fanout_list(ngx_http_feed_fanout_entry_t *fe)
 {
-    if (ngx_http_feed_timeline_pull_add(fe->fo->fmcf, &fe->page.author,
-                                        &fe->pull_entry,
-                                        ngx_http_feed_fanout_listed, fe)
+    if (ngx_http_feed_timeline_pull_copies(fe->fo->fmcf,
+                                           ngx_http_feed_fanout_list_copy, fe)
+        == 0)
+    {
+        ngx_http_feed_fanout_failing(fe, "redis unavailable");
+    }
+}
+
+
+static void
+ngx_http_feed_fanout_list_copy(void *data, u_char *copy, size_t len)
+{
+    ngx_http_feed_fanout_entry_t  *fe = data;
+
+    ngx_http_feed_fanout_copy_t  *fc;
+
+    fc = ngx_pcalloc(fe->pool, sizeof(ngx_http_feed_fanout_copy_t) + len);
+    if (fc == NULL) {
+        ngx_http_feed_fanout_failing(fe, "out of memory");
+        return;
+    }
+
+    fc->fe = fe;
+    fc->copy.len = len;
+    fc->copy.data = (u_char *) (fc + 1);
+    ngx_memcpy(fc->copy.data, copy, len);
+
+    ngx_http_feed_fanout_list_add(fc);
+}
+
+
+static void
+ngx_http_feed_fanout_list_add(ngx_http_feed_fanout_copy_t *fc)
+{
+    ngx_http_feed_fanout_entry_t  *fe = fc->fe;
+
+    if (ngx_http_feed_timeline_pull_add(fe->fo->fmcf, &fc->copy,
+                                        &fe->page.author, &fe->pull_entry,
+                                        ngx_http_feed_fanout_listed, fc)
         != NGX_OK)
     {
         ngx_http_feed_fanout_failing(fe, "redis unavailable");
@@ -45,28 +96,33 @@ ngx_http_feed_fanout_list(ngx_http_feed_fanout_entry_t *fe)
 static void
 ngx_http_feed_fanout_listed(void *data, redisReply *reply)
 {
-    ngx_http_feed_fanout_entry_t  *fe = data;
+    ngx_http_feed_fanout_copy_t  *fc = data;
+
+    ngx_http_feed_fanout_entry_t  *fe = fc->fe;
 
     fe->waiting--;
 
     if (reply == NULL || reply->type != REDIS_REPLY_INTEGER) {
+        ngx_http_feed_timeline_cache_error(reply);
         ngx_http_feed_fanout_failing(fe, reply && reply->str ? reply->str
                                                  : "redis unavailable");
 
     } else if (reply->integer >= 0) {
-        ngx_log_debug2(NGX_LOG_DEBUG_CORE, fe->fo->log, 0,
-                       "feed fanout entry %s: %s the author's list",
-                       fe->sid, reply->integer ? "into" : "already in");
+        ngx_log_debug3(NGX_LOG_DEBUG_CORE, fe->fo->log, 0,
+                       "feed fanout entry %s: %s the author's list%V",
+                       fe->sid, reply->integer ? "into" : "already in",
+                       &fc->copy);
 
         ngx_http_feed_stat(pull_listed, reply->integer);
 
-    } else if (!fe->loaded
-               && ngx_http_feed_pull_load(fe->fo->fmcf, &fe->page.author,
+    } else if (!fc->loaded
+               && ngx_http_feed_pull_load(fe->fo->fmcf, &fc->copy,
+                                          &fe->page.author,
                                           ngx_http_feed_fanout_list_loaded,
-                                          fe)
+                                          fc)
                   == NGX_OK)
     {
-        fe->loaded = 1;
+        fc->loaded = 1;
         fe->waiting++;
         return;
 
@@ -81,7 +137,9 @@ ngx_http_feed_fanout_listed(void *data, redisReply *reply)
 static void
 ngx_http_feed_fanout_list_loaded(void *data, ngx_int_t rc)
 {
-    ngx_http_feed_fanout_entry_t  *fe = data;
+    ngx_http_feed_fanout_copy_t  *fc = data;
+
+    ngx_http_feed_fanout_entry_t  *fe = fc->fe;
 
     fe->waiting--;
 
@@ -89,19 +147,39 @@ ngx_http_feed_fanout_list_loaded(void *data, ngx_int_t rc)
         ngx_http_feed_fanout_failing(fe, "the author's list cannot be made");
 
     } else {
-        ngx_http_feed_fanout_list(fe);
+        ngx_http_feed_fanout_list_add(fc);
     }
 
     ngx_http_feed_fanout_settle(fe);
 }
 
 
-/* a deleted post out of its author's list, if the author has one */
+/* a deleted post out of each copy of its author's list, if there is one */
 
 void
 ngx_http_feed_fanout_unlist(ngx_http_feed_fanout_entry_t *fe)
 {
-    if (ngx_http_feed_timeline_pull_remove(fe->fo->fmcf, &fe->page.author,
+    if (ngx_http_feed_timeline_pull_copies(fe->fo->fmcf,
+                                           ngx_http_feed_fanout_unlist_copy,
+                                           fe)
+        == 0)
+    {
+        ngx_http_feed_fanout_failing(fe, "redis unavailable");
+    }
+}
+
+
+static void
+ngx_http_feed_fanout_unlist_copy(void *data, u_char *copy, size_t len)
+{
+    ngx_http_feed_fanout_entry_t  *fe = data;
+
+    ngx_str_t  c;
+
+    c.len = len;
+    c.data = copy;
+
+    if (ngx_http_feed_timeline_pull_remove(fe->fo->fmcf, &c, &fe->page.author,
                                            fe->page.post_id,
                                            ngx_http_feed_fanout_unlisted, fe)
         != NGX_OK)

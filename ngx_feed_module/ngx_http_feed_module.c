@@ -1066,9 +1066,8 @@ ngx_http_feed_init_main_conf(ngx_conf_t *cf, void *conf)
 /*
  * On a Redis Cluster a read's script reaches only its node's keys: a
  * timeline's entries hold the JSON (embed mode; link mode's post keys are
- * on every node), and authors are not pulled (their lists are on other
- * nodes than their followers').  Both are the defaults there; asked for,
- * an error.
+ * on every node).  It is the default there; link, asked for, an error.
+ * Pull authors' lists have a copy on each master for that reason.
  */
 
 static ngx_int_t
@@ -1082,17 +1081,7 @@ ngx_http_feed_cluster_defaults(ngx_conf_t *cf,
         return NGX_ERROR;
     }
 
-    if (fmcf->pull_threshold != NGX_CONF_UNSET
-        && fmcf->pull_threshold != 0)
-    {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"feed_pull_threshold\" cannot be used with a "
-                           "redis cluster yet: use \"off\"");
-        return NGX_ERROR;
-    }
-
     fmcf->cache_embed = 1;
-    fmcf->pull_threshold = 0;
 
     return NGX_OK;
 }

@@ -44,12 +44,16 @@ typedef struct {
 } ngx_http_feed_pull_waiter_t;
 
 
-/* a list being loaded from MongoDB: one per author at a time, per worker */
+/*
+ * A list being loaded from MongoDB: one per author and copy (on a cluster,
+ * each master has its own) at a time, per worker
+ */
 typedef struct {
     ngx_queue_t                   queue;
     ngx_pool_t                   *pool;
     ngx_http_feed_main_conf_t    *fmcf;
     ngx_http_feed_user_t          author;
+    ngx_str_t                     copy;
     ngx_array_t                   waiters;
     ngx_uint_t                    limit;
 
@@ -388,14 +392,14 @@ ngx_http_feed_pull_author(void *data, ngx_http_feed_user_t *user)
 
 
 /*
- * A pull author's list is missing (a Redis restart, no post for a long
- * time, or the author just turned): made from the newest posts in
- * MongoDB, once per author at a time in this worker, whoever asks.
- * handler (may be NULL) is called when it is done.
+ * A pull author's list is missing from a copy (a Redis restart, no post
+ * for a long time, the author just turned, a new master): made from the
+ * newest posts in MongoDB, once per author and copy at a time in this
+ * worker, whoever asks.  handler (may be NULL) is called when it is done.
  */
 
 ngx_int_t
-ngx_http_feed_pull_load(ngx_http_feed_main_conf_t *fmcf,
+ngx_http_feed_pull_load(ngx_http_feed_main_conf_t *fmcf, ngx_str_t *copy,
     ngx_http_feed_user_t *author, ngx_http_feed_pull_loaded_pt handler,
     void *data)
 {
@@ -414,7 +418,9 @@ ngx_http_feed_pull_load(ngx_http_feed_main_conf_t *fmcf,
         ld = ngx_queue_data(q, ngx_http_feed_pull_load_t, queue);
 
         if (ld->author.len == author->len
-            && ngx_strcmp(ld->author.data, author->data) == 0)
+            && ngx_strcmp(ld->author.data, author->data) == 0
+            && ld->copy.len == copy->len
+            && ngx_strncmp(ld->copy.data, copy->data, copy->len) == 0)
         {
             break;
         }
@@ -444,6 +450,14 @@ ngx_http_feed_pull_load(ngx_http_feed_main_conf_t *fmcf,
         ld->author = *author;
         ld->limit = fmcf->cache_size;
 
+        ld->copy.len = copy->len;
+        ld->copy.data = ngx_pstrdup(pool, copy);
+
+        if (ld->copy.data == NULL && copy->len) {
+            ngx_destroy_pool(pool);
+            return NGX_ERROR;
+        }
+
         t = ngx_http_feed_mongo_task(pool, fmcf->mongo_client,
                                      ngx_http_feed_pull_load_run,
                                      ngx_http_feed_pull_load_done, ld);
@@ -455,8 +469,9 @@ ngx_http_feed_pull_load(ngx_http_feed_main_conf_t *fmcf,
 
         ngx_queue_insert_tail(&ngx_http_feed_pull_loads, &ld->queue);
 
-        ngx_log_debug1(NGX_LOG_DEBUG_CORE, ngx_cycle->log, 0,
-                       "feed pull list of \"%s\" loading", author->data);
+        ngx_log_debug2(NGX_LOG_DEBUG_CORE, ngx_cycle->log, 0,
+                       "feed pull list of \"%s\" loading%V", author->data,
+                       copy);
     }
 
     if (handler) {
@@ -509,8 +524,8 @@ ngx_http_feed_pull_load_done(ngx_http_feed_mongo_task_t *t)
         return;
     }
 
-    if (ngx_http_feed_timeline_pull_warm(ld->fmcf, ld->pool, &ld->author,
-                                         ld->items, ld->complete,
+    if (ngx_http_feed_timeline_pull_warm(ld->fmcf, ld->pool, &ld->copy,
+                                         &ld->author, ld->items, ld->complete,
                                          ngx_http_feed_pull_warmed, ld)
         != NGX_OK)
     {
@@ -542,9 +557,9 @@ ngx_http_feed_pull_load_end(ngx_http_feed_pull_load_t *ld, ngx_int_t rc)
     ngx_uint_t                    i;
     ngx_http_feed_pull_waiter_t  *w;
 
-    ngx_log_debug2(NGX_LOG_DEBUG_CORE, ngx_cycle->log, 0,
-                   "feed pull list of \"%s\" %s", ld->author.data,
-                   rc == NGX_OK ? "loaded" : "not loaded");
+    ngx_log_debug3(NGX_LOG_DEBUG_CORE, ngx_cycle->log, 0,
+                   "feed pull list of \"%s\"%V %s", ld->author.data,
+                   &ld->copy, rc == NGX_OK ? "loaded" : "not loaded");
 
     ngx_queue_remove(&ld->queue);
 

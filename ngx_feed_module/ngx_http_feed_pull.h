@@ -47,8 +47,8 @@ ngx_int_t ngx_http_feed_pull_followed(mongoc_client_t *client,
     size_t *len, bson_error_t *error);
 
 ngx_int_t ngx_http_feed_pull_load(ngx_http_feed_main_conf_t *fmcf,
-    ngx_http_feed_user_t *author, ngx_http_feed_pull_loaded_pt handler,
-    void *data);
+    ngx_str_t *copy, ngx_http_feed_user_t *author,
+    ngx_http_feed_pull_loaded_pt handler, void *data);
 void ngx_http_feed_pull_init(void);
 
 ngx_int_t ngx_http_feed_pull_status(bson_t *doc,

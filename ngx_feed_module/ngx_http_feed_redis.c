@@ -433,6 +433,15 @@ ngx_http_feed_redis_masters(ngx_http_feed_redis_t *rd, ngx_uint_t *up)
 }
 
 
+/* a Redis Cluster, not a single Redis */
+
+ngx_uint_t
+ngx_http_feed_redis_clustered(ngx_http_feed_redis_t *rd)
+{
+    return rd != NULL && rd->cluster != NULL;
+}
+
+
 /*
  * The node a key's commands go to, as a number: keys of one number are
  * on one node, and a script may reach all of them.  0 for a single Redis

@@ -210,6 +210,7 @@ const char *ngx_http_feed_redis_last_error(ngx_http_feed_redis_t *rd);
 const char *ngx_http_feed_redis_run_id(ngx_http_feed_redis_t *rd);
 ngx_uint_t ngx_http_feed_redis_masters(ngx_http_feed_redis_t *rd,
     ngx_uint_t *up);
+ngx_uint_t ngx_http_feed_redis_clustered(ngx_http_feed_redis_t *rd);
 ngx_uint_t ngx_http_feed_redis_node_of(ngx_http_feed_redis_t *rd,
     const u_char *key, size_t len);
 size_t ngx_http_feed_redis_local_key(ngx_http_feed_redis_t *rd,

@@ -409,6 +409,12 @@ ngx_http_feed_redis_cluster_redirect(ngx_http_feed_redis_cluster_t *cl,
         node->master = 1;
         cl->slots[rr->slot] = (uint8_t) (node - cl->nodes + 1);
 
+        /*
+         * The copies' names follow the slots at once: the map asked now
+         * may be this one already, and then would not make them again
+         */
+        ngx_http_feed_redis_cluster_tags(cl);
+
         if (!cl->refreshing) {
             ngx_http_feed_redis_cluster_ask(cl);
         }

@@ -597,6 +597,8 @@ ngx_http_feed_timeline_poll(ngx_event_t *ev)
 static void
 ngx_http_feed_timeline_pull(ngx_http_feed_timeline_ctx_t *ctx)
 {
+    u_char      buf[NGX_HTTP_FEED_PULL_COPY_LEN];
+    ngx_str_t   copy;
     ngx_uint_t  i;
 
     if (ctx->pull_waits++ == NGX_HTTP_FEED_PULL_WAITS) {
@@ -604,9 +606,15 @@ ngx_http_feed_timeline_pull(ngx_http_feed_timeline_ctx_t *ctx)
         return;
     }
 
+    /* the lists the read merges: on a cluster, the copies of its node */
+
+    copy.data = buf;
+    copy.len = ngx_http_feed_timeline_pull_copy(ctx->fmcf, &ctx->page.user,
+                                                buf);
+
     for (i = 0; i < ctx->cached.npull; i++) {
-        if (ngx_http_feed_pull_load(ctx->fmcf, &ctx->cached.pull[i], NULL,
-                                    NULL)
+        if (ngx_http_feed_pull_load(ctx->fmcf, &copy, &ctx->cached.pull[i],
+                                    NULL, NULL)
             != NGX_OK)
         {
             ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_BYPASS);

@@ -122,7 +122,8 @@ static ngx_int_t ngx_http_feed_timeline_cache_parse_pull(
 static ngx_uint_t ngx_http_feed_timeline_cache_flag(redisReply *e);
 static ngx_uint_t ngx_http_feed_timeline_cache_int(redisReply *e);
 static void ngx_http_feed_timeline_cache_prefix(
-    ngx_http_feed_redis_call_t *call, ngx_uint_t i, ngx_uint_t version);
+    ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_redis_call_t *call,
+    ngx_uint_t i, ngx_uint_t version, u_char *buf, ngx_uint_t key);
 static ngx_int_t ngx_http_feed_timeline_cache_lists(ngx_http_request_t *r,
     redisReply *reply, size_t i, ngx_str_t *lists);
 static ngx_int_t ngx_http_feed_timeline_cache_copy(ngx_http_request_t *r,
@@ -182,7 +183,8 @@ ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
     char                        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_NKEYS]
                                     [NGX_HTTP_FEED_KEY_LEN];
     u_char                      limit[NGX_INT_T_LEN], ttl[NGX_INT_T_LEN],
-                                deleting[NGX_HTTP_FEED_DELETING_LEN];
+                                deleting[NGX_HTTP_FEED_DELETING_LEN],
+                                prefix[2][NGX_HTTP_FEED_PULL_PREFIX_LEN];
     size_t                      argvlen[
                                     NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARGC];
     size_t                      hgetlen[3], pages_len, limit_len;
@@ -239,10 +241,12 @@ ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
         NGX_HTTP_FEED_POST_PREFIX);
     ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_HAVE, have->data, have->len);
-    ngx_http_feed_timeline_cache_prefix(&call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_PULL_PREFIX, 0);
-    ngx_http_feed_timeline_cache_prefix(&call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_PULLV_PREFIX, 1);
+    ngx_http_feed_timeline_cache_prefix(fmcf, &call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_PULL_PREFIX, 0, prefix[0],
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_TIMELINE);
+    ngx_http_feed_timeline_cache_prefix(fmcf, &call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_PULLV_PREFIX, 1, prefix[1],
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_TIMELINE);
     ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_VOUCHED, vouched ? "1" : "", 1);
     ngx_http_feed_timeline_cache_deleting_args(fmcf, &call,
@@ -281,7 +285,8 @@ ngx_http_feed_timeline_cache_page(ngx_http_request_t *r,
     ngx_http_feed_cached_t *cached, ngx_str_t *body)
 {
     u_char                     *p, *value, limit[NGX_INT_T_LEN],
-                                ttl[NGX_INT_T_LEN];
+                                ttl[NGX_INT_T_LEN],
+                                prefix[NGX_HTTP_FEED_PULL_PREFIX_LEN];
     char                        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_NKEYS]
                                     [NGX_HTTP_FEED_KEY_LEN];
     size_t                      argvlen[
@@ -349,8 +354,9 @@ ngx_http_feed_timeline_cache_page(ngx_http_request_t *r,
     ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_ARG_IDS,
         cached->ids.data, cached->ids.len);
-    ngx_http_feed_timeline_cache_prefix(&call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_ARG_PULLV_PREFIX, 1);
+    ngx_http_feed_timeline_cache_prefix(fmcf, &call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_ARG_PULLV_PREFIX, 1, prefix,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_KEY_TIMELINE);
 
     (void) ngx_http_feed_redis_call(NULL, fmcf->redis_client, &call, NULL,
                                     NULL);
@@ -581,17 +587,41 @@ ngx_http_feed_timeline_cache_int(redisReply *e)
 }
 
 
-/* the prefix of the pull authors' lists (0) or versions (1), for a read */
+/*
+ * The prefix of the pull authors' lists (0) or versions (1) for a read, in
+ * their copy on the node of the call's key of index key (buf:
+ * NGX_HTTP_FEED_PULL_PREFIX_LEN bytes).
+ */
 
 static void
-ngx_http_feed_timeline_cache_prefix(ngx_http_feed_redis_call_t *call,
-    ngx_uint_t i, ngx_uint_t version)
+ngx_http_feed_timeline_cache_prefix(ngx_http_feed_main_conf_t *fmcf,
+    ngx_http_feed_redis_call_t *call, ngx_uint_t i, ngx_uint_t version,
+    u_char *buf, ngx_uint_t key)
 {
-    const char  *prefix;
+    u_char     copy[NGX_HTTP_FEED_PULL_COPY_LEN];
+    ngx_str_t  c, none = ngx_null_string;
 
-    prefix = ngx_http_feed_timeline_pull_prefix(version);
+    if (!fmcf->redis.cluster) {
+        /* the hot path: one list each, of constant names */
+        if (version) {
+            ngx_http_feed_redis_call_lit(call, i,
+                                         NGX_HTTP_FEED_PV_KEY ":{");
 
-    ngx_http_feed_redis_call_arg(call, i, prefix, ngx_strlen(prefix));
+        } else {
+            ngx_http_feed_redis_call_lit(call, i,
+                                         NGX_HTTP_FEED_PL_KEY ":{");
+        }
+
+        return;
+    }
+
+    c.data = copy;
+    c.len = ngx_http_feed_redis_local_key(fmcf->redis_client,
+                (u_char *) call->argv[3 + key], call->argvlen[3 + key],
+                &none, copy);
+
+    ngx_http_feed_redis_call_arg(call, i, buf,
+        ngx_http_feed_timeline_pull_prefix(&c, version, buf));
 }
 
 
@@ -1553,6 +1583,28 @@ ngx_http_feed_timeline_cache_node(ngx_http_feed_main_conf_t *fmcf,
                ngx_http_feed_timeline_cache_user_key(key,
                                                      NGX_HTTP_FEED_TL_PREFIX,
                                                      user));
+}
+
+
+/*
+ * The copy of the lists a user's reads merge: the one on the node of
+ * their timeline, "" on a single Redis.  0 on a cluster whose map does
+ * not know that node: there is none to name yet.  buf: at least
+ * NGX_HTTP_FEED_PULL_COPY_LEN bytes.
+ */
+
+size_t
+ngx_http_feed_timeline_pull_copy(ngx_http_feed_main_conf_t *fmcf,
+    ngx_http_feed_user_t *user, u_char *buf)
+{
+    char       key[NGX_HTTP_FEED_KEY_LEN];
+    ngx_str_t  none = ngx_null_string;
+
+    return ngx_http_feed_redis_local_key(fmcf->redis_client, (u_char *) key,
+               ngx_http_feed_timeline_cache_user_key(key,
+                                                     NGX_HTTP_FEED_TL_PREFIX,
+                                                     user),
+               &none, buf);
 }
 
 

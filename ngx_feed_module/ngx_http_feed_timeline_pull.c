@@ -7,6 +7,15 @@
  * their pages (timeline_read.lua), fanout adds the posts of pull authors
  * to them, and a missing list is made again from MongoDB's newest posts.
  * A list lives twice feed_cache_ttl from its author's last post.
+ *
+ * On a Redis Cluster, a read merges the lists in its script, on the node
+ * of its user's keys: each master has its own copy of every list it needs,
+ * feed:pl{tag}:{author} and feed:pv{tag}:{author}, with the hash tag of one
+ * of its slots ("{tag}" is the copy, "" names the one list of a single
+ * Redis).  Fanout adds a post to every master's copy, and a copy that is
+ * missing is made from MongoDB by whoever needs it, a reader of that node
+ * or fanout, as the one list is.  Pull authors are few: a copy of their
+ * lists on each master costs little memory, and no read leaves its node.
  */
 
 
@@ -14,9 +23,6 @@
 #include "ngx_http_feed_json.h"
 #include "ngx_http_feed_scripts.h"
 
-
-#define NGX_HTTP_FEED_PL_PREFIX   "feed:pl:{"
-#define NGX_HTTP_FEED_PV_PREFIX   "feed:pv:{"
 
 /* what each post of a list made from MongoDB is added to */
 typedef struct {
@@ -29,12 +35,25 @@ typedef struct {
 #define NGX_HTTP_FEED_PULL_ARGS_LEN  (2 * NGX_INT_T_LEN                     \
                                       + NGX_HTTP_FEED_NONCE_LEN)
 
-#define NGX_HTTP_FEED_PULL_KEY_LEN  (sizeof(NGX_HTTP_FEED_PL_PREFIX)        \
+/* a list's key: the prefix, the copy, ":{", the author, "}" */
+#define NGX_HTTP_FEED_PULL_KEY_LEN  (NGX_HTTP_FEED_PULL_PREFIX_LEN          \
                                      + NGX_HTTP_FEED_USER_MAX + 1)
 
+/* the keys of pull_add.lua and pull_warm.lua: the list, its version, and
+ * the posts being deleted */
+typedef struct {
+    char                          list[NGX_HTTP_FEED_PULL_KEY_LEN];
+    char                          version[NGX_HTTP_FEED_PULL_KEY_LEN];
+    char                          deleting[NGX_HTTP_FEED_PULL_KEY_LEN];
+    u_char                        args[NGX_HTTP_FEED_PULL_ARGS_LEN];
+} ngx_http_feed_timeline_pull_keys_t;
 
+
+static size_t ngx_http_feed_timeline_pull_key(char *buf, const char *prefix,
+    ngx_str_t *copy, ngx_http_feed_user_t *author);
 static void ngx_http_feed_timeline_pull_keys(ngx_http_feed_redis_call_t *call,
-    char *list, char *version, ngx_http_feed_user_t *author);
+    ngx_http_feed_timeline_pull_keys_t *keys, ngx_str_t *copy,
+    ngx_http_feed_user_t *author);
 static void ngx_http_feed_timeline_pull_args(ngx_http_feed_redis_call_t *call,
     u_char *buf, ngx_http_feed_main_conf_t *fmcf);
 static void ngx_http_feed_timeline_pull_channel(
@@ -43,36 +62,74 @@ static ngx_int_t ngx_http_feed_timeline_pull_item(void *data,
     ngx_str_t *id, ngx_str_t *json);
 
 
-/* the prefix of the lists (0) or of their versions (1), for the reads */
+/*
+ * The prefix of the lists (0) or of their versions (1) in a copy, for the
+ * reads: the script appends the author and "}".  buf: at least
+ * NGX_HTTP_FEED_PULL_KEY_LEN bytes.
+ */
 
-const char *
-ngx_http_feed_timeline_pull_prefix(ngx_uint_t version)
+size_t
+ngx_http_feed_timeline_pull_prefix(ngx_str_t *copy, ngx_uint_t version,
+    u_char *buf)
 {
-    return version ? NGX_HTTP_FEED_PV_PREFIX : NGX_HTTP_FEED_PL_PREFIX;
+    const char  *prefix;
+
+    prefix = version ? NGX_HTTP_FEED_PV_KEY : NGX_HTTP_FEED_PL_KEY;
+
+    return ngx_sprintf(buf, "%s%V:{", prefix, copy) - buf;
 }
 
 
-/* a pull author's post into their list: 1 in, 0 not, -1 no list */
+/*
+ * Every copy a list has: the handler is called with each ("" once on a
+ * single Redis).  Returns how many: 0 on a cluster whose map is not known
+ * yet, where a write reaches no copy and must be made again later.
+ */
+
+ngx_uint_t
+ngx_http_feed_timeline_pull_copies(ngx_http_feed_main_conf_t *fmcf,
+    ngx_http_feed_redis_local_pt handler, void *data)
+{
+    ngx_uint_t  up;
+    ngx_str_t   none = ngx_null_string;
+
+    if (!ngx_http_feed_redis_clustered(fmcf->redis_client)) {
+        handler(data, (u_char *) "", 0);
+        return 1;
+    }
+
+    if (ngx_http_feed_redis_masters(fmcf->redis_client, &up) == 0) {
+        return 0;
+    }
+
+    ngx_http_feed_redis_local_keys(fmcf->redis_client, &none, handler, data);
+
+    return ngx_http_feed_redis_masters(fmcf->redis_client, &up);
+}
+
+
+/* a pull author's post into a copy of their list: 1 in, 0 not, -1 none */
 
 ngx_int_t
 ngx_http_feed_timeline_pull_add(ngx_http_feed_main_conf_t *fmcf,
-    ngx_http_feed_user_t *author, ngx_str_t *entry,
+    ngx_str_t *copy, ngx_http_feed_user_t *author, ngx_str_t *entry,
     ngx_http_feed_redis_pt handler, void *data)
 {
-    char                        list[NGX_HTTP_FEED_PULL_KEY_LEN],
-                                version[NGX_HTTP_FEED_PULL_KEY_LEN];
-    u_char                      buf[NGX_HTTP_FEED_PULL_ARGS_LEN];
     size_t                      argvlen[NGX_HTTP_FEED_SCRIPT_PULL_ADD_ARGC];
     const char                 *argv[NGX_HTTP_FEED_SCRIPT_PULL_ADD_ARGC];
     ngx_http_feed_redis_call_t  call;
+
+    ngx_http_feed_timeline_pull_keys_t  keys;
 
     ngx_http_feed_redis_call_init(&call, &ngx_http_feed_script_pull_add,
                                   argv, argvlen,
                                   NGX_HTTP_FEED_SCRIPT_PULL_ADD_NKEYS,
                                   NGX_HTTP_FEED_SCRIPT_PULL_ADD_NARGS);
 
-    ngx_http_feed_timeline_pull_keys(&call, list, version, author);
-    ngx_http_feed_timeline_pull_args(&call, buf, fmcf);
+    ngx_http_feed_timeline_pull_keys(&call, &keys, copy, author);
+    ngx_http_feed_timeline_pull_args(&call, keys.args, fmcf);
+    ngx_http_feed_redis_call_arg(&call, NGX_HTTP_FEED_SCRIPT_PULL_ADD_ARG_COPY,
+                                 copy->len ? "1" : "", copy->len ? 1 : 0);
 
     ngx_http_feed_redis_call_arg(&call, NGX_HTTP_FEED_SCRIPT_PULL_ADD_ARG_ENTRY,
                                  entry->data, entry->len);
@@ -89,39 +146,39 @@ ngx_http_feed_timeline_pull_add(ngx_http_feed_main_conf_t *fmcf,
 
 ngx_int_t
 ngx_http_feed_timeline_pull_warm(ngx_http_feed_main_conf_t *fmcf,
-    ngx_pool_t *pool, ngx_http_feed_user_t *author, bson_t *items,
-    ngx_uint_t complete, ngx_http_feed_redis_pt handler, void *data)
+    ngx_pool_t *pool, ngx_str_t *copy, ngx_http_feed_user_t *author,
+    bson_t *items, ngx_uint_t complete, ngx_http_feed_redis_pt handler,
+    void *data)
 {
-    char                       *list, *version;
     size_t                     *argvlen;
     ngx_uint_t                  argc;
     const char                **argv;
     ngx_http_feed_redis_call_t  call;
 
     ngx_http_feed_timeline_pull_call_t  pc;
+    ngx_http_feed_timeline_pull_keys_t *keys;
 
     argc = NGX_HTTP_FEED_REDIS_CALL_ARGC(NGX_HTTP_FEED_SCRIPT_PULL_WARM_NKEYS,
                NGX_HTTP_FEED_SCRIPT_PULL_WARM_NARGS + bson_count_keys(items));
 
     argv = ngx_palloc(pool, argc * sizeof(char *));
     argvlen = ngx_palloc(pool, argc * sizeof(size_t));
-    list = ngx_pnalloc(pool, 2 * NGX_HTTP_FEED_PULL_KEY_LEN
-                             + NGX_HTTP_FEED_PULL_ARGS_LEN);
+    keys = ngx_palloc(pool, sizeof(ngx_http_feed_timeline_pull_keys_t));
 
-    if (argv == NULL || argvlen == NULL || list == NULL) {
+    if (argv == NULL || argvlen == NULL || keys == NULL) {
         return NGX_ERROR;
     }
-
-    version = list + NGX_HTTP_FEED_PULL_KEY_LEN;
 
     ngx_http_feed_redis_call_init(&call, &ngx_http_feed_script_pull_warm,
                                   argv, argvlen,
                                   NGX_HTTP_FEED_SCRIPT_PULL_WARM_NKEYS,
                                   NGX_HTTP_FEED_SCRIPT_PULL_WARM_NARGS);
 
-    ngx_http_feed_timeline_pull_keys(&call, list, version, author);
-    ngx_http_feed_timeline_pull_args(&call,
-        (u_char *) version + NGX_HTTP_FEED_PULL_KEY_LEN, fmcf);
+    ngx_http_feed_timeline_pull_keys(&call, keys, copy, author);
+    ngx_http_feed_timeline_pull_args(&call, keys->args, fmcf);
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_PULL_WARM_ARG_COPY, copy->len ? "1" : "",
+        copy->len ? 1 : 0);
     ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_PULL_WARM_ARG_COMPLETE, complete ? "1" : "0", 1);
 
@@ -165,16 +222,17 @@ ngx_http_feed_timeline_pull_item(void *data, ngx_str_t *id, ngx_str_t *json)
 }
 
 
-/* a deleted post out of its author's list, if it is there */
+/* a deleted post out of a copy of its author's list, if it is there */
 
 ngx_int_t
 ngx_http_feed_timeline_pull_remove(ngx_http_feed_main_conf_t *fmcf,
-    ngx_http_feed_user_t *author, const char *id,
+    ngx_str_t *copy, ngx_http_feed_user_t *author, const char *id,
     ngx_http_feed_redis_pt handler, void *data)
 {
     char                        list[NGX_HTTP_FEED_PULL_KEY_LEN];
     u_char                      ttl[NGX_INT_T_LEN],
-                                nonce[NGX_HTTP_FEED_NONCE_LEN];
+                                nonce[NGX_HTTP_FEED_NONCE_LEN],
+                                prefix[NGX_HTTP_FEED_PULL_KEY_LEN];
     size_t                      len, argvlen[
                                     NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_ARGC
                                     + 1];
@@ -193,8 +251,8 @@ ngx_http_feed_timeline_pull_remove(ngx_http_feed_main_conf_t *fmcf,
                                   NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_NARGS
                                   + 1);
 
-    len = ngx_http_feed_timeline_cache_user_key(list, NGX_HTTP_FEED_PL_PREFIX,
-                                                author);
+    len = ngx_http_feed_timeline_pull_key(list, NGX_HTTP_FEED_PL_KEY, copy,
+                                          author);
 
     ngx_http_feed_redis_call_key(&call, 0, list, len);
     ngx_http_feed_redis_call_arg(&call,
@@ -208,9 +266,9 @@ ngx_http_feed_timeline_pull_remove(ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_ARG_NONCE,
         nonce, ngx_http_feed_timeline_cache_nonce(nonce) - nonce);
-    ngx_http_feed_redis_call_lit(&call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_ARG_VERSION_PREFIX,
-        NGX_HTTP_FEED_PV_PREFIX);
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_ARG_VERSION_PREFIX, prefix,
+        ngx_http_feed_timeline_pull_prefix(copy, 1, prefix));
     ngx_http_feed_timeline_pull_channel(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_ARG_CHANNEL);
 
@@ -219,24 +277,40 @@ ngx_http_feed_timeline_pull_remove(ngx_http_feed_main_conf_t *fmcf,
 }
 
 
+static size_t
+ngx_http_feed_timeline_pull_key(char *buf, const char *prefix,
+    ngx_str_t *copy, ngx_http_feed_user_t *author)
+{
+    return (char *) ngx_sprintf((u_char *) buf, "%s%V:{%*s}", prefix, copy,
+                                author->len, author->data)
+           - buf;
+}
+
+
 static void
 ngx_http_feed_timeline_pull_keys(ngx_http_feed_redis_call_t *call,
-    char *list, char *version, ngx_http_feed_user_t *author)
+    ngx_http_feed_timeline_pull_keys_t *keys, ngx_str_t *copy,
+    ngx_http_feed_user_t *author)
 {
+    u_char  *p;
+
     /* pull_add.lua and pull_warm.lua have the same keys */
 
     ngx_http_feed_redis_call_key(call, NGX_HTTP_FEED_SCRIPT_PULL_ADD_KEY_LIST,
-        list,
-        ngx_http_feed_timeline_cache_user_key(list, NGX_HTTP_FEED_PL_PREFIX,
-                                              author));
+        keys->list,
+        ngx_http_feed_timeline_pull_key(keys->list, NGX_HTTP_FEED_PL_KEY, copy,
+                                        author));
     ngx_http_feed_redis_call_key(call,
-        NGX_HTTP_FEED_SCRIPT_PULL_ADD_KEY_VERSION, version,
-        ngx_http_feed_timeline_cache_user_key(version, NGX_HTTP_FEED_PV_PREFIX,
-                                              author));
+        NGX_HTTP_FEED_SCRIPT_PULL_ADD_KEY_VERSION, keys->version,
+        ngx_http_feed_timeline_pull_key(keys->version, NGX_HTTP_FEED_PV_KEY,
+                                        copy, author));
+
+    p = ngx_sprintf((u_char *) keys->deleting, "%V%V",
+                    &ngx_http_feed_timeline_cache_deleting_key, copy);
+
     ngx_http_feed_redis_call_key(call,
-        NGX_HTTP_FEED_SCRIPT_PULL_ADD_KEY_DELETING,
-        ngx_http_feed_timeline_cache_deleting_key.data,
-        ngx_http_feed_timeline_cache_deleting_key.len);
+        NGX_HTTP_FEED_SCRIPT_PULL_ADD_KEY_DELETING, keys->deleting,
+        p - (u_char *) keys->deleting);
 }
 
 

@@ -142,7 +142,8 @@ ngx_http_feed_timeline_watch_init(ngx_cycle_t *cycle,
     ngx_http_feed_watch_t  *w;
 
     if (fmcf->redis_client == NULL || fmcf->pull_threshold == 0
-        || fmcf->cache_local == 0)
+        || fmcf->cache_local == 0
+        || ngx_http_feed_redis_clustered(fmcf->redis_client))
     {
         return NGX_OK;
     }

@@ -50,22 +50,7 @@ http {
     feed_fanout_deliver_batch 7;
     feed_cache_local 1m;
 
-    server {
-        listen 127.0.0.1:%%PORT_HTTP%% reuseport;
-        location ~ ^/users/([^/]+)/following/([^/]+)\$ { feed_follow \$1 \$2; }
-        location ~ ^/users/([^/]+)/posts\$ { feed_posts \$1; }
-        location ~ ^/users/([^/]+)/posts/([^/]+)\$ { feed_user_post \$1 \$2; }
-        location ~ ^/users/([^/]+)/timeline\$ {
-            feed_timeline \$1;
-            add_header X-Feed-Cache \$feed_cache_status always;
-        }
-        location /_feed/timeline {
-            internal;
-            subrequest_output_buffer_size 16m;
-            feed_timeline_source;
-        }
-        location = /status { feed_status; }
-    }
+@{[ FeedCluster::server_conf() ]}
 }
 EOF
 

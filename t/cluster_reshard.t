@@ -44,29 +44,12 @@ http {
     feed_fanout_deliver_batch 5;
     feed_cache_local 1m;
 
-    server {
-        listen 127.0.0.1:%%PORT_HTTP%% reuseport;
-        location ~ ^/users/([^/]+)/following/([^/]+)\$ { feed_follow \$1 \$2; }
-        location ~ ^/users/([^/]+)/posts\$ { feed_posts \$1; }
-        location ~ ^/users/([^/]+)/timeline\$ {
-            feed_timeline \$1;
-            add_header X-Feed-Cache \$feed_cache_status always;
-        }
-        location /_feed/timeline {
-            internal;
-            subrequest_output_buffer_size 16m;
-            feed_timeline_source;
-        }
-        location = /status { feed_status; }
-    }
+@{[ FeedCluster::server_conf() ]}
 }
 EOF
 
-ok($t->wait_for(10, sub {
-    my $st = statuses($t);
-    keys %$st == 2 && !grep { ($_->{redis}{cluster}{masters_up} // 0) != 3 }
-        values %$st;
-}), 'every worker maps the cluster');
+ok($t->wait_for(10, sub { FeedCluster::mapped(statuses($t), 2, 3) }),
+    'every worker maps the cluster');
 
 # the master that gives its slots away: not the stream's
 my ($from) = grep { $_ ne $stream } $c->masters;

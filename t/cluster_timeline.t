@@ -21,7 +21,8 @@
 #     hit again; a post made meanwhile (its entry not added: the outbox
 #     keeps it) reaches every follower once after the promotion.
 #
-# Link mode and pull authors are refused with a cluster: t/config.t.
+# Link mode is refused with a cluster (t/config.t); pull authors on a
+# cluster: t/cluster_pull.t.
 
 use strict;
 use warnings;
@@ -32,8 +33,8 @@ use Test::More;
 use Time::HiRes qw(time sleep);
 use Compress::Zlib ();
 use FeedTest;
-use FeedTest::Util qw(short statuses fsum follow_each read_each none_failed
-    post);
+use FeedTest::Util qw(short statuses fsum tl_ids follow_each read_each
+    none_failed post);
 use FeedCluster;
 
 my $t = FeedTest->new;
@@ -66,37 +67,15 @@ http {
     feed_fanout_deliver_batch 4;
     \@\@EXTRA\@\@
 
-    server {
-        listen 127.0.0.1:%%PORT_HTTP%% reuseport;
-        location ~ ^/users/([^/]+)/following/([^/]+)\$ { feed_follow \$1 \$2; }
-        location ~ ^/users/([^/]+)/posts\$ { feed_posts \$1; }
-        location ~ ^/users/([^/]+)/posts/([^/]+)\$ { feed_user_post \$1 \$2; }
-        location ~ ^/users/([^/]+)/timeline\$ {
-            feed_timeline \$1;
-            add_header X-Feed-Cache \$feed_cache_status always;
-        }
-        location /_feed/timeline {
-            internal;
-            subrequest_output_buffer_size 16m;
-            feed_timeline_source;
-        }
-        location = /status { feed_status; }
-    }
+@{[ FeedCluster::server_conf() ]}
 }
 EOF
 
 (my $conf = $CONF) =~ s/\@\@EXTRA\@\@/feed_cache_local 1m;/;
 $t->write_conf($conf)->run;
 
-ok($t->wait_for(10, sub {
-    my $st = statuses($t);
-    return 0 unless keys %$st == 2;
-    for my $j (values %$st) {
-        my $cl = $j->{redis}{cluster} or return 0;
-        return 0 unless $cl->{masters_up} == 3;
-    }
-    return 1;
-}), 'every worker maps the cluster');
+ok($t->wait_for(10, sub { FeedCluster::mapped(statuses($t), 2, 3) }),
+    'every worker maps the cluster');
 
 # the queue's four partitions: on more than one master
 my %smaster = map { $c->master_of($_) => 1 } @S;
@@ -106,16 +85,11 @@ ok(keys %smaster >= 2, 'the four partitions of the queue on '
 # ------------------------------------------------------------- helpers --
 
 my @F = map { "f$_" } 1 .. 30;
-my %node = map { $_ => $c->master_of("feed:tl:{$_}") } @F;
-my %per;
-$per{$node{$_}}++ for @F;
+my ($node, $per) = $c->spread(@F);
+my %node = %$node;
+my %per = %$per;
 is(scalar keys %per, 3, 'the followers\' timelines are on all three '
     . 'masters: ' . join(' ', map { "$_=$per{$_}" } sort keys %per));
-
-sub ids {
-    my ($r) = @_;
-    return [ map { $_->{id} } @{ $r->{json}{items} // [] } ];
-}
 
 sub cache_of {
     my ($r) = @_;
@@ -126,7 +100,7 @@ sub cache_of {
 sub read_all {
     my (@users) = @_;
     my ($res) = read_each($t, @users);
-    return map { [ $_->{status}, cache_of($_), ids($_) ] } @$res;
+    return map { [ $_->{status}, cache_of($_), tl_ids($_) ] } @$res;
 }
 
 sub in_list { $c->in_list(@_) }

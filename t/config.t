@@ -66,6 +66,12 @@ for my $v ('127.0.0.1:7000 127.0.0.1:7001 127.0.0.1:7002',
     ok($ok, "cluster seeds accepted: $v") or diag($out);
 }
 
+# pull authors on a cluster: their lists have a copy on each master
+$t->write_conf(conf('', "feed_redis 127.0.0.1:7000 cluster;\n"
+    . "    feed_pull_threshold 100;"));
+($ok, $out) = $t->test_conf;
+ok($ok, 'feed_pull_threshold accepted with a cluster') or diag($out);
+
 for my $v ('feed:posts partitions=1', 'q maxlen=100 partitions=64',
            'q partitions=8 maxlen=5')
 {
@@ -116,8 +122,6 @@ my @bad = (
     [ 'feed_stream s maxlen=5 partitions=2 x;', qr/invalid number of arguments in "feed_stream"|invalid parameter "x" in "feed_stream"/ ],
     [ "feed_redis 127.0.0.1:7000 cluster;\n    feed_cache_mode link;",
                                               qr/"feed_cache_mode link" cannot be used with a redis cluster: use "embed"/ ],
-    [ "feed_redis 127.0.0.1:7000 cluster;\n    feed_pull_threshold 100;",
-                                              qr/"feed_pull_threshold" cannot be used with a redis cluster yet: use "off"/ ],
     [ 'feed_redis 127.0.0.1:7000 127.0.0.1:99999;',
                                               qr/feed_redis.*127\.0\.0\.1:99999|invalid port.*feed_redis/ ],
     [ 'feed_redis_timeout 0;',                qr/"feed_redis_timeout" directive must be positive/ ],

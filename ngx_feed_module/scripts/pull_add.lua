@@ -6,15 +6,17 @@
   posts before this one (pull_warm.lua).
 
   Input:
-    KEYS[1] list              feed:pl:{author}
-    KEYS[2] version           feed:pv:{author}
-    KEYS[3] deleting          feed:deleting
+    KEYS[1] list              feed:pl:{author}, or on a cluster the copy
+                              on one master, feed:pl{tag}:{author}
+    KEYS[2] version           feed:pv:{author}, or feed:pv{tag}:{author}
+    KEYS[3] deleting          feed:deleting, or its copy, feed:deleting{tag}
 
     ARGV[1] cap               feed_cache_size
     ARGV[2] ttl               the list lives twice this, from its last post
     ARGV[3] nonce             the list's new version
     ARGV[4] channel           where the workers hear of new versions
-    ARGV[5] entry             the id, then the JSON
+    ARGV[5] copy              '1' on a cluster (lib/deleted.lua)
+    ARGV[6] entry             the id, then the JSON
 
   Output:
     1 when it went in, 0 when it was there (or deleted, or older than the
@@ -22,15 +24,17 @@
 ]]
 
 -- @include insert
+-- @include deleted
 -- @include pull_changed
 
 if redis.call('exists', KEYS[1]) == 0 then
   return -1
 end
-if redis.call('zscore', KEYS[3], string.sub(ARGV[5], 1, 24)) then
+deleting_any(KEYS[3], ARGV[5])
+if redis.call('zscore', KEYS[3], string.sub(ARGV[6], 1, 24)) then
   return 0
 end
-local n = insert(KEYS[1], ARGV[5], tonumber(ARGV[1]))
+local n = insert(KEYS[1], ARGV[6], tonumber(ARGV[1]))
 if n == 1 then
   pull_changed(KEYS[2], ARGV[2], ARGV[3], ARGV[4])
   redis.call('expire', KEYS[1], 2 * tonumber(ARGV[2]))

@@ -5,16 +5,18 @@
   another worker made it meanwhile, it is left as it is.
 
   Input:
-    KEYS[1] list              feed:pl:{author}
-    KEYS[2] version           feed:pv:{author}
-    KEYS[3] deleting          feed:deleting
+    KEYS[1] list              feed:pl:{author}, or on a cluster the copy
+                              on one master, feed:pl{tag}:{author}
+    KEYS[2] version           feed:pv:{author}, or feed:pv{tag}:{author}
+    KEYS[3] deleting          feed:deleting, or its copy, feed:deleting{tag}
 
     ARGV[1] cap               feed_cache_size
     ARGV[2] ttl               the list lives twice this
     ARGV[3] nonce             the list's new version
     ARGV[4] channel           where the workers hear of new versions
     ARGV[5] complete          '1': the posts are the author's whole history
-    ARGV[6...]                entries (id, then JSON), newest first
+    ARGV[6] copy              '1' on a cluster (lib/deleted.lua)
+    ARGV[7...]                entries (id, then JSON), newest first
 
   Output:
     1, or 0 when nothing could be made (every post was being deleted)
@@ -31,12 +33,12 @@ if redis.call('exists', list) == 1 then
   return 1
 end
 local ids, dead, entries = {}, {}, {}
-for i = 6, #ARGV do ids[#ids + 1] = string.sub(ARGV[i], 1, 24) end
-if #ids > 0 and redis.call('zcard', KEYS[3]) > 0 then
+for i = 7, #ARGV do ids[#ids + 1] = string.sub(ARGV[i], 1, 24) end
+if deleting_any(KEYS[3], ARGV[6]) and #ids > 0 then
   dead = deleted(KEYS[3], ids)
 end
 for j = 1, #ids do
-  if not dead[j] then entries[#entries + 1] = ARGV[5 + j] end
+  if not dead[j] then entries[#entries + 1] = ARGV[6 + j] end
 end
 if ARGV[5] == '1' then entries[#entries + 1] = END end
 if #entries == 0 then return 0 end

@@ -169,6 +169,48 @@ sub in_list {
     return scalar grep { substr($_, 0, 24) eq $id } @$l;
 }
 
+# the master of each user's timeline (user => name), and how many users
+# each master has (name => count)
+sub spread {
+    my ($self, @users) = @_;
+    my %node = map { $_ => $self->master_of("feed:tl:{$_}") } @users;
+    my %per;
+    $per{$node{$_}}++ for @users;
+    return (\%node, \%per);
+}
+
+# the http server of the cluster tests: the graph, posts, timelines (with
+# X-Feed-Cache), the fallback and /status
+sub server_conf {
+    return <<'EOF';
+    server {
+        listen 127.0.0.1:%%PORT_HTTP%% reuseport;
+        location ~ ^/users/([^/]+)/following/([^/]+)$ { feed_follow $1 $2; }
+        location ~ ^/users/([^/]+)/posts$ { feed_posts $1; }
+        location ~ ^/users/([^/]+)/posts/([^/]+)$ { feed_user_post $1 $2; }
+        location ~ ^/users/([^/]+)/timeline$ {
+            feed_timeline $1;
+            add_header X-Feed-Cache $feed_cache_status always;
+        }
+        location /_feed/timeline {
+            internal;
+            subrequest_output_buffer_size 16m;
+            feed_timeline_source;
+        }
+        location = /status { feed_status; }
+    }
+EOF
+}
+
+# whether each of the statuses() of an nginx's workers ($workers of them)
+# maps $masters masters, all up
+sub mapped {
+    my ($st, $workers, $masters) = @_;
+    return keys %$st == $workers
+        && !grep { ($_->{redis}{cluster}{masters_up} // 0) != $masters }
+            values %$st;
+}
+
 sub masters {
     my ($self) = @_;
     my ($any) = $self->alive_names;

@@ -1,7 +1,9 @@
 -- Another key of a timeline's user, made from the timeline's own key: the
--- part from the hash tag on ("user}") after another prefix (its "{").
+-- part after its last "{" ("user}") after another prefix (its "{").  The
+-- last: a pull author's list on a cluster, feed:pl{tag}:{author}, has the
+-- master's tag before the author's (ngx_http_feed_timeline_pull.c).
 local function key(prefix, tl)
-  return prefix .. string.sub(tl, string.find(tl, '{', 1, true) + 1)
+  return prefix .. string.match(tl, '^.*{(.*)$')
 end
 
 -- A list changed: its version (the key "version") moves, the pages made
