@@ -1410,11 +1410,11 @@ if (phase(7)) {
 
     push @out, '', 'First pages (limit 20) of a reader of 5 pushed authors '
         . '(p0) and of one who follows 5 pull authors too (p5, '
-        . '`feed_pull_threshold 5`), same machine, alternately. On the '
-        . 'single Redis the pull watch vouches for the worker\'s copy of '
-        . 'p5\'s page; on the cluster there is no watch, and the read '
-        . 'script checks the pull authors\' versions on the reader\'s node '
-        . '(their lists have a copy there).', '',
+        . '`feed_pull_threshold 5`), same machine, alternately. The '
+        . 'worker vouches for its copy of p5\'s page while its watch heard '
+        . 'no change of the 5 lists: on the cluster, the watch of the '
+        . 'reader\'s master, where that master\'s copies of the lists '
+        . 'publish their changes.', '',
         '| reader | single req/s | cluster req/s | **cluster/single** |',
         '|---|---|---|---|';
     for my $r (qw(p0 p5)) {

@@ -111,7 +111,7 @@ struct ngx_http_feed_redis_cmd_s {
 static ngx_http_feed_redis_t *ngx_http_feed_redis_alloc(ngx_cycle_t *cycle,
     ngx_http_feed_redis_conf_t *conf);
 static ngx_http_feed_redis_t *ngx_http_feed_redis_create_router(
-    ngx_cycle_t *cycle, ngx_http_feed_redis_conf_t *conf, ngx_uint_t pinned);
+    ngx_cycle_t *cycle, ngx_http_feed_redis_conf_t *conf);
 static void ngx_http_feed_redis_node_exit(ngx_http_feed_redis_t *rd,
     void *data);
 static ngx_int_t ngx_http_feed_redis_format(ngx_http_feed_redis_t *rd,
@@ -166,24 +166,7 @@ ngx_http_feed_redis_create(ngx_cycle_t *cycle,
     ngx_http_feed_redis_conf_t *conf)
 {
     if (conf->cluster) {
-        return ngx_http_feed_redis_create_router(cycle, conf, 0);
-    }
-
-    return ngx_http_feed_redis_alloc(cycle, conf);
-}
-
-
-/*
- * A connection that subscribes: against a cluster, to any one node (it
- * hears what is published on every node), another when that one goes.
- */
-
-ngx_http_feed_redis_t *
-ngx_http_feed_redis_create_pinned(ngx_cycle_t *cycle,
-    ngx_http_feed_redis_conf_t *conf)
-{
-    if (conf->cluster) {
-        return ngx_http_feed_redis_create_router(cycle, conf, 1);
+        return ngx_http_feed_redis_create_router(cycle, conf);
     }
 
     return ngx_http_feed_redis_alloc(cycle, conf);
@@ -192,7 +175,7 @@ ngx_http_feed_redis_create_pinned(ngx_cycle_t *cycle,
 
 static ngx_http_feed_redis_t *
 ngx_http_feed_redis_create_router(ngx_cycle_t *cycle,
-    ngx_http_feed_redis_conf_t *conf, ngx_uint_t pinned)
+    ngx_http_feed_redis_conf_t *conf)
 {
     ngx_http_feed_redis_t  *rd;
 
@@ -201,7 +184,7 @@ ngx_http_feed_redis_create_router(ngx_cycle_t *cycle,
         return NULL;
     }
 
-    rd->cluster = ngx_http_feed_redis_cluster_create(cycle, rd, conf, pinned);
+    rd->cluster = ngx_http_feed_redis_cluster_create(cycle, rd, conf);
     if (rd->cluster == NULL) {
         ngx_free(rd);
         return NULL;
@@ -430,6 +413,23 @@ ngx_http_feed_redis_masters(ngx_http_feed_redis_t *rd, ngx_uint_t *up)
     }
 
     return ngx_http_feed_redis_cluster_masters(rd->cluster, up);
+}
+
+
+/*
+ * A cluster's node number n (1...) if it is a master: its address, and its
+ * copies' suffix "{<tag>}" in buf (NGX_HTTP_FEED_REDIS_LOCAL_MAX bytes)
+ */
+
+ngx_http_feed_redis_conf_t *
+ngx_http_feed_redis_master(ngx_http_feed_redis_t *rd, ngx_uint_t n,
+    u_char *buf, size_t *len)
+{
+    if (rd == NULL || rd->cluster == NULL) {
+        return NULL;
+    }
+
+    return ngx_http_feed_redis_cluster_master(rd->cluster, n, buf, len);
 }
 
 
@@ -1438,13 +1438,10 @@ ngx_http_feed_redis_redirected(ngx_http_feed_redis_cmd_t *cmd,
 void
 ngx_http_feed_redis_reconnect(ngx_http_feed_redis_t *rd, const char *why)
 {
-    if (rd->cluster) {
-        /* a pinned router's node: another is taken when it goes */
-        rd = ngx_http_feed_redis_cluster_route(rd->cluster, NULL);
+    /* a connection of one node: a cluster's router has many */
 
-        if (rd == NULL) {
-            return;
-        }
+    if (rd->cluster) {
+        return;
     }
 
     ngx_http_feed_redis_drop(rd, why);
@@ -1456,7 +1453,9 @@ ngx_http_feed_redis_reconnect(ngx_http_feed_redis_t *rd, const char *why)
  * each message and each channel's confirmation (arrays, as Redis sends
  * them), then NULL when the connection goes; the subscription is asked
  * again on the next connection.  No other command may follow on that
- * connection: hiredis would give it the next message as its reply.
+ * connection: hiredis would give it the next message as its reply.  A
+ * connection of one node (on a cluster, a connection to a node's address):
+ * a router cannot subscribe.
  */
 
 ngx_int_t
@@ -1464,11 +1463,7 @@ ngx_http_feed_redis_subscribe(ngx_http_feed_redis_t *rd,
     ngx_http_feed_redis_pt handler, void *data,
     ngx_http_feed_redis_args_t *args)
 {
-    if (rd && rd->cluster) {
-        rd = ngx_http_feed_redis_cluster_route(rd->cluster, args);
-    }
-
-    if (rd == NULL || rd->ac == NULL) {
+    if (rd == NULL || rd->cluster || rd->ac == NULL) {
         return NGX_DECLINED;
     }
 

@@ -40,6 +40,9 @@ typedef void (*ngx_http_feed_redis_ready_pt)(ngx_http_feed_redis_t *rd,
 typedef void (*ngx_http_feed_redis_local_pt)(void *data, u_char *key,
     size_t len);
 
+/* the nodes a cluster's map can name, masters and replicas */
+#define NGX_HTTP_FEED_REDIS_NODES_MAX  64
+
 /* the longest name of a copy, and the buffer a base's copy needs */
 #define NGX_HTTP_FEED_REDIS_LOCAL_MAX  64
 #define NGX_HTTP_FEED_REDIS_LOCAL_LEN(base)                                  \
@@ -159,8 +162,6 @@ typedef enum {
 
 ngx_http_feed_redis_t *ngx_http_feed_redis_create(ngx_cycle_t *cycle,
     ngx_http_feed_redis_conf_t *conf);
-ngx_http_feed_redis_t *ngx_http_feed_redis_create_pinned(ngx_cycle_t *cycle,
-    ngx_http_feed_redis_conf_t *conf);
 void ngx_http_feed_redis_start(ngx_http_feed_redis_t *rd);
 void ngx_http_feed_redis_destroy(ngx_http_feed_redis_t *rd);
 
@@ -211,6 +212,8 @@ const char *ngx_http_feed_redis_run_id(ngx_http_feed_redis_t *rd);
 ngx_uint_t ngx_http_feed_redis_masters(ngx_http_feed_redis_t *rd,
     ngx_uint_t *up);
 ngx_uint_t ngx_http_feed_redis_clustered(ngx_http_feed_redis_t *rd);
+ngx_http_feed_redis_conf_t *ngx_http_feed_redis_master(
+    ngx_http_feed_redis_t *rd, ngx_uint_t n, u_char *buf, size_t *len);
 ngx_uint_t ngx_http_feed_redis_node_of(ngx_http_feed_redis_t *rd,
     const u_char *key, size_t len);
 size_t ngx_http_feed_redis_local_key(ngx_http_feed_redis_t *rd,

@@ -15,7 +15,6 @@
 #include "ngx_http_feed_redis_cluster.h"
 
 
-#define NGX_HTTP_FEED_REDIS_NODES_MAX        64
 #define NGX_HTTP_FEED_REDIS_REFRESH_FAST     250
 #define NGX_HTTP_FEED_REDIS_REFRESH_SLOW     10000
 
@@ -56,13 +55,6 @@ struct ngx_http_feed_redis_cluster_s {
     unsigned                      mapped:1;    /* every slot has a master */
     unsigned                      exiting:1;
 
-    /*
-     * A pinned router (a subscriber) uses one node, whichever is up: a
-     * message published on any node reaches the subscribers of all.
-     */
-    unsigned                      pinned:1;
-    ngx_http_feed_redis_node_t   *pin;
-
     char                          run_id[NGX_INT_T_LEN * 2];
 };
 
@@ -71,8 +63,6 @@ static ngx_http_feed_redis_t *ngx_http_feed_redis_cluster_any(
     ngx_http_feed_redis_cluster_t *cl);
 static ngx_http_feed_redis_node_t *ngx_http_feed_redis_cluster_node(
     ngx_http_feed_redis_cluster_t *cl, ngx_str_t *host, in_port_t port);
-static void ngx_http_feed_redis_cluster_pin(ngx_http_feed_redis_cluster_t *cl,
-    ngx_http_feed_redis_t *rd);
 static void ngx_http_feed_redis_cluster_refresh(ngx_event_t *ev);
 static void ngx_http_feed_redis_cluster_ask(
     ngx_http_feed_redis_cluster_t *cl);
@@ -94,8 +84,7 @@ static void ngx_http_feed_redis_cluster_make_run_id(
 
 ngx_http_feed_redis_cluster_t *
 ngx_http_feed_redis_cluster_create(ngx_cycle_t *cycle,
-    ngx_http_feed_redis_t *router, ngx_http_feed_redis_conf_t *conf,
-    ngx_uint_t pinned)
+    ngx_http_feed_redis_t *router, ngx_http_feed_redis_conf_t *conf)
 {
     ngx_str_t                        host;
     ngx_uint_t                       i;
@@ -111,7 +100,6 @@ ngx_http_feed_redis_cluster_create(ngx_cycle_t *cycle,
     cl->conf = conf;
     cl->cycle = cycle;
     cl->log = cycle->log;
-    cl->pinned = pinned;
 
     cl->dummy.fd = (ngx_socket_t) -1;
     cl->refresh.handler = ngx_http_feed_redis_cluster_refresh;
@@ -250,10 +238,6 @@ ngx_http_feed_redis_cluster_route(ngx_http_feed_redis_cluster_t *cl,
 {
     ngx_uint_t  slot, owner;
 
-    if (cl->pinned) {
-        return cl->pin ? cl->pin->rd : NULL;
-    }
-
     if (args == NULL) {
         return ngx_http_feed_redis_cluster_any(cl);
     }
@@ -340,6 +324,34 @@ ngx_http_feed_redis_cluster_locals(ngx_http_feed_redis_cluster_t *cl,
 
         handler(data, buf, p - buf);
     }
+}
+
+
+/*
+ * Node number n (as ngx_http_feed_redis_cluster_owner() numbers them) when
+ * it is a master with slots: its address, and its copies' suffix,
+ * "{<tag>}" (buf: NGX_HTTP_FEED_REDIS_LOCAL_MAX bytes); NULL otherwise
+ */
+
+ngx_http_feed_redis_conf_t *
+ngx_http_feed_redis_cluster_master(ngx_http_feed_redis_cluster_t *cl,
+    ngx_uint_t n, u_char *buf, size_t *len)
+{
+    ngx_http_feed_redis_node_t  *node;
+
+    if (n == 0 || n > cl->nnodes) {
+        return NULL;
+    }
+
+    node = &cl->nodes[n - 1];
+
+    if (!node->master || node->tag_len == 0) {
+        return NULL;
+    }
+
+    *len = ngx_sprintf(buf, "{%*s}", node->tag_len, node->tag) - buf;
+
+    return &node->conf;
 }
 
 
@@ -445,11 +457,6 @@ ngx_http_feed_redis_cluster_node_ready(ngx_http_feed_redis_cluster_t *cl,
 {
     ngx_uint_t  i;
 
-    if (cl->pinned) {
-        ngx_http_feed_redis_cluster_pin(cl, rd);
-        return;
-    }
-
     ngx_http_feed_redis_cluster_make_run_id(cl);
 
     if (!cl->mapped) {
@@ -489,15 +496,6 @@ ngx_http_feed_redis_cluster_node_down(ngx_http_feed_redis_cluster_t *cl,
 
     cl->run_id[0] = '\0';
 
-    if (cl->pinned) {
-        if (cl->pin && cl->pin->rd == rd) {
-            cl->pin = NULL;
-            ngx_http_feed_redis_cluster_pin(cl, NULL);
-        }
-
-        return NGX_OK;
-    }
-
     for (i = 0; i < cl->nnodes; i++) {
         if (cl->nodes[i].rd != rd) {
             continue;
@@ -521,39 +519,6 @@ ngx_http_feed_redis_cluster_node_down(ngx_http_feed_redis_cluster_t *cl,
     }
 
     return NGX_OK;
-}
-
-
-/*
- * A pinned router takes the node that became ready (rd), or when its own
- * went, any other that is up, and tells so: its user subscribes there.
- */
-
-static void
-ngx_http_feed_redis_cluster_pin(ngx_http_feed_redis_cluster_t *cl,
-    ngx_http_feed_redis_t *rd)
-{
-    ngx_uint_t  i;
-
-    if (cl->pin && cl->pin->rd != rd) {
-        return;
-    }
-
-    for (i = 0; i < cl->nnodes; i++) {
-        if (rd ? cl->nodes[i].rd == rd
-               : ngx_http_feed_redis_state(cl->nodes[i].rd)
-                 == NGX_HTTP_FEED_REDIS_UP)
-        {
-            cl->pin = &cl->nodes[i];
-
-            ngx_log_debug1(NGX_LOG_DEBUG_EVENT, cl->log, 0,
-                           "feed redis cluster: pinned to %V",
-                           &cl->pin->conf.addr_text);
-
-            ngx_http_feed_redis_router_ready(cl->router);
-            return;
-        }
-    }
 }
 
 
@@ -906,11 +871,6 @@ ngx_http_feed_redis_cluster_state(ngx_http_feed_redis_cluster_t *cl)
 {
     if (cl->exiting) {
         return NGX_HTTP_FEED_REDIS_EXITING;
-    }
-
-    if (cl->pinned) {
-        return cl->pin ? ngx_http_feed_redis_state(cl->pin->rd)
-                       : NGX_HTTP_FEED_REDIS_DOWN;
     }
 
     if (!cl->mapped) {

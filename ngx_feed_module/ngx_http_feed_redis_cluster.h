@@ -20,7 +20,7 @@ typedef struct ngx_http_feed_redis_cluster_s  ngx_http_feed_redis_cluster_t;
 
 ngx_http_feed_redis_cluster_t *ngx_http_feed_redis_cluster_create(
     ngx_cycle_t *cycle, ngx_http_feed_redis_t *router,
-    ngx_http_feed_redis_conf_t *conf, ngx_uint_t pinned);
+    ngx_http_feed_redis_conf_t *conf);
 void ngx_http_feed_redis_cluster_start(ngx_http_feed_redis_cluster_t *cl);
 void ngx_http_feed_redis_cluster_destroy(ngx_http_feed_redis_cluster_t *cl);
 
@@ -48,6 +48,9 @@ ngx_uint_t ngx_http_feed_redis_cluster_pending(
     ngx_http_feed_redis_cluster_t *cl);
 const char *ngx_http_feed_redis_cluster_run_id(
     ngx_http_feed_redis_cluster_t *cl);
+ngx_http_feed_redis_conf_t *ngx_http_feed_redis_cluster_master(
+    ngx_http_feed_redis_cluster_t *cl, ngx_uint_t n, u_char *buf,
+    size_t *len);
 ngx_uint_t ngx_http_feed_redis_cluster_masters(
     ngx_http_feed_redis_cluster_t *cl, ngx_uint_t *up);
 

@@ -272,7 +272,8 @@ ngx_http_feed_timeline_read(ngx_http_feed_timeline_ctx_t *ctx)
              * none of them changed since, and say so to the script
              */
 
-            ctx->vouched = ngx_http_feed_timeline_watch_vouch(&lists);
+            ctx->vouched = ngx_http_feed_timeline_watch_vouch(&ctx->page.user,
+                                                               &lists);
         }
     }
 
@@ -288,7 +289,7 @@ ngx_http_feed_timeline_lookup(ngx_http_feed_timeline_ctx_t *ctx)
 {
     ngx_int_t  rc;
 
-    ngx_http_feed_timeline_watch_mark(&ctx->mark);
+    ngx_http_feed_timeline_watch_mark(&ctx->page.user, &ctx->mark);
 
     rc = ngx_http_feed_timeline_cache_read(ctx->request, ctx->fmcf,
                                            &ctx->page, &ctx->have,

@@ -599,7 +599,7 @@ ngx_http_feed_timeline_cache_prefix(ngx_http_feed_main_conf_t *fmcf,
     u_char *buf, ngx_uint_t key)
 {
     u_char     copy[NGX_HTTP_FEED_PULL_COPY_LEN];
-    ngx_str_t  c, none = ngx_null_string;
+    ngx_str_t  c, none = ngx_string("");
 
     if (!fmcf->redis.cluster) {
         /* the hot path: one list each, of constant names */
@@ -1598,7 +1598,7 @@ ngx_http_feed_timeline_pull_copy(ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_user_t *user, u_char *buf)
 {
     char       key[NGX_HTTP_FEED_KEY_LEN];
-    ngx_str_t  none = ngx_null_string;
+    ngx_str_t  none = ngx_string("");
 
     return ngx_http_feed_redis_local_key(fmcf->redis_client, (u_char *) key,
                ngx_http_feed_timeline_cache_user_key(key,

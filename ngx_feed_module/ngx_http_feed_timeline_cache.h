@@ -42,6 +42,8 @@
  * learned only if the watch heard everything since.
  */
 typedef struct {
+    ngx_uint_t                    node;       /* whose watch: the user's
+                                                 node on a cluster */
     ngx_uint_t                    era;
     ngx_uint_t                    skipped;
 } ngx_http_feed_watch_mark_t;
@@ -164,12 +166,13 @@ ngx_int_t ngx_http_feed_timeline_pull_remove(
 size_t ngx_http_feed_timeline_pull_prefix(ngx_str_t *copy,
     ngx_uint_t version, u_char *buf);
 
-const char *ngx_http_feed_timeline_watch_channel(void);
 ngx_int_t ngx_http_feed_timeline_watch_init(ngx_cycle_t *cycle,
     ngx_http_feed_main_conf_t *fmcf);
 void ngx_http_feed_timeline_watch_exit(void);
-ngx_uint_t ngx_http_feed_timeline_watch_vouch(ngx_str_t *lists);
-void ngx_http_feed_timeline_watch_mark(ngx_http_feed_watch_mark_t *m);
+ngx_uint_t ngx_http_feed_timeline_watch_vouch(ngx_http_feed_user_t *user,
+    ngx_str_t *lists);
+void ngx_http_feed_timeline_watch_mark(ngx_http_feed_user_t *user,
+    ngx_http_feed_watch_mark_t *m);
 void ngx_http_feed_timeline_watch_learn(ngx_str_t *lists,
     ngx_http_feed_watch_mark_t *m);
 ngx_int_t ngx_http_feed_timeline_watch_status(bson_t *doc);

@@ -19,7 +19,7 @@
  */
 
 
-#include "ngx_http_feed_timeline_cache.h"
+#include "ngx_http_feed_timeline_watch.h"
 #include "ngx_http_feed_json.h"
 #include "ngx_http_feed_scripts.h"
 
@@ -39,13 +39,16 @@ typedef struct {
 #define NGX_HTTP_FEED_PULL_KEY_LEN  (NGX_HTTP_FEED_PULL_PREFIX_LEN          \
                                      + NGX_HTTP_FEED_USER_MAX + 1)
 
-/* the keys of pull_add.lua and pull_warm.lua: the list, its version, and
- * the posts being deleted */
+/*
+ * The keys of pull_add.lua and pull_warm.lua (the list, its version, the
+ * posts being deleted), and what their arguments are written in
+ */
 typedef struct {
     char                          list[NGX_HTTP_FEED_PULL_KEY_LEN];
     char                          version[NGX_HTTP_FEED_PULL_KEY_LEN];
     char                          deleting[NGX_HTTP_FEED_PULL_KEY_LEN];
     u_char                        args[NGX_HTTP_FEED_PULL_ARGS_LEN];
+    u_char                        channel[NGX_HTTP_FEED_WATCH_CHANNEL_LEN];
 } ngx_http_feed_timeline_pull_keys_t;
 
 
@@ -55,9 +58,11 @@ static void ngx_http_feed_timeline_pull_keys(ngx_http_feed_redis_call_t *call,
     ngx_http_feed_timeline_pull_keys_t *keys, ngx_str_t *copy,
     ngx_http_feed_user_t *author);
 static void ngx_http_feed_timeline_pull_args(ngx_http_feed_redis_call_t *call,
-    u_char *buf, ngx_http_feed_main_conf_t *fmcf);
+    ngx_http_feed_timeline_pull_keys_t *keys, ngx_http_feed_main_conf_t *fmcf,
+    ngx_str_t *copy);
 static void ngx_http_feed_timeline_pull_channel(
-    ngx_http_feed_redis_call_t *call, ngx_uint_t i);
+    ngx_http_feed_redis_call_t *call, ngx_uint_t i, u_char *buf,
+    ngx_str_t *copy);
 static ngx_int_t ngx_http_feed_timeline_pull_item(void *data,
     ngx_str_t *id, ngx_str_t *json);
 
@@ -91,7 +96,7 @@ ngx_http_feed_timeline_pull_copies(ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_redis_local_pt handler, void *data)
 {
     ngx_uint_t  up;
-    ngx_str_t   none = ngx_null_string;
+    ngx_str_t   none = ngx_string("");
 
     if (!ngx_http_feed_redis_clustered(fmcf->redis_client)) {
         handler(data, (u_char *) "", 0);
@@ -127,7 +132,7 @@ ngx_http_feed_timeline_pull_add(ngx_http_feed_main_conf_t *fmcf,
                                   NGX_HTTP_FEED_SCRIPT_PULL_ADD_NARGS);
 
     ngx_http_feed_timeline_pull_keys(&call, &keys, copy, author);
-    ngx_http_feed_timeline_pull_args(&call, keys.args, fmcf);
+    ngx_http_feed_timeline_pull_args(&call, &keys, fmcf, copy);
     ngx_http_feed_redis_call_arg(&call, NGX_HTTP_FEED_SCRIPT_PULL_ADD_ARG_COPY,
                                  copy->len ? "1" : "", copy->len ? 1 : 0);
 
@@ -175,7 +180,7 @@ ngx_http_feed_timeline_pull_warm(ngx_http_feed_main_conf_t *fmcf,
                                   NGX_HTTP_FEED_SCRIPT_PULL_WARM_NARGS);
 
     ngx_http_feed_timeline_pull_keys(&call, keys, copy, author);
-    ngx_http_feed_timeline_pull_args(&call, keys->args, fmcf);
+    ngx_http_feed_timeline_pull_args(&call, keys, fmcf, copy);
     ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_PULL_WARM_ARG_COPY, copy->len ? "1" : "",
         copy->len ? 1 : 0);
@@ -232,7 +237,8 @@ ngx_http_feed_timeline_pull_remove(ngx_http_feed_main_conf_t *fmcf,
     char                        list[NGX_HTTP_FEED_PULL_KEY_LEN];
     u_char                      ttl[NGX_INT_T_LEN],
                                 nonce[NGX_HTTP_FEED_NONCE_LEN],
-                                prefix[NGX_HTTP_FEED_PULL_KEY_LEN];
+                                prefix[NGX_HTTP_FEED_PULL_KEY_LEN],
+                                channel[NGX_HTTP_FEED_WATCH_CHANNEL_LEN];
     size_t                      len, argvlen[
                                     NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_ARGC
                                     + 1];
@@ -270,7 +276,7 @@ ngx_http_feed_timeline_pull_remove(ngx_http_feed_main_conf_t *fmcf,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_ARG_VERSION_PREFIX, prefix,
         ngx_http_feed_timeline_pull_prefix(copy, 1, prefix));
     ngx_http_feed_timeline_pull_channel(&call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_ARG_CHANNEL);
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_ARG_CHANNEL, channel, copy);
 
     return ngx_http_feed_redis_call(NULL, fmcf->redis_client, &call, handler,
                                     data);
@@ -318,9 +324,12 @@ ngx_http_feed_timeline_pull_keys(ngx_http_feed_redis_call_t *call,
 
 static void
 ngx_http_feed_timeline_pull_args(ngx_http_feed_redis_call_t *call,
-    u_char *buf, ngx_http_feed_main_conf_t *fmcf)
+    ngx_http_feed_timeline_pull_keys_t *keys, ngx_http_feed_main_conf_t *fmcf,
+    ngx_str_t *copy)
 {
-    u_char  *ttl, *nonce;
+    u_char  *buf, *ttl, *nonce;
+
+    buf = keys->args;
 
     ttl = ngx_sprintf(buf, "%ui", fmcf->cache_size);
     nonce = ngx_sprintf(ttl, "%T", fmcf->cache_ttl);
@@ -332,19 +341,19 @@ ngx_http_feed_timeline_pull_args(ngx_http_feed_redis_call_t *call,
     ngx_http_feed_redis_call_arg(call, NGX_HTTP_FEED_SCRIPT_PULL_ADD_ARG_NONCE,
         nonce, ngx_http_feed_timeline_cache_nonce(nonce) - nonce);
     ngx_http_feed_timeline_pull_channel(call,
-        NGX_HTTP_FEED_SCRIPT_PULL_ADD_ARG_CHANNEL);
+        NGX_HTTP_FEED_SCRIPT_PULL_ADD_ARG_CHANNEL, keys->channel, copy);
 }
 
 
-/* where the workers hear of the lists' new versions */
+/*
+ * Where the workers hear of the new versions of a copy's lists: on a
+ * cluster, a channel of the copy's own (ngx_http_feed_timeline_watch.c)
+ */
 
 static void
 ngx_http_feed_timeline_pull_channel(ngx_http_feed_redis_call_t *call,
-    ngx_uint_t i)
+    ngx_uint_t i, u_char *buf, ngx_str_t *copy)
 {
-    const char  *channel;
-
-    channel = ngx_http_feed_timeline_watch_channel();
-
-    ngx_http_feed_redis_call_arg(call, i, channel, ngx_strlen(channel));
+    ngx_http_feed_redis_call_arg(call, i, buf,
+                                 ngx_http_feed_watch_channel(copy, buf));
 }

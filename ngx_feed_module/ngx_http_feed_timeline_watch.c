@@ -1,7 +1,9 @@
 
 /*
  * ngx_feed_module: what each worker knows of the versions of the pull
- * authors' lists, heard on a Redis channel.
+ * authors' lists, heard on a Redis channel: one watch of one copy of the
+ * lists, the single Redis's or a cluster master's (the worker's watches:
+ * ngx_http_feed_timeline_watch_set.c).
  *
  * Every change of a pull author's list publishes its new version on
  * "feed:pvc" (scripts/lib/pull_changed.lua).  Each worker subscribes on a
@@ -32,13 +34,12 @@
  */
 
 
-#include "ngx_http_feed_timeline_cache.h"
+#include "ngx_http_feed_timeline_watch.h"
 
 
 #define NGX_HTTP_FEED_WATCH_CHANNEL    "feed:pvc"
 #define NGX_HTTP_FEED_WATCH_ECHO       "feed:pvh:"
 
-#define NGX_HTTP_FEED_WATCH_BEAT       100     /* ms between heartbeats */
 #define NGX_HTTP_FEED_WATCH_FRESH      300     /* ms a heartbeat vouches */
 
 /* the versions of the authors known: reset when there are more */
@@ -63,10 +64,18 @@ typedef struct {
 } ngx_http_feed_watch_author_t;
 
 
-typedef struct {
+struct ngx_http_feed_watch_s {
     ngx_http_feed_main_conf_t    *fmcf;
     ngx_http_feed_redis_t        *rd;       /* the subscribed connection */
     ngx_log_t                    *log;
+
+    /* the copy of the lists watched: "" or, on a cluster, "{<tag>}" */
+    u_char                        copy[NGX_HTTP_FEED_PULL_COPY_LEN];
+    ngx_str_t                     copy_str;
+
+    /* where the scripts publish the copy's changes */
+    u_char                        channel[NGX_HTTP_FEED_WATCH_CHANNEL_LEN];
+    size_t                        channel_len;
 
     ngx_rbtree_t                  rbtree;
     ngx_rbtree_node_t             sentinel;
@@ -84,15 +93,13 @@ typedef struct {
     ngx_msec_t                    since;    /* when subscribed */
     unsigned                      heard:1;  /* one was heard this era */
 
-    ngx_event_t                   beat;
-    ngx_connection_t              dummy;
-
     u_char                        own[sizeof(NGX_HTTP_FEED_WATCH_ECHO)
-                                      + NGX_INT64_LEN * 2];
+                                      + NGX_INT64_LEN * 2
+                                      + NGX_HTTP_FEED_PULL_COPY_LEN];
     size_t                        own_len;
 
     ngx_uint_t                    messages;
-} ngx_http_feed_watch_t;
+};
 
 
 static void ngx_http_feed_timeline_watch_ready(ngx_http_feed_redis_t *rd,
@@ -101,7 +108,6 @@ static void ngx_http_feed_timeline_watch_message(void *data,
     redisReply *reply);
 static void ngx_http_feed_timeline_watch_changed(ngx_http_feed_watch_t *w,
     redisReply *payload);
-static void ngx_http_feed_timeline_watch_beat(ngx_event_t *ev);
 static void ngx_http_feed_timeline_watch_reset(ngx_http_feed_watch_t *w,
     const char *why, ngx_uint_t lost);
 static ngx_http_feed_watch_author_t *ngx_http_feed_timeline_watch_find(
@@ -121,90 +127,101 @@ static ngx_int_t ngx_http_feed_timeline_watch_line(u_char **pos,
     u_char *last, ngx_str_t *author, ngx_str_t *version);
 
 
-static ngx_http_feed_watch_t  *ngx_http_feed_timeline_watch;
+/* eras of all watches, so that a mark of one never matches another */
+static ngx_uint_t  ngx_http_feed_watch_eras;
 
 
-/* the name of the channel the scripts publish new versions on */
+/*
+ * Where the scripts publish the changes of a copy's lists: "feed:pvc", and
+ * on a cluster the copy's "{<tag>}" (buf: NGX_HTTP_FEED_WATCH_CHANNEL_LEN)
+ */
 
-const char *
-ngx_http_feed_timeline_watch_channel(void)
+size_t
+ngx_http_feed_watch_channel(ngx_str_t *copy, u_char *buf)
 {
-    return NGX_HTTP_FEED_WATCH_CHANNEL;
+    return ngx_sprintf(buf, NGX_HTTP_FEED_WATCH_CHANNEL "%V", copy) - buf;
 }
 
 
-/* a connection of its own: once subscribed it can send nothing else */
+/*
+ * The watch of one copy of the lists: of a single Redis, or of a cluster's
+ * master (conf: its address; copy: "{<tag>}").  A connection of its own:
+ * once subscribed it can send nothing else.  A change is published on the
+ * node of its copy, and so is the heartbeat (routed there by its channel's
+ * tag): what is published in order on that node is heard in order here.
+ */
 
-ngx_int_t
-ngx_http_feed_timeline_watch_init(ngx_cycle_t *cycle,
-    ngx_http_feed_main_conf_t *fmcf)
+ngx_http_feed_watch_t *
+ngx_http_feed_watch_create(ngx_cycle_t *cycle,
+    ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_redis_conf_t *conf,
+    ngx_str_t *copy)
 {
     ngx_http_feed_watch_t  *w;
 
-    if (fmcf->redis_client == NULL || fmcf->pull_threshold == 0
-        || fmcf->cache_local == 0
-        || ngx_http_feed_redis_clustered(fmcf->redis_client))
-    {
-        return NGX_OK;
+    if (copy->len > NGX_HTTP_FEED_PULL_COPY_LEN) {
+        return NULL;
     }
 
-    w = ngx_pcalloc(cycle->pool, sizeof(ngx_http_feed_watch_t));
+    w = ngx_calloc(sizeof(ngx_http_feed_watch_t), cycle->log);
     if (w == NULL) {
-        return NGX_ERROR;
+        return NULL;
     }
 
     w->fmcf = fmcf;
     w->log = cycle->log;
-    w->era = 1;
+    w->era = ++ngx_http_feed_watch_eras;
 
     ngx_rbtree_init(&w->rbtree, &w->sentinel, ngx_str_rbtree_insert_value);
 
-    w->own_len = ngx_sprintf(w->own, NGX_HTTP_FEED_WATCH_ECHO "%P-%M",
-                             ngx_pid, ngx_current_msec)
+    w->copy_str.data = w->copy;
+    w->copy_str.len = copy->len;
+    ngx_memcpy(w->copy, copy->data, copy->len);
+
+    w->channel_len = ngx_http_feed_watch_channel(copy, w->channel);
+    w->own_len = ngx_sprintf(w->own, NGX_HTTP_FEED_WATCH_ECHO "%P-%M%V",
+                             ngx_pid, ngx_current_msec, copy)
                  - w->own;
 
-    w->dummy.fd = (ngx_socket_t) -1;
-    w->beat.handler = ngx_http_feed_timeline_watch_beat;
-    w->beat.data = &w->dummy;
-    w->beat.log = cycle->log;
-    w->beat.cancelable = 1;
-
-    w->rd = ngx_http_feed_redis_create_pinned(cycle, &fmcf->redis);
+    w->rd = ngx_http_feed_redis_create(cycle, conf);
     if (w->rd == NULL
         || ngx_http_feed_redis_on_ready(w->rd,
                                         ngx_http_feed_timeline_watch_ready, w)
            != NGX_OK)
     {
-        return NGX_ERROR;
+        if (w->rd) {
+            ngx_http_feed_redis_destroy(w->rd);
+        }
+
+        ngx_free(w);
+        return NULL;
     }
 
-    ngx_http_feed_timeline_watch = w;
+    ngx_log_debug3(NGX_LOG_DEBUG_CORE, w->log, 0,
+                   "feed pull watch of %V: \"%*s\"", &conf->addr_text,
+                   w->channel_len, w->channel);
 
     ngx_http_feed_redis_start(w->rd);
 
-    ngx_add_timer(&w->beat, NGX_HTTP_FEED_WATCH_BEAT);
-
-    return NGX_OK;
+    return w;
 }
 
 
 void
-ngx_http_feed_timeline_watch_exit(void)
+ngx_http_feed_watch_destroy(ngx_http_feed_watch_t *w)
 {
-    ngx_http_feed_watch_t  *w = ngx_http_feed_timeline_watch;
-
-    if (w == NULL) {
-        return;
-    }
-
-    if (w->beat.timer_set) {
-        ngx_del_timer(&w->beat);
-    }
-
-    ngx_http_feed_timeline_watch_reset(w, "exit", 1);
+    ngx_http_feed_timeline_watch_reset(w, "gone", 1);
 
     ngx_http_feed_redis_destroy(w->rd);
-    ngx_http_feed_timeline_watch = NULL;
+    ngx_free(w);
+}
+
+
+/* the copy it watches */
+
+ngx_str_t *
+ngx_http_feed_watch_copy(ngx_http_feed_watch_t *w)
+{
+    return &w->copy_str;
 }
 
 
@@ -219,7 +236,7 @@ ngx_http_feed_timeline_watch_ready(ngx_http_feed_redis_t *rd, void *data)
 
     ngx_http_feed_redis_args_init(&args, argv, argvlen);
     ngx_http_feed_redis_args_lit(&args, "SUBSCRIBE");
-    ngx_http_feed_redis_args_lit(&args, NGX_HTTP_FEED_WATCH_CHANNEL);
+    ngx_http_feed_redis_args_add(&args, w->channel, w->channel_len);
     ngx_http_feed_redis_args_add(&args, w->own, w->own_len);
 
     if (ngx_http_feed_redis_subscribe(rd, ngx_http_feed_timeline_watch_message,
@@ -227,8 +244,8 @@ ngx_http_feed_timeline_watch_ready(ngx_http_feed_redis_t *rd, void *data)
         != NGX_OK)
     {
         ngx_log_error(NGX_LOG_ERR, w->log, 0,
-                      "feed pull watch cannot subscribe to \"%s\"",
-                      NGX_HTTP_FEED_WATCH_CHANNEL);
+                      "feed pull watch cannot subscribe to \"%*s\"",
+                      w->channel_len, w->channel);
     }
 }
 
@@ -385,14 +402,13 @@ ngx_http_feed_timeline_watch_forget(ngx_http_feed_watch_t *w,
  */
 
 ngx_uint_t
-ngx_http_feed_timeline_watch_vouch(ngx_str_t *lists)
+ngx_http_feed_watch_vouch(ngx_http_feed_watch_t *w, ngx_str_t *lists)
 {
     u_char                        *p, *last;
     ngx_str_t                      author, version;
-    ngx_http_feed_watch_t         *w = ngx_http_feed_timeline_watch;
     ngx_http_feed_watch_author_t  *a;
 
-    if (w == NULL || lists->len == 0 || w->channels < 2 || !w->heard
+    if (lists->len == 0 || w->channels < 2 || !w->heard
         || (ngx_msec_int_t) (ngx_current_msec - w->echo)
            > NGX_HTTP_FEED_WATCH_FRESH)
     {
@@ -426,11 +442,10 @@ ngx_http_feed_timeline_watch_vouch(ngx_str_t *lists)
 /* where the watch is when a read is sent: learn() needs it */
 
 void
-ngx_http_feed_timeline_watch_mark(ngx_http_feed_watch_mark_t *m)
+ngx_http_feed_watch_mark(ngx_http_feed_watch_t *w,
+    ngx_http_feed_watch_mark_t *m)
 {
-    ngx_http_feed_watch_t  *w = ngx_http_feed_timeline_watch;
-
-    if (w == NULL || w->channels < 2) {
+    if (w->channels < 2) {
         m->era = 0;
         m->skipped = 0;
         return;
@@ -444,7 +459,7 @@ ngx_http_feed_timeline_watch_mark(ngx_http_feed_watch_mark_t *m)
 /* the versions a read's reply saw ("author version\n" each) */
 
 void
-ngx_http_feed_timeline_watch_learn(ngx_str_t *lists,
+ngx_http_feed_watch_learn(ngx_http_feed_watch_t *w, ngx_str_t *lists,
     ngx_http_feed_watch_mark_t *m)
 {
     u_char                        *p, *last;
@@ -452,12 +467,7 @@ ngx_http_feed_timeline_watch_learn(ngx_str_t *lists,
     ngx_int_t                      rc;
     ngx_uint_t                     i, fresh;
     ngx_str_t                      author, version;
-    ngx_http_feed_watch_t         *w = ngx_http_feed_timeline_watch;
     ngx_http_feed_watch_author_t  *a;
-
-    if (w == NULL) {
-        return;
-    }
 
     /* new authors only while what was passed over since is all known */
 
@@ -522,49 +532,46 @@ ngx_http_feed_timeline_watch_learn(ngx_str_t *lists,
 }
 
 
-/* for feed_status */
+/* for feed_status: added to what the other watches count */
 
-ngx_int_t
-ngx_http_feed_timeline_watch_status(bson_t *doc)
+void
+ngx_http_feed_watch_count(ngx_http_feed_watch_t *w,
+    ngx_http_feed_watch_counts_t *c)
 {
-    bson_t                  sub;
-    ngx_http_feed_watch_t  *w = ngx_http_feed_timeline_watch;
+    ngx_msec_int_t  ago;
 
-    if (w == NULL) {
-        return NGX_OK;
+    ago = w->heard ? (ngx_msec_int_t) (ngx_current_msec - w->echo) : -1;
+
+    /* the oldest heartbeat heard; -1 when one watch heard none yet */
+
+    if (c->watches == 0 || ago < 0
+        || (c->heard_ms_ago >= 0 && ago > c->heard_ms_ago))
+    {
+        c->heard_ms_ago = ago;
     }
 
-    if (!BSON_APPEND_DOCUMENT_BEGIN(doc, "watch", &sub)) {
-        return NGX_ERROR;
-    }
-
-    BSON_APPEND_BOOL(&sub, "subscribed", w->channels >= 2);
-    BSON_APPEND_INT64(&sub, "heard_ms_ago",
-                      w->heard ? (int64_t) (ngx_current_msec - w->echo) : -1);
-    BSON_APPEND_INT64(&sub, "authors", (int64_t) w->authors);
-    BSON_APPEND_INT64(&sub, "messages", (int64_t) w->messages);
-    BSON_APPEND_INT64(&sub, "passed_over", (int64_t) w->skipped);
-
-    return bson_append_document_end(doc, &sub) ? NGX_OK : NGX_ERROR;
+    c->watches++;
+    c->subscribed += (w->channels >= 2);
+    c->authors += w->authors;
+    c->messages += w->messages;
+    c->passed_over += w->skipped;
 }
 
 
-/* the time it is sent, published on the worker's own channel */
+/*
+ * The time it is sent, published on the watch's own channel, through the
+ * main connection (on a cluster, to the node of the channel's tag), every
+ * NGX_HTTP_FEED_WATCH_BEAT.  A subscription that hears none for long is
+ * made again.
+ */
 
-static void
-ngx_http_feed_timeline_watch_beat(ngx_event_t *ev)
+void
+ngx_http_feed_watch_beat(ngx_http_feed_watch_t *w)
 {
     u_char                      now[NGX_INT_T_LEN];
     const char                 *argv[3];
     size_t                      argvlen[3];
-    ngx_http_feed_watch_t      *w;
     ngx_http_feed_redis_args_t  args;
-
-    w = ngx_http_feed_timeline_watch;
-
-    if (w == NULL || ngx_exiting) {
-        return;
-    }
 
     if (w->channels >= 2
         && ngx_http_feed_redis_state(w->fmcf->redis_client)
@@ -587,7 +594,7 @@ ngx_http_feed_timeline_watch_beat(ngx_event_t *ev)
     if (w->channels >= 2) {
         ngx_http_feed_redis_args_init(&args, argv, argvlen);
         ngx_http_feed_redis_args_lit(&args, "PUBLISH");
-        ngx_http_feed_redis_args_add(&args, w->own, w->own_len);
+        ngx_http_feed_redis_args_key(&args, w->own, w->own_len);
         ngx_http_feed_redis_args_add(&args, now,
                                      ngx_sprintf(now, "%M", ngx_current_msec)
                                      - now);
@@ -595,8 +602,6 @@ ngx_http_feed_timeline_watch_beat(ngx_event_t *ev)
         (void) ngx_http_feed_redis_send(w->fmcf->redis_client, NULL, NULL,
                                         &args);
     }
-
-    ngx_add_timer(&w->beat, NGX_HTTP_FEED_WATCH_BEAT);
 }
 
 
@@ -624,7 +629,7 @@ ngx_http_feed_timeline_watch_reset(ngx_http_feed_watch_t *w, const char *why,
     }
 
     w->authors = 0;
-    w->era++;
+    w->era = ++ngx_http_feed_watch_eras;
 
     if (lost) {
         w->channels = 0;

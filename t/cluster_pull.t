@@ -14,7 +14,8 @@
 #     feed_cache_size: every post once, newest first, DEEP past the copy's
 #     end;
 #   - first pages read again and again (kept pages, the workers' copies,
-#     with no watch on a cluster) show a new pulled post;
+#     vouched for by each master's watch) show a new pulled post, and
+#     every post of a storm once it is in every copy;
 #   - a pulled post deleted: in no read, out of every copy;
 #   - a copy lost (list and version deleted by hand, as when they expire):
 #     that master's users still see
@@ -101,6 +102,21 @@ sub copies {
 }
 
 sub in_list { $c->in_list(@_) }
+
+# a pull counter summed over the workers of statuses()
+sub fsum_pull {
+    my ($st, $k) = @_;
+    my $s = 0;
+    $s += $_->{pull}{$k} // 0 for values %$st;
+    return $s;
+}
+
+# whether every master's copy of celeb's list begins with $id
+sub listed_everywhere {
+    my ($id) = @_;
+    my $l = copies();
+    return keys %$l == 3 && !grep { ($l->{$_}[0] // '') ne $id } keys %$l;
+}
 
 # '' when the users' first pages are the newest 5 of @$want, or the first
 # that is not
@@ -189,6 +205,29 @@ push @posts, post($t, 'celeb', 'while pages are kept');
 ok($t->wait_for(2, sub {
     !grep { $_->[2][0] ne $posts[-1] } read_all(@F) }),
     'kept pages: the new pulled post first in every follower\'s next reads');
+
+# posts while first pages are read, over and over (kept pages and the
+# workers' copies, vouched for by the watch of each master): once a post is
+# in every copy, and the watch's window (300 ms) passed, no read misses it
+
+{
+    my @bad;
+    for my $i (1 .. 8) {
+        my $h = FeedTest::Util::post_start($t, 'celeb', "storm $i");
+        my @r = map { $t->http_start('GET', "/users/$_/timeline?limit=5") }
+            @F[0 .. 5];
+        $t->http_end($_) for @r;
+        my $id = FeedTest::Util::post_end($t, $h, "storm $i");
+        push @posts, $id;
+        $t->wait_for(5, sub { listed_everywhere($id) });
+        sleep 0.35;
+        push @bad, map { "storm $i: $_->[1] " . join(' ', @{$_->[2]}) }
+            grep { $_->[0] != 200 || ($_->[2][0] // '') ne $id }
+            read_all(@F);
+    }
+    ok(!@bad, 'storm: 8 posts while pages are read, each in every next '
+        . 'read') or diag(scalar(@bad) . " stale, first: $bad[0]");
+}
 
 # ---------------------------------------------------------------- delete --
 
@@ -287,8 +326,11 @@ is(join(' ', @{$r[0][2]}), join(' ', @celebs[0 .. 4]),
 # ------------------------------------------------------------------ end --
 
 my $st = statuses($t);
-is(scalar(grep { ($_->{pull}{vouched} // 0) == 0 } values %$st), 2,
-    'no read vouched for: no watch on a cluster');
+is(scalar(grep { my $w = $_->{pull}{watch} // {};
+    $w->{subscribed} && ($w->{watches} // 0) == 3 } values %$st), 2,
+    'watch: each worker watches the copies of the three masters');
+ok(fsum_pull($st, 'vouched') > 0, 'watch: reads answered from copies the '
+    . 'workers vouched for: ' . fsum_pull($st, 'vouched'));
 unlike($t->error_log, qr/CROSSSLOT/, 'no command across slots');
 
 $t->done;

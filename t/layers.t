@@ -37,6 +37,7 @@ my %layer = (
     timeline_local  => 'store',
     timeline_pull   => 'store',
     timeline_watch  => 'store',
+    timeline_watch_set => 'store',
     authors_store   => 'store',
     counts          => 'store',
 
