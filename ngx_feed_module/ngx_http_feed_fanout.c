@@ -612,6 +612,10 @@ ngx_http_feed_fanout_start(ngx_http_feed_fanout_t *fo, redisReply *e)
                    fe->page.post_id, fe->page.author.data);
 
     fe->page.want_post = (fe->kind == 'p');
+    fe->page.store = fo->fmcf->timeline_store;
+    fe->page.embed = fo->fmcf->cache_embed;
+    fe->page.cap = fo->fmcf->cache_size;
+    fe->page.removing = (fe->kind == 'd');
     fe->page.limit = fo->fmcf->fanout_page;
     fe->page.pull_threshold = fo->fmcf->pull_threshold;
 
@@ -1241,6 +1245,10 @@ ngx_http_feed_fanout_free(ngx_http_feed_fanout_entry_t *fe)
 
     bson_free(fe->page.json);
     bson_free(fe->page.users);
+
+    if (fe->page.stored) {
+        bson_destroy(fe->page.stored);
+    }
 
     ngx_destroy_pool(fe->pool);
 

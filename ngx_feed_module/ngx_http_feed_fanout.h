@@ -47,6 +47,17 @@ typedef struct {
 
     /* follows whose user id is not one of ours, written by others */
     ngx_uint_t                    skipped;
+
+    /*
+     * feed_timeline_store: the post into the followers' kept timelines
+     * (its entry, made by the first page's thread, kept for the others),
+     * or a deleted post out of them all
+     */
+    ngx_uint_t                    store;
+    ngx_uint_t                    embed;
+    ngx_uint_t                    cap;
+    ngx_uint_t                    removing;
+    bson_t                       *stored;
 } ngx_http_feed_fanout_page_t;
 
 

@@ -10,6 +10,7 @@
 #include "ngx_http_feed_follows_store.h"
 #include "ngx_http_feed_posts_store.h"
 #include "ngx_http_feed_pull.h"
+#include "ngx_http_feed_timelines_store.h"
 
 
 static ngx_int_t ngx_http_feed_fanout_post(mongoc_client_t *client,
@@ -20,6 +21,9 @@ static ngx_int_t ngx_http_feed_fanout_followers(mongoc_client_t *client,
     bson_error_t *error);
 static ngx_int_t ngx_http_feed_fanout_follower(void *data,
     ngx_http_feed_user_t *user, int64_t created);
+static ngx_int_t ngx_http_feed_fanout_stored(mongoc_client_t *client,
+    const char *database, ngx_http_feed_fanout_page_t *page,
+    ngx_http_feed_user_t *users, size_t n, bson_error_t *error);
 
 
 void
@@ -53,6 +57,28 @@ ngx_http_feed_fanout_page_run(ngx_http_feed_mongo_task_t *t,
             return;
         }
 
+        /* the author's own kept timeline, whatever the followers get */
+
+        if (page->store
+            && ngx_http_feed_fanout_stored(client, t->database, page,
+                                           &page->author, 1, &t->error)
+               != NGX_OK)
+        {
+            return;
+        }
+
+    } else if (page->removing && page->store && !page->has_cursor) {
+        bson_oid_t  oid;
+
+        bson_oid_init_from_string(&oid, page->post_id);
+
+        if (ngx_http_feed_timelines_remove(client, t->database, &oid,
+                                           &t->error)
+            != NGX_OK)
+        {
+            return;
+        }
+
     } else if (page->pull == NGX_HTTP_FEED_PULL_TURN
                && ngx_http_feed_pull_turn(client, t->database,
                                           &page->author, page->post_id, 0,
@@ -75,6 +101,47 @@ ngx_http_feed_fanout_page_run(ngx_http_feed_mongo_task_t *t,
 
     t->rc = ngx_http_feed_fanout_followers(client, t->database, page,
                                            &t->error);
+
+    if (t->rc == NGX_OK && page->store && !page->removing && page->nusers) {
+        t->rc = ngx_http_feed_fanout_stored(client, t->database, page,
+                                            page->users, page->nusers,
+                                            &t->error);
+    }
+}
+
+
+/*
+ * The post into the timelines kept in MongoDB of these users who have one
+ * (feed_timeline_store), once
+ */
+
+static ngx_int_t
+ngx_http_feed_fanout_stored(mongoc_client_t *client, const char *database,
+    ngx_http_feed_fanout_page_t *page, ngx_http_feed_user_t *users, size_t n,
+    bson_error_t *error)
+{
+    bson_t  entry;
+
+    if (page->stored == NULL) {
+        if (page->json == NULL) {
+            bson_set_error(error, 0, 0, "the post to keep is not read");
+            return NGX_ERROR;
+        }
+
+        if (ngx_http_feed_timelines_entry(page->json, page->json_len,
+                                          page->embed, &entry)
+            != NGX_OK)
+        {
+            bson_set_error(error, 0, 0, "the post to keep is not valid");
+            return NGX_ERROR;
+        }
+
+        page->stored = bson_copy(&entry);
+        bson_destroy(&entry);
+    }
+
+    return ngx_http_feed_timelines_add(client, database, users, n,
+                                       page->stored, page->cap, error);
 }
 
 

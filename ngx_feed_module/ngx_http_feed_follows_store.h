@@ -23,6 +23,9 @@ typedef struct {
     int64_t                       max;        /* feed_follow_max */
     ngx_uint_t                    changed;
     ngx_uint_t                    over;       /* refused: src follows max */
+
+    /* feed_timeline_store: src's kept timeline is dropped (graph_task.c) */
+    ngx_uint_t                    kept;
 } ngx_http_feed_follow_op_t;
 
 

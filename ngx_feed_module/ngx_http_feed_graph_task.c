@@ -7,6 +7,7 @@
 
 
 #include "ngx_http_feed_graph.h"
+#include "ngx_http_feed_timelines_store.h"
 
 
 /* a list page being made */
@@ -24,12 +25,23 @@ static void ngx_http_feed_graph_cursor(char *buf, size_t size,
     ngx_http_feed_graph_pos_t *pos);
 
 
+/*
+ * A follow or an unfollow; whom the user follows changed: the timeline
+ * kept for them in MongoDB, if any, is made again at their next read
+ */
+
 void
 ngx_http_feed_graph_follow_run(ngx_http_feed_mongo_task_t *t,
     mongoc_client_t *client)
 {
-    t->rc = ngx_http_feed_follows_change(client, t->database, t->data,
-                                         &t->error);
+    ngx_http_feed_follow_op_t  *op = t->data;
+
+    t->rc = ngx_http_feed_follows_change(client, t->database, op, &t->error);
+
+    if (t->rc == NGX_OK && op->changed && op->kept) {
+        t->rc = ngx_http_feed_timelines_drop(client, t->database, &op->src,
+                                             &t->error);
+    }
 }
 
 

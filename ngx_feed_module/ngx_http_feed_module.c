@@ -20,6 +20,7 @@
 #include "ngx_http_feed_fanout.h"
 #include "ngx_http_feed_status.h"
 #include "ngx_http_feed_schema.h"
+#include "ngx_http_feed_timelines_store.h"
 
 
 static char *ngx_http_feed_redis_addr(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -89,6 +90,13 @@ static ngx_conf_num_bounds_t  ngx_http_feed_cache_size_bounds = {
 static ngx_conf_enum_t  ngx_http_feed_cache_modes[] = {
     { ngx_string("link"), 0 },
     { ngx_string("embed"), 1 },
+    { ngx_null_string, 0 }
+};
+
+/* the models of the timelines kept in MongoDB (timelines_store.h) */
+static ngx_conf_enum_t  ngx_http_feed_timeline_stores[] = {
+    { ngx_string("read"), NGX_HTTP_FEED_STORE_READ },
+    { ngx_string("cache"), NGX_HTTP_FEED_STORE_CACHE },
     { ngx_null_string, 0 }
 };
 
@@ -293,6 +301,13 @@ static ngx_command_t  ngx_http_feed_commands[] = {
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_feed_main_conf_t, cache_embed),
       &ngx_http_feed_cache_modes },
+
+    { ngx_string("feed_timeline_store"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_enum_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_feed_main_conf_t, timeline_store),
+      &ngx_http_feed_timeline_stores },
 
     { ngx_string("feed_cache_local"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
@@ -958,6 +973,7 @@ ngx_http_feed_create_main_conf(ngx_conf_t *cf)
     fmcf->cache_ttl = NGX_CONF_UNSET;
     fmcf->cache_empty_ttl = NGX_CONF_UNSET;
     fmcf->cache_embed = NGX_CONF_UNSET_UINT;
+    fmcf->timeline_store = NGX_CONF_UNSET_UINT;
     fmcf->cache_lock_timeout = NGX_CONF_UNSET_MSEC;
     fmcf->cache_local = NGX_CONF_UNSET_SIZE;
     fmcf->fanout = NGX_CONF_UNSET;
@@ -1003,6 +1019,7 @@ ngx_http_feed_init_main_conf(ngx_conf_t *cf, void *conf)
     }
 
     ngx_conf_init_uint_value(fmcf->cache_embed, 0);
+    ngx_conf_init_uint_value(fmcf->timeline_store, NGX_HTTP_FEED_STORE_READ);
     ngx_conf_init_msec_value(fmcf->cache_lock_timeout,
                              2 * fmcf->mongo.timeout + 1000);
     ngx_conf_init_size_value(fmcf->cache_local, 16 * 1024 * 1024);

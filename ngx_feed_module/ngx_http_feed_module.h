@@ -187,6 +187,9 @@ typedef struct {
     time_t                        cache_ttl;
     time_t                        cache_empty_ttl;
     ngx_uint_t                    cache_embed;
+    ngx_uint_t                    timeline_store;   /* feed_timeline_store:
+                                                       ngx_http_feed_store_e
+                                                       */
     ngx_msec_t                    cache_lock_timeout;
     size_t                        cache_local;
 

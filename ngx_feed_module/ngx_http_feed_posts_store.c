@@ -267,6 +267,61 @@ ngx_http_feed_posts_timeline(mongoc_client_t *client, const char *database,
 }
 
 
+/*
+ * The visible posts among these ids, newest first, as the API shows them:
+ * what a timeline kept elsewhere (ngx_http_feed_timelines_store.c) still
+ * shows of its entries.
+ */
+
+ngx_int_t
+ngx_http_feed_posts_by_ids(mongoc_client_t *client, const char *database,
+    const bson_oid_t *ids, size_t n, bson_t *items, bson_error_t *error)
+{
+    char                           key[16];
+    size_t                         i;
+    bson_t                         filter, in, list, opts;
+    ngx_int_t                      rc;
+    const char                    *k;
+    mongoc_collection_t           *posts;
+    ngx_http_feed_posts_range_t    range;
+    ngx_http_feed_posts_stream_t   stream;
+
+    if (n == 0) {
+        return NGX_OK;
+    }
+
+    bson_init(&filter);
+    BSON_APPEND_DOCUMENT_BEGIN(&filter, "_id", &in);
+    BSON_APPEND_ARRAY_BEGIN(&in, "$in", &list);
+
+    for (i = 0; i < n; i++) {
+        bson_uint32_to_string(i, &k, key, sizeof(key));
+        BSON_APPEND_OID(&list, k, &ids[i]);
+    }
+
+    bson_append_array_end(&in, &list);
+    bson_append_document_end(&filter, &in);
+
+    ngx_memzero(&range, sizeof(ngx_http_feed_posts_range_t));
+    ngx_http_feed_posts_newest(&filter, &opts, &range, n);
+
+    posts = mongoc_client_get_collection(client, database,
+                                         NGX_HTTP_FEED_POSTS);
+
+    stream.cursor = mongoc_collection_find_with_opts(posts, &filter, &opts,
+                                                     NULL);
+
+    rc = ngx_http_feed_posts_merge(&stream, 1, n, items, error);
+
+    mongoc_cursor_destroy(stream.cursor);
+    mongoc_collection_destroy(posts);
+    bson_destroy(&opts);
+    bson_destroy(&filter);
+
+    return rc;
+}
+
+
 static mongoc_cursor_t *
 ngx_http_feed_posts_chunk(mongoc_collection_t *posts, char **authors,
     size_t n, ngx_http_feed_posts_range_t *range)

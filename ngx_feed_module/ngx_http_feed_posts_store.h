@@ -55,6 +55,9 @@ ngx_int_t ngx_http_feed_posts_list(mongoc_client_t *client,
 ngx_int_t ngx_http_feed_posts_timeline(mongoc_client_t *client,
     const char *database, char **authors, size_t n,
     ngx_http_feed_posts_range_t *range, bson_t *items, bson_error_t *error);
+ngx_int_t ngx_http_feed_posts_by_ids(mongoc_client_t *client,
+    const char *database, const bson_oid_t *ids, size_t n, bson_t *items,
+    bson_error_t *error);
 ngx_int_t ngx_http_feed_posts_delete(mongoc_client_t *client,
     const char *database, const bson_oid_t *id, ngx_http_feed_user_t *author,
     int64_t now, ngx_uint_t *found, bson_error_t *error);

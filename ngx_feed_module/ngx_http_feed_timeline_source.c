@@ -20,6 +20,7 @@
 #include "ngx_http_feed_timeline.h"
 #include "ngx_http_feed_follows_store.h"
 #include "ngx_http_feed_posts_store.h"
+#include "ngx_http_feed_timelines_store.h"
 #include "ngx_http_feed_json.h"
 
 
@@ -51,7 +52,7 @@ static ngx_int_t ngx_http_feed_timeline_source_start(ngx_http_request_t *r,
 static ngx_int_t ngx_http_feed_timeline_source_answer(ngx_http_request_t *r,
     void *data);
 static char **ngx_http_feed_timeline_source_authors(mongoc_client_t *client,
-    const char *database, ngx_http_feed_page_t *page, size_t *n,
+    const char *database, ngx_http_feed_user_t *user, size_t *n,
     bson_error_t *error);
 static ngx_int_t ngx_http_feed_timeline_source_author(void *data,
     ngx_http_feed_user_t *user, int64_t created);
@@ -103,26 +104,23 @@ ngx_http_feed_timeline_source_answer(ngx_http_request_t *r, void *data)
 }
 
 
+/*
+ * The page, by fanout on read, or from the timelines kept in MongoDB
+ * (feed_timeline_store, ngx_http_feed_timeline_stored.c)
+ */
+
 void
 ngx_http_feed_timeline_source_run(ngx_http_feed_mongo_task_t *t,
     mongoc_client_t *client)
 {
     ngx_http_feed_timeline_source_op_t  *op = t->data;
 
-    char                         **authors;
-    size_t                         n, i;
     bson_t                         doc, items;
+    ngx_int_t                      rc;
     bson_oid_t                     max_id, since_id;
     ngx_http_feed_posts_range_t    range;
 
     t->rc = NGX_ERROR;
-
-    authors = ngx_http_feed_timeline_source_authors(client, t->database,
-                                                    &op->page, &n,
-                                                    &t->error);
-    if (authors == NULL) {
-        return;
-    }
 
     range.max_id = NULL;
     range.since_id = NULL;
@@ -141,10 +139,18 @@ ngx_http_feed_timeline_source_run(ngx_http_feed_mongo_task_t *t,
     bson_init(&doc);
     bson_init(&items);
 
-    if (ngx_http_feed_posts_timeline(client, t->database, authors, n, &range,
-                                     &items, &t->error)
-        == NGX_OK)
-    {
+    if (op->fmcf->timeline_store == NGX_HTTP_FEED_STORE_READ) {
+        rc = ngx_http_feed_timeline_source_read(client, t->database,
+                                                &op->page.user, &range,
+                                                &items, &t->error);
+
+    } else {
+        rc = ngx_http_feed_timeline_stored(client, t->database, op->fmcf,
+                                           &op->page.user, &range, &items,
+                                           &t->error);
+    }
+
+    if (rc == NGX_OK) {
         BSON_APPEND_ARRAY(&doc, "items", &items);
 
         op->json = bson_as_relaxed_extended_json(&doc, &op->json_len);
@@ -153,12 +159,36 @@ ngx_http_feed_timeline_source_run(ngx_http_feed_mongo_task_t *t,
 
     bson_destroy(&items);
     bson_destroy(&doc);
+}
+
+
+/* fanout on read: the newest posts in range of the user and followees */
+
+ngx_int_t
+ngx_http_feed_timeline_source_read(mongoc_client_t *client,
+    const char *database, ngx_http_feed_user_t *user,
+    ngx_http_feed_posts_range_t *range, bson_t *items, bson_error_t *error)
+{
+    char       **authors;
+    size_t       n, i;
+    ngx_int_t    rc;
+
+    authors = ngx_http_feed_timeline_source_authors(client, database, user,
+                                                    &n, error);
+    if (authors == NULL) {
+        return NGX_ERROR;
+    }
+
+    rc = ngx_http_feed_posts_timeline(client, database, authors, n, range,
+                                      items, error);
 
     for (i = 0; i < n; i++) {
         bson_free(authors[i]);
     }
 
     bson_free(authors);
+
+    return rc;
 }
 
 
@@ -166,7 +196,7 @@ ngx_http_feed_timeline_source_run(ngx_http_feed_mongo_task_t *t,
 
 static char **
 ngx_http_feed_timeline_source_authors(mongoc_client_t *client,
-    const char *database, ngx_http_feed_page_t *page, size_t *n,
+    const char *database, ngx_http_feed_user_t *user, size_t *n,
     bson_error_t *error)
 {
     ngx_http_feed_follows_page_t             fp;
@@ -174,11 +204,11 @@ ngx_http_feed_timeline_source_authors(mongoc_client_t *client,
 
     a.size = 64;
     a.authors = bson_malloc(a.size * sizeof(char *));
-    a.authors[0] = bson_strdup(page->user.data);
+    a.authors[0] = bson_strdup(user->data);
     a.n = 1;
 
     ngx_memzero(&fp, sizeof(ngx_http_feed_follows_page_t));
-    fp.user = &page->user;
+    fp.user = user;
     fp.each = ngx_http_feed_timeline_source_author;
     fp.data = &a;
 

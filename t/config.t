@@ -66,6 +66,12 @@ for my $v ('127.0.0.1:7000 127.0.0.1:7001 127.0.0.1:7002',
     ok($ok, "cluster seeds accepted: $v") or diag($out);
 }
 
+for my $v ('read', 'cache') {
+    $t->write_conf(conf('', "feed_timeline_store $v;"));
+    ($ok, $out) = $t->test_conf;
+    ok($ok, "feed_timeline_store $v accepted") or diag($out);
+}
+
 # pull authors on a cluster: their lists have a copy on each master
 $t->write_conf(conf('', "feed_redis 127.0.0.1:7000 cluster;\n"
     . "    feed_pull_threshold 100;"));
@@ -116,6 +122,8 @@ my @bad = (
     [ 'feed_redis unix:/tmp/r.sock 127.0.0.1:7000;',
                                               qr/"feed_redis" of a cluster needs TCP addresses, not "unix:\/tmp\/r\.sock"/ ],
     [ 'feed_redis cluster;',                  qr/"feed_redis" directive needs an address/ ],
+    [ 'feed_timeline_store buckets;',         qr/invalid value "buckets"/ ],
+    [ 'feed_timeline_store cache read;',      qr/invalid number of arguments in "feed_timeline_store"/ ],
     [ 'feed_stream s partitions=0;',          qr/invalid parameter "partitions=0" in "feed_stream"/ ],
     [ 'feed_stream s partitions=65;',         qr/invalid parameter "partitions=65" in "feed_stream"/ ],
     [ 'feed_stream s partitions=x;',          qr/invalid parameter "partitions=x" in "feed_stream"/ ],

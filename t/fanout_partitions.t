@@ -26,7 +26,7 @@ use Time::HiRes qw(time sleep);
 use Compress::Zlib ();
 use FeedTest;
 use FeedTest::Util qw(short statuses follow_each read_each none_failed
-    post rd);
+    post rd server_conf);
 
 my $t = FeedTest->new;
 
@@ -50,24 +50,10 @@ http {
     feed_fanout_claim_idle 2s;
     feed_fanout_deliver_batch 4;
 
-    server {
-        listen 127.0.0.1:%%PORT_HTTP%% reuseport;
-        location ~ ^/users/([^/]+)/following/([^/]+)$ { feed_follow $1 $2; }
-        location ~ ^/users/([^/]+)/posts$ { feed_posts $1; }
-        location ~ ^/users/([^/]+)/posts/([^/]+)$ { feed_user_post $1 $2; }
-        location ~ ^/users/([^/]+)/timeline$ {
-            feed_timeline $1;
-            add_header X-Feed-Cache $feed_cache_status always;
-        }
-        location /_feed/timeline {
-            internal;
-            subrequest_output_buffer_size 16m;
-            feed_timeline_source;
-        }
-        location = /status { feed_status; }
-    }
+@@SERVER@@
 }
 EOF
+$CONF =~ s/\@\@SERVER\@\@\n/server_conf()/e;
 
 sub conf {
     my ($partitions, $fanout) = @_;

@@ -47,7 +47,7 @@ use FeedTest;
 use FeedTest::Util qw(short summary tl_uri tl_page_problems post_start
     post_end_tagged parallel follow_each read_each none_failed copies
     copies_summary all_n wait_settled tl_walk tl_ids node_counts node_moved
-    node_moved_is node_acked workers_up statuses json_int);
+    node_moved_is node_acked workers_up statuses json_int server_conf);
 
 plan(skip_all => 'the MongoDB stand-in needed: a fresh database, its '
     . 'command log') if FeedTest::real_mongo();
@@ -75,24 +75,10 @@ http {
     feed_fanout_block 200ms;
     feed_pull_threshold 50;
 
-    server {
-        listen 127.0.0.1:%%PORT_HTTP%% reuseport;
-        location ~ ^/users/([^/]+)/following/([^/]+)$ { feed_follow $1 $2; }
-        location ~ ^/users/([^/]+)/posts$ { feed_posts $1; }
-        location ~ ^/users/([^/]+)/posts/([^/]+)$ { feed_user_post $1 $2; }
-        location ~ ^/users/([^/]+)/timeline$ {
-            feed_timeline $1;
-            add_header X-Feed-Cache $feed_cache_status always;
-        }
-        location /_feed/timeline {
-            internal;
-            subrequest_output_buffer_size 16m;
-            feed_timeline_source;
-        }
-        location = /status { feed_status; }
-    }
+@@SERVER@@
 }
 EOF
+$CONF =~ s/\@\@SERVER\@\@\n/server_conf()/e;
 
 my $JSON = JSON::PP->new->utf8->canonical;
 

@@ -31,7 +31,7 @@ use Time::HiRes qw(time sleep);
 use JSON::PP ();
 use IO::Select;
 use FeedTest;
-use FeedTest::Util qw(short rd post);
+use FeedTest::Util qw(short rd post server_conf);
 
 my $t = FeedTest->new;
 
@@ -53,24 +53,10 @@ http {
     feed_fanout_block 200ms;
     feed_cache_local @@LOCAL@@;
 
-    server {
-        listen 127.0.0.1:%%PORT_HTTP%% reuseport;
-        location ~ ^/users/([^/]+)/following/([^/]+)$ { feed_follow $1 $2; }
-        location ~ ^/users/([^/]+)/posts$ { feed_posts $1; }
-        location ~ ^/users/([^/]+)/posts/([^/]+)$ { feed_user_post $1 $2; }
-        location ~ ^/users/([^/]+)/timeline$ {
-            feed_timeline $1;
-            add_header X-Feed-Cache $feed_cache_status always;
-        }
-        location /_feed/timeline {
-            internal;
-            subrequest_output_buffer_size 16m;
-            feed_timeline_source;
-        }
-        location = /status { feed_status; }
-    }
+@@SERVER@@
 }
 EOF
+$CONF =~ s/\@\@SERVER\@\@\n/server_conf()/e;
 
 my $JSON = JSON::PP->new->utf8->canonical;
 my $RUN = $$ . int(time);

@@ -9,6 +9,7 @@ use strict;
 use warnings;
 
 use Time::HiRes qw(time sleep);
+use FeedTest::Util ();
 
 sub start {
     my ($class, $t, %o) = @_;
@@ -179,28 +180,8 @@ sub spread {
     return (\%node, \%per);
 }
 
-# the http server of the cluster tests: the graph, posts, timelines (with
-# X-Feed-Cache), the fallback and /status
-sub server_conf {
-    return <<'EOF';
-    server {
-        listen 127.0.0.1:%%PORT_HTTP%% reuseport;
-        location ~ ^/users/([^/]+)/following/([^/]+)$ { feed_follow $1 $2; }
-        location ~ ^/users/([^/]+)/posts$ { feed_posts $1; }
-        location ~ ^/users/([^/]+)/posts/([^/]+)$ { feed_user_post $1 $2; }
-        location ~ ^/users/([^/]+)/timeline$ {
-            feed_timeline $1;
-            add_header X-Feed-Cache $feed_cache_status always;
-        }
-        location /_feed/timeline {
-            internal;
-            subrequest_output_buffer_size 16m;
-            feed_timeline_source;
-        }
-        location = /status { feed_status; }
-    }
-EOF
-}
+# the http server of the cluster tests (FeedTest::Util::server_conf())
+sub server_conf { FeedTest::Util::server_conf() }
 
 # whether each of the statuses() of an nginx's workers ($workers of them)
 # maps $masters masters, all up

@@ -323,6 +323,28 @@ PY
     die "mongo_insert into $coll failed\n" if $?;
 }
 
+# the documents of a collection matching a filter (extended JSON), read
+# through Debian's pymongo: decoded, ObjectIds as {'$oid' => hex}
+
+sub mongo_find {
+    my ($self, $coll, $filter) = @_;
+
+    my $py = <<'PY';
+import sys
+from bson import json_util
+from pymongo import MongoClient
+uri, coll, flt = sys.argv[1], sys.argv[2], sys.argv[3]
+db = MongoClient(uri, serverSelectionTimeoutMS=5000).get_default_database('feed')
+print(json_util.dumps(list(db[coll].find(json_util.loads(flt)))))
+PY
+
+    open(my $fh, '-|', $PYTHON, '-c', $py, $self->mongo_uri, $coll,
+        $filter // '{}') or die "mongo_find: $!\n";
+    my $out = do { local $/; <$fh> };
+    close $fh or die "mongo_find in $coll failed\n";
+    return @{ decode_json($out) };
+}
+
 sub mongo_uri {
     my ($self, $name) = @_;
     return real_mongo() if real_mongo();

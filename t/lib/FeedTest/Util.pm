@@ -24,7 +24,7 @@ our @EXPORT_OK = qw(
     post post_start post_end post_end_tagged
     rd tl_key copies copies_summary all_n group_info wait_settled
     tl_ids tl_walk node_counts node_moved node_moved_is node_acked
-    workers_up
+    workers_up server_conf
 );
 
 # the posts' stream and the fanout's consumer group (the defaults)
@@ -271,6 +271,34 @@ sub tl_walk {
             : undef;
     }
     return $w;
+}
+
+# the http server most tests run: the graph, posts, timelines (with
+# X-Feed-Cache), the fallback (internal unless open => 1) and /status
+sub server_conf {
+    my (%o) = @_;
+    my $conf = <<'EOF';
+    server {
+        listen 127.0.0.1:%%PORT_HTTP%% reuseport;
+        location ~ ^/users/([^/]+)/following/([^/]+)$ { feed_follow $1 $2; }
+        location ~ ^/users/([^/]+)/posts$ { feed_posts $1; }
+        location ~ ^/users/([^/]+)/posts/([^/]+)$ { feed_user_post $1 $2; }
+        location ~ ^/users/([^/]+)/timeline$ {
+            feed_timeline $1;
+            add_header X-Feed-Cache $feed_cache_status always;
+        }
+        location /_feed/timeline {
+            internal;
+            subrequest_output_buffer_size 16m;
+            feed_timeline_source;
+        }
+        location = /status { feed_status; }
+    }
+EOF
+
+    # open => 1: the fallback may be asked directly too
+    $conf =~ s/^\s*internal;\n//m if $o{open};
+    return $conf;
 }
 
 # ----------------------------------------------------------------- status --

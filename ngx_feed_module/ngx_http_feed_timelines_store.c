@@ -1,0 +1,544 @@
+
+/*
+ * ngx_feed_module: home timelines kept in MongoDB, behind the Redis cache
+ * (feed_timeline_store, seeds 000 and 003: Socialite's models), the only
+ * owner of their collection.  Thread side only.
+ *
+ * The "cache" model, one document per user who reads, capped:
+ *
+ *     timeline_cache {_id: user, c: [entry, ...], o: ObjectId, b?: ms}
+ *
+ * An entry is {i: post id, p: the post (embed)} or {i, a: author (link)},
+ * kept sorted by i, the newest last, at most feed_cache_size.  Fanout adds
+ * a post to the documents of the followers that have one (upsert: false),
+ * once: a redelivered post finds itself there.  A document is made when
+ * its user reads a first page and has none: first empty and marked "b"
+ * (being made), so that the posts fanned out meanwhile land in it, then
+ * filled with what fanout on read answered.  It holds every post of the
+ * user's followees from its bound up: the later of "o" (the oldest post of
+ * that answer, or the zero id when the answer held every post there was)
+ * and its oldest entry (the cap trims the oldest ones, a delete takes one
+ * out).
+ */
+
+
+#include "ngx_http_feed_timelines_store.h"
+
+
+#define NGX_HTTP_FEED_TIMELINES  "timeline_cache"
+
+
+static const bson_oid_t  ngx_http_feed_timelines_zero;
+
+
+static mongoc_collection_t *ngx_http_feed_timelines_coll(
+    mongoc_client_t *client, const char *database);
+static void ngx_http_feed_timelines_push(bson_t *update, const bson_t *each,
+    ngx_uint_t cap);
+static ngx_int_t ngx_http_feed_timelines_entries(const bson_t *doc,
+    ngx_http_feed_posts_range_t *range, size_t want,
+    ngx_http_feed_timelines_page_t *page);
+
+
+/* the entries' ids, for deletes */
+
+ngx_http_feed_mongo_indexes_t  ngx_http_feed_timelines_indexes = {
+    NGX_HTTP_FEED_TIMELINES,
+    "[{\"key\": {\"c.i\": 1}, \"name\": \"entries\"}]"
+};
+
+
+/* what a post's JSON (as the API shows it) becomes in a timeline */
+
+ngx_int_t
+ngx_http_feed_timelines_entry(const char *json, size_t len, ngx_uint_t embed,
+    bson_t *entry)
+{
+    bson_t       post;
+    uint32_t     alen;
+    bson_oid_t   oid;
+    const char  *id, *author;
+    bson_iter_t  it;
+
+    if (!bson_init_from_json(&post, json, (ssize_t) len, NULL)) {
+        return NGX_ERROR;
+    }
+
+    id = NULL;
+    author = NULL;
+    alen = 0;
+
+    if (bson_iter_init_find(&it, &post, "id") && BSON_ITER_HOLDS_UTF8(&it)) {
+        id = bson_iter_utf8(&it, NULL);
+    }
+
+    if (bson_iter_init_find(&it, &post, "author")
+        && BSON_ITER_HOLDS_UTF8(&it))
+    {
+        author = bson_iter_utf8(&it, &alen);
+    }
+
+    if (id == NULL || author == NULL || !bson_oid_is_valid(id, strlen(id))) {
+        bson_destroy(&post);
+        return NGX_ERROR;
+    }
+
+    bson_oid_init_from_string(&oid, id);
+
+    bson_init(entry);
+    BSON_APPEND_OID(entry, "i", &oid);
+
+    if (embed) {
+        BSON_APPEND_DOCUMENT(entry, "p", &post);
+
+    } else {
+        bson_append_utf8(entry, "a", 1, author, (int) alen);
+    }
+
+    bson_destroy(&post);
+
+    return NGX_OK;
+}
+
+
+/*
+ * A post into the documents of these users that have one, once: a bulk of
+ * updates that match only a document without it (upsert: false)
+ */
+
+ngx_int_t
+ngx_http_feed_timelines_add(mongoc_client_t *client, const char *database,
+    ngx_http_feed_user_t *users, size_t n, const bson_t *entry,
+    ngx_uint_t cap, bson_error_t *error)
+{
+    bool                       ok;
+    size_t                     i;
+    bson_t                     selector, update, each, ne, opts, reply;
+    bson_iter_t                it;
+    mongoc_collection_t       *coll;
+    mongoc_bulk_operation_t   *bulk;
+
+    if (n == 0 || !bson_iter_init_find(&it, entry, "i")
+        || !BSON_ITER_HOLDS_OID(&it))
+    {
+        return n ? NGX_ERROR : NGX_OK;
+    }
+
+    coll = ngx_http_feed_timelines_coll(client, database);
+
+    bson_init(&opts);
+    BSON_APPEND_BOOL(&opts, "ordered", false);
+    bulk = mongoc_collection_create_bulk_operation_with_opts(coll, &opts);
+    bson_destroy(&opts);
+
+    bson_init(&each);
+    BSON_APPEND_DOCUMENT(&each, "0", entry);
+
+    bson_init(&update);
+    ngx_http_feed_timelines_push(&update, &each, cap);
+
+    ok = true;
+
+    for (i = 0; ok && i < n; i++) {
+        bson_init(&selector);
+        bson_append_utf8(&selector, "_id", 3, users[i].data,
+                         (int) users[i].len);
+        BSON_APPEND_DOCUMENT_BEGIN(&selector, "c.i", &ne);
+        BSON_APPEND_OID(&ne, "$ne", bson_iter_oid(&it));
+        bson_append_document_end(&selector, &ne);
+
+        ok = mongoc_bulk_operation_update_one_with_opts(bulk, &selector,
+                                                        &update, NULL, error);
+        bson_destroy(&selector);
+    }
+
+    if (ok) {
+        ok = mongoc_bulk_operation_execute(bulk, &reply, error) != 0;
+        bson_destroy(&reply);
+    }
+
+    mongoc_bulk_operation_destroy(bulk);
+    bson_destroy(&update);
+    bson_destroy(&each);
+    mongoc_collection_destroy(coll);
+
+    return ok ? NGX_OK : NGX_ERROR;
+}
+
+
+/* $push of entries, kept sorted by id, the newest cap of them */
+
+static void
+ngx_http_feed_timelines_push(bson_t *update, const bson_t *each,
+    ngx_uint_t cap)
+{
+    bson_t  push, c, sort;
+
+    BSON_APPEND_DOCUMENT_BEGIN(update, "$push", &push);
+    BSON_APPEND_DOCUMENT_BEGIN(&push, "c", &c);
+    BSON_APPEND_ARRAY(&c, "$each", each);
+    BSON_APPEND_DOCUMENT_BEGIN(&c, "$sort", &sort);
+    BSON_APPEND_INT32(&sort, "i", 1);
+    bson_append_document_end(&c, &sort);
+    BSON_APPEND_INT64(&c, "$slice", -(int64_t) cap);
+    bson_append_document_end(&push, &c);
+    bson_append_document_end(update, &push);
+}
+
+
+/* the entries of a user's document in the range of a page, newest first */
+
+ngx_int_t
+ngx_http_feed_timelines_read(mongoc_client_t *client, const char *database,
+    ngx_http_feed_user_t *user, ngx_http_feed_posts_range_t *range,
+    size_t want, ngx_http_feed_timelines_page_t *page, bson_error_t *error)
+{
+    bson_t                filter, doc;
+    ngx_int_t             rc;
+    bson_iter_t           it;
+    mongoc_collection_t  *coll;
+
+    ngx_memzero(page, sizeof(ngx_http_feed_timelines_page_t));
+
+    bson_init(&filter);
+    bson_append_utf8(&filter, "_id", 3, user->data, (int) user->len);
+
+    coll = ngx_http_feed_timelines_coll(client, database);
+    rc = ngx_http_feed_mongo_find_one(coll, &filter, NULL, &doc, error);
+    mongoc_collection_destroy(coll);
+    bson_destroy(&filter);
+
+    if (rc != NGX_OK) {
+        return rc == NGX_DECLINED ? NGX_OK : NGX_ERROR;
+    }
+
+    if (bson_iter_init_find(&it, &doc, "b")) {
+        page->state = NGX_HTTP_FEED_TIMELINES_BUILDING;
+        page->building = ngx_http_feed_bson_int(&doc, "b");
+        bson_destroy(&doc);
+        return NGX_OK;
+    }
+
+    rc = ngx_http_feed_timelines_entries(&doc, range, want, page);
+
+    bson_destroy(&doc);
+
+    return rc;
+}
+
+
+/*
+ * The candidates: entries from the bound up, in range, newest first, each
+ * id once (a post fanned out while its document was being filled may be
+ * there twice, side by side), at most want
+ */
+
+static ngx_int_t
+ngx_http_feed_timelines_entries(const bson_t *doc,
+    ngx_http_feed_posts_range_t *range, size_t want,
+    ngx_http_feed_timelines_page_t *page)
+{
+    size_t              n, k;
+    bson_oid_t          bound, *all;
+    bson_iter_t         it, c, e;
+    const bson_oid_t   *id;
+
+    bson_oid_copy(&ngx_http_feed_timelines_zero, &bound);
+
+    if (bson_iter_init_find(&it, doc, "o") && BSON_ITER_HOLDS_OID(&it)) {
+        bson_oid_copy(bson_iter_oid(&it), &bound);
+    }
+
+    if (!bson_iter_init_find(&it, doc, "c") || !BSON_ITER_HOLDS_ARRAY(&it)
+        || !bson_iter_recurse(&it, &c))
+    {
+        return NGX_ERROR;
+    }
+
+    /* the ids, oldest first as kept */
+
+    n = 0;
+    all = NULL;
+    k = 0;
+
+    while (bson_iter_next(&c)) {
+        if (!BSON_ITER_HOLDS_DOCUMENT(&c) || !bson_iter_recurse(&c, &e)
+            || !bson_iter_find(&e, "i") || !BSON_ITER_HOLDS_OID(&e))
+        {
+            continue;
+        }
+
+        if (n == k) {
+            k = k ? 2 * k : 64;
+            all = bson_realloc(all, k * sizeof(bson_oid_t));
+        }
+
+        bson_oid_copy(bson_iter_oid(&e), &all[n++]);
+    }
+
+    /*
+     * What the cap trimmed, or a delete took out, is not here any more:
+     * the document holds every post from its oldest entry up only.  Whole
+     * when it has none, and had every post when made.
+     */
+
+    if (n && bson_oid_compare(&all[0], &bound) > 0) {
+        bson_oid_copy(&all[0], &bound);
+    }
+
+    page->whole = (n == 0
+                   && bson_oid_equal(&bound, &ngx_http_feed_timelines_zero));
+    page->ids = bson_malloc((want ? want : 1) * sizeof(bson_oid_t));
+    page->state = NGX_HTTP_FEED_TIMELINES_THERE;
+
+    while (n--) {
+        id = &all[n];
+
+        if (bson_oid_compare(id, &bound) < 0) {
+            break;
+        }
+
+        if ((range->max_id && bson_oid_compare(id, range->max_id) >= 0)
+            || (page->n && bson_oid_equal(id, &page->ids[page->n - 1])))
+        {
+            continue;
+        }
+
+        if (range->since_id && bson_oid_compare(id, range->since_id) <= 0) {
+            break;
+        }
+
+        if (page->n == want) {
+            /* more follow: what was taken stands for its own range only */
+            bson_oid_copy(&page->ids[page->n - 1], &bound);
+            page->whole = 0;
+            break;
+        }
+
+        bson_oid_copy(id, &page->ids[page->n++]);
+    }
+
+    bson_oid_copy(&bound, &page->bound);
+    bson_free(all);
+
+    return NGX_OK;
+}
+
+
+/*
+ * A document made for a user who reads, empty and marked as being made:
+ * *mine when this call made it (another reader may have, or it is there)
+ */
+
+ngx_int_t
+ngx_http_feed_timelines_begin(mongoc_client_t *client, const char *database,
+    ngx_http_feed_user_t *user, int64_t now, ngx_uint_t *mine,
+    bson_error_t *error)
+{
+    bool                  ok;
+    bson_t                doc, c;
+    mongoc_collection_t  *coll;
+
+    bson_init(&doc);
+    bson_append_utf8(&doc, "_id", 3, user->data, (int) user->len);
+    BSON_APPEND_ARRAY_BEGIN(&doc, "c", &c);
+    bson_append_array_end(&doc, &c);
+    BSON_APPEND_INT64(&doc, "b", now);
+
+    coll = ngx_http_feed_timelines_coll(client, database);
+    ok = mongoc_collection_insert_one(coll, &doc, NULL, NULL, error);
+    mongoc_collection_destroy(coll);
+    bson_destroy(&doc);
+
+    *mine = ok;
+
+    if (!ok && error->code == MONGOC_ERROR_DUPLICATE_KEY) {
+        return NGX_OK;
+    }
+
+    return ok ? NGX_OK : NGX_ERROR;
+}
+
+
+/*
+ * The document filled with what fanout on read answered ("items", posts
+ * as the API shows them, newest first), and ready; complete: that was
+ * every post there is
+ */
+
+ngx_int_t
+ngx_http_feed_timelines_fill(mongoc_client_t *client, const char *database,
+    ngx_http_feed_user_t *user, const bson_t *items, ngx_uint_t complete,
+    ngx_uint_t embed, ngx_uint_t cap, bson_error_t *error)
+{
+    char                  key[16];
+    bool                  ok;
+    size_t                n;
+    bson_t                selector, update, each, entry, post, set, unset;
+    bson_oid_t            oldest;
+    const char           *k, *id;
+    bson_iter_t           it, p;
+    const uint8_t        *data;
+    uint32_t              len;
+    mongoc_collection_t  *coll;
+
+    bson_oid_copy(&ngx_http_feed_timelines_zero, &oldest);
+
+    bson_init(&each);
+    n = 0;
+
+    if (!bson_iter_init(&it, items)) {
+        bson_destroy(&each);
+        return NGX_ERROR;
+    }
+
+    while (bson_iter_next(&it)) {
+        if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
+            continue;
+        }
+
+        bson_iter_document(&it, &len, &data);
+
+        if (!bson_init_static(&post, data, len)
+            || !bson_iter_init_find(&p, &post, "id")
+            || !BSON_ITER_HOLDS_UTF8(&p))
+        {
+            continue;
+        }
+
+        id = bson_iter_utf8(&p, NULL);
+
+        if (!bson_oid_is_valid(id, strlen(id))) {
+            continue;
+        }
+
+        bson_oid_init_from_string(&oldest, id);
+
+        bson_init(&entry);
+        BSON_APPEND_OID(&entry, "i", &oldest);
+
+        if (embed) {
+            BSON_APPEND_DOCUMENT(&entry, "p", &post);
+
+        } else if (bson_iter_init_find(&p, &post, "author")) {
+            BSON_APPEND_VALUE(&entry, "a", bson_iter_value(&p));
+        }
+
+        bson_uint32_to_string((uint32_t) n++, &k, key, sizeof(key));
+        BSON_APPEND_DOCUMENT(&each, k, &entry);
+        bson_destroy(&entry);
+    }
+
+    if (complete) {
+        bson_oid_copy(&ngx_http_feed_timelines_zero, &oldest);
+    }
+
+    bson_init(&selector);
+    bson_append_utf8(&selector, "_id", 3, user->data, (int) user->len);
+
+    bson_init(&update);
+    ngx_http_feed_timelines_push(&update, &each, cap);
+    BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
+    BSON_APPEND_OID(&set, "o", &oldest);
+    bson_append_document_end(&update, &set);
+    BSON_APPEND_DOCUMENT_BEGIN(&update, "$unset", &unset);
+    BSON_APPEND_UTF8(&unset, "b", "");
+    bson_append_document_end(&update, &unset);
+
+    coll = ngx_http_feed_timelines_coll(client, database);
+    ok = mongoc_collection_update_one(coll, &selector, &update, NULL, NULL,
+                                      error);
+    mongoc_collection_destroy(coll);
+
+    bson_destroy(&update);
+    bson_destroy(&selector);
+    bson_destroy(&each);
+
+    return ok ? NGX_OK : NGX_ERROR;
+}
+
+
+/* a document whose making was left (its reader failed): made again later */
+
+ngx_int_t
+ngx_http_feed_timelines_abandon(mongoc_client_t *client,
+    const char *database, ngx_http_feed_user_t *user, int64_t building,
+    bson_error_t *error)
+{
+    bool                  ok;
+    bson_t                selector;
+    mongoc_collection_t  *coll;
+
+    bson_init(&selector);
+    bson_append_utf8(&selector, "_id", 3, user->data, (int) user->len);
+    BSON_APPEND_INT64(&selector, "b", building);
+
+    coll = ngx_http_feed_timelines_coll(client, database);
+    ok = mongoc_collection_delete_one(coll, &selector, NULL, NULL, error);
+    mongoc_collection_destroy(coll);
+    bson_destroy(&selector);
+
+    return ok ? NGX_OK : NGX_ERROR;
+}
+
+
+/* a deleted post out of every document */
+
+ngx_int_t
+ngx_http_feed_timelines_remove(mongoc_client_t *client, const char *database,
+    const bson_oid_t *id, bson_error_t *error)
+{
+    bool                  ok;
+    bson_t                selector, update, pull, c;
+    mongoc_collection_t  *coll;
+
+    bson_init(&selector);
+    BSON_APPEND_OID(&selector, "c.i", id);
+
+    bson_init(&update);
+    BSON_APPEND_DOCUMENT_BEGIN(&update, "$pull", &pull);
+    BSON_APPEND_DOCUMENT_BEGIN(&pull, "c", &c);
+    BSON_APPEND_OID(&c, "i", id);
+    bson_append_document_end(&pull, &c);
+    bson_append_document_end(&update, &pull);
+
+    coll = ngx_http_feed_timelines_coll(client, database);
+    ok = mongoc_collection_update_many(coll, &selector, &update, NULL, NULL,
+                                       error);
+    mongoc_collection_destroy(coll);
+
+    bson_destroy(&update);
+    bson_destroy(&selector);
+
+    return ok ? NGX_OK : NGX_ERROR;
+}
+
+
+/* a user's document gone: whom they follow changed, it is made again */
+
+ngx_int_t
+ngx_http_feed_timelines_drop(mongoc_client_t *client, const char *database,
+    ngx_http_feed_user_t *user, bson_error_t *error)
+{
+    bool                  ok;
+    bson_t                selector;
+    mongoc_collection_t  *coll;
+
+    bson_init(&selector);
+    bson_append_utf8(&selector, "_id", 3, user->data, (int) user->len);
+
+    coll = ngx_http_feed_timelines_coll(client, database);
+    ok = mongoc_collection_delete_one(coll, &selector, NULL, NULL, error);
+    mongoc_collection_destroy(coll);
+    bson_destroy(&selector);
+
+    return ok ? NGX_OK : NGX_ERROR;
+}
+
+
+static mongoc_collection_t *
+ngx_http_feed_timelines_coll(mongoc_client_t *client, const char *database)
+{
+    return mongoc_client_get_collection(client, database,
+                                        NGX_HTTP_FEED_TIMELINES);
+}

@@ -1,0 +1,78 @@
+
+/*
+ * ngx_feed_module: home timelines kept in MongoDB behind the Redis cache
+ * (feed_timeline_store), the only owner of their collections.
+ */
+
+
+#ifndef _NGX_HTTP_FEED_TIMELINES_STORE_H_INCLUDED_
+#define _NGX_HTTP_FEED_TIMELINES_STORE_H_INCLUDED_
+
+
+#include "ngx_http_feed_module.h"
+#include "ngx_http_feed_mongo.h"
+#include "ngx_http_feed_util.h"
+#include "ngx_http_feed_posts_store.h"
+
+
+/* feed_timeline_store */
+typedef enum {
+    NGX_HTTP_FEED_STORE_READ = 0,       /* none: fanout on read */
+    NGX_HTTP_FEED_STORE_TIME_BUCKETS,
+    NGX_HTTP_FEED_STORE_SIZE_BUCKETS,
+    NGX_HTTP_FEED_STORE_CACHE,
+    NGX_HTTP_FEED_STORE_CAPPED
+} ngx_http_feed_store_e;
+
+
+/* what a user's kept timeline has for a page */
+typedef struct {
+    ngx_uint_t                    state;      /* one of the three below */
+#define NGX_HTTP_FEED_TIMELINES_NONE      0
+#define NGX_HTTP_FEED_TIMELINES_BUILDING  1
+#define NGX_HTTP_FEED_TIMELINES_THERE     2
+    int64_t                       building;   /* since when (ms) */
+
+    /* the entries in the page's range, newest first, bson_malloc()ed */
+    bson_oid_t                   *ids;
+    size_t                        n;
+
+    /*
+     * Every post from bound up (in the page's range) is among the ids:
+     * older ones are not kept here, or were not asked for
+     */
+    bson_oid_t                    bound;
+    ngx_uint_t                    whole;      /* bound is the beginning of
+                                                 all posts */
+} ngx_http_feed_timelines_page_t;
+
+
+extern ngx_http_feed_mongo_indexes_t  ngx_http_feed_timelines_indexes;
+
+
+ngx_int_t ngx_http_feed_timelines_entry(const char *json, size_t len,
+    ngx_uint_t embed, bson_t *entry);
+ngx_int_t ngx_http_feed_timelines_add(mongoc_client_t *client,
+    const char *database, ngx_http_feed_user_t *users, size_t n,
+    const bson_t *entry, ngx_uint_t cap, bson_error_t *error);
+ngx_int_t ngx_http_feed_timelines_read(mongoc_client_t *client,
+    const char *database, ngx_http_feed_user_t *user,
+    ngx_http_feed_posts_range_t *range, size_t want,
+    ngx_http_feed_timelines_page_t *page, bson_error_t *error);
+ngx_int_t ngx_http_feed_timelines_begin(mongoc_client_t *client,
+    const char *database, ngx_http_feed_user_t *user, int64_t now,
+    ngx_uint_t *mine, bson_error_t *error);
+ngx_int_t ngx_http_feed_timelines_fill(mongoc_client_t *client,
+    const char *database, ngx_http_feed_user_t *user, const bson_t *items,
+    ngx_uint_t complete, ngx_uint_t embed, ngx_uint_t cap,
+    bson_error_t *error);
+ngx_int_t ngx_http_feed_timelines_abandon(mongoc_client_t *client,
+    const char *database, ngx_http_feed_user_t *user, int64_t building,
+    bson_error_t *error);
+ngx_int_t ngx_http_feed_timelines_remove(mongoc_client_t *client,
+    const char *database, const bson_oid_t *id, bson_error_t *error);
+ngx_int_t ngx_http_feed_timelines_drop(mongoc_client_t *client,
+    const char *database, ngx_http_feed_user_t *user, bson_error_t *error);
+
+
+#endif /* _NGX_HTTP_FEED_TIMELINES_STORE_H_INCLUDED_ */
