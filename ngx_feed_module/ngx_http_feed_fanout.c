@@ -612,9 +612,7 @@ ngx_http_feed_fanout_start(ngx_http_feed_fanout_t *fo, redisReply *e)
                    fe->page.post_id, fe->page.author.data);
 
     fe->page.want_post = (fe->kind == 'p');
-    fe->page.store = fo->fmcf->timeline_store;
-    fe->page.embed = fo->fmcf->cache_embed;
-    fe->page.cap = fo->fmcf->cache_size;
+    ngx_http_feed_timelines_conf(fo->fmcf, &fe->page.store);
     fe->page.removing = (fe->kind == 'd');
     fe->page.limit = fo->fmcf->fanout_page;
     fe->page.pull_threshold = fo->fmcf->pull_threshold;

@@ -12,6 +12,7 @@
 #include "ngx_http_feed_redis.h"
 #include "ngx_http_feed_mongo.h"
 #include "ngx_http_feed_util.h"
+#include "ngx_http_feed_timelines_store.h"
 
 
 typedef struct ngx_http_feed_fanout_consumers_s
@@ -53,11 +54,9 @@ typedef struct {
      * (its entry, made by the first page's thread, kept for the others),
      * or a deleted post out of them all
      */
-    ngx_uint_t                    store;
-    ngx_uint_t                    embed;
-    ngx_uint_t                    cap;
-    ngx_uint_t                    removing;
-    bson_t                       *stored;
+    ngx_http_feed_timelines_conf_t  store;
+    ngx_uint_t                      removing;
+    bson_t                         *stored;
 } ngx_http_feed_fanout_page_t;
 
 

@@ -59,7 +59,7 @@ ngx_http_feed_fanout_page_run(ngx_http_feed_mongo_task_t *t,
 
         /* the author's own kept timeline, whatever the followers get */
 
-        if (page->store
+        if (page->store.model
             && ngx_http_feed_fanout_stored(client, t->database, page,
                                            &page->author, 1, &t->error)
                != NGX_OK)
@@ -67,13 +67,13 @@ ngx_http_feed_fanout_page_run(ngx_http_feed_mongo_task_t *t,
             return;
         }
 
-    } else if (page->removing && page->store && !page->has_cursor) {
+    } else if (page->removing && page->store.model && !page->has_cursor) {
         bson_oid_t  oid;
 
         bson_oid_init_from_string(&oid, page->post_id);
 
-        if (ngx_http_feed_timelines_remove(client, t->database, &oid,
-                                           &t->error)
+        if (ngx_http_feed_timelines_remove(client, t->database,
+                                           &page->store, &oid, &t->error)
             != NGX_OK)
         {
             return;
@@ -102,7 +102,9 @@ ngx_http_feed_fanout_page_run(ngx_http_feed_mongo_task_t *t,
     t->rc = ngx_http_feed_fanout_followers(client, t->database, page,
                                            &t->error);
 
-    if (t->rc == NGX_OK && page->store && !page->removing && page->nusers) {
+    if (t->rc == NGX_OK && page->store.model && !page->removing
+        && page->nusers)
+    {
         t->rc = ngx_http_feed_fanout_stored(client, t->database, page,
                                             page->users, page->nusers,
                                             &t->error);
@@ -129,7 +131,7 @@ ngx_http_feed_fanout_stored(mongoc_client_t *client, const char *database,
         }
 
         if (ngx_http_feed_timelines_entry(page->json, page->json_len,
-                                          page->embed, &entry)
+                                          page->store.embed, &entry)
             != NGX_OK)
         {
             bson_set_error(error, 0, 0, "the post to keep is not valid");
@@ -140,8 +142,8 @@ ngx_http_feed_fanout_stored(mongoc_client_t *client, const char *database,
         bson_destroy(&entry);
     }
 
-    return ngx_http_feed_timelines_add(client, database, users, n,
-                                       page->stored, page->cap, error);
+    return ngx_http_feed_timelines_add(client, database, &page->store, users,
+                                       n, page->stored, error);
 }
 
 

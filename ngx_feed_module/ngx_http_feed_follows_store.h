@@ -24,7 +24,10 @@ typedef struct {
     ngx_uint_t                    changed;
     ngx_uint_t                    over;       /* refused: src follows max */
 
-    /* feed_timeline_store: src's kept timeline is dropped (graph_task.c) */
+    /*
+     * feed_timeline_store's model (0: none): src's kept timeline is made
+     * again (graph_task.c)
+     */
     ngx_uint_t                    kept;
 } ngx_http_feed_follow_op_t;
 

@@ -124,7 +124,7 @@ ngx_http_feed_follow_start(ngx_http_request_t *r, void *data)
     ctx->follow.want = (r->method == NGX_HTTP_PUT);
     ctx->follow.now = ngx_http_feed_now_ms();
     ctx->follow.max = (int64_t) ctx->fmcf->follow_max;
-    ctx->follow.kept = (ctx->fmcf->timeline_store != 0);
+    ctx->follow.kept = ctx->fmcf->timeline_store;
 
     ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "feed %s \"%s\" -> \"%s\": storing",

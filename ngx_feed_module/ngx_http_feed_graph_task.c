@@ -39,8 +39,8 @@ ngx_http_feed_graph_follow_run(ngx_http_feed_mongo_task_t *t,
     t->rc = ngx_http_feed_follows_change(client, t->database, op, &t->error);
 
     if (t->rc == NGX_OK && op->changed && op->kept) {
-        t->rc = ngx_http_feed_timelines_drop(client, t->database, &op->src,
-                                             &t->error);
+        t->rc = ngx_http_feed_timelines_drop(client, t->database, op->kept,
+                                             &op->src, &t->error);
     }
 }
 

@@ -96,6 +96,7 @@ static ngx_conf_enum_t  ngx_http_feed_cache_modes[] = {
 /* the models of the timelines kept in MongoDB (timelines_store.h) */
 static ngx_conf_enum_t  ngx_http_feed_timeline_stores[] = {
     { ngx_string("read"), NGX_HTTP_FEED_STORE_READ },
+    { ngx_string("time_buckets"), NGX_HTTP_FEED_STORE_TIME_BUCKETS },
     { ngx_string("cache"), NGX_HTTP_FEED_STORE_CACHE },
     { ngx_null_string, 0 }
 };
@@ -308,6 +309,13 @@ static ngx_command_t  ngx_http_feed_commands[] = {
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_feed_main_conf_t, timeline_store),
       &ngx_http_feed_timeline_stores },
+
+    { ngx_string("feed_timeline_bucket_time"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_sec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_feed_main_conf_t, timeline_bucket_time),
+      &ngx_http_feed_positive_sec_p },
 
     { ngx_string("feed_cache_local"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
@@ -974,6 +982,7 @@ ngx_http_feed_create_main_conf(ngx_conf_t *cf)
     fmcf->cache_empty_ttl = NGX_CONF_UNSET;
     fmcf->cache_embed = NGX_CONF_UNSET_UINT;
     fmcf->timeline_store = NGX_CONF_UNSET_UINT;
+    fmcf->timeline_bucket_time = NGX_CONF_UNSET;
     fmcf->cache_lock_timeout = NGX_CONF_UNSET_MSEC;
     fmcf->cache_local = NGX_CONF_UNSET_SIZE;
     fmcf->fanout = NGX_CONF_UNSET;
@@ -1020,6 +1029,7 @@ ngx_http_feed_init_main_conf(ngx_conf_t *cf, void *conf)
 
     ngx_conf_init_uint_value(fmcf->cache_embed, 0);
     ngx_conf_init_uint_value(fmcf->timeline_store, NGX_HTTP_FEED_STORE_READ);
+    ngx_conf_init_value(fmcf->timeline_bucket_time, 24 * 3600);
     ngx_conf_init_msec_value(fmcf->cache_lock_timeout,
                              2 * fmcf->mongo.timeout + 1000);
     ngx_conf_init_size_value(fmcf->cache_local, 16 * 1024 * 1024);

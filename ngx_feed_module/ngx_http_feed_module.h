@@ -190,6 +190,7 @@ typedef struct {
     ngx_uint_t                    timeline_store;   /* feed_timeline_store:
                                                        ngx_http_feed_store_e
                                                        */
+    time_t                        timeline_bucket_time;
     ngx_msec_t                    cache_lock_timeout;
     size_t                        cache_local;
 

@@ -45,6 +45,7 @@ static ngx_http_feed_mongo_indexes_t  *ngx_http_feed_schema_stores[] = {
     &ngx_http_feed_follow_counts_indexes,
     &ngx_http_feed_posts_indexes,
     &ngx_http_feed_timelines_indexes,
+    &ngx_http_feed_timelines_time_indexes,
     NULL
 };
 

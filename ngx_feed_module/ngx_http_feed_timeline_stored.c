@@ -61,8 +61,11 @@ ngx_http_feed_timeline_stored(mongoc_client_t *client, const char *database,
 {
     ngx_int_t                       rc;
     ngx_http_feed_timelines_page_t  tp;
+    ngx_http_feed_timelines_conf_t  tc;
 
-    if (ngx_http_feed_timelines_read(client, database, user, range,
+    ngx_http_feed_timelines_conf(fmcf, &tc);
+
+    if (ngx_http_feed_timelines_read(client, database, &tc, user, range,
                                      range->limit
                                      + NGX_HTTP_FEED_STORED_SLACK,
                                      &tp, error)
@@ -81,7 +84,7 @@ ngx_http_feed_timeline_stored(mongoc_client_t *client, const char *database,
 
     case NGX_HTTP_FEED_TIMELINES_BUILDING:
         if (ngx_http_feed_now_ms() - tp.building > NGX_HTTP_FEED_STORED_STALE
-            && ngx_http_feed_timelines_abandon(client, database, user,
+            && ngx_http_feed_timelines_abandon(client, database, &tc, user,
                                                tp.building, error)
                != NGX_OK)
         {
@@ -115,14 +118,17 @@ ngx_http_feed_timeline_stored_make(mongoc_client_t *client,
     ngx_http_feed_user_t *user, ngx_http_feed_posts_range_t *range,
     bson_t *items, bson_error_t *error)
 {
-    int64_t       now;
-    ngx_uint_t    mine;
-    bson_error_t  err;
+    int64_t                          now;
+    ngx_uint_t                       mine;
+    bson_error_t                     err;
+    ngx_http_feed_timelines_conf_t   tc;
+
+    ngx_http_feed_timelines_conf(fmcf, &tc);
 
     now = ngx_http_feed_now_ms();
 
-    if (ngx_http_feed_timelines_begin(client, database, user, now, &mine,
-                                      error)
+    if (ngx_http_feed_timelines_begin(client, database, &tc, user, now,
+                                      &mine, error)
         != NGX_OK)
     {
         return NGX_ERROR;
@@ -133,8 +139,8 @@ ngx_http_feed_timeline_stored_make(mongoc_client_t *client,
         != NGX_OK)
     {
         if (mine) {
-            (void) ngx_http_feed_timelines_abandon(client, database, user,
-                                                   now, &err);
+            (void) ngx_http_feed_timelines_abandon(client, database, &tc,
+                                                   user, now, &err);
         }
 
         return NGX_ERROR;
@@ -146,14 +152,13 @@ ngx_http_feed_timeline_stored_make(mongoc_client_t *client,
      */
 
     if (mine
-        && ngx_http_feed_timelines_fill(client, database, user, items,
+        && ngx_http_feed_timelines_fill(client, database, &tc, user, items,
                                         bson_count_keys(items) < range->limit,
-                                        fmcf->cache_embed, fmcf->cache_size,
                                         &err)
            != NGX_OK)
     {
-        (void) ngx_http_feed_timelines_abandon(client, database, user, now,
-                                               &err);
+        (void) ngx_http_feed_timelines_abandon(client, database, &tc, user,
+                                               now, &err);
     }
 
     return NGX_OK;

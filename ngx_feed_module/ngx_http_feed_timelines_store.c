@@ -33,8 +33,6 @@ static const bson_oid_t  ngx_http_feed_timelines_zero;
 
 static mongoc_collection_t *ngx_http_feed_timelines_coll(
     mongoc_client_t *client, const char *database);
-static void ngx_http_feed_timelines_push(bson_t *update, const bson_t *each,
-    ngx_uint_t cap);
 static ngx_int_t ngx_http_feed_timelines_entries(const bson_t *doc,
     ngx_http_feed_posts_range_t *range, size_t want,
     ngx_http_feed_timelines_page_t *page);
@@ -46,6 +44,19 @@ ngx_http_feed_mongo_indexes_t  ngx_http_feed_timelines_indexes = {
     NGX_HTTP_FEED_TIMELINES,
     "[{\"key\": {\"c.i\": 1}, \"name\": \"entries\"}]"
 };
+
+
+/* what the models need of the configuration, for the threads */
+
+void
+ngx_http_feed_timelines_conf(ngx_http_feed_main_conf_t *fmcf,
+    ngx_http_feed_timelines_conf_t *tc)
+{
+    tc->model = fmcf->timeline_store;
+    tc->embed = fmcf->cache_embed;
+    tc->cap = fmcf->cache_size;
+    tc->bucket = (int64_t) fmcf->timeline_bucket_time;
+}
 
 
 /* what a post's JSON (as the API shows it) becomes in a timeline */
@@ -108,8 +119,8 @@ ngx_http_feed_timelines_entry(const char *json, size_t len, ngx_uint_t embed,
 
 ngx_int_t
 ngx_http_feed_timelines_add(mongoc_client_t *client, const char *database,
-    ngx_http_feed_user_t *users, size_t n, const bson_t *entry,
-    ngx_uint_t cap, bson_error_t *error)
+    ngx_http_feed_timelines_conf_t *tc, ngx_http_feed_user_t *users,
+    size_t n, const bson_t *entry, bson_error_t *error)
 {
     bool                       ok;
     size_t                     i;
@@ -117,6 +128,11 @@ ngx_http_feed_timelines_add(mongoc_client_t *client, const char *database,
     bson_iter_t                it;
     mongoc_collection_t       *coll;
     mongoc_bulk_operation_t   *bulk;
+
+    if (tc->model == NGX_HTTP_FEED_STORE_TIME_BUCKETS) {
+        return ngx_http_feed_timelines_time_add(client, database, tc, users,
+                                                n, entry, error);
+    }
 
     if (n == 0 || !bson_iter_init_find(&it, entry, "i")
         || !BSON_ITER_HOLDS_OID(&it))
@@ -135,7 +151,7 @@ ngx_http_feed_timelines_add(mongoc_client_t *client, const char *database,
     BSON_APPEND_DOCUMENT(&each, "0", entry);
 
     bson_init(&update);
-    ngx_http_feed_timelines_push(&update, &each, cap);
+    ngx_http_feed_timelines_push(&update, &each, tc->cap);
 
     ok = true;
 
@@ -166,9 +182,9 @@ ngx_http_feed_timelines_add(mongoc_client_t *client, const char *database,
 }
 
 
-/* $push of entries, kept sorted by id, the newest cap of them */
+/* $push of entries, kept sorted by id, the newest cap of them (0: all) */
 
-static void
+void
 ngx_http_feed_timelines_push(bson_t *update, const bson_t *each,
     ngx_uint_t cap)
 {
@@ -180,7 +196,11 @@ ngx_http_feed_timelines_push(bson_t *update, const bson_t *each,
     BSON_APPEND_DOCUMENT_BEGIN(&c, "$sort", &sort);
     BSON_APPEND_INT32(&sort, "i", 1);
     bson_append_document_end(&c, &sort);
-    BSON_APPEND_INT64(&c, "$slice", -(int64_t) cap);
+
+    if (cap) {
+        BSON_APPEND_INT64(&c, "$slice", -(int64_t) cap);
+    }
+
     bson_append_document_end(&push, &c);
     bson_append_document_end(update, &push);
 }
@@ -190,8 +210,9 @@ ngx_http_feed_timelines_push(bson_t *update, const bson_t *each,
 
 ngx_int_t
 ngx_http_feed_timelines_read(mongoc_client_t *client, const char *database,
-    ngx_http_feed_user_t *user, ngx_http_feed_posts_range_t *range,
-    size_t want, ngx_http_feed_timelines_page_t *page, bson_error_t *error)
+    ngx_http_feed_timelines_conf_t *tc, ngx_http_feed_user_t *user,
+    ngx_http_feed_posts_range_t *range, size_t want,
+    ngx_http_feed_timelines_page_t *page, bson_error_t *error)
 {
     bson_t                filter, doc;
     ngx_int_t             rc;
@@ -199,6 +220,11 @@ ngx_http_feed_timelines_read(mongoc_client_t *client, const char *database,
     mongoc_collection_t  *coll;
 
     ngx_memzero(page, sizeof(ngx_http_feed_timelines_page_t));
+
+    if (tc->model == NGX_HTTP_FEED_STORE_TIME_BUCKETS) {
+        return ngx_http_feed_timelines_time_read(client, database, tc, user,
+                                                 range, want, page, error);
+    }
 
     bson_init(&filter);
     bson_append_utf8(&filter, "_id", 3, user->data, (int) user->len);
@@ -227,21 +253,16 @@ ngx_http_feed_timelines_read(mongoc_client_t *client, const char *database,
 }
 
 
-/*
- * The candidates: entries from the bound up, in range, newest first, each
- * id once (a post fanned out while its document was being filled may be
- * there twice, side by side), at most want
- */
+/* the candidates: entries from the bound up, in range, newest first */
 
 static ngx_int_t
 ngx_http_feed_timelines_entries(const bson_t *doc,
     ngx_http_feed_posts_range_t *range, size_t want,
     ngx_http_feed_timelines_page_t *page)
 {
-    size_t              n, k;
+    size_t              n;
     bson_oid_t          bound, *all;
-    bson_iter_t         it, c, e;
-    const bson_oid_t   *id;
+    bson_iter_t         it;
 
     bson_oid_copy(&ngx_http_feed_timelines_zero, &bound);
 
@@ -249,32 +270,7 @@ ngx_http_feed_timelines_entries(const bson_t *doc,
         bson_oid_copy(bson_iter_oid(&it), &bound);
     }
 
-    if (!bson_iter_init_find(&it, doc, "c") || !BSON_ITER_HOLDS_ARRAY(&it)
-        || !bson_iter_recurse(&it, &c))
-    {
-        return NGX_ERROR;
-    }
-
-    /* the ids, oldest first as kept */
-
-    n = 0;
-    all = NULL;
-    k = 0;
-
-    while (bson_iter_next(&c)) {
-        if (!BSON_ITER_HOLDS_DOCUMENT(&c) || !bson_iter_recurse(&c, &e)
-            || !bson_iter_find(&e, "i") || !BSON_ITER_HOLDS_OID(&e))
-        {
-            continue;
-        }
-
-        if (n == k) {
-            k = k ? 2 * k : 64;
-            all = bson_realloc(all, k * sizeof(bson_oid_t));
-        }
-
-        bson_oid_copy(bson_iter_oid(&e), &all[n++]);
-    }
+    all = ngx_http_feed_timelines_ids(doc, &n);
 
     /*
      * What the cap trimmed, or a delete took out, is not here any more:
@@ -291,35 +287,94 @@ ngx_http_feed_timelines_entries(const bson_t *doc,
     page->ids = bson_malloc((want ? want : 1) * sizeof(bson_oid_t));
     page->state = NGX_HTTP_FEED_TIMELINES_THERE;
 
-    while (n--) {
-        id = &all[n];
+    bson_oid_copy(&bound, &page->bound);
 
-        if (bson_oid_compare(id, &bound) < 0) {
+    while (n--) {
+        if (ngx_http_feed_timelines_take(page, &all[n], range, want)
+            == NGX_DONE)
+        {
             break;
         }
+    }
 
-        if ((range->max_id && bson_oid_compare(id, range->max_id) >= 0)
-            || (page->n && bson_oid_equal(id, &page->ids[page->n - 1])))
+    bson_free(all);
+
+    return NGX_OK;
+}
+
+
+/* the ids of a document's entries, in "c", as kept: bson_malloc()ed */
+
+bson_oid_t *
+ngx_http_feed_timelines_ids(const bson_t *doc, size_t *n)
+{
+    size_t        k;
+    bson_oid_t   *all;
+    bson_iter_t   it, c, e;
+
+    *n = 0;
+
+    if (!bson_iter_init_find(&it, doc, "c") || !BSON_ITER_HOLDS_ARRAY(&it)
+        || !bson_iter_recurse(&it, &c))
+    {
+        return NULL;
+    }
+
+    all = NULL;
+    k = 0;
+
+    while (bson_iter_next(&c)) {
+        if (!BSON_ITER_HOLDS_DOCUMENT(&c) || !bson_iter_recurse(&c, &e)
+            || !bson_iter_find(&e, "i") || !BSON_ITER_HOLDS_OID(&e))
         {
             continue;
         }
 
-        if (range->since_id && bson_oid_compare(id, range->since_id) <= 0) {
-            break;
+        if (*n == k) {
+            k = k ? 2 * k : 64;
+            all = bson_realloc(all, k * sizeof(bson_oid_t));
         }
 
-        if (page->n == want) {
-            /* more follow: what was taken stands for its own range only */
-            bson_oid_copy(&page->ids[page->n - 1], &bound);
-            page->whole = 0;
-            break;
-        }
-
-        bson_oid_copy(id, &page->ids[page->n++]);
+        bson_oid_copy(bson_iter_oid(&e), &all[(*n)++]);
     }
 
-    bson_oid_copy(&bound, &page->bound);
-    bson_free(all);
+    return all;
+}
+
+
+/*
+ * One more entry, newest first, taken when in the page's range (at most
+ * want of them, each id once: a post fanned out while its document was
+ * being made may be there twice, side by side).  NGX_DONE: no older one
+ * is wanted.  Once want are taken, they stand for their own range only:
+ * the bound moves up to the last.
+ */
+
+ngx_int_t
+ngx_http_feed_timelines_take(ngx_http_feed_timelines_page_t *page,
+    const bson_oid_t *id, ngx_http_feed_posts_range_t *range, size_t want)
+{
+    if (bson_oid_compare(id, &page->bound) < 0) {
+        return NGX_DONE;
+    }
+
+    if ((range->max_id && bson_oid_compare(id, range->max_id) >= 0)
+        || (page->n && bson_oid_equal(id, &page->ids[page->n - 1])))
+    {
+        return NGX_OK;
+    }
+
+    if (range->since_id && bson_oid_compare(id, range->since_id) <= 0) {
+        return NGX_DONE;
+    }
+
+    if (page->n == want) {
+        bson_oid_copy(&page->ids[page->n - 1], &page->bound);
+        page->whole = 0;
+        return NGX_DONE;
+    }
+
+    bson_oid_copy(id, &page->ids[page->n++]);
 
     return NGX_OK;
 }
@@ -332,12 +387,19 @@ ngx_http_feed_timelines_entries(const bson_t *doc,
 
 ngx_int_t
 ngx_http_feed_timelines_begin(mongoc_client_t *client, const char *database,
-    ngx_http_feed_user_t *user, int64_t now, ngx_uint_t *mine,
-    bson_error_t *error)
+    ngx_http_feed_timelines_conf_t *tc, ngx_http_feed_user_t *user,
+    int64_t now, ngx_uint_t *mine, bson_error_t *error)
 {
     bool                  ok;
     bson_t                doc, c;
     mongoc_collection_t  *coll;
+
+    if (tc->model == NGX_HTTP_FEED_STORE_TIME_BUCKETS) {
+        /* the buckets hold every post from now on */
+        *mine = 0;
+        return ngx_http_feed_timelines_time_floor(client, database, user, 0,
+                                                  error);
+    }
 
     bson_init(&doc);
     bson_append_utf8(&doc, "_id", 3, user->data, (int) user->len);
@@ -368,8 +430,8 @@ ngx_http_feed_timelines_begin(mongoc_client_t *client, const char *database,
 
 ngx_int_t
 ngx_http_feed_timelines_fill(mongoc_client_t *client, const char *database,
-    ngx_http_feed_user_t *user, const bson_t *items, ngx_uint_t complete,
-    ngx_uint_t embed, ngx_uint_t cap, bson_error_t *error)
+    ngx_http_feed_timelines_conf_t *tc, ngx_http_feed_user_t *user,
+    const bson_t *items, ngx_uint_t complete, bson_error_t *error)
 {
     char                  key[16];
     bool                  ok;
@@ -417,7 +479,7 @@ ngx_http_feed_timelines_fill(mongoc_client_t *client, const char *database,
         bson_init(&entry);
         BSON_APPEND_OID(&entry, "i", &oldest);
 
-        if (embed) {
+        if (tc->embed) {
             BSON_APPEND_DOCUMENT(&entry, "p", &post);
 
         } else if (bson_iter_init_find(&p, &post, "author")) {
@@ -437,7 +499,7 @@ ngx_http_feed_timelines_fill(mongoc_client_t *client, const char *database,
     bson_append_utf8(&selector, "_id", 3, user->data, (int) user->len);
 
     bson_init(&update);
-    ngx_http_feed_timelines_push(&update, &each, cap);
+    ngx_http_feed_timelines_push(&update, &each, tc->cap);
     BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
     BSON_APPEND_OID(&set, "o", &oldest);
     bson_append_document_end(&update, &set);
@@ -462,8 +524,8 @@ ngx_http_feed_timelines_fill(mongoc_client_t *client, const char *database,
 
 ngx_int_t
 ngx_http_feed_timelines_abandon(mongoc_client_t *client,
-    const char *database, ngx_http_feed_user_t *user, int64_t building,
-    bson_error_t *error)
+    const char *database, ngx_http_feed_timelines_conf_t *tc,
+    ngx_http_feed_user_t *user, int64_t building, bson_error_t *error)
 {
     bool                  ok;
     bson_t                selector;
@@ -486,11 +548,33 @@ ngx_http_feed_timelines_abandon(mongoc_client_t *client,
 
 ngx_int_t
 ngx_http_feed_timelines_remove(mongoc_client_t *client, const char *database,
-    const bson_oid_t *id, bson_error_t *error)
+    ngx_http_feed_timelines_conf_t *tc, const bson_oid_t *id,
+    bson_error_t *error)
 {
-    bool                  ok;
-    bson_t                selector, update, pull, c;
+    ngx_int_t             rc;
     mongoc_collection_t  *coll;
+
+    if (tc->model == NGX_HTTP_FEED_STORE_TIME_BUCKETS) {
+        return ngx_http_feed_timelines_time_remove(client, database, id,
+                                                   error);
+    }
+
+    coll = ngx_http_feed_timelines_coll(client, database);
+    rc = ngx_http_feed_timelines_pull(coll, id, error);
+    mongoc_collection_destroy(coll);
+
+    return rc;
+}
+
+
+/* a post out of every document of a collection that has it, in "c" */
+
+ngx_int_t
+ngx_http_feed_timelines_pull(mongoc_collection_t *coll, const bson_oid_t *id,
+    bson_error_t *error)
+{
+    bool    ok;
+    bson_t  selector, update, pull, c;
 
     bson_init(&selector);
     BSON_APPEND_OID(&selector, "c.i", id);
@@ -502,10 +586,8 @@ ngx_http_feed_timelines_remove(mongoc_client_t *client, const char *database,
     bson_append_document_end(&pull, &c);
     bson_append_document_end(&update, &pull);
 
-    coll = ngx_http_feed_timelines_coll(client, database);
     ok = mongoc_collection_update_many(coll, &selector, &update, NULL, NULL,
                                        error);
-    mongoc_collection_destroy(coll);
 
     bson_destroy(&update);
     bson_destroy(&selector);
@@ -514,15 +596,24 @@ ngx_http_feed_timelines_remove(mongoc_client_t *client, const char *database,
 }
 
 
-/* a user's document gone: whom they follow changed, it is made again */
+/*
+ * Whom a user follows changed: their document is gone, made again at
+ * their next read (the time buckets: trusted from now on only)
+ */
 
 ngx_int_t
 ngx_http_feed_timelines_drop(mongoc_client_t *client, const char *database,
-    ngx_http_feed_user_t *user, bson_error_t *error)
+    ngx_uint_t model, ngx_http_feed_user_t *user, bson_error_t *error)
 {
     bool                  ok;
     bson_t                selector;
     mongoc_collection_t  *coll;
+
+    if (model == NGX_HTTP_FEED_STORE_TIME_BUCKETS) {
+        /* the buckets hold every post from now on only */
+        return ngx_http_feed_timelines_time_floor(client, database, user, 1,
+                                                  error);
+    }
 
     bson_init(&selector);
     bson_append_utf8(&selector, "_id", 3, user->data, (int) user->len);

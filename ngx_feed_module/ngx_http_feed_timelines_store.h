@@ -25,6 +25,16 @@ typedef enum {
 } ngx_http_feed_store_e;
 
 
+/* how the timelines are kept: what the model needs of the configuration */
+typedef struct {
+    ngx_uint_t                    model;      /* ngx_http_feed_store_e */
+    ngx_uint_t                    embed;      /* feed_cache_mode embed */
+    ngx_uint_t                    cap;        /* feed_cache_size */
+    int64_t                       bucket;     /* feed_timeline_bucket_time,
+                                                 seconds */
+} ngx_http_feed_timelines_conf_t;
+
+
 /* what a user's kept timeline has for a page */
 typedef struct {
     ngx_uint_t                    state;      /* one of the three below */
@@ -48,31 +58,62 @@ typedef struct {
 
 
 extern ngx_http_feed_mongo_indexes_t  ngx_http_feed_timelines_indexes;
+extern ngx_http_feed_mongo_indexes_t  ngx_http_feed_timelines_time_indexes;
 
 
+void ngx_http_feed_timelines_conf(ngx_http_feed_main_conf_t *fmcf,
+    ngx_http_feed_timelines_conf_t *tc);
 ngx_int_t ngx_http_feed_timelines_entry(const char *json, size_t len,
     ngx_uint_t embed, bson_t *entry);
 ngx_int_t ngx_http_feed_timelines_add(mongoc_client_t *client,
-    const char *database, ngx_http_feed_user_t *users, size_t n,
-    const bson_t *entry, ngx_uint_t cap, bson_error_t *error);
+    const char *database, ngx_http_feed_timelines_conf_t *tc,
+    ngx_http_feed_user_t *users, size_t n, const bson_t *entry,
+    bson_error_t *error);
 ngx_int_t ngx_http_feed_timelines_read(mongoc_client_t *client,
-    const char *database, ngx_http_feed_user_t *user,
-    ngx_http_feed_posts_range_t *range, size_t want,
-    ngx_http_feed_timelines_page_t *page, bson_error_t *error);
+    const char *database, ngx_http_feed_timelines_conf_t *tc,
+    ngx_http_feed_user_t *user, ngx_http_feed_posts_range_t *range,
+    size_t want, ngx_http_feed_timelines_page_t *page, bson_error_t *error);
 ngx_int_t ngx_http_feed_timelines_begin(mongoc_client_t *client,
-    const char *database, ngx_http_feed_user_t *user, int64_t now,
-    ngx_uint_t *mine, bson_error_t *error);
+    const char *database, ngx_http_feed_timelines_conf_t *tc,
+    ngx_http_feed_user_t *user, int64_t now, ngx_uint_t *mine,
+    bson_error_t *error);
 ngx_int_t ngx_http_feed_timelines_fill(mongoc_client_t *client,
-    const char *database, ngx_http_feed_user_t *user, const bson_t *items,
-    ngx_uint_t complete, ngx_uint_t embed, ngx_uint_t cap,
+    const char *database, ngx_http_feed_timelines_conf_t *tc,
+    ngx_http_feed_user_t *user, const bson_t *items, ngx_uint_t complete,
     bson_error_t *error);
 ngx_int_t ngx_http_feed_timelines_abandon(mongoc_client_t *client,
-    const char *database, ngx_http_feed_user_t *user, int64_t building,
-    bson_error_t *error);
+    const char *database, ngx_http_feed_timelines_conf_t *tc,
+    ngx_http_feed_user_t *user, int64_t building, bson_error_t *error);
 ngx_int_t ngx_http_feed_timelines_remove(mongoc_client_t *client,
-    const char *database, const bson_oid_t *id, bson_error_t *error);
+    const char *database, ngx_http_feed_timelines_conf_t *tc,
+    const bson_oid_t *id, bson_error_t *error);
 ngx_int_t ngx_http_feed_timelines_drop(mongoc_client_t *client,
-    const char *database, ngx_http_feed_user_t *user, bson_error_t *error);
+    const char *database, ngx_uint_t model, ngx_http_feed_user_t *user,
+    bson_error_t *error);
+
+/* the time buckets model's (ngx_http_feed_timelines_time.c) */
+ngx_int_t ngx_http_feed_timelines_time_add(mongoc_client_t *client,
+    const char *database, ngx_http_feed_timelines_conf_t *tc,
+    ngx_http_feed_user_t *users, size_t n, const bson_t *entry,
+    bson_error_t *error);
+ngx_int_t ngx_http_feed_timelines_time_read(mongoc_client_t *client,
+    const char *database, ngx_http_feed_timelines_conf_t *tc,
+    ngx_http_feed_user_t *user, ngx_http_feed_posts_range_t *range,
+    size_t want, ngx_http_feed_timelines_page_t *page, bson_error_t *error);
+ngx_int_t ngx_http_feed_timelines_time_floor(mongoc_client_t *client,
+    const char *database, ngx_http_feed_user_t *user, ngx_uint_t reset,
+    bson_error_t *error);
+ngx_int_t ngx_http_feed_timelines_time_remove(mongoc_client_t *client,
+    const char *database, const bson_oid_t *id, bson_error_t *error);
+
+/* shared by the models */
+bson_oid_t *ngx_http_feed_timelines_ids(const bson_t *doc, size_t *n);
+void ngx_http_feed_timelines_push(bson_t *update, const bson_t *each,
+    ngx_uint_t cap);
+ngx_int_t ngx_http_feed_timelines_pull(mongoc_collection_t *coll,
+    const bson_oid_t *id, bson_error_t *error);
+ngx_int_t ngx_http_feed_timelines_take(ngx_http_feed_timelines_page_t *page,
+    const bson_oid_t *id, ngx_http_feed_posts_range_t *range, size_t want);
 
 
 #endif /* _NGX_HTTP_FEED_TIMELINES_STORE_H_INCLUDED_ */

@@ -66,7 +66,7 @@ for my $v ('127.0.0.1:7000 127.0.0.1:7001 127.0.0.1:7002',
     ok($ok, "cluster seeds accepted: $v") or diag($out);
 }
 
-for my $v ('read', 'cache') {
+for my $v ('read', 'cache', "time_buckets;\n    feed_timeline_bucket_time 1h") {
     $t->write_conf(conf('', "feed_timeline_store $v;"));
     ($ok, $out) = $t->test_conf;
     ok($ok, "feed_timeline_store $v accepted") or diag($out);
@@ -123,6 +123,7 @@ my @bad = (
                                               qr/"feed_redis" of a cluster needs TCP addresses, not "unix:\/tmp\/r\.sock"/ ],
     [ 'feed_redis cluster;',                  qr/"feed_redis" directive needs an address/ ],
     [ 'feed_timeline_store buckets;',         qr/invalid value "buckets"/ ],
+    [ 'feed_timeline_bucket_time 0;',         qr/"feed_timeline_bucket_time" must be positive|must be positive/ ],
     [ 'feed_timeline_store cache read;',      qr/invalid number of arguments in "feed_timeline_store"/ ],
     [ 'feed_stream s partitions=0;',          qr/invalid parameter "partitions=0" in "feed_stream"/ ],
     [ 'feed_stream s partitions=65;',         qr/invalid parameter "partitions=65" in "feed_stream"/ ],

@@ -39,6 +39,7 @@ my %layer = (
     timeline_watch  => 'store',
     timeline_watch_set => 'store',
     timelines_store => 'store',
+    timelines_time  => 'store',
     authors_store   => 'store',
     counts          => 'store',
 
@@ -69,6 +70,7 @@ my %owner = (
     '"follow_counts"' => 'follows_store.c',
     '"posts"'         => 'posts_store.c',
     '"timeline_cache"' => 'timelines_store.c',
+    '"timeline_time"' => 'timelines_time.c',
     '"feed:tl'        => 'timeline_cache.c',
     '"feed:lock:'     => 'timeline_cache.c',
     '"feed:p:'        => 'timeline_cache.c',

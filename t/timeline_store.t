@@ -23,6 +23,8 @@
 #     document once it is back, once;
 #   - an unfollow drops the reader's document; the next read makes it
 #     again, without the unfollowed author.
+#
+# The time_buckets model: t/timeline_store_time.t.
 
 use strict;
 use warnings;
@@ -32,8 +34,8 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 use Time::HiRes qw(time sleep);
 use FeedTest;
-use FeedTest::Util qw(short post follow_each none_failed tl_walk rd
-    server_conf);
+use FeedTest::Util qw(follow_each none_failed tl_walk node_counts);
+use FeedTest::Store;
 
 plan(skip_all => 'the MongoDB stand-in needed: a fresh database')
     if FeedTest::real_mongo();
@@ -43,35 +45,11 @@ my $t = FeedTest->new;
 $t->start_redis;
 $t->start_mongo;
 
-$t->write_conf(<<'EOF' . server_conf(open => 1) . "}\n")->run;
-worker_processes 2;
-thread_pool feedtp threads=4;
-events { worker_connections 256; }
-http {
-    feed_redis 127.0.0.1:%%PORT_REDIS%%;
-    feed_mongo_uri "%%MONGO_URI%%";
-    feed_mongo_timeout 5s;
-    feed_thread_pool feedtp;
-    feed_cache_size 10;
-    feed_timeline_store cache;
-    feed_pull_threshold 5;
-    feed_fanout on;
-    feed_fanout_block 200ms;
-    feed_fanout_claim_idle 2s;
+$t->write_conf(FeedTest::Store::conf('cache'))->run;
 
-EOF
+my $s = FeedTest::Store->new($t);
 
 # ------------------------------------------------------------- helpers --
-
-my (@posts, %by);    # every post, oldest first; post => author
-
-sub make_post {
-    my ($author, $body) = @_;
-    my $id = post($t, $author, $body) or return;
-    push @posts, $id;
-    $by{$id} = $author;
-    return $id;
-}
 
 # the ids of a user's kept document, oldest first; undef without one
 sub kept {
@@ -81,34 +59,16 @@ sub kept {
     return [ map { $_->{i}{'$oid'} } @{ $doc->{c} // [] } ];
 }
 
-# what the reader should see: the posts of whom they follow, newest first
-my %follows;
-
-sub expected {
-    my ($user) = @_;
-    return [ reverse grep { $follows{$user}{ $by{$_} } } @posts ];
-}
-
-sub source_ids {
-    my ($q) = @_;
-    my $r = $t->get("/_feed/timeline?$q");
-    return undef unless $r->{status} == 200;
-    return [ map { $_->{id} } @{ $r->{json}{items} // [] } ];
-}
-
-# the user's cached timeline gone from Redis (as after a restart or an
-# eviction), the rest of Redis left as it is
-sub forget {
-    my ($user) = @_;
-    my $keys = rd($t, 'KEYS', "feed:tl*{$user}") || [];
-    $t->redis('DEL', @$keys) if @$keys;
-}
-
 sub settled {
     my ($id, @users) = @_;
     return $t->wait_for(5, sub {
         !grep { my $k = kept($_); !$k || !grep { $_ eq $id } @$k } @users;
     });
+}
+
+sub page_ids {
+    my ($r) = @_;
+    return join ' ', map { $_->{id} } @{ $r->{json}{items} // [] };
 }
 
 # ------------------------------------------------------------- the graph --
@@ -117,10 +77,10 @@ none_failed([ follow_each($t, 'a1', 'r1', 'i1') ], 'follows of a1');
 none_failed([ follow_each($t, 'a2', 'r1') ], 'follows of a2');
 none_failed([ follow_each($t, 'celeb', 'r1', map { "x$_" } 1 .. 5) ],
     'follows of celeb: 6, over the threshold');
-$follows{r1} = { a1 => 1, a2 => 1, celeb => 1 };
+$s->follows('r1', qw(a1 a2 celeb));
 
-make_post('a1', "a1 $_") for 1 .. 3;
-make_post('a2', "a2 $_") for 1 .. 3;
+$s->post('a1', "a1 $_") for 1 .. 3;
+$s->post('a2', "a2 $_") for 1 .. 3;
 
 # ----------------------------------------------------- made when read --
 
@@ -129,88 +89,72 @@ my $r = $t->get('/users/r1/timeline');
 is($r->{status}, 200, 'first read: 200');
 is($r->{headers}{'x-feed-cache'}, 'MISS', 'first read: MISS');
 ok($t->wait_for(3, sub { kept('r1') }), 'first read: r1\'s document made');
-is(join(' ', reverse @{ kept('r1') || [] }), join(' ', @{ expected('r1') }),
+is(join(' ', reverse @{ kept('r1') || [] }),
+    join(' ', @{ $s->expected('r1') }),
     'first read: the document holds the posts fanout on read found');
 
-my $turn = make_post('celeb', 'the turn');
+my $turn = $s->post('celeb', 'the turn');
 ok(settled($turn, 'r1'), 'the turn: delivered into r1\'s document');
-make_post('celeb', "pulled $_") for 1 .. 2;
-make_post('a1', "a1 later $_") for 1 .. 2;
-ok(settled($posts[-1], 'r1'), 'fanout: a1\'s posts into r1\'s document');
-ok(!grep({ $_ eq $posts[-3] || $_ eq $posts[-4] } @{ kept('r1') }),
+ok($t->wait_for(5, sub { (node_counts($t)->{'pull.to_pull'} // 0) == 1 }),
+    'the turn: celeb is a pull author');
+my @pulled = map { $s->post('celeb', "pulled $_") } 1 .. 2;
+$s->post('a1', "a1 later $_") for 1 .. 2;
+ok(settled($s->last_post, 'r1'), 'fanout: a1\'s posts into r1\'s document');
+ok(!grep({ my $id = $_; grep { $_ eq $id } @pulled } @{ kept('r1') }),
     'fanout: the pull author\'s posts are not delivered');
 my $k = kept('r1');
 is(join(' ', @$k), join(' ', sort @$k), 'the document sorted, oldest first');
 is(kept('i1'), undef, 'i1, who never read: no document, after '
-    . scalar(@posts) . ' posts');
+    . scalar($s->posts) . ' posts');
 
 # ----------------------------------------------- answered from the store --
 
-forget('r1');
+$s->forget('r1');
 $r = $t->get('/users/r1/timeline');
 is($r->{status}, 200, 'Redis without r1\'s timeline: 200');
-is(join(' ', map { $_->{id} } @{ $r->{json}{items} // [] }),
-    join(' ', @{ expected('r1') }),
+is(page_ids($r), join(' ', @{ $s->expected('r1') }),
     'Redis without r1\'s timeline: every post, the pulled ones merged');
 ok(grep({ ($_->{cmd} // '') eq 'find'
     && ($_->{coll} // '') eq 'timeline_cache' } $t->mongo_commands),
     'Redis without r1\'s timeline: the document was read');
 
 # more posts than the cap: the document keeps the newest 10
-make_post('a2', "a2 many $_") for 1 .. 14;
-ok(settled($posts[-1], 'r1'), 'many posts: delivered');
+$s->post('a2', "a2 many $_") for 1 .. 14;
+ok(settled($s->last_post, 'r1'), 'many posts: delivered');
 is(scalar @{ kept('r1') }, 10, 'many posts: the document capped at 10');
 
-my $want = expected('r1');
-my @bad;
-for my $limit (3, 7) {
-    for my $i (0 .. $#$want) {
-        my $got = source_ids("user=r1&limit=$limit&max_id=$want->[$i]");
-        my $end = $i + $limit < $#$want ? $i + $limit : $#$want;
-        my @w = @$want[ $i + 1 .. $end ];
-        push @bad, "max_id #$i, limit $limit: got "
-            . join(' ', @{ $got // ['error'] }) . ' want ' . join(' ', @w)
-            unless $got && join(' ', @$got) eq join(' ', @w);
-        my $since = source_ids("user=r1&limit=$limit&since_id=$want->[$i]");
-        my @s = @$want[ 0 .. $i - 1 ];
-        @s = @s[ 0 .. $limit - 1 ] if @s > $limit;
-        push @bad, "since_id #$i, limit $limit" unless $since
-            && join(' ', @$since) eq join(' ', @s);
-    }
-}
+my @bad = $s->pages_bad('r1');
 ok(!@bad, 'the source from the document: every page along the timeline, '
     . 'above and below the document\'s end, as fanout on read')
     or diag(scalar(@bad) . " wrong, first: $bad[0]");
 
-forget('r1');
+$s->forget('r1');
 my $w = tl_walk($t, 'r1', 4);
 ok(!@{ $w->{problems} }
-    && join(' ', @{ $w->{ids} }) eq join(' ', @$want),
+    && join(' ', @{ $w->{ids} }) eq join(' ', @{ $s->expected('r1') }),
     'walk: every post once, newest first: '
     . join(' ', map { $_ // '' } @{ $w->{caches} }))
     or diag(join "\n", @{ $w->{problems} });
 
 # ------------------------------------------------------------ redelivery --
 
-my $stream = rd($t, 'XRANGE', 'feed:posts', '-', '+');
-my ($last) = grep { grep { $_ eq $posts[-1] } @{ $_->[1] } } @$stream;
-ok($last, 'redelivery: the last post\'s stream entry');
-$t->redis('XADD', 'feed:posts', '*', @{ $last->[1] }) if $last;
+my $last = $s->last_post;
+ok($s->redeliver($last), 'redelivery: the last post\'s entry again');
 sleep 1;
-is(scalar(grep { $_ eq $posts[-1] } @{ kept('r1') }), 1,
+is(scalar(grep { $_ eq $last } @{ kept('r1') }), 1,
     'redelivery: the post once in the document');
 
 # ---------------------------------------------------------------- delete --
 
-my $gone = $posts[-2];
+my $gone = ($s->posts)[-2];
 is($t->http('DELETE', "/users/a2/posts/$gone")->{status}, 204,
     'delete: 204');
-@posts = grep { $_ ne $gone } @posts;
+$s->deleted($gone);
 ok($t->wait_for(5, sub { !grep { $_ eq $gone } @{ kept('r1') } }),
     'delete: out of the document');
-forget('r1');
-is(join(' ', @{ source_ids('user=r1&limit=30') // [] }),
-    join(' ', @{ expected('r1') }), 'delete: in no answer');
+$s->forget('r1');
+is(join(' ', @{ $s->source_ids('user=r1&limit=30') // [] }),
+    join(' ', @{ $s->expected('r1') }), 'delete: in no answer');
 
 # ----------------------------------------------------- MongoDB down --
 
@@ -218,7 +162,7 @@ is(join(' ', @{ source_ids('user=r1&limit=30') // [] }),
 # is stopped as soon as the post is stored): the entry stays pending, and
 # once MongoDB is back it is delivered into the document
 $t->mongo_latency(800);
-my $late = make_post('a1', 'while MongoDB goes');
+my $late = $s->post('a1', 'while MongoDB goes');
 $t->stop_mongo;
 $t->mongo_latency(0);
 ok($t->wait_for(5, sub { $t->error_log =~ /fanout of entry .* will retry/ }),
@@ -231,11 +175,11 @@ is(scalar(grep { $_ eq $late } @{ kept('r1') }), 1, 'MongoDB down: once');
 
 is($t->http('DELETE', '/users/r1/following/a2')->{status}, 204,
     'unfollow: 204');
-delete $follows{r1}{a2};
+$s->unfollows('r1', 'a2');
 is(kept('r1'), undef, 'unfollow: r1\'s document dropped');
 $r = $t->get('/users/r1/timeline?limit=30');
-is(join(' ', map { $_->{id} } @{ $r->{json}{items} // [] }),
-    join(' ', @{ expected('r1') }), 'unfollow: the next read without a2');
+is(page_ids($r), join(' ', @{ $s->expected('r1') }),
+    'unfollow: the next read without a2');
 ok($t->wait_for(3, sub { kept('r1') }), 'unfollow: the document made again');
 
 $t->done;

@@ -1,0 +1,419 @@
+
+/*
+ * ngx_feed_module: the "time_buckets" model of the timelines kept in
+ * MongoDB (Socialite's FanoutOnWriteTimeBuckets, seed 003): one document
+ * per user per period of feed_timeline_bucket_time, the period of the
+ * post's id, every follower written, whether they read or not.
+ *
+ *     timeline_time {_id: {u: user, t: period}, c: [entry, ...]}
+ *     timeline_time {_id: {u: user, t: -1}, f: ObjectId}
+ *
+ * Entries are as in the cache model, sorted by id, uncapped.  The second
+ * document is the user's floor: the buckets hold every post of whom the
+ * user follows from f up.  It is set at the user's first read (2 s ahead,
+ * for the clocks of the nginx nodes that make the ids), and moved to now
+ * at each follow or unfollow of a user who has one: posts older than it
+ * come from fanout on read.
+ */
+
+
+#include "ngx_http_feed_timelines_store.h"
+
+
+#define NGX_HTTP_FEED_TIMELINES_TIME   "timeline_time"
+
+/* the floor's period */
+#define NGX_HTTP_FEED_TIMELINES_FLOOR  -1
+
+/* how far ahead of this node's clock the floor is set, seconds */
+#define NGX_HTTP_FEED_TIMELINES_SKEW   2
+
+
+static void ngx_http_feed_timelines_time_id(bson_t *doc, const char *key,
+    ngx_http_feed_user_t *user, int64_t t);
+static ngx_int_t ngx_http_feed_timelines_time_bulk(mongoc_collection_t *coll,
+    ngx_http_feed_user_t *users, size_t n, size_t *again, int64_t t,
+    const bson_t *update, const bson_oid_t *id, ngx_uint_t upsert,
+    bson_error_t *error);
+static ngx_int_t ngx_http_feed_timelines_time_bucket(const bson_t *doc,
+    ngx_http_feed_posts_range_t *range, size_t want,
+    ngx_http_feed_timelines_page_t *page);
+
+
+/* a user's buckets, newest first; the entries' ids, for deletes */
+
+ngx_http_feed_mongo_indexes_t  ngx_http_feed_timelines_time_indexes = {
+    NGX_HTTP_FEED_TIMELINES_TIME,
+    "[{\"key\": {\"_id.u\": 1, \"_id.t\": -1}, \"name\": \"user_period\"},"
+    " {\"key\": {\"c.i\": 1}, \"name\": \"entries\"}]"
+};
+
+
+/*
+ * A post into the bucket of its period of each user, made when missing
+ * (upsert), once: the update matches only a bucket without it.  An upsert
+ * that meets the bucket made meanwhile, or one that has the post, fails
+ * (duplicate key); those are tried again as plain updates, which add the
+ * post to the first and leave the second alone.
+ */
+
+ngx_int_t
+ngx_http_feed_timelines_time_add(mongoc_client_t *client,
+    const char *database, ngx_http_feed_timelines_conf_t *tc,
+    ngx_http_feed_user_t *users, size_t n, const bson_t *entry,
+    bson_error_t *error)
+{
+    size_t                 i, m, *again;
+    bson_t                 update, each;
+    int64_t                t;
+    ngx_int_t              rc;
+    bson_iter_t            it;
+    const bson_oid_t      *id;
+    mongoc_collection_t   *coll;
+    ngx_http_feed_user_t  *retry;
+
+    if (n == 0) {
+        return NGX_OK;
+    }
+
+    if (!bson_iter_init_find(&it, entry, "i") || !BSON_ITER_HOLDS_OID(&it)) {
+        return NGX_ERROR;
+    }
+
+    id = bson_iter_oid(&it);
+    t = (int64_t) bson_oid_get_time_t(id) / tc->bucket;
+
+    bson_init(&each);
+    BSON_APPEND_DOCUMENT(&each, "0", entry);
+    bson_init(&update);
+    ngx_http_feed_timelines_push(&update, &each, 0);
+
+    again = bson_malloc((n + 1) * sizeof(size_t));
+
+    coll = mongoc_client_get_collection(client, database,
+                                        NGX_HTTP_FEED_TIMELINES_TIME);
+
+    rc = ngx_http_feed_timelines_time_bulk(coll, users, n, again, t, &update,
+                                           id, 1, error);
+
+    if (rc == NGX_AGAIN) {
+        /* again[]: how many, then which */
+        m = again[0];
+        retry = bson_malloc(m * sizeof(ngx_http_feed_user_t));
+
+        for (i = 0; i < m; i++) {
+            retry[i] = users[again[i + 1]];
+        }
+
+        rc = ngx_http_feed_timelines_time_bulk(coll, retry, m, NULL, t,
+                                               &update, id, 0, error);
+        bson_free(retry);
+    }
+
+    mongoc_collection_destroy(coll);
+    bson_free(again);
+    bson_destroy(&update);
+    bson_destroy(&each);
+
+    return rc;
+}
+
+
+/*
+ * One unordered bulk of the update, one per user.  With again, duplicate
+ * keys are not errors: NGX_AGAIN, again[0] of them, their users' indexes
+ * in again[1...].
+ */
+
+static ngx_int_t
+ngx_http_feed_timelines_time_bulk(mongoc_collection_t *coll,
+    ngx_http_feed_user_t *users, size_t n, size_t *again, int64_t t,
+    const bson_t *update, const bson_oid_t *id, ngx_uint_t upsert,
+    bson_error_t *error)
+{
+    bool                      ok;
+    size_t                    i, m;
+    bson_t                    selector, ne, opts, reply;
+    bson_iter_t               it, e, f;
+    mongoc_bulk_operation_t  *bulk;
+
+    bson_init(&opts);
+    BSON_APPEND_BOOL(&opts, "ordered", false);
+    bulk = mongoc_collection_create_bulk_operation_with_opts(coll, &opts);
+    bson_destroy(&opts);
+
+    bson_init(&opts);
+    BSON_APPEND_BOOL(&opts, "upsert", upsert ? true : false);
+
+    ok = true;
+
+    for (i = 0; ok && i < n; i++) {
+        bson_init(&selector);
+        ngx_http_feed_timelines_time_id(&selector, "_id", &users[i], t);
+        BSON_APPEND_DOCUMENT_BEGIN(&selector, "c.i", &ne);
+        BSON_APPEND_OID(&ne, "$ne", id);
+        bson_append_document_end(&selector, &ne);
+
+        ok = mongoc_bulk_operation_update_one_with_opts(bulk, &selector,
+                                                        update, &opts, error);
+        bson_destroy(&selector);
+    }
+
+    bson_destroy(&opts);
+
+    if (!ok) {
+        mongoc_bulk_operation_destroy(bulk);
+        return NGX_ERROR;
+    }
+
+    ok = mongoc_bulk_operation_execute(bulk, &reply, error) != 0;
+    mongoc_bulk_operation_destroy(bulk);
+
+    if (ok || again == NULL || !bson_iter_init_find(&it, &reply, "writeErrors")
+        || !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &e))
+    {
+        bson_destroy(&reply);
+        return ok ? NGX_OK : NGX_ERROR;
+    }
+
+    m = 0;
+
+    while (bson_iter_next(&e)) {
+        if (!BSON_ITER_HOLDS_DOCUMENT(&e) || !bson_iter_recurse(&e, &f)) {
+            continue;
+        }
+
+        i = n;
+
+        while (bson_iter_next(&f)) {
+            if (strcmp(bson_iter_key(&f), "code") == 0
+                && bson_iter_as_int64(&f) != MONGOC_ERROR_DUPLICATE_KEY)
+            {
+                bson_destroy(&reply);
+                return NGX_ERROR;
+            }
+
+            if (strcmp(bson_iter_key(&f), "index") == 0) {
+                i = (size_t) bson_iter_as_int64(&f);
+            }
+        }
+
+        if (i < n) {
+            again[++m] = i;
+        }
+    }
+
+    bson_destroy(&reply);
+
+    if (m == 0) {
+        return NGX_ERROR;
+    }
+
+    again[0] = m;
+
+    return NGX_AGAIN;
+}
+
+
+static void
+ngx_http_feed_timelines_time_id(bson_t *doc, const char *key,
+    ngx_http_feed_user_t *user, int64_t t)
+{
+    bson_t  id;
+
+    BSON_APPEND_DOCUMENT_BEGIN(doc, key, &id);
+    bson_append_utf8(&id, "u", 1, user->data, (int) user->len);
+    BSON_APPEND_INT64(&id, "t", t);
+    bson_append_document_end(doc, &id);
+}
+
+
+/*
+ * The buckets of a page's range, newest first, until want entries from
+ * the floor up are taken, or the floor's period is passed
+ */
+
+ngx_int_t
+ngx_http_feed_timelines_time_read(mongoc_client_t *client,
+    const char *database, ngx_http_feed_timelines_conf_t *tc,
+    ngx_http_feed_user_t *user, ngx_http_feed_posts_range_t *range,
+    size_t want, ngx_http_feed_timelines_page_t *page, bson_error_t *error)
+{
+    bson_t                filter, doc, opts, sort, t;
+    ngx_int_t             rc;
+    bson_iter_t           it;
+    const bson_t         *bucket;
+    mongoc_cursor_t      *cursor;
+    mongoc_collection_t  *coll;
+
+    coll = mongoc_client_get_collection(client, database,
+                                        NGX_HTTP_FEED_TIMELINES_TIME);
+
+    bson_init(&filter);
+    ngx_http_feed_timelines_time_id(&filter, "_id", user,
+                                    NGX_HTTP_FEED_TIMELINES_FLOOR);
+
+    rc = ngx_http_feed_mongo_find_one(coll, &filter, NULL, &doc, error);
+    bson_destroy(&filter);
+
+    if (rc != NGX_OK) {
+        mongoc_collection_destroy(coll);
+        return rc == NGX_DECLINED ? NGX_OK : NGX_ERROR;
+    }
+
+    if (!bson_iter_init_find(&it, &doc, "f") || !BSON_ITER_HOLDS_OID(&it)) {
+        bson_destroy(&doc);
+        mongoc_collection_destroy(coll);
+        return NGX_OK;
+    }
+
+    bson_oid_copy(bson_iter_oid(&it), &page->bound);
+    bson_destroy(&doc);
+
+    page->state = NGX_HTTP_FEED_TIMELINES_THERE;
+    page->ids = bson_malloc((want ? want : 1) * sizeof(bson_oid_t));
+
+    /* the periods from the page's top down to the floor's */
+
+    bson_init(&filter);
+    bson_append_utf8(&filter, "_id.u", 5, user->data, (int) user->len);
+    BSON_APPEND_DOCUMENT_BEGIN(&filter, "_id.t", &t);
+    BSON_APPEND_INT64(&t, "$gte",
+                      (int64_t) bson_oid_get_time_t(&page->bound)
+                      / tc->bucket);
+
+    if (range->max_id) {
+        BSON_APPEND_INT64(&t, "$lte",
+                          (int64_t) bson_oid_get_time_t(range->max_id)
+                          / tc->bucket);
+    }
+
+    bson_append_document_end(&filter, &t);
+
+    bson_init(&opts);
+    BSON_APPEND_DOCUMENT_BEGIN(&opts, "sort", &sort);
+    BSON_APPEND_INT32(&sort, "_id.t", -1);
+    bson_append_document_end(&opts, &sort);
+
+    cursor = mongoc_collection_find_with_opts(coll, &filter, &opts, NULL);
+
+    rc = NGX_OK;
+
+    while (rc == NGX_OK && mongoc_cursor_next(cursor, &bucket)) {
+        rc = ngx_http_feed_timelines_time_bucket(bucket, range, want, page);
+    }
+
+    rc = mongoc_cursor_error(cursor, error) ? NGX_ERROR : NGX_OK;
+
+    mongoc_cursor_destroy(cursor);
+    bson_destroy(&opts);
+    bson_destroy(&filter);
+    mongoc_collection_destroy(coll);
+
+    return rc;
+}
+
+
+/* one bucket's entries, newest first; NGX_DONE: no older one wanted */
+
+static ngx_int_t
+ngx_http_feed_timelines_time_bucket(const bson_t *doc,
+    ngx_http_feed_posts_range_t *range, size_t want,
+    ngx_http_feed_timelines_page_t *page)
+{
+    size_t        n;
+    ngx_int_t     rc;
+    bson_oid_t   *all;
+
+    all = ngx_http_feed_timelines_ids(doc, &n);
+
+    rc = NGX_OK;
+
+    while (n-- && rc == NGX_OK) {
+        rc = ngx_http_feed_timelines_take(page, &all[n], range, want);
+    }
+
+    bson_free(all);
+
+    return rc;
+}
+
+
+/*
+ * The user's floor: set at their first read (reset: 0, an existing one is
+ * kept), or moved to now (reset: 1, whom they follow changed)
+ */
+
+ngx_int_t
+ngx_http_feed_timelines_time_floor(mongoc_client_t *client,
+    const char *database, ngx_http_feed_user_t *user, ngx_uint_t reset,
+    bson_error_t *error)
+{
+    bool                  ok;
+    bson_t                selector, update, set, opts;
+    uint8_t               data[12];
+    uint32_t              now;
+    bson_oid_t            floor;
+    mongoc_collection_t  *coll;
+
+    /* an id of 2 s from now, all else zero */
+
+    now = (uint32_t) (time(NULL) + NGX_HTTP_FEED_TIMELINES_SKEW);
+    ngx_memzero(data, sizeof(data));
+    data[0] = (uint8_t) (now >> 24);
+    data[1] = (uint8_t) (now >> 16);
+    data[2] = (uint8_t) (now >> 8);
+    data[3] = (uint8_t) now;
+    bson_oid_init_from_data(&floor, data);
+
+    bson_init(&selector);
+    ngx_http_feed_timelines_time_id(&selector, "_id", user,
+                                    NGX_HTTP_FEED_TIMELINES_FLOOR);
+
+    bson_init(&update);
+    BSON_APPEND_DOCUMENT_BEGIN(&update, reset ? "$set" : "$setOnInsert",
+                               &set);
+    BSON_APPEND_OID(&set, "f", &floor);
+    bson_append_document_end(&update, &set);
+
+    /* moved only when set: a user who never read needs none */
+
+    bson_init(&opts);
+    BSON_APPEND_BOOL(&opts, "upsert", reset ? false : true);
+
+    coll = mongoc_client_get_collection(client, database,
+                                        NGX_HTTP_FEED_TIMELINES_TIME);
+    ok = mongoc_collection_update_one(coll, &selector, &update, &opts, NULL,
+                                      error);
+    mongoc_collection_destroy(coll);
+
+    bson_destroy(&opts);
+    bson_destroy(&update);
+    bson_destroy(&selector);
+
+    /* two first reads at once: the other one set it */
+
+    if (!ok && error->code == MONGOC_ERROR_DUPLICATE_KEY && !reset) {
+        return NGX_OK;
+    }
+
+    return ok ? NGX_OK : NGX_ERROR;
+}
+
+
+/* a deleted post out of every bucket */
+
+ngx_int_t
+ngx_http_feed_timelines_time_remove(mongoc_client_t *client,
+    const char *database, const bson_oid_t *id, bson_error_t *error)
+{
+    ngx_int_t             rc;
+    mongoc_collection_t  *coll;
+
+    coll = mongoc_client_get_collection(client, database,
+                                        NGX_HTTP_FEED_TIMELINES_TIME);
+    rc = ngx_http_feed_timelines_pull(coll, id, error);
+    mongoc_collection_destroy(coll);
+
+    return rc;
+}

@@ -1,0 +1,133 @@
+package FeedTest::Store;
+
+# What the tests of feed_timeline_store share: an nginx.conf for a model,
+# the posts made and whom each reader follows, what fanout on read would
+# answer, and the fallback source's pages checked against it.
+
+use strict;
+use warnings;
+
+use FeedTest::Util qw(post rd server_conf);
+
+# the conf of a model: 2 workers, feed_cache_size 10, a pull threshold of
+# 5, the fallback open to direct requests; @extra: more directives
+sub conf {
+    my ($model, @extra) = @_;
+    my $extra = join '', map { "    $_;\n" } @extra;
+    return <<"EOF" . server_conf(open => 1) . "}\n";
+worker_processes 2;
+thread_pool feedtp threads=4;
+events { worker_connections 256; }
+http {
+    feed_redis 127.0.0.1:%%PORT_REDIS%%;
+    feed_mongo_uri "%%MONGO_URI%%";
+    feed_mongo_timeout 5s;
+    feed_thread_pool feedtp;
+    feed_cache_size 10;
+    feed_timeline_store $model;
+    feed_pull_threshold 5;
+    feed_fanout on;
+    feed_fanout_block 200ms;
+    feed_fanout_claim_idle 2s;
+$extra
+EOF
+}
+
+sub new {
+    my ($class, $t) = @_;
+    return bless { t => $t, posts => [], by => {}, follows => {} }, $class;
+}
+
+# a post, kept in order; its id
+sub post {
+    my ($self, $author, $body) = @_;
+    my $id = FeedTest::Util::post($self->{t}, $author, $body) or return;
+    push @{ $self->{posts} }, $id;
+    $self->{by}{$id} = $author;
+    return $id;
+}
+
+sub posts { @{ $_[0]{posts} } }
+sub by { $_[0]{by}{ $_[1] } }
+sub last_post { $_[0]{posts}[-1] }
+
+sub deleted {
+    my ($self, $id) = @_;
+    $self->{posts} = [ grep { $_ ne $id } @{ $self->{posts} } ];
+}
+
+sub follows {
+    my ($self, $user, @authors) = @_;
+    $self->{follows}{$user}{$_} = 1 for @authors;
+}
+
+sub unfollows {
+    my ($self, $user, $author) = @_;
+    delete $self->{follows}{$user}{$author};
+}
+
+# what fanout on read answers: the posts of whom the user follows, newest
+# first
+sub expected {
+    my ($self, $user) = @_;
+    my $f = $self->{follows}{$user} || {};
+    return [ reverse grep { $f->{ $self->{by}{$_} } } @{ $self->{posts} } ];
+}
+
+# the ids of the fallback source's answer; undef unless 200
+sub source_ids {
+    my ($self, $q) = @_;
+    my $r = $self->{t}->get("/_feed/timeline?$q");
+    return undef unless $r->{status} == 200;
+    return [ map { $_->{id} } @{ $r->{json}{items} // [] } ];
+}
+
+# the user's cached timeline gone from Redis (as after a restart or an
+# eviction), the rest of Redis left as it is
+sub forget {
+    my ($self, $user) = @_;
+    my $keys = rd($self->{t}, 'KEYS', "feed:tl*{$user}") || [];
+    $self->{t}->redis('DEL', @$keys) if @$keys;
+}
+
+# the source's pages along the timeline, for every max_id and since_id,
+# limits 3 and 7, and the first page: what differs from fanout on read
+sub pages_bad {
+    my ($self, $user) = @_;
+    my $want = $self->expected($user);
+    my @bad;
+    for my $limit (3, 7) {
+        for my $i (0 .. $#$want) {
+            my $got = $self->source_ids("user=$user&limit=$limit"
+                . "&max_id=$want->[$i]");
+            my $end = $i + $limit < $#$want ? $i + $limit : $#$want;
+            my @w = @$want[ $i + 1 .. $end ];
+            push @bad, "max_id #$i, limit $limit: got "
+                . join(' ', @{ $got // ['error'] }) . ' want '
+                . join(' ', @w)
+                unless $got && join(' ', @$got) eq join(' ', @w);
+            my $since = $self->source_ids("user=$user&limit=$limit"
+                . "&since_id=$want->[$i]");
+            my @s = @$want[ 0 .. $i - 1 ];
+            @s = @s[ 0 .. $limit - 1 ] if @s > $limit;
+            push @bad, "since_id #$i, limit $limit"
+                unless $since && join(' ', @$since) eq join(' ', @s);
+        }
+    }
+    my $first = $self->source_ids("user=$user&limit=50");
+    push @bad, 'first page' unless $first
+        && join(' ', @$first) eq join(' ', @$want);
+    return @bad;
+}
+
+# the stream entry of a post, added again: its fanout runs twice
+sub redeliver {
+    my ($self, $id) = @_;
+    my $stream = rd($self->{t}, 'XRANGE', 'feed:posts', '-', '+') || [];
+    my ($entry) = grep { grep { $_ eq $id } @{ $_->[1] } } @$stream;
+    return 0 unless $entry;
+    $self->{t}->redis('XADD', 'feed:posts', '*', @{ $entry->[1] });
+    return 1;
+}
+
+1;
