@@ -98,6 +98,7 @@ static ngx_conf_enum_t  ngx_http_feed_timeline_stores[] = {
     { ngx_string("read"), NGX_HTTP_FEED_STORE_READ },
     { ngx_string("time_buckets"), NGX_HTTP_FEED_STORE_TIME_BUCKETS },
     { ngx_string("cache"), NGX_HTTP_FEED_STORE_CACHE },
+    { ngx_string("capped"), NGX_HTTP_FEED_STORE_CAPPED },
     { ngx_null_string, 0 }
 };
 

@@ -134,6 +134,11 @@ ngx_http_feed_timelines_add(mongoc_client_t *client, const char *database,
                                                 n, entry, error);
     }
 
+    if (tc->model == NGX_HTTP_FEED_STORE_CAPPED) {
+        return ngx_http_feed_timelines_capped_add(client, database, tc,
+                                                  users, n, entry, error);
+    }
+
     if (n == 0 || !bson_iter_init_find(&it, entry, "i")
         || !BSON_ITER_HOLDS_OID(&it))
     {
@@ -224,6 +229,12 @@ ngx_http_feed_timelines_read(mongoc_client_t *client, const char *database,
     if (tc->model == NGX_HTTP_FEED_STORE_TIME_BUCKETS) {
         return ngx_http_feed_timelines_time_read(client, database, tc, user,
                                                  range, want, page, error);
+    }
+
+    if (tc->model == NGX_HTTP_FEED_STORE_CAPPED) {
+        return ngx_http_feed_timelines_capped_read(client, database, tc,
+                                                   user, range, want, page,
+                                                   error);
     }
 
     bson_init(&filter);
@@ -401,6 +412,12 @@ ngx_http_feed_timelines_begin(mongoc_client_t *client, const char *database,
                                                   error);
     }
 
+    if (tc->model == NGX_HTTP_FEED_STORE_CAPPED) {
+        *mine = 0;
+        return ngx_http_feed_timelines_capped_floor(client, database, user,
+                                                    0, error);
+    }
+
     bson_init(&doc);
     bson_append_utf8(&doc, "_id", 3, user->data, (int) user->len);
     BSON_APPEND_ARRAY_BEGIN(&doc, "c", &c);
@@ -559,11 +576,64 @@ ngx_http_feed_timelines_remove(mongoc_client_t *client, const char *database,
                                                    error);
     }
 
+    if (tc->model == NGX_HTTP_FEED_STORE_CAPPED) {
+        return ngx_http_feed_timelines_capped_remove(client, database, id,
+                                                     error);
+    }
+
     coll = ngx_http_feed_timelines_coll(client, database);
     rc = ngx_http_feed_timelines_pull(coll, id, error);
     mongoc_collection_destroy(coll);
 
     return rc;
+}
+
+
+/*
+ * A user's floor "f", in the document of selector: set at their first
+ * read (reset: 0; one already there is kept), or moved to now (reset: 1,
+ * whom they follow changed) when there, a user who never read needing
+ * none.  2 s ahead of this node's clock, for the other nodes' clocks that
+ * make the posts' ids.
+ */
+
+ngx_int_t
+ngx_http_feed_timelines_floor(mongoc_collection_t *coll, bson_t *selector,
+    ngx_uint_t reset, bson_error_t *error)
+{
+    bool        ok;
+    bson_t      update, set, opts, has;
+    bson_oid_t  floor;
+
+    ngx_http_feed_timelines_time_oid(&floor, 2);
+
+    if (!reset) {
+        BSON_APPEND_DOCUMENT_BEGIN(selector, "f", &has);
+        BSON_APPEND_BOOL(&has, "$exists", false);
+        bson_append_document_end(selector, &has);
+    }
+
+    bson_init(&update);
+    BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
+    BSON_APPEND_OID(&set, "f", &floor);
+    bson_append_document_end(&update, &set);
+
+    bson_init(&opts);
+    BSON_APPEND_BOOL(&opts, "upsert", reset ? false : true);
+
+    ok = mongoc_collection_update_one(coll, selector, &update, &opts, NULL,
+                                      error);
+
+    bson_destroy(&opts);
+    bson_destroy(&update);
+
+    /* there, with its floor: the upsert met it (another first read) */
+
+    if (!ok && error->code == MONGOC_ERROR_DUPLICATE_KEY && !reset) {
+        return NGX_OK;
+    }
+
+    return ok ? NGX_OK : NGX_ERROR;
 }
 
 
@@ -613,6 +683,11 @@ ngx_http_feed_timelines_drop(mongoc_client_t *client, const char *database,
         /* the buckets hold every post from now on only */
         return ngx_http_feed_timelines_time_floor(client, database, user, 1,
                                                   error);
+    }
+
+    if (model == NGX_HTTP_FEED_STORE_CAPPED) {
+        return ngx_http_feed_timelines_capped_floor(client, database, user,
+                                                    1, error);
     }
 
     bson_init(&selector);

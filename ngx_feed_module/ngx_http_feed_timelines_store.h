@@ -105,8 +105,28 @@ ngx_int_t ngx_http_feed_timelines_time_floor(mongoc_client_t *client,
     bson_error_t *error);
 ngx_int_t ngx_http_feed_timelines_time_remove(mongoc_client_t *client,
     const char *database, const bson_oid_t *id, bson_error_t *error);
+void ngx_http_feed_timelines_time_oid(bson_oid_t *oid, time_t ahead);
+
+/* the capped model's (ngx_http_feed_timelines_capped.c) */
+extern ngx_http_feed_mongo_indexes_t  ngx_http_feed_timelines_capped_indexes;
+
+ngx_int_t ngx_http_feed_timelines_capped_add(mongoc_client_t *client,
+    const char *database, ngx_http_feed_timelines_conf_t *tc,
+    ngx_http_feed_user_t *users, size_t n, const bson_t *entry,
+    bson_error_t *error);
+ngx_int_t ngx_http_feed_timelines_capped_read(mongoc_client_t *client,
+    const char *database, ngx_http_feed_timelines_conf_t *tc,
+    ngx_http_feed_user_t *user, ngx_http_feed_posts_range_t *range,
+    size_t want, ngx_http_feed_timelines_page_t *page, bson_error_t *error);
+ngx_int_t ngx_http_feed_timelines_capped_floor(mongoc_client_t *client,
+    const char *database, ngx_http_feed_user_t *user, ngx_uint_t reset,
+    bson_error_t *error);
+ngx_int_t ngx_http_feed_timelines_capped_remove(mongoc_client_t *client,
+    const char *database, const bson_oid_t *id, bson_error_t *error);
 
 /* shared by the models */
+ngx_int_t ngx_http_feed_timelines_floor(mongoc_collection_t *coll,
+    bson_t *selector, ngx_uint_t reset, bson_error_t *error);
 bson_oid_t *ngx_http_feed_timelines_ids(const bson_t *doc, size_t *n);
 void ngx_http_feed_timelines_push(bson_t *update, const bson_t *each,
     ngx_uint_t cap);

@@ -25,9 +25,6 @@
 /* the floor's period */
 #define NGX_HTTP_FEED_TIMELINES_FLOOR  -1
 
-/* how far ahead of this node's clock the floor is set, seconds */
-#define NGX_HTTP_FEED_TIMELINES_SKEW   2
-
 
 static void ngx_http_feed_timelines_time_id(bson_t *doc, const char *key,
     ngx_http_feed_user_t *user, int64_t t);
@@ -349,55 +346,41 @@ ngx_http_feed_timelines_time_floor(mongoc_client_t *client,
     const char *database, ngx_http_feed_user_t *user, ngx_uint_t reset,
     bson_error_t *error)
 {
-    bool                  ok;
-    bson_t                selector, update, set, opts;
-    uint8_t               data[12];
-    uint32_t              now;
-    bson_oid_t            floor;
+    bson_t                selector;
+    ngx_int_t             rc;
     mongoc_collection_t  *coll;
-
-    /* an id of 2 s from now, all else zero */
-
-    now = (uint32_t) (time(NULL) + NGX_HTTP_FEED_TIMELINES_SKEW);
-    ngx_memzero(data, sizeof(data));
-    data[0] = (uint8_t) (now >> 24);
-    data[1] = (uint8_t) (now >> 16);
-    data[2] = (uint8_t) (now >> 8);
-    data[3] = (uint8_t) now;
-    bson_oid_init_from_data(&floor, data);
 
     bson_init(&selector);
     ngx_http_feed_timelines_time_id(&selector, "_id", user,
                                     NGX_HTTP_FEED_TIMELINES_FLOOR);
 
-    bson_init(&update);
-    BSON_APPEND_DOCUMENT_BEGIN(&update, reset ? "$set" : "$setOnInsert",
-                               &set);
-    BSON_APPEND_OID(&set, "f", &floor);
-    bson_append_document_end(&update, &set);
-
-    /* moved only when set: a user who never read needs none */
-
-    bson_init(&opts);
-    BSON_APPEND_BOOL(&opts, "upsert", reset ? false : true);
-
     coll = mongoc_client_get_collection(client, database,
                                         NGX_HTTP_FEED_TIMELINES_TIME);
-    ok = mongoc_collection_update_one(coll, &selector, &update, &opts, NULL,
-                                      error);
+    rc = ngx_http_feed_timelines_floor(coll, &selector, reset, error);
     mongoc_collection_destroy(coll);
-
-    bson_destroy(&opts);
-    bson_destroy(&update);
     bson_destroy(&selector);
 
-    /* two first reads at once: the other one set it */
+    return rc;
+}
 
-    if (!ok && error->code == MONGOC_ERROR_DUPLICATE_KEY && !reset) {
-        return NGX_OK;
-    }
 
-    return ok ? NGX_OK : NGX_ERROR;
+/* the lowest id of a time "ahead" seconds from now: a floor */
+
+void
+ngx_http_feed_timelines_time_oid(bson_oid_t *oid, time_t ahead)
+{
+    uint8_t   data[12];
+    uint32_t  t;
+
+    t = (uint32_t) (time(NULL) + ahead);
+
+    ngx_memzero(data, sizeof(data));
+    data[0] = (uint8_t) (t >> 24);
+    data[1] = (uint8_t) (t >> 16);
+    data[2] = (uint8_t) (t >> 8);
+    data[3] = (uint8_t) t;
+
+    bson_oid_init_from_data(oid, data);
 }
 
 

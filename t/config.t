@@ -66,7 +66,9 @@ for my $v ('127.0.0.1:7000 127.0.0.1:7001 127.0.0.1:7002',
     ok($ok, "cluster seeds accepted: $v") or diag($out);
 }
 
-for my $v ('read', 'cache', "time_buckets;\n    feed_timeline_bucket_time 1h") {
+for my $v ('read', 'cache', 'capped',
+           "time_buckets;\n    feed_timeline_bucket_time 1h")
+{
     $t->write_conf(conf('', "feed_timeline_store $v;"));
     ($ok, $out) = $t->test_conf;
     ok($ok, "feed_timeline_store $v accepted") or diag($out);

@@ -40,6 +40,7 @@ my %layer = (
     timeline_watch_set => 'store',
     timelines_store => 'store',
     timelines_time  => 'store',
+    timelines_capped => 'store',
     authors_store   => 'store',
     counts          => 'store',
 
@@ -71,6 +72,7 @@ my %owner = (
     '"posts"'         => 'posts_store.c',
     '"timeline_cache"' => 'timelines_store.c',
     '"timeline_time"' => 'timelines_time.c',
+    '"timeline_capped' => 'timelines_capped.c',
     '"feed:tl'        => 'timeline_cache.c',
     '"feed:lock:'     => 'timeline_cache.c',
     '"feed:p:'        => 'timeline_cache.c',

@@ -7,7 +7,7 @@ package FeedTest::Store;
 use strict;
 use warnings;
 
-use FeedTest::Util qw(post rd server_conf);
+use FeedTest::Util qw(rd server_conf follow_each none_failed);
 
 # the conf of a model: 2 workers, feed_cache_size 10, a pull threshold of
 # 5, the fallback open to direct requests; @extra: more directives
@@ -45,6 +45,19 @@ sub post {
     push @{ $self->{posts} }, $id;
     $self->{by}{$id} = $author;
     return $id;
+}
+
+# the graph of the store tests: r1 follows a1, a2 and celeb (a pull
+# author: 6 followers over the threshold of 5); i1, who never reads,
+# follows a1
+sub graph {
+    my ($self) = @_;
+    my $t = $self->{t};
+    none_failed([ follow_each($t, 'a1', 'r1', 'i1') ], 'follows of a1');
+    none_failed([ follow_each($t, 'a2', 'r1') ], 'follows of a2');
+    none_failed([ follow_each($t, 'celeb', 'r1', map { "x$_" } 1 .. 5) ],
+        'follows of celeb: 6, over the threshold');
+    $self->follows('r1', qw(a1 a2 celeb));
 }
 
 sub posts { @{ $_[0]{posts} } }

@@ -1,0 +1,135 @@
+#!/usr/bin/perl
+
+# Timelines kept in MongoDB behind the Redis cache (issue 15), the
+# "capped" model (seed 001): feed_timeline_store capped, a counter per user
+# and the n-th post's entry in the slot "<user>_<n mod 10>"
+# (feed_cache_size 10), written by upsert, every follower written.
+#
+#   - a reader's first read sets their floor; every follower's slots get
+#     the posts, a user's who never read too; a pull author's posts are
+#     not added;
+#   - past 10 posts the oldest entries are overwritten: a user keeps 10,
+#     and the newest id overwritten ("w") bounds what the slots hold;
+#   - with the reader's timeline gone from Redis, every page of the
+#     fallback source, for every max_id and since_id along the timeline,
+#     is what fanout on read gives: from the slots above the bound, merged
+#     with the pull author's posts, fanout on read below it;
+#   - a post fanned out again is kept once, and takes no slot;
+#   - a deleted post's entries are gone, and it is in no answer;
+#   - an unfollow moves the floor: the next answers leave the unfollowed
+#     author out.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use Test::More;
+use Time::HiRes qw(time sleep);
+use FeedTest;
+use FeedTest::Util qw(node_counts);
+use FeedTest::Store;
+
+plan(skip_all => 'the MongoDB stand-in needed: a fresh database')
+    if FeedTest::real_mongo();
+
+my $t = FeedTest->new;
+
+$t->start_redis;
+$t->start_mongo;
+
+$t->write_conf(FeedTest::Store::conf('capped'))->run;
+
+my $s = FeedTest::Store->new($t);
+
+# ------------------------------------------------------------- helpers --
+
+# a user's entries' ids
+sub slotted {
+    my ($user) = @_;
+    return [ map { $_->{i}{'$oid'} }
+        $t->mongo_find('timeline_capped', qq({"u": "$user"})) ];
+}
+
+sub counter {
+    my ($user) = @_;
+    my ($doc) = $t->mongo_find('timeline_capped_users',
+        qq({"_id": "$user"}));
+    return $doc // {};
+}
+
+sub has {
+    my ($id, $user) = @_;
+    return scalar grep { $_ eq $id } @{ slotted($user) };
+}
+
+# ------------------------------------------------------------- the graph --
+
+$s->graph;
+
+$s->post('a1', "a1 $_") for 1 .. 3;
+
+# -------------------------------------------------- the floor, the writes --
+
+is($t->get('/users/r1/timeline')->{status}, 200, 'first read: 200');
+ok(counter('r1')->{f}, 'first read: r1\'s floor set');
+ok(!counter('i1')->{f}, 'i1, who never read: no floor');
+
+sleep 2.5;
+my $turn = $s->post('celeb', 'the turn');
+ok($t->wait_for(5, sub { (node_counts($t)->{'pull.to_pull'} // 0) == 1 }),
+    'the turn: celeb is a pull author');
+$s->post('celeb', "pulled $_") for 1 .. 2;
+$s->post('a1', "a1 later $_") for 1 .. 3;
+$s->post('a2', "a2 $_") for 1 .. 12;
+
+my @posts = $s->posts;
+ok($t->wait_for(5, sub { has($posts[-1], 'r1') }), 'fanout: into r1\'s slots');
+is(scalar @{ slotted('r1') }, 10, 'r1 keeps 10 entries');
+ok(counter('r1')->{w}, 'overwritten entries: the bound "w" set');
+ok(!grep({ $s->by($_) eq 'celeb' && $_ ne $turn } @{ slotted('r1') }),
+    'the pull author\'s posts are not added');
+ok(has((grep { $s->by($_) eq 'a1' } @posts)[-1], 'i1'),
+    'i1, who never read: written too');
+
+# ---------------------------------------------------- the source's pages --
+
+$s->forget('r1');
+my @bad = $s->pages_bad('r1');
+ok(!@bad, 'every page along the timeline as fanout on read, from the '
+    . 'slots above their bound and fanout on read below')
+    or diag(scalar(@bad) . " wrong, first: $bad[0]");
+ok(grep({ ($_->{cmd} // '') eq 'find'
+    && ($_->{coll} // '') eq 'timeline_capped' } $t->mongo_commands),
+    'the slots were read');
+
+# ------------------------------------------------------------ redelivery --
+
+my $n = counter('r1')->{n};
+ok($s->redeliver($posts[-1]), 'redelivery: the last post\'s entry again');
+sleep 1;
+is(has($posts[-1], 'r1'), 1, 'redelivery: the post once');
+is(counter('r1')->{n}, $n, 'redelivery: no slot taken');
+
+# ---------------------------------------------------------------- delete --
+
+my $gone = $posts[-2];
+is($t->http('DELETE', '/users/' . $s->by($gone) . "/posts/$gone")->{status},
+    204, 'delete: 204');
+$s->deleted($gone);
+ok($t->wait_for(5, sub { !has($gone, 'r1') }), 'delete: its entries gone');
+@bad = $s->pages_bad('r1');
+ok(!@bad, 'delete: in no answer') or diag("first: $bad[0]");
+
+# -------------------------------------------------------------- unfollow --
+
+my $f0 = counter('r1')->{f}{'$oid'};
+sleep 1;
+is($t->http('DELETE', '/users/r1/following/a2')->{status}, 204,
+    'unfollow: 204');
+$s->unfollows('r1', 'a2');
+ok((counter('r1')->{f}{'$oid'} // '') gt $f0, 'unfollow: the floor moved');
+@bad = $s->pages_bad('r1');
+ok(!@bad, 'unfollow: every page without a2') or diag("first: $bad[0]");
+
+$t->done;
