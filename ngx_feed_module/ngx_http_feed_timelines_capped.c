@@ -285,21 +285,14 @@ ngx_http_feed_timelines_capped_read(mongoc_client_t *client,
 
     bson_init(&filter);
     bson_append_utf8(&filter, "_id", 3, user->data, (int) user->len);
-    rc = ngx_http_feed_mongo_find_one(coll, &filter, NULL, &doc, error);
+    rc = ngx_http_feed_timelines_floor_page(coll, &filter, want, page, &doc,
+                                            error);
     bson_destroy(&filter);
     mongoc_collection_destroy(coll);
 
     if (rc != NGX_OK) {
         return rc == NGX_DECLINED ? NGX_OK : NGX_ERROR;
     }
-
-    if (!bson_iter_init_find(&it, &doc, "f") || !BSON_ITER_HOLDS_OID(&it)) {
-        /* written to, never read: no floor yet */
-        bson_destroy(&doc);
-        return NGX_OK;
-    }
-
-    bson_oid_copy(bson_iter_oid(&it), &page->bound);
 
     if (bson_iter_init_find(&it, &doc, "w") && BSON_ITER_HOLDS_OID(&it)
         && bson_oid_compare(bson_iter_oid(&it), &page->bound) >= 0)
@@ -310,9 +303,6 @@ ngx_http_feed_timelines_capped_read(mongoc_client_t *client,
     }
 
     bson_destroy(&doc);
-
-    page->state = NGX_HTTP_FEED_TIMELINES_THERE;
-    page->ids = bson_malloc((want ? want : 1) * sizeof(bson_oid_t));
 
     bson_init(&filter);
     bson_append_utf8(&filter, "u", 1, user->data, (int) user->len);

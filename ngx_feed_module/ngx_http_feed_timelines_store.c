@@ -637,6 +637,42 @@ ngx_http_feed_timelines_floor(mongoc_collection_t *coll, bson_t *selector,
 }
 
 
+/*
+ * The start of a page of a model with floors: the document of selector
+ * (its copy in *doc, to be bson_destroy()ed), the page's bound its floor
+ * "f", room for want entries.  NGX_DECLINED when the user has no floor
+ * (they never read).
+ */
+
+ngx_int_t
+ngx_http_feed_timelines_floor_page(mongoc_collection_t *coll,
+    const bson_t *selector, size_t want, ngx_http_feed_timelines_page_t *page,
+    bson_t *doc, bson_error_t *error)
+{
+    ngx_int_t    rc;
+    bson_iter_t  it;
+
+    rc = ngx_http_feed_mongo_find_one(coll, selector, NULL, doc, error);
+
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    if (!bson_iter_init_find(&it, doc, "f") || !BSON_ITER_HOLDS_OID(&it)) {
+        /* written to, never read: no floor yet */
+        bson_destroy(doc);
+        return NGX_DECLINED;
+    }
+
+    bson_oid_copy(bson_iter_oid(&it), &page->bound);
+
+    page->state = NGX_HTTP_FEED_TIMELINES_THERE;
+    page->ids = bson_malloc((want ? want : 1) * sizeof(bson_oid_t));
+
+    return NGX_OK;
+}
+
+
 /* a post out of every document of a collection that has it, in "c" */
 
 ngx_int_t

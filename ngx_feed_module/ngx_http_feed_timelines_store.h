@@ -127,6 +127,9 @@ ngx_int_t ngx_http_feed_timelines_capped_remove(mongoc_client_t *client,
 /* shared by the models */
 ngx_int_t ngx_http_feed_timelines_floor(mongoc_collection_t *coll,
     bson_t *selector, ngx_uint_t reset, bson_error_t *error);
+ngx_int_t ngx_http_feed_timelines_floor_page(mongoc_collection_t *coll,
+    const bson_t *selector, size_t want, ngx_http_feed_timelines_page_t *page,
+    bson_t *doc, bson_error_t *error);
 bson_oid_t *ngx_http_feed_timelines_ids(const bson_t *doc, size_t *n);
 void ngx_http_feed_timelines_push(bson_t *update, const bson_t *each,
     ngx_uint_t cap);

@@ -238,7 +238,6 @@ ngx_http_feed_timelines_time_read(mongoc_client_t *client,
 {
     bson_t                filter, doc, opts, sort, t;
     ngx_int_t             rc;
-    bson_iter_t           it;
     const bson_t         *bucket;
     mongoc_cursor_t      *cursor;
     mongoc_collection_t  *coll;
@@ -250,7 +249,8 @@ ngx_http_feed_timelines_time_read(mongoc_client_t *client,
     ngx_http_feed_timelines_time_id(&filter, "_id", user,
                                     NGX_HTTP_FEED_TIMELINES_FLOOR);
 
-    rc = ngx_http_feed_mongo_find_one(coll, &filter, NULL, &doc, error);
+    rc = ngx_http_feed_timelines_floor_page(coll, &filter, want, page, &doc,
+                                            error);
     bson_destroy(&filter);
 
     if (rc != NGX_OK) {
@@ -258,17 +258,7 @@ ngx_http_feed_timelines_time_read(mongoc_client_t *client,
         return rc == NGX_DECLINED ? NGX_OK : NGX_ERROR;
     }
 
-    if (!bson_iter_init_find(&it, &doc, "f") || !BSON_ITER_HOLDS_OID(&it)) {
-        bson_destroy(&doc);
-        mongoc_collection_destroy(coll);
-        return NGX_OK;
-    }
-
-    bson_oid_copy(bson_iter_oid(&it), &page->bound);
     bson_destroy(&doc);
-
-    page->state = NGX_HTTP_FEED_TIMELINES_THERE;
-    page->ids = bson_malloc((want ? want : 1) * sizeof(bson_oid_t));
 
     /* the periods from the page's top down to the floor's */
 
