@@ -97,9 +97,15 @@ static ngx_conf_enum_t  ngx_http_feed_cache_modes[] = {
 static ngx_conf_enum_t  ngx_http_feed_timeline_stores[] = {
     { ngx_string("read"), NGX_HTTP_FEED_STORE_READ },
     { ngx_string("time_buckets"), NGX_HTTP_FEED_STORE_TIME_BUCKETS },
+    { ngx_string("size_buckets"), NGX_HTTP_FEED_STORE_SIZE_BUCKETS },
     { ngx_string("cache"), NGX_HTTP_FEED_STORE_CACHE },
     { ngx_string("capped"), NGX_HTTP_FEED_STORE_CAPPED },
     { ngx_null_string, 0 }
+};
+
+/* a bucket of embedded posts stays far below MongoDB's 16 MB */
+static ngx_conf_num_bounds_t  ngx_http_feed_bucket_size_bounds = {
+    ngx_conf_check_num_bounds, 1, 1000
 };
 
 static ngx_conf_num_bounds_t  ngx_http_feed_fanout_batch_bounds = {
@@ -317,6 +323,13 @@ static ngx_command_t  ngx_http_feed_commands[] = {
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_feed_main_conf_t, timeline_bucket_time),
       &ngx_http_feed_positive_sec_p },
+
+    { ngx_string("feed_timeline_bucket_size"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_feed_main_conf_t, timeline_bucket_size),
+      &ngx_http_feed_bucket_size_bounds },
 
     { ngx_string("feed_cache_local"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
@@ -984,6 +997,7 @@ ngx_http_feed_create_main_conf(ngx_conf_t *cf)
     fmcf->cache_embed = NGX_CONF_UNSET_UINT;
     fmcf->timeline_store = NGX_CONF_UNSET_UINT;
     fmcf->timeline_bucket_time = NGX_CONF_UNSET;
+    fmcf->timeline_bucket_size = NGX_CONF_UNSET_UINT;
     fmcf->cache_lock_timeout = NGX_CONF_UNSET_MSEC;
     fmcf->cache_local = NGX_CONF_UNSET_SIZE;
     fmcf->fanout = NGX_CONF_UNSET;
@@ -1031,6 +1045,7 @@ ngx_http_feed_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_uint_value(fmcf->cache_embed, 0);
     ngx_conf_init_uint_value(fmcf->timeline_store, NGX_HTTP_FEED_STORE_READ);
     ngx_conf_init_value(fmcf->timeline_bucket_time, 24 * 3600);
+    ngx_conf_init_uint_value(fmcf->timeline_bucket_size, 100);
     ngx_conf_init_msec_value(fmcf->cache_lock_timeout,
                              2 * fmcf->mongo.timeout + 1000);
     ngx_conf_init_size_value(fmcf->cache_local, 16 * 1024 * 1024);

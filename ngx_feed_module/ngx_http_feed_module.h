@@ -191,6 +191,7 @@ typedef struct {
                                                        ngx_http_feed_store_e
                                                        */
     time_t                        timeline_bucket_time;
+    ngx_uint_t                    timeline_bucket_size;
     ngx_msec_t                    cache_lock_timeout;
     size_t                        cache_local;
 

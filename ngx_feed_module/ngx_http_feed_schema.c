@@ -47,6 +47,7 @@ static ngx_http_feed_mongo_indexes_t  *ngx_http_feed_schema_stores[] = {
     &ngx_http_feed_timelines_indexes,
     &ngx_http_feed_timelines_time_indexes,
     &ngx_http_feed_timelines_capped_indexes,
+    &ngx_http_feed_timelines_size_indexes,
     NULL
 };
 

@@ -56,6 +56,7 @@ ngx_http_feed_timelines_conf(ngx_http_feed_main_conf_t *fmcf,
     tc->embed = fmcf->cache_embed;
     tc->cap = fmcf->cache_size;
     tc->bucket = (int64_t) fmcf->timeline_bucket_time;
+    tc->size = fmcf->timeline_bucket_size;
 }
 
 
@@ -137,6 +138,11 @@ ngx_http_feed_timelines_add(mongoc_client_t *client, const char *database,
     if (tc->model == NGX_HTTP_FEED_STORE_CAPPED) {
         return ngx_http_feed_timelines_capped_add(client, database, tc,
                                                   users, n, entry, error);
+    }
+
+    if (tc->model == NGX_HTTP_FEED_STORE_SIZE_BUCKETS) {
+        return ngx_http_feed_timelines_size_add(client, database, tc, users,
+                                                n, entry, error);
     }
 
     if (n == 0 || !bson_iter_init_find(&it, entry, "i")
@@ -235,6 +241,11 @@ ngx_http_feed_timelines_read(mongoc_client_t *client, const char *database,
         return ngx_http_feed_timelines_capped_read(client, database, tc,
                                                    user, range, want, page,
                                                    error);
+    }
+
+    if (tc->model == NGX_HTTP_FEED_STORE_SIZE_BUCKETS) {
+        return ngx_http_feed_timelines_size_read(client, database, tc, user,
+                                                 range, want, page, error);
     }
 
     bson_init(&filter);
@@ -418,6 +429,12 @@ ngx_http_feed_timelines_begin(mongoc_client_t *client, const char *database,
                                                     0, error);
     }
 
+    if (tc->model == NGX_HTTP_FEED_STORE_SIZE_BUCKETS) {
+        *mine = 0;
+        return ngx_http_feed_timelines_size_floor(client, database, user, 0,
+                                                  error);
+    }
+
     bson_init(&doc);
     bson_append_utf8(&doc, "_id", 3, user->data, (int) user->len);
     BSON_APPEND_ARRAY_BEGIN(&doc, "c", &c);
@@ -581,6 +598,11 @@ ngx_http_feed_timelines_remove(mongoc_client_t *client, const char *database,
                                                      error);
     }
 
+    if (tc->model == NGX_HTTP_FEED_STORE_SIZE_BUCKETS) {
+        return ngx_http_feed_timelines_size_remove(client, database, id,
+                                                   error);
+    }
+
     coll = ngx_http_feed_timelines_coll(client, database);
     rc = ngx_http_feed_timelines_pull(coll, id, error);
     mongoc_collection_destroy(coll);
@@ -673,6 +695,83 @@ ngx_http_feed_timelines_floor_page(mongoc_collection_t *coll,
 }
 
 
+/*
+ * The _id of a bucket of the models that keep them per user: {u: user,
+ * <field>: v}, v -1 for the user's floor
+ */
+
+void
+ngx_http_feed_timelines_bucket_id(bson_t *doc, const char *key,
+    ngx_http_feed_user_t *user, const char *field, int64_t v)
+{
+    bson_t  id;
+
+    BSON_APPEND_DOCUMENT_BEGIN(doc, key, &id);
+    bson_append_utf8(&id, "u", 1, user->data, (int) user->len);
+    BSON_APPEND_INT64(&id, field, v);
+    bson_append_document_end(doc, &id);
+}
+
+
+/* the floor of a user of a bucket model, in the collection "name" */
+
+ngx_int_t
+ngx_http_feed_timelines_bucket_floor(mongoc_client_t *client,
+    const char *database, const char *name, const char *field,
+    ngx_http_feed_user_t *user, ngx_uint_t reset, bson_error_t *error)
+{
+    bson_t                selector;
+    ngx_int_t             rc;
+    mongoc_collection_t  *coll;
+
+    bson_init(&selector);
+    ngx_http_feed_timelines_bucket_id(&selector, "_id", user, field, -1);
+
+    coll = mongoc_client_get_collection(client, database, name);
+    rc = ngx_http_feed_timelines_floor(coll, &selector, reset, error);
+    mongoc_collection_destroy(coll);
+    bson_destroy(&selector);
+
+    return rc;
+}
+
+
+/*
+ * The start of a page of a bucket model: the bound its user's floor, and
+ * the collection "name" in *coll.  NGX_DECLINED when the user has none
+ * (they never read).
+ */
+
+ngx_int_t
+ngx_http_feed_timelines_bucket_page(mongoc_client_t *client,
+    const char *database, const char *name, const char *field,
+    ngx_http_feed_user_t *user, size_t want,
+    ngx_http_feed_timelines_page_t *page, mongoc_collection_t **coll,
+    bson_error_t *error)
+{
+    bson_t     selector, doc;
+    ngx_int_t  rc;
+
+    *coll = mongoc_client_get_collection(client, database, name);
+
+    bson_init(&selector);
+    ngx_http_feed_timelines_bucket_id(&selector, "_id", user, field, -1);
+    rc = ngx_http_feed_timelines_floor_page(*coll, &selector, want, page,
+                                            &doc, error);
+    bson_destroy(&selector);
+
+    if (rc == NGX_OK) {
+        bson_destroy(&doc);
+        return NGX_OK;
+    }
+
+    mongoc_collection_destroy(*coll);
+    *coll = NULL;
+
+    return rc;
+}
+
+
 /* a post out of every document of a collection that has it, in "c" */
 
 ngx_int_t
@@ -724,6 +823,11 @@ ngx_http_feed_timelines_drop(mongoc_client_t *client, const char *database,
     if (model == NGX_HTTP_FEED_STORE_CAPPED) {
         return ngx_http_feed_timelines_capped_floor(client, database, user,
                                                     1, error);
+    }
+
+    if (model == NGX_HTTP_FEED_STORE_SIZE_BUCKETS) {
+        return ngx_http_feed_timelines_size_floor(client, database, user, 1,
+                                                  error);
     }
 
     bson_init(&selector);

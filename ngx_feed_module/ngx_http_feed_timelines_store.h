@@ -32,6 +32,7 @@ typedef struct {
     ngx_uint_t                    cap;        /* feed_cache_size */
     int64_t                       bucket;     /* feed_timeline_bucket_time,
                                                  seconds */
+    ngx_uint_t                    size;       /* feed_timeline_bucket_size */
 } ngx_http_feed_timelines_conf_t;
 
 
@@ -124,12 +125,39 @@ ngx_int_t ngx_http_feed_timelines_capped_floor(mongoc_client_t *client,
 ngx_int_t ngx_http_feed_timelines_capped_remove(mongoc_client_t *client,
     const char *database, const bson_oid_t *id, bson_error_t *error);
 
+/* the size buckets model's (ngx_http_feed_timelines_size.c) */
+extern ngx_http_feed_mongo_indexes_t  ngx_http_feed_timelines_size_indexes;
+
+ngx_int_t ngx_http_feed_timelines_size_add(mongoc_client_t *client,
+    const char *database, ngx_http_feed_timelines_conf_t *tc,
+    ngx_http_feed_user_t *users, size_t n, const bson_t *entry,
+    bson_error_t *error);
+ngx_int_t ngx_http_feed_timelines_size_read(mongoc_client_t *client,
+    const char *database, ngx_http_feed_timelines_conf_t *tc,
+    ngx_http_feed_user_t *user, ngx_http_feed_posts_range_t *range,
+    size_t want, ngx_http_feed_timelines_page_t *page, bson_error_t *error);
+ngx_int_t ngx_http_feed_timelines_size_floor(mongoc_client_t *client,
+    const char *database, ngx_http_feed_user_t *user, ngx_uint_t reset,
+    bson_error_t *error);
+ngx_int_t ngx_http_feed_timelines_size_remove(mongoc_client_t *client,
+    const char *database, const bson_oid_t *id, bson_error_t *error);
+
 /* shared by the models */
 ngx_int_t ngx_http_feed_timelines_floor(mongoc_collection_t *coll,
     bson_t *selector, ngx_uint_t reset, bson_error_t *error);
 ngx_int_t ngx_http_feed_timelines_floor_page(mongoc_collection_t *coll,
     const bson_t *selector, size_t want, ngx_http_feed_timelines_page_t *page,
     bson_t *doc, bson_error_t *error);
+void ngx_http_feed_timelines_bucket_id(bson_t *doc, const char *key,
+    ngx_http_feed_user_t *user, const char *field, int64_t v);
+ngx_int_t ngx_http_feed_timelines_bucket_floor(mongoc_client_t *client,
+    const char *database, const char *name, const char *field,
+    ngx_http_feed_user_t *user, ngx_uint_t reset, bson_error_t *error);
+ngx_int_t ngx_http_feed_timelines_bucket_page(mongoc_client_t *client,
+    const char *database, const char *name, const char *field,
+    ngx_http_feed_user_t *user, size_t want,
+    ngx_http_feed_timelines_page_t *page, mongoc_collection_t **coll,
+    bson_error_t *error);
 bson_oid_t *ngx_http_feed_timelines_ids(const bson_t *doc, size_t *n);
 void ngx_http_feed_timelines_push(bson_t *update, const bson_t *each,
     ngx_uint_t cap);

@@ -22,12 +22,7 @@
 
 #define NGX_HTTP_FEED_TIMELINES_TIME   "timeline_time"
 
-/* the floor's period */
-#define NGX_HTTP_FEED_TIMELINES_FLOOR  -1
 
-
-static void ngx_http_feed_timelines_time_id(bson_t *doc, const char *key,
-    ngx_http_feed_user_t *user, int64_t t);
 static ngx_int_t ngx_http_feed_timelines_time_bulk(mongoc_collection_t *coll,
     ngx_http_feed_user_t *users, size_t n, size_t *again, int64_t t,
     const bson_t *update, const bson_oid_t *id, ngx_uint_t upsert,
@@ -146,7 +141,8 @@ ngx_http_feed_timelines_time_bulk(mongoc_collection_t *coll,
 
     for (i = 0; ok && i < n; i++) {
         bson_init(&selector);
-        ngx_http_feed_timelines_time_id(&selector, "_id", &users[i], t);
+        ngx_http_feed_timelines_bucket_id(&selector, "_id", &users[i], "t",
+                                          t);
         BSON_APPEND_DOCUMENT_BEGIN(&selector, "c.i", &ne);
         BSON_APPEND_OID(&ne, "$ne", id);
         bson_append_document_end(&selector, &ne);
@@ -212,19 +208,6 @@ ngx_http_feed_timelines_time_bulk(mongoc_collection_t *coll,
 }
 
 
-static void
-ngx_http_feed_timelines_time_id(bson_t *doc, const char *key,
-    ngx_http_feed_user_t *user, int64_t t)
-{
-    bson_t  id;
-
-    BSON_APPEND_DOCUMENT_BEGIN(doc, key, &id);
-    bson_append_utf8(&id, "u", 1, user->data, (int) user->len);
-    BSON_APPEND_INT64(&id, "t", t);
-    bson_append_document_end(doc, &id);
-}
-
-
 /*
  * The buckets of a page's range, newest first, until want entries from
  * the floor up are taken, or the floor's period is passed
@@ -236,29 +219,19 @@ ngx_http_feed_timelines_time_read(mongoc_client_t *client,
     ngx_http_feed_user_t *user, ngx_http_feed_posts_range_t *range,
     size_t want, ngx_http_feed_timelines_page_t *page, bson_error_t *error)
 {
-    bson_t                filter, doc, opts, sort, t;
+    bson_t                filter, opts, sort, t;
     ngx_int_t             rc;
     const bson_t         *bucket;
     mongoc_cursor_t      *cursor;
     mongoc_collection_t  *coll;
 
-    coll = mongoc_client_get_collection(client, database,
-                                        NGX_HTTP_FEED_TIMELINES_TIME);
-
-    bson_init(&filter);
-    ngx_http_feed_timelines_time_id(&filter, "_id", user,
-                                    NGX_HTTP_FEED_TIMELINES_FLOOR);
-
-    rc = ngx_http_feed_timelines_floor_page(coll, &filter, want, page, &doc,
-                                            error);
-    bson_destroy(&filter);
+    rc = ngx_http_feed_timelines_bucket_page(client, database,
+                                             NGX_HTTP_FEED_TIMELINES_TIME, "t",
+                                             user, want, page, &coll, error);
 
     if (rc != NGX_OK) {
-        mongoc_collection_destroy(coll);
         return rc == NGX_DECLINED ? NGX_OK : NGX_ERROR;
     }
-
-    bson_destroy(&doc);
 
     /* the periods from the page's top down to the floor's */
 
@@ -336,21 +309,9 @@ ngx_http_feed_timelines_time_floor(mongoc_client_t *client,
     const char *database, ngx_http_feed_user_t *user, ngx_uint_t reset,
     bson_error_t *error)
 {
-    bson_t                selector;
-    ngx_int_t             rc;
-    mongoc_collection_t  *coll;
-
-    bson_init(&selector);
-    ngx_http_feed_timelines_time_id(&selector, "_id", user,
-                                    NGX_HTTP_FEED_TIMELINES_FLOOR);
-
-    coll = mongoc_client_get_collection(client, database,
-                                        NGX_HTTP_FEED_TIMELINES_TIME);
-    rc = ngx_http_feed_timelines_floor(coll, &selector, reset, error);
-    mongoc_collection_destroy(coll);
-    bson_destroy(&selector);
-
-    return rc;
+    return ngx_http_feed_timelines_bucket_floor(client, database,
+                                                NGX_HTTP_FEED_TIMELINES_TIME,
+                                                "t", user, reset, error);
 }
 
 

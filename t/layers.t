@@ -41,6 +41,7 @@ my %layer = (
     timelines_store => 'store',
     timelines_time  => 'store',
     timelines_capped => 'store',
+    timelines_size  => 'store',
     authors_store   => 'store',
     counts          => 'store',
 
@@ -73,6 +74,7 @@ my %owner = (
     '"timeline_cache"' => 'timelines_store.c',
     '"timeline_time"' => 'timelines_time.c',
     '"timeline_capped' => 'timelines_capped.c',
+    '"timeline_size"' => 'timelines_size.c',
     '"feed:tl'        => 'timeline_cache.c',
     '"feed:lock:'     => 'timeline_cache.c',
     '"feed:p:'        => 'timeline_cache.c',

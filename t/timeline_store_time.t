@@ -63,26 +63,9 @@ sub in_buckets {
     return scalar grep { $_ eq $id } @{ bucketed($user) };
 }
 
-# ------------------------------------------------------------- the graph --
+# ------------------------------------ the graph, the floor, the writes --
 
-$s->graph;
-
-$s->post('a1', "a1 $_") for 1 .. 3;
-$s->post('a2', "a2 $_") for 1 .. 3;
-
-# -------------------------------------------------- the floor, the writes --
-
-is(floor_of('r1'), undef, 'no floor before the first read');
-is($t->get('/users/r1/timeline')->{status}, 200, 'first read: 200');
-ok(floor_of('r1'), 'first read: r1\'s floor set');
-is(floor_of('i1'), undef, 'i1, who never read: no floor');
-
-# past the floor (2 s ahead, for the nodes' clocks), in several periods
-sleep 2.5;
-my $turn = $s->post('celeb', 'the turn');
-ok($t->wait_for(5, sub { (node_counts($t)->{'pull.to_pull'} // 0) == 1 }),
-    'the turn: celeb is a pull author');
-$s->post('celeb', "pulled $_") for 1 .. 2;
+my $turn = $s->floor_and_turn(\&floor_of);
 for my $round (1 .. 3) {
     $s->post('a1', "a1 round $round");
     $s->post('a2', "a2 round $round $_") for 1 .. 4;

@@ -7,6 +7,8 @@ package FeedTest::Store;
 use strict;
 use warnings;
 
+use Test::More ();
+use Time::HiRes ();
 use FeedTest::Util qw(rd server_conf follow_each none_failed);
 
 # the conf of a model: 2 workers, feed_cache_size 10, a pull threshold of
@@ -58,6 +60,36 @@ sub graph {
     none_failed([ follow_each($t, 'celeb', 'r1', map { "x$_" } 1 .. 5) ],
         'follows of celeb: 6, over the threshold');
     $self->follows('r1', qw(a1 a2 celeb));
+}
+
+# the start of the tests of a model with floors ($floor_of: a user's,
+# undef without one): the graph, posts of a1 and a2, r1's first read, which
+# sets r1's floor and no one else's; then past the floor (2 s ahead, for
+# the nodes' clocks) celeb's turn into a pull author, and two posts of
+# theirs.  The turn's id.
+sub floor_and_turn {
+    my ($self, $floor_of) = @_;
+    my $t = $self->{t};
+
+    $self->graph;
+    $self->post('a1', "a1 $_") for 1 .. 3;
+    $self->post('a2', "a2 $_") for 1 .. 3;
+
+    Test::More::is($floor_of->('r1'), undef,
+        'no floor before the first read');
+    Test::More::is($t->get('/users/r1/timeline')->{status}, 200,
+        'first read: 200');
+    Test::More::ok($floor_of->('r1'), 'first read: r1\'s floor set');
+    Test::More::is($floor_of->('i1'), undef,
+        'i1, who never read: no floor');
+
+    Time::HiRes::sleep(2.5);
+    my $turn = $self->post('celeb', 'the turn');
+    Test::More::ok($t->wait_for(5,
+        sub { (FeedTest::Util::node_counts($t)->{'pull.to_pull'} // 0) == 1 }),
+        'the turn: celeb is a pull author');
+    $self->post('celeb', "pulled $_") for 1 .. 2;
+    return $turn;
 }
 
 sub posts { @{ $_[0]{posts} } }

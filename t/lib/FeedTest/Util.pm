@@ -20,7 +20,7 @@ our @EXPORT_OK = qw(
     short enc now_ms is_str json_int tag dupes summary
     is_error post_problems tl_uri tl_page_problems
     status_all statuses fsum
-    parallel follow_each read_each none_failed
+    parallel failed_answers follow_each read_each none_failed
     post post_start post_end post_end_tagged
     rd tl_key copies copies_summary all_n group_info wait_settled
     tl_ids tl_walk node_counts node_moved node_moved_is node_acked

@@ -1,0 +1,744 @@
+
+/*
+ * ngx_feed_module: the "size_buckets" model of the timelines kept in
+ * MongoDB (Socialite's FanoutOnWriteSizedBuckets, seed 003): each user's
+ * posts in buckets of at most feed_timeline_bucket_size entries, numbered
+ * from 0, every follower written, whether they read or not.
+ *
+ *     timeline_size {_id: {u: user, s: 0, 1, ...}, n: 57, c: [entry, ...],
+ *                    h: newest id, l: oldest id}
+ *     timeline_size {_id: {u: user, s: -1}, f: ObjectId}
+ *
+ * "n" counts the entries ever pushed (a delete does not lower it), so a
+ * full bucket stays full.  A user's buckets fill in order: a post is
+ * pushed only into their newest bucket, by an update that matches only
+ * while it is not full and has not the post; the bucket after it is
+ * opened (an upsert of its _id) only once it is full.  So two deliveries
+ * of a post, even concurrent, cannot both push it: into one bucket they
+ * are serialized by the update, and two different buckets cannot both be
+ * the newest not full.  The floor "f" is as in the time buckets model.
+ *
+ * Deliveries come in about, not exactly, the order of the ids: a bucket's
+ * entries are kept in the order they came, and "h" and "l" bound its ids,
+ * so that a read takes the buckets by "h", newest first.
+ */
+
+
+#include "ngx_http_feed_timelines_store.h"
+
+
+#define NGX_HTTP_FEED_TIMELINES_SIZE   "timeline_size"
+
+/* rounds of a page of followers lost to concurrent deliveries */
+#define NGX_HTTP_FEED_TIMELINES_SIZE_TRIES  8
+
+
+/* what a round knows of a follower */
+typedef struct {
+    ngx_http_feed_user_t         *user;
+    const char                   *name;     /* the user's, for lookups */
+    size_t                        len;
+    int64_t                       s;        /* their newest bucket, or -1 */
+    int64_t                       n;        /* its "n"; -1: to be opened */
+    ngx_uint_t                    has;      /* the post is theirs already */
+} ngx_http_feed_size_t;
+
+
+static ngx_int_t ngx_http_feed_timelines_size_state(
+    mongoc_collection_t *coll, ngx_http_feed_size_t *state, size_t n,
+    const bson_oid_t *id, ngx_uint_t size, bson_error_t *error);
+static ngx_int_t ngx_http_feed_timelines_size_newest(
+    mongoc_collection_t *coll, ngx_http_feed_size_t *state, size_t n,
+    ngx_uint_t size, bson_error_t *error);
+static ngx_int_t ngx_http_feed_timelines_size_scan(
+    mongoc_collection_t *coll, const bson_t *filter, const bson_t *opts,
+    ngx_http_feed_size_t *state, size_t n, bson_error_t *error);
+static void ngx_http_feed_timelines_size_users(bson_t *filter,
+    ngx_http_feed_size_t *state, size_t n);
+static ngx_http_feed_size_t *ngx_http_feed_timelines_size_find(
+    ngx_http_feed_size_t *state, size_t n, const bson_t *doc, int64_t *s);
+static ngx_int_t ngx_http_feed_timelines_size_write(
+    mongoc_collection_t *coll, ngx_http_feed_size_t *state, size_t n,
+    const bson_t *entry, const bson_oid_t *id, ngx_uint_t size,
+    bson_error_t *error);
+static ngx_int_t ngx_http_feed_timelines_size_push(
+    mongoc_bulk_operation_t *bulk, ngx_http_feed_size_t *f,
+    const bson_t *entry, const bson_oid_t *id, ngx_uint_t size,
+    bson_error_t *error);
+static ngx_int_t ngx_http_feed_timelines_size_open(
+    mongoc_bulk_operation_t *bulk, ngx_http_feed_user_t *user, int64_t s,
+    bson_error_t *error);
+static void ngx_http_feed_timelines_size_bucket(const bson_t *doc,
+    ngx_http_feed_posts_range_t *range, const bson_oid_t *bound,
+    size_t want, bson_oid_t **ids, size_t *m);
+static int ngx_http_feed_timelines_size_cmp_user(const void *a,
+    const void *b);
+static int ngx_http_feed_timelines_size_cmp_oid(const void *a,
+    const void *b);
+
+
+/*
+ * A user's bucket not full, those that have a post (for writes and
+ * deletes), and their buckets by their newest id (for reads)
+ */
+
+ngx_http_feed_mongo_indexes_t  ngx_http_feed_timelines_size_indexes = {
+    NGX_HTTP_FEED_TIMELINES_SIZE,
+    "[{\"key\": {\"_id.u\": 1, \"n\": 1}, \"name\": \"user_open\"},"
+    " {\"key\": {\"_id.u\": 1, \"h\": -1}, \"name\": \"user_newest\"},"
+    " {\"key\": {\"c.i\": 1}, \"name\": \"entries\"}]"
+};
+
+
+/*
+ * A post into the newest bucket of each of these users that has it not:
+ * rounds of one query and one ordered bulk, until every user has it.  A
+ * round is short when a concurrent delivery filled a bucket or pushed the
+ * same post: the next one finds where things are.
+ */
+
+ngx_int_t
+ngx_http_feed_timelines_size_add(mongoc_client_t *client,
+    const char *database, ngx_http_feed_timelines_conf_t *tc,
+    ngx_http_feed_user_t *users, size_t n, const bson_t *entry,
+    bson_error_t *error)
+{
+    size_t                 i, k;
+    ngx_int_t              rc;
+    bson_iter_t            it;
+    const bson_oid_t      *id;
+    mongoc_collection_t   *coll;
+    ngx_http_feed_size_t  *state;
+
+    if (n == 0) {
+        return NGX_OK;
+    }
+
+    if (!bson_iter_init_find(&it, entry, "i") || !BSON_ITER_HOLDS_OID(&it)) {
+        return NGX_ERROR;
+    }
+
+    id = bson_iter_oid(&it);
+
+    state = bson_malloc(n * sizeof(ngx_http_feed_size_t));
+
+    for (i = 0; i < n; i++) {
+        state[i].user = &users[i];
+        state[i].name = users[i].data;
+        state[i].len = users[i].len;
+    }
+
+    /* sorted by user, for the answers' lookups */
+    qsort(state, n, sizeof(ngx_http_feed_size_t),
+          ngx_http_feed_timelines_size_cmp_user);
+
+    coll = mongoc_client_get_collection(client, database,
+                                        NGX_HTTP_FEED_TIMELINES_SIZE);
+
+    rc = NGX_AGAIN;
+
+    for (k = 0; rc == NGX_AGAIN && k < NGX_HTTP_FEED_TIMELINES_SIZE_TRIES;
+         k++)
+    {
+        rc = ngx_http_feed_timelines_size_state(coll, state, n, id,
+                                                tc->size, error);
+
+        if (rc == NGX_OK) {
+            rc = ngx_http_feed_timelines_size_write(coll, state, n, entry,
+                                                    id, tc->size, error);
+        }
+    }
+
+    if (rc == NGX_AGAIN) {
+        bson_set_error(error, MONGOC_ERROR_COMMAND,
+                       MONGOC_ERROR_COMMAND_INVALID_ARG,
+                       "size buckets: %d rounds lost to concurrent writes",
+                       NGX_HTTP_FEED_TIMELINES_SIZE_TRIES);
+        rc = NGX_ERROR;
+    }
+
+    mongoc_collection_destroy(coll);
+    bson_free(state);
+
+    return rc;
+}
+
+
+/*
+ * Where each user is: their bucket not full, or one that has the post
+ * already; the users with neither, their newest bucket
+ */
+
+static ngx_int_t
+ngx_http_feed_timelines_size_state(mongoc_collection_t *coll,
+    ngx_http_feed_size_t *state, size_t n, const bson_oid_t *id,
+    ngx_uint_t size, bson_error_t *error)
+{
+    size_t      i, lost;
+    bson_t      filter, or, clause, lt, opts, proj, c, m;
+    ngx_int_t   rc;
+
+    for (i = 0; i < n; i++) {
+        state[i].s = -1;
+        state[i].n = -1;
+        state[i].has = 0;
+    }
+
+    bson_init(&filter);
+    ngx_http_feed_timelines_size_users(&filter, state, n);
+
+    BSON_APPEND_ARRAY_BEGIN(&filter, "$or", &or);
+    BSON_APPEND_DOCUMENT_BEGIN(&or, "0", &clause);
+    BSON_APPEND_DOCUMENT_BEGIN(&clause, "n", &lt);
+    BSON_APPEND_INT64(&lt, "$lt", (int64_t) size);
+    bson_append_document_end(&clause, &lt);
+    bson_append_document_end(&or, &clause);
+    BSON_APPEND_DOCUMENT_BEGIN(&or, "1", &clause);
+    BSON_APPEND_OID(&clause, "c.i", id);
+    bson_append_document_end(&or, &clause);
+    bson_append_array_end(&filter, &or);
+
+    /* "c" comes back only with the post: whether it has it */
+    bson_init(&opts);
+    BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &proj);
+    BSON_APPEND_INT32(&proj, "n", 1);
+    BSON_APPEND_DOCUMENT_BEGIN(&proj, "c", &c);
+    BSON_APPEND_DOCUMENT_BEGIN(&c, "$elemMatch", &m);
+    BSON_APPEND_OID(&m, "i", id);
+    bson_append_document_end(&c, &m);
+    bson_append_document_end(&proj, &c);
+    bson_append_document_end(&opts, &proj);
+
+    rc = ngx_http_feed_timelines_size_scan(coll, &filter, &opts, state, n,
+                                           error);
+    bson_destroy(&opts);
+    bson_destroy(&filter);
+
+    if (rc != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    lost = 0;
+
+    for (i = 0; i < n; i++) {
+        if (!state[i].has && state[i].s < 0) {
+            lost++;
+        }
+    }
+
+    if (lost == 0) {
+        return NGX_OK;
+    }
+
+    return ngx_http_feed_timelines_size_newest(coll, state, n, size, error);
+}
+
+
+/*
+ * The users whose buckets are all full, or who have none: their newest
+ * bucket, the next one to be opened after it when it is full
+ */
+
+static ngx_int_t
+ngx_http_feed_timelines_size_newest(mongoc_collection_t *coll,
+    ngx_http_feed_size_t *state, size_t n, ngx_uint_t size,
+    bson_error_t *error)
+{
+    size_t                 i;
+    bson_t                 filter, ge, opts, proj;
+    ngx_int_t              rc;
+    ngx_http_feed_size_t  *f;
+
+    bson_init(&filter);
+    ngx_http_feed_timelines_size_users(&filter, state, n);
+    BSON_APPEND_DOCUMENT_BEGIN(&filter, "_id.s", &ge);
+    BSON_APPEND_INT64(&ge, "$gte", 0);
+    bson_append_document_end(&filter, &ge);
+
+    bson_init(&opts);
+    BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &proj);
+    BSON_APPEND_INT32(&proj, "n", 1);
+    bson_append_document_end(&opts, &proj);
+
+    rc = ngx_http_feed_timelines_size_scan(coll, &filter, &opts, state, n,
+                                           error);
+    bson_destroy(&opts);
+    bson_destroy(&filter);
+
+    for (i = 0; i < n; i++) {
+        f = &state[i];
+
+        if (f->has || (f->s >= 0 && f->n < (int64_t) size)) {
+            continue;
+        }
+
+        /* none (the first is 0), or the newest is full: the next opened */
+        f->s++;
+        f->n = -1;
+    }
+
+    return rc;
+}
+
+
+/*
+ * The buckets a query found: the users' that have the post (those with
+ * "c", projected only when it holds the post), and their newest others
+ */
+
+static ngx_int_t
+ngx_http_feed_timelines_size_scan(mongoc_collection_t *coll,
+    const bson_t *filter, const bson_t *opts, ngx_http_feed_size_t *state,
+    size_t n, bson_error_t *error)
+{
+    int64_t                s;
+    ngx_int_t              rc;
+    bson_iter_t            it;
+    const bson_t          *doc;
+    mongoc_cursor_t       *cursor;
+    ngx_http_feed_size_t  *f;
+
+    cursor = mongoc_collection_find_with_opts(coll, filter, opts, NULL);
+
+    while (mongoc_cursor_next(cursor, &doc)) {
+        f = ngx_http_feed_timelines_size_find(state, n, doc, &s);
+
+        if (f == NULL || s < 0) {
+            continue;
+        }
+
+        if (bson_iter_init_find(&it, doc, "c")) {
+            f->has = 1;
+
+        } else if (s > f->s) {
+            /* one not full only, unless a round was cut short */
+            f->s = s;
+            f->n = ngx_http_feed_bson_int(doc, "n");
+        }
+    }
+
+    rc = mongoc_cursor_error(cursor, error) ? NGX_ERROR : NGX_OK;
+
+    mongoc_cursor_destroy(cursor);
+
+    return rc;
+}
+
+
+/* "_id.u" among the users whose bucket is not known yet (s: -1) */
+
+static void
+ngx_http_feed_timelines_size_users(bson_t *filter,
+    ngx_http_feed_size_t *state, size_t n)
+{
+    char         key[16];
+    size_t       i, m;
+    bson_t       in, c;
+    const char  *k;
+
+    BSON_APPEND_DOCUMENT_BEGIN(filter, "_id.u", &in);
+    BSON_APPEND_ARRAY_BEGIN(&in, "$in", &c);
+
+    for (i = 0, m = 0; i < n; i++) {
+        if (state[i].has || state[i].s >= 0) {
+            continue;
+        }
+
+        bson_uint32_to_string((uint32_t) m++, &k, key, sizeof(key));
+        bson_append_utf8(&c, k, -1, state[i].user->data,
+                         (int) state[i].user->len);
+    }
+
+    bson_append_array_end(&in, &c);
+    bson_append_document_end(filter, &in);
+}
+
+
+/* the state of a bucket's user, its number in *s */
+
+static ngx_http_feed_size_t *
+ngx_http_feed_timelines_size_find(ngx_http_feed_size_t *state, size_t n,
+    const bson_t *doc, int64_t *s)
+{
+    uint32_t               len;
+    bson_iter_t            it, id;
+    ngx_http_feed_size_t   key;
+
+    if (!bson_iter_init_find(&it, doc, "_id")
+        || !BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &id)
+        || !bson_iter_find(&id, "u") || !BSON_ITER_HOLDS_UTF8(&id))
+    {
+        return NULL;
+    }
+
+    key.name = bson_iter_utf8(&id, &len);
+    key.len = len;
+
+    if (!bson_iter_recurse(&it, &id) || !bson_iter_find(&id, "s")) {
+        return NULL;
+    }
+
+    *s = bson_iter_as_int64(&id);
+
+    return bsearch(&key, state, n, sizeof(ngx_http_feed_size_t),
+                   ngx_http_feed_timelines_size_cmp_user);
+}
+
+
+/*
+ * One ordered bulk: for each user without the post, their next bucket
+ * opened when needed, the push, and the bucket after it opened when the
+ * push fills it.  Ordered, so that a failure stops it before a bucket is
+ * opened after one not full.  NGX_AGAIN: some update matched nothing.
+ */
+
+static ngx_int_t
+ngx_http_feed_timelines_size_write(mongoc_collection_t *coll,
+    ngx_http_feed_size_t *state, size_t n, const bson_t *entry,
+    const bson_oid_t *id, ngx_uint_t size, bson_error_t *error)
+{
+    bool                      ok;
+    size_t                    i;
+    bson_t                    reply;
+    int64_t                   ops, done;
+    ngx_int_t                 rc;
+    mongoc_bulk_operation_t  *bulk;
+
+    bulk = mongoc_collection_create_bulk_operation_with_opts(coll, NULL);
+
+    ops = 0;
+    rc = NGX_OK;
+
+    for (i = 0; rc == NGX_OK && i < n; i++) {
+        if (state[i].has) {
+            continue;
+        }
+
+        if (state[i].n < 0) {
+            rc = ngx_http_feed_timelines_size_open(bulk, state[i].user,
+                                                   state[i].s, error);
+            state[i].n = 0;
+            ops++;
+        }
+
+        if (rc == NGX_OK) {
+            rc = ngx_http_feed_timelines_size_push(bulk, &state[i], entry,
+                                                   id, size, error);
+            ops += (state[i].n + 1 == (int64_t) size) ? 2 : 1;
+        }
+    }
+
+    if (rc != NGX_OK || ops == 0) {
+        mongoc_bulk_operation_destroy(bulk);
+        return rc;
+    }
+
+    ok = mongoc_bulk_operation_execute(bulk, &reply, error) != 0;
+    mongoc_bulk_operation_destroy(bulk);
+
+    done = ngx_http_feed_bson_int(&reply, "nMatched")
+           + ngx_http_feed_bson_int(&reply, "nUpserted");
+    bson_destroy(&reply);
+
+    if (!ok) {
+        /* two openings of a bucket at once: where things are, again */
+        return error->code == MONGOC_ERROR_DUPLICATE_KEY ? NGX_AGAIN
+                                                         : NGX_ERROR;
+    }
+
+    return done == ops ? NGX_OK : NGX_AGAIN;
+}
+
+
+/*
+ * The post into a user's bucket while not full and without it; the next
+ * bucket opened when this push fills it
+ */
+
+static ngx_int_t
+ngx_http_feed_timelines_size_push(mongoc_bulk_operation_t *bulk,
+    ngx_http_feed_size_t *f, const bson_t *entry, const bson_oid_t *id,
+    ngx_uint_t size, bson_error_t *error)
+{
+    bool    ok;
+    bson_t  selector, lt, ne, update, push, inc, max, min;
+
+    bson_init(&selector);
+    ngx_http_feed_timelines_bucket_id(&selector, "_id", f->user, "s", f->s);
+    BSON_APPEND_DOCUMENT_BEGIN(&selector, "n", &lt);
+    BSON_APPEND_INT64(&lt, "$lt", (int64_t) size);
+    bson_append_document_end(&selector, &lt);
+    BSON_APPEND_DOCUMENT_BEGIN(&selector, "c.i", &ne);
+    BSON_APPEND_OID(&ne, "$ne", id);
+    bson_append_document_end(&selector, &ne);
+
+    bson_init(&update);
+    BSON_APPEND_DOCUMENT_BEGIN(&update, "$push", &push);
+    BSON_APPEND_DOCUMENT(&push, "c", entry);
+    bson_append_document_end(&update, &push);
+    BSON_APPEND_DOCUMENT_BEGIN(&update, "$inc", &inc);
+    BSON_APPEND_INT64(&inc, "n", 1);
+    bson_append_document_end(&update, &inc);
+    BSON_APPEND_DOCUMENT_BEGIN(&update, "$max", &max);
+    BSON_APPEND_OID(&max, "h", id);
+    bson_append_document_end(&update, &max);
+    BSON_APPEND_DOCUMENT_BEGIN(&update, "$min", &min);
+    BSON_APPEND_OID(&min, "l", id);
+    bson_append_document_end(&update, &min);
+
+    ok = mongoc_bulk_operation_update_one_with_opts(bulk, &selector, &update,
+                                                    NULL, error);
+    bson_destroy(&update);
+    bson_destroy(&selector);
+
+    if (!ok) {
+        return NGX_ERROR;
+    }
+
+    /*
+     * Full after this push, whether it is ours or a concurrent one's that
+     * made it fail: "n" was one short when read, and only grows
+     */
+
+    if (f->n + 1 == (int64_t) size) {
+        return ngx_http_feed_timelines_size_open(bulk, f->user, f->s + 1,
+                                                 error);
+    }
+
+    return NGX_OK;
+}
+
+
+/* a user's bucket s opened, empty, unless there (an upsert of its _id) */
+
+static ngx_int_t
+ngx_http_feed_timelines_size_open(mongoc_bulk_operation_t *bulk,
+    ngx_http_feed_user_t *user, int64_t s, bson_error_t *error)
+{
+    bool    ok;
+    bson_t  selector, update, set, opts;
+
+    bson_init(&selector);
+    ngx_http_feed_timelines_bucket_id(&selector, "_id", user, "s", s);
+
+    bson_init(&update);
+    BSON_APPEND_DOCUMENT_BEGIN(&update, "$setOnInsert", &set);
+    BSON_APPEND_INT64(&set, "n", 0);
+    bson_append_document_end(&update, &set);
+
+    bson_init(&opts);
+    BSON_APPEND_BOOL(&opts, "upsert", true);
+
+    ok = mongoc_bulk_operation_update_one_with_opts(bulk, &selector, &update,
+                                                    &opts, error);
+
+    bson_destroy(&opts);
+    bson_destroy(&update);
+    bson_destroy(&selector);
+
+    return ok ? NGX_OK : NGX_ERROR;
+}
+
+
+/*
+ * The buckets of a page's range by their newest id, newest first, until
+ * the next can hold none of the want newest entries from the floor up
+ */
+
+ngx_int_t
+ngx_http_feed_timelines_size_read(mongoc_client_t *client,
+    const char *database, ngx_http_feed_timelines_conf_t *tc,
+    ngx_http_feed_user_t *user, ngx_http_feed_posts_range_t *range,
+    size_t want, ngx_http_feed_timelines_page_t *page, bson_error_t *error)
+{
+    size_t                m, i;
+    bson_t                filter, opts, sort, h, l;
+    ngx_int_t             rc;
+    bson_oid_t           *ids;
+    bson_iter_t           it;
+    const bson_t         *bucket;
+    mongoc_cursor_t      *cursor;
+    mongoc_collection_t  *coll;
+
+    rc = ngx_http_feed_timelines_bucket_page(client, database,
+                                             NGX_HTTP_FEED_TIMELINES_SIZE, "s",
+                                             user, want, page, &coll, error);
+
+    if (rc != NGX_OK) {
+        return rc == NGX_DECLINED ? NGX_OK : NGX_ERROR;
+    }
+
+    bson_init(&filter);
+    bson_append_utf8(&filter, "_id.u", 5, user->data, (int) user->len);
+    BSON_APPEND_DOCUMENT_BEGIN(&filter, "h", &h);
+    BSON_APPEND_OID(&h, "$gte", &page->bound);
+
+    if (range->since_id) {
+        BSON_APPEND_OID(&h, "$gt", range->since_id);
+    }
+
+    bson_append_document_end(&filter, &h);
+
+    if (range->max_id) {
+        BSON_APPEND_DOCUMENT_BEGIN(&filter, "l", &l);
+        BSON_APPEND_OID(&l, "$lt", range->max_id);
+        bson_append_document_end(&filter, &l);
+    }
+
+    bson_init(&opts);
+    BSON_APPEND_DOCUMENT_BEGIN(&opts, "sort", &sort);
+    BSON_APPEND_INT32(&sort, "h", -1);
+    bson_append_document_end(&opts, &sort);
+    BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &sort);
+    BSON_APPEND_INT32(&sort, "c.i", 1);
+    BSON_APPEND_INT32(&sort, "h", 1);
+    bson_append_document_end(&opts, &sort);
+
+    cursor = mongoc_collection_find_with_opts(coll, &filter, &opts, NULL);
+
+    /* the want + 1 newest entries in range so far, newest first */
+    ids = NULL;
+    m = 0;
+
+    while (mongoc_cursor_next(cursor, &bucket)) {
+        if (m > want && bson_iter_init_find(&it, bucket, "h")
+            && BSON_ITER_HOLDS_OID(&it)
+            && bson_oid_compare(bson_iter_oid(&it), &ids[want]) < 0)
+        {
+            /* all its entries are older than the want + 1 taken */
+            break;
+        }
+
+        ngx_http_feed_timelines_size_bucket(bucket, range, &page->bound,
+                                            want, &ids, &m);
+    }
+
+    rc = mongoc_cursor_error(cursor, error) ? NGX_ERROR : NGX_OK;
+
+    for (i = 0; rc == NGX_OK && i < m; i++) {
+        if (ngx_http_feed_timelines_take(page, &ids[i], range, want)
+            == NGX_DONE)
+        {
+            break;
+        }
+    }
+
+    bson_free(ids);
+    mongoc_cursor_destroy(cursor);
+    bson_destroy(&opts);
+    bson_destroy(&filter);
+    mongoc_collection_destroy(coll);
+
+    return rc;
+}
+
+
+/*
+ * A bucket's entries in range (from bound up) added to *ids, kept sorted
+ * newest first, each once, at most want + 1 of them
+ */
+
+static void
+ngx_http_feed_timelines_size_bucket(const bson_t *doc,
+    ngx_http_feed_posts_range_t *range, const bson_oid_t *bound,
+    size_t want, bson_oid_t **ids, size_t *m)
+{
+    size_t       n, i, k;
+    bson_oid_t  *all, *to;
+
+    all = ngx_http_feed_timelines_ids(doc, &n);
+
+    if (n == 0) {
+        return;
+    }
+
+    /* a bucket may hold more than feed_timeline_bucket_size says now */
+    to = bson_realloc(*ids, (*m + n) * sizeof(bson_oid_t));
+    *ids = to;
+
+    for (i = 0; i < n; i++) {
+        if (bson_oid_compare(&all[i], bound) < 0
+            || (range->max_id && bson_oid_compare(&all[i], range->max_id) >= 0)
+            || (range->since_id
+                && bson_oid_compare(&all[i], range->since_id) <= 0))
+        {
+            continue;
+        }
+
+        bson_oid_copy(&all[i], &to[(*m)++]);
+    }
+
+    bson_free(all);
+
+    qsort(to, *m, sizeof(bson_oid_t), ngx_http_feed_timelines_size_cmp_oid);
+
+    for (i = 1, k = (*m ? 1 : 0); i < *m; i++) {
+        if (!bson_oid_equal(&to[i], &to[k - 1])) {
+            bson_oid_copy(&to[i], &to[k++]);
+        }
+    }
+
+    *m = ngx_min(k, want + 1);
+}
+
+
+/* users by name; ids newest first */
+
+static int
+ngx_http_feed_timelines_size_cmp_user(const void *a, const void *b)
+{
+    int                          rc;
+    const ngx_http_feed_size_t  *x, *y;
+
+    x = a;
+    y = b;
+
+    rc = ngx_memcmp(x->name, y->name, ngx_min(x->len, y->len));
+
+    if (rc != 0) {
+        return rc;
+    }
+
+    return (x->len > y->len) - (x->len < y->len);
+}
+
+
+static int
+ngx_http_feed_timelines_size_cmp_oid(const void *a, const void *b)
+{
+    return bson_oid_compare((const bson_oid_t *) b, (const bson_oid_t *) a);
+}
+
+
+/*
+ * The user's floor: set at their first read (reset: 0, an existing one is
+ * kept), or moved to now (reset: 1) when they have one
+ */
+
+ngx_int_t
+ngx_http_feed_timelines_size_floor(mongoc_client_t *client,
+    const char *database, ngx_http_feed_user_t *user, ngx_uint_t reset,
+    bson_error_t *error)
+{
+    return ngx_http_feed_timelines_bucket_floor(client, database,
+                                                NGX_HTTP_FEED_TIMELINES_SIZE,
+                                                "s", user, reset, error);
+}
+
+
+/* a deleted post out of every bucket ("n" stays: a full one stays full) */
+
+ngx_int_t
+ngx_http_feed_timelines_size_remove(mongoc_client_t *client,
+    const char *database, const bson_oid_t *id, bson_error_t *error)
+{
+    ngx_int_t             rc;
+    mongoc_collection_t  *coll;
+
+    coll = mongoc_client_get_collection(client, database,
+                                        NGX_HTTP_FEED_TIMELINES_SIZE);
+    rc = ngx_http_feed_timelines_pull(coll, id, error);
+    mongoc_collection_destroy(coll);
+
+    return rc;
+}
