@@ -347,8 +347,34 @@ PY
 
 sub mongo_uri {
     my ($self, $name) = @_;
-    return real_mongo() if real_mongo();
+    return $self->real_mongo_uri if real_mongo();
     return 'mongodb://127.0.0.1:' . $self->port($name || 'mongo') . '/';
+}
+
+# the real MongoDB's URI; with FeedTest->new(fresh_mongo => 1), a database
+# of this instance's own in it (feed_t<pid>_<n>, dropped at cleanup), for
+# the tests that need to know every document there is
+
+my $FRESH = 0;
+
+sub real_mongo_uri {
+    my ($self) = @_;
+    my $uri = real_mongo();
+    return $uri unless $self->{fresh_mongo};
+    $self->{mongo_db} //= 'feed_t' . $$ . '_' . $FRESH++;
+    $uri =~ m{^(mongodb(?:\+srv)?://[^/?]+)/?[^?]*(\?.*)?$}
+        or die "FEED_TEST_MONGO_URI: not a mongodb:// URI: $uri\n";
+    return "$1/$self->{mongo_db}" . ($2 // '');
+}
+
+sub drop_fresh_mongo {
+    my ($self) = @_;
+    return unless real_mongo() && $self->{mongo_db};
+    system($PYTHON, '-c', 'import sys; from pymongo import MongoClient; '
+        . 'c = MongoClient(sys.argv[1], serverSelectionTimeoutMS=5000); '
+        . 'c.drop_database(c.get_default_database())',
+        $self->real_mongo_uri);
+    delete $self->{mongo_db};
 }
 
 # nginx
@@ -631,6 +657,7 @@ sub cleanup {
     for my $name (keys %{$self->{procs}}) {
         $self->stop_proc($name, $name eq 'nginx' ? 'QUIT' : 'TERM', 10);
     }
+    $self->drop_fresh_mongo;
 }
 
 # a report no test has shown (a test file that died, an instance without

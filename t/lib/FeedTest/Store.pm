@@ -165,6 +165,48 @@ sub pages_bad {
     return @bad;
 }
 
+# a test that a collection was read by a find matching $how (the
+# stand-in's command log: skipped with a real MongoDB)
+sub was_read {
+    my ($self, $coll, $name, $how) = @_;
+    my $t = $self->{t};
+    local $Test::Builder::Level = $Test::Builder::Level + 1;
+    SKIP: {
+        Test::More::skip('the stand-in\'s command log', 1)
+            if FeedTest::real_mongo();
+        Test::More::ok(scalar(grep { ($_->{cmd} // '') eq 'find'
+            && ($_->{coll} // '') eq $coll && (!$how || $how->($_)) }
+            $t->mongo_commands), $name);
+    }
+}
+
+# a post of a1 whose fanout meets MongoDB gone (the stand-in answers
+# slowly, and is stopped as soon as the post is stored): the entry stays
+# pending, and once MongoDB is back it is delivered into r1's store, once.
+# $count->($id): how often r1's store has the post.  Skipped with a real
+# MongoDB, which the tests do not stop.
+sub mongo_down {
+    my ($self, $name, $count) = @_;
+    my $t = $self->{t};
+    local $Test::Builder::Level = $Test::Builder::Level + 1;
+    SKIP: {
+        Test::More::skip('a real MongoDB is not stopped', 3)
+            if FeedTest::real_mongo();
+        $t->mongo_latency(800);
+        my $late = $self->post('a1', "$name: while MongoDB goes");
+        $t->stop_mongo;
+        $t->mongo_latency(0);
+        Test::More::ok($t->wait_for(5,
+            sub { $t->error_log =~ /fanout of entry .* will retry/ }),
+            "$name: the fanout failed, to be tried again");
+        $t->start_mongo;
+        Test::More::ok($t->wait_for(10, sub { $count->($late) }),
+            "$name: delivered once it is back");
+        Time::HiRes::sleep(0.5);
+        Test::More::is($count->($late), 1, "$name: once");
+    }
+}
+
 # the stream entry of a post, added again: its fanout runs twice
 sub redeliver {
     my ($self, $id) = @_;
