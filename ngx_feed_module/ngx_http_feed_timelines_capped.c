@@ -6,16 +6,25 @@
  * written by upsert, so that the oldest entry is overwritten.  Every
  * follower is written, whether they read or not.
  *
- *     timeline_capped       {_id: "ann_17", u: "ann", i: ObjectId, p|a}
- *     timeline_capped_users {_id: "ann", n: 1234, f: ObjectId, w: ObjectId}
+ *     timeline_capped       {_id: "ann_17", u: "ann", i: ObjectId, n: 1217,
+ *                            p|a}
+ *     timeline_capped_users {_id: "ann", n: 1234, p: ObjectId, f: ObjectId,
+ *                            w: ObjectId}
+ *
+ * A page of followers is written in rounds of three queries and two
+ * bulks: the followers that have the post already; their counters; the
+ * slots after them; then the numbers claimed (the counter moved on from
+ * the value read, with "p" the post that took it, so that a round cut
+ * short finds which claims held); then each slot written if it still
+ * holds what was read ("n").  A slot that meanwhile got a later number
+ * leaves the post out, as if overwritten.
  *
  * Deliveries come in about, not exactly, the order of the posts' ids: an
- * overwritten entry may be newer than some kept.  The entry a slot held is
- * read as it is overwritten, and "w" keeps the newest id ever overwritten:
- * every post from the later of the floor "f" (as in the time buckets
- * model: the user's first read, then each follow or unfollow) and "w" up
- * is kept.  A post is kept once: {u, i} is unique, and a slot whose write
- * would repeat a kept post is left as it was.
+ * overwritten entry may be newer than some kept.  "w" keeps the newest id
+ * ever overwritten, raised before the overwrite: every post from the later
+ * of the floor "f" (as in the time buckets model: the user's first read,
+ * then each follow or unfollow) and "w" up is kept.  A post is kept once:
+ * {u, i} is unique.
  */
 
 
@@ -25,19 +34,69 @@
 #define NGX_HTTP_FEED_TIMELINES_CAPPED  "timeline_capped"
 #define NGX_HTTP_FEED_TIMELINES_USERS   "timeline_capped_users"
 
+/* rounds of a page of followers lost to concurrent deliveries */
+#define NGX_HTTP_FEED_TIMELINES_CAPPED_TRIES  8
 
-static ngx_int_t ngx_http_feed_timelines_capped_one(
-    mongoc_collection_t *entries, mongoc_collection_t *users,
-    ngx_http_feed_user_t *user, const bson_t *entry,
-    const bson_oid_t *id, ngx_uint_t cap, bson_error_t *error);
-static ngx_int_t ngx_http_feed_timelines_capped_count(
-    mongoc_collection_t *users, ngx_http_feed_user_t *user, int64_t *n,
+
+/* what a round knows of a follower */
+typedef struct {
+    ngx_uint_t                    state;
+#define NGX_HTTP_FEED_CAPPED_TODO     0       /* to claim a number */
+#define NGX_HTTP_FEED_CAPPED_ASKED    1       /* claimed, not known if held */
+#define NGX_HTTP_FEED_CAPPED_CLAIMED  2       /* its slot to be written */
+#define NGX_HTTP_FEED_CAPPED_OVER     3       /* overwritten already */
+#define NGX_HTTP_FEED_CAPPED_DONE     4
+    int64_t                       n;          /* the counter as read */
+    int64_t                       m;          /* the number of the post */
+    int64_t                       old;        /* the slot's, as read; 0 */
+    ngx_uint_t                    held;       /* the slot held "was" */
+    bson_oid_t                    was;
+    char                          name[NGX_HTTP_FEED_USER_MAX + 24];
+                                              /* the slot */
+} ngx_http_feed_capped_t;
+
+
+/* a page of followers being written */
+typedef struct {
+    ngx_http_feed_user_t           *users;
+    size_t                          n;
+    ngx_http_feed_timelines_key_t  *keys;
+    ngx_http_feed_capped_t         *state;
+    char                          **slots;
+    u_char                         *pick;     /* those of a query */
+    const bson_t                   *entry;
+    const bson_oid_t               *id;
+    int64_t                         cap;
+    mongoc_collection_t            *entries;
+    mongoc_collection_t            *counters;
+} ngx_http_feed_capped_page_t;
+
+
+static ngx_int_t ngx_http_feed_timelines_capped_round(
+    ngx_http_feed_capped_page_t *pg, bson_error_t *error);
+static size_t ngx_http_feed_timelines_capped_pick(
+    ngx_http_feed_capped_page_t *pg, ngx_uint_t a, ngx_uint_t b);
+static ngx_int_t ngx_http_feed_timelines_capped_query(
+    ngx_http_feed_capped_page_t *pg, mongoc_collection_t *coll,
+    bson_t *filter, const char *fields, ngx_uint_t what,
     bson_error_t *error);
-static ngx_int_t ngx_http_feed_timelines_capped_mark(
-    mongoc_collection_t *users, ngx_http_feed_user_t *user,
-    const bson_t *old, bson_error_t *error);
+static void ngx_http_feed_timelines_capped_found(
+    ngx_http_feed_capped_page_t *pg, const bson_t *doc, ngx_uint_t what);
+static ngx_int_t ngx_http_feed_timelines_capped_claim(
+    ngx_http_feed_capped_page_t *pg, bson_error_t *error);
+static ngx_int_t ngx_http_feed_timelines_capped_counter(
+    mongoc_bulk_operation_t *bulk, ngx_http_feed_capped_page_t *pg,
+    size_t i, bson_error_t *error);
+static ngx_int_t ngx_http_feed_timelines_capped_write(
+    ngx_http_feed_capped_page_t *pg, bson_error_t *error);
 static void ngx_http_feed_timelines_capped_next(const bson_oid_t *id,
     bson_oid_t *next);
+
+
+/* what a query answers (ngx_http_feed_timelines_capped_found()) */
+#define NGX_HTTP_FEED_CAPPED_HAS      0
+#define NGX_HTTP_FEED_CAPPED_COUNTER  1
+#define NGX_HTTP_FEED_CAPPED_SLOT     2
 
 
 /* a user's entries, newest first; a post once per user */
@@ -50,7 +109,7 @@ ngx_http_feed_mongo_indexes_t  ngx_http_feed_timelines_capped_indexes = {
 };
 
 
-/* a post into the slots of these users, one after the other */
+/* a post into the slots of these users, in rounds until all have it */
 
 ngx_int_t
 ngx_http_feed_timelines_capped_add(mongoc_client_t *client,
@@ -58,210 +117,477 @@ ngx_http_feed_timelines_capped_add(mongoc_client_t *client,
     ngx_http_feed_user_t *users, size_t n, const bson_t *entry,
     bson_error_t *error)
 {
-    size_t                i;
-    ngx_int_t             rc;
-    bson_iter_t           it;
-    mongoc_collection_t  *entries, *counters;
+    size_t                       i, k;
+    ngx_int_t                    rc;
+    bson_iter_t                  it;
+    ngx_http_feed_capped_page_t  pg;
+
+    if (n == 0) {
+        return NGX_OK;
+    }
 
     if (!bson_iter_init_find(&it, entry, "i") || !BSON_ITER_HOLDS_OID(&it)) {
         return NGX_ERROR;
     }
 
-    entries = mongoc_client_get_collection(client, database,
-                                           NGX_HTTP_FEED_TIMELINES_CAPPED);
-    counters = mongoc_client_get_collection(client, database,
-                                            NGX_HTTP_FEED_TIMELINES_USERS);
+    pg.users = users;
+    pg.n = n;
+    pg.keys = ngx_http_feed_timelines_keys(users, n);
+    pg.state = bson_malloc0(n * sizeof(ngx_http_feed_capped_t));
+    pg.slots = bson_malloc(n * sizeof(char *));
+    pg.pick = bson_malloc(n);
+    pg.entry = entry;
+    pg.id = bson_iter_oid(&it);
+    pg.cap = (int64_t) tc->cap;
+    pg.entries = mongoc_client_get_collection(client, database,
+                                              NGX_HTTP_FEED_TIMELINES_CAPPED);
+    pg.counters = mongoc_client_get_collection(client, database,
+                                               NGX_HTTP_FEED_TIMELINES_USERS);
 
-    rc = NGX_OK;
-
-    for (i = 0; rc == NGX_OK && i < n; i++) {
-        rc = ngx_http_feed_timelines_capped_one(entries, counters, &users[i],
-                                                entry, bson_iter_oid(&it),
-                                                tc->cap, error);
+    for (i = 0; i < n; i++) {
+        pg.slots[i] = pg.state[i].name;
     }
 
-    mongoc_collection_destroy(counters);
-    mongoc_collection_destroy(entries);
+    rc = NGX_AGAIN;
+
+    for (k = 0;
+         rc == NGX_AGAIN && k < NGX_HTTP_FEED_TIMELINES_CAPPED_TRIES;
+         k++)
+    {
+        rc = ngx_http_feed_timelines_capped_round(&pg, error);
+    }
+
+    if (rc == NGX_AGAIN) {
+        bson_set_error(error, MONGOC_ERROR_COMMAND,
+                       MONGOC_ERROR_COMMAND_INVALID_ARG,
+                       "capped: %d rounds lost to concurrent writes",
+                       NGX_HTTP_FEED_TIMELINES_CAPPED_TRIES);
+        rc = NGX_ERROR;
+    }
+
+    mongoc_collection_destroy(pg.counters);
+    mongoc_collection_destroy(pg.entries);
+    bson_free(pg.pick);
+    bson_free(pg.slots);
+    bson_free(pg.state);
+    bson_free(pg.keys);
 
     return rc;
 }
 
 
 /*
- * The user's next slot, written with the post unless the user has it
- * already; the entry it held, if newer than what "w" says, moves "w"
+ * One round: who has the post, the counters of those with no number yet
+ * (or whose claim may not have held), the slots of the numbers; then the
+ * claims, then the slots.  NGX_AGAIN: some are not done.
  */
 
 static ngx_int_t
-ngx_http_feed_timelines_capped_one(mongoc_collection_t *entries,
-    mongoc_collection_t *users, ngx_http_feed_user_t *user,
-    const bson_t *entry, const bson_oid_t *id, ngx_uint_t cap,
+ngx_http_feed_timelines_capped_round(ngx_http_feed_capped_page_t *pg,
     bson_error_t *error)
 {
-    char                            slot[NGX_HTTP_FEED_USER_MAX + 32];
-    bool                            ok;
-    bson_t                          query, update, set, reply, old;
-    int64_t                         n;
-    ngx_int_t                       rc;
-    bson_iter_t                     it;
-    mongoc_find_and_modify_opts_t  *opts;
+    size_t                   i;
+    bson_t                   filter;
+    ngx_int_t                rc;
+    ngx_http_feed_capped_t  *f;
 
-    /* a post the user has already: nothing, not even a slot */
-
-    bson_init(&query);
-    bson_append_utf8(&query, "u", 1, user->data, (int) user->len);
-    BSON_APPEND_OID(&query, "i", id);
-
-    rc = ngx_http_feed_mongo_find_one(entries, &query, NULL, &old, error);
-    bson_destroy(&query);
-
-    if (rc != NGX_DECLINED) {
-        if (rc == NGX_OK) {
-            bson_destroy(&old);
-        }
-
-        return rc == NGX_OK ? NGX_OK : NGX_ERROR;
-    }
-
-    if (ngx_http_feed_timelines_capped_count(users, user, &n, error)
-        != NGX_OK)
+    if (ngx_http_feed_timelines_capped_pick(pg, NGX_HTTP_FEED_CAPPED_TODO,
+                                            NGX_HTTP_FEED_CAPPED_OVER))
     {
-        return NGX_ERROR;
-    }
+        bson_init(&filter);
+        ngx_http_feed_timelines_in(&filter, "u", pg->users, pg->n, pg->pick,
+                                   NULL);
+        BSON_APPEND_OID(&filter, "i", pg->id);
 
-    ngx_sprintf((u_char *) slot, "%s_%L%Z", user->data,
-                (int64_t) (n % (int64_t) cap));
-
-    bson_init(&query);
-    BSON_APPEND_UTF8(&query, "_id", slot);
-
-    bson_init(&update);
-    BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
-    bson_append_utf8(&set, "u", 1, user->data, (int) user->len);
-    bson_concat(&set, entry);
-    bson_append_document_end(&update, &set);
-
-    opts = mongoc_find_and_modify_opts_new();
-    mongoc_find_and_modify_opts_set_update(opts, &update);
-    mongoc_find_and_modify_opts_set_flags(opts,
-                                          MONGOC_FIND_AND_MODIFY_UPSERT);
-
-    ok = mongoc_collection_find_and_modify_with_opts(entries, &query, opts,
-                                                     &reply, error);
-
-    mongoc_find_and_modify_opts_destroy(opts);
-    bson_destroy(&update);
-    bson_destroy(&query);
-
-    if (!ok) {
-        bson_destroy(&reply);
-
-        /* written meanwhile by another delivery of the post */
-        return error->code == MONGOC_ERROR_DUPLICATE_KEY ? NGX_OK : NGX_ERROR;
-    }
-
-    rc = NGX_OK;
-
-    if (bson_iter_init_find(&it, &reply, "value")
-        && BSON_ITER_HOLDS_DOCUMENT(&it))
-    {
-        uint32_t        len;
-        const uint8_t  *data;
-
-        bson_iter_document(&it, &len, &data);
-
-        if (bson_init_static(&old, data, len)) {
-            rc = ngx_http_feed_timelines_capped_mark(users, user, &old,
-                                                     error);
+        if (ngx_http_feed_timelines_capped_query(pg, pg->entries, &filter,
+                                                 "u", NGX_HTTP_FEED_CAPPED_HAS,
+                                                 error)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
         }
     }
 
-    bson_destroy(&reply);
+    if (ngx_http_feed_timelines_capped_pick(pg, NGX_HTTP_FEED_CAPPED_TODO,
+                                            NGX_HTTP_FEED_CAPPED_ASKED))
+    {
+        bson_init(&filter);
+        ngx_http_feed_timelines_in(&filter, "_id", pg->users, pg->n,
+                                   pg->pick, NULL);
+
+        if (ngx_http_feed_timelines_capped_query(pg, pg->counters, &filter,
+                                                 "n p",
+                                                 NGX_HTTP_FEED_CAPPED_COUNTER,
+                                                 error)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    /* the slot of each number, to be claimed or claimed */
+
+    for (i = 0; i < pg->n; i++) {
+        f = &pg->state[i];
+
+        if (f->state == NGX_HTTP_FEED_CAPPED_TODO) {
+            f->m = f->n + 1;
+        }
+
+        if (f->state <= NGX_HTTP_FEED_CAPPED_CLAIMED) {
+            ngx_sprintf((u_char *) f->name, "%s_%L%Z", pg->users[i].data,
+                        f->m % pg->cap);
+            f->old = 0;
+            f->held = 0;
+        }
+    }
+
+    if (ngx_http_feed_timelines_capped_pick(pg, NGX_HTTP_FEED_CAPPED_TODO,
+                                            NGX_HTTP_FEED_CAPPED_CLAIMED))
+    {
+        bson_init(&filter);
+        ngx_http_feed_timelines_in(&filter, "_id", pg->users, pg->n,
+                                   pg->pick, pg->slots);
+
+        if (ngx_http_feed_timelines_capped_query(pg, pg->entries, &filter,
+                                                 "u i n",
+                                                 NGX_HTTP_FEED_CAPPED_SLOT,
+                                                 error)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    rc = ngx_http_feed_timelines_capped_claim(pg, error);
+
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    return ngx_http_feed_timelines_capped_write(pg, error);
+}
+
+
+/* pick[]: the users in states a to b; how many */
+
+static size_t
+ngx_http_feed_timelines_capped_pick(ngx_http_feed_capped_page_t *pg,
+    ngx_uint_t a, ngx_uint_t b)
+{
+    size_t  i, m;
+
+    for (i = 0, m = 0; i < pg->n; i++) {
+        pg->pick[i] = (pg->state[i].state >= a && pg->state[i].state <= b);
+        m += pg->pick[i];
+    }
+
+    return m;
+}
+
+
+/* a query of filter (destroyed), its answers taken as "what" says */
+
+static ngx_int_t
+ngx_http_feed_timelines_capped_query(ngx_http_feed_capped_page_t *pg,
+    mongoc_collection_t *coll, bson_t *filter, const char *fields,
+    ngx_uint_t what, bson_error_t *error)
+{
+    bson_t            opts, proj;
+    ngx_int_t         rc;
+    const char       *p;
+    const bson_t     *doc;
+    mongoc_cursor_t  *cursor;
+
+    bson_init(&opts);
+    BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &proj);
+
+    for (p = fields; *p; p++) {
+        if (*p != ' ') {
+            bson_append_int32(&proj, p, 1, 1);
+        }
+    }
+
+    bson_append_document_end(&opts, &proj);
+
+    cursor = mongoc_collection_find_with_opts(coll, filter, &opts, NULL);
+
+    while (mongoc_cursor_next(cursor, &doc)) {
+        ngx_http_feed_timelines_capped_found(pg, doc, what);
+    }
+
+    rc = mongoc_cursor_error(cursor, error) ? NGX_ERROR : NGX_OK;
+
+    mongoc_cursor_destroy(cursor);
+    bson_destroy(&opts);
+    bson_destroy(filter);
 
     return rc;
 }
 
 
-/* the user's counter, moved on: the number of the post being written */
+/*
+ * An answer: a user who has the post is done; a counter read tells a
+ * claim that held (it has the number and the post); a slot read, what
+ * its write overwrites, or that a later number took it
+ */
 
-static ngx_int_t
-ngx_http_feed_timelines_capped_count(mongoc_collection_t *users,
-    ngx_http_feed_user_t *user, int64_t *n, bson_error_t *error)
+static void
+ngx_http_feed_timelines_capped_found(ngx_http_feed_capped_page_t *pg,
+    const bson_t *doc, ngx_uint_t what)
 {
-    bool                            ok;
-    bson_t                          query, update, inc, reply, doc;
-    uint32_t                        len;
-    bson_iter_t                     it;
-    const uint8_t                  *data;
-    mongoc_find_and_modify_opts_t  *opts;
+    ssize_t                  k;
+    uint32_t                 len;
+    const char              *name;
+    bson_iter_t              it;
+    ngx_http_feed_capped_t  *f;
 
-    bson_init(&query);
-    bson_append_utf8(&query, "_id", 3, user->data, (int) user->len);
-
-    bson_init(&update);
-    BSON_APPEND_DOCUMENT_BEGIN(&update, "$inc", &inc);
-    BSON_APPEND_INT64(&inc, "n", 1);
-    bson_append_document_end(&update, &inc);
-
-    opts = mongoc_find_and_modify_opts_new();
-    mongoc_find_and_modify_opts_set_update(opts, &update);
-    mongoc_find_and_modify_opts_set_flags(opts,
-        MONGOC_FIND_AND_MODIFY_UPSERT | MONGOC_FIND_AND_MODIFY_RETURN_NEW);
-
-    ok = mongoc_collection_find_and_modify_with_opts(users, &query, opts,
-                                                     &reply, error);
-
-    mongoc_find_and_modify_opts_destroy(opts);
-    bson_destroy(&update);
-    bson_destroy(&query);
-
-    *n = 0;
-
-    if (ok && bson_iter_init_find(&it, &reply, "value")
-        && BSON_ITER_HOLDS_DOCUMENT(&it))
+    if (!bson_iter_init_find(&it, doc,
+                             what == NGX_HTTP_FEED_CAPPED_COUNTER ? "_id"
+                                                                  : "u")
+        || !BSON_ITER_HOLDS_UTF8(&it))
     {
-        bson_iter_document(&it, &len, &data);
-
-        if (bson_init_static(&doc, data, len)) {
-            *n = ngx_http_feed_bson_int(&doc, "n");
-        }
+        return;
     }
 
-    bson_destroy(&reply);
+    name = bson_iter_utf8(&it, &len);
+    k = ngx_http_feed_timelines_key(pg->keys, pg->n, name, len);
 
-    return (ok && *n > 0) ? NGX_OK : NGX_ERROR;
+    if (k < 0) {
+        return;
+    }
+
+    f = &pg->state[k];
+
+    switch (what) {
+
+    case NGX_HTTP_FEED_CAPPED_HAS:
+        f->state = NGX_HTTP_FEED_CAPPED_DONE;
+        return;
+
+    case NGX_HTTP_FEED_CAPPED_COUNTER:
+        f->n = ngx_http_feed_bson_int(doc, "n");
+
+        if (f->state == NGX_HTTP_FEED_CAPPED_ASKED) {
+            f->state = (f->n == f->m && bson_iter_init_find(&it, doc, "p")
+                        && BSON_ITER_HOLDS_OID(&it)
+                        && bson_oid_equal(bson_iter_oid(&it), pg->id))
+                       ? NGX_HTTP_FEED_CAPPED_CLAIMED
+                       : NGX_HTTP_FEED_CAPPED_TODO;
+        }
+
+        return;
+
+    default: /* NGX_HTTP_FEED_CAPPED_SLOT */
+        f->old = ngx_http_feed_bson_int(doc, "n");
+        f->held = bson_iter_init_find(&it, doc, "i")
+                  && BSON_ITER_HOLDS_OID(&it);
+
+        if (f->held) {
+            bson_oid_copy(bson_iter_oid(&it), &f->was);
+        }
+
+        if (f->state == NGX_HTTP_FEED_CAPPED_CLAIMED && f->old >= f->m) {
+            /* a later number's post is there: ours counts as overwritten */
+            f->state = NGX_HTTP_FEED_CAPPED_OVER;
+        }
+    }
 }
 
 
-/* an overwritten entry: "w" is the newest id ever overwritten */
+/*
+ * The counters: each number claimed if the counter is still as read, "w"
+ * raised to what the slots to be written hold, and to the post itself
+ * where a later number took its slot.  NGX_AGAIN when some claim did not
+ * hold (the next round reads which).
+ */
 
 static ngx_int_t
-ngx_http_feed_timelines_capped_mark(mongoc_collection_t *users,
-    ngx_http_feed_user_t *user, const bson_t *old, bson_error_t *error)
+ngx_http_feed_timelines_capped_claim(ngx_http_feed_capped_page_t *pg,
+    bson_error_t *error)
 {
-    bool         ok;
-    bson_t       query, update, max;
-    bson_iter_t  it;
+    size_t                    i;
+    int64_t                   ops, done;
+    ngx_int_t                 rc;
+    ngx_http_feed_capped_t   *f;
+    mongoc_bulk_operation_t  *bulk;
 
-    if (!bson_iter_init_find(&it, old, "i") || !BSON_ITER_HOLDS_OID(&it)) {
+    bulk = ngx_http_feed_timelines_unordered(pg->counters);
+    ops = 0;
+    rc = NGX_OK;
+
+    for (i = 0; rc == NGX_OK && i < pg->n; i++) {
+        f = &pg->state[i];
+
+        if (f->state == NGX_HTTP_FEED_CAPPED_TODO
+            || f->state == NGX_HTTP_FEED_CAPPED_OVER
+            || (f->state == NGX_HTTP_FEED_CAPPED_CLAIMED && f->held))
+        {
+            rc = ngx_http_feed_timelines_capped_counter(bulk, pg, i, error);
+            ops++;
+        }
+    }
+
+    if (rc != NGX_OK || ops == 0) {
+        mongoc_bulk_operation_destroy(bulk);
+        return rc;
+    }
+
+    rc = ngx_http_feed_timelines_bulk(bulk, &done, error);
+    mongoc_bulk_operation_destroy(bulk);
+
+    for (i = 0; i < pg->n; i++) {
+        f = &pg->state[i];
+
+        if (f->state == NGX_HTTP_FEED_CAPPED_TODO) {
+            f->state = (rc == NGX_OK && done == ops)
+                       ? NGX_HTTP_FEED_CAPPED_CLAIMED
+                       : NGX_HTTP_FEED_CAPPED_ASKED;
+
+        } else if (f->state == NGX_HTTP_FEED_CAPPED_OVER && rc == NGX_OK
+                   && done == ops)
+        {
+            f->state = NGX_HTTP_FEED_CAPPED_DONE;
+        }
+    }
+
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    return done == ops ? NGX_OK : NGX_AGAIN;
+}
+
+
+/* one user's counter statement of the claims' bulk */
+
+static ngx_int_t
+ngx_http_feed_timelines_capped_counter(mongoc_bulk_operation_t *bulk,
+    ngx_http_feed_capped_page_t *pg, size_t i, bson_error_t *error)
+{
+    bool                     ok;
+    bson_t                   selector, update, set, max, opts;
+    ngx_http_feed_user_t    *user;
+    ngx_http_feed_capped_t  *f;
+
+    f = &pg->state[i];
+    user = &pg->users[i];
+
+    bson_init(&selector);
+    bson_append_utf8(&selector, "_id", 3, user->data, (int) user->len);
+    bson_init(&update);
+    bson_init(&opts);
+
+    if (f->state == NGX_HTTP_FEED_CAPPED_TODO) {
+        /* still as read: a counter never set is null (a floor only) */
+        if (f->n) {
+            BSON_APPEND_INT64(&selector, "n", f->n);
+
+        } else {
+            BSON_APPEND_NULL(&selector, "n");
+            BSON_APPEND_BOOL(&opts, "upsert", true);
+        }
+
+        BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
+        BSON_APPEND_INT64(&set, "n", f->m);
+        BSON_APPEND_OID(&set, "p", pg->id);
+        bson_append_document_end(&update, &set);
+    }
+
+    if (f->state == NGX_HTTP_FEED_CAPPED_OVER || f->held) {
+        BSON_APPEND_DOCUMENT_BEGIN(&update, "$max", &max);
+        BSON_APPEND_OID(&max, "w", f->state == NGX_HTTP_FEED_CAPPED_OVER
+                                   ? pg->id : &f->was);
+        bson_append_document_end(&update, &max);
+    }
+
+    ok = mongoc_bulk_operation_update_one_with_opts(bulk, &selector, &update,
+                                                    &opts, error);
+    bson_destroy(&opts);
+    bson_destroy(&update);
+    bson_destroy(&selector);
+
+    return ok ? NGX_OK : NGX_ERROR;
+}
+
+
+/*
+ * The slots of the numbers claimed, each replaced if it still holds the
+ * number read (or made).  A duplicate key: the slot changed meanwhile, or
+ * the user got the post by another delivery; the next round finds which.
+ */
+
+static ngx_int_t
+ngx_http_feed_timelines_capped_write(ngx_http_feed_capped_page_t *pg,
+    bson_error_t *error)
+{
+    bool                      ok;
+    size_t                    i;
+    bson_t                    selector, doc, opts;
+    int64_t                   ops, done;
+    ngx_int_t                 rc;
+    ngx_http_feed_user_t     *user;
+    ngx_http_feed_capped_t   *f;
+    mongoc_bulk_operation_t  *bulk;
+
+    bulk = ngx_http_feed_timelines_unordered(pg->entries);
+    bson_init(&opts);
+    BSON_APPEND_BOOL(&opts, "upsert", true);
+
+    ops = 0;
+    ok = true;
+
+    for (i = 0; ok && i < pg->n; i++) {
+        f = &pg->state[i];
+        user = &pg->users[i];
+
+        if (f->state != NGX_HTTP_FEED_CAPPED_CLAIMED) {
+            continue;
+        }
+
+        bson_init(&selector);
+        BSON_APPEND_UTF8(&selector, "_id", f->name);
+
+        if (f->old) {
+            BSON_APPEND_INT64(&selector, "n", f->old);
+
+        } else {
+            BSON_APPEND_NULL(&selector, "n");
+        }
+
+        bson_init(&doc);
+        bson_append_utf8(&doc, "u", 1, user->data, (int) user->len);
+        BSON_APPEND_INT64(&doc, "n", f->m);
+        bson_concat(&doc, pg->entry);
+
+        ok = mongoc_bulk_operation_replace_one_with_opts(bulk, &selector,
+                                                         &doc, &opts, error);
+        bson_destroy(&doc);
+        bson_destroy(&selector);
+        ops++;
+    }
+
+    bson_destroy(&opts);
+
+    if (!ok || ops == 0) {
+        mongoc_bulk_operation_destroy(bulk);
+        return ok ? NGX_OK : NGX_ERROR;
+    }
+
+    rc = ngx_http_feed_timelines_bulk(bulk, &done, error);
+    mongoc_bulk_operation_destroy(bulk);
+
+    if (rc == NGX_OK && done == ops) {
+        for (i = 0; i < pg->n; i++) {
+            if (pg->state[i].state == NGX_HTTP_FEED_CAPPED_CLAIMED) {
+                pg->state[i].state = NGX_HTTP_FEED_CAPPED_DONE;
+            }
+        }
+
         return NGX_OK;
     }
 
-    bson_init(&query);
-    bson_append_utf8(&query, "_id", 3, user->data, (int) user->len);
-
-    bson_init(&update);
-    BSON_APPEND_DOCUMENT_BEGIN(&update, "$max", &max);
-    BSON_APPEND_OID(&max, "w", bson_iter_oid(&it));
-    bson_append_document_end(&update, &max);
-
-    ok = mongoc_collection_update_one(users, &query, &update, NULL, NULL,
-                                      error);
-
-    bson_destroy(&update);
-    bson_destroy(&query);
-
-    return ok ? NGX_OK : NGX_ERROR;
+    return rc == NGX_ERROR ? NGX_ERROR : NGX_AGAIN;
 }
 
 

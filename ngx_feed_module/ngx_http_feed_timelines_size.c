@@ -35,35 +35,39 @@
 
 /* what a round knows of a follower */
 typedef struct {
-    ngx_http_feed_user_t         *user;
-    const char                   *name;     /* the user's, for lookups */
-    size_t                        len;
     int64_t                       s;        /* their newest bucket, or -1 */
     int64_t                       n;        /* its "n"; -1: to be opened */
     ngx_uint_t                    has;      /* the post is theirs already */
 } ngx_http_feed_size_t;
 
 
+/* a page of followers being written */
+typedef struct {
+    ngx_http_feed_user_t           *users;
+    size_t                          n;
+    ngx_http_feed_timelines_key_t  *keys;
+    ngx_http_feed_size_t           *state;
+    u_char                         *pick;     /* those of a query */
+    const bson_t                   *entry;
+    const bson_oid_t               *id;
+    int64_t                         size;
+} ngx_http_feed_size_page_t;
+
+
 static ngx_int_t ngx_http_feed_timelines_size_state(
-    mongoc_collection_t *coll, ngx_http_feed_size_t *state, size_t n,
-    const bson_oid_t *id, ngx_uint_t size, bson_error_t *error);
+    mongoc_collection_t *coll, ngx_http_feed_size_page_t *pg,
+    bson_error_t *error);
 static ngx_int_t ngx_http_feed_timelines_size_newest(
-    mongoc_collection_t *coll, ngx_http_feed_size_t *state, size_t n,
-    ngx_uint_t size, bson_error_t *error);
+    mongoc_collection_t *coll, ngx_http_feed_size_page_t *pg,
+    bson_error_t *error);
 static ngx_int_t ngx_http_feed_timelines_size_scan(
     mongoc_collection_t *coll, const bson_t *filter, const bson_t *opts,
-    ngx_http_feed_size_t *state, size_t n, bson_error_t *error);
-static void ngx_http_feed_timelines_size_users(bson_t *filter,
-    ngx_http_feed_size_t *state, size_t n);
-static ngx_http_feed_size_t *ngx_http_feed_timelines_size_find(
-    ngx_http_feed_size_t *state, size_t n, const bson_t *doc, int64_t *s);
+    ngx_http_feed_size_page_t *pg, bson_error_t *error);
 static ngx_int_t ngx_http_feed_timelines_size_write(
-    mongoc_collection_t *coll, ngx_http_feed_size_t *state, size_t n,
-    const bson_t *entry, const bson_oid_t *id, ngx_uint_t size,
+    mongoc_collection_t *coll, ngx_http_feed_size_page_t *pg,
     bson_error_t *error);
 static ngx_int_t ngx_http_feed_timelines_size_push(
-    mongoc_bulk_operation_t *bulk, ngx_http_feed_size_t *f,
-    const bson_t *entry, const bson_oid_t *id, ngx_uint_t size,
+    mongoc_bulk_operation_t *bulk, ngx_http_feed_size_page_t *pg, size_t i,
     bson_error_t *error);
 static ngx_int_t ngx_http_feed_timelines_size_open(
     mongoc_bulk_operation_t *bulk, ngx_http_feed_user_t *user, int64_t s,
@@ -71,8 +75,6 @@ static ngx_int_t ngx_http_feed_timelines_size_open(
 static void ngx_http_feed_timelines_size_bucket(const bson_t *doc,
     ngx_http_feed_posts_range_t *range, const bson_oid_t *bound,
     size_t want, bson_oid_t **ids, size_t *m);
-static int ngx_http_feed_timelines_size_cmp_user(const void *a,
-    const void *b);
 static int ngx_http_feed_timelines_size_cmp_oid(const void *a,
     const void *b);
 
@@ -103,12 +105,11 @@ ngx_http_feed_timelines_size_add(mongoc_client_t *client,
     ngx_http_feed_user_t *users, size_t n, const bson_t *entry,
     bson_error_t *error)
 {
-    size_t                 i, k;
-    ngx_int_t              rc;
-    bson_iter_t            it;
-    const bson_oid_t      *id;
-    mongoc_collection_t   *coll;
-    ngx_http_feed_size_t  *state;
+    size_t                      k;
+    ngx_int_t                   rc;
+    bson_iter_t                 it;
+    mongoc_collection_t        *coll;
+    ngx_http_feed_size_page_t   pg;
 
     if (n == 0) {
         return NGX_OK;
@@ -118,19 +119,14 @@ ngx_http_feed_timelines_size_add(mongoc_client_t *client,
         return NGX_ERROR;
     }
 
-    id = bson_iter_oid(&it);
-
-    state = bson_malloc(n * sizeof(ngx_http_feed_size_t));
-
-    for (i = 0; i < n; i++) {
-        state[i].user = &users[i];
-        state[i].name = users[i].data;
-        state[i].len = users[i].len;
-    }
-
-    /* sorted by user, for the answers' lookups */
-    qsort(state, n, sizeof(ngx_http_feed_size_t),
-          ngx_http_feed_timelines_size_cmp_user);
+    pg.users = users;
+    pg.n = n;
+    pg.keys = ngx_http_feed_timelines_keys(users, n);
+    pg.state = bson_malloc(n * sizeof(ngx_http_feed_size_t));
+    pg.pick = bson_malloc(n);
+    pg.entry = entry;
+    pg.id = bson_iter_oid(&it);
+    pg.size = (int64_t) tc->size;
 
     coll = mongoc_client_get_collection(client, database,
                                         NGX_HTTP_FEED_TIMELINES_SIZE);
@@ -140,12 +136,10 @@ ngx_http_feed_timelines_size_add(mongoc_client_t *client,
     for (k = 0; rc == NGX_AGAIN && k < NGX_HTTP_FEED_TIMELINES_SIZE_TRIES;
          k++)
     {
-        rc = ngx_http_feed_timelines_size_state(coll, state, n, id,
-                                                tc->size, error);
+        rc = ngx_http_feed_timelines_size_state(coll, &pg, error);
 
         if (rc == NGX_OK) {
-            rc = ngx_http_feed_timelines_size_write(coll, state, n, entry,
-                                                    id, tc->size, error);
+            rc = ngx_http_feed_timelines_size_write(coll, &pg, error);
         }
     }
 
@@ -158,7 +152,9 @@ ngx_http_feed_timelines_size_add(mongoc_client_t *client,
     }
 
     mongoc_collection_destroy(coll);
-    bson_free(state);
+    bson_free(pg.pick);
+    bson_free(pg.state);
+    bson_free(pg.keys);
 
     return rc;
 }
@@ -171,30 +167,30 @@ ngx_http_feed_timelines_size_add(mongoc_client_t *client,
 
 static ngx_int_t
 ngx_http_feed_timelines_size_state(mongoc_collection_t *coll,
-    ngx_http_feed_size_t *state, size_t n, const bson_oid_t *id,
-    ngx_uint_t size, bson_error_t *error)
+    ngx_http_feed_size_page_t *pg, bson_error_t *error)
 {
     size_t      i, lost;
     bson_t      filter, or, clause, lt, opts, proj, c, m;
     ngx_int_t   rc;
 
-    for (i = 0; i < n; i++) {
-        state[i].s = -1;
-        state[i].n = -1;
-        state[i].has = 0;
+    for (i = 0; i < pg->n; i++) {
+        pg->state[i].s = -1;
+        pg->state[i].n = -1;
+        pg->state[i].has = 0;
     }
 
     bson_init(&filter);
-    ngx_http_feed_timelines_size_users(&filter, state, n);
+    ngx_http_feed_timelines_in(&filter, "_id.u", pg->users, pg->n, NULL,
+                               NULL);
 
     BSON_APPEND_ARRAY_BEGIN(&filter, "$or", &or);
     BSON_APPEND_DOCUMENT_BEGIN(&or, "0", &clause);
     BSON_APPEND_DOCUMENT_BEGIN(&clause, "n", &lt);
-    BSON_APPEND_INT64(&lt, "$lt", (int64_t) size);
+    BSON_APPEND_INT64(&lt, "$lt", pg->size);
     bson_append_document_end(&clause, &lt);
     bson_append_document_end(&or, &clause);
     BSON_APPEND_DOCUMENT_BEGIN(&or, "1", &clause);
-    BSON_APPEND_OID(&clause, "c.i", id);
+    BSON_APPEND_OID(&clause, "c.i", pg->id);
     bson_append_document_end(&or, &clause);
     bson_append_array_end(&filter, &or);
 
@@ -204,13 +200,12 @@ ngx_http_feed_timelines_size_state(mongoc_collection_t *coll,
     BSON_APPEND_INT32(&proj, "n", 1);
     BSON_APPEND_DOCUMENT_BEGIN(&proj, "c", &c);
     BSON_APPEND_DOCUMENT_BEGIN(&c, "$elemMatch", &m);
-    BSON_APPEND_OID(&m, "i", id);
+    BSON_APPEND_OID(&m, "i", pg->id);
     bson_append_document_end(&c, &m);
     bson_append_document_end(&proj, &c);
     bson_append_document_end(&opts, &proj);
 
-    rc = ngx_http_feed_timelines_size_scan(coll, &filter, &opts, state, n,
-                                           error);
+    rc = ngx_http_feed_timelines_size_scan(coll, &filter, &opts, pg, error);
     bson_destroy(&opts);
     bson_destroy(&filter);
 
@@ -220,29 +215,27 @@ ngx_http_feed_timelines_size_state(mongoc_collection_t *coll,
 
     lost = 0;
 
-    for (i = 0; i < n; i++) {
-        if (!state[i].has && state[i].s < 0) {
-            lost++;
-        }
+    for (i = 0; i < pg->n; i++) {
+        pg->pick[i] = (!pg->state[i].has && pg->state[i].s < 0);
+        lost += pg->pick[i];
     }
 
     if (lost == 0) {
         return NGX_OK;
     }
 
-    return ngx_http_feed_timelines_size_newest(coll, state, n, size, error);
+    return ngx_http_feed_timelines_size_newest(coll, pg, error);
 }
 
 
 /*
- * The users whose buckets are all full, or who have none: their newest
- * bucket, the next one to be opened after it when it is full
+ * The users whose buckets are all full, or who have none (pick[]): their
+ * newest bucket, the next one to be opened after it when it is full
  */
 
 static ngx_int_t
 ngx_http_feed_timelines_size_newest(mongoc_collection_t *coll,
-    ngx_http_feed_size_t *state, size_t n, ngx_uint_t size,
-    bson_error_t *error)
+    ngx_http_feed_size_page_t *pg, bson_error_t *error)
 {
     size_t                 i;
     bson_t                 filter, ge, opts, proj;
@@ -250,7 +243,8 @@ ngx_http_feed_timelines_size_newest(mongoc_collection_t *coll,
     ngx_http_feed_size_t  *f;
 
     bson_init(&filter);
-    ngx_http_feed_timelines_size_users(&filter, state, n);
+    ngx_http_feed_timelines_in(&filter, "_id.u", pg->users, pg->n, pg->pick,
+                               NULL);
     BSON_APPEND_DOCUMENT_BEGIN(&filter, "_id.s", &ge);
     BSON_APPEND_INT64(&ge, "$gte", 0);
     bson_append_document_end(&filter, &ge);
@@ -260,15 +254,14 @@ ngx_http_feed_timelines_size_newest(mongoc_collection_t *coll,
     BSON_APPEND_INT32(&proj, "n", 1);
     bson_append_document_end(&opts, &proj);
 
-    rc = ngx_http_feed_timelines_size_scan(coll, &filter, &opts, state, n,
-                                           error);
+    rc = ngx_http_feed_timelines_size_scan(coll, &filter, &opts, pg, error);
     bson_destroy(&opts);
     bson_destroy(&filter);
 
-    for (i = 0; i < n; i++) {
-        f = &state[i];
+    for (i = 0; i < pg->n; i++) {
+        f = &pg->state[i];
 
-        if (f->has || (f->s >= 0 && f->n < (int64_t) size)) {
+        if (f->has || (f->s >= 0 && f->n < pg->size)) {
             continue;
         }
 
@@ -288,12 +281,15 @@ ngx_http_feed_timelines_size_newest(mongoc_collection_t *coll,
 
 static ngx_int_t
 ngx_http_feed_timelines_size_scan(mongoc_collection_t *coll,
-    const bson_t *filter, const bson_t *opts, ngx_http_feed_size_t *state,
-    size_t n, bson_error_t *error)
+    const bson_t *filter, const bson_t *opts, ngx_http_feed_size_page_t *pg,
+    bson_error_t *error)
 {
     int64_t                s;
+    ssize_t                k;
+    uint32_t               len;
     ngx_int_t              rc;
-    bson_iter_t            it;
+    const char            *name;
+    bson_iter_t            it, id;
     const bson_t          *doc;
     mongoc_cursor_t       *cursor;
     ngx_http_feed_size_t  *f;
@@ -301,11 +297,24 @@ ngx_http_feed_timelines_size_scan(mongoc_collection_t *coll,
     cursor = mongoc_collection_find_with_opts(coll, filter, opts, NULL);
 
     while (mongoc_cursor_next(cursor, &doc)) {
-        f = ngx_http_feed_timelines_size_find(state, n, doc, &s);
-
-        if (f == NULL || s < 0) {
+        if (!bson_iter_init_find(&it, doc, "_id")
+            || !BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &id)
+            || !bson_iter_find(&id, "u") || !BSON_ITER_HOLDS_UTF8(&id))
+        {
             continue;
         }
+
+        name = bson_iter_utf8(&id, &len);
+        k = ngx_http_feed_timelines_key(pg->keys, pg->n, name, len);
+
+        if (k < 0 || !bson_iter_recurse(&it, &id)
+            || !bson_iter_find(&id, "s")
+            || (s = bson_iter_as_int64(&id)) < 0)
+        {
+            continue;
+        }
+
+        f = &pg->state[k];
 
         if (bson_iter_init_find(&it, doc, "c")) {
             f->has = 1;
@@ -325,66 +334,6 @@ ngx_http_feed_timelines_size_scan(mongoc_collection_t *coll,
 }
 
 
-/* "_id.u" among the users whose bucket is not known yet (s: -1) */
-
-static void
-ngx_http_feed_timelines_size_users(bson_t *filter,
-    ngx_http_feed_size_t *state, size_t n)
-{
-    char         key[16];
-    size_t       i, m;
-    bson_t       in, c;
-    const char  *k;
-
-    BSON_APPEND_DOCUMENT_BEGIN(filter, "_id.u", &in);
-    BSON_APPEND_ARRAY_BEGIN(&in, "$in", &c);
-
-    for (i = 0, m = 0; i < n; i++) {
-        if (state[i].has || state[i].s >= 0) {
-            continue;
-        }
-
-        bson_uint32_to_string((uint32_t) m++, &k, key, sizeof(key));
-        bson_append_utf8(&c, k, -1, state[i].user->data,
-                         (int) state[i].user->len);
-    }
-
-    bson_append_array_end(&in, &c);
-    bson_append_document_end(filter, &in);
-}
-
-
-/* the state of a bucket's user, its number in *s */
-
-static ngx_http_feed_size_t *
-ngx_http_feed_timelines_size_find(ngx_http_feed_size_t *state, size_t n,
-    const bson_t *doc, int64_t *s)
-{
-    uint32_t               len;
-    bson_iter_t            it, id;
-    ngx_http_feed_size_t   key;
-
-    if (!bson_iter_init_find(&it, doc, "_id")
-        || !BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &id)
-        || !bson_iter_find(&id, "u") || !BSON_ITER_HOLDS_UTF8(&id))
-    {
-        return NULL;
-    }
-
-    key.name = bson_iter_utf8(&id, &len);
-    key.len = len;
-
-    if (!bson_iter_recurse(&it, &id) || !bson_iter_find(&id, "s")) {
-        return NULL;
-    }
-
-    *s = bson_iter_as_int64(&id);
-
-    return bsearch(&key, state, n, sizeof(ngx_http_feed_size_t),
-                   ngx_http_feed_timelines_size_cmp_user);
-}
-
-
 /*
  * One ordered bulk: for each user without the post, their next bucket
  * opened when needed, the push, and the bucket after it opened when the
@@ -394,14 +343,12 @@ ngx_http_feed_timelines_size_find(ngx_http_feed_size_t *state, size_t n,
 
 static ngx_int_t
 ngx_http_feed_timelines_size_write(mongoc_collection_t *coll,
-    ngx_http_feed_size_t *state, size_t n, const bson_t *entry,
-    const bson_oid_t *id, ngx_uint_t size, bson_error_t *error)
+    ngx_http_feed_size_page_t *pg, bson_error_t *error)
 {
-    bool                      ok;
     size_t                    i;
-    bson_t                    reply;
     int64_t                   ops, done;
     ngx_int_t                 rc;
+    ngx_http_feed_size_t     *f;
     mongoc_bulk_operation_t  *bulk;
 
     bulk = mongoc_collection_create_bulk_operation_with_opts(coll, NULL);
@@ -409,22 +356,23 @@ ngx_http_feed_timelines_size_write(mongoc_collection_t *coll,
     ops = 0;
     rc = NGX_OK;
 
-    for (i = 0; rc == NGX_OK && i < n; i++) {
-        if (state[i].has) {
+    for (i = 0; rc == NGX_OK && i < pg->n; i++) {
+        f = &pg->state[i];
+
+        if (f->has) {
             continue;
         }
 
-        if (state[i].n < 0) {
-            rc = ngx_http_feed_timelines_size_open(bulk, state[i].user,
-                                                   state[i].s, error);
-            state[i].n = 0;
+        if (f->n < 0) {
+            rc = ngx_http_feed_timelines_size_open(bulk, &pg->users[i], f->s,
+                                                   error);
+            f->n = 0;
             ops++;
         }
 
         if (rc == NGX_OK) {
-            rc = ngx_http_feed_timelines_size_push(bulk, &state[i], entry,
-                                                   id, size, error);
-            ops += (state[i].n + 1 == (int64_t) size) ? 2 : 1;
+            rc = ngx_http_feed_timelines_size_push(bulk, pg, i, error);
+            ops += (f->n + 1 == pg->size) ? 2 : 1;
         }
     }
 
@@ -433,17 +381,12 @@ ngx_http_feed_timelines_size_write(mongoc_collection_t *coll,
         return rc;
     }
 
-    ok = mongoc_bulk_operation_execute(bulk, &reply, error) != 0;
+    /* two openings of a bucket at once: where things are, again */
+    rc = ngx_http_feed_timelines_bulk(bulk, &done, error);
     mongoc_bulk_operation_destroy(bulk);
 
-    done = ngx_http_feed_bson_int(&reply, "nMatched")
-           + ngx_http_feed_bson_int(&reply, "nUpserted");
-    bson_destroy(&reply);
-
-    if (!ok) {
-        /* two openings of a bucket at once: where things are, again */
-        return error->code == MONGOC_ERROR_DUPLICATE_KEY ? NGX_AGAIN
-                                                         : NGX_ERROR;
+    if (rc != NGX_OK) {
+        return rc;
     }
 
     return done == ops ? NGX_OK : NGX_AGAIN;
@@ -457,33 +400,36 @@ ngx_http_feed_timelines_size_write(mongoc_collection_t *coll,
 
 static ngx_int_t
 ngx_http_feed_timelines_size_push(mongoc_bulk_operation_t *bulk,
-    ngx_http_feed_size_t *f, const bson_t *entry, const bson_oid_t *id,
-    ngx_uint_t size, bson_error_t *error)
+    ngx_http_feed_size_page_t *pg, size_t i, bson_error_t *error)
 {
-    bool    ok;
-    bson_t  selector, lt, ne, update, push, inc, max, min;
+    bool                   ok;
+    bson_t                 selector, lt, ne, update, push, inc, max, min;
+    ngx_http_feed_size_t  *f;
+
+    f = &pg->state[i];
 
     bson_init(&selector);
-    ngx_http_feed_timelines_bucket_id(&selector, "_id", f->user, "s", f->s);
+    ngx_http_feed_timelines_bucket_id(&selector, "_id", &pg->users[i], "s",
+                                      f->s);
     BSON_APPEND_DOCUMENT_BEGIN(&selector, "n", &lt);
-    BSON_APPEND_INT64(&lt, "$lt", (int64_t) size);
+    BSON_APPEND_INT64(&lt, "$lt", pg->size);
     bson_append_document_end(&selector, &lt);
     BSON_APPEND_DOCUMENT_BEGIN(&selector, "c.i", &ne);
-    BSON_APPEND_OID(&ne, "$ne", id);
+    BSON_APPEND_OID(&ne, "$ne", pg->id);
     bson_append_document_end(&selector, &ne);
 
     bson_init(&update);
     BSON_APPEND_DOCUMENT_BEGIN(&update, "$push", &push);
-    BSON_APPEND_DOCUMENT(&push, "c", entry);
+    BSON_APPEND_DOCUMENT(&push, "c", pg->entry);
     bson_append_document_end(&update, &push);
     BSON_APPEND_DOCUMENT_BEGIN(&update, "$inc", &inc);
     BSON_APPEND_INT64(&inc, "n", 1);
     bson_append_document_end(&update, &inc);
     BSON_APPEND_DOCUMENT_BEGIN(&update, "$max", &max);
-    BSON_APPEND_OID(&max, "h", id);
+    BSON_APPEND_OID(&max, "h", pg->id);
     bson_append_document_end(&update, &max);
     BSON_APPEND_DOCUMENT_BEGIN(&update, "$min", &min);
-    BSON_APPEND_OID(&min, "l", id);
+    BSON_APPEND_OID(&min, "l", pg->id);
     bson_append_document_end(&update, &min);
 
     ok = mongoc_bulk_operation_update_one_with_opts(bulk, &selector, &update,
@@ -500,9 +446,9 @@ ngx_http_feed_timelines_size_push(mongoc_bulk_operation_t *bulk,
      * made it fail: "n" was one short when read, and only grows
      */
 
-    if (f->n + 1 == (int64_t) size) {
-        return ngx_http_feed_timelines_size_open(bulk, f->user, f->s + 1,
-                                                 error);
+    if (f->n + 1 == pg->size) {
+        return ngx_http_feed_timelines_size_open(bulk, &pg->users[i],
+                                                 f->s + 1, error);
     }
 
     return NGX_OK;
@@ -682,26 +628,7 @@ ngx_http_feed_timelines_size_bucket(const bson_t *doc,
 }
 
 
-/* users by name; ids newest first */
-
-static int
-ngx_http_feed_timelines_size_cmp_user(const void *a, const void *b)
-{
-    int                          rc;
-    const ngx_http_feed_size_t  *x, *y;
-
-    x = a;
-    y = b;
-
-    rc = ngx_memcmp(x->name, y->name, ngx_min(x->len, y->len));
-
-    if (rc != 0) {
-        return rc;
-    }
-
-    return (x->len > y->len) - (x->len < y->len);
-}
-
+/* ids newest first */
 
 static int
 ngx_http_feed_timelines_size_cmp_oid(const void *a, const void *b)

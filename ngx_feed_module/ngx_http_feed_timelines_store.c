@@ -125,7 +125,7 @@ ngx_http_feed_timelines_add(mongoc_client_t *client, const char *database,
 {
     bool                       ok;
     size_t                     i;
-    bson_t                     selector, update, each, ne, opts, reply;
+    bson_t                     selector, update, each, ne, reply;
     bson_iter_t                it;
     mongoc_collection_t       *coll;
     mongoc_bulk_operation_t   *bulk;
@@ -153,10 +153,7 @@ ngx_http_feed_timelines_add(mongoc_client_t *client, const char *database,
 
     coll = ngx_http_feed_timelines_coll(client, database);
 
-    bson_init(&opts);
-    BSON_APPEND_BOOL(&opts, "ordered", false);
-    bulk = mongoc_collection_create_bulk_operation_with_opts(coll, &opts);
-    bson_destroy(&opts);
+    bulk = ngx_http_feed_timelines_unordered(coll);
 
     bson_init(&each);
     BSON_APPEND_DOCUMENT(&each, "0", entry);

@@ -58,6 +58,14 @@ typedef struct {
 } ngx_http_feed_timelines_page_t;
 
 
+/* a page's user, by id, for finding a query's answers among them */
+typedef struct {
+    const char                   *name;
+    size_t                        len;
+    size_t                        index;      /* in the page */
+} ngx_http_feed_timelines_key_t;
+
+
 extern ngx_http_feed_mongo_indexes_t  ngx_http_feed_timelines_indexes;
 extern ngx_http_feed_mongo_indexes_t  ngx_http_feed_timelines_time_indexes;
 
@@ -141,6 +149,19 @@ ngx_int_t ngx_http_feed_timelines_size_floor(mongoc_client_t *client,
     bson_error_t *error);
 ngx_int_t ngx_http_feed_timelines_size_remove(mongoc_client_t *client,
     const char *database, const bson_oid_t *id, bson_error_t *error);
+
+/* the rounds of writes of a page (ngx_http_feed_timelines_bulk.c) */
+ngx_http_feed_timelines_key_t *ngx_http_feed_timelines_keys(
+    ngx_http_feed_user_t *users, size_t n);
+ssize_t ngx_http_feed_timelines_key(ngx_http_feed_timelines_key_t *keys,
+    size_t n, const char *name, size_t len);
+void ngx_http_feed_timelines_in(bson_t *filter, const char *field,
+    ngx_http_feed_user_t *users, size_t n, const u_char *pick,
+    char **names);
+mongoc_bulk_operation_t *ngx_http_feed_timelines_unordered(
+    mongoc_collection_t *coll);
+ngx_int_t ngx_http_feed_timelines_bulk(mongoc_bulk_operation_t *bulk,
+    int64_t *done, bson_error_t *error);
 
 /* shared by the models */
 ngx_int_t ngx_http_feed_timelines_floor(mongoc_collection_t *coll,

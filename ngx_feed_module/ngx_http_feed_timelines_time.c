@@ -129,10 +129,7 @@ ngx_http_feed_timelines_time_bulk(mongoc_collection_t *coll,
     bson_iter_t               it, e, f;
     mongoc_bulk_operation_t  *bulk;
 
-    bson_init(&opts);
-    BSON_APPEND_BOOL(&opts, "ordered", false);
-    bulk = mongoc_collection_create_bulk_operation_with_opts(coll, &opts);
-    bson_destroy(&opts);
+    bulk = ngx_http_feed_timelines_unordered(coll);
 
     bson_init(&opts);
     BSON_APPEND_BOOL(&opts, "upsert", upsert ? true : false);

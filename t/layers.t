@@ -42,6 +42,7 @@ my %layer = (
     timelines_time  => 'store',
     timelines_capped => 'store',
     timelines_size  => 'store',
+    timelines_bulk  => 'store',
     authors_store   => 'store',
     counts          => 'store',
 

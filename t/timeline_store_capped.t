@@ -14,7 +14,11 @@
 #     fallback source, for every max_id and since_id along the timeline,
 #     is what fanout on read gives: from the slots above the bound, merged
 #     with the pull author's posts, fanout on read below it;
-#   - a post fanned out again is kept once, and takes no slot;
+#   - 48 posts of 8 authors fanned out concurrently by 2 workers to r2:
+#     r2 keeps 10, each once, each slot holding its number's post, and
+#     every page of r2 is still what fanout on read gives;
+#   - a post fanned out again, 4 times at once, is kept once, and takes no
+#     slot;
 #   - a deleted post's entries are gone, and it is in no answer;
 #   - an unfollow moves the floor: the next answers leave the unfollowed
 #     author out.
@@ -98,10 +102,37 @@ ok(!@bad, 'every page along the timeline as fanout on read, from the '
     or diag(scalar(@bad) . " wrong, first: $bad[0]");
 $s->was_read('timeline_capped', 'the slots were read');
 
+# ------------------------------------------------------ concurrent fanout --
+
+$s->race;
+
+ok($t->wait_for(10, sub { (counter('r2')->{n} // 0) >= 48 }),
+    'concurrent fanout: 48 numbers taken for r2');
+sleep 0.5;
+my @r2 = @{ slotted('r2') };
+is(scalar @r2, 10, 'concurrent fanout: r2 keeps 10 entries');
+my %once;
+$once{$_}++ for @r2;
+ok(!grep({ $_ > 1 } values %once), 'concurrent fanout: each post once');
+my @slots = $t->mongo_find('timeline_capped', '{"u": "r2"}');
+is(join(' ', sort { $a <=> $b } map { $_->{n} % 10 } @slots),
+    '0 1 2 3 4 5 6 7 8 9', 'concurrent fanout: each slot its number\'s');
+# a round of writes: the find of who has the post, then the slots written
+$s->interleaved('timeline_capped',
+    sub { $_[0]{cmd} eq 'find' && exists(($_[0]{filter} // {})->{i}) },
+    sub { $_[0]{cmd} eq 'update' });
+
+$s->forget('r2');
+@bad = $s->pages_bad('r2');
+ok(!@bad, 'concurrent fanout: every page of r2 as fanout on read')
+    or diag(scalar(@bad) . " wrong, first: $bad[0]");
+
 # ------------------------------------------------------------ redelivery --
 
 my $n = counter('r1')->{n};
-ok($s->redeliver($posts[-1]), 'redelivery: the last post\'s entry again');
+ok($s->redeliver($posts[-1]) && $s->redeliver($posts[-1])
+    && $s->redeliver($posts[-1]) && $s->redeliver($posts[-1]),
+    'redelivery: the last post\'s entry 4 times at once');
 sleep 1;
 is(has($posts[-1], 'r1'), 1, 'redelivery: the post once');
 is(counter('r1')->{n}, $n, 'redelivery: no slot taken');

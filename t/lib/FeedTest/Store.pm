@@ -9,7 +9,8 @@ use warnings;
 
 use Test::More ();
 use Time::HiRes ();
-use FeedTest::Util qw(rd server_conf follow_each none_failed);
+use FeedTest::Util qw(rd server_conf follow_each none_failed parallel
+    failed_answers);
 
 # the conf of a model: 2 workers, feed_cache_size 10, a pull threshold of
 # 5, the fallback open to direct requests; @extra: more directives
@@ -163,6 +164,58 @@ sub pages_bad {
     push @bad, 'first page' unless $first
         && join(' ', @$first) eq join(' ', @$want);
     return @bad;
+}
+
+# a race: r2 follows 8 authors, reads (a floor), then 48 posts of theirs
+# are made 24 at a time, so that the workers' deliveries to r2 race for
+# the same documents
+sub race {
+    my ($self) = @_;
+    my $t = $self->{t};
+    my @c = map { "c$_" } 1 .. 8;
+    none_failed([ map { follow_each($t, $_, 'r2') } @c ], 'r2 follows 8');
+    $self->follows('r2', @c);
+    Test::More::is($t->get('/users/r2/timeline')->{status}, 200,
+        'r2 reads: a floor');
+    Time::HiRes::sleep(2.5);
+
+    my @reqs = map { my $a = $c[$_ % 8];
+        [ 'POST', "/users/$a/posts", qq({"body": "race $_"}) ] } 0 .. 47;
+    my @res = parallel($t, 24, @reqs);
+    none_failed([ failed_answers(201, [ map { $_->[1] } @reqs ], @res) ],
+        '48 posts made, 24 at a time');
+    for my $i (0 .. $#res) {
+        my $id = $res[$i]{json}{id} // next;
+        push @{ $self->{posts} }, $id;
+        $self->{by}{$id} = $c[$i % 8];
+    }
+    @{ $self->{posts} } = sort @{ $self->{posts} };
+}
+
+# a test that deliveries were in flight at once, in the stand-in's command
+# log: a command of one connection on $coll between another's first ($first
+# says which command it is) and its last ($last) (skipped with a real
+# MongoDB)
+sub interleaved {
+    my ($self, $coll, $first, $last) = @_;
+    local $Test::Builder::Level = $Test::Builder::Level + 1;
+    SKIP: {
+        Test::More::skip('the stand-in\'s command log', 1)
+            if FeedTest::real_mongo();
+        my %open;
+        my $n = 0;
+        for my $c (grep { ($_->{coll} // '') eq $coll }
+            $self->{t}->mongo_commands)
+        {
+            my ($f, $l) = ($first->($c), $last->($c));
+            next unless $f || $l;
+            $n++ if grep { $_ != $c->{conn} } keys %open;
+            $open{ $c->{conn} } = 1 if $f;
+            delete $open{ $c->{conn} } if $l;
+        }
+        Test::More::ok($n > 0, "concurrent fanout: deliveries were in "
+            . "flight at once ($n times)");
+    }
 }
 
 # a test that a collection was read by a find matching $how (the
