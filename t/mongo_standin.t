@@ -191,5 +191,58 @@ tap_passes('persist-read after restart', check(uri($port), 'persist-read'));
     stop_standin($lpid, 'latency');
 }
 
+# The lookups done without a scan (a filter naming one _id; $in of many
+# strings) answer as the scans do, and serverStatus counts commands, write
+# statements and the documents they wrote, per namespace.
+{
+    my $py = <<'PY';
+import sys, json
+from pymongo import MongoClient
+c = MongoClient(sys.argv[1]).fast
+c.t.drop()
+c.t.insert_many([{'_id': {'u': 'u%d' % i, 's': i % 3}, 'u': 'u%d' % i,
+                  'tags': ['t%d' % i, 'x'], 'n': i} for i in range(40)]
+                + [{'_id': 'plain', 'u': 'u0', 'tags': 'x', 'n': -1}])
+many = ['u%d' % i for i in range(0, 40, 2)] + ['nobody']
+tags = ['t%d' % i for i in range(0, 20)]
+c.t.update_one({'_id': {'u': 'u1', 's': 1}, 'n': {'$lt': 5}},
+               {'$inc': {'n': 100}})
+c.t.update_one({'_id': {'u': 'u2', 's': 2}, 'n': {'$gt': 5}},
+               {'$inc': {'n': 100}})
+st = c.command('serverStatus')['standin']
+print(json.dumps({
+  'id': [d['n'] for d in c.t.find({'_id': {'u': 'u1', 's': 1}})],
+  'id_order': len(list(c.t.find({'_id': {'s': 1, 'u': 'u1'}}))),
+  'id_eq': [d['u'] for d in c.t.find({'_id': {'$eq': {'u': 'u3', 's': 0}}})],
+  'id_str': [d['n'] for d in c.t.find({'_id': 'plain', 'n': -1})],
+  'id_miss': len(list(c.t.find({'_id': 'plain', 'n': 0}))),
+  'in': len(list(c.t.find({'u': {'$in': many}}))),
+  'in_array': len(list(c.t.find({'tags': {'$in': tags}}))),
+  'nin': len(list(c.t.find({'u': {'$nin': many}}))),
+  'u2': c.t.find_one({'_id': {'u': 'u2', 's': 2}})['n'],
+  'commands': st['commands'].get('fast.t', 0),
+  'statements': st['statements'].get('fast.t', 0),
+  'written': st['written'].get('fast.t', 0)}))
+PY
+    open(my $fh, '-|', '/usr/bin/python3', '-c', $py, uri($port))
+        or die "python3: $!\n";
+    my $out = do { local $/; <$fh> };
+    close $fh;
+    my $r = eval { decode_json($out) } // {};
+    ok(%$r, 'fast lookups: the script ran') or diag($out);
+    is_deeply($r->{id}, [101], 'a filter naming an _id: its document, updated');
+    is($r->{id_order}, 0, 'an _id of the same fields in another order: none');
+    is_deeply($r->{id_eq}, ['u3'], '_id by $eq');
+    is_deeply($r->{id_str}, [-1], 'a string _id and another condition');
+    is($r->{id_miss}, 0, 'an _id whose other condition fails: none');
+    is($r->{u2}, 2, 'an update whose other condition fails: not applied');
+    is($r->{in}, 21, '$in of 21 strings: 20 users, and u0 twice');
+    is($r->{in_array}, 20, '$in of 20 strings on an array field');
+    is($r->{nin}, 20, '$nin of 21 strings');
+    is($r->{statements}, 43, 'serverStatus: 43 write statements');
+    is($r->{written}, 42, 'serverStatus: 42 documents written');
+    ok($r->{commands} >= 4, "serverStatus: $r->{commands} commands");
+}
+
 stop_standin($pid, 'main-restarted');
 done_testing();
