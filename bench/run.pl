@@ -25,8 +25,8 @@ Test::More->builder->no_ending(1);
 
 my $QUICK = $ENV{FEED_BENCH_QUICK};
 my %PHASES = map { $_ => 1 } split /,/,
-    $ENV{FEED_BENCH_PHASES} || '1,2,3,4,5,6,7';
-my $ALL = keys %PHASES == 7;
+    $ENV{FEED_BENCH_PHASES} || '1,2,3,4,5,6,7,8';
+my $ALL = keys %PHASES == 8;
 my $ROOT = FeedTest->root;
 my $DUR = $QUICK ? 1 : 5;
 my $CONNS = 32;
@@ -63,6 +63,7 @@ sub conf {
     my $timeout = $o{mongo_timeout} || '10s';
     my $m = $mode eq 'embed' ? 'e' : 'l';
     my $pull = defined $o{pull} ? "\n    feed_pull_threshold $o{pull};" : '';
+    my $extra = $o{extra} ? "\n    $o{extra}" : '';
     my $redis = $o{redis} || '127.0.0.1:%%PORT_REDIS%%';
     my $lua = $sha ? <<"EOF" : '';
         location ~ ^/lua/([^/]+)/timeline\$ {
@@ -100,7 +101,7 @@ http {
     feed_cache_mode $mode;
     feed_fanout on;
     feed_fanout_page 200000;
-    feed_fanout_block 200ms;$pull
+    feed_fanout_block 200ms;$pull$extra
 
     server {
         listen 127.0.0.1:%%PORT_HTTP%% backlog=4096;
@@ -1122,6 +1123,13 @@ sub cluster_failover {
 # X-Feed-Cache of a timeline's answer ('' without the header)
 sub body_cache { $_[0]{headers}{'x-feed-cache'} // '' }
 
+# ---------------------------------------- 8. timelines kept in MongoDB --
+
+if (phase(8)) {
+    require "$FindBin::Bin/models.pl";
+    $result{models} = bench_models($t, $dir, $QUICK);
+}
+
 # nginx stops gracefully, with nothing alarming in its log over the run
 
 my $stopped = $t->stop;
@@ -1458,6 +1466,12 @@ if (phase(7)) {
 
     push @out, '', 'Targets: hits ≥ 0.85× of the single Redis; this part '
         . sprintf('took %.0f s.', $cl->{s} // 0), '';
+}
+
+if (phase(8)) {
+    my $cmd = $ALL ? 'make bench' : "FEED_BENCH_PHASES=$ENV{FEED_BENCH_PHASES}"
+        . ($ENV{FEED_BENCH_WRITE} ? ' FEED_BENCH_WRITE=1' : '') . ' make bench';
+    push @out, models_report($result{models}, $cmd, $date);
 }
 
 my $report = join("\n", @out) . "\n";

@@ -17,7 +17,9 @@
  * the value read, with "p" the post that took it, so that a round cut
  * short finds which claims held); then each slot written if it still
  * holds what was read ("n").  A slot that meanwhile got a later number
- * leaves the post out, as if overwritten.
+ * leaves the post out, as if overwritten.  A user whose claim did not hold
+ * (concurrent posts to them, such as an author's own) takes the next
+ * number by findAndModify ($inc), which always holds.
  *
  * Deliveries come in about, not exactly, the order of the posts' ids: an
  * overwritten entry may be newer than some kept.  "w" keeps the newest id
@@ -50,6 +52,9 @@ typedef struct {
     int64_t                       m;          /* the number of the post */
     int64_t                       old;        /* the slot's, as read; 0 */
     ngx_uint_t                    held;       /* the slot held "was" */
+    ngx_uint_t                    lost;       /* a claim of it did not hold:
+                                                 the next one by $inc */
+    ngx_uint_t                    fresh;      /* numbered, slot not read */
     bson_oid_t                    was;
     char                          name[NGX_HTTP_FEED_USER_MAX + 24];
                                               /* the slot */
@@ -84,6 +89,8 @@ static void ngx_http_feed_timelines_capped_found(
     ngx_http_feed_capped_page_t *pg, const bson_t *doc, ngx_uint_t what);
 static ngx_int_t ngx_http_feed_timelines_capped_claim(
     ngx_http_feed_capped_page_t *pg, bson_error_t *error);
+static ngx_int_t ngx_http_feed_timelines_capped_take(
+    ngx_http_feed_capped_page_t *pg, size_t i, bson_error_t *error);
 static ngx_int_t ngx_http_feed_timelines_capped_counter(
     mongoc_bulk_operation_t *bulk, ngx_http_feed_capped_page_t *pg,
     size_t i, bson_error_t *error);
@@ -239,6 +246,7 @@ ngx_http_feed_timelines_capped_round(ngx_http_feed_capped_page_t *pg,
                         f->m % pg->cap);
             f->old = 0;
             f->held = 0;
+            f->fresh = 0;
         }
     }
 
@@ -374,6 +382,7 @@ ngx_http_feed_timelines_capped_found(ngx_http_feed_capped_page_t *pg,
                         && bson_oid_equal(bson_iter_oid(&it), pg->id))
                        ? NGX_HTTP_FEED_CAPPED_CLAIMED
                        : NGX_HTTP_FEED_CAPPED_TODO;
+            f->lost = (f->state == NGX_HTTP_FEED_CAPPED_TODO);
         }
 
         return;
@@ -411,6 +420,16 @@ ngx_http_feed_timelines_capped_claim(ngx_http_feed_capped_page_t *pg,
     ngx_int_t                 rc;
     ngx_http_feed_capped_t   *f;
     mongoc_bulk_operation_t  *bulk;
+
+    for (i = 0; i < pg->n; i++) {
+        f = &pg->state[i];
+
+        if (f->state == NGX_HTTP_FEED_CAPPED_TODO && f->lost
+            && ngx_http_feed_timelines_capped_take(pg, i, error) != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
 
     bulk = ngx_http_feed_timelines_unordered(pg->counters);
     ops = 0;
@@ -456,6 +475,78 @@ ngx_http_feed_timelines_capped_claim(ngx_http_feed_capped_page_t *pg,
     }
 
     return done == ops ? NGX_OK : NGX_AGAIN;
+}
+
+
+/*
+ * A number taken by $inc, which holds whatever the concurrent writes: for
+ * a user whose conditional claim did not hold (findAndModify, one round
+ * trip for that user)
+ */
+
+static ngx_int_t
+ngx_http_feed_timelines_capped_take(ngx_http_feed_capped_page_t *pg,
+    size_t i, bson_error_t *error)
+{
+    bool                            ok;
+    bson_t                          query, update, inc, set, reply, doc;
+    uint32_t                        len;
+    bson_iter_t                     it;
+    const uint8_t                  *data;
+    ngx_http_feed_user_t           *user;
+    ngx_http_feed_capped_t         *f;
+    mongoc_find_and_modify_opts_t  *opts;
+
+    f = &pg->state[i];
+    user = &pg->users[i];
+
+    bson_init(&query);
+    bson_append_utf8(&query, "_id", 3, user->data, (int) user->len);
+
+    bson_init(&update);
+    BSON_APPEND_DOCUMENT_BEGIN(&update, "$inc", &inc);
+    BSON_APPEND_INT64(&inc, "n", 1);
+    bson_append_document_end(&update, &inc);
+    BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
+    BSON_APPEND_OID(&set, "p", pg->id);
+    bson_append_document_end(&update, &set);
+
+    opts = mongoc_find_and_modify_opts_new();
+    mongoc_find_and_modify_opts_set_update(opts, &update);
+    mongoc_find_and_modify_opts_set_flags(opts,
+        MONGOC_FIND_AND_MODIFY_UPSERT | MONGOC_FIND_AND_MODIFY_RETURN_NEW);
+
+    ok = mongoc_collection_find_and_modify_with_opts(pg->counters, &query,
+                                                     opts, &reply, error);
+
+    mongoc_find_and_modify_opts_destroy(opts);
+    bson_destroy(&update);
+    bson_destroy(&query);
+
+    f->m = 0;
+
+    if (ok && bson_iter_init_find(&it, &reply, "value")
+        && BSON_ITER_HOLDS_DOCUMENT(&it))
+    {
+        bson_iter_document(&it, &len, &data);
+
+        if (bson_init_static(&doc, data, len)) {
+            f->m = ngx_http_feed_bson_int(&doc, "n");
+        }
+    }
+
+    bson_destroy(&reply);
+
+    if (!ok || f->m <= 0) {
+        return NGX_ERROR;
+    }
+
+    f->state = NGX_HTTP_FEED_CAPPED_CLAIMED;
+    f->fresh = 1;
+    f->held = 0;
+    f->lost = 0;
+
+    return NGX_OK;
 }
 
 
@@ -526,6 +617,7 @@ ngx_http_feed_timelines_capped_write(ngx_http_feed_capped_page_t *pg,
     bson_t                    selector, doc, opts;
     int64_t                   ops, done;
     ngx_int_t                 rc;
+    ngx_uint_t                later;
     ngx_http_feed_user_t     *user;
     ngx_http_feed_capped_t   *f;
     mongoc_bulk_operation_t  *bulk;
@@ -536,12 +628,19 @@ ngx_http_feed_timelines_capped_write(ngx_http_feed_capped_page_t *pg,
 
     ops = 0;
     ok = true;
+    later = 0;
 
     for (i = 0; ok && i < pg->n; i++) {
         f = &pg->state[i];
         user = &pg->users[i];
 
         if (f->state != NGX_HTTP_FEED_CAPPED_CLAIMED) {
+            continue;
+        }
+
+        if (f->fresh) {
+            /* its slot is read in the next round */
+            later = 1;
             continue;
         }
 
@@ -571,7 +670,7 @@ ngx_http_feed_timelines_capped_write(ngx_http_feed_capped_page_t *pg,
 
     if (!ok || ops == 0) {
         mongoc_bulk_operation_destroy(bulk);
-        return ok ? NGX_OK : NGX_ERROR;
+        return ok ? (later ? NGX_AGAIN : NGX_OK) : NGX_ERROR;
     }
 
     rc = ngx_http_feed_timelines_bulk(bulk, &done, error);
@@ -579,12 +678,14 @@ ngx_http_feed_timelines_capped_write(ngx_http_feed_capped_page_t *pg,
 
     if (rc == NGX_OK && done == ops) {
         for (i = 0; i < pg->n; i++) {
-            if (pg->state[i].state == NGX_HTTP_FEED_CAPPED_CLAIMED) {
+            if (pg->state[i].state == NGX_HTTP_FEED_CAPPED_CLAIMED
+                && !pg->state[i].fresh)
+            {
                 pg->state[i].state = NGX_HTTP_FEED_CAPPED_DONE;
             }
         }
 
-        return NGX_OK;
+        return later ? NGX_AGAIN : NGX_OK;
     }
 
     return rc == NGX_ERROR ? NGX_ERROR : NGX_AGAIN;

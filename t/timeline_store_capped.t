@@ -31,7 +31,7 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 use Time::HiRes qw(time sleep);
 use FeedTest;
-use FeedTest::Util qw(node_counts);
+use FeedTest::Util qw(node_counts parallel follow_each none_failed);
 use FeedTest::Store;
 
 my $t = FeedTest->new(fresh_mongo => 1);
@@ -126,6 +126,27 @@ $s->forget('r2');
 @bad = $s->pages_bad('r2');
 ok(!@bad, 'concurrent fanout: every page of r2 as fanout on read')
     or diag(scalar(@bad) . " wrong, first: $bad[0]");
+
+# ---------------------------------------------------------- a hot author --
+
+# 100 posts of one author made 50 at a time: every delivery to their own
+# timeline and to r3's races for the same counter; a claim that does not
+# hold is taken again by \$inc, so none runs out of rounds
+none_failed([ follow_each($t, 'hot', 'r3') ], 'r3 follows hot');
+my @hot = map { $_->{json}{id} } parallel($t, 50,
+    map { [ 'POST', '/users/hot/posts', qq({"body": "hot $_"}) ] } 1 .. 100);
+is(scalar(grep { defined } @hot), 100, 'a hot author: 100 posts made');
+ok($t->wait_for(20, sub { (counter('r3')->{n} // 0) >= 100
+    && (counter('hot')->{n} // 0) >= 100 }),
+    'a hot author: 100 numbers taken for r3 and for hot');
+ok($t->error_log !~ /rounds lost/, 'a hot author: no delivery ran out of '
+    . 'rounds');
+my %hot = map { $_ => 1 } @hot;
+my @r3 = @{ slotted('r3') };
+is(scalar(grep { $hot{$_} } @r3), 10, 'a hot author: r3 keeps 10 of them');
+my ($newest) = sort { $b cmp $a } @hot;
+ok(has($newest, 'r3') || (counter('r3')->{w}{'$oid'} // '') ge $newest,
+    'a hot author: the newest kept, or counted as overwritten');
 
 # ------------------------------------------------------------ redelivery --
 

@@ -12,6 +12,9 @@
 #     fallback source, for every max_id and since_id along the timeline,
 #     is what fanout on read gives: from the buckets above the floor,
 #     merged with the pull author's posts, fanout on read below it;
+#   - 48 posts of 8 authors fanned out concurrently by 2 workers to r2,
+#     24 at a time, the second 24 in the next period: each post in the
+#     bucket of its period once, and every page of r2 as fanout on read;
 #   - a post fanned out again is in a bucket once;
 #   - a deleted post leaves every bucket and every answer;
 #   - an unfollow moves the floor: the next answers leave the unfollowed
@@ -93,6 +96,33 @@ ok(!@bad, 'every page along the timeline as fanout on read, from the '
     . 'buckets above the floor and fanout on read below')
     or diag(scalar(@bad) . " wrong, first: $bad[0]");
 $s->was_read('timeline_time', 'the buckets were read');
+
+# ------------------------------------------- concurrent fanout, rollover --
+
+# the second 24 a period after the first: each batch opens a bucket
+$s->race(1.1);
+
+my @r2 = grep { $s->by($_) =~ /^c\d$/ } $s->posts;
+ok($t->wait_for(10, sub { @{ bucketed('r2') } >= @r2 }),
+    'concurrent fanout: ' . scalar(@r2) . ' entries in r2\'s buckets');
+sleep 0.5;
+my %in;
+for my $doc ($t->mongo_find('timeline_time',
+    '{"_id.u": "r2", "_id.t": {"$gte": 0}}'))
+{
+    push @{ $in{ $_->{i}{'$oid'} } }, $doc->{_id}{t} for @{ $doc->{c} };
+}
+ok(!grep({ @{ $in{$_} // [] } != 1 } @r2), 'concurrent fanout: each post once');
+ok(!grep({ $in{$_}[0] != int(hex(substr($_, 0, 8))) } @r2),
+    'concurrent fanout: each in the bucket of its period');
+my %periods = map { $in{$_}[0] => 1 } @r2;
+ok(keys(%periods) >= 2, 'concurrent fanout: over '
+    . scalar(keys %periods) . ' periods');
+
+$s->forget('r2');
+@bad = $s->pages_bad('r2');
+ok(!@bad, 'concurrent fanout: every page of r2 as fanout on read')
+    or diag(scalar(@bad) . " wrong, first: $bad[0]");
 
 # ------------------------------------------------------------ redelivery --
 

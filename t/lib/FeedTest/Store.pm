@@ -168,9 +168,9 @@ sub pages_bad {
 
 # a race: r2 follows 8 authors, reads (a floor), then 48 posts of theirs
 # are made 24 at a time, so that the workers' deliveries to r2 race for
-# the same documents
+# the same documents; $gap: seconds between the two batches
 sub race {
-    my ($self) = @_;
+    my ($self, $gap) = @_;
     my $t = $self->{t};
     my @c = map { "c$_" } 1 .. 8;
     none_failed([ map { follow_each($t, $_, 'r2') } @c ], 'r2 follows 8');
@@ -181,7 +181,9 @@ sub race {
 
     my @reqs = map { my $a = $c[$_ % 8];
         [ 'POST', "/users/$a/posts", qq({"body": "race $_"}) ] } 0 .. 47;
-    my @res = parallel($t, 24, @reqs);
+    my @res = parallel($t, 24, @reqs[0 .. 23]);
+    Time::HiRes::sleep($gap) if $gap;
+    push @res, parallel($t, 24, @reqs[24 .. 47]);
     none_failed([ failed_answers(201, [ map { $_->[1] } @reqs ], @res) ],
         '48 posts made, 24 at a time');
     for my $i (0 .. $#res) {
