@@ -30,9 +30,16 @@ is($rc, 0, 'bench/run exits 0') or diag($out =~ /^(sanitizer report: .*)/ms
     ? $1 : substr($out, -2000));
 
 for my $h ('## 1. Hot path', '## 2. The event loop', '## 3. Stampede',
-    '## 4. Fanout', '## 5. Memory', '## 6. Pull authors')
+    '## 4. Fanout', '## 5. Memory', '## 6. Pull authors',
+    '## 8. Timelines kept in MongoDB')
 {
     like($out, qr/^\Q$h\E/m, "prints \"$h\"");
+}
+
+# part 8: every model with a store wrote the followers of the post
+for my $m (qw(cache time_buckets size_buckets capped)) {
+    like($out, qr/^\| \Q$m\E \| 10 \| [1-9]\d* \| [1-9]\d+ \| /m,
+        "part 8: $m's writes counted");
 }
 
 my @rates = $out =~ /^\| hit, limit \d+, (?:link|embed) \| \d+ \| (\d+) /mg;
