@@ -111,6 +111,37 @@ ngx_http_feed_timelines_in(bson_t *filter, const char *field,
 }
 
 
+/*
+ * The rounds of a page's writes, until one is done (NGX_OK), fails, or
+ * NGX_HTTP_FEED_TIMELINES_TRIES were each cut short by concurrent writes
+ * (NGX_AGAIN): an error then, the stream entry left pending
+ */
+
+ngx_int_t
+ngx_http_feed_timelines_rounds(ngx_http_feed_timelines_round_pt round,
+    void *data, const char *model, bson_error_t *error)
+{
+    ngx_int_t   rc;
+    ngx_uint_t  k;
+
+    rc = NGX_AGAIN;
+
+    for (k = 0; rc == NGX_AGAIN && k < NGX_HTTP_FEED_TIMELINES_TRIES; k++) {
+        rc = round(data, error);
+    }
+
+    if (rc == NGX_AGAIN) {
+        bson_set_error(error, MONGOC_ERROR_COMMAND,
+                       MONGOC_ERROR_COMMAND_INVALID_ARG,
+                       "%s: %d rounds lost to concurrent writes", model,
+                       NGX_HTTP_FEED_TIMELINES_TRIES);
+        rc = NGX_ERROR;
+    }
+
+    return rc;
+}
+
+
 /* a bulk whose statements all run, whatever fails */
 
 mongoc_bulk_operation_t *

@@ -36,9 +36,6 @@
 #define NGX_HTTP_FEED_TIMELINES_CAPPED  "timeline_capped"
 #define NGX_HTTP_FEED_TIMELINES_USERS   "timeline_capped_users"
 
-/* rounds of a page of followers lost to concurrent deliveries */
-#define NGX_HTTP_FEED_TIMELINES_CAPPED_TRIES  8
-
 
 /* what a round knows of a follower */
 typedef struct {
@@ -77,8 +74,8 @@ typedef struct {
 } ngx_http_feed_capped_page_t;
 
 
-static ngx_int_t ngx_http_feed_timelines_capped_round(
-    ngx_http_feed_capped_page_t *pg, bson_error_t *error);
+static ngx_int_t ngx_http_feed_timelines_capped_round(void *data,
+    bson_error_t *error);
 static size_t ngx_http_feed_timelines_capped_pick(
     ngx_http_feed_capped_page_t *pg, ngx_uint_t a, ngx_uint_t b);
 static ngx_int_t ngx_http_feed_timelines_capped_query(
@@ -124,7 +121,7 @@ ngx_http_feed_timelines_capped_add(mongoc_client_t *client,
     ngx_http_feed_user_t *users, size_t n, const bson_t *entry,
     bson_error_t *error)
 {
-    size_t                       i, k;
+    size_t                       i;
     ngx_int_t                    rc;
     bson_iter_t                  it;
     ngx_http_feed_capped_page_t  pg;
@@ -155,22 +152,8 @@ ngx_http_feed_timelines_capped_add(mongoc_client_t *client,
         pg.slots[i] = pg.state[i].name;
     }
 
-    rc = NGX_AGAIN;
-
-    for (k = 0;
-         rc == NGX_AGAIN && k < NGX_HTTP_FEED_TIMELINES_CAPPED_TRIES;
-         k++)
-    {
-        rc = ngx_http_feed_timelines_capped_round(&pg, error);
-    }
-
-    if (rc == NGX_AGAIN) {
-        bson_set_error(error, MONGOC_ERROR_COMMAND,
-                       MONGOC_ERROR_COMMAND_INVALID_ARG,
-                       "capped: %d rounds lost to concurrent writes",
-                       NGX_HTTP_FEED_TIMELINES_CAPPED_TRIES);
-        rc = NGX_ERROR;
-    }
+    rc = ngx_http_feed_timelines_rounds(ngx_http_feed_timelines_capped_round,
+                                        &pg, "capped", error);
 
     mongoc_collection_destroy(pg.counters);
     mongoc_collection_destroy(pg.entries);
@@ -190,13 +173,15 @@ ngx_http_feed_timelines_capped_add(mongoc_client_t *client,
  */
 
 static ngx_int_t
-ngx_http_feed_timelines_capped_round(ngx_http_feed_capped_page_t *pg,
-    bson_error_t *error)
+ngx_http_feed_timelines_capped_round(void *data, bson_error_t *error)
 {
-    size_t                   i;
-    bson_t                   filter;
-    ngx_int_t                rc;
-    ngx_http_feed_capped_t  *f;
+    size_t                        i;
+    bson_t                        filter;
+    ngx_int_t                     rc;
+    ngx_http_feed_capped_t       *f;
+    ngx_http_feed_capped_page_t  *pg;
+
+    pg = data;
 
     if (ngx_http_feed_timelines_capped_pick(pg, NGX_HTTP_FEED_CAPPED_TODO,
                                             NGX_HTTP_FEED_CAPPED_OVER))

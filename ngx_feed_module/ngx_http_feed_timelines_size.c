@@ -29,9 +29,6 @@
 
 #define NGX_HTTP_FEED_TIMELINES_SIZE   "timeline_size"
 
-/* rounds of a page of followers lost to concurrent deliveries */
-#define NGX_HTTP_FEED_TIMELINES_SIZE_TRIES  8
-
 
 /* what a round knows of a follower */
 typedef struct {
@@ -51,9 +48,12 @@ typedef struct {
     const bson_t                   *entry;
     const bson_oid_t               *id;
     int64_t                         size;
+    mongoc_collection_t            *coll;
 } ngx_http_feed_size_page_t;
 
 
+static ngx_int_t ngx_http_feed_timelines_size_round(void *data,
+    bson_error_t *error);
 static ngx_int_t ngx_http_feed_timelines_size_state(
     mongoc_collection_t *coll, ngx_http_feed_size_page_t *pg,
     bson_error_t *error);
@@ -105,10 +105,8 @@ ngx_http_feed_timelines_size_add(mongoc_client_t *client,
     ngx_http_feed_user_t *users, size_t n, const bson_t *entry,
     bson_error_t *error)
 {
-    size_t                      k;
     ngx_int_t                   rc;
     bson_iter_t                 it;
-    mongoc_collection_t        *coll;
     ngx_http_feed_size_page_t   pg;
 
     if (n == 0) {
@@ -128,35 +126,35 @@ ngx_http_feed_timelines_size_add(mongoc_client_t *client,
     pg.id = bson_iter_oid(&it);
     pg.size = (int64_t) tc->size;
 
-    coll = mongoc_client_get_collection(client, database,
-                                        NGX_HTTP_FEED_TIMELINES_SIZE);
+    pg.coll = mongoc_client_get_collection(client, database,
+                                           NGX_HTTP_FEED_TIMELINES_SIZE);
 
-    rc = NGX_AGAIN;
+    rc = ngx_http_feed_timelines_rounds(ngx_http_feed_timelines_size_round,
+                                        &pg, "size buckets", error);
 
-    for (k = 0; rc == NGX_AGAIN && k < NGX_HTTP_FEED_TIMELINES_SIZE_TRIES;
-         k++)
-    {
-        rc = ngx_http_feed_timelines_size_state(coll, &pg, error);
-
-        if (rc == NGX_OK) {
-            rc = ngx_http_feed_timelines_size_write(coll, &pg, error);
-        }
-    }
-
-    if (rc == NGX_AGAIN) {
-        bson_set_error(error, MONGOC_ERROR_COMMAND,
-                       MONGOC_ERROR_COMMAND_INVALID_ARG,
-                       "size buckets: %d rounds lost to concurrent writes",
-                       NGX_HTTP_FEED_TIMELINES_SIZE_TRIES);
-        rc = NGX_ERROR;
-    }
-
-    mongoc_collection_destroy(coll);
+    mongoc_collection_destroy(pg.coll);
     bson_free(pg.pick);
     bson_free(pg.state);
     bson_free(pg.keys);
 
     return rc;
+}
+
+
+/* one round: where each user is, then the bulk */
+
+static ngx_int_t
+ngx_http_feed_timelines_size_round(void *data, bson_error_t *error)
+{
+    ngx_http_feed_size_page_t  *pg;
+
+    pg = data;
+
+    if (ngx_http_feed_timelines_size_state(pg->coll, pg, error) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_feed_timelines_size_write(pg->coll, pg, error);
 }
 
 

@@ -58,6 +58,14 @@ typedef struct {
 } ngx_http_feed_timelines_page_t;
 
 
+/* rounds of a page of followers lost to concurrent deliveries, at most */
+#define NGX_HTTP_FEED_TIMELINES_TRIES  8
+
+/* one round of a page's writes: NGX_AGAIN, another is needed */
+typedef ngx_int_t (*ngx_http_feed_timelines_round_pt)(void *data,
+    bson_error_t *error);
+
+
 /* a page's user, by id, for finding a query's answers among them */
 typedef struct {
     const char                   *name;
@@ -158,6 +166,9 @@ ssize_t ngx_http_feed_timelines_key(ngx_http_feed_timelines_key_t *keys,
 void ngx_http_feed_timelines_in(bson_t *filter, const char *field,
     ngx_http_feed_user_t *users, size_t n, const u_char *pick,
     char **names);
+ngx_int_t ngx_http_feed_timelines_rounds(
+    ngx_http_feed_timelines_round_pt round, void *data, const char *model,
+    bson_error_t *error);
 mongoc_bulk_operation_t *ngx_http_feed_timelines_unordered(
     mongoc_collection_t *coll);
 ngx_int_t ngx_http_feed_timelines_bulk(mongoc_bulk_operation_t *bulk,
