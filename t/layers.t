@@ -30,6 +30,7 @@ my %layer = (
     args            => 'core',
     errors          => 'core',
     util            => 'core',
+    hide            => 'core',
 
     follows_store   => 'store',
     posts_store     => 'store',
@@ -45,6 +46,7 @@ my %layer = (
     timelines_bulk  => 'store',
     authors_store   => 'store',
     counts          => 'store',
+    filters_store   => 'store',
 
     graph           => 'feature',
     graph_task      => 'feature',
