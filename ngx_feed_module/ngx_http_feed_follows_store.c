@@ -316,9 +316,8 @@ ngx_http_feed_follows_create(mongoc_collection_t *follows,
     ngx_http_feed_follow_op_t *op, ngx_http_feed_edge_t *edge,
     bson_error_t *error)
 {
-    bool     ok;
-    bson_t   selector, update, set, opts, reply;
-    int64_t  upserted;
+    bson_t     selector, set;
+    ngx_int_t  rc;
 
     bson_oid_init(&edge->id, NULL);
     edge->status = 1;
@@ -329,36 +328,20 @@ ngx_http_feed_follows_create(mongoc_collection_t *follows,
     BSON_APPEND_UTF8(&selector, "src", op->src.data);
     BSON_APPEND_UTF8(&selector, "dst", op->dst.data);
 
-    bson_init(&update);
-    BSON_APPEND_DOCUMENT_BEGIN(&update, "$setOnInsert", &set);
+    bson_init(&set);
     BSON_APPEND_OID(&set, "_id", &edge->id);
     BSON_APPEND_INT32(&set, "status", 1);
     BSON_APPEND_DATE_TIME(&set, "created", op->now);
     BSON_APPEND_DATE_TIME(&set, "updated", op->now);
     BSON_APPEND_INT64(&set, "v", 1);
     BSON_APPEND_INT64(&set, "cv", 0);
-    bson_append_document_end(&update, &set);
 
-    bson_init(&opts);
-    BSON_APPEND_BOOL(&opts, "upsert", true);
+    rc = ngx_http_feed_mongo_insert_new(follows, &selector, &set, error);
 
-    ok = mongoc_collection_update_one(follows, &selector, &update, &opts,
-                                      &reply, error);
-
-    upserted = ok ? ngx_http_feed_bson_int(&reply, "upsertedCount") : 0;
-
-    bson_destroy(&reply);
-    bson_destroy(&opts);
-    bson_destroy(&update);
+    bson_destroy(&set);
     bson_destroy(&selector);
 
-    if (!ok) {
-        /* two upserts of one pair at once: one of them meets the index */
-        return error->code == MONGOC_ERROR_DUPLICATE_KEY ? NGX_AGAIN
-                                                         : NGX_ERROR;
-    }
-
-    return upserted ? NGX_OK : NGX_AGAIN;
+    return rc;
 }
 
 
@@ -620,15 +603,10 @@ ngx_int_t
 ngx_http_feed_follows_page(mongoc_client_t *client, const char *database,
     ngx_http_feed_follows_page_t *page, bson_error_t *error)
 {
-    bson_t                 filter, opts;
-    int64_t                created;
-    ngx_int_t              rc;
-    bson_iter_t            it;
-    const char            *self, *other;
-    const bson_t          *doc;
-    mongoc_cursor_t       *cursor;
-    mongoc_collection_t   *follows;
-    ngx_http_feed_user_t   user;
+    bson_t                filter, opts;
+    ngx_int_t             rc;
+    const char           *self, *other;
+    mongoc_collection_t  *follows;
 
     self = page->followers ? "dst" : "src";
     other = page->followers ? "src" : "dst";
@@ -639,31 +617,10 @@ ngx_http_feed_follows_page(mongoc_client_t *client, const char *database,
     follows = mongoc_client_get_collection(client, database,
                                            NGX_HTTP_FEED_FOLLOWS);
 
-    cursor = mongoc_collection_find_with_opts(follows, &filter, &opts, NULL);
+    rc = ngx_http_feed_mongo_each_user(follows, &filter, &opts, other,
+                                       "created", page->each, page->data,
+                                       &page->skipped, error);
 
-    rc = NGX_OK;
-
-    while (mongoc_cursor_next(cursor, &doc)) {
-        if (ngx_http_feed_bson_user(doc, other, &user) != NGX_OK) {
-            page->skipped++;
-            continue;
-        }
-
-        created = bson_iter_init_find(&it, doc, "created")
-                  && BSON_ITER_HOLDS_DATE_TIME(&it)
-                  ? bson_iter_date_time(&it) : 0;
-
-        rc = page->each(page->data, &user, created);
-        if (rc != NGX_OK) {
-            break;
-        }
-    }
-
-    if (mongoc_cursor_error(cursor, error)) {
-        rc = NGX_ERROR;
-    }
-
-    mongoc_cursor_destroy(cursor);
     mongoc_collection_destroy(follows);
     bson_destroy(&opts);
     bson_destroy(&filter);
@@ -678,8 +635,6 @@ static void
 ngx_http_feed_follows_filter(ngx_http_feed_follows_page_t *page,
     const char *self, const char *other, bson_t *filter)
 {
-    bson_t  any, a, b, lt, lt2;
-
     bson_init(filter);
     BSON_APPEND_UTF8(filter, self, page->user->data);
     BSON_APPEND_INT32(filter, "status", 1);
@@ -689,26 +644,10 @@ ngx_http_feed_follows_filter(ngx_http_feed_follows_page_t *page,
                                     page->namong);
     }
 
-    if (!page->has_after) {
-        return;
+    if (page->has_after) {
+        ngx_http_feed_mongo_after(filter, "created", page->after_created,
+                                  other, page->after_user->data);
     }
-
-    BSON_APPEND_ARRAY_BEGIN(filter, "$or", &any);
-
-    BSON_APPEND_DOCUMENT_BEGIN(&any, "0", &a);
-    BSON_APPEND_DOCUMENT_BEGIN(&a, "created", &lt);
-    BSON_APPEND_DATE_TIME(&lt, "$lt", page->after_created);
-    bson_append_document_end(&a, &lt);
-    bson_append_document_end(&any, &a);
-
-    BSON_APPEND_DOCUMENT_BEGIN(&any, "1", &b);
-    BSON_APPEND_DATE_TIME(&b, "created", page->after_created);
-    BSON_APPEND_DOCUMENT_BEGIN(&b, other, &lt2);
-    BSON_APPEND_UTF8(&lt2, "$lt", page->after_user->data);
-    bson_append_document_end(&b, &lt2);
-    bson_append_document_end(&any, &b);
-
-    bson_append_array_end(filter, &any);
 }
 
 
@@ -745,28 +684,17 @@ static void
 ngx_http_feed_follows_opts(ngx_http_feed_follows_page_t *page,
     const char *other, bson_t *opts)
 {
-    bson_t  sort, proj;
+    bson_t  proj;
 
     bson_init(opts);
 
-    if (page->batch == 0) {
-        BSON_APPEND_DOCUMENT_BEGIN(opts, "projection", &proj);
-        BSON_APPEND_INT32(&proj, other, 1);
-        BSON_APPEND_INT32(&proj, "_id", 0);
-        bson_append_document_end(opts, &proj);
+    if (page->batch) {
+        ngx_http_feed_mongo_newest(opts, "created", other, page->batch);
         return;
     }
 
-    BSON_APPEND_DOCUMENT_BEGIN(opts, "sort", &sort);
-    BSON_APPEND_INT32(&sort, "created", -1);
-    BSON_APPEND_INT32(&sort, other, -1);
-    bson_append_document_end(opts, &sort);
-
     BSON_APPEND_DOCUMENT_BEGIN(opts, "projection", &proj);
     BSON_APPEND_INT32(&proj, other, 1);
-    BSON_APPEND_INT32(&proj, "created", 1);
     BSON_APPEND_INT32(&proj, "_id", 0);
     bson_append_document_end(opts, &proj);
-
-    BSON_APPEND_INT32(opts, "batchSize", (int32_t) page->batch);
 }

@@ -37,8 +37,7 @@ typedef struct {
  * the relationship began (0 when not read): NGX_OK for the next one, any
  * other value stops the page and is what the page returns.
  */
-typedef ngx_int_t (*ngx_http_feed_follows_pt)(void *data,
-    ngx_http_feed_user_t *user, int64_t created);
+typedef ngx_http_feed_mongo_user_pt  ngx_http_feed_follows_pt;
 
 
 /* a page of a user's followers or followees, newest relationship first */

@@ -683,3 +683,143 @@ ngx_http_feed_bson_user(const bson_t *doc, const char *key,
 
     return NGX_OK;
 }
+
+
+/*
+ * Keyset pages, newest first by (time, key), a total order: the filter's
+ * condition for what comes after the last (time, key) of a page, and the
+ * options that read a page in that order from an index ending with
+ * {time: -1, key: -1}, projecting key and time only.
+ */
+
+void
+ngx_http_feed_mongo_after(bson_t *filter, const char *time, int64_t t,
+    const char *key, const char *k)
+{
+    bson_t  any, a, b, lt, lt2;
+
+    BSON_APPEND_ARRAY_BEGIN(filter, "$or", &any);
+
+    BSON_APPEND_DOCUMENT_BEGIN(&any, "0", &a);
+    BSON_APPEND_DOCUMENT_BEGIN(&a, time, &lt);
+    BSON_APPEND_DATE_TIME(&lt, "$lt", t);
+    bson_append_document_end(&a, &lt);
+    bson_append_document_end(&any, &a);
+
+    BSON_APPEND_DOCUMENT_BEGIN(&any, "1", &b);
+    BSON_APPEND_DATE_TIME(&b, time, t);
+    BSON_APPEND_DOCUMENT_BEGIN(&b, key, &lt2);
+    BSON_APPEND_UTF8(&lt2, "$lt", k);
+    bson_append_document_end(&b, &lt2);
+    bson_append_document_end(&any, &b);
+
+    bson_append_array_end(filter, &any);
+}
+
+
+void
+ngx_http_feed_mongo_newest(bson_t *opts, const char *time, const char *key,
+    ngx_uint_t batch)
+{
+    bson_t  sort, proj;
+
+    BSON_APPEND_DOCUMENT_BEGIN(opts, "sort", &sort);
+    BSON_APPEND_INT32(&sort, time, -1);
+    BSON_APPEND_INT32(&sort, key, -1);
+    bson_append_document_end(opts, &sort);
+
+    BSON_APPEND_DOCUMENT_BEGIN(opts, "projection", &proj);
+    BSON_APPEND_INT32(&proj, key, 1);
+    BSON_APPEND_INT32(&proj, time, 1);
+    BSON_APPEND_INT32(&proj, "_id", 0);
+    bson_append_document_end(opts, &proj);
+
+    BSON_APPEND_INT32(opts, "batchSize", (int32_t) batch);
+}
+
+
+/*
+ * Each document found, as its user (key) and its time: documents whose
+ * user id is not one of ours, written by others, are skipped and counted.
+ */
+
+ngx_int_t
+ngx_http_feed_mongo_each_user(mongoc_collection_t *coll,
+    const bson_t *filter, const bson_t *opts, const char *key,
+    const char *time, ngx_http_feed_mongo_user_pt each, void *data,
+    ngx_uint_t *skipped, bson_error_t *error)
+{
+    int64_t                t;
+    ngx_int_t              rc;
+    bson_iter_t            it;
+    const bson_t          *doc;
+    mongoc_cursor_t       *cursor;
+    ngx_http_feed_user_t   user;
+
+    cursor = mongoc_collection_find_with_opts(coll, filter, opts, NULL);
+
+    rc = NGX_OK;
+
+    while (mongoc_cursor_next(cursor, &doc)) {
+        if (ngx_http_feed_bson_user(doc, key, &user) != NGX_OK) {
+            (*skipped)++;
+            continue;
+        }
+
+        t = bson_iter_init_find(&it, doc, time)
+            && BSON_ITER_HOLDS_DATE_TIME(&it)
+            ? bson_iter_date_time(&it) : 0;
+
+        rc = each(data, &user, t);
+        if (rc != NGX_OK) {
+            break;
+        }
+    }
+
+    if (mongoc_cursor_error(cursor, error)) {
+        rc = NGX_ERROR;
+    }
+
+    mongoc_cursor_destroy(cursor);
+
+    return rc;
+}
+
+
+/*
+ * A document made by an upsert of its $setOnInsert fields where selector
+ * (a unique key) finds none: only the upsert that inserts owns it
+ * (NGX_OK); one that finds it there lost a race (NGX_AGAIN), as does one
+ * of two at the same time that meets the unique index.
+ */
+
+ngx_int_t
+ngx_http_feed_mongo_insert_new(mongoc_collection_t *coll,
+    const bson_t *selector, const bson_t *fields, bson_error_t *error)
+{
+    bool     ok;
+    bson_t   update, opts, reply;
+    int64_t  upserted;
+
+    bson_init(&update);
+    BSON_APPEND_DOCUMENT(&update, "$setOnInsert", fields);
+
+    bson_init(&opts);
+    BSON_APPEND_BOOL(&opts, "upsert", true);
+
+    ok = mongoc_collection_update_one(coll, selector, &update, &opts, &reply,
+                                      error);
+
+    upserted = ok ? ngx_http_feed_bson_int(&reply, "upsertedCount") : 0;
+
+    bson_destroy(&reply);
+    bson_destroy(&opts);
+    bson_destroy(&update);
+
+    if (!ok) {
+        return error->code == MONGOC_ERROR_DUPLICATE_KEY ? NGX_AGAIN
+                                                         : NGX_ERROR;
+    }
+
+    return upserted ? NGX_OK : NGX_AGAIN;
+}

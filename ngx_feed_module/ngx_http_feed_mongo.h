@@ -67,6 +67,15 @@ struct ngx_http_feed_mongo_task_s {
 };
 
 
+/*
+ * Called for each document of a list with its user and its time (0 when
+ * not read): NGX_OK for the next one, any other value stops the list and
+ * is what the list returns.
+ */
+typedef ngx_int_t (*ngx_http_feed_mongo_user_pt)(void *data,
+    ngx_http_feed_user_t *user, int64_t time);
+
+
 /* a store's indexes on its collection, made at start (schema.c) */
 typedef struct {
     const char                   *collection;
@@ -105,6 +114,16 @@ ngx_int_t ngx_http_feed_mongo_find_one(mongoc_collection_t *coll,
 int64_t ngx_http_feed_bson_int(const bson_t *doc, const char *key);
 ngx_int_t ngx_http_feed_bson_user(const bson_t *doc, const char *key,
     ngx_http_feed_user_t *user);
+void ngx_http_feed_mongo_after(bson_t *filter, const char *time, int64_t t,
+    const char *key, const char *k);
+ngx_int_t ngx_http_feed_mongo_each_user(mongoc_collection_t *coll,
+    const bson_t *filter, const bson_t *opts, const char *key,
+    const char *time, ngx_http_feed_mongo_user_pt each, void *data,
+    ngx_uint_t *skipped, bson_error_t *error);
+ngx_int_t ngx_http_feed_mongo_insert_new(mongoc_collection_t *coll,
+    const bson_t *selector, const bson_t *fields, bson_error_t *error);
+void ngx_http_feed_mongo_newest(bson_t *opts, const char *time,
+    const char *key, ngx_uint_t batch);
 
 
 #endif /* _NGX_HTTP_FEED_MONGO_H_INCLUDED_ */
