@@ -308,3 +308,72 @@ ngx_http_feed_authorize(ngx_http_request_t *r, ngx_http_feed_user_t *user,
         return NGX_ERROR;
     }
 }
+
+
+/*
+ * The location's user and target, a relationship between two users (a
+ * follow, a block, a mute): valid ids, not the same user (self: the error
+ * then), the user the identity may write as.  NGX_DECLINED with the error
+ * to answer when not.
+ */
+
+ngx_int_t
+ngx_http_feed_pair_args(ngx_http_request_t *r, ngx_http_feed_user_t *src,
+    ngx_http_feed_user_t *dst, const ngx_http_feed_error_t *self,
+    const ngx_http_feed_error_t **err)
+{
+    ngx_int_t                  rc;
+    ngx_http_feed_loc_conf_t  *flcf;
+
+    flcf = ngx_http_get_module_loc_conf(r, ngx_http_feed_module);
+
+    rc = ngx_http_feed_get_user(r, flcf->user, src);
+    if (rc == NGX_OK) {
+        rc = ngx_http_feed_get_user(r, flcf->target, dst);
+    }
+
+    if (rc != NGX_OK) {
+        *err = &ngx_http_feed_err_user_id;
+        return rc;
+    }
+
+    if (src->len == dst->len && ngx_strcmp(src->data, dst->data) == 0) {
+        *err = self;
+        return NGX_DECLINED;
+    }
+
+    return ngx_http_feed_authorize(r, src, err);
+}
+
+
+/*
+ * Who reads, with "feed_identity": NGX_OK and the user when the variable
+ * holds a valid user id, NGX_DECLINED without an identity
+ */
+
+ngx_int_t
+ngx_http_feed_reader(ngx_http_request_t *r, ngx_http_feed_user_t *user)
+{
+    ngx_str_t                  id;
+    ngx_http_feed_loc_conf_t  *flcf;
+
+    flcf = ngx_http_get_module_loc_conf(r, ngx_http_feed_module);
+
+    if (flcf->identity == NULL) {
+        return NGX_DECLINED;
+    }
+
+    if (ngx_http_complex_value(r, flcf->identity, &id) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (!ngx_http_feed_user_valid(id.data, id.len)) {
+        return NGX_DECLINED;
+    }
+
+    ngx_memcpy(user->data, id.data, id.len);
+    user->data[id.len] = '\0';
+    user->len = id.len;
+
+    return NGX_OK;
+}

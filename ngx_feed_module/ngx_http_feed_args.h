@@ -66,6 +66,11 @@ ngx_int_t ngx_http_feed_page_args(ngx_http_request_t *r,
     const ngx_http_feed_error_t **err);
 ngx_int_t ngx_http_feed_authorize(ngx_http_request_t *r,
     ngx_http_feed_user_t *user, const ngx_http_feed_error_t **err);
+ngx_int_t ngx_http_feed_pair_args(ngx_http_request_t *r,
+    ngx_http_feed_user_t *src, ngx_http_feed_user_t *dst,
+    const ngx_http_feed_error_t *self, const ngx_http_feed_error_t **err);
+ngx_int_t ngx_http_feed_reader(ngx_http_request_t *r,
+    ngx_http_feed_user_t *user);
 
 
 #endif /* _NGX_HTTP_FEED_ARGS_H_INCLUDED_ */

@@ -26,6 +26,10 @@ ngx_http_feed_err(cursor, NGX_HTTP_BAD_REQUEST, "invalid_cursor",
     "cursor is not one this server gave out");
 ngx_http_feed_err(self_follow, NGX_HTTP_BAD_REQUEST, "self_follow",
     "a user cannot follow themselves");
+ngx_http_feed_err(self_block, NGX_HTTP_BAD_REQUEST, "self_block",
+    "a user cannot block themselves");
+ngx_http_feed_err(self_mute, NGX_HTTP_BAD_REQUEST, "self_mute",
+    "a user cannot mute themselves");
 ngx_http_feed_err(method, NGX_HTTP_NOT_ALLOWED, "method_not_allowed",
     "method not allowed here");
 ngx_http_feed_err(status_method, NGX_HTTP_NOT_ALLOWED, "method_not_allowed",
@@ -57,6 +61,11 @@ ngx_http_feed_err(unauthorized, NGX_HTTP_UNAUTHORIZED, "unauthorized",
     "no authenticated user");
 ngx_http_feed_err(forbidden, NGX_HTTP_FORBIDDEN, "forbidden",
     "the authenticated user may only change their own data");
+
+ngx_http_feed_err(blocked_follow, NGX_HTTP_FORBIDDEN, "blocked",
+    "one of the two users blocks the other");
+ngx_http_feed_err(blocked_reader, NGX_HTTP_FORBIDDEN, "blocked",
+    "this user blocks the authenticated user");
 
 ngx_http_feed_err(no_post, NGX_HTTP_NOT_FOUND, "not_found",
     "no such post");
@@ -91,6 +100,32 @@ ngx_http_feed_error(ngx_http_request_t *r, const ngx_http_feed_error_t *err)
     }
 
     return ngx_http_feed_send_error(r, err->status, err->code, err->message);
+}
+
+
+/*
+ * 422 for a write past a limit (feed_follow_max, feed_filter_max): text
+ * has one %L, the limit
+ */
+
+ngx_int_t
+ngx_http_feed_over_max(ngx_http_request_t *r, const char *code,
+    const char *text, int64_t max)
+{
+    u_char  *msg, *p;
+
+    msg = ngx_pnalloc(r->pool, ngx_strlen(text) + NGX_INT64_LEN);
+    if (msg == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    p = ngx_sprintf(msg, text, max);
+    *p = '\0';
+
+    /* nginx has no reason phrase of its own for 422 */
+    ngx_str_set(&r->headers_out.status_line, "422 Unprocessable Entity");
+
+    return ngx_http_feed_send_error(r, 422, code, (char *) msg);
 }
 
 

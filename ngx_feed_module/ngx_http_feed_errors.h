@@ -30,6 +30,8 @@ extern const ngx_http_feed_error_t  ngx_http_feed_err_limit;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_source_limit;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_cursor;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_self_follow;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_self_block;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_self_mute;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_method;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_status_method;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_media_type;
@@ -49,6 +51,10 @@ extern const ngx_http_feed_error_t  ngx_http_feed_err_field_twice;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_unauthorized;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_forbidden;
 
+/* blocks between users */
+extern const ngx_http_feed_error_t  ngx_http_feed_err_blocked_follow;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_blocked_reader;
+
 /* what is not there */
 extern const ngx_http_feed_error_t  ngx_http_feed_err_no_post;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_no_user_post;
@@ -64,12 +70,17 @@ extern const ngx_http_feed_error_t  ngx_http_feed_err_internal;
 /* 422: the limit is written into the message */
 #define NGX_HTTP_FEED_FOLLOW_MAX_CODE  "too_many_follows"
 #define NGX_HTTP_FEED_FOLLOW_MAX_TEXT  "a user follows at most %L users"
+#define NGX_HTTP_FEED_FILTER_MAX_CODE  "too_many_filters"
+#define NGX_HTTP_FEED_FILTER_MAX_TEXT                                       \
+    "a user blocks and mutes at most %L users"
 
 
 ngx_int_t ngx_http_feed_error(ngx_http_request_t *r,
     const ngx_http_feed_error_t *err);
 ngx_int_t ngx_http_feed_refuse(ngx_http_request_t *r,
     const ngx_http_feed_error_t *err);
+ngx_int_t ngx_http_feed_over_max(ngx_http_request_t *r, const char *code,
+    const char *text, int64_t max);
 ngx_int_t ngx_http_feed_not_allowed(ngx_http_request_t *r, char *allow,
     const ngx_http_feed_error_t *err);
 ngx_int_t ngx_http_feed_db_busy(ngx_http_request_t *r);

@@ -23,6 +23,9 @@ typedef struct {
     int64_t                       max;        /* feed_follow_max */
     ngx_uint_t                    changed;
     ngx_uint_t                    over;       /* refused: src follows max */
+    ngx_uint_t                    blocked;    /* refused: one of the two
+                                                 blocks the other
+                                                 (graph_task.c) */
 
     /*
      * feed_timeline_store's model (0: none): src's kept timeline is made

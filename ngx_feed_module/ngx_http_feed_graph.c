@@ -90,29 +90,8 @@ ngx_http_feed_follow_args(ngx_http_request_t *r, void *data,
 {
     ngx_http_feed_graph_ctx_t  *ctx = data;
 
-    ngx_int_t                  rc;
-    ngx_http_feed_loc_conf_t  *flcf;
-
-    flcf = ngx_http_get_module_loc_conf(r, ngx_http_feed_module);
-
-    rc = ngx_http_feed_get_user(r, flcf->user, &ctx->follow.src);
-    if (rc == NGX_OK) {
-        rc = ngx_http_feed_get_user(r, flcf->target, &ctx->follow.dst);
-    }
-
-    if (rc != NGX_OK) {
-        *err = &ngx_http_feed_err_user_id;
-        return rc;
-    }
-
-    if (ctx->follow.src.len == ctx->follow.dst.len
-        && ngx_strcmp(ctx->follow.src.data, ctx->follow.dst.data) == 0)
-    {
-        *err = &ngx_http_feed_err_self_follow;
-        return NGX_DECLINED;
-    }
-
-    return ngx_http_feed_authorize(r, &ctx->follow.src, err);
+    return ngx_http_feed_pair_args(r, &ctx->follow.src, &ctx->follow.dst,
+                                   &ngx_http_feed_err_self_follow, err);
 }
 
 
@@ -143,9 +122,6 @@ ngx_http_feed_follow_stored(ngx_http_request_t *r, void *data)
     ngx_http_feed_follow_op_t  *op = data;
 
     ngx_int_t                   rc;
-    ngx_uint_t                  i;
-    ngx_http_feed_user_t       *users[2];
-    ngx_http_feed_redis_t      *rd;
     ngx_http_feed_graph_ctx_t  *ctx;
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_feed_module);
@@ -154,44 +130,18 @@ ngx_http_feed_follow_stored(ngx_http_request_t *r, void *data)
                    "feed follow \"%s\" -> \"%s\": stored, changed %ui",
                    op->src.data, op->dst.data, op->changed);
 
-    rd = ctx->fmcf->redis_client;
-
     if (!op->changed || ctx->fmcf->redis_enabled == 0) {
         return ngx_http_feed_follow_answer(r, op);
     }
 
-    /*
-     * Answer once the cached counts of both users are gone, and the
-     * follower's cached timeline: the next read rebuilds it with (or
-     * without) the posts of whom they follow now.
-     */
-
-    users[0] = &op->src;
-    users[1] = &op->dst;
-
-    for (i = 0; i < 2; i++) {
-        rc = ngx_http_feed_counts_invalidate(r, rd, users[i],
-                                             ngx_http_feed_follow_invalidated,
-                                             ctx);
-        if (rc == NGX_ERROR) {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-
-        ctx->waiting += (rc == NGX_OK);
-    }
-
-    rc = ngx_http_feed_timeline_cache_drop(r, ctx->fmcf, &op->src,
-                                           ngx_http_feed_follow_invalidated,
-                                           ctx);
+    rc = ngx_http_feed_graph_invalidate(r, ctx->fmcf, op,
+                                        ngx_http_feed_follow_invalidated,
+                                        ctx);
     if (rc == NGX_ERROR) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    ctx->waiting += (rc == NGX_OK);
-
-    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                   "feed follow: %ui cache invalidations sent",
-                   ctx->waiting);
+    ctx->waiting = rc;
 
     if (ctx->waiting == 0) {
         return ngx_http_feed_follow_answer(r, op);
@@ -201,16 +151,69 @@ ngx_http_feed_follow_stored(ngx_http_request_t *r, void *data)
 }
 
 
+/*
+ * After op changed an edge, its answer waits until the cached counts of
+ * both users are gone, and the follower's cached timeline: the next read
+ * rebuilds it with (or without) the posts of whom they follow now.
+ * handler is called with each reply; returns how many are awaited.
+ */
+
+ngx_int_t
+ngx_http_feed_graph_invalidate(ngx_http_request_t *r,
+    ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_follow_op_t *op,
+    ngx_http_feed_redis_pt handler, void *data)
+{
+    ngx_int_t              rc, n;
+    ngx_uint_t             i;
+    ngx_http_feed_user_t  *users[2];
+
+    users[0] = &op->src;
+    users[1] = &op->dst;
+    n = 0;
+
+    for (i = 0; i < 2; i++) {
+        rc = ngx_http_feed_counts_invalidate(r, fmcf->redis_client, users[i],
+                                             handler, data);
+        if (rc == NGX_ERROR) {
+            return NGX_ERROR;
+        }
+
+        n += (rc == NGX_OK);
+    }
+
+    rc = ngx_http_feed_timeline_cache_drop(r, fmcf, &op->src, handler, data);
+    if (rc == NGX_ERROR) {
+        return NGX_ERROR;
+    }
+
+    n += (rc == NGX_OK);
+
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "feed follow \"%s\" -> \"%s\": %i cache invalidations "
+                   "sent", op->src.data, op->dst.data, n);
+
+    return n;
+}
+
+
+/* an invalidation failed: idempotent, all are replayed when Redis is back */
+
+void
+ngx_http_feed_graph_invalidate_later(ngx_http_feed_follow_op_t *op)
+{
+    ngx_http_feed_counts_invalidate_later(&op->src);
+    ngx_http_feed_counts_invalidate_later(&op->dst);
+    ngx_http_feed_timeline_cache_drop_later(&op->src);
+}
+
+
 static void
 ngx_http_feed_follow_invalidated(void *data, redisReply *reply)
 {
     ngx_http_feed_graph_ctx_t  *ctx = data;
 
     if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
-        /* invalidation is idempotent: replay all when Redis is back */
-        ngx_http_feed_counts_invalidate_later(&ctx->follow.src);
-        ngx_http_feed_counts_invalidate_later(&ctx->follow.dst);
-        ngx_http_feed_timeline_cache_drop_later(&ctx->follow.src);
+        ngx_http_feed_graph_invalidate_later(&ctx->follow);
     }
 
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
@@ -229,39 +232,31 @@ ngx_http_feed_follow_invalidated(void *data, redisReply *reply)
 
 
 /*
- * 204, or 422 for a follow past feed_follow_max.  One that was written and
- * then taken back (concurrent follows went past the limit together) counts
- * as a change: the caches were invalidated before this answer.
+ * 204; 403 for a follow between users of whom one blocks the other, 422
+ * for one past feed_follow_max.  One that was written and then taken back
+ * (a block or concurrent follows came meanwhile) counts as a change: the
+ * caches were invalidated before this answer.
  */
 
 static ngx_int_t
 ngx_http_feed_follow_answer(ngx_http_request_t *r,
     ngx_http_feed_follow_op_t *op)
 {
-    u_char  *msg, *p;
+    ngx_log_debug4(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "feed follow \"%s\" -> \"%s\": answered, over %ui, "
+                   "blocked %ui", op->src.data, op->dst.data, op->over,
+                   op->blocked);
 
-    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                   "feed follow \"%s\" -> \"%s\": answered, over %ui",
-                   op->src.data, op->dst.data, op->over);
-
-    if (!op->over) {
-        return ngx_http_feed_no_content(r);
+    if (op->blocked) {
+        return ngx_http_feed_error(r, &ngx_http_feed_err_blocked_follow);
     }
 
-    msg = ngx_pnalloc(r->pool, sizeof(NGX_HTTP_FEED_FOLLOW_MAX_TEXT)
-                               + NGX_INT64_LEN);
-    if (msg == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    if (op->over) {
+        return ngx_http_feed_over_max(r, NGX_HTTP_FEED_FOLLOW_MAX_CODE,
+                                      NGX_HTTP_FEED_FOLLOW_MAX_TEXT, op->max);
     }
 
-    p = ngx_sprintf(msg, NGX_HTTP_FEED_FOLLOW_MAX_TEXT, op->max);
-    *p = '\0';
-
-    /* nginx has no reason phrase of its own for 422 */
-    ngx_str_set(&r->headers_out.status_line, "422 Unprocessable Entity");
-
-    return ngx_http_feed_send_error(r, 422, NGX_HTTP_FEED_FOLLOW_MAX_CODE,
-                                    (char *) msg);
+    return ngx_http_feed_no_content(r);
 }
 
 
@@ -281,21 +276,27 @@ ngx_http_feed_followers_args(ngx_http_request_t *r, void *data,
 }
 
 
-/* the user, limit and cursor of a page of "following" or "followers" */
-
 static ngx_int_t
 ngx_http_feed_graph_list_args(ngx_http_request_t *r,
     ngx_http_feed_graph_ctx_t *ctx, ngx_uint_t followers,
     const ngx_http_feed_error_t **err)
 {
-    u_char                         *dst, *src;
-    ngx_int_t                       rc;
-    ngx_str_t                       value, cursor;
-    ngx_http_feed_graph_list_op_t  *op;
-
-    op = &ctx->list;
-    op->followers = followers;
+    ctx->list.followers = followers;
     ctx->field = followers ? "followers" : "following";
+
+    return ngx_http_feed_graph_list_parse(r, &ctx->list, err);
+}
+
+
+/* the user, limit and cursor of a page of a list */
+
+ngx_int_t
+ngx_http_feed_graph_list_parse(ngx_http_request_t *r,
+    ngx_http_feed_graph_list_op_t *op, const ngx_http_feed_error_t **err)
+{
+    u_char     *dst, *src;
+    ngx_int_t   rc;
+    ngx_str_t   value, cursor;
 
     rc = ngx_http_feed_list_args(r, &op->user, &op->limit, err);
     if (rc != NGX_OK) {
@@ -398,19 +399,28 @@ ngx_http_feed_graph_list_answer(ngx_http_request_t *r, void *data)
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_feed_module);
 
-    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                   "feed %s of \"%s\": answered", ctx->field,
-                   op->user.data);
-
-    if (op->skipped) {
-        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
-                      "follows of \"%s\": %ui documents with invalid user "
-                      "ids skipped", op->user.data, op->skipped);
-    }
-
     if (op->need_count && ctx->fmcf->redis_client) {
         ngx_http_feed_counts_warm(r, ctx->fmcf->redis_client, &op->user,
                                   ctx->field, op->count, &ctx->gen);
+    }
+
+    return ngx_http_feed_graph_list_send(r, op, ctx->field);
+}
+
+
+/* a page read: what: the list's name, for the log */
+
+ngx_int_t
+ngx_http_feed_graph_list_send(ngx_http_request_t *r,
+    ngx_http_feed_graph_list_op_t *op, const char *what)
+{
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "feed %s of \"%s\": answered", what, op->user.data);
+
+    if (op->skipped) {
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                      "%s of \"%s\": %ui documents with invalid user ids "
+                      "skipped", what, op->user.data, op->skipped);
     }
 
     return ngx_http_feed_mongo_send(r, op->json, op->json_len, 1);

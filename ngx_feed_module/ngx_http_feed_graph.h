@@ -11,6 +11,7 @@
 #include "ngx_http_feed_module.h"
 #include "ngx_http_feed_mongo.h"
 #include "ngx_http_feed_util.h"
+#include "ngx_http_feed_redis.h"
 #include "ngx_http_feed_follows_store.h"
 
 
@@ -28,10 +29,15 @@ typedef struct {
 } ngx_http_feed_graph_pos_t;
 
 
-/* one page of "following" or "followers", run in a thread */
+/*
+ * One page of "following" or "followers", or of a user's blocks or
+ * mutes (ngx_http_feed_filters.c), run in a thread
+ */
 typedef struct {
     ngx_http_feed_user_t          user;
     ngx_uint_t                    followers;  /* 0: following, 1: followers */
+    u_char                        kind;       /* not 0: the filters of this
+                                                 kind ('b', 'm') instead */
     ngx_uint_t                    limit;
 
     /* the client's cursor: the page begins after this relationship */
@@ -62,8 +68,21 @@ void ngx_http_feed_graph_follow_run(ngx_http_feed_mongo_task_t *t,
 void ngx_http_feed_graph_list_run(ngx_http_feed_mongo_task_t *t,
     mongoc_client_t *client);
 
+ngx_int_t ngx_http_feed_graph_follow_apply(mongoc_client_t *client,
+    const char *database, ngx_http_feed_follow_op_t *op,
+    bson_error_t *error);
+
+ngx_int_t ngx_http_feed_graph_list_parse(ngx_http_request_t *r,
+    ngx_http_feed_graph_list_op_t *op, const ngx_http_feed_error_t **err);
+ngx_int_t ngx_http_feed_graph_list_send(ngx_http_request_t *r,
+    ngx_http_feed_graph_list_op_t *op, const char *what);
 ngx_int_t ngx_http_feed_graph_cursor_parse(ngx_str_t *text,
     ngx_http_feed_graph_list_op_t *op);
+
+ngx_int_t ngx_http_feed_graph_invalidate(ngx_http_request_t *r,
+    ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_follow_op_t *op,
+    ngx_http_feed_redis_pt handler, void *data);
+void ngx_http_feed_graph_invalidate_later(ngx_http_feed_follow_op_t *op);
 
 
 #endif /* _NGX_HTTP_FEED_GRAPH_H_INCLUDED_ */

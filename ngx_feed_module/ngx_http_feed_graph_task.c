@@ -1,13 +1,15 @@
 
 /*
  * ngx_feed_module: the follow graph, thread side: what a follow and a
- * list page do in a thread pool task, through the follows store, and the
- * lists' cursors.
+ * list page do in a thread pool task, through the follows store (and the
+ * filters store: the blocks a follow must respect, the pages of blocks
+ * and mutes), and the lists' cursors.
  */
 
 
 #include "ngx_http_feed_graph.h"
 #include "ngx_http_feed_timelines_store.h"
+#include "ngx_http_feed_filters_store.h"
 
 
 /* a list page being made */
@@ -19,16 +21,17 @@ typedef struct {
 } ngx_http_feed_graph_page_t;
 
 
+static ngx_int_t ngx_http_feed_graph_follow_checked(mongoc_client_t *client,
+    const char *database, ngx_http_feed_follow_op_t *op,
+    bson_error_t *error);
+static ngx_int_t ngx_http_feed_graph_list_read(mongoc_client_t *client,
+    const char *database, ngx_http_feed_follows_page_t *page,
+    ngx_http_feed_graph_list_op_t *op, bson_error_t *error);
 static ngx_int_t ngx_http_feed_graph_item(void *data,
     ngx_http_feed_user_t *user, int64_t created);
 static void ngx_http_feed_graph_cursor(char *buf, size_t size,
     ngx_http_feed_graph_pos_t *pos);
 
-
-/*
- * A follow or an unfollow; whom the user follows changed: the timeline
- * kept for them in MongoDB, if any, is made again at their next read
- */
 
 void
 ngx_http_feed_graph_follow_run(ngx_http_feed_mongo_task_t *t,
@@ -36,12 +39,96 @@ ngx_http_feed_graph_follow_run(ngx_http_feed_mongo_task_t *t,
 {
     ngx_http_feed_follow_op_t  *op = t->data;
 
-    t->rc = ngx_http_feed_follows_change(client, t->database, op, &t->error);
-
-    if (t->rc == NGX_OK && op->changed && op->kept) {
-        t->rc = ngx_http_feed_timelines_drop(client, t->database, op->kept,
-                                             &op->src, &t->error);
+    if (op->want) {
+        t->rc = ngx_http_feed_graph_follow_checked(client, t->database, op,
+                                                   &t->error);
+        return;
     }
+
+    t->rc = ngx_http_feed_graph_follow_apply(client, t->database, op,
+                                             &t->error);
+}
+
+
+/*
+ * A follow or an unfollow, also a block's clean-up (filters.c); whom the
+ * user follows changed: the timeline kept for them in MongoDB, if any, is
+ * made again at their next read
+ */
+
+ngx_int_t
+ngx_http_feed_graph_follow_apply(mongoc_client_t *client,
+    const char *database, ngx_http_feed_follow_op_t *op, bson_error_t *error)
+{
+    ngx_int_t  rc;
+
+    rc = ngx_http_feed_follows_change(client, database, op, error);
+
+    if (rc == NGX_OK && op->changed && op->kept) {
+        rc = ngx_http_feed_timelines_drop(client, database, op->kept,
+                                          &op->src, error);
+    }
+
+    return rc;
+}
+
+
+/*
+ * No follow between two users of whom one blocks the other: checked before
+ * the follow is written (nothing is written), and after, as
+ * feed_follow_max is.  A block cleans up after it is written, so of a
+ * follow and a block at the same time, either the follow's second check
+ * sees the block and the follow takes itself back (an unfollow, a change
+ * like any), or the follow was written before the block and the block's
+ * clean-up removes it.
+ */
+
+static ngx_int_t
+ngx_http_feed_graph_follow_checked(mongoc_client_t *client,
+    const char *database, ngx_http_feed_follow_op_t *op, bson_error_t *error)
+{
+    ngx_int_t  rc;
+
+    if (ngx_http_feed_filters_blocked(client, database, &op->src, &op->dst,
+                                      1, &op->blocked, error)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    if (op->blocked) {
+        return NGX_OK;
+    }
+
+    if (ngx_http_feed_graph_follow_apply(client, database, op, error)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    if (!op->changed || op->over) {
+        return NGX_OK;
+    }
+
+    if (ngx_http_feed_filters_blocked(client, database, &op->src, &op->dst,
+                                      1, &op->blocked, error)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    if (!op->blocked) {
+        return NGX_OK;
+    }
+
+    op->want = 0;
+    rc = ngx_http_feed_graph_follow_apply(client, database, op, error);
+    op->want = 1;
+
+    /* written, then taken back: caches are invalidated as for a change */
+    op->changed = 1;
+
+    return rc;
 }
 
 
@@ -81,19 +168,12 @@ ngx_http_feed_graph_list_run(ngx_http_feed_mongo_task_t *t,
 
     t->rc = NGX_ERROR;
 
-    rc = ngx_http_feed_follows_page(client, t->database, &page, &t->error);
+    rc = ngx_http_feed_graph_list_read(client, t->database, &page, op,
+                                       &t->error);
 
     op->skipped = page.skipped;
 
     if (rc == NGX_ERROR) {
-        goto done;
-    }
-
-    if (op->need_count
-        && ngx_http_feed_follows_count(client, t->database, &op->user,
-                                       op->followers, &op->count, &t->error)
-           != NGX_OK)
-    {
         goto done;
     }
 
@@ -116,6 +196,42 @@ done:
 
     bson_destroy(&items);
     bson_destroy(&doc);
+}
+
+
+/*
+ * The page from the follows store, or the filters store for a list of
+ * blocks or mutes, and the count when Redis did not have it (a list of
+ * filters is counted at each read: it is not cached)
+ */
+
+static ngx_int_t
+ngx_http_feed_graph_list_read(mongoc_client_t *client, const char *database,
+    ngx_http_feed_follows_page_t *page, ngx_http_feed_graph_list_op_t *op,
+    bson_error_t *error)
+{
+    ngx_int_t  rc, crc;
+
+    if (op->kind) {
+        rc = ngx_http_feed_filters_page(client, database, op->kind, page,
+                                        error);
+    } else {
+        rc = ngx_http_feed_follows_page(client, database, page, error);
+    }
+
+    if (rc == NGX_ERROR || !op->need_count) {
+        return rc;
+    }
+
+    if (op->kind) {
+        crc = ngx_http_feed_filters_count(client, database, &op->user,
+                                          op->kind, &op->count, error);
+    } else {
+        crc = ngx_http_feed_follows_count(client, database, &op->user,
+                                          op->followers, &op->count, error);
+    }
+
+    return crc == NGX_OK ? rc : NGX_ERROR;
 }
 
 

@@ -14,6 +14,7 @@
 #include "ngx_http_feed_counts.h"
 #include "ngx_http_feed_outbox.h"
 #include "ngx_http_feed_graph.h"
+#include "ngx_http_feed_filters.h"
 #include "ngx_http_feed_post.h"
 #include "ngx_http_feed_timeline.h"
 #include "ngx_http_feed_pull.h"
@@ -205,6 +206,34 @@ static ngx_command_t  ngx_http_feed_commands[] = {
       0,
       &ngx_http_feed_followers_handler },
 
+    { ngx_string("feed_block"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_TAKE2,
+      ngx_http_feed_handler_conf,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      &ngx_http_feed_block_handler },
+
+    { ngx_string("feed_mute"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_TAKE2,
+      ngx_http_feed_handler_conf,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      &ngx_http_feed_mute_handler },
+
+    { ngx_string("feed_blocks"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_feed_handler_conf,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      &ngx_http_feed_blocks_handler },
+
+    { ngx_string("feed_mutes"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_feed_handler_conf,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      &ngx_http_feed_mutes_handler },
+
     { ngx_string("feed_posts"),
       NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
       ngx_http_feed_handler_conf,
@@ -231,6 +260,13 @@ static ngx_command_t  ngx_http_feed_commands[] = {
       ngx_conf_set_num_slot,
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_feed_main_conf_t, follow_max),
+      &ngx_http_feed_follow_max_bounds },
+
+    { ngx_string("feed_filter_max"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_feed_main_conf_t, filter_max),
       &ngx_http_feed_follow_max_bounds },
 
     { ngx_string("feed_post_max_chars"),
@@ -989,6 +1025,7 @@ ngx_http_feed_create_main_conf(ngx_conf_t *cf)
     fmcf->mongo.timeout = NGX_CONF_UNSET_MSEC;
     fmcf->post_max_chars = NGX_CONF_UNSET_UINT;
     fmcf->follow_max = NGX_CONF_UNSET_UINT;
+    fmcf->filter_max = NGX_CONF_UNSET_UINT;
     fmcf->post_data_max_size = NGX_CONF_UNSET_SIZE;
     fmcf->cache_size = NGX_CONF_UNSET_UINT;
     fmcf->pull_threshold = NGX_CONF_UNSET;
@@ -1025,6 +1062,7 @@ ngx_http_feed_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_msec_value(fmcf->mongo.timeout, 3000);
     ngx_conf_init_uint_value(fmcf->post_max_chars, 5000);
     ngx_conf_init_uint_value(fmcf->follow_max, 5000);
+    ngx_conf_init_uint_value(fmcf->filter_max, 10000);
     ngx_conf_init_size_value(fmcf->post_data_max_size, 16384);
     ngx_conf_init_uint_value(fmcf->cache_size, 800);
 

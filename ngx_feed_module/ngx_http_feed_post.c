@@ -423,7 +423,10 @@ ngx_http_feed_post_created(ngx_http_feed_post_ctx_t *ctx)
 }
 
 
-/* GET: the author's posts, the page's bounds as post ids */
+/*
+ * GET: the author's posts, the page's bounds as post ids, and who reads
+ * them, when feed_identity tells
+ */
 
 static ngx_int_t
 ngx_http_feed_post_list_args(ngx_http_request_t *r,
@@ -438,6 +441,13 @@ ngx_http_feed_post_list_args(ngx_http_request_t *r,
     if (rc != NGX_OK) {
         return rc;
     }
+
+    rc = ngx_http_feed_reader(r, &op->reader);
+    if (rc == NGX_ERROR) {
+        return NGX_ERROR;
+    }
+
+    op->has_reader = (rc == NGX_OK);
 
     op->author = page.user;
     op->limit = page.limit;
@@ -460,6 +470,14 @@ static ngx_int_t
 ngx_http_feed_post_listed(ngx_http_request_t *r, void *data)
 {
     ngx_http_feed_post_op_t  *op = data;
+
+    if (op->blocked) {
+        ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "feed posts of \"%s\": \"%s\" is blocked",
+                       op->author.data, op->reader.data);
+
+        return ngx_http_feed_error(r, &ngx_http_feed_err_blocked_reader);
+    }
 
     if (op->has_next && ngx_http_feed_post_link(r, op) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;

@@ -39,6 +39,14 @@ typedef struct {
     bson_oid_t                    max_id;
     bson_oid_t                    since_id;
 
+    /*
+     * who reads an author's page (feed_identity), and whether the author
+     * blocks them: then the page is refused
+     */
+    ngx_uint_t                    has_reader;
+    ngx_http_feed_user_t          reader;
+    ngx_uint_t                    blocked;
+
     /* the time of a delete in ms, from which its fanout is scheduled */
     int64_t                       now;
 

@@ -7,6 +7,7 @@
 
 
 #include "ngx_http_feed_post.h"
+#include "ngx_http_feed_filters_store.h"
 
 
 void
@@ -31,7 +32,10 @@ ngx_http_feed_post_get_run(ngx_http_feed_mongo_task_t *t,
 }
 
 
-/* the author's own posts, newest first, between max_id and since_id */
+/*
+ * The author's own posts, newest first, between max_id and since_id; none
+ * for a reader the author blocks
+ */
 
 void
 ngx_http_feed_post_list_run(ngx_http_feed_mongo_task_t *t,
@@ -42,6 +46,15 @@ ngx_http_feed_post_list_run(ngx_http_feed_mongo_task_t *t,
     bson_t                        doc, items;
     ngx_int_t                     rc;
     ngx_http_feed_posts_range_t   range;
+
+    if (op->has_reader) {
+        t->rc = ngx_http_feed_filters_blocked(client, t->database,
+                                              &op->author, &op->reader, 0,
+                                              &op->blocked, &t->error);
+        if (t->rc != NGX_OK || op->blocked) {
+            return;
+        }
+    }
 
     range.max_id = op->has_max ? &op->max_id : NULL;
     range.since_id = op->has_since ? &op->since_id : NULL;
