@@ -77,7 +77,8 @@ ngx_http_feed_timeline_fallback_page(ngx_http_feed_timeline_ctx_t *ctx,
 
 /*
  * The page is short of posts because the filters left some of the
- * fallback's answer out, and the answer was full (more may follow): the
+ * fallback's answer out, or full but without the post that tells whether
+ * a next page exists, and the answer was full (more may follow): the
  * fallback is asked again from the last post it gave, for what the page
  * still needs, and twice as many as it left out.  NGX_DECLINED: the page
  * is as full as it gets; after NGX_HTTP_FEED_REFILLS tries, it is answered
@@ -92,7 +93,6 @@ ngx_http_feed_timeline_fallback_more(ngx_http_feed_timeline_ctx_t *ctx,
     ngx_http_feed_page_t  page;
 
     if (ctx->cached.more || ctx->fb_hidden == 0
-        || ctx->cached.nitems >= ctx->page.limit
         || ctx->fb_answered < ctx->fb_limit)
     {
         return NGX_DECLINED;

@@ -50,6 +50,7 @@ my %layer = (
 
     graph           => 'feature',
     graph_task      => 'feature',
+    filters         => 'feature',
     post            => 'feature',
     post_input      => 'feature',
     post_task       => 'feature',
