@@ -25,8 +25,8 @@ Test::More->builder->no_ending(1);
 
 my $QUICK = $ENV{FEED_BENCH_QUICK};
 my %PHASES = map { $_ => 1 } split /,/,
-    $ENV{FEED_BENCH_PHASES} || '1,2,3,4,5,6,7,8';
-my $ALL = keys %PHASES == 8;
+    $ENV{FEED_BENCH_PHASES} || '1,2,3,4,5,6,7,8,9';
+my $ALL = keys %PHASES == 9;
 my $ROOT = FeedTest->root;
 my $DUR = $QUICK ? 1 : 5;
 my $CONNS = 32;
@@ -106,6 +106,7 @@ http {
     server {
         listen 127.0.0.1:%%PORT_HTTP%% backlog=4096;
         location ~ ^/users/([^/]+)/following/([^/]+)\$ { feed_follow \$1 \$2; }
+        location ~ ^/users/([^/]+)/mutes/([^/]+)\$ { feed_mute \$1 \$2; }
         location ~ ^/users/([^/]+)/posts\$ { feed_posts \$1; }
         location ~ ^/users/([^/]+)/timeline\$ { feed_timeline \$1; }
         location ~ ^/c/users/([^/]+)/timeline\$ {
@@ -1130,6 +1131,13 @@ if (phase(8)) {
     $result{models} = bench_models($t, $dir, $QUICK);
 }
 
+# --------------------------------------------------- 9. read filters --
+
+if (phase(9)) {
+    require "$FindBin::Bin/filters.pl";
+    $result{filters} = bench_filters($t, \@authors, $QUICK);
+}
+
 # nginx stops gracefully, with nothing alarming in its log over the run
 
 my $stopped = $t->stop;
@@ -1472,6 +1480,12 @@ if (phase(8)) {
     my $cmd = $ALL ? 'make bench' : "FEED_BENCH_PHASES=$ENV{FEED_BENCH_PHASES}"
         . ($ENV{FEED_BENCH_WRITE} ? ' FEED_BENCH_WRITE=1' : '') . ' make bench';
     push @out, models_report($result{models}, $cmd, $date);
+}
+
+if (phase(9)) {
+    my $cmd = $ALL ? 'make bench' : "FEED_BENCH_PHASES=$ENV{FEED_BENCH_PHASES}"
+        . ($ENV{FEED_BENCH_WRITE} ? ' FEED_BENCH_WRITE=1' : '') . ' make bench';
+    push @out, filters_report($result{filters}, $cmd, $date);
 }
 
 my $report = join("\n", @out) . "\n";

@@ -31,7 +31,7 @@ is($rc, 0, 'bench/run exits 0') or diag($out =~ /^(sanitizer report: .*)/ms
 
 for my $h ('## 1. Hot path', '## 2. The event loop', '## 3. Stampede',
     '## 4. Fanout', '## 5. Memory', '## 6. Pull authors',
-    '## 8. Timelines kept in MongoDB')
+    '## 8. Timelines kept in MongoDB', '## 9. Read filters')
 {
     like($out, qr/^\Q$h\E/m, "prints \"$h\"");
 }
@@ -45,6 +45,10 @@ for my $m (qw(cache time_buckets size_buckets capped)) {
 my @rates = $out =~ /^\| hit, limit \d+, (?:link|embed) \| \d+ \| (\d+) /mg;
 is(scalar(@rates), 4, 'four hot path rows: limit 20 and 50, link and embed');
 ok(!grep({ $_ == 0 } @rates), 'the module answered in every hot path run');
+# part 9: both readers' pages were measured
+like($out, qr/^\|\ first\ page,\ limit\ 20 [^|]* \|\ [1-9]\d*\ \| [^|]+ \|
+    \ [1-9]\d*\ \| [^|]+ \|\ \*\*(?!0\.00)[\d.]+\*\*\ \|/mx,
+    'part 9: the first pages, with and without filters');
 like($out, qr/ratio \*\*(?!0\.00)[\d.]+\*\*/i,
     'an event loop ratio, not 0');
 like($out, qr/: 100 answered 200, all identical; MongoDB rebuilds: \*\*1\*\*/,

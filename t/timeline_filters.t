@@ -34,7 +34,8 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 use Time::HiRes qw(time sleep);
 use FeedTest;
-use FeedTest::Util qw(short rd post server_conf tl_walk tl_ids parallel);
+use FeedTest::Util qw(short rd post server_conf tl_walk tl_ids parallel
+    first_diff);
 
 my $t = FeedTest->new;
 
@@ -118,15 +119,6 @@ sub walk_is {
     my %c;
     $c{$_}++ for @{ $w->{caches} };
     return \%c;
-}
-
-sub first_diff {
-    my ($got, $want) = @_;
-    for my $i (0 .. ($#$got > $#$want ? $#$got : $#$want)) {
-        my ($g, $w) = ($got->[$i] // '-', $want->[$i] // '-');
-        return "first difference at $i: got $g, want $w" if $g ne $w;
-    }
-    return 'same';
 }
 
 # the first page, $n times: [status, cache, ids]

@@ -17,7 +17,7 @@ use Time::HiRes ();
 
 our @EXPORT_OK = qw(
     $STREAM $GROUP
-    short enc now_ms is_str json_int tag dupes summary
+    short enc now_ms is_str json_int tag dupes summary first_diff
     is_error post_problems tl_uri tl_page_problems
     status_all statuses fsum
     parallel failed_answers follow_each read_each none_failed
