@@ -23,9 +23,10 @@ local tlp = "feed:tlp:{" .. uid .. "}"
 
 red:init_pipeline()
 red:hget(tlp, limit)
-red:evalsha(ngx.var.feed_read_sha, 5,
+red:evalsha(ngx.var.feed_read_sha, 6,
             "feed:tl:{" .. uid .. "}", "feed:lock:{" .. uid .. "}", tlp,
             "feed:tln:{" .. uid .. "}", "feed:tla:{" .. uid .. "}",
+            "feed:tlf:{" .. uid .. "}",
             limit, "", "", ngx.var.feed_ttl, ngx.var.feed_mode, "feed:p:",
             "", "feed:pl:{", "feed:pv:{", "", "feed:deleting", "")
 local both = red:commit_pipeline()
@@ -53,7 +54,8 @@ if res[1] == 3 and type(kept) == "string" then
 
 elseif res[1] == 1 then
     local items = {}
-    for i = 9, #res do
+    -- the posts' JSON follow the reply's first ten elements
+    for i = 11, #res do
         items[#items + 1] = res[i]
     end
 

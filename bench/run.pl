@@ -1135,7 +1135,7 @@ if (phase(8)) {
 
 if (phase(9)) {
     require "$FindBin::Bin/filters.pl";
-    $result{filters} = bench_filters($t, \@authors, $QUICK);
+    $result{filters} = bench_filters($t, \@authors, @authors * $per, $QUICK);
 }
 
 # nginx stops gracefully, with nothing alarming in its log over the run

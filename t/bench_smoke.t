@@ -39,7 +39,7 @@ for my $h ('## 1. Hot path', '## 2. The event loop', '## 3. Stampede',
 # part 8: every model with a store wrote the followers of the post
 for my $m (qw(cache time_buckets size_buckets capped)) {
     like($out, qr/^\| \Q$m\E \| 10 \| [1-9]\d* \| [1-9]\d+ \| /m,
-        "part 8: $m's writes counted");
+        "part 8: ${m}'s writes counted");
 }
 
 my @rates = $out =~ /^\| hit, limit \d+, (?:link|embed) \| \d+ \| (\d+) /mg;

@@ -233,8 +233,12 @@ while true do
   if #part < chunk then break end
   pos = pos + #part
   -- a chunk that gave nothing (past max_id, deleted or filtered posts):
-  -- the next one is larger
-  if n == n0 then chunk = math.min(chunk * 2, 1000) end
+  -- the next one is larger; else twice what the page still needs
+  if n == n0 then
+    chunk = math.min(chunk * 2, 1000)
+  else
+    chunk = 2 * (limit + 1 - n)
+  end
   part = redis.call('lrange', tl, pos, pos + chunk - 1)
   if #part == 0 then break end
 end

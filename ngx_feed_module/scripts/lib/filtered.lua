@@ -19,8 +19,16 @@ local function author_of(json)
   return nil
 end
 
--- the post is by an author the user filters out
+-- the post is by an author the user filters out; each author is looked
+-- up once a call (a page's posts are by few authors)
+local hidden_authors = {}
 local function hidden(filters, json)
   local a = author_of(json)
-  return a ~= nil and redis.call('hexists', filters, a) == 1
+  if a == nil then return false end
+  local h = hidden_authors[a]
+  if h == nil then
+    h = redis.call('hexists', filters, a) == 1
+    hidden_authors[a] = h
+  end
+  return h
 end

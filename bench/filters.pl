@@ -1,0 +1,87 @@
+# bench/filters.pl: part 9 of make bench (bench/run.pl loads it), read
+# filters (blocks and mutes): the same reads by a reader who mutes nobody
+# and by one who mutes 1,000 authors, one of them among the five followed
+# (a fifth of the timeline's posts are hidden from that reader).
+#
+# The first page is the hot path: it is answered from the page kept in
+# Redis or the worker's own copy, made with the filters, so a filter costs
+# one HLEN there.  A second page (max_id) is read from the list by the
+# script, which looks up each post's author in the filters: that is where
+# a filter costs, and it stays one round trip.
+
+use strict;
+use warnings;
+
+use List::Util qw(sum);
+
+my $MUTED = 1_000;
+
+# the readers' reads, side by side; nginx as start_nginx() left it
+sub bench_filters {
+    my ($t, $authors, $posts, $quick) = @_;
+    my %res = (muted => $quick ? 50 : $MUTED, posts => $posts);
+
+    start_nginx(mode => 'link');
+
+    for my $r ('fr0', 'frm') {
+        follow($r, $_) for @$authors;
+    }
+
+    my $t0 = time;
+    my @bad = grep { $_->{status} != 204 } map {
+        $t->http('PUT', "/users/frm/mutes/$_")
+    } ($authors->[-1], map { "muted$_" } 2 .. $res{muted});
+    die "part 9: " . scalar(@bad) . " mutes failed\n" if @bad;
+    $res{mute_s} = time - $t0;
+
+    for my $r ('fr0', 'frm') {
+        my $first = $t->get("/users/$r/timeline?limit=20");
+        die "part 9: $r: $first->{status}\n" unless $first->{status} == 200;
+        my $next = $first->{json}{next} or die "part 9: $r: no next\n";
+
+        my %urls = (first => "/users/$r/timeline?limit=20",
+                    second => "/users/$r/timeline?limit=20&max_id=$next");
+
+        for my $page (sort keys %urls) {
+            body($urls{$page});
+            $res{$page}{$r} = wrk($urls{$page});
+        }
+    }
+
+    $res{filters} = $t->redis('HLEN', 'feed:tlf:{frm}') - 1;
+    return \%res;
+}
+
+sub filters_report {
+    my ($res, $cmd, $date) = @_;
+    my @out;
+
+    push @out, '## 9. Read filters: a reader muting 1,000 authors', '',
+        "Measured $date by `$cmd`. Two readers follow the same five authors "
+        . "($res->{posts} posts); one mutes nobody, the other mutes "
+        . "$res->{muted} "
+        . "authors (the filters cached next to the timeline: "
+        . "$res->{filters}), one of them among the five, whose posts the "
+        . 'reads leave out. Requests/s of each read, one worker, link '
+        . sprintf('mode (the %d mutes took %.1f s to make).',
+            $res->{muted}, $res->{mute_s}), '',
+        '| read | muting nobody: req/s | p99 ms | muting '
+        . "$res->{muted}: req/s | p99 ms | ratio |",
+        '|---|---|---|---|---|---|';
+
+    for my $page ('first', 'second') {
+        my ($a, $b) = @{ $res->{$page} }{qw(fr0 frm)};
+        push @out, sprintf('| %s | %.0f | %s | %.0f | %s | **%.2f** |',
+            $page eq 'first'
+                ? 'first page, limit 20 (kept page or worker copy)'
+                : 'second page, limit 20 (max_id: the list is read)',
+            $a->{rps}, fmt_ms($a->{p99}), $b->{rps}, fmt_ms($b->{p99}),
+            $a->{rps} ? $b->{rps} / $a->{rps} : 0);
+    }
+
+    push @out, '', 'Target: the first page ≥ 0.9× with the filters '
+        . '(one round trip either way).', '';
+    return @out;
+}
+
+1;
