@@ -752,7 +752,7 @@ ngx_http_feed_timeline_members_done(ngx_http_feed_mongo_task_t *t)
         ctx->filters.len = ctx->filters_len;
 
         rc = ngx_http_feed_hide_tokens(ctx->request->pool, &ctx->filters,
-                                          &ctx->hide);
+                                       &ctx->hide);
     }
 
     if (rc != NGX_OK) {

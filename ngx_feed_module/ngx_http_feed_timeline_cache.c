@@ -773,7 +773,7 @@ ngx_http_feed_timeline_cache_filters(ngx_http_request_t *r, redisReply *e,
     for (j = 0; j < e->elements; j++) {
         if (e->element[j]->type == REDIS_REPLY_STRING) {
             ngx_http_feed_hide_add(filters, (u_char *) e->element[j]->str,
-                                      e->element[j]->len);
+                                   e->element[j]->len);
         }
     }
 
