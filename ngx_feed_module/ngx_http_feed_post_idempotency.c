@@ -235,8 +235,10 @@ ngx_http_feed_post_hash_value(ngx_sha1_t *sha1, const bson_iter_t *it,
     case BSON_TYPE_DOUBLE:
         d = bson_iter_double(it);
 
-        if (d == (double) (int64_t) d && d < NGX_HTTP_FEED_HASH_EXACT
-            && d > -NGX_HTTP_FEED_HASH_EXACT)
+        /* in range first: casting a larger double to int64_t is undefined */
+
+        if (d < NGX_HTTP_FEED_HASH_EXACT && d > -NGX_HTTP_FEED_HASH_EXACT
+            && d == (double) (int64_t) d)
         {
             ngx_http_feed_post_hash_int(sha1, 'i', (uint64_t) (int64_t) d);
             return NGX_OK;

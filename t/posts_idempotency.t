@@ -302,6 +302,29 @@ SKIP: {
         one_post($uid, $one, "at once $round");
     }
 
+    # the first attempt claimed the key and is still storing its post:
+    # every retry stores it with the claimed id, one of them makes it
+    my $bytes = enc({ body => 'in flight' });
+    my $r = post_key('zed', 'hash', $bytes);
+    my ($k) = $t->mongo_find('idempotency', enc({ '_id.u' => 'zed' }));
+    my $pid = sprintf('%08x', int(time)) . join '', map {
+        sprintf('%02x', int(rand(256))) } 1 .. 8;
+    my $ms = int(now_ms());
+    # _id's fields in the module's order, u then k, as MongoDB compares them
+    $t->mongo_insert('idempotency', '{"_id": {"u": "eve5", "k": "same"}, '
+        . enc({ h => $k->{h} // '', p => { '$oid' => $pid },
+            ts => { '$numberLong' => "$ms" }, at => { '$date' => $ms } })
+            =~ s/^\{//r);
+
+    my @h = map { post_start('eve5', 'same', $bytes) } 1 .. 16;
+    my @r = map { $t->http_end($_) } @h;
+    my @bad = grep { $_->{status} != 201
+        || ($_->{json}{id} // '') ne $pid } @r;
+    ok(!@bad, "at once, first attempt in flight: 16 times 201 with $pid")
+        or diag(scalar(@bad) . ' failed, first: ' . short($bad[0]));
+    is($r[0]{json}{ts}, $ms, 'at once, first attempt in flight: its ts');
+    one_post('eve5', $pid, 'at once, first attempt in flight');
+
     $t->mongo_latency(0);
 }
 
