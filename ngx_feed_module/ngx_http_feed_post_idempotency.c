@@ -274,50 +274,71 @@ ngx_http_feed_post_hash_value(ngx_sha1_t *sha1, const bson_iter_t *it,
 }
 
 
-/* an object's members sorted by key: "k", the key and its NUL, the value */
+/*
+ * An object's members sorted by key: "k", the key and its NUL, the value.
+ * They are kept as offsets: libbson declares bson_iter_t 128-byte
+ * aligned, which no allocator here gives.
+ */
+
+typedef struct {
+    const char                   *key;
+    uint32_t                      offset;
+    uint32_t                      key_len;
+} ngx_http_feed_post_member_t;
+
 
 static ngx_int_t
 ngx_http_feed_post_hash_object(ngx_sha1_t *sha1, const bson_iter_t *it,
     ngx_log_t *log)
 {
-    const char   *key;
-    ngx_int_t     rc;
-    ngx_uint_t    i, n;
-    bson_iter_t   child, *members;
+    uint32_t                      len;
+    ngx_int_t                     rc;
+    ngx_uint_t                    i, n;
+    bson_iter_t                   child, member;
+    const uint8_t                *data;
+    ngx_http_feed_post_member_t  *m;
 
-    if (!bson_iter_recurse(it, &child)) {
+    bson_iter_document(it, &len, &data);
+
+    if (data == NULL || !bson_iter_init_from_data(&child, data, len)) {
         return NGX_ERROR;
     }
 
     for (n = 0; bson_iter_next(&child); n++) { /* void */ }
 
-    members = ngx_alloc((n ? n : 1) * sizeof(bson_iter_t), log);
-    if (members == NULL) {
+    m = ngx_alloc((n ? n : 1) * sizeof(ngx_http_feed_post_member_t), log);
+    if (m == NULL) {
         return NGX_ERROR;
     }
 
-    (void) bson_iter_recurse(it, &child);
+    (void) bson_iter_init_from_data(&child, data, len);
 
     for (i = 0; i < n && bson_iter_next(&child); i++) {
-        members[i] = child;
+        m[i].key = bson_iter_key(&child);
+        m[i].key_len = bson_iter_key_len(&child);
+        m[i].offset = bson_iter_offset(&child);
     }
 
-    ngx_qsort(members, n, sizeof(bson_iter_t), ngx_http_feed_post_hash_cmp);
+    ngx_qsort(m, n, sizeof(ngx_http_feed_post_member_t),
+              ngx_http_feed_post_hash_cmp);
 
     ngx_sha1_update(sha1, "o", 1);
 
     rc = NGX_OK;
 
     for (i = 0; i < n && rc == NGX_OK; i++) {
-        key = bson_iter_key(&members[i]);
         ngx_sha1_update(sha1, "k", 1);
-        ngx_sha1_update(sha1, key, ngx_strlen(key) + 1);
-        rc = ngx_http_feed_post_hash_value(sha1, &members[i], log);
+        ngx_sha1_update(sha1, m[i].key, m[i].key_len + 1);
+
+        rc = bson_iter_init_from_data_at_offset(&member, data, len,
+                                                m[i].offset, m[i].key_len)
+             ? ngx_http_feed_post_hash_value(sha1, &member, log)
+             : NGX_ERROR;
     }
 
     ngx_sha1_update(sha1, "e", 1);
 
-    ngx_free(members);
+    ngx_free(m);
 
     return rc;
 }
@@ -326,8 +347,10 @@ ngx_http_feed_post_hash_object(ngx_sha1_t *sha1, const bson_iter_t *it,
 static int ngx_libc_cdecl
 ngx_http_feed_post_hash_cmp(const void *one, const void *two)
 {
-    return ngx_strcmp(bson_iter_key((bson_iter_t *) one),
-                      bson_iter_key((bson_iter_t *) two));
+    const ngx_http_feed_post_member_t  *a = one;
+    const ngx_http_feed_post_member_t  *b = two;
+
+    return ngx_strcmp(a->key, b->key);
 }
 
 
