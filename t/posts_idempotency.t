@@ -254,6 +254,13 @@ my ($first, $id);
     is(key_commands(), $k0, 'bad keys: no key looked up');
     is(xlen(), $x0, 'bad keys: nothing enqueued');
 
+    # a refused body claims no key: the same key then makes the post
+    is_error(post_key('carl', 'kb', '{"body": ""}'), 400, 'invalid_body',
+        'a bad body with a key');
+    is(key_commands(), $k0, 'a bad body with a key: no key looked up');
+    created(post_key('carl', 'kb', enc({ body => 'good now' })), 'carl',
+        'the key of a bad body, with a good one');
+
     my $r = post_key('carl', 'k' x 64, enc({ body => '64 characters' }));
     created($r, 'carl', 'a key of 64 characters');
     $r = post_key('carl', "\xc3\xa9" x 64, enc({ body => '64 two-byte' }));
