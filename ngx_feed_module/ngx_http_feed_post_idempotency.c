@@ -23,6 +23,17 @@
 #include <ngx_sha1.h>
 
 
+/*
+ * A member of an object being hashed, kept as its offset: libbson declares
+ * bson_iter_t 128-byte aligned, which no allocator here gives.
+ */
+typedef struct {
+    const char                   *key;
+    uint32_t                      offset;
+    uint32_t                      key_len;
+} ngx_http_feed_post_member_t;
+
+
 static ngx_table_elt_t *ngx_http_feed_post_key_header(ngx_http_request_t *r,
     ngx_uint_t *n);
 static ngx_int_t ngx_http_feed_post_key_valid(ngx_str_t *key);
@@ -274,18 +285,7 @@ ngx_http_feed_post_hash_value(ngx_sha1_t *sha1, const bson_iter_t *it,
 }
 
 
-/*
- * An object's members sorted by key: "k", the key and its NUL, the value.
- * They are kept as offsets: libbson declares bson_iter_t 128-byte
- * aligned, which no allocator here gives.
- */
-
-typedef struct {
-    const char                   *key;
-    uint32_t                      offset;
-    uint32_t                      key_len;
-} ngx_http_feed_post_member_t;
-
+/* an object's members sorted by key: "k", the key and its NUL, the value */
 
 static ngx_int_t
 ngx_http_feed_post_hash_object(ngx_sha1_t *sha1, const bson_iter_t *it,
