@@ -6,7 +6,8 @@
  * Checked: no memory error; a body refused gets a 400 or 413 with an
  * error code; a body taken makes a document with exactly the author, a
  * non-empty UTF-8 body, the time, and data only if given as an object,
- * with no key, at any depth, that starts with "$" or holds a dot.
+ * with no key, at any depth, that starts with "$" or holds a dot, and
+ * whose content hashes (ngx_http_feed_post_hash(), for Idempotency-Key).
  */
 
 
@@ -48,6 +49,14 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
 
     ngx_http_feed_fuzz_check_post(&np);
+
+    /* with an Idempotency-Key, every post taken is hashed */
+
+    ngx_http_feed_fuzz_assert(ngx_http_feed_post_hash(&np,
+                                                      ngx_http_feed_fuzz_log)
+                              == NGX_OK
+                              && ngx_strlen(np.hash) == 40,
+                              "a post taken whose content does not hash");
 
     bson_destroy(np.doc);
 

@@ -36,6 +36,9 @@ ngx_http_feed_err(status_method, NGX_HTTP_NOT_ALLOWED, "method_not_allowed",
     "only GET and HEAD are allowed");
 ngx_http_feed_err(media_type, NGX_HTTP_UNSUPPORTED_MEDIA_TYPE,
     "unsupported_media_type", "the request must be application/json");
+ngx_http_feed_err(idempotency_key, NGX_HTTP_BAD_REQUEST,
+    "invalid_idempotency_key", "Idempotency-Key is given once, 1 to 64 "
+    "characters of UTF-8 without control characters");
 
 ngx_http_feed_err(not_json, NGX_HTTP_BAD_REQUEST, "invalid_json",
     "the request is not a JSON object");
@@ -71,6 +74,12 @@ ngx_http_feed_err(no_post, NGX_HTTP_NOT_FOUND, "not_found",
     "no such post");
 ngx_http_feed_err(no_user_post, NGX_HTTP_NOT_FOUND, "not_found",
     "no such post of this user");
+ngx_http_feed_err(key_post_gone, NGX_HTTP_NOT_FOUND, "not_found",
+    "the post made with this Idempotency-Key was deleted");
+
+ngx_http_feed_err(key_reused, NGX_HTTP_FEED_UNPROCESSABLE,
+    "idempotency_key_reused",
+    "this Idempotency-Key was used for another post within the hour");
 
 ngx_http_feed_err(db_busy, NGX_HTTP_SERVICE_UNAVAILABLE, "unavailable",
     "too many requests waiting for the database");
@@ -97,6 +106,10 @@ ngx_http_feed_error(ngx_http_request_t *r, const ngx_http_feed_error_t *err)
         && ngx_http_feed_add_header(r, "Retry-After", &retry) != NGX_OK)
     {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (err->status == NGX_HTTP_FEED_UNPROCESSABLE) {
+        ngx_str_set(&r->headers_out.status_line, "422 Unprocessable Entity");
     }
 
     return ngx_http_feed_send_error(r, err->status, err->code, err->message);

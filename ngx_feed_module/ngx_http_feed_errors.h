@@ -35,6 +35,7 @@ extern const ngx_http_feed_error_t  ngx_http_feed_err_self_mute;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_method;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_status_method;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_media_type;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_idempotency_key;
 
 /* a new post's body */
 extern const ngx_http_feed_error_t  ngx_http_feed_err_not_json;
@@ -58,6 +59,10 @@ extern const ngx_http_feed_error_t  ngx_http_feed_err_blocked_reader;
 /* what is not there */
 extern const ngx_http_feed_error_t  ngx_http_feed_err_no_post;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_no_user_post;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_key_post_gone;
+
+/* what conflicts with an earlier request */
+extern const ngx_http_feed_error_t  ngx_http_feed_err_key_reused;
 
 /* what cannot be done now, or at all */
 extern const ngx_http_feed_error_t  ngx_http_feed_err_db_busy;
@@ -66,6 +71,9 @@ extern const ngx_http_feed_error_t  ngx_http_feed_err_db;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_cache_down;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_timeline_down;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_internal;
+
+/* nginx has no reason phrase of its own for 422 */
+#define NGX_HTTP_FEED_UNPROCESSABLE  422
 
 /* 422: the limit is written into the message */
 #define NGX_HTTP_FEED_FOLLOW_MAX_CODE  "too_many_follows"

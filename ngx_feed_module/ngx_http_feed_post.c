@@ -47,7 +47,11 @@ static void ngx_http_feed_post_body(ngx_http_request_t *r);
 static ngx_int_t ngx_http_feed_post_read(ngx_http_request_t *r,
     ngx_str_t *body);
 static void ngx_http_feed_post_doc_cleanup(void *data);
+static ngx_int_t ngx_http_feed_post_store(ngx_http_request_t *r,
+    ngx_http_feed_post_ctx_t *ctx);
 static ngx_int_t ngx_http_feed_post_inserted(ngx_http_request_t *r,
+    void *data);
+static ngx_int_t ngx_http_feed_post_keyed(ngx_http_request_t *r,
     void *data);
 static ngx_int_t ngx_http_feed_post_enqueue(ngx_http_feed_post_ctx_t *ctx,
     const char *kind, bson_oid_t *id, ngx_http_feed_user_t *author,
@@ -141,7 +145,7 @@ ngx_http_feed_post_author_args(ngx_http_request_t *r, void *data,
         return NGX_DECLINED;
     }
 
-    return NGX_OK;
+    return ngx_http_feed_post_key(r, &ctx->np, err);
 }
 
 
@@ -223,19 +227,44 @@ ngx_http_feed_post_body(ngx_http_request_t *r)
         return;
     }
 
+    /* the keyed task may replace the document: freed wherever it is */
+
     cln->handler = ngx_http_feed_post_doc_cleanup;
-    cln->data = ctx->np.doc;
+    cln->data = &ctx->np;
 
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "feed post of \"%s\": %uz bytes read, storing",
                    ctx->np.author.data, body.len);
 
-    rc = ngx_http_feed_mongo_request(r, ngx_http_feed_post_insert_run,
-                                     ngx_http_feed_post_inserted, &ctx->np,
-                                     NULL);
+    rc = ngx_http_feed_post_store(r, ctx);
     if (rc != NGX_DONE) {
         ngx_http_finalize_request(r, rc);
     }
+}
+
+
+/* with an Idempotency-Key, the key is claimed before the post is stored */
+
+static ngx_int_t
+ngx_http_feed_post_store(ngx_http_request_t *r, ngx_http_feed_post_ctx_t *ctx)
+{
+    if (!ctx->np.keyed) {
+        return ngx_http_feed_mongo_request(r, ngx_http_feed_post_insert_run,
+                                           ngx_http_feed_post_inserted,
+                                           &ctx->np, NULL);
+    }
+
+    if (ngx_http_feed_post_hash(&ctx->np, r->connection->log) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "feed post of \"%s\": content %s, claiming the key",
+                   ctx->np.author.data, ctx->np.hash);
+
+    return ngx_http_feed_mongo_request(r, ngx_http_feed_post_keyed_run,
+                                       ngx_http_feed_post_keyed, &ctx->np,
+                                       NULL);
 }
 
 
@@ -304,7 +333,9 @@ ngx_http_feed_post_read(ngx_http_request_t *r, ngx_str_t *body)
 static void
 ngx_http_feed_post_doc_cleanup(void *data)
 {
-    bson_destroy(data);
+    ngx_http_feed_post_new_t  *np = data;
+
+    bson_destroy(np->doc);
 }
 
 
@@ -324,6 +355,41 @@ ngx_http_feed_post_inserted(ngx_http_request_t *r, void *data)
 
     return ngx_http_feed_post_enqueue(ctx, "post", &np->id, &np->author,
                                       np->ts, ngx_http_feed_post_created);
+}
+
+
+/*
+ * A keyed post: made here (enqueued as any other), or made by an earlier
+ * or concurrent request with the key (answered as it is, enqueued by the
+ * request that made it).
+ */
+
+static ngx_int_t
+ngx_http_feed_post_keyed(ngx_http_request_t *r, void *data)
+{
+    ngx_http_feed_post_new_t  *np = data;
+
+    ngx_http_feed_post_ctx_t  *ctx;
+
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "feed post of \"%s\": key \"%s\" done: %i",
+                   np->author.data, np->key, np->outcome);
+
+    switch (np->outcome) {
+
+    case NGX_OK:
+        return ngx_http_feed_post_inserted(r, data);
+
+    case NGX_DONE:
+        ctx = ngx_http_get_module_ctx(r, ngx_http_feed_module);
+        return ngx_http_feed_post_created(ctx);
+
+    case NGX_DECLINED:
+        return ngx_http_feed_error(r, &ngx_http_feed_err_key_reused);
+
+    default: /* NGX_ABORT */
+        return ngx_http_feed_error(r, &ngx_http_feed_err_key_post_gone);
+    }
 }
 
 

@@ -14,6 +14,11 @@
 #include "ngx_http_feed_posts_store.h"
 
 
+/* an Idempotency-Key: 1 to 64 characters, up to 4 bytes each in UTF-8 */
+#define NGX_HTTP_FEED_POST_KEY_MAX   64
+#define NGX_HTTP_FEED_POST_KEY_SIZE  (4 * NGX_HTTP_FEED_POST_KEY_MAX + 1)
+
+
 /*
  * A new post: checked on the loop, inserted by a thread.  The document is
  * on the heap: libbson declares bson_t 128-byte aligned, which memory from
@@ -24,6 +29,18 @@ typedef struct {
     ngx_http_feed_user_t          author;
     int64_t                       ts;
     bson_t                       *doc;
+
+    /* with an Idempotency-Key: the key, the content's sha1 in hex */
+    ngx_uint_t                    keyed;
+    char                          key[NGX_HTTP_FEED_POST_KEY_SIZE];
+    char                          hash[41];
+
+    /*
+     * what the keyed task did: NGX_OK made the post, NGX_DONE found it
+     * made (doc, id and ts are then the stored post's), NGX_DECLINED the
+     * key is another content's, NGX_ABORT its post was deleted
+     */
+    ngx_int_t                     outcome;
 } ngx_http_feed_post_new_t;
 
 
@@ -71,9 +88,17 @@ extern ngx_http_feed_handler_t  ngx_http_feed_user_post_handler;
 ngx_int_t ngx_http_feed_post_parse(ngx_http_feed_main_conf_t *fmcf,
     u_char *p, size_t len, ngx_http_feed_post_new_t *np,
     ngx_http_feed_error_t *err);
+bson_t *ngx_http_feed_post_doc(ngx_http_feed_post_new_t *np,
+    const bson_t *content);
 int64_t ngx_http_feed_post_oid(bson_oid_t *oid, int64_t ms);
+ngx_int_t ngx_http_feed_post_key(ngx_http_request_t *r,
+    ngx_http_feed_post_new_t *np, const ngx_http_feed_error_t **err);
+ngx_int_t ngx_http_feed_post_hash(ngx_http_feed_post_new_t *np,
+    ngx_log_t *log);
 
 void ngx_http_feed_post_insert_run(ngx_http_feed_mongo_task_t *t,
+    mongoc_client_t *client);
+void ngx_http_feed_post_keyed_run(ngx_http_feed_mongo_task_t *t,
     mongoc_client_t *client);
 void ngx_http_feed_post_get_run(ngx_http_feed_mongo_task_t *t,
     mongoc_client_t *client);

@@ -32,9 +32,8 @@ ngx_int_t
 ngx_http_feed_post_parse(ngx_http_feed_main_conf_t *fmcf, u_char *p,
     size_t len, ngx_http_feed_post_new_t *np, ngx_http_feed_error_t *err)
 {
-    u_char       *q;
-    bson_t        input;
-    bson_iter_t   it;
+    u_char  *q;
+    bson_t   input;
 
     if (len == 0) {
         return ngx_http_feed_post_fail(err, &ngx_http_feed_err_not_json);
@@ -71,24 +70,37 @@ ngx_http_feed_post_parse(ngx_http_feed_main_conf_t *fmcf, u_char *p,
     }
 
     np->ts = ngx_http_feed_post_oid(&np->id, np->ts);
-
-    np->doc = bson_new();
-    BSON_APPEND_OID(np->doc, "_id", &np->id);
-    BSON_APPEND_UTF8(np->doc, "author", np->author.data);
-
-    if (bson_iter_init_find(&it, &input, "body")) {
-        BSON_APPEND_VALUE(np->doc, "body", bson_iter_value(&it));
-    }
-
-    BSON_APPEND_INT64(np->doc, "ts", np->ts);
-
-    if (bson_iter_init_find(&it, &input, "data")) {
-        BSON_APPEND_VALUE(np->doc, "data", bson_iter_value(&it));
-    }
+    np->doc = ngx_http_feed_post_doc(np, &input);
 
     bson_destroy(&input);
 
     return NGX_OK;
+}
+
+
+/* the post to store: np's id, author and time, the content's body, data */
+
+bson_t *
+ngx_http_feed_post_doc(ngx_http_feed_post_new_t *np, const bson_t *content)
+{
+    bson_t       *doc;
+    bson_iter_t   it;
+
+    doc = bson_new();
+    BSON_APPEND_OID(doc, "_id", &np->id);
+    BSON_APPEND_UTF8(doc, "author", np->author.data);
+
+    if (bson_iter_init_find(&it, content, "body")) {
+        BSON_APPEND_VALUE(doc, "body", bson_iter_value(&it));
+    }
+
+    BSON_APPEND_INT64(doc, "ts", np->ts);
+
+    if (bson_iter_init_find(&it, content, "data")) {
+        BSON_APPEND_VALUE(doc, "data", bson_iter_value(&it));
+    }
+
+    return doc;
 }
 
 

@@ -39,6 +39,9 @@ static void ngx_http_feed_posts_newest(bson_t *filter, bson_t *opts,
 static void ngx_http_feed_posts_range(bson_t *filter,
     ngx_http_feed_posts_range_t *range);
 static void ngx_http_feed_posts_visible(bson_t *filter);
+static ngx_int_t ngx_http_feed_posts_one(mongoc_client_t *client,
+    const char *database, const bson_oid_t *id, bson_t *doc,
+    bson_error_t *error);
 static ngx_int_t ngx_http_feed_posts_page(mongoc_collection_t *posts,
     ngx_http_feed_user_t *author, ngx_http_feed_posts_range_t *range,
     bson_t *items, char *next, bson_error_t *error);
@@ -65,11 +68,14 @@ ngx_http_feed_mongo_indexes_t  ngx_http_feed_posts_indexes = {
 };
 
 
-/* stored with its queue entry pending: never lost for fanout */
+/*
+ * Stored with its queue entry pending, due from now (ms): never lost for
+ * fanout.  NGX_DECLINED: a post with this id is there already.
+ */
 
 ngx_int_t
 ngx_http_feed_posts_insert(mongoc_client_t *client, const char *database,
-    const bson_t *post, int64_t ts, bson_error_t *error)
+    const bson_t *post, int64_t now, bson_error_t *error)
 {
     bool                  ok;
     bson_t                doc, q;
@@ -80,7 +86,7 @@ ngx_http_feed_posts_insert(mongoc_client_t *client, const char *database,
     BSON_APPEND_ARRAY_BEGIN(&doc, "q", &q);
     BSON_APPEND_UTF8(&q, "0", "post");
     bson_append_array_end(&doc, &q);
-    BSON_APPEND_INT64(&doc, "qt", ts + NGX_HTTP_FEED_OUTBOX_GRACE);
+    BSON_APPEND_INT64(&doc, "qt", now + NGX_HTTP_FEED_OUTBOX_GRACE);
 
     posts = mongoc_client_get_collection(client, database,
                                          NGX_HTTP_FEED_POSTS);
@@ -90,7 +96,61 @@ ngx_http_feed_posts_insert(mongoc_client_t *client, const char *database,
     mongoc_collection_destroy(posts);
     bson_destroy(&doc);
 
-    return ok ? NGX_OK : NGX_ERROR;
+    if (ok) {
+        return NGX_OK;
+    }
+
+    return error->code == MONGOC_ERROR_DUPLICATE_KEY ? NGX_DECLINED
+                                                      : NGX_ERROR;
+}
+
+
+/*
+ * The visible post's stored document, a bson_copy() in *doc to be
+ * bson_destroy()ed: NGX_DECLINED when it is not there or deleted.
+ */
+
+ngx_int_t
+ngx_http_feed_posts_find(mongoc_client_t *client, const char *database,
+    const bson_oid_t *id, bson_t **doc, bson_error_t *error)
+{
+    bson_t     found;
+    ngx_int_t  rc;
+
+    rc = ngx_http_feed_posts_one(client, database, id, &found, error);
+
+    if (rc == NGX_OK) {
+        *doc = bson_copy(&found);
+        bson_destroy(&found);
+    }
+
+    return rc;
+}
+
+
+/* the visible post with this id, as ngx_http_feed_mongo_find_one() */
+
+static ngx_int_t
+ngx_http_feed_posts_one(mongoc_client_t *client, const char *database,
+    const bson_oid_t *id, bson_t *doc, bson_error_t *error)
+{
+    bson_t                filter;
+    ngx_int_t             rc;
+    mongoc_collection_t  *posts;
+
+    bson_init(&filter);
+    BSON_APPEND_OID(&filter, "_id", id);
+    ngx_http_feed_posts_visible(&filter);
+
+    posts = mongoc_client_get_collection(client, database,
+                                         NGX_HTTP_FEED_POSTS);
+
+    rc = ngx_http_feed_mongo_find_one(posts, &filter, NULL, doc, error);
+
+    mongoc_collection_destroy(posts);
+    bson_destroy(&filter);
+
+    return rc;
 }
 
 
@@ -104,22 +164,11 @@ ngx_http_feed_posts_get(mongoc_client_t *client, const char *database,
     const bson_oid_t *id, ngx_uint_t *found, char **json, size_t *len,
     bson_error_t *error)
 {
-    char                 *p;
-    bson_t                filter, doc, out;
-    ngx_int_t             rc;
-    mongoc_collection_t  *posts;
+    char       *p;
+    bson_t      doc, out;
+    ngx_int_t   rc;
 
-    bson_init(&filter);
-    BSON_APPEND_OID(&filter, "_id", id);
-    ngx_http_feed_posts_visible(&filter);
-
-    posts = mongoc_client_get_collection(client, database,
-                                         NGX_HTTP_FEED_POSTS);
-
-    rc = ngx_http_feed_mongo_find_one(posts, &filter, NULL, &doc, error);
-
-    mongoc_collection_destroy(posts);
-    bson_destroy(&filter);
+    rc = ngx_http_feed_posts_one(client, database, id, &doc, error);
 
     if (rc != NGX_OK) {
         return rc == NGX_DECLINED ? NGX_OK : NGX_ERROR;

@@ -43,7 +43,10 @@ extern ngx_http_feed_mongo_indexes_t  ngx_http_feed_posts_indexes;
 
 
 ngx_int_t ngx_http_feed_posts_insert(mongoc_client_t *client,
-    const char *database, const bson_t *post, int64_t ts,
+    const char *database, const bson_t *post, int64_t now,
+    bson_error_t *error);
+ngx_int_t ngx_http_feed_posts_find(mongoc_client_t *client,
+    const char *database, const bson_oid_t *id, bson_t **doc,
     bson_error_t *error);
 ngx_int_t ngx_http_feed_posts_get(mongoc_client_t *client,
     const char *database, const bson_oid_t *id, ngx_uint_t *found,

@@ -13,6 +13,7 @@
 #include "ngx_http_feed_follows_store.h"
 #include "ngx_http_feed_filters_store.h"
 #include "ngx_http_feed_posts_store.h"
+#include "ngx_http_feed_idempotency_store.h"
 #include "ngx_http_feed_timelines_store.h"
 
 
@@ -46,6 +47,7 @@ static ngx_http_feed_mongo_indexes_t  *ngx_http_feed_schema_stores[] = {
     &ngx_http_feed_follow_counts_indexes,
     &ngx_http_feed_filters_indexes,
     &ngx_http_feed_posts_indexes,
+    &ngx_http_feed_idempotency_indexes,
     &ngx_http_feed_timelines_indexes,
     &ngx_http_feed_timelines_time_indexes,
     &ngx_http_feed_timelines_capped_indexes,
