@@ -32,6 +32,7 @@ my %layer = (
     util            => 'core',
 
     follows_store   => 'store',
+    filters_store   => 'store',
     posts_store     => 'store',
     timeline_cache  => 'store',
     timeline_local  => 'store',
@@ -48,6 +49,7 @@ my %layer = (
 
     graph           => 'feature',
     graph_task      => 'feature',
+    filters         => 'feature',
     post            => 'feature',
     post_input      => 'feature',
     post_task       => 'feature',
@@ -71,6 +73,7 @@ my %layer = (
 my %owner = (
     '"follows"'       => 'follows_store.c',
     '"follow_counts"' => 'follows_store.c',
+    '"filters"'       => 'filters_store.c',
     '"posts"'         => 'posts_store.c',
     '"timeline_cache"' => 'timelines_store.c',
     '"timeline_time"' => 'timelines_time.c',
