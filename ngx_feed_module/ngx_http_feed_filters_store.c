@@ -23,6 +23,9 @@
 #define NGX_HTTP_FEED_FILTERS          "filters"
 #define NGX_HTTP_FEED_FILTERS_RETRIES  5
 
+/* a user's filters read in one batch (feed_filter_max is 10000 by default) */
+#define NGX_HTTP_FEED_FILTERS_BATCH    100000
+
 
 /* the tokens of ngx_http_feed_filters_of, being written */
 typedef struct {
@@ -47,6 +50,9 @@ static void ngx_http_feed_filters_pair(bson_t *doc,
 static ngx_int_t ngx_http_feed_filters_tokens(mongoc_client_t *client,
     const char *database, ngx_http_feed_user_t *user, ngx_uint_t max,
     ngx_http_feed_filters_tokens_t *tk, bson_error_t *error);
+static ngx_int_t ngx_http_feed_filters_mine(mongoc_collection_t *filters,
+    bson_t *filter, bson_t *opts, ngx_http_feed_filters_tokens_t *tk,
+    bson_error_t *error);
 static ngx_int_t ngx_http_feed_filters_token(void *data,
     ngx_http_feed_user_t *user, int64_t created);
 
@@ -493,7 +499,9 @@ ngx_http_feed_filters_of(mongoc_client_t *client, const char *database,
 /*
  * Whom user blocks and mutes, all of them: a user has at most
  * feed_filter_max; then who blocked user, the newest max only: anybody
- * may block anybody, so these have no bound of their own.
+ * may block anybody, so these have no bound of their own.  One query
+ * each, in one batch each: a rebuild, or a read without Redis, waits for
+ * them.
  */
 
 static ngx_int_t
@@ -501,49 +509,103 @@ ngx_http_feed_filters_tokens(mongoc_client_t *client, const char *database,
     ngx_http_feed_user_t *user, ngx_uint_t max,
     ngx_http_feed_filters_tokens_t *tk, bson_error_t *error)
 {
-    u_char                        stored;
-    ngx_uint_t                    i;
-    ngx_http_feed_follows_page_t  page;
+    bson_t                opts, filter, in, projection;
+    ngx_int_t             rc;
+    ngx_uint_t            skipped;
+    mongoc_collection_t  *filters;
 
-    static u_char  kinds[] = {
-        NGX_HTTP_FEED_FILTER_BLOCK,
-        NGX_HTTP_FEED_FILTER_MUTE,
-        NGX_HTTP_FEED_FILTER_BLOCKED
-    };
+    filters = mongoc_client_get_collection(client, database,
+                                           NGX_HTTP_FEED_FILTERS);
 
-    ngx_memzero(&page, sizeof(ngx_http_feed_follows_page_t));
-    page.user = user;
-    page.each = ngx_http_feed_filters_token;
-    page.data = tk;
+    bson_init(&filter);
+    BSON_APPEND_UTF8(&filter, "src", (const char *) user->data);
+    BSON_APPEND_DOCUMENT_BEGIN(&filter, "kind", &in);
+    BSON_APPEND_ARRAY_BEGIN(&in, "$in", &projection);
+    BSON_APPEND_UTF8(&projection, "0", "b");
+    BSON_APPEND_UTF8(&projection, "1", "m");
+    bson_append_array_end(&in, &projection);
+    bson_append_document_end(&filter, &in);
 
-    for (i = 0; i < sizeof(kinds); i++) {
-        tk->kind = kinds[i];
-        tk->left = 0;
+    bson_init(&opts);
+    BSON_APPEND_INT32(&opts, "batchSize", NGX_HTTP_FEED_FILTERS_BATCH);
+    BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &projection);
+    BSON_APPEND_INT32(&projection, "dst", 1);
+    BSON_APPEND_INT32(&projection, "kind", 1);
+    bson_append_document_end(&opts, &projection);
 
-        if (kinds[i] == NGX_HTTP_FEED_FILTER_BLOCKED) {
-            if (max == 0) {
-                break;
-            }
+    rc = ngx_http_feed_filters_mine(filters, &filter, &opts, tk, error);
 
-            page.followers = 1;
-            page.batch = max;
-            tk->left = max;
-        }
+    bson_destroy(&filter);
+    bson_destroy(&opts);
+
+    if (rc == NGX_OK && max) {
 
         /* who blocked user: user's blocks read the other way round */
 
-        stored = (kinds[i] == NGX_HTTP_FEED_FILTER_MUTE)
-                 ? NGX_HTTP_FEED_FILTER_MUTE : NGX_HTTP_FEED_FILTER_BLOCK;
+        bson_init(&filter);
+        BSON_APPEND_UTF8(&filter, "dst", (const char *) user->data);
+        BSON_APPEND_UTF8(&filter, "kind", "b");
 
-        if (ngx_http_feed_filters_page(client, database, stored, &page,
-                                       error)
-            == NGX_ERROR)
-        {
-            return NGX_ERROR;
-        }
+        bson_init(&opts);
+        ngx_http_feed_mongo_newest(&opts, "created", "src", max);
+        BSON_APPEND_INT64(&opts, "limit", (int64_t) max);
+
+        tk->kind = NGX_HTTP_FEED_FILTER_BLOCKED;
+        tk->left = max;
+        skipped = 0;
+
+        rc = ngx_http_feed_mongo_each_user(filters, &filter, &opts, "src",
+                                           "created",
+                                           ngx_http_feed_filters_token, tk,
+                                           &skipped, error);
+
+        bson_destroy(&filter);
+        bson_destroy(&opts);
     }
 
-    return NGX_OK;
+    mongoc_collection_destroy(filters);
+
+    return rc == NGX_ERROR ? NGX_ERROR : NGX_OK;
+}
+
+
+/* whom user blocks or mutes, each with its kind */
+
+static ngx_int_t
+ngx_http_feed_filters_mine(mongoc_collection_t *filters, bson_t *filter,
+    bson_t *opts, ngx_http_feed_filters_tokens_t *tk, bson_error_t *error)
+{
+    ngx_int_t              rc;
+    bson_iter_t            it;
+    const bson_t          *doc;
+    mongoc_cursor_t       *cursor;
+    ngx_http_feed_user_t   user;
+
+    cursor = mongoc_collection_find_with_opts(filters, filter, opts, NULL);
+
+    rc = NGX_OK;
+
+    while (mongoc_cursor_next(cursor, &doc)) {
+        if (ngx_http_feed_bson_user(doc, "dst", &user) != NGX_OK
+            || !bson_iter_init_find(&it, doc, "kind")
+            || !BSON_ITER_HOLDS_UTF8(&it))
+        {
+            continue;
+        }
+
+        tk->kind = bson_iter_utf8(&it, NULL)[0];
+        tk->left = 0;
+
+        (void) ngx_http_feed_filters_token(tk, &user, 0);
+    }
+
+    if (mongoc_cursor_error(cursor, error)) {
+        rc = NGX_ERROR;
+    }
+
+    mongoc_cursor_destroy(cursor);
+
+    return rc;
 }
 
 

@@ -24,6 +24,7 @@
  *   miss -> wait | poll | members | bypass
  *   wait, poll -> local, read
  *   members -> lead | failed
+ *   bypass -> filters (once) -> bypass | failed
  *   lead -> lead (fewer posts) | warm
  *   warm -> local, read | rebuilt (answered from the rebuild, not cached)
  *   kept, hit, deep, bypass, rebuilt -> done
@@ -34,6 +35,7 @@
 #include "ngx_http_feed_timeline_read.h"
 #include "ngx_http_feed_json.h"
 #include "ngx_http_feed_pull.h"
+#include "ngx_http_feed_filters_store.h"
 
 
 #define NGX_HTTP_FEED_POLL     20
@@ -43,6 +45,13 @@
 
 /* rebuilds with fewer posts after an answer too large for the buffer */
 #define NGX_HTTP_FEED_SHRINKS  5
+
+/*
+ * The users who blocked the reader that a read loads at most: they never
+ * follow each other (a block ends follows both ways), so these only cover
+ * a block racing a delivery
+ */
+#define NGX_HTTP_FEED_BLOCKERS_MAX  10000
 
 
 static ngx_int_t ngx_http_feed_timeline_args(ngx_http_request_t *r,
@@ -75,6 +84,8 @@ static ngx_int_t ngx_http_feed_timeline_shrink(
 static void ngx_http_feed_timeline_warmed(void *data, redisReply *reply);
 static void ngx_http_feed_timeline_lead_done(ngx_http_feed_timeline_ctx_t *ctx,
     ngx_int_t rc);
+static void ngx_http_feed_timeline_share_filters(
+    ngx_http_feed_timeline_ctx_t *ctx, ngx_http_feed_timeline_ctx_t *w);
 static void ngx_http_feed_timeline_deep(ngx_http_feed_timeline_ctx_t *ctx);
 static void ngx_http_feed_timeline_deep_done(
     ngx_http_feed_timeline_ctx_t *ctx);
@@ -117,7 +128,8 @@ static ngx_str_t  ngx_http_feed_cache_statuses[] = {
 
 static char  *ngx_http_feed_timeline_states[] = {
     "start", "local", "read", "kept", "hit", "miss", "wait", "poll", "lead",
-    "warm", "rebuilt", "deep", "bypass", "done", "failed", "pull", "members"
+    "warm", "rebuilt", "deep", "bypass", "done", "failed", "pull", "members",
+    "filters"
 };
 
 #endif
@@ -205,6 +217,7 @@ ngx_http_feed_timeline_move(ngx_http_feed_timeline_ctx_t *ctx,
         return;
 
     case NGX_HTTP_FEED_TL_MEMBERS:
+    case NGX_HTTP_FEED_TL_FILTERS:
         ngx_http_feed_timeline_members(ctx);
         return;
 
@@ -630,18 +643,15 @@ ngx_http_feed_timeline_pull(ngx_http_feed_timeline_ctx_t *ctx)
 /*
  * The lock is ours.  Before the posts are asked for, which of the user's
  * followees are pull authors: their posts from then on are in their own
- * lists only, and the cache must merge them.
+ * lists only, and the cache must merge them; and the user's filters, which
+ * the cache keeps next to the list.  Without a cache (filters), only the
+ * filters, for the pages the fallback makes.
  */
 
 static void
 ngx_http_feed_timeline_members(ngx_http_feed_timeline_ctx_t *ctx)
 {
     ngx_http_feed_mongo_task_t  *t;
-
-    if (!ctx->fmcf->pull_threshold) {
-        ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_LEAD);
-        return;
-    }
 
     t = ngx_http_feed_mongo_task(ctx->request->pool, ctx->fmcf->mongo_client,
                                  ngx_http_feed_timeline_members_run,
@@ -651,9 +661,14 @@ ngx_http_feed_timeline_members(ngx_http_feed_timeline_ctx_t *ctx)
         return;
     }
 
-    t->result = &ctx->pull_raw;
+    t->result = &ctx->members_raw;
 
     if (ngx_http_feed_mongo_post_r(ctx->request, t) != NGX_OK) {
+        if (ctx->state == NGX_HTTP_FEED_TL_FILTERS) {
+            ngx_http_feed_timeline_fail(ctx, NGX_HTTP_SERVICE_UNAVAILABLE);
+            return;
+        }
+
         ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_BYPASS);
     }
 }
@@ -665,9 +680,40 @@ ngx_http_feed_timeline_members_run(ngx_http_feed_mongo_task_t *t,
 {
     ngx_http_feed_timeline_ctx_t  *ctx = t->data;
 
-    t->rc = ngx_http_feed_pull_followed(client, t->database, &ctx->page.user,
-                                        &ctx->pull_raw, &ctx->pull_len,
-                                        &t->error);
+    char    *pull, *filters;
+    size_t   plen, flen;
+
+    pull = NULL;
+    filters = NULL;
+    plen = 0;
+    flen = 0;
+
+    t->rc = NGX_OK;
+
+    if (ctx->state == NGX_HTTP_FEED_TL_MEMBERS && ctx->fmcf->pull_threshold) {
+        t->rc = ngx_http_feed_pull_followed(client, t->database,
+                                            &ctx->page.user, &pull, &plen,
+                                            &t->error);
+    }
+
+    if (t->rc == NGX_OK) {
+        t->rc = ngx_http_feed_filters_of(client, t->database,
+                                         &ctx->page.user,
+                                         NGX_HTTP_FEED_BLOCKERS_MAX,
+                                         &filters, &flen, &t->error);
+    }
+
+    if (t->rc == NGX_OK) {
+        ctx->members_raw = bson_malloc(plen + 1 + flen);
+        ngx_memcpy(ctx->members_raw, pull, plen);
+        ctx->members_raw[plen] = '\n';
+        ngx_memcpy(ctx->members_raw + plen + 1, filters, flen);
+        ctx->pull_len = plen;
+        ctx->filters_len = flen;
+    }
+
+    bson_free(pull);
+    bson_free(filters);
 }
 
 
@@ -676,38 +722,52 @@ ngx_http_feed_timeline_members_done(ngx_http_feed_mongo_task_t *t)
 {
     ngx_http_feed_timeline_ctx_t  *ctx = t->data;
 
+    ngx_int_t  rc;
     ngx_str_t  raw;
 
     if (t->rc != NGX_OK) {
         /* MongoDB fails: as a rebuild that fails, for every waiter too */
         ngx_log_error(NGX_LOG_ERR, ctx->request->connection->log, 0,
-                      "timeline of \"%s\" not rebuilt: pull authors "
-                      "unknown: %s", ctx->page.user.data, t->error.message);
+                      "timeline of \"%s\" not read: pull authors or "
+                      "filters unknown: %s", ctx->page.user.data,
+                      t->error.message);
         ngx_http_feed_timeline_fail(ctx, NGX_HTTP_SERVICE_UNAVAILABLE);
         return;
     }
 
-    raw.data = (u_char *) ctx->pull_raw;
-    raw.len = ctx->pull_len;
+    raw.len = ctx->pull_len + 1 + ctx->filters_len;
+    raw.data = (u_char *) ctx->members_raw;
 
-    if (raw.len) {
-        ctx->pull.data = ngx_pstrdup(ctx->request->pool, &raw);
-        ctx->pull.len = raw.len;
+    raw.data = ngx_pstrdup(ctx->request->pool, &raw);
+
+    bson_free(ctx->members_raw);
+    ctx->members_raw = NULL;
+
+    rc = (raw.data == NULL) ? NGX_ERROR : NGX_OK;
+
+    if (rc == NGX_OK) {
+        ctx->pull.data = raw.data;
+        ctx->pull.len = ctx->pull_len;
+        ctx->filters.data = raw.data + ctx->pull_len + 1;
+        ctx->filters.len = ctx->filters_len;
+
+        rc = ngx_http_feed_hide_tokens(ctx->request->pool, &ctx->filters,
+                                          &ctx->hide);
     }
 
-    bson_free(ctx->pull_raw);
-    ctx->pull_raw = NULL;
-
-    if (raw.len && ctx->pull.data == NULL) {
+    if (rc != NGX_OK) {
         ngx_http_feed_timeline_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
         return;
     }
 
-    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
-                   "feed timeline of \"%s\": pull authors \"%V\"",
-                   ctx->page.user.data, &ctx->pull);
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
+                   "feed timeline of \"%s\": pull authors \"%V\", "
+                   "filters \"%V\"",
+                   ctx->page.user.data, &ctx->pull, &ctx->filters);
 
-    ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_LEAD);
+    ngx_http_feed_timeline_move(ctx, ctx->state == NGX_HTTP_FEED_TL_MEMBERS
+                                     ? NGX_HTTP_FEED_TL_LEAD
+                                     : NGX_HTTP_FEED_TL_BYPASS);
 }
 
 
@@ -773,8 +833,8 @@ ngx_http_feed_timeline_warm(ngx_http_feed_timeline_ctx_t *ctx)
 
     if (ngx_http_feed_timeline_cache_warm(ctx->request, ctx->fmcf,
                                           &ctx->page.user, &version,
-                                          &ctx->token, &ctx->pull, &items,
-                                          complete,
+                                          &ctx->token, &ctx->pull,
+                                          &ctx->filters, &items, complete,
                                           ngx_http_feed_timeline_warmed, ctx)
         != NGX_OK)
     {
@@ -874,7 +934,40 @@ ngx_http_feed_timeline_lead_done(ngx_http_feed_timeline_ctx_t *ctx,
         w->leader = NULL;
         w->wake_rc = rc;
 
+        ngx_http_feed_timeline_share_filters(ctx, w);
+
         ngx_post_event(&w->poll, &ngx_posted_events);
+    }
+}
+
+
+/*
+ * The filters the leader loaded, for a waiter that finds no Redis when it
+ * reads: it need not ask MongoDB for them again.  Without memory, the
+ * waiter loads them itself.
+ */
+
+static void
+ngx_http_feed_timeline_share_filters(ngx_http_feed_timeline_ctx_t *ctx,
+    ngx_http_feed_timeline_ctx_t *w)
+{
+    if (!ctx->hide.loaded || w->hide.loaded) {
+        return;
+    }
+
+    w->filters.len = ctx->filters.len;
+
+    if (ctx->filters.len) {
+        w->filters.data = ngx_pstrdup(w->request->pool, &ctx->filters);
+        if (w->filters.data == NULL) {
+            return;
+        }
+    }
+
+    if (ngx_http_feed_hide_tokens(w->request->pool, &w->filters, &w->hide)
+        != NGX_OK)
+    {
+        ngx_memzero(&w->hide, sizeof(ngx_http_feed_hide_t));
     }
 }
 
@@ -887,6 +980,9 @@ ngx_http_feed_timeline_deep(ngx_http_feed_timeline_ctx_t *ctx)
     if (ctx->status == NGX_HTTP_FEED_CACHE_HIT) {
         ctx->status = NGX_HTTP_FEED_CACHE_DEEP;
     }
+
+    /* the filters the cache applied, for the rest of the page */
+    ctx->hide = ctx->cached.filters;
 
     if (ngx_http_feed_timeline_fallback_page(ctx, ctx->cached.nitems,
                                              ngx_http_feed_timeline_deep_done)
@@ -922,16 +1018,32 @@ ngx_http_feed_timeline_deep_done(ngx_http_feed_timeline_ctx_t *ctx)
 
     ctx->cached.more = more;
 
+    rc = ngx_http_feed_timeline_fallback_more(ctx,
+                                              ngx_http_feed_timeline_deep_done);
+    if (rc == NGX_ERROR) {
+        ngx_http_feed_timeline_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    if (rc == NGX_OK) {
+        return;
+    }
+
     ngx_http_feed_timeline_answer(ctx);
 }
 
 
-/* no Redis: the page straight from the fallback */
+/* no Redis: the page straight from the fallback, with the user's filters */
 
 static void
 ngx_http_feed_timeline_bypass(ngx_http_feed_timeline_ctx_t *ctx)
 {
     ctx->status = NGX_HTTP_FEED_CACHE_BYPASS;
+
+    if (!ctx->hide.loaded) {
+        ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_FILTERS);
+        return;
+    }
 
     if (ngx_http_feed_timeline_fallback_page(ctx, 0,
                                              ngx_http_feed_timeline_bypass_done)
@@ -962,9 +1074,16 @@ ngx_http_feed_timeline_bypass_done(ngx_http_feed_timeline_ctx_t *ctx)
         }
     }
 
-    ngx_memzero(&ctx->cached, sizeof(ngx_http_feed_cached_t));
+    /* the posts of the answers asked again for the filters stay */
 
-    if (ngx_http_feed_timeline_fallback_add(ctx, ctx->page.limit, &more)
+    if (ctx->refills == 0) {
+        ngx_memzero(&ctx->cached, sizeof(ngx_http_feed_cached_t));
+    }
+
+    if (ngx_http_feed_timeline_fallback_add(ctx,
+                                            ctx->page.limit
+                                            - ctx->cached.nitems,
+                                            &more)
         != NGX_OK)
     {
         ngx_http_feed_timeline_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
@@ -972,6 +1091,17 @@ ngx_http_feed_timeline_bypass_done(ngx_http_feed_timeline_ctx_t *ctx)
     }
 
     ctx->cached.more = more;
+
+    rc = ngx_http_feed_timeline_fallback_more(ctx,
+                                        ngx_http_feed_timeline_bypass_done);
+    if (rc == NGX_ERROR) {
+        ngx_http_feed_timeline_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    if (rc == NGX_OK) {
+        return;
+    }
 
     ngx_http_feed_timeline_answer(ctx);
 }

@@ -42,6 +42,7 @@
 #define NGX_HTTP_FEED_TLN_PREFIX   "feed:tln:{"
 #define NGX_HTTP_FEED_TLP_PREFIX   "feed:tlp:{"
 #define NGX_HTTP_FEED_TLA_PREFIX   "feed:tla:{"
+#define NGX_HTTP_FEED_TLF_PREFIX   "feed:tlf:{"
 #define NGX_HTTP_FEED_DELETING     "feed:deleting"
 
 /* a post's JSON in link mode */
@@ -85,7 +86,8 @@ enum {
     NGX_HTTP_FEED_TIMELINE_READ_PULLED = 6,
     NGX_HTTP_FEED_TIMELINE_READ_USEC = 7,
     NGX_HTTP_FEED_TIMELINE_READ_LISTS = 8,
-    NGX_HTTP_FEED_TIMELINE_READ_ITEMS = 9
+    NGX_HTTP_FEED_TIMELINE_READ_FILTERS = 9,
+    NGX_HTTP_FEED_TIMELINE_READ_ITEMS = 10
 };
 
 
@@ -126,6 +128,8 @@ static void ngx_http_feed_timeline_cache_prefix(
     ngx_uint_t i, ngx_uint_t version, u_char *buf, ngx_uint_t key);
 static ngx_int_t ngx_http_feed_timeline_cache_lists(ngx_http_request_t *r,
     redisReply *reply, size_t i, ngx_str_t *lists);
+static ngx_int_t ngx_http_feed_timeline_cache_filters(ngx_http_request_t *r,
+    redisReply *e, ngx_http_feed_hide_t *filters);
 static ngx_int_t ngx_http_feed_timeline_cache_copy(ngx_http_request_t *r,
     redisReply *e, ngx_str_t *to);
 static size_t ngx_http_feed_timeline_cache_key(
@@ -219,6 +223,10 @@ ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_PULL,
         keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_PULL],
         NGX_HTTP_FEED_TLA_PREFIX, &page->user);
+    ngx_http_feed_timeline_cache_key(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_FILTERS,
+        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_FILTERS],
+        NGX_HTTP_FEED_TLF_PREFIX, &page->user);
 
     limit_len = ngx_sprintf(limit, "%ui", page->limit) - limit;
 
@@ -340,6 +348,10 @@ ngx_http_feed_timeline_cache_page(ngx_http_request_t *r,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_KEY_PULL,
         keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_KEY_PULL],
         NGX_HTTP_FEED_TLA_PREFIX, &page->user);
+    ngx_http_feed_timeline_cache_key(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_KEY_FILTERS,
+        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_KEY_FILTERS],
+        NGX_HTTP_FEED_TLF_PREFIX, &page->user);
 
     ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_ARG_LIMIT,
@@ -430,7 +442,8 @@ ngx_http_feed_timeline_cache_parse(ngx_http_request_t *r, redisReply *reply,
         if (reply->element[i]->type != REDIS_REPLY_STRING
             && i != NGX_HTTP_FEED_TIMELINE_READ_PULLED
             && i != NGX_HTTP_FEED_TIMELINE_READ_USEC
-            && i != NGX_HTTP_FEED_TIMELINE_READ_LISTS)
+            && i != NGX_HTTP_FEED_TIMELINE_READ_LISTS
+            && i != NGX_HTTP_FEED_TIMELINE_READ_FILTERS)
         {
             return NGX_DECLINED;
         }
@@ -464,6 +477,10 @@ ngx_http_feed_timeline_cache_parse(ngx_http_request_t *r, redisReply *reply,
            != NGX_OK
         || ngx_http_feed_timeline_cache_lists(r, reply,
                NGX_HTTP_FEED_TIMELINE_READ_LISTS, &cached->lists)
+           != NGX_OK
+        || ngx_http_feed_timeline_cache_filters(r,
+               reply->element[NGX_HTTP_FEED_TIMELINE_READ_FILTERS],
+               &cached->filters)
            != NGX_OK)
     {
         return NGX_ERROR;
@@ -734,6 +751,38 @@ ngx_http_feed_timeline_cache_lists(ngx_http_request_t *r, redisReply *reply,
 }
 
 
+/*
+ * The authors the rest of a deep page leaves out, {a1, a2, ...} in the
+ * reply (empty unless the page is deep and the user has filters).
+ */
+
+static ngx_int_t
+ngx_http_feed_timeline_cache_filters(ngx_http_request_t *r, redisReply *e,
+    ngx_http_feed_hide_t *filters)
+{
+    size_t  j;
+
+    if (e->type != REDIS_REPLY_ARRAY) {
+        return NGX_OK;
+    }
+
+    if (ngx_http_feed_hide_init(r->pool, filters, e->elements) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    for (j = 0; j < e->elements; j++) {
+        if (e->element[j]->type == REDIS_REPLY_STRING) {
+            ngx_http_feed_hide_add(filters, (u_char *) e->element[j]->str,
+                                      e->element[j]->len);
+        }
+    }
+
+    ngx_http_feed_hide_done(filters);
+
+    return NGX_OK;
+}
+
+
 /* the reply is kept by the request: its strings are used where they are */
 
 static ngx_int_t
@@ -835,8 +884,9 @@ ngx_http_feed_timeline_cache_unlock(ngx_http_feed_main_conf_t *fmcf,
 ngx_int_t
 ngx_http_feed_timeline_cache_warm(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
-    ngx_str_t *version, ngx_str_t *token, ngx_str_t *pull, bson_t *items,
-    ngx_uint_t complete, ngx_http_feed_redis_pt handler, void *data)
+    ngx_str_t *version, ngx_str_t *token, ngx_str_t *pull, ngx_str_t *filters,
+    bson_t *items, ngx_uint_t complete, ngx_http_feed_redis_pt handler,
+    void *data)
 {
     char                       *keys;
     u_char                     *ttl, *cap, *nonce;
@@ -900,6 +950,11 @@ ngx_http_feed_timeline_cache_warm(ngx_http_request_t *r,
         keys + NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_KEY_PULL
                * NGX_HTTP_FEED_KEY_LEN,
         NGX_HTTP_FEED_TLA_PREFIX, user);
+    ngx_http_feed_timeline_cache_key(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_KEY_FILTERS,
+        keys + NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_KEY_FILTERS
+               * NGX_HTTP_FEED_KEY_LEN,
+        NGX_HTTP_FEED_TLF_PREFIX, user);
 
     ttl = (u_char *) keys + NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_NKEYS
                             * NGX_HTTP_FEED_KEY_LEN;
@@ -945,6 +1000,9 @@ ngx_http_feed_timeline_cache_warm(ngx_http_request_t *r,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_ARG_DELETING,
         nonce + NGX_HTTP_FEED_NONCE_LEN,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_KEY_TIMELINE);
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_ARG_FILTERS,
+        filters->len ? (char *) filters->data : "", filters->len);
 
     if (ngx_http_feed_timeline_cache_warm_items(r, &call, items) != NGX_OK) {
         return NGX_ERROR;
@@ -1049,6 +1107,73 @@ ngx_http_feed_timeline_cache_send_drop(ngx_http_request_t *r,
         - ttl);
 
     return ngx_http_feed_redis_call(r, rd, &call, handler, data);
+}
+
+
+/*
+ * A read filter of the user changed (a block or a mute, given or taken
+ * back, in MongoDB already): the next read applies it, without a rebuild
+ * (scripts/timeline_filter.lua).
+ */
+
+ngx_int_t
+ngx_http_feed_timeline_cache_filter(ngx_http_request_t *r,
+    ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
+    ngx_http_feed_user_t *author, u_char kind, ngx_uint_t add,
+    ngx_http_feed_redis_pt handler, void *data)
+{
+    char                        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_FILTER_NKEYS]
+                                    [NGX_HTTP_FEED_KEY_LEN];
+    u_char                      ttl[NGX_INT_T_LEN],
+                                nonce[NGX_HTTP_FEED_NONCE_LEN];
+    size_t                      argvlen[
+                                    NGX_HTTP_FEED_SCRIPT_TIMELINE_FILTER_ARGC];
+    const char                 *argv[NGX_HTTP_FEED_SCRIPT_TIMELINE_FILTER_ARGC];
+    ngx_http_feed_redis_call_t  call;
+
+    ngx_log_debug4(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "feed timeline filter of \"%s\": %c%s \"%s\"",
+                   user->data, kind, add ? "+" : "-", author->data);
+
+    ngx_http_feed_redis_call_init(&call,
+                                  &ngx_http_feed_script_timeline_filter,
+                                  argv, argvlen,
+                                  NGX_HTTP_FEED_SCRIPT_TIMELINE_FILTER_NKEYS,
+                                  NGX_HTTP_FEED_SCRIPT_TIMELINE_FILTER_NARGS);
+
+    ngx_http_feed_timeline_cache_key(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_FILTER_KEY_FILTERS,
+        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_FILTER_KEY_FILTERS],
+        NGX_HTTP_FEED_TLF_PREFIX, user);
+    ngx_http_feed_timeline_cache_key(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_FILTER_KEY_FOLLOWS_VERSION,
+        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_FILTER_KEY_FOLLOWS_VERSION],
+        NGX_HTTP_FEED_TLV_PREFIX, user);
+    ngx_http_feed_timeline_cache_key(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_FILTER_KEY_PAGES,
+        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_FILTER_KEY_PAGES],
+        NGX_HTTP_FEED_TLP_PREFIX, user);
+    ngx_http_feed_timeline_cache_key(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_FILTER_KEY_VERSION,
+        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_FILTER_KEY_VERSION],
+        NGX_HTTP_FEED_TLN_PREFIX, user);
+
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_FILTER_ARG_AUTHOR,
+        author->data, author->len);
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_FILTER_ARG_KIND, &kind, 1);
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_FILTER_ARG_ADD, add ? "1" : "0", 1);
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_FILTER_ARG_TTL,
+        ttl, ngx_sprintf(ttl, "%T", fmcf->cache_ttl) - ttl);
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_FILTER_ARG_NONCE,
+        nonce, ngx_http_feed_timeline_cache_nonce(nonce) - nonce);
+
+    return ngx_http_feed_redis_call(r, fmcf->redis_client, &call, handler,
+                                    data);
 }
 
 

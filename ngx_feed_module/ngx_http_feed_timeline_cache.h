@@ -14,6 +14,7 @@
 #include "ngx_http_feed_module.h"
 #include "ngx_http_feed_redis.h"
 #include "ngx_http_feed_util.h"
+#include "ngx_http_feed_hide.h"
 
 #include <bson.h>
 
@@ -89,6 +90,10 @@ typedef struct {
     ngx_http_feed_user_t         *pull;       /* pull authors whose lists
                                                  are missing: load them */
     ngx_uint_t                    npull;
+
+    ngx_http_feed_hide_t          filters;    /* of a deep page: the
+                                                 authors the rest leaves
+                                                 out */
 } ngx_http_feed_cached_t;
 
 
@@ -116,13 +121,18 @@ void ngx_http_feed_timeline_cache_unlock(ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_user_t *user, ngx_str_t *token, ngx_uint_t failed);
 ngx_int_t ngx_http_feed_timeline_cache_warm(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
-    ngx_str_t *version, ngx_str_t *token, ngx_str_t *pull, bson_t *items,
-    ngx_uint_t complete, ngx_http_feed_redis_pt handler, void *data);
+    ngx_str_t *version, ngx_str_t *token, ngx_str_t *pull, ngx_str_t *filters,
+    bson_t *items, ngx_uint_t complete, ngx_http_feed_redis_pt handler,
+    void *data);
 
 ngx_int_t ngx_http_feed_timeline_cache_drop(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
     ngx_http_feed_redis_pt handler, void *data);
 void ngx_http_feed_timeline_cache_drop_later(ngx_http_feed_user_t *user);
+ngx_int_t ngx_http_feed_timeline_cache_filter(ngx_http_request_t *r,
+    ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
+    ngx_http_feed_user_t *author, u_char kind, ngx_uint_t add,
+    ngx_http_feed_redis_pt handler, void *data);
 
 ngx_int_t ngx_http_feed_timeline_cache_post(ngx_http_feed_main_conf_t *fmcf,
     const char *id, const char *json, size_t len,

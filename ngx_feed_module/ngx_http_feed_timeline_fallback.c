@@ -25,6 +25,15 @@ static ngx_int_t ngx_http_feed_timeline_fallback_done(ngx_http_request_t *sr,
 static ngx_int_t ngx_http_feed_timeline_fallback_broke(
     ngx_http_feed_timeline_ctx_t *ctx, ngx_http_request_t *sr);
 static void ngx_http_feed_timeline_fallback_wake(ngx_http_request_t *r);
+static ngx_uint_t ngx_http_feed_timeline_fallback_hidden(
+    ngx_http_feed_timeline_ctx_t *ctx, bson_t *post);
+
+
+/* a page short of posts for the filters asks again at most so many times */
+#define NGX_HTTP_FEED_REFILLS  16
+
+/* and for at most so many posts at a time */
+#define NGX_HTTP_FEED_REFILL_MAX  400
 
 
 /* a rebuild: the newest limit posts of the timeline */
@@ -61,6 +70,53 @@ ngx_http_feed_timeline_fallback_page(ngx_http_feed_timeline_ctx_t *ctx,
         ngx_memcpy(page.max_id, ctx->cached.last, 25);
         page.has_max = 1;
     }
+
+    return ngx_http_feed_timeline_fallback_ask(ctx, &page, next);
+}
+
+
+/*
+ * The page is short of posts because the filters left some of the
+ * fallback's answer out, and the answer was full (more may follow): the
+ * fallback is asked again from the last post it gave, for what the page
+ * still needs, and twice as many as it left out.  NGX_DECLINED: the page
+ * is as full as it gets; after NGX_HTTP_FEED_REFILLS tries, it is answered
+ * short, its next page beginning after the last post looked at.
+ */
+
+ngx_int_t
+ngx_http_feed_timeline_fallback_more(ngx_http_feed_timeline_ctx_t *ctx,
+    ngx_http_feed_timeline_next_pt next)
+{
+    ngx_uint_t            want;
+    ngx_http_feed_page_t  page;
+
+    if (ctx->cached.more || ctx->fb_hidden == 0
+        || ctx->cached.nitems >= ctx->page.limit
+        || ctx->fb_answered < ctx->fb_limit)
+    {
+        return NGX_DECLINED;
+    }
+
+    if (ctx->refills++ == NGX_HTTP_FEED_REFILLS) {
+        ngx_memcpy(ctx->cached.last, ctx->fb_scanned, 25);
+        ctx->cached.more = 1;
+        return NGX_DECLINED;
+    }
+
+    want = ctx->page.limit - ctx->cached.nitems + 1;
+
+    page = ctx->page;
+    page.limit = ngx_min(want + 2 * ctx->fb_hidden, NGX_HTTP_FEED_REFILL_MAX);
+    ngx_memcpy(page.max_id, ctx->fb_scanned, 25);
+    page.has_max = 1;
+
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
+                   "feed timeline of \"%s\": %ui posts filtered out, "
+                   "fallback asked again for %ui",
+                   ctx->page.user.data, ctx->fb_hidden, page.limit);
+
+    ctx->items_ready = 0;
 
     return ngx_http_feed_timeline_fallback_ask(ctx, &page, next);
 }
@@ -318,6 +374,8 @@ ngx_http_feed_timeline_fallback_add(ngx_http_feed_timeline_ctx_t *ctx,
 
     answered = bson_count_keys(&list);
     n = answered;
+    ctx->fb_answered = answered;
+    ctx->fb_hidden = 0;
 
     items = ngx_palloc(ctx->request->pool,
                        (ctx->cached.nitems + ngx_min(n, max) + 1)
@@ -363,6 +421,12 @@ ngx_http_feed_timeline_fallback_add(ngx_http_feed_timeline_ctx_t *ctx,
             break;
         }
 
+        if (ngx_http_feed_timeline_fallback_hidden(ctx, &post)) {
+            ngx_cpystrn((u_char *) ctx->fb_scanned, id.data, 25);
+            ctx->fb_hidden++;
+            continue;
+        }
+
         if (n == max) {
             *more = 1;
             break;
@@ -376,6 +440,7 @@ ngx_http_feed_timeline_fallback_add(ngx_http_feed_timeline_ctx_t *ctx,
         }
 
         ngx_cpystrn((u_char *) ctx->cached.last, id.data, 25);
+        ngx_cpystrn((u_char *) ctx->fb_scanned, id.data, 25);
 
         ctx->cached.nitems++;
         n++;
@@ -394,4 +459,27 @@ ngx_http_feed_timeline_fallback_add(ngx_http_feed_timeline_ctx_t *ctx,
     }
 
     return NGX_OK;
+}
+
+
+/* the post's author is one the user's filters leave out */
+
+static ngx_uint_t
+ngx_http_feed_timeline_fallback_hidden(ngx_http_feed_timeline_ctx_t *ctx,
+    bson_t *post)
+{
+    uint32_t      len;
+    const char   *author;
+    bson_iter_t   it;
+
+    if (ctx->hide.n == 0
+        || !bson_iter_init_find(&it, post, "author")
+        || !BSON_ITER_HOLDS_UTF8(&it))
+    {
+        return 0;
+    }
+
+    author = bson_iter_utf8(&it, &len);
+
+    return ngx_http_feed_hide_has(&ctx->hide, (u_char *) author, len);
 }

@@ -35,8 +35,11 @@ typedef enum {
     NGX_HTTP_FEED_TL_FAILED,
     NGX_HTTP_FEED_TL_PULL,          /* pull authors' lists are missing:
                                        loaded, then the cache read again */
-    NGX_HTTP_FEED_TL_MEMBERS        /* the rebuild asks which followees
-                                       are pull authors */
+    NGX_HTTP_FEED_TL_MEMBERS,       /* the rebuild asks which followees
+                                       are pull authors, and the user's
+                                       filters */
+    NGX_HTTP_FEED_TL_FILTERS        /* no cache: the user's filters are
+                                       asked before the fallback */
 } ngx_http_feed_timeline_state_e;
 
 
@@ -114,11 +117,35 @@ struct ngx_http_feed_timeline_ctx_s {
 
     /* the pull authors the user follows, as the rebuild found them */
     ngx_str_t                       pull;
-    char                           *pull_raw;
+
+    /*
+     * What the rebuild's thread found in MongoDB, bson_malloc()ed: the
+     * pull authors (pull_len bytes), a newline, the filters (filters_len)
+     */
+    char                           *members_raw;
     size_t                          pull_len;
+    size_t                          filters_len;
 
     /* how many times the read waited for pull authors' lists */
     ngx_uint_t                      pull_waits;
+
+    /*
+     * The user's read filters (blocks, mutes): as MongoDB gave them,
+     * "<kind><author>" tokens for the warm, and as the set of authors that
+     * pages made from the fallback leave out
+     */
+    ngx_str_t                       filters;
+    ngx_http_feed_hide_t            hide;
+
+    /*
+     * The fallback's last answer: how many of its posts the filters left
+     * out, the last post it gave in the page's range, and how many times
+     * a page short of posts asked it again
+     */
+    ngx_uint_t                      fb_hidden;
+    ngx_uint_t                      fb_answered;
+    char                            fb_scanned[25];
+    ngx_uint_t                      refills;
 
     /* this request leads its worker's rebuild of the user's timeline */
     unsigned                        is_leader:1;
@@ -150,6 +177,8 @@ ngx_int_t ngx_http_feed_timeline_fallback_rebuild(
 ngx_int_t ngx_http_feed_timeline_fallback_page(
     ngx_http_feed_timeline_ctx_t *ctx, ngx_uint_t n,
     ngx_http_feed_timeline_next_pt next);
+ngx_int_t ngx_http_feed_timeline_fallback_more(
+    ngx_http_feed_timeline_ctx_t *ctx, ngx_http_feed_timeline_next_pt next);
 ngx_int_t ngx_http_feed_timeline_fallback_items(
     ngx_http_feed_timeline_ctx_t *ctx);
 ngx_int_t ngx_http_feed_timeline_fallback_add(ngx_http_feed_timeline_ctx_t *ctx,

@@ -30,6 +30,7 @@ my %layer = (
     args            => 'core',
     errors          => 'core',
     util            => 'core',
+    hide            => 'core',
 
     follows_store   => 'store',
     filters_store   => 'store',
@@ -46,6 +47,7 @@ my %layer = (
     timelines_bulk  => 'store',
     authors_store   => 'store',
     counts          => 'store',
+    filters_store   => 'store',
 
     graph           => 'feature',
     graph_task      => 'feature',

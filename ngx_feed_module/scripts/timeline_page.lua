@@ -14,6 +14,8 @@
     KEYS[2] version       the list's nonce, feed:tln:{user}
     KEYS[3] timeline      feed:tl:{user}
     KEYS[4] pull          the pull authors followed, feed:tla:{user}
+    KEYS[5] filters       the authors the user does not see, feed:tlf:{user},
+                          which lives as long as the version
 
     ARGV[1] limit         the page's size, its field in pages
     ARGV[2] page          "version\nnext\nJSON"
@@ -48,6 +50,7 @@ then
              'v' .. ARGV[1], ARGV[4], 'i' .. ARGV[1], ARGV[5])
   -- a list that takes new posts keeps its version (and its mark)
   redis.call('expire', KEYS[2], 2 * tonumber(ARGV[3]))
+  redis.call('expire', KEYS[5], 2 * tonumber(ARGV[3]))
   redis.call('expire', KEYS[1], ARGV[3])
 end
 return 1

@@ -9,6 +9,9 @@
     KEYS[5] pull          the pull authors the user follows, feed:tla:{user},
                           read when the version ends with 'P' (it ends with
                           'N' for a user who follows none)
+    KEYS[6] filters       the authors the user does not see, feed:tlf:{user}
+                          (lib/filtered.lua): a list without it is made
+                          again, with it
 
     ARGV[1] limit         posts per page
     ARGV[2] max_id        only older posts ('' for none)
@@ -30,12 +33,16 @@
   Output, the first element the kind of reply:
     {0, locked}           MISSING: no timeline; locked 1 while being
                           rebuilt, 2 when a rebuild just failed
-    {1, more, deep, last, version, ids, pulled, usec, lists, JSON...}
+    {1, more, deep, last, version, ids, pulled, usec, lists, filters,
+     JSON...}
                           PAGE: the page, each post's JSON; last: the id of
                           its last post, ids: theirs concatenated; pulled:
                           how many came from pull authors' lists, usec: the
                           time their merge took; lists: the pull authors
-                          merged and their lists' versions, {a1, v1, ...}
+                          merged and their lists' versions, {a1, v1, ...};
+                          filters: when the page goes on past the end of
+                          a trimmed list (deep), the authors the rest must
+                          leave out, {a1, a2, ...}
     {3, version, false, lists}
                           KEPT: the first page kept as answered (read by the
                           HGET sent just before this, in the same round
@@ -66,12 +73,18 @@
   max_id, twice as large each time up to 1000 entries, so that no call
   gets more ids than Lua can unpack, however deep max_id is.  The tail
   entry END (lib/end.lua) ends a complete list.
+
+  Posts of authors the user filters out (blocks, mutes) are skipped as
+  deleted ones are, and the page goes on until it is full: a user with no
+  filter pays one HLEN.  A page kept as answered was made with the
+  filters of its version (a filter's change moves the version).
 ]]
 
 local MISSING, PAGE, KEPT, LOCAL, PULL = 0, 1, 3, 4, 5
 -- @include end
 -- @include deleted
 -- @include pulled
+-- @include filtered
 
 local tl = KEYS[1]
 local limit, max, since = tonumber(ARGV[1]), ARGV[2], ARGV[3]
@@ -105,9 +118,12 @@ end
 if mark == 'P' then
   pull = redis.call('smembers', KEYS[5])
 end
-if (mark ~= 'P' and mark ~= 'N') or (mark == 'P' and #pull == 0) then
-  -- a list without its version, or without its pull authors (evicted on
-  -- their own, or made by an older version): made again
+local nf = redis.call('hlen', KEYS[6])
+if (mark ~= 'P' and mark ~= 'N') or (mark == 'P' and #pull == 0)
+   or nf == 0
+then
+  -- a list without its version, its pull authors or its filters (evicted
+  -- on their own, or made by an older version): made again
   redis.call('del', tl, KEYS[3])
   ver, pull = nil, {}
 end
@@ -132,6 +148,7 @@ if kv and string.sub(kv, 1, #ver + 1) == ver .. ':' and current(kv) then
   return {KEPT, kv, redis.call('hget', KEYS[3], ARGV[1]), lists}
 end
 local embed = ARGV[5] == 'e'
+local filtered = nf > 1
 -- @include merge
 local chunk = limit + 1
 local part = redis.call('lrange', tl, 0, chunk - 1)
@@ -144,9 +161,22 @@ if part[1] ~= END then
 end
 local out, got, n, pos = {PAGE, 0, 1, '',
                           ver .. ':' .. string.sub(part[1], 1, 24),
-                          '', 0, 0, lists}, {}, 0, 0
+                          '', 0, 0, lists, {}}, {}, 0, 0
+
+-- the authors the rest of a deep page must leave out
+local function deep_filters(res)
+  if res[3] == 1 and filtered then
+    local a = redis.call('hkeys', KEYS[6])
+    for i = #a, 1, -1 do
+      if a[i] == '' then table.remove(a, i) end
+    end
+    res[10] = a
+  end
+  return res
+end
+
 if #pull > 0 then
-  return merge(out, part, pull)
+  return deep_filters(merge(out, part, pull))
 end
 while true do
   local ids, entries, stop = {}, {}, false
@@ -160,6 +190,7 @@ while true do
       entries[#entries + 1] = part[i]
     end
   end
+  local n0 = n
   if #ids > 0 then
     local dead = {}
     if deleting then dead = deleted(ARGV[11], ids) end
@@ -186,22 +217,26 @@ while true do
           return {MISSING, 0}
         end
       end
-      if n == limit then
-        out[2] = 1 out[3] = 0 out[6] = table.concat(got)
-        return out
+      if not (filtered and hidden(KEYS[6], json)) then
+        if n == limit then
+          out[2] = 1 out[3] = 0 out[6] = table.concat(got)
+          return out
+        end
+        n = n + 1
+        out[10 + n] = json
+        out[4] = ids[i]
+        got[n] = ids[i]
       end
-      n = n + 1
-      out[9 + n] = json
-      out[4] = ids[i]
-      got[n] = ids[i]
     end
   end
   if stop then out[3] = 0 break end
   if #part < chunk then break end
   pos = pos + #part
-  if #ids == 0 then chunk = math.min(chunk * 2, 1000) end
+  -- a chunk that gave nothing (past max_id, deleted or filtered posts):
+  -- the next one is larger
+  if n == n0 then chunk = math.min(chunk * 2, 1000) end
   part = redis.call('lrange', tl, pos, pos + chunk - 1)
   if #part == 0 then break end
 end
 out[6] = table.concat(got)
-return out
+return deep_filters(out)

@@ -13,6 +13,8 @@
     KEYS[5] version           the list's nonce, feed:tln:{user}
     KEYS[6] pull              the pull authors followed, feed:tla:{user}
                               (the version's mark says whether there are)
+    KEYS[7] filters           the authors the user does not see,
+                              feed:tlf:{user} (lib/filtered.lua)
 
     ARGV[1] ttl               seconds
     ARGV[2] cap               feed_cache_size
@@ -28,7 +30,10 @@
     ARGV[10] deleting         the posts being deleted, feed:deleting (on
                               a cluster, its copy on the user's node)
     ARGV[11] copy             '1' on a cluster (lib/deleted.lua)
-    ARGV[12...]               id, JSON pairs, newest first
+    ARGV[12] filters          as the rebuild found them before asking for
+                              the posts: "<kind><author>" separated by
+                              spaces, kind b, m or B (lib/filtered.lua)
+    ARGV[13...]               id, JSON pairs, newest first
 
   Output:
     1, or 0 when the follows changed
@@ -38,6 +43,7 @@
 -- @include deleted
 -- @include insert
 -- @include changed
+-- @include filtered
 
 local tl, cap = KEYS[1], tonumber(ARGV[2])
 local function unlock()
@@ -51,12 +57,12 @@ if (redis.call('get', KEYS[3]) or '') ~= ARGV[6] then
 end
 if redis.call('exists', tl) == 0 then
   local ids, entries, dead = {}, {}, {}
-  for i = 12, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end
+  for i = 13, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end
   if #ids > 0 and deleting_any(ARGV[10], ARGV[11]) then
     dead = deleted(ARGV[10], ids)
   end
   for j = 1, #ids do
-    local i = 10 + 2 * j
+    local i = 11 + 2 * j
     if not dead[j] then
       if ARGV[3] == 'e' then
         entries[#entries + 1] = ARGV[i] .. ARGV[i + 1]
@@ -88,6 +94,20 @@ if redis.call('exists', tl) == 0 then
                'EX', 2 * tonumber(ARGV[1]))
   end
   redis.call('expire', KEYS[6], 2 * tonumber(ARGV[1]))
+  local masks = {}
+  for k, a in string.gmatch(ARGV[12], '(%S)(%S+)') do
+    masks[a] = bit.bor(masks[a] or 0, FILTER_BITS[k] or 0)
+  end
+  local fields = {'', 1}
+  for a, m in pairs(masks) do
+    if m ~= 0 then fields[#fields + 1] = a fields[#fields + 1] = m end
+  end
+  redis.call('del', KEYS[7])
+  for i = 1, #fields, 1000 do
+    redis.call('hset', KEYS[7],
+               unpack(fields, i, math.min(i + 999, #fields)))
+  end
+  redis.call('expire', KEYS[7], 2 * tonumber(ARGV[1]))
 end
 unlock()
 redis.call('del', KEYS[4])

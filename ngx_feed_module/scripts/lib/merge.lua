@@ -9,6 +9,16 @@ local function merge(out, part, pull)
   local t0 = redis.call('time')
   local lists = {{key = tl, buf = part, pos = #part, i = 1,
                   chunk = limit + 1, eof = #part < limit + 1}}
+  -- a pull author the user filters out is not merged at all
+  if filtered then
+    local keep = {}
+    for k = 1, #pull do
+      if redis.call('hexists', KEYS[6], pull[k]) == 0 then
+        keep[#keep + 1] = pull[k]
+      end
+    end
+    pull = keep
+  end
   for k = 1, #pull do
     -- a pull author gives a page a few posts: their list is read a few
     -- entries at a time, twice as many each time
@@ -125,16 +135,21 @@ local function merge(out, part, pull)
             return {MISSING, 0}
           end
         end
-        if n == limit then
-          out[2], out[3] = 1, 0
-          stop = 'more'
-          break
+        if not c[i][3] and filtered and hidden(KEYS[6], json) then
+          json = nil
         end
-        n = n + 1
-        out[9 + n] = json
-        out[4] = c[i][1]
-        got[n] = c[i][1]
-        if c[i][3] then pulled_n = pulled_n + 1 end
+        if json then
+          if n == limit then
+            out[2], out[3] = 1, 0
+            stop = 'more'
+            break
+          end
+          n = n + 1
+          out[10 + n] = json
+          out[4] = c[i][1]
+          got[n] = c[i][1]
+          if c[i][3] then pulled_n = pulled_n + 1 end
+        end
       end
     end
     if stop then

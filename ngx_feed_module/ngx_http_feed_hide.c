@@ -1,0 +1,159 @@
+
+/*
+ * ngx_feed_module: a user's read filters in memory, a sorted array of
+ * authors, for the pages made from the fallback's answer (a page past
+ * the cache's end, a rebuild that could not be cached, no Redis).  The
+ * cache filters its own pages in Redis (scripts/lib/filtered.lua).
+ */
+
+
+#include "ngx_http_feed_hide.h"
+
+
+static int ngx_libc_cdecl ngx_http_feed_hide_cmp(const void *one,
+    const void *two);
+
+
+ngx_int_t
+ngx_http_feed_hide_init(ngx_pool_t *pool, ngx_http_feed_hide_t *f,
+    ngx_uint_t n)
+{
+    ngx_memzero(f, sizeof(ngx_http_feed_hide_t));
+
+    f->loaded = 1;
+
+    if (n == 0) {
+        return NGX_OK;
+    }
+
+    f->authors = ngx_palloc(pool, n * sizeof(ngx_str_t));
+    if (f->authors == NULL) {
+        return NGX_ERROR;
+    }
+
+    f->size = n;
+
+    return NGX_OK;
+}
+
+
+/* the author's bytes are not copied: they live as long as the set */
+
+void
+ngx_http_feed_hide_add(ngx_http_feed_hide_t *f, u_char *data,
+    size_t len)
+{
+    if (f->n == f->size || len == 0) {
+        return;
+    }
+
+    f->authors[f->n].data = data;
+    f->authors[f->n].len = len;
+    f->n++;
+}
+
+
+void
+ngx_http_feed_hide_done(ngx_http_feed_hide_t *f)
+{
+    if (f->n > 1) {
+        ngx_qsort(f->authors, f->n, sizeof(ngx_str_t),
+                  ngx_http_feed_hide_cmp);
+    }
+}
+
+
+/*
+ * The filters as the store gives them: "<kind><author>" separated by
+ * spaces (ngx_http_feed_filters_of); an author under two kinds is in the
+ * set twice, which changes nothing.
+ */
+
+ngx_int_t
+ngx_http_feed_hide_tokens(ngx_pool_t *pool, ngx_str_t *tokens,
+    ngx_http_feed_hide_t *f)
+{
+    u_char      *p, *last, *start;
+    ngx_uint_t   n;
+
+    p = tokens->data;
+    last = p + tokens->len;
+    n = 0;
+
+    while (p < last) {
+        if (*p++ == ' ') {
+            n++;
+        }
+    }
+
+    if (ngx_http_feed_hide_init(pool, f, tokens->len ? n + 1 : 0)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    for (p = tokens->data; p < last; p++) {
+        start = p;
+
+        while (p < last && *p != ' ') {
+            p++;
+        }
+
+        /* the kind, then the author */
+
+        if (p - start > 1) {
+            ngx_http_feed_hide_add(f, start + 1, p - start - 1);
+        }
+    }
+
+    ngx_http_feed_hide_done(f);
+
+    return NGX_OK;
+}
+
+
+ngx_uint_t
+ngx_http_feed_hide_has(ngx_http_feed_hide_t *f, u_char *data,
+    size_t len)
+{
+    ngx_int_t   rc;
+    ngx_str_t   key;
+    ngx_uint_t  lo, hi, mid;
+
+    key.data = data;
+    key.len = len;
+
+    lo = 0;
+    hi = f->n;
+
+    while (lo < hi) {
+        mid = lo + (hi - lo) / 2;
+        rc = ngx_http_feed_hide_cmp(&key, &f->authors[mid]);
+
+        if (rc == 0) {
+            return 1;
+        }
+
+        if (rc < 0) {
+            hi = mid;
+
+        } else {
+            lo = mid + 1;
+        }
+    }
+
+    return 0;
+}
+
+
+static int ngx_libc_cdecl
+ngx_http_feed_hide_cmp(const void *one, const void *two)
+{
+    const ngx_str_t  *a = one, *b = two;
+
+    ngx_int_t  rc;
+
+    rc = ngx_memn2cmp(a->data, b->data, a->len, b->len);
+
+    return rc < 0 ? -1 : (rc > 0 ? 1 : 0);
+}

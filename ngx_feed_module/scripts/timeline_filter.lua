@@ -1,0 +1,51 @@
+--[[
+  A read filter of a user changed (ngx_http_feed_timeline_cache_filter):
+  the author gains or loses one reason to be hidden from the user's
+  timeline (lib/filtered.lua), and is hidden while any reason remains.
+  The kept pages and workers' copies were made with the old filters: the
+  list's version moves.  A rebuild that began before loaded the old
+  filters from MongoDB: the follows version moves too, so it is answered
+  but not cached.  When the hash is not there, the next rebuild loads the
+  filters from MongoDB, where the change already is.
+
+  Input:
+    KEYS[1] filters           feed:tlf:{user}
+    KEYS[2] follows_version   feed:tlv:{user}
+    KEYS[3] pages             feed:tlp:{user}
+    KEYS[4] version           the list's nonce, feed:tln:{user}
+
+    ARGV[1] author            whose posts
+    ARGV[2] kind              'b' blocked, 'm' muted, 'B' blocked the user
+    ARGV[3] add               '1' to add the reason, '0' to take it back
+    ARGV[4] ttl               seconds the follows version lives
+    ARGV[5] nonce             the list's new version
+
+  Output:
+    1, or 0 when the filters were already so
+]]
+
+-- @include filtered
+-- @include changed
+
+local f, bitv = KEYS[1], FILTER_BITS[ARGV[2]]
+if not bitv then return redis.error_reply('unknown filter kind') end
+if redis.call('exists', f) == 1 then
+  local old = tonumber(redis.call('hget', f, ARGV[1]) or '0')
+  local new = ARGV[3] == '1' and bit.bor(old, bitv)
+              or bit.band(old, bit.bnot(bitv))
+  -- the same filters (a PUT or DELETE repeated): nothing is stale
+  if new == old then return 0 end
+  if new == 0 then
+    redis.call('hdel', f, ARGV[1])
+  else
+    redis.call('hset', f, ARGV[1], new)
+  end
+end
+redis.call('incr', KEYS[2])
+redis.call('expire', KEYS[2], ARGV[4])
+if redis.call('exists', KEYS[4]) == 1 then
+  changed(KEYS[4], ARGV[4], ARGV[5])
+  redis.call('expire', f, 2 * tonumber(ARGV[4]))
+end
+redis.call('del', KEYS[3])
+return 1
