@@ -75,7 +75,6 @@ my %layer = (
 my %owner = (
     '"follows"'       => 'follows_store.c',
     '"follow_counts"' => 'follows_store.c',
-    '"filters"'       => 'filters_store.c',
     '"posts"'         => 'posts_store.c',
     '"timeline_cache"' => 'timelines_store.c',
     '"timeline_time"' => 'timelines_time.c',
