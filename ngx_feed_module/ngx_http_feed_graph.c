@@ -419,8 +419,9 @@ ngx_http_feed_graph_list_send(ngx_http_request_t *r,
 
     if (op->skipped) {
         ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
-                      "%s of \"%s\": %ui documents with invalid user ids "
-                      "skipped", what, op->user.data, op->skipped);
+                      "%ss of \"%s\": %ui documents with invalid user ids "
+                      "skipped", op->kind ? "filter" : "follow",
+                      op->user.data, op->skipped);
     }
 
     return ngx_http_feed_mongo_send(r, op->json, op->json_len, 1);

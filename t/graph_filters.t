@@ -17,7 +17,8 @@
 #   - feed_filter_max (30 here): 422 too_many_filters, concurrent adds
 #     never leave more;
 #   - GET /users/{uid}/posts: 403 blocked for a reader {uid} blocks;
-#   - the filter sets of cached timelines (feed:tlf:{user}) after changes;
+#   - the filter sets of cached timelines (feed:tlf:{user}) after changes,
+#     and a rebuild's (ngx_http_feed_filters_of, from MongoDB);
 #   - MongoDB down: 503, and nothing half-done afterwards.
 
 use strict;
@@ -603,12 +604,12 @@ SKIP: {
             "timeline of $u cached");
     }
 
-    # the reasons are bits (scripts/lib/filtered.lua)
+    # the reasons of an author, a bit mask (scripts/lib/filtered.lua)
     my %bit = (b => 1, m => 2, B => 4);
     my $has = sub {
         my ($u, $author, $kind) = @_;
         my $v = rd('HGET', "feed:tlf:{$u}", $author);
-        return defined $v && ($v & $bit{$kind});
+        return defined $v && $v =~ /^\d+$/ && ($v & $bit{$kind});
     };
 
     is_204(mute('ta', 'tm'), 'ta mutes tm');
@@ -625,6 +626,34 @@ SKIP: {
     is_204(unblock('ta', 'tb'), 'ta unblocks tb');
     ok(!$has->('ta', 'tb', 'b') && !$has->('tb', 'ta', 'B'),
         'unblock: both filter sets lose it');
+}
+
+# ------------- 11. the filters a rebuild reads (ngx_http_feed_filters_of) --
+
+{
+    for my $a (qw(rw rx ry)) {
+        is_204(follow('rr', $a), "rr follows $a");
+    }
+    is_204(mute('rr', 'rw'), 'rr mutes rw');
+    is_204(block('ry', 'rr'), 'ry blocks rr');
+    is_204(follow('rr', 'rz'), 'rr follows rz');
+    is_204(block('rr', 'rz'), 'rr blocks rz (the follow goes)');
+    my %id = map { $_ => post($t, $_, "by $_") } qw(rw rx ry rz);
+
+    # no cached timeline: the rebuild reads the filters from MongoDB
+    rd('DEL', map { "feed:tl$_:{rr}" } '', qw(n p f v a));
+    rd('DEL', "feed:tl:{rr}");
+    my $r = $t->get('/users/rr/timeline');
+    my @ids = map { $_->{id} } @{$r->{json}{items} || []};
+    is_deeply(\@ids, [ $id{rx} ],
+        'rebuilt timeline: the muted author hidden, the others not followed')
+        or diag(short($r));
+    is_204(unmute('rr', 'rw'), 'rr unmutes rw');
+    rd('DEL', map { "feed:tl$_:{rr}" } '', qw(n p f v a));
+    $r = $t->get('/users/rr/timeline');
+    @ids = map { $_->{id} } @{$r->{json}{items} || []};
+    is_deeply([ sort @ids ], [ sort @id{qw(rw rx)} ],
+        'rebuilt after the unmute: rw is back') or diag(short($r));
 }
 
 # ------------------------------------------------------- 11. MongoDB down --

@@ -33,6 +33,7 @@ my %layer = (
     hide            => 'core',
 
     follows_store   => 'store',
+    filters_store   => 'store',
     posts_store     => 'store',
     idempotency_store => 'store',
     timeline_cache  => 'store',

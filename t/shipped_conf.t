@@ -36,6 +36,18 @@ my $r = $t->wait_for(5, sub {
 is(join(' ', map { $_->{id} } @{$r->{json}{items} || []}), $id // '',
     'the post in the timeline') or diag(short($r));
 
+# blocks and mutes: the shipped locations
+for my $w (qw(blocks mutes)) {
+    is($t->http('PUT', "/users/sa/$w/sx")->{status}, 204, "PUT $w");
+    my $l = $t->get("/users/sa/$w");
+    is(join(' ', map { $_->{id} } @{$l->{json}{items} || []}), 'sx',
+        "GET $w") or diag(short($l));
+}
+is_error($t->http('PUT', '/users/sx/following/sa'), 403, 'blocked',
+    'a follow of a blocking user');
+is($t->http('DELETE', "/users/sa/$_/sx")->{status}, 204, "DELETE $_")
+    for qw(blocks mutes);
+
 is_error($t->get('/no/such/thing'), 404, 'not_found', 'unknown path');
 is_error($t->get('/_error/400'), 404, 'not_found', 'error page asked directly');
 
