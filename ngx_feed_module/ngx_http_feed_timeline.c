@@ -704,10 +704,20 @@ ngx_http_feed_timeline_members_run(ngx_http_feed_mongo_task_t *t,
     }
 
     if (t->rc == NGX_OK) {
+        /* either list may be none at all (NULL): nothing is copied then */
+
         ctx->members_raw = bson_malloc(plen + 1 + flen);
-        ngx_memcpy(ctx->members_raw, pull, plen);
+
+        if (plen) {
+            ngx_memcpy(ctx->members_raw, pull, plen);
+        }
+
         ctx->members_raw[plen] = '\n';
-        ngx_memcpy(ctx->members_raw + plen + 1, filters, flen);
+
+        if (flen) {
+            ngx_memcpy(ctx->members_raw + plen + 1, filters, flen);
+        }
+
         ctx->pull_len = plen;
         ctx->filters_len = flen;
     }
