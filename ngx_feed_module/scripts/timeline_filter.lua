@@ -24,7 +24,7 @@
     1, or 0 when the filters were already so
 ]]
 
--- @include filtered
+-- @include filter_bits
 -- @include changed
 
 local f, bitv = KEYS[1], FILTER_BITS[ARGV[2]]

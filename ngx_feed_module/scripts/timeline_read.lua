@@ -84,7 +84,6 @@ local MISSING, PAGE, KEPT, LOCAL, PULL = 0, 1, 3, 4, 5
 -- @include end
 -- @include deleted
 -- @include pulled
--- @include filtered
 
 local tl = KEYS[1]
 local limit, max, since = tonumber(ARGV[1]), ARGV[2], ARGV[3]
@@ -118,12 +117,9 @@ end
 if mark == 'P' then
   pull = redis.call('smembers', KEYS[5])
 end
-local nf = redis.call('hlen', KEYS[6])
-if (mark ~= 'P' and mark ~= 'N') or (mark == 'P' and #pull == 0)
-   or nf == 0
-then
-  -- a list without its version, its pull authors or its filters (evicted
-  -- on their own, or made by an older version): made again
+if (mark ~= 'P' and mark ~= 'N') or (mark == 'P' and #pull == 0) then
+  -- a list without its version, or without its pull authors (evicted on
+  -- their own, or made by an older version): made again
   redis.call('del', tl, KEYS[3])
   ver, pull = nil, {}
 end
@@ -147,8 +143,15 @@ if kv and string.sub(kv, 1, #ver + 1) == ver .. ':' and current(kv) then
   if ARGV[7] == kv then return {LOCAL, kv, unpack(tail)} end
   return {KEPT, kv, redis.call('hget', KEYS[3], ARGV[1]), lists}
 end
+-- a list without its filters (evicted on their own, or made by an older
+-- version): made again; a kept page above was made with them
+local nf = redis.call('hlen', KEYS[6])
+if nf == 0 then
+  redis.call('del', tl, KEYS[3])
+end
 local embed = ARGV[5] == 'e'
 local filtered = nf > 1
+-- @include filtered
 -- @include merge
 local chunk = limit + 1
 local part = redis.call('lrange', tl, 0, chunk - 1)

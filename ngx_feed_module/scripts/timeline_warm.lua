@@ -43,7 +43,7 @@
 -- @include deleted
 -- @include insert
 -- @include changed
--- @include filtered
+-- @include filter_bits
 
 local tl, cap = KEYS[1], tonumber(ARGV[2])
 local function unlock()

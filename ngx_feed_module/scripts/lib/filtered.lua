@@ -1,10 +1,9 @@
--- Read filters (blocks and mutes): the authors whose posts a user must
--- not see are the fields of the hash feed:tlf:{user}, each with its
--- reasons as a bit mask; the field '' is there from the timeline's warm
--- on, so that a hash with no author still says it was loaded.  Lists are
--- not filtered when written: a filter added later, or taken back, takes
--- effect at the next read.
-local FILTER_BITS = {b = 1, m = 2, B = 4}
+-- Read filters (blocks and mutes), as reads apply them: the authors
+-- whose posts a user must not see are the fields of the hash
+-- feed:tlf:{user} (lib/filter_bits.lua).  Lists are not filtered when
+-- written: a filter added later, or taken back, takes effect at the next
+-- read.  Included where a read needs it, past the kept pages: what it
+-- defines costs every call that runs it.
 
 -- The author of a post's JSON: right after the id, where the module puts
 -- it, else wherever a fallback application put it (decoded only then).
