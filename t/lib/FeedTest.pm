@@ -660,6 +660,19 @@ sub cleanup {
     $self->drop_fresh_mongo;
 }
 
+# a test file or the bench stopped by a signal (Ctrl-C, kill) still stops
+# the servers it started: the signal becomes an exit, which runs END; a
+# forked child of the file leaves them to it
+my $OWNER = $$;
+my %SIGNO = (HUP => 1, INT => 2, TERM => 15);
+
+for my $sig (keys %SIGNO) {
+    $SIG{$sig} = sub {
+        POSIX::_exit(128 + $SIGNO{$sig}) unless $$ == $OWNER;
+        exit 128 + $SIGNO{$sig};
+    };
+}
+
 # a report no test has shown (a test file that died, an instance without
 # done) still fails the test file
 END {
