@@ -22,7 +22,9 @@
 #     again, with them; a rebuild, a wait (readers of one worker behind one
 #     rebuild);
 #   - Redis down (BYPASS): the filters come from MongoDB, pages are full
-#     and walk every visible post once.
+#     and walk every visible post once;
+#   - a rebuild not cached (the follows changed meanwhile): its answer
+#     leaves the muted author out.
 # Then each MongoDB timeline model (feed_timeline_store): a walk after a
 # Redis flush leaves the muted author out, past the store's end too.
 
@@ -270,6 +272,48 @@ for my $mode (qw(link embed)) {
     walk_is($r, 7, visible(\@posts, $celeb, $a[2]),
         "$mode: Redis down: walk 7");
     $t->start_redis;
+
+    $t->stop;
+}
+
+# ------------------------------------ a rebuild answered but not cached --
+
+# the reader's follows version moves while the rebuild runs (MongoDB
+# slowed):
+# its answer is made from the rebuild's posts, not the cache, and leaves
+# out what the filters it loaded say
+
+{
+    $N++;
+    my $u = sub { "$_[0]$N$RUN" };
+    my ($r, @a) = ($u->('r'), map { $u->("a$_") } 1 .. 2);
+
+    $t->write_conf(conf());
+    $t->run;
+
+    put("/users/$r/following/$_") for @a;
+    my @posts;
+    for my $i (1 .. 8) {
+        push @posts, map { [ post($t, $_, "$_ $i"), $_ ] } @a;
+    }
+    is(put("/users/$r/mutes/$a[0]"), 204, 'rebuilt: mute');
+
+    $t->mongo_latency(400);
+    my $h = $t->http_start('GET', "/users/$r/timeline?limit=5",
+        timeout => 15);
+    sleep 0.2;
+    # what a follow or a filter does to a rebuild under way (its own
+    # MongoDB writes would take longer than the rebuild here)
+    rd($t, 'INCR', "feed:tlv:{$r}");
+    my $res = $t->http_end($h);
+    $t->mongo_latency(0);
+
+    is($res->{headers}{'x-feed-cache'}, 'MISS', 'rebuilt: a MISS');
+    ok(!rd($t, 'EXISTS', "feed:tl:{$r}"),
+        'rebuilt: not cached (the follows changed meanwhile)');
+    is(join(' ', @{ tl_ids($res) }),
+        join(' ', @{ visible(\@posts, $a[0]) }[0 .. 4]),
+        'rebuilt: the muted author left out, the page full');
 
     $t->stop;
 }
