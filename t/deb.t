@@ -37,6 +37,8 @@ my @DIRS = ("$ETC/modules-enabled", '/usr/share/nginx/modules-available',
 
 plan skip_all => 'installs a package into the system: root only'
     if $> != 0;
+plan skip_all => 'the package is the normal build: no sanitizer in it'
+    if $FeedTest::ASAN;
 plan skip_all => "$PKG is installed already: not this test's to remove"
     unless absent();
 plan skip_all => 'the system nginx service is running: installing the '
