@@ -6,12 +6,13 @@
 # /etc/nginx/sites-enabled/ with the shipped configuration's http content
 # passes nginx -t of the system's configuration; a master of our own (its
 # own prefix, pid and logs: not the system service) loads the module
-# through /etc/nginx/modules-enabled/ and serves a timeline; dpkg -r and
-# dpkg -P then leave none of the package's files behind.  Root only: it
-# changes the system, and puts it back as it was (also when it dies).
+# through /etc/nginx/modules-enabled/ and serves a timeline; installed
+# again (an upgrade) it stays enabled; dpkg -r and dpkg -P then leave none
+# of the package's files behind.  Root only: it changes the system, and
+# puts it back as it was (also when it dies).
 #
 # make deb builds the package first when build/*.deb is missing or older
-# than its sources (a few minutes); with it built, this takes seconds.
+# than its sources (about 20 s); with it built, this takes seconds.
 
 use strict;
 use warnings;
@@ -164,6 +165,14 @@ is(join(' ', map { $_->{id} } @{$r->{json}{items} || []}), $id // '',
 
 $t->finish;
 remove_site();
+
+# ---------------------------------------- dpkg -i again: as an upgrade --
+
+# postinst given the version before keeps the module enabled
+($ok, $out) = dpkg('-i', $deb);
+ok($ok, 'dpkg -i again, as an upgrade') or diag($out);
+is(status(), 'install ok installed', 'installed');
+is(readlink($ENABLED) // '', $AVAILABLE, 'still enabled');
 
 # --------------------------------------------------- dpkg -r, dpkg -P --
 
