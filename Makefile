@@ -115,7 +115,7 @@ bench: build
 
 # The Debian package, built by dpkg-buildpackage (debian/) on a copy of
 # what goes into it, in build/deb/: nothing is written into the tree.  The
-# version is the first line's of debian/changelog.
+# version is that of debian/changelog's first entry.
 DEB_VERSION := $(shell sed -n '1s/^[^(]*(\([^)]*\)).*/\1/p' debian/changelog)
 DEB_ARCH    := $(shell dpkg --print-architecture)
 DEB_BASE    := libnginx-mod-http-feed_$(DEB_VERSION)_$(DEB_ARCH)

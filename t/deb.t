@@ -23,6 +23,7 @@ use Test::More;
 use FeedTest;
 use FeedTest::Util qw(short follow_each none_failed post);
 use Time::HiRes qw(time);
+use Fcntl qw(:flock);
 
 my $PKG = 'libnginx-mod-http-feed';
 my $ETC = '/etc/nginx';
@@ -40,6 +41,12 @@ plan skip_all => 'installs a package into the system: root only'
     if $> != 0;
 plan skip_all => 'the package is the normal build: no sanitizer in it'
     if $FeedTest::ASAN;
+
+# one t/deb.t at a time on a machine (another worktree's): they install and
+# remove the same package
+open(my $lock, '>', '/run/lock/feed-deb-test.lock') or die "lock: $!\n";
+flock($lock, LOCK_EX) or die "lock: $!\n";
+
 plan skip_all => "$PKG is installed already: not this test's to remove"
     unless absent();
 plan skip_all => 'the system nginx service is running: installing the '
