@@ -7,6 +7,8 @@
 #                and UndefinedBehaviorSanitizer (docs/testing.md)
 #   make bench   the benchmarks (docs/benchmarks.md)
 #   make fuzz    the libFuzzer targets, FUZZ_SECONDS each (docs/fuzzing.md)
+#   make deb     the Debian package, build/libnginx-mod-http-feed_*.deb, and
+#                lintian on it (docs/packaging.md)
 
 SHELL       := /bin/bash
 LUA2H       := ngx_feed_module/scripts/lua2h
@@ -32,8 +34,8 @@ ASAN_CONFIGURE = \
     --with-cc-opt="$(ASAN_FLAGS) -DNGX_HTTP_FEED_EXACT_ALLOC=1" \
     --with-ld-opt="$(ASAN_FLAGS) -Wl,-z,nodelete"
 
-.PHONY: all deps asan-deps build build-asan run test test-asan bench clean \
-        FORCE
+.PHONY: all deps asan-deps deb-deps build build-asan run test test-asan \
+        bench deb clean FORCE
 
 include fuzz/fuzz.mk
 
@@ -110,6 +112,38 @@ test-asan: build-asan
 
 bench: build
 	@bash bench/run
+
+# The Debian package, built by dpkg-buildpackage (debian/) on a copy of
+# what goes into it, in build/deb/: nothing is written into the tree.  The
+# version is that of debian/changelog's first entry.
+DEB_VERSION := $(shell sed -n '1s/^[^(]*(\([^)]*\)).*/\1/p' debian/changelog)
+DEB_ARCH    := $(shell dpkg --print-architecture)
+DEB_BASE    := libnginx-mod-http-feed_$(DEB_VERSION)_$(DEB_ARCH)
+DEB         := $(BUILD)/$(DEB_BASE).deb
+DEB_FILES   := config ngx_feed_module conf docs README.md debian
+DEB_INPUTS  := $(shell find $(DEB_FILES) -type f)
+
+deb: deb-deps $(DEB)
+
+# the packaging tools, with build-essential that dpkg-buildpackage checks
+deb-deps:
+	@FEED_EXTRA_PKGS="build-essential debhelper dpkg-dev fakeroot lintian" \
+	    sh tools/deps
+
+# lintian fails the build on an error or a warning not overridden in
+# debian/libnginx-mod-http-feed.lintian-overrides; then the .deb (and its
+# -dbgsym, .changes, .buildinfo) go to build/
+$(DEB): $(DEB_INPUTS)
+	rm -rf $(BUILD)/deb
+	mkdir -p $(BUILD)/deb/src
+	cp -r $(DEB_FILES) $(BUILD)/deb/src/
+	cd $(BUILD)/deb/src && dpkg-buildpackage -b --no-sign \
+	    > $(BUILD)/deb/build.log 2>&1 \
+	    || { tail -30 $(BUILD)/deb/build.log; exit 1; }
+	lintian --info --fail-on error,warning $(BUILD)/deb/$(DEB_BASE).changes
+	mv $(BUILD)/deb/*.deb $(BUILD)/deb/*.changes $(BUILD)/deb/*.buildinfo \
+	    $(BUILD)/
+	@echo "built $(DEB)"
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
