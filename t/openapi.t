@@ -17,6 +17,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use Encode ();
+use IO::Socket::INET;
 use JSON::PP ();
 use Test::More;
 use Time::HiRes qw(sleep);
@@ -320,6 +321,9 @@ $ti->start_mongo unless FeedTest::real_mongo();
 my $conf = $ti->shipped_conf;
 $conf =~ s/^(\s*limit_req zone=feed_writes[^\n]*\n)/$1        feed_identity \$http_x_user;\n/m
     or die "no place for feed_identity\n";
+# and limits that a few requests reach
+$conf =~ s/^(\s*feed_(?:follow|filter)_max) \d+;/$1 1;/mg == 2
+    or die "no feed_follow_max, feed_filter_max\n";
 $ti->write_conf($conf)->run;
 
 my %ann = (headers => { 'X-User' => 'oa.ann' });
@@ -351,6 +355,27 @@ ask($ti, "identity: the blocking author's posts, HEAD", 403, 'HEAD',
     '/users/oa.ann/posts', %bob);
 ask($ti, 'identity: her own posts', 200, 'GET', '/users/oa.ann/posts', %ann);
 
+ask_each($ti,
+    [ 'a follow', 204, 'PUT', '/users/oa.bob/following/oa.carol', %bob ],
+    [ 'a follow past feed_follow_max', 422, 'PUT',
+        '/users/oa.bob/following/oa.dave', %bob ],
+    [ 'a mute past feed_filter_max', 422, 'PUT', '/users/oa.ann/mutes/oa.eve',
+        %ann ]);
+
+# /status from an address the shipped configuration denies
+my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . $ti->port('http'),
+    LocalAddr => '127.0.0.2', Proto => 'tcp', Timeout => 5);
+ok($s, 'a connection from 127.0.0.2') or diag("connect: $!");
+if ($s) {
+    $s->syswrite("GET /status HTTP/1.1\r\nHost: localhost\r\n"
+        . "Connection: close\r\n\r\n");
+    my $raw = '';
+    while ($s->sysread(my $buf, 65536)) { $raw .= $buf }
+    $r = FeedTest::parse_response($raw);
+    is($r->{status}, 403, 'status from 127.0.0.2: 403') or diag(short($r));
+    record('status from 127.0.0.2', 'GET', '/status', $r);
+}
+
 $ti->finish;
 
 # ------------------------------------------------------ against the spec --
@@ -370,15 +395,18 @@ sub check_answers {
 
 my $check = check_answers($t->dir, @answers);
 
-my (%asked, @wrong);
+my (%asked, %statuses, @wrong);
 for my $i (0 .. $#answers) {
     my $res = $check->{results}[$i];
     $asked{$res->{operation}}++ if defined $res->{operation};
+    $statuses{$res->{operation} // 'other paths'}{$answers[$i]{status}}++;
     push @wrong, "$answers[$i]{name}: " . join('; ', @{$res->{problems}})
         if @{$res->{problems}};
 }
 ok(!@wrong, scalar(@answers) . ' answers as documented')
     or diag(join "\n", @wrong);
+
+note("$_: " . join(' ', sort keys %{$statuses{$_}})) for sort keys %statuses;
 
 my @unasked = grep { !$asked{$_} } @{$check->{operations}};
 ok(!@unasked, 'every documented operation asked')
