@@ -387,9 +387,12 @@ sub check_answers {
     open my $fh, '>', $file or die "$file: $!\n";
     print $fh $JSON->encode(\@list);
     close $fh;
-    my $out = `$PYTHON $CHECK $SPEC $file 2>&1`;
+    my $out = `$PYTHON $CHECK $SPEC $file 2>$dir/check.err`;
     my $j = eval { JSON::PP->new->utf8->decode($out) };
-    BAIL_OUT("openapi_check.py failed: $out") unless $j;
+    unless ($j) {
+        open my $e, '<', "$dir/check.err";
+        BAIL_OUT("openapi_check.py failed: $out" . join('', <$e>));
+    }
     return $j;
 }
 

@@ -31,6 +31,7 @@ path no template matches, 404 (components/responses/NotFound).
 import json
 import re
 import sys
+import warnings
 
 import jsonschema
 import yaml
@@ -167,6 +168,10 @@ class Checker:
 
 
 def main(spec_file, answers_file):
+    # RefResolver: Debian's jsonschema (4.10) has no other; later ones
+    # warn that it is deprecated
+    warnings.simplefilter('ignore', DeprecationWarning)
+
     checker = Checker(load(spec_file))
 
     with open(answers_file, encoding='utf-8') as f:
