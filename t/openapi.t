@@ -138,7 +138,8 @@ ask($t, 'following, next page', 200, 'GET',
     '/users/oa.ann/following?limit=2&cursor=' . ($cursor // ''));
 ask($t, 'following, HEAD', 200, 'HEAD', '/users/oa.ann/following');
 ask($t, "following, limit=$_", 400, 'GET',
-    "/users/oa.ann/following?limit=$_") for qw(0 101 x);
+    "/users/oa.ann/following?limit=$_") for qw(0 101 x 0050);
+ask($t, 'following, limit=050', 200, 'GET', '/users/oa.ann/following?limit=050');
 ask($t, 'following, bad cursor', 400, 'GET',
     '/users/oa.ann/following?cursor=bm90IG9uZQ');
 ask($t, 'followers', 200, 'GET', '/users/oa.bob/followers');
