@@ -421,6 +421,40 @@ my @no405 = grep { !$asked{"OTHER $_"} } @{$check->{paths}};
 ok(!@no405, 'every path asked with a method it does not take')
     or diag("not asked: @no405");
 
+# the spec cannot drift from the code: every error code the module
+# (ngx_http_feed_errors.c/.h) and the shipped error pages answer is
+# documented, and no other; the shipped locations are the documented paths
+
+sub slurp {
+    my ($file) = @_;
+    open my $fh, '<', "$ROOT/$file" or die "$file: $!\n";
+    local $/;
+    return <$fh>;
+}
+
+my $conf_text = slurp('conf/nginx.conf');
+my %code = map { $_ => 1 }
+    slurp('ngx_feed_module/ngx_http_feed_errors.c')
+        =~ /ngx_http_feed_err\(\w+,\s*\w+,\s*"(\w+)"/g,
+    slurp('ngx_feed_module/ngx_http_feed_errors.h')
+        =~ /#define\s+\w+_CODE\s+"(\w+)"/g,
+    $conf_text =~ /'\{"error": "(\w+)"/g;
+my %spec_code = map { $_ => 1 } @{$check->{codes}};
+is_deeply([ sort keys %spec_code ], [ sort keys %code ],
+    'the error codes documented are those of the code and the shipped conf')
+    or diag('not documented: ' . join(' ', grep { !$spec_code{$_} }
+        sort keys %code) . '; not in the code: '
+        . join(' ', grep { !$code{$_} } sort keys %spec_code));
+
+my @located = sort map {
+    (my $p = $_) =~ s/\(\[\^\/\]\+\)/{}/g;
+    $p
+} grep { !m{^/_} && $_ ne '/' }
+    $conf_text =~ m{^\s*location\s+(?:~\s+\^|=\s+)?(\S+?)\$?\s*\{}mg;
+is_deeply(\@located,
+    [ sort map { (my $p = $_) =~ s/\{\w+\}/{}/g; $p } @{$check->{paths}} ],
+    'the shipped locations are the documented paths');
+
 # self-check: wrong answers are found, each for its reason
 my ($post) = grep { $_->{method} eq 'GET' && $_->{path} =~ m{^/posts/}
     && $_->{status} == 200 } @answers;

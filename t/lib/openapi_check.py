@@ -9,6 +9,7 @@ answers.json: a list of answers, each {"method", "path" (without the query),
     {"results": [{"problems": [...], "operation": "GET /posts/{postId}"}
                  for each answer],                      (operation: "OTHER
                     <path>" for a 405, null for an undocumented path)
+     "codes": [...]                          every error code documented,
      "operations": ["GET /users/{uid}/timeline", ...]   every documented one,
      "paths": [...]}                                     every documented path
 
@@ -167,6 +168,19 @@ class Checker:
             '%s %s' % (method, template)
 
 
+def error_codes(node):
+    """every value of an enum of an "error" property, anywhere"""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k == 'error' and isinstance(v, dict) and 'enum' in v:
+                yield from v['enum']
+            else:
+                yield from error_codes(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from error_codes(v)
+
+
 def main(spec_file, answers_file):
     # RefResolver: Debian's jsonschema (4.10) has no other; later ones
     # warn that it is deprecated
@@ -183,6 +197,7 @@ def main(spec_file, answers_file):
         results.append({'problems': problems, 'operation': op})
 
     json.dump({'results': results,
+               'codes': sorted(set(error_codes(checker.spec))),
                'operations': checker.operations(),
                'paths': list(checker.spec['paths'])}, sys.stdout)
 
