@@ -34,8 +34,8 @@ ASAN_CONFIGURE = \
     --with-cc-opt="$(ASAN_FLAGS) -DNGX_HTTP_FEED_EXACT_ALLOC=1" \
     --with-ld-opt="$(ASAN_FLAGS) -Wl,-z,nodelete"
 
-.PHONY: all deps asan-deps deb-deps build build-asan run test test-asan \
-        bench deb clean FORCE
+.PHONY: all deps asan-deps openapi-deps deb-deps build build-asan run test \
+        test-asan bench deb clean FORCE
 
 include fuzz/fuzz.mk
 
@@ -52,6 +52,18 @@ build-asan: asan-deps $(ASAN_MODULE)
 # machine all the same)
 asan-deps:
 	@FEED_EXTRA_PKGS="libasan8 libubsan1" sh tools/deps
+
+# the OpenAPI validator t/openapi.t runs on docs/openapi.yaml: npm ci into
+# tools/openapi/node_modules (not in git), again only when package-lock.json
+# is not the one installed
+OPENAPI := tools/openapi
+
+openapi-deps: deps
+	@cmp -s $(OPENAPI)/package-lock.json $(OPENAPI)/node_modules/.feed-lock \
+	    || { cd $(OPENAPI) && rm -f node_modules/.feed-lock \
+	         && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error >/dev/null \
+	         && cp package-lock.json node_modules/.feed-lock \
+	         && echo "installed $(OPENAPI)/node_modules"; }
 
 # configure once against a private copy of Debian's nginx source tree,
 # with the exact flags of Debian's binary, so the module's ABI matches;
@@ -102,12 +114,12 @@ $(ASAN_MODULE): $(ASAN_BUILD)/nginx/objs/Makefile $(SOURCES)
 run: build
 	@bash tools/run
 
-test: build
+test: build openapi-deps
 	prove -j$(PROVE_JOBS) -r t/
 
 # the whole suite with the sanitizer build; any sanitizer report fails the
 # test file whose nginx wrote it (t/lib/FeedTest.pm)
-test-asan: build-asan
+test-asan: build-asan openapi-deps
 	FEED_MODULE=$(ASAN_MODULE) FEED_TEST_ASAN=1 prove -j$(PROVE_JOBS) -r t/
 
 bench: build
