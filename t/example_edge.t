@@ -7,7 +7,8 @@
 #   - identity through auth_request, from the stand-in auth service at the
 #     end of the file: a follow and a post with a user's bearer token are
 #     theirs (204, 201), without a token 401 (the module's), with a token
-#     the service refuses 401 (its refusal, as JSON), for someone else 403;
+#     the service refuses 401 (its refusal, as JSON), for someone else 403,
+#     a header X-User of the client's own is no identity;
 #   - a follow, a post, the follower's timeline read (MISS, then HIT), over
 #     TLS (HTTP/1.1 and HTTP/2) as well; reads open to anonymous requests;
 #     a delete leaves the timeline;
@@ -66,7 +67,8 @@ sub as {
     my ($who, $method, $uri, %o) = @_;
     my $auth = defined $who ? $TOKEN{$who} // $who : undef;
     my %h = (defined $auth ? (Authorization => $auth) : (),
-        defined $o{body} ? ('Content-Type' => 'application/json') : ());
+        defined $o{body} ? ('Content-Type' => 'application/json') : (),
+        %{ delete $o{headers} || {} });
     return $t->http($method, $uri, headers => \%h, %o);
 }
 
@@ -80,6 +82,9 @@ is_error(as('Bearer forged', 'PUT', '/users/alice/following/carol'), 401,
     'unauthorized', 'a follow with a token the auth service refuses');
 is_error(as('alice', 'PUT', '/users/bob/following/alice'), 403,
     'forbidden', "a follow in bob's name with alice's token");
+is_error(as(undef, 'PUT', '/users/bob/following/alice',
+    headers => { 'X-User' => 'bob' }), 401, 'unauthorized',
+    'a follow with a header X-User of its own and no token');
 
 my $r = as('bob', 'POST', '/users/bob/posts', body => '{"body": "hi"}');
 is($r->{status}, 201, 'bob posts with his token') or diag(short($r));
@@ -130,18 +135,21 @@ $r = $t->get('/users/alice/timeline', port => $t->port('plain'));
 is("$r->{status} " . ($r->{headers}{location} // ''),
     '308 https://localhost/users/alice/timeline', 'plain HTTP: to https');
 
-# the access log: who, what, the cache status
+# the access log: who, what, the cache status; each worker writes its
+# lines at least once a second (buffer=64k flush=1s)
+my $tl = qr{"GET /users/alice/timeline HTTP/1\.1"};
+my %want = (
+    'the MISS' =>
+        qr{^127\.0\.0\.1 alice \[[^]]+\] $tl 200 \d+ \S+ cache=MISS auth=[\d.]+$}m,
+    'a HIT' => qr{^127\.0\.0\.1 alice \[[^]]+\] $tl 200 \d+ \S+ cache=HIT }m,
+    'a refused write, no user' =>
+        qr{^127\.0\.0\.1 - \[[^]]+\] "PUT /users/alice/following/carol HTTP/1\.1" 401 }m,
+);
 my $log = $t->wait_for(5, sub {
     my $l = slurp("$dir/feed-access.log");
-    return $l =~ /cache=HIT/ ? $l : undef;
+    return (grep { $l !~ $_ } values %want) ? undef : $l;
 }) // slurp("$dir/feed-access.log");
-my $tl = qr{"GET /users/alice/timeline HTTP/1\.1"};
-like($log, qr{^127\.0\.0\.1 alice \[[^]]+\] $tl 200 \d+ \S+ cache=MISS auth=[\d.]+$}m,
-    'access log: the MISS');
-like($log, qr{^127\.0\.0\.1 alice \[[^]]+\] $tl 200 \d+ \S+ cache=HIT }m,
-    'access log: a HIT');
-like($log, qr{^127\.0\.0\.1 - \[[^]]+\] "PUT /users/alice/following/carol HTTP/1\.1" 401 }m,
-    'access log: a refused write, no user');
+like($log, $want{$_}, "access log: $_") for sort keys %want;
 
 sub slurp {
     open my $fh, '<', $_[0] or return '';

@@ -13,7 +13,9 @@
 #     was asked), the next a HIT (it was not), the pages past the cache's
 #     end come from it (DEEP, asked with max_id), and walking the pages
 #     visits every post once, in order; a post made later reaches the
-#     cached timeline by fanout.
+#     cached timeline by fanout;
+#   - the application gone: a miss answers 503 with Retry-After, hits go
+#     on.
 #
 # Only the ports are changed, and feed_cache_size (800 in the file) is 5
 # here: a timeline longer than the cache takes a few posts, not 801.
@@ -151,5 +153,15 @@ $r = $t->wait_for(5, sub {
 is((tl_ids($r)->[0] // '') . ' ' . ($r->{headers}{'x-feed-cache'} // ''),
     ($new // 'none') . ' HIT', 'a new post delivered by fanout')
     or diag(short($r));
+
+# the application gone: a miss is 503, hits go on
+$t->stop_proc('app');
+$r = $t->get('/users/w1/timeline');
+is("$r->{status} " . ($r->{json} && $r->{json}{error} // '') . ' '
+    . ($r->{headers}{'retry-after'} // ''), '503 unavailable 1',
+    'the application gone: a miss 503, Retry-After') or diag(short($r));
+$r = $t->get('/users/reader/timeline?limit=3');
+is("$r->{status} " . ($r->{headers}{'x-feed-cache'} // ''), '200 HIT',
+    'a hit answered all the same');
 
 $t->done;
