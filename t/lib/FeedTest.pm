@@ -418,14 +418,43 @@ sub write_conf {
 # and MongoDB addresses are replaced (load_module comes from write_conf)
 sub shipped_conf {
     my ($self) = @_;
+    return $self->conf_file('nginx.conf', ports => { 8080 => 'http' });
+}
 
-    open my $fh, '<', "$ROOT/conf/nginx.conf" or die "nginx.conf: $!\n";
+# a configuration of conf/ (nginx.conf, the examples) for write_conf, on
+# this test's ports and servers: its load_module line dropped; each
+# "listen [address:]port" and "127.0.0.1:port" (an upstream's server) of
+# a port in %$ports on 127.0.0.1 and the test's port of that name; every
+# access_log and error_log file in the test's directory; feed_redis on
+# $o{redis} (addresses, the test's Redis by default) and feed_mongo_uri on
+# the test's MongoDB, unless $o{as_written} (for nginx -t only: the file's
+# own addresses, never connected to).  A listen of a port not in %$ports
+# is an error: the test would bind it.
+sub conf_file {
+    my ($self, $file, %o) = @_;
+
+    open my $fh, '<', "$ROOT/conf/$file" or die "conf/$file: $!\n";
     my $conf = do { local $/; <$fh> };
     close $fh;
 
+    my $ports = $o{ports} || {};
+    my $port = sub {
+        my ($p) = @_;
+        my $name = $ports->{$p} or die "conf/$file: port $p not given\n";
+        return '127.0.0.1:%%PORT_' . uc($name) . '%%';
+    };
+
     $conf =~ s/^load_module .*$//m;
-    $conf =~ s/listen 127\.0\.0\.1:8080;/listen 127.0.0.1:%%PORT_HTTP%%;/;
-    $conf =~ s/^(\s*feed_redis\s+)[^;]*;/${1}127.0.0.1:%%PORT_REDIS%%;/m;
+    $conf =~ s/^(\s*listen\s+)(?:\S+:)?(\d+)\b/$1 . $port->($2)/gme;
+    $conf =~ s/\b127\.0\.0\.1:(\d+)\b/
+        $ports->{$1} ? $port->($1) : "127.0.0.1:$1"/ge;
+    $conf =~ s{^(\s*(?:access|error)_log\s+)/\S*/([^/\s;]+)}
+        {$1%%TESTDIR%%/$2}gm;
+
+    return $conf if $o{as_written};
+
+    my $redis = $o{redis} // '127.0.0.1:%%PORT_REDIS%%';
+    $conf =~ s/^(\s*feed_redis\s+)[^;]*;/$1$redis;/m;
     $conf =~ s/^(\s*feed_mongo_uri\s+)[^;]*;/${1}"%%MONGO_URI%%";/m;
 
     return $conf;

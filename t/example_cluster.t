@@ -1,0 +1,94 @@
+#!/usr/bin/perl
+
+# conf/cluster.conf, the example on a Redis Cluster and a MongoDB replica
+# set, on a real 3-master Redis Cluster (t/lib/FeedCluster.pm):
+#
+#   - nginx -t accepts it as written (its seed nodes and its replica set's
+#     URI: nginx -t connects to neither), and with this test's servers;
+#   - every worker maps the three masters from the seeds;
+#   - follows, a post and the followers' timelines read through it, the
+#     followers' timelines on all three masters: MISS, then HIT with the
+#     post; a post made then is fanned out to every master's followers,
+#     once, in embed mode; a delete leaves every timeline.
+#
+# No replica set runs here: feed_mongo_uri is the MongoDB stand-in's (or
+# FEED_TEST_MONGO_URI's) address instead of the file's.  Only the port of
+# listen changes besides.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use Test::More;
+use FeedTest;
+use FeedTest::Util qw(short statuses tl_ids follow_each read_each
+    none_failed post);
+use FeedCluster;
+
+my $t = FeedTest->new;
+
+$t->start_mongo unless FeedTest::real_mongo();
+my $c = FeedCluster->start($t, masters => 3);
+
+my %ports = (ports => { 8080 => 'http' });
+
+my $written = $t->conf_file('cluster.conf', %ports, as_written => 1);
+like($written, qr/^\s*feed_mongo_uri\s+"mongodb:\/\/[^"]*,[^"]*replicaSet=/m,
+    'the file names a replica set');
+$t->write_conf($written, 'as-written.conf');
+my ($ok, $out) = $t->test_conf;
+ok($ok, 'nginx -t accepts conf/cluster.conf as written') or diag($out);
+
+$t->write_conf($t->conf_file('cluster.conf', %ports,
+    redis => $c->seeds(3)));
+($ok, $out) = $t->test_conf;
+ok($ok, 'nginx -t accepts it on the test cluster') or diag($out);
+
+$t->run;
+
+my $workers = () = $t->worker_pids;
+ok($t->wait_for(10, sub { FeedCluster::mapped(statuses($t), $workers, 3) }),
+    "all $workers workers map the three masters");
+
+# followers whose timelines are on every master
+my @F = map { "cf$_" } 1 .. 12;
+my ($node, $per) = $c->spread(@F);
+is(scalar keys %$per, 3, 'the followers\' timelines on all three masters: '
+    . join(' ', map { "$_=$per->{$_}" } sort keys %$per));
+
+sub reads {
+    my ($res) = read_each($t, @F);
+    return map { [ $_->{status}, $_->{headers}{'x-feed-cache'} // '',
+        "@{ tl_ids($_) }" ] } @$res;
+}
+
+sub summary_of {
+    my %n;
+    $n{"$_->[0] $_->[1] [$_->[2]]"}++ for @_;
+    return join ', ', map { "$n{$_} x $_" } sort keys %n;
+}
+
+none_failed([ follow_each($t, 'cauthor', @F) ], '12 follows of cauthor');
+my $p1 = post($t, 'cauthor', 'before the caches') // 'none';
+
+my @r = reads();
+is(summary_of(@r), "12 x 200 MISS [$p1]", 'first reads: MISS, the post');
+@r = reads();
+is(summary_of(@r), "12 x 200 HIT [$p1]", 'then HIT, on every master');
+
+my $p2 = post($t, 'cauthor', 'fanned out') // 'none';
+ok($t->wait_for(10, sub { !grep { $c->in_list($_, $p2) != 1 } @F }),
+    'a new post in every follower\'s cached timeline, once')
+    or diag(join ' ', map { "$_=" . $c->in_list($_, $p2) } @F);
+ok($c->cmd($c->master_of("feed:tl:{$F[0]}"), 'LINDEX', "feed:tl:{$F[0]}",
+    0) =~ /^\Q$p2\E\{/, 'embed mode: the entry holds the post');
+@r = reads();
+is(summary_of(@r), "12 x 200 HIT [$p2 $p1]", 'read: HIT, both posts');
+
+is($t->http('DELETE', "/users/cauthor/posts/$p2")->{status}, 204,
+    'a delete');
+@r = reads();
+is(summary_of(@r), "12 x 200 HIT [$p1]", 'no timeline shows it');
+
+$t->done;

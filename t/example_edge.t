@@ -1,0 +1,180 @@
+#!/usr/bin/perl
+
+# conf/edge.conf, the example for edge nodes, on real Redis and MongoDB:
+#
+#   - nginx -t accepts it (a self-signed certificate made here in place of
+#     the file's paths);
+#   - identity through auth_request, from the stand-in auth service at the
+#     end of the file: a follow and a post with a user's bearer token are
+#     theirs (204, 201), without a token 401 (the module's), with a token
+#     the service refuses 401 (its refusal, as JSON), for someone else 403,
+#     a header X-User of the client's own is no identity;
+#   - a follow, a post, the follower's timeline read (MISS, then HIT), over
+#     TLS (HTTP/1.1 and HTTP/2) as well; reads open to anonymous requests;
+#     a delete leaves the timeline;
+#   - plain HTTP sends clients to https (308);
+#   - the access log has the user and the cache status of each read;
+#   - past limit_req's burst of writes: 429 with the JSON error and
+#     Retry-After.
+#
+# Only the ports, certificate paths and log paths are changed, and the
+# API server listens on a plain port of the test too, for the harness's
+# plain-HTTP client (curl checks TLS).
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use Test::More;
+use FeedTest;
+use FeedTest::Util qw(short is_error tl_ids);
+use Time::HiRes qw(sleep);
+
+plan(skip_all => 'no openssl or curl') unless -x '/usr/bin/openssl'
+    && -x '/usr/bin/curl';
+
+my $t = FeedTest->new;
+my $dir = $t->dir;
+
+# a self-signed certificate for the file's ssl_certificate
+system("/usr/bin/openssl req -x509 -newkey rsa:2048 -nodes -days 2 "
+    . "-subj /CN=localhost -keyout $dir/privkey.pem "
+    . "-out $dir/fullchain.pem 2> $dir/openssl.out") == 0
+    or die "openssl req failed\n";
+
+$t->start_redis;
+$t->start_mongo unless FeedTest::real_mongo();
+
+my $conf = $t->conf_file('edge.conf',
+    ports => { 80 => 'plain', 443 => 'https', 9000 => 'auth' });
+$conf =~ s{/etc/ssl/feed/}{$dir/}g;
+$conf =~ s{^(\s*)(listen\s+127\.0\.0\.1:%%PORT_HTTPS%%[^;]*;)$}
+    {$1$2\n${1}listen 127.0.0.1:%%PORT_HTTP%%;}m
+    or die "edge.conf: no listen 443 ssl\n";
+$t->write_conf($conf);
+
+my ($ok, $out) = $t->test_conf;
+ok($ok, 'nginx -t accepts conf/edge.conf') or diag($out);
+
+$t->run(qw(https plain auth));
+
+my %TOKEN = (alice => 'Bearer demo-token-alice',
+    bob => 'Bearer demo-token-bob');
+
+# a request as $who (a user of %TOKEN, a token as is, or nobody: undef)
+sub as {
+    my ($who, $method, $uri, %o) = @_;
+    my $auth = defined $who ? $TOKEN{$who} // $who : undef;
+    my %h = (defined $auth ? (Authorization => $auth) : (),
+        defined $o{body} ? ('Content-Type' => 'application/json') : (),
+        %{ delete $o{headers} || {} });
+    return $t->http($method, $uri, headers => \%h, %o);
+}
+
+# ------------------------------------------------------------- identity --
+
+is(as('alice', 'PUT', '/users/alice/following/bob')->{status}, 204,
+    'alice follows bob with her token');
+is_error(as(undef, 'PUT', '/users/alice/following/carol'), 401,
+    'unauthorized', 'a follow without a token');
+is_error(as('Bearer forged', 'PUT', '/users/alice/following/carol'), 401,
+    'unauthorized', 'a follow with a token the auth service refuses');
+is_error(as('alice', 'PUT', '/users/bob/following/alice'), 403,
+    'forbidden', "a follow in bob's name with alice's token");
+is_error(as(undef, 'PUT', '/users/bob/following/alice',
+    headers => { 'X-User' => 'bob' }), 401, 'unauthorized',
+    'a follow with a header X-User of its own and no token');
+
+my $r = as('bob', 'POST', '/users/bob/posts', body => '{"body": "hi"}');
+is($r->{status}, 201, 'bob posts with his token') or diag(short($r));
+my $id = $r->{json} && $r->{json}{id} // '';
+is_error(as('alice', 'POST', '/users/bob/posts', body => '{"body": "x"}'),
+    403, 'forbidden', "a post in bob's name with alice's token");
+is_error(as(undef, 'POST', '/users/bob/posts', body => '{"body": "x"}'),
+    401, 'unauthorized', 'a post without a token');
+
+# ------------------------------------------------------------ timelines --
+
+$r = as('alice', 'GET', '/users/alice/timeline');
+is($r->{headers}{'x-feed-cache'}, 'MISS', 'the first read: MISS')
+    or diag(short($r));
+is("@{ tl_ids($r) }", $id, "bob's post in alice's timeline");
+$r = as('alice', 'GET', '/users/alice/timeline');
+is($r->{headers}{'x-feed-cache'}, 'HIT', 'the next one: HIT')
+    or diag(short($r));
+is("@{ tl_ids($r) }", $id, 'the same post');
+
+$r = as(undef, 'GET', '/users/alice/timeline');
+is("$r->{status} @{ tl_ids($r) }", "200 $id", 'an anonymous read');
+is(as(undef, 'GET', "/posts/$id")->{status}, 200, 'an anonymous post read');
+is(as(undef, 'GET', '/status')->{status}, 200, '/status asks no token');
+is_error(as(undef, 'GET', '/no/such/thing'), 404, 'not_found',
+    'an unknown path');
+
+# TLS: curl, as clients do
+sub curl {
+    my (@args) = @_;
+    open(my $fh, '-|', '/usr/bin/curl', '-sk', '--max-time', '10',
+        @args) or die "curl: $!\n";
+    my $o = do { local $/; <$fh> };
+    close $fh;
+    return $o // '';
+}
+
+my $https = 'https://127.0.0.1:' . $t->port('https');
+my $tr = FeedTest::parse_response(curl('--http1.1', '-i', '-H',
+    "Authorization: $TOKEN{alice}", "$https/users/alice/timeline"));
+is("$tr->{status} " . ($tr->{headers}{'x-feed-cache'} // '') . " @{
+    tl_ids($tr) }", "200 HIT $id", 'the timeline over TLS')
+    or diag(short($tr));
+is(curl('--http2', '-o', '/dev/null', '-w', '%{http_version}',
+    "$https/users/alice/timeline"), '2', 'HTTP/2 over TLS');
+
+$r = $t->get('/users/alice/timeline', port => $t->port('plain'));
+is("$r->{status} " . ($r->{headers}{location} // ''),
+    '308 https://localhost/users/alice/timeline', 'plain HTTP: to https');
+
+# the access log: who, what, the cache status; each worker writes its
+# lines at least once a second (buffer=64k flush=1s)
+my $tl = qr{"GET /users/alice/timeline HTTP/1\.1"};
+my %want = (
+    'the MISS' =>
+        qr{^127\.0\.0\.1 alice \[[^]]+\] $tl 200 \d+ \S+ cache=MISS auth=[\d.]+$}m,
+    'a HIT' => qr{^127\.0\.0\.1 alice \[[^]]+\] $tl 200 \d+ \S+ cache=HIT }m,
+    'a refused write, no user' =>
+        qr{^127\.0\.0\.1 - \[[^]]+\] "PUT /users/alice/following/carol HTTP/1\.1" 401 }m,
+);
+my $log = $t->wait_for(5, sub {
+    my $l = slurp("$dir/feed-access.log");
+    return (grep { $l !~ $_ } values %want) ? undef : $l;
+}) // slurp("$dir/feed-access.log");
+like($log, $want{$_}, "access log: $_") for sort keys %want;
+
+sub slurp {
+    open my $fh, '<', $_[0] or return '';
+    local $/;
+    return <$fh>;
+}
+
+is(as('bob', 'DELETE', "/users/bob/posts/$id")->{status}, 204,
+    'bob deletes his post');
+$r = as('alice', 'GET', '/users/alice/timeline');
+is("$r->{status} @{ tl_ids($r) }", '200 ', 'the timeline without it');
+
+# -------------------------------------------------------------- limits --
+
+# writes: 10 a second, bursts of 20, per address
+sleep 2.1;
+my @res = map { as('alice', 'PUT', "/users/alice/following/u$_") } 1 .. 40;
+my @limited = grep { $_->{status} == 429 } @res;
+my @other = grep { $_->{status} != 429 && $_->{status} != 204 } @res;
+ok(@limited && !@other, '40 follows in a row: 204, then 429: '
+    . join(' ', map { $_->{status} } @res));
+is_error($limited[0] || {}, 429, 'too_many_requests', 'a limited write');
+is($limited[0] && $limited[0]{headers}{'retry-after'}, 1,
+    'with Retry-After');
+is(as('alice', 'GET', '/users/alice/timeline')->{status}, 200,
+    'reads go on');
+
+$t->done;
