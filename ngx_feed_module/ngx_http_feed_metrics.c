@@ -9,7 +9,10 @@
  * is read at scrape time.
  *
  * Requests are counted by endpoint and status class in the log phase,
- * once the status is final.
+ * once the status is final.  The endpoint is marked before (in the
+ * preaccess phase, as the request enters a feed_* location) in the
+ * $feed_endpoint variable: a request's variables outlive the internal
+ * redirect to an error_page location, its module contexts do not.
  */
 
 
@@ -60,7 +63,11 @@ static u_char *ngx_http_feed_metrics_seconds(u_char *p, u_char *last,
     ngx_atomic_uint_t ms);
 static void ngx_http_feed_metrics_queue(ngx_buf_t *b,
     ngx_http_feed_fanout_queue_t *q);
+static ngx_int_t ngx_http_feed_metrics_mark(ngx_http_request_t *r);
 static ngx_int_t ngx_http_feed_metrics_log(ngx_http_request_t *r);
+
+
+static ngx_int_t  ngx_http_feed_endpoint_index = NGX_ERROR;
 
 
 static ngx_str_t  ngx_http_feed_metrics_type =
@@ -200,15 +207,32 @@ ngx_http_feed_metrics_endpoint(ngx_str_t *directive)
 }
 
 
-/* postconfiguration: every request of a feed_* location is counted */
+/*
+ * postconfiguration: every request of a feed_* location is marked, then
+ * counted.  The mark runs before limit_req's and the access checks: their
+ * refusals count for the endpoint too.
+ */
 
 ngx_int_t
 ngx_http_feed_metrics_init(ngx_conf_t *cf)
 {
+    ngx_str_t                   name = ngx_string("feed_endpoint");
     ngx_http_handler_pt        *h;
     ngx_http_core_main_conf_t  *cmcf;
 
+    ngx_http_feed_endpoint_index = ngx_http_get_variable_index(cf, &name);
+    if (ngx_http_feed_endpoint_index == NGX_ERROR) {
+        return NGX_ERROR;
+    }
+
     cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
+
+    h = ngx_array_push(&cmcf->phases[NGX_HTTP_PREACCESS_PHASE].handlers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    *h = ngx_http_feed_metrics_mark;
 
     h = ngx_array_push(&cmcf->phases[NGX_HTTP_LOG_PHASE].handlers);
     if (h == NULL) {
@@ -222,27 +246,76 @@ ngx_http_feed_metrics_init(ngx_conf_t *cf)
 
 
 /*
- * The main request only (nginx logs no subrequest), by the location it
- * ends in: one nginx redirected to an error_page location (a 429 of
- * limit_req, a 500 a handler left to nginx) is not a feed_* one any more.
+ * Set as the rewrite module's "set" sets a variable.  Not by a subrequest:
+ * it shares its parent's variables, and is no request of its own.
  */
+
+static ngx_int_t
+ngx_http_feed_metrics_mark(ngx_http_request_t *r)
+{
+    ngx_http_variable_value_t  *v;
+    ngx_http_feed_loc_conf_t   *flcf;
+
+    flcf = ngx_http_get_module_loc_conf(r, ngx_http_feed_module);
+
+    if (flcf->handler == NULL || r != r->main) {
+        return NGX_DECLINED;
+    }
+
+    v = &r->variables[ngx_http_feed_endpoint_index];
+
+    v->data = ngx_http_feed_metrics_endpoints[flcf->endpoint].data
+              + NGX_HTTP_FEED_PREFIX_LEN;
+    v->len = ngx_http_feed_metrics_endpoints[flcf->endpoint].len
+             - NGX_HTTP_FEED_PREFIX_LEN;
+    v->valid = 1;
+    v->no_cacheable = 0;
+    v->not_found = 0;
+    v->escape = 0;
+
+    return NGX_DECLINED;
+}
+
+
+/* $feed_endpoint before (or without) the mark: none */
+
+ngx_int_t
+ngx_http_feed_endpoint_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
+{
+    v->not_found = 1;
+
+    return NGX_OK;
+}
+
+
+/* the marked endpoint, whatever location the request ended in */
 
 static ngx_int_t
 ngx_http_feed_metrics_log(ngx_http_request_t *r)
 {
-    ngx_uint_t                 code;
-    ngx_http_feed_loc_conf_t  *flcf;
+    ngx_uint_t                  i, code;
+    ngx_http_variable_value_t  *v;
 
-    flcf = ngx_http_get_module_loc_conf(r, ngx_http_feed_module);
+    v = ngx_http_get_indexed_variable(r, ngx_http_feed_endpoint_index);
 
-    if (flcf->handler == NULL) {
+    if (v == NULL || v->not_found) {
         return NGX_OK;
     }
 
     code = r->headers_out.status / 100;
 
-    if (code >= 1 && code <= NGX_HTTP_FEED_CODES) {
-        ngx_http_feed_stat(responses[flcf->endpoint][code - 1], 1);
+    if (code < 1 || code > NGX_HTTP_FEED_CODES) {
+        return NGX_OK;
+    }
+
+    for (i = 0; ngx_http_feed_metrics_endpoints[i].len; i++) {
+        if (v->data == ngx_http_feed_metrics_endpoints[i].data
+                       + NGX_HTTP_FEED_PREFIX_LEN)
+        {
+            ngx_http_feed_stat(responses[i][code - 1], 1);
+            return NGX_OK;
+        }
     }
 
     return NGX_OK;

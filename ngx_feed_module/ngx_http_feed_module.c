@@ -968,6 +968,9 @@ static ngx_http_variable_t  ngx_http_feed_vars[] = {
     { ngx_string("feed_cache_status"), NULL,
       ngx_http_feed_cache_status_variable, 0, NGX_HTTP_VAR_NOCACHEABLE, 0 },
 
+    { ngx_string("feed_endpoint"), NULL,
+      ngx_http_feed_endpoint_variable, 0, 0, 0 },
+
       ngx_http_null_variable
 };
 

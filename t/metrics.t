@@ -32,10 +32,19 @@ my $t = FeedTest->new;
 $t->start_redis;
 $t->start_mongo;
 
-# the usual server, with /metrics
+# the usual server, with /metrics, and followers limited to one a minute,
+# refused by way of an error_page location
+my $EXTRA = <<'EOF';
+location = /metrics { feed_metrics; }
+        location ~ ^/users/([^/]+)/followers$ {
+            limit_req zone=one;
+            feed_followers $1;
+        }
+        error_page 429 /_error/429;
+        location = /_error/429 { internal; return 429 "slow down\n"; }
+EOF
 my $server = server_conf();
-$server =~ s{^(\s*)(location = /status .*)$}
-    {$1$2\n$1location = /metrics { feed_metrics; }}m
+$server =~ s{^(\s*)(location = /status .*)$}{$1$2\n$1$EXTRA}m
     or die "no /status in server_conf()\n";
 
 $t->write_conf(<<"EOF");
@@ -52,6 +61,8 @@ http {
     feed_fanout on;
     feed_fanout_block 200ms;
     feed_cache_size 5;
+    limit_req_zone \$binary_remote_addr zone=one:1m rate=1r/m;
+    limit_req_status 429;
 $server}
 EOF
 
@@ -227,6 +238,17 @@ my $r = $t->http('POST', "/users/$author/following/x");
 is($r->{status}, 405, 'POST to a follow: 405');
 is(req(scrape(), 'follow', '4xx') - req($m2, 'follow', '4xx'), 1,
     'requests{endpoint="follow",code="4xx"}: +1');
+
+# a refusal nginx answers from an error_page location counts for the
+# endpoint the request was for
+$m1 = scrape();
+my @st = map { $t->get("/users/$author/followers")->{status} } 1 .. 2;
+is("@st", '200 429', 'followers, then followers too soon: 429');
+$m2 = scrape();
+is(req($m2, 'followers', '2xx') - req($m1, 'followers', '2xx'), 1,
+    'requests{endpoint="followers",code="2xx"}: +1');
+is(req($m2, 'followers', '4xx') - req($m1, 'followers', '4xx'), 1,
+    'requests{endpoint="followers",code="4xx"}: +1, from the error page');
 
 # every reader's first read rebuilds its timeline: MISS
 $m1 = scrape();
