@@ -402,6 +402,11 @@ ngx_http_feed_metrics_send(ngx_http_feed_metrics_ctx_t *ctx)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "feed metrics: %uz bytes, the queue %s",
+                   (size_t) (b->last - b->pos),
+                   ctx->queue.known ? "known" : "unknown");
+
     return ngx_http_feed_send_typed(r, NGX_HTTP_OK,
                                     &ngx_http_feed_metrics_type, b->pos,
                                     b->last - b->pos);
