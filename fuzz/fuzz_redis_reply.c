@@ -12,7 +12,7 @@
  *   ngx_http_feed_fanout_consumers_info  XINFO CONSUMERS;
  *   ngx_http_feed_fanout_parse           every array in it, as the fields
  *                                        of a stream entry;
- *   ngx_http_feed_status_id_ms           every string in it, as an id.
+ *   ngx_http_feed_fanout_queue_id_ms     every string in it, as an id.
  *
  * A reply is freed as the module's Redis layer frees it: by hiredis after
  * the handler, through the module's free function, unless a handler kept
@@ -31,7 +31,7 @@
 #include "ngx_http_feed_redis.c"
 #include "ngx_http_feed_fanout.c"
 #include "ngx_http_feed_fanout_consumers.c"
-#include "ngx_http_feed_status.c"
+#include "ngx_http_feed_fanout_queue.c"
 
 
 /*
@@ -168,7 +168,7 @@ ngx_http_feed_fuzz_walk(redisReply *e)
     ngx_http_feed_fanout_entry_t   fe;
 
     if (e->type == REDIS_REPLY_STRING) {
-        (void) ngx_http_feed_status_id_ms(e);
+        (void) ngx_http_feed_fanout_queue_id_ms(e);
         return;
     }
 

@@ -19,6 +19,19 @@ typedef struct ngx_http_feed_fanout_consumers_s
     ngx_http_feed_fanout_consumers_t;
 
 
+/* the queue's state, as XPENDING gives it (ngx_http_feed_fanout_queue.c) */
+typedef struct {
+    int64_t                       pending;
+    int64_t                       lag;          /* ms, of the oldest */
+    ngx_uint_t                    partitions;   /* XPENDING sent */
+    ngx_uint_t                    answered;
+    unsigned                      known:1;      /* every partition answered */
+
+    void                        (*done)(void *data);   /* at each reply */
+    void                         *data;
+} ngx_http_feed_fanout_queue_t;
+
+
 /* one page of an author's followers, read by a thread */
 typedef struct {
     ngx_http_feed_user_t          author;
@@ -67,6 +80,8 @@ ngx_int_t ngx_http_feed_fanout_init(ngx_cycle_t *cycle,
     ngx_http_feed_main_conf_t *fmcf);
 void ngx_http_feed_fanout_exit(void);
 ngx_int_t ngx_http_feed_fanout_status(bson_t *doc);
+ngx_int_t ngx_http_feed_fanout_queue_ask(ngx_http_request_t *r,
+    ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_fanout_queue_t *q);
 
 ngx_http_feed_fanout_consumers_t *ngx_http_feed_fanout_consumers_create(
     ngx_cycle_t *cycle, ngx_http_feed_redis_t *rd,

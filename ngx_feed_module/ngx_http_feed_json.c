@@ -75,13 +75,24 @@ ngx_int_t
 ngx_http_feed_send_body(ngx_http_request_t *r, ngx_uint_t status,
     u_char *data, size_t len)
 {
+    return ngx_http_feed_send_typed(r, status, &ngx_http_feed_json_type,
+                                    data, len);
+}
+
+
+/* a body in memory, of any type: JSON everywhere but in feed_metrics */
+
+ngx_int_t
+ngx_http_feed_send_typed(ngx_http_request_t *r, ngx_uint_t status,
+    ngx_str_t *type, u_char *data, size_t len)
+{
     ngx_int_t     rc;
     ngx_buf_t    *b;
     ngx_chain_t   out;
 
     r->headers_out.status = status;
-    r->headers_out.content_type = ngx_http_feed_json_type;
-    r->headers_out.content_type_len = ngx_http_feed_json_type.len;
+    r->headers_out.content_type = *type;
+    r->headers_out.content_type_len = type->len;
     r->headers_out.content_type_lowcase = NULL;
     r->headers_out.content_length_n = len;
 

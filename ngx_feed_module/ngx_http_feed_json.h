@@ -20,6 +20,8 @@ ngx_int_t ngx_http_feed_send_error(ngx_http_request_t *r, ngx_uint_t status,
     const char *code, const char *message);
 ngx_int_t ngx_http_feed_send_body(ngx_http_request_t *r, ngx_uint_t status,
     u_char *data, size_t len);
+ngx_int_t ngx_http_feed_send_typed(ngx_http_request_t *r, ngx_uint_t status,
+    ngx_str_t *type, u_char *data, size_t len);
 ngx_int_t ngx_http_feed_add_header(ngx_http_request_t *r, const char *name,
     ngx_str_t *value);
 

@@ -20,6 +20,7 @@
 #include "ngx_http_feed_pull.h"
 #include "ngx_http_feed_fanout.h"
 #include "ngx_http_feed_status.h"
+#include "ngx_http_feed_metrics.h"
 #include "ngx_http_feed_schema.h"
 #include "ngx_http_feed_timelines_store.h"
 
@@ -444,13 +445,20 @@ static ngx_command_t  ngx_http_feed_commands[] = {
       0,
       &ngx_http_feed_status_handler },
 
+    { ngx_string("feed_metrics"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_feed_location,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      &ngx_http_feed_metrics_handler },
+
       ngx_null_command
 };
 
 
 static ngx_http_module_t  ngx_http_feed_module_ctx = {
     ngx_http_feed_add_variables,           /* preconfiguration */
-    NULL,                                  /* postconfiguration */
+    ngx_http_feed_metrics_init,            /* postconfiguration */
 
     ngx_http_feed_create_main_conf,        /* create main configuration */
     ngx_http_feed_init_main_conf,          /* init main configuration */
@@ -786,8 +794,9 @@ ngx_http_feed_handler_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
 /*
  * The location answers through the handler skeleton with the directive's
- * handler: "feed_status" as is (it works without MongoDB), the others by
- * way of ngx_http_feed_handler_conf().
+ * handler: "feed_status" and "feed_metrics" as is (they work without
+ * MongoDB), the others by way of ngx_http_feed_handler_conf().  Its
+ * requests are counted under the directive's name.
  */
 
 static char *
@@ -804,6 +813,7 @@ ngx_http_feed_location(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     flcf->handler = cmd->post;
+    flcf->endpoint = ngx_http_feed_metrics_endpoint(&cmd->name);
     clcf->handler = ngx_http_feed_handler;
 
     return NGX_CONF_OK;
@@ -957,6 +967,9 @@ static ngx_http_variable_t  ngx_http_feed_vars[] = {
 
     { ngx_string("feed_cache_status"), NULL,
       ngx_http_feed_cache_status_variable, 0, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("feed_endpoint"), NULL,
+      ngx_http_feed_endpoint_variable, 0, 0, 0 },
 
       ngx_http_null_variable
 };
@@ -1225,13 +1238,26 @@ ngx_http_feed_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 /*
  * The node's counters and post id sequence: a small shared zone that every
  * worker adds to.  A reload keeps it, its counts and its sequence, when it
- * is the same size.
+ * has the same name and size.  The name says the layout's size: a reload
+ * into a build whose counters differ starts a zone of its own rather than
+ * read the old one with the new layout.
  */
 
 static ngx_int_t
 ngx_http_feed_stats_zone(ngx_conf_t *cf, ngx_http_feed_main_conf_t *fmcf)
 {
-    ngx_str_t  name = ngx_string("ngx_http_feed_stats");
+    u_char     *p;
+    ngx_str_t   name;
+
+    name.data = ngx_pnalloc(cf->pool, sizeof("ngx_http_feed_stats_")
+                                      + NGX_SIZE_T_LEN);
+    if (name.data == NULL) {
+        return NGX_ERROR;
+    }
+
+    p = ngx_sprintf(name.data, "ngx_http_feed_stats_%uz",
+                    sizeof(ngx_http_feed_node_t));
+    name.len = p - name.data;
 
     fmcf->stats_zone = ngx_shared_memory_add(cf, &name, 8 * 4096,
                                              &ngx_http_feed_module);

@@ -78,9 +78,30 @@ typedef struct ngx_http_feed_mongo_s  ngx_http_feed_mongo_t;
 typedef struct ngx_http_feed_handler_s  ngx_http_feed_handler_t;
 
 
+/* feed_metrics' label values, ngx_http_feed_metrics.c names them */
+#define NGX_HTTP_FEED_ENDPOINTS       16    /* one per location directive */
+#define NGX_HTTP_FEED_CODES           5     /* 1xx to 5xx */
+#define NGX_HTTP_FEED_CACHE_STATUSES  5     /* ngx_http_feed_cache_status_e */
+#define NGX_HTTP_FEED_REDIS_STATES    4     /* ngx_http_feed_redis_state_e */
+#define NGX_HTTP_FEED_BUCKETS         13    /* the last one is +Inf */
+
+
 /*
- * Counters reported by feed_status: each worker's own, and the node's (all
- * workers of this nginx, in shared memory, kept across reloads).
+ * A latency histogram in milliseconds: how many fell in each bucket (not
+ * cumulative: one add per observation), and their sum.  The count is the
+ * buckets' sum, so that a reader sees _count equal to the +Inf bucket.
+ */
+typedef struct {
+    ngx_atomic_t                  buckets[NGX_HTTP_FEED_BUCKETS];
+    ngx_atomic_t                  sum_ms;
+} ngx_http_feed_histogram_t;
+
+
+/*
+ * Counters reported by feed_status and feed_metrics: each worker's own,
+ * and the node's (all workers of this nginx, in shared memory, kept across
+ * reloads).  The gauges (redis_connections, local_*) go up and down by
+ * the same adds.
  */
 typedef struct {
     ngx_atomic_t                  requests;
@@ -107,6 +128,22 @@ typedef struct {
     ngx_atomic_t                  pull_to_pull;
     ngx_atomic_t                  pull_to_push;
     ngx_atomic_t                  pull_vouched;
+
+    ngx_atomic_t                  responses[NGX_HTTP_FEED_ENDPOINTS]
+                                      [NGX_HTTP_FEED_CODES];
+    ngx_atomic_t                  timeline_reads
+                                      [NGX_HTTP_FEED_CACHE_STATUSES];
+    ngx_atomic_t                  rebuild_failures;
+    ngx_atomic_t                  redis_connections
+                                      [NGX_HTTP_FEED_REDIS_STATES];
+    ngx_atomic_t                  local_bytes;
+    ngx_atomic_t                  local_pages;
+    ngx_atomic_t                  posts_created;
+    ngx_atomic_t                  posts_deleted;
+
+    ngx_http_feed_histogram_t     rebuild;
+    ngx_http_feed_histogram_t     fallback;
+    ngx_http_feed_histogram_t     mongo_wait;
 } ngx_http_feed_stats_t;
 
 
@@ -131,6 +168,20 @@ typedef struct {
          ? (void) ngx_atomic_fetch_add(&ngx_http_feed_node_stats->field,     \
                                        (ngx_atomic_int_t) (n))                \
          : (void) 0)
+
+
+/* the bucket of a latency: a few compares, then the same adds as above */
+#define ngx_http_feed_observe(field, ms)                                     \
+    do {                                                                      \
+        ngx_msec_int_t  ms_ = (ms) < 0 ? 0 : (ms);                            \
+        ngx_http_feed_stat(field.buckets[ngx_http_feed_bucket(ms_)], 1);      \
+        ngx_http_feed_stat(field.sum_ms, ms_);                                \
+    } while (0)
+
+
+ngx_uint_t ngx_http_feed_bucket(ngx_msec_int_t ms);
+
+extern const ngx_msec_int_t  ngx_http_feed_bucket_ms[];
 
 
 typedef struct {
@@ -218,6 +269,7 @@ typedef struct {
 
     /* the location's feed_* handler directive, and its arguments */
     ngx_http_feed_handler_t      *handler;
+    ngx_uint_t                    endpoint;   /* its feed_metrics label */
     ngx_http_complex_value_t     *user;
     ngx_http_complex_value_t     *target;
 

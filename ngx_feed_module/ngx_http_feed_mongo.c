@@ -239,7 +239,8 @@ ngx_http_feed_mongo_post(ngx_http_feed_mongo_task_t *t)
         return NGX_DECLINED;
     }
 
-    t->deadline = ngx_http_feed_now_ms()
+    t->posted = ngx_http_feed_now_ms();
+    t->deadline = t->posted
                   + NGX_HTTP_FEED_MONGO_QUEUED_MAX * t->mongo->conf->timeout;
 
     if (ngx_thread_task_post(t->mongo->conf->thread_pool, t->thread_task)
@@ -476,7 +477,10 @@ ngx_http_feed_mongo_thread(void *data, ngx_log_t *log)
 
     ngx_gettimeofday(&tv);
 
-    if ((int64_t) tv.tv_sec * 1000 + tv.tv_usec / 1000 > t->deadline) {
+    /* given to the histogram by the event loop: threads add to no counter */
+    t->waited = (int64_t) tv.tv_sec * 1000 + tv.tv_usec / 1000 - t->posted;
+
+    if (t->posted + t->waited > t->deadline) {
         bson_set_error(&t->error, MONGOC_ERROR_STREAM,
                        MONGOC_ERROR_STREAM_SOCKET,
                        "waited too long for a thread");
@@ -516,6 +520,8 @@ ngx_http_feed_mongo_event(ngx_event_t *ev)
     if (t->rc != NGX_OK) {
         ngx_http_feed_stat(mongo_errors, 1);
     }
+
+    ngx_http_feed_observe(mongo_wait, (ngx_msec_int_t) t->waited);
 
     r = t->request;
 

@@ -48,6 +48,10 @@ struct ngx_http_feed_mongo_task_s {
     /* past this (ms since the epoch) the task is not worth running */
     int64_t                       deadline;
 
+    /* when it was posted, and how long it waited for a thread (ms) */
+    int64_t                       posted;
+    int64_t                       waited;
+
     /* a request's task: its answer when the task did not fail */
     ngx_http_feed_mongo_answer_pt answer;
 

@@ -351,6 +351,8 @@ ngx_http_feed_post_inserted(ngx_http_request_t *r, void *data)
     ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "feed post of \"%s\": inserted", np->author.data);
 
+    ngx_http_feed_stat(posts_created, 1);
+
     /* stored: from here on the post is accepted, whatever Redis does */
 
     return ngx_http_feed_post_enqueue(ctx, "post", &np->id, &np->author,
@@ -715,6 +717,8 @@ ngx_http_feed_post_deleted(ngx_http_request_t *r, void *data)
     if (!op->found) {
         return ngx_http_feed_error(r, &ngx_http_feed_err_no_user_post);
     }
+
+    ngx_http_feed_stat(posts_deleted, 1);
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_feed_module);
 

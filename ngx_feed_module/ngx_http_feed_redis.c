@@ -49,6 +49,7 @@ struct ngx_http_feed_redis_s {
     ngx_uint_t                    npending;
 
     unsigned                      connected_once:1;
+    unsigned                      counted:1;     /* in the node's gauge */
     unsigned                      failing:1;
 
     char                          error[128];
@@ -118,6 +119,8 @@ static ngx_int_t ngx_http_feed_redis_format(ngx_http_feed_redis_t *rd,
     ngx_http_feed_redis_cmd_t *cmd, ngx_http_feed_redis_args_t *args);
 static ngx_int_t ngx_http_feed_redis_redirected(ngx_http_feed_redis_cmd_t *cmd,
     redisReply *reply);
+static void ngx_http_feed_redis_move(ngx_http_feed_redis_t *rd,
+    ngx_http_feed_redis_state_e state);
 static void ngx_http_feed_redis_connect(ngx_http_feed_redis_t *rd);
 static void ngx_http_feed_redis_drop(ngx_http_feed_redis_t *rd,
     const char *why);
@@ -297,6 +300,13 @@ ngx_http_feed_redis_destroy(ngx_http_feed_redis_t *rd)
         return;
     }
 
+    /* gone from the node's gauge: exiting is no connection's state there */
+
+    if (rd->counted) {
+        ngx_http_feed_stat(redis_connections[rd->state], -1);
+        rd->counted = 0;
+    }
+
     rd->state = NGX_HTTP_FEED_REDIS_EXITING;
     rd->on_message = NULL;
 
@@ -331,6 +341,27 @@ ngx_http_feed_redis_destroy(ngx_http_feed_redis_t *rd)
     }
 
     ngx_free(rd);
+}
+
+
+/*
+ * The one place a connection changes state after its start: feed_metrics
+ * counts the node's connections by state, so a move takes one from the
+ * old state and adds one to the new.
+ */
+
+static void
+ngx_http_feed_redis_move(ngx_http_feed_redis_t *rd,
+    ngx_http_feed_redis_state_e state)
+{
+    if (rd->counted) {
+        ngx_http_feed_stat(redis_connections[rd->state], -1);
+    }
+
+    ngx_http_feed_stat(redis_connections[state], 1);
+
+    rd->counted = 1;
+    rd->state = state;
 }
 
 
@@ -579,7 +610,7 @@ ngx_http_feed_redis_connect(ngx_http_feed_redis_t *rd)
                    "feed redis %p connecting to %V", rd, &conf->addr_text);
 
     rd->ac = ac;
-    rd->state = NGX_HTTP_FEED_REDIS_CONNECTING;
+    ngx_http_feed_redis_move(rd, NGX_HTTP_FEED_REDIS_CONNECTING);
 
     /* the connect callback hook adds the write event that reports it */
     redisAsyncSetConnectCallback(ac, ngx_http_feed_redis_on_connect);
@@ -802,7 +833,7 @@ ngx_http_feed_redis_on_connect(const redisAsyncContext *ac, int status)
         ngx_cpystrn((u_char *) rd->error, (u_char *) ac->errstr,
                     sizeof(rd->error));
         rd->ac = NULL;
-        rd->state = NGX_HTTP_FEED_REDIS_DOWN;
+        ngx_http_feed_redis_move(rd, NGX_HTTP_FEED_REDIS_DOWN);
         ngx_http_feed_redis_schedule(rd);
         return;
     }
@@ -820,7 +851,7 @@ ngx_http_feed_redis_on_connect(const redisAsyncContext *ac, int status)
     /* the backoff is reset by the first good reply, not by a connect */
 
     rd->connected_once = 1;
-    rd->state = NGX_HTTP_FEED_REDIS_UP;
+    ngx_http_feed_redis_move(rd, NGX_HTTP_FEED_REDIS_UP);
     rd->error[0] = '\0';
 }
 
@@ -849,7 +880,7 @@ ngx_http_feed_redis_on_disconnect(const redisAsyncContext *ac, int status)
                 sizeof(rd->error));
 
     rd->ac = NULL;
-    rd->state = NGX_HTTP_FEED_REDIS_DOWN;
+    ngx_http_feed_redis_move(rd, NGX_HTTP_FEED_REDIS_DOWN);
     ngx_http_feed_redis_schedule(rd);
 }
 
@@ -876,7 +907,7 @@ ngx_http_feed_redis_drop(ngx_http_feed_redis_t *rd, const char *why)
     ngx_cpystrn((u_char *) rd->error, (u_char *) why, sizeof(rd->error));
 
     rd->ac = NULL;
-    rd->state = NGX_HTTP_FEED_REDIS_DOWN;
+    ngx_http_feed_redis_move(rd, NGX_HTTP_FEED_REDIS_DOWN);
 
     /* fails every pending command with a NULL reply, then closes */
     redisAsyncFree(ac);

@@ -27,12 +27,8 @@ typedef struct {
 
     unsigned                      redis_up:1;
     unsigned                      mongo_up:1;
-    unsigned                      pending_known:1;
 
-    int64_t                       pending;
-    int64_t                       lag;
-    ngx_uint_t                    partitions;   /* XPENDING sent */
-    ngx_uint_t                    answered;
+    ngx_http_feed_fanout_queue_t  queue;
 
     /* pull authors, as MongoDB counts them; -1: unknown */
     int64_t                       pull_authors;
@@ -46,9 +42,7 @@ static ngx_int_t ngx_http_feed_status_cluster(bson_t *doc,
 static ngx_int_t ngx_http_feed_status_start(ngx_http_request_t *r,
     void *data);
 static void ngx_http_feed_status_redis_reply(void *data, redisReply *reply);
-static void ngx_http_feed_status_pending_reply(void *data,
-    redisReply *reply);
-static ngx_int_t ngx_http_feed_status_id_ms(redisReply *id);
+static void ngx_http_feed_status_queue_done(void *data);
 static ngx_int_t ngx_http_feed_status_fanout(ngx_http_feed_status_ctx_t *ctx,
     bson_t *doc);
 static ngx_int_t ngx_http_feed_status_node(bson_t *doc);
@@ -88,7 +82,6 @@ ngx_http_feed_status_start(ngx_http_request_t *r, void *data)
     ngx_http_feed_status_ctx_t  *ctx = data;
 
     ngx_int_t                    rc;
-    ngx_uint_t                   i;
     const char                  *argv[3];
     size_t                       argvlen[3];
     ngx_http_feed_redis_args_t   args;
@@ -115,26 +108,15 @@ ngx_http_feed_status_start(ngx_http_request_t *r, void *data)
 
     /* the queue: every partition's, summed */
 
-    for (i = 0; ctx->fmcf->redis_client && ctx->fmcf->fanout
-                && i < ctx->fmcf->stream_partitions; i++)
-    {
-        ngx_http_feed_redis_args_init(&args, argv, argvlen);
-        ngx_http_feed_redis_args_lit(&args, "XPENDING");
-        ngx_http_feed_redis_args_key(&args, ctx->fmcf->streams[i].data,
-                                     ctx->fmcf->streams[i].len);
-        ngx_http_feed_redis_args_add(&args, ctx->fmcf->fanout_group.data,
-                                     ctx->fmcf->fanout_group.len);
+    ctx->queue.done = ngx_http_feed_status_queue_done;
+    ctx->queue.data = ctx;
 
-        rc = ngx_http_feed_redis_send_r(r, ctx->fmcf->redis_client,
-                                        ngx_http_feed_status_pending_reply,
-                                        ctx, &args);
-        if (rc == NGX_ERROR) {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-
-        ctx->waiting += (rc == NGX_OK);
-        ctx->partitions += (rc == NGX_OK);
+    rc = ngx_http_feed_fanout_queue_ask(r, ctx->fmcf, &ctx->queue);
+    if (rc == NGX_ERROR) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
+
+    ctx->waiting += rc;
 
     if (ctx->fmcf->mongo_client) {
         t = ngx_http_feed_mongo_task(r->pool, ctx->fmcf->mongo_client,
@@ -173,50 +155,10 @@ ngx_http_feed_status_redis_reply(void *data, redisReply *reply)
 }
 
 
-/* a stream entry id starts with the ms it was added at: "<ms>-<seq>" */
-
-static ngx_int_t
-ngx_http_feed_status_id_ms(redisReply *id)
-{
-    u_char  *p, *last, *dash;
-
-    p = (u_char *) id->str;
-    last = p + id->len;
-    dash = ngx_strlchr(p, last, '-');
-
-    return ngx_atoi(p, (dash ? dash : last) - p);
-}
-
-
-/* XPENDING summary: [count, oldest id, newest id, consumers] */
-
 static void
-ngx_http_feed_status_pending_reply(void *data, redisReply *reply)
+ngx_http_feed_status_queue_done(void *data)
 {
-    ngx_http_feed_status_ctx_t  *ctx = data;
-
-    ngx_int_t  ms;
-
-    /* known once every partition answered; the lag of the oldest entry */
-
-    if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements >= 2
-        && reply->element[0]->type == REDIS_REPLY_INTEGER)
-    {
-        ctx->answered++;
-        ctx->pending += reply->element[0]->integer;
-
-        if (reply->element[1]->type == REDIS_REPLY_STRING) {
-            ms = ngx_http_feed_status_id_ms(reply->element[1]);
-
-            if (ms != NGX_ERROR) {
-                ctx->lag = ngx_max(ctx->lag, ngx_http_feed_now_ms() - ms);
-            }
-        }
-
-        ctx->pending_known = (ctx->answered == ctx->partitions);
-    }
-
-    ngx_http_feed_status_finish(ctx);
+    ngx_http_feed_status_finish(data);
 }
 
 
@@ -268,18 +210,10 @@ ngx_http_feed_status_mongo_done(ngx_http_feed_mongo_task_t *t)
 static void
 ngx_http_feed_status_finish(ngx_http_feed_status_ctx_t *ctx)
 {
-    ngx_http_request_t  *r = ctx->request;
-
-    if (--ctx->waiting) {
-        return;
+    if (ngx_http_feed_last_reply(ctx->request, &ctx->waiting) == NGX_OK) {
+        ngx_http_finalize_request(ctx->request,
+                                  ngx_http_feed_status_send(ctx));
     }
-
-    if (r->connection->error) {
-        ngx_http_finalize_request(r, NGX_HTTP_CLIENT_CLOSED_REQUEST);
-        return;
-    }
-
-    ngx_http_finalize_request(r, ngx_http_feed_status_send(ctx));
 }
 
 
@@ -437,7 +371,7 @@ ngx_http_feed_status_fanout(ngx_http_feed_status_ctx_t *ctx, bson_t *doc)
         return NGX_ERROR;
     }
 
-    if (!ctx->pending_known
+    if (!ctx->queue.known
         || !bson_iter_init_find(&it, doc, "fanout")
         || !BSON_ITER_HOLDS_DOCUMENT(&it))
     {
@@ -450,8 +384,9 @@ ngx_http_feed_status_fanout(ngx_http_feed_status_ctx_t *ctx, bson_t *doc)
         return NGX_ERROR;
     }
 
-    BSON_APPEND_INT64(&sub, "pending", ctx->pending);
-    BSON_APPEND_INT64(&sub, "lag_ms", ctx->pending ? ctx->lag : 0);
+    BSON_APPEND_INT64(&sub, "pending", ctx->queue.pending);
+    BSON_APPEND_INT64(&sub, "lag_ms",
+                      ctx->queue.pending ? ctx->queue.lag : 0);
 
     return bson_append_document_end(doc, &sub) ? NGX_OK : NGX_ERROR;
 }

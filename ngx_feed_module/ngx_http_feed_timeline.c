@@ -60,6 +60,7 @@ static ngx_int_t ngx_http_feed_timeline_start(ngx_http_request_t *r,
     void *data);
 static void ngx_http_feed_timeline_move(ngx_http_feed_timeline_ctx_t *ctx,
     ngx_http_feed_timeline_state_e state);
+static void ngx_http_feed_timeline_count(ngx_http_feed_timeline_ctx_t *ctx);
 static void ngx_http_feed_timeline_read(ngx_http_feed_timeline_ctx_t *ctx);
 static void ngx_http_feed_timeline_lookup(ngx_http_feed_timeline_ctx_t *ctx);
 static void ngx_http_feed_timeline_kept(void *data, redisReply *reply);
@@ -241,7 +242,12 @@ ngx_http_feed_timeline_move(ngx_http_feed_timeline_ctx_t *ctx,
         ngx_http_feed_timeline_bypass(ctx);
         return;
 
-    default: /* START, WAIT, DONE, FAILED */
+    case NGX_HTTP_FEED_TL_DONE:
+    case NGX_HTTP_FEED_TL_FAILED:
+        ngx_http_feed_timeline_count(ctx);
+        return;
+
+    default: /* START, WAIT */
         return;
     }
 }
@@ -786,6 +792,9 @@ ngx_http_feed_timeline_members_done(ngx_http_feed_mongo_task_t *t)
 static void
 ngx_http_feed_timeline_lead(ngx_http_feed_timeline_ctx_t *ctx)
 {
+    ctx->rebuilding = 1;
+    ctx->rebuild_start = ngx_current_msec;
+
     if (ngx_http_feed_timeline_fallback_rebuild(ctx, ctx->fmcf->cache_size,
                                                 ngx_http_feed_timeline_rebuilt)
         != NGX_OK)
@@ -1263,6 +1272,35 @@ ngx_http_feed_timeline_fail(ngx_http_feed_timeline_ctx_t *ctx, ngx_int_t rc)
     }
 
     ngx_http_feed_finalize(ctx->request, rc);
+}
+
+
+/*
+ * A read that ended, for feed_metrics: how the cache answered it, and the
+ * rebuild it led.  A read that failed before the cache answered has no
+ * cache status and is counted by its response only.
+ */
+
+static void
+ngx_http_feed_timeline_count(ngx_http_feed_timeline_ctx_t *ctx)
+{
+    if (ctx->status != NGX_HTTP_FEED_CACHE_NONE) {
+        ngx_http_feed_stat(timeline_reads[ctx->status], 1);
+    }
+
+    if (!ctx->rebuilding) {
+        return;
+    }
+
+    ctx->rebuilding = 0;
+
+    ngx_http_feed_observe(rebuild,
+                          (ngx_msec_int_t) (ngx_current_msec
+                                            - ctx->rebuild_start));
+
+    if (ctx->state == NGX_HTTP_FEED_TL_FAILED) {
+        ngx_http_feed_stat(rebuild_failures, 1);
+    }
 }
 
 

@@ -172,6 +172,7 @@ ngx_http_feed_timeline_fallback_ask(ngx_http_feed_timeline_ctx_t *ctx,
     ctx->fb_broke = 0;
     ctx->fb_done = 0;
     ctx->items_ready = 0;
+    ctx->fb_start = ngx_current_msec;
 
     if (ngx_http_subrequest(r, &flcf->fallback, &args, &sr, ps,
                             NGX_HTTP_SUBREQUEST_IN_MEMORY
@@ -206,6 +207,9 @@ ngx_http_feed_timeline_fallback_done(ngx_http_request_t *sr, void *data,
     }
 
     ctx->fb_done = 1;
+
+    ngx_http_feed_observe(fallback,
+                          (ngx_msec_int_t) (ngx_current_msec - ctx->fb_start));
 
     if (rc == NGX_ERROR) {
         rc = ngx_http_feed_timeline_fallback_broke(ctx, sr);

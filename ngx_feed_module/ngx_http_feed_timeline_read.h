@@ -147,11 +147,18 @@ struct ngx_http_feed_timeline_ctx_s {
     char                            fb_scanned[25];
     ngx_uint_t                      refills;
 
+    /* when the rebuild this request leads, and its last fallback, began */
+    ngx_msec_t                      rebuild_start;
+    ngx_msec_t                      fb_start;
+
     /* this request leads its worker's rebuild of the user's timeline */
     unsigned                        is_leader:1;
 
     /* the Redis rebuild lock is this request's (its token is in token) */
     unsigned                        lock_held:1;
+
+    /* the request led a rebuild: its latency is counted when it ends */
+    unsigned                        rebuilding:1;
 
     /* fb_items holds the answer's parsed items */
     unsigned                        items_ready:1;

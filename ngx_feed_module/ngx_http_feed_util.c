@@ -119,6 +119,28 @@ ngx_http_feed_finalize(ngx_http_request_t *r, ngx_int_t rc)
 }
 
 
+/*
+ * One of the replies a request waits for at once came: NGX_AGAIN while
+ * others are to come; NGX_OK when it was the last and the client is still
+ * there to answer; NGX_DONE when it left (the request is finalized).
+ */
+
+ngx_int_t
+ngx_http_feed_last_reply(ngx_http_request_t *r, ngx_uint_t *waiting)
+{
+    if (--*waiting) {
+        return NGX_AGAIN;
+    }
+
+    if (r->connection->error) {
+        ngx_http_finalize_request(r, NGX_HTTP_CLIENT_CLOSED_REQUEST);
+        return NGX_DONE;
+    }
+
+    return NGX_OK;
+}
+
+
 ngx_int_t
 ngx_http_feed_no_content(ngx_http_request_t *r)
 {
@@ -156,6 +178,31 @@ ngx_http_feed_now_ms(void)
     tp = ngx_timeofday();
 
     return (int64_t) tp->sec * 1000 + tp->msec;
+}
+
+
+/*
+ * The latency histograms' upper bounds, in ms: from a Redis round trip to
+ * a MongoDB call that timed out; ngx_http_feed_metrics.c prints them.
+ */
+
+const ngx_msec_int_t  ngx_http_feed_bucket_ms[NGX_HTTP_FEED_BUCKETS - 1] = {
+    1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000
+};
+
+
+ngx_uint_t
+ngx_http_feed_bucket(ngx_msec_int_t ms)
+{
+    ngx_uint_t  i;
+
+    for (i = 0; i < NGX_HTTP_FEED_BUCKETS - 1; i++) {
+        if (ms <= ngx_http_feed_bucket_ms[i]) {
+            return i;
+        }
+    }
+
+    return NGX_HTTP_FEED_BUCKETS - 1;
 }
 
 

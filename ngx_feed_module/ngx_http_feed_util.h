@@ -53,6 +53,8 @@ ngx_int_t ngx_http_feed_handler(ngx_http_request_t *r);
 ngx_int_t ngx_http_feed_read_body(ngx_http_request_t *r,
     ngx_http_client_body_handler_pt handler);
 void ngx_http_feed_finalize(ngx_http_request_t *r, ngx_int_t rc);
+ngx_int_t ngx_http_feed_last_reply(ngx_http_request_t *r,
+    ngx_uint_t *waiting);
 ngx_int_t ngx_http_feed_no_content(ngx_http_request_t *r);
 
 ngx_str_t *ngx_http_feed_stream_of(ngx_http_feed_main_conf_t *fmcf,

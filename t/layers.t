@@ -68,7 +68,9 @@ my %layer = (
     fanout_consumers => 'feature',
     fanout_entry    => 'feature',   # the .h: entries in flight
     fanout_pull     => 'feature',
+    fanout_queue    => 'feature',
     status          => 'feature',
+    metrics         => 'feature',
     pull            => 'feature',
     schema          => 'feature',
 );

@@ -29,6 +29,14 @@ none_failed([ follow_each($t, 'sb', 'sa') ], 'sa follows sb');
 my $id = post($t, 'sb', 'hello');
 ok($id, 'sb posts');
 
+# /metrics, restricted as /status is, answers the local host
+my $m = $t->get('/metrics');
+is($m->{status}, 200, 'GET /metrics from 127.0.0.1: 200') or diag(short($m));
+is($m->{headers}{'content-type'} // '',
+    'text/plain; version=0.0.4; charset=utf-8', '/metrics: the text format');
+like($m->{body}, qr/^feed_posts_created_total [1-9]/m,
+    '/metrics: the post counted');
+
 my $r = $t->wait_for(5, sub {
     my $r = $t->get('/users/sa/timeline');
     return $r->{status} == 200 && @{$r->{json}{items} || []} ? $r : undef;
