@@ -109,6 +109,10 @@ $r = as(undef, 'GET', '/users/alice/timeline');
 is("$r->{status} @{ tl_ids($r) }", "200 $id", 'an anonymous read');
 is(as(undef, 'GET', "/posts/$id")->{status}, 200, 'an anonymous post read');
 is(as(undef, 'GET', '/status')->{status}, 200, '/status asks no token');
+$r = as(undef, 'GET', '/metrics');
+is($r->{status}, 200, '/metrics asks no token');
+like($r->{body}, qr/^feed_timeline_reads_total\{cache="HIT"\} [1-9]/m,
+    '/metrics counted the HIT');
 is_error(as(undef, 'GET', '/no/such/thing'), 404, 'not_found',
     'an unknown path');
 

@@ -141,6 +141,9 @@ ok(!@{$w->{problems}}, 'every page well formed')
 is("@{$w->{ids}}", "@want", 'the walk: every post once, in order')
     or diag(summary($w->{ids}, \@want));
 is("@{$w->{caches}}", 'HIT DEEP DEEP', 'the pages past the cache: DEEP');
+like($t->get('/metrics')->{body},
+    qr/^feed_timeline_reads_total\{cache="DEEP"\} [1-9]/m,
+    '/metrics counted the DEEP pages');
 ok((grep { /user=reader/ && /max_id=/ } app_asked()),
     'the application answered a deep page');
 

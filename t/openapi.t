@@ -269,6 +269,8 @@ ask($t, 'timeline of a bad uid', 400, 'GET', "/users/$long_id/timeline");
 
 ask($t, 'status', 200, 'GET', '/status');
 ask($t, 'status, HEAD', 200, 'HEAD', '/status');
+ask($t, 'metrics', 200, 'GET', '/metrics');
+ask($t, 'metrics, HEAD', 200, 'HEAD', '/metrics');
 
 my %other = (
     '/users/oa.ann/following/oa.bob' => 'GET',
@@ -283,6 +285,7 @@ my %other = (
     "/posts/$pid" => 'DELETE',
     '/users/oa.ann/timeline' => 'POST',
     '/status' => 'POST',
+    '/metrics' => 'DELETE',
 );
 ask($t, "$other{$_} $_", 405, $other{$_}, $_,
     $other{$_} =~ /^P/ ? (body => '') : ()) for sort keys %other;

@@ -109,6 +109,16 @@ class Checker:
             return problems
 
         ctype = headers.get('content-type', '')
+
+        # a text answer (/metrics: Prometheus' format, which t/metrics.t
+        # parses): its media type only
+        if 'application/json' not in content:
+            media = [m for m in content if ctype.lower().startswith(m)]
+            if not media:
+                problems.append('%s: content-type %r, not one of %s'
+                                % (where, ctype, sorted(content)))
+            return problems
+
         if not ctype.lower().startswith('application/json'):
             problems.append('%s: content-type %r, not application/json'
                             % (where, ctype))
