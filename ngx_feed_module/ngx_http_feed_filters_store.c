@@ -31,7 +31,6 @@
 typedef struct {
     bson_string_t                *out;
     u_char                        kind;
-    ngx_uint_t                    left;       /* 0: no bound */
 } ngx_http_feed_filters_tokens_t;
 
 
@@ -388,8 +387,7 @@ ngx_http_feed_filters_blocked(mongoc_client_t *client, const char *database,
 /*
  * A page of a user's filters of a kind (page->followers 0), or of who
  * has the user under it (1), newest first by (created, other user), as
- * the follows' pages (ngx_http_feed_follows_page); page->batch 0: all of
- * them, in no order.
+ * the follows' pages (ngx_http_feed_follows_page).
  */
 
 ngx_int_t
@@ -418,10 +416,7 @@ ngx_http_feed_filters_page(mongoc_client_t *client, const char *database,
     }
 
     bson_init(&opts);
-
-    if (page->batch) {
-        ngx_http_feed_mongo_newest(&opts, "created", other, page->batch);
-    }
+    ngx_http_feed_mongo_newest(&opts, "created", other, page->batch);
 
     filters = mongoc_client_get_collection(client, database,
                                            NGX_HTTP_FEED_FILTERS);
@@ -551,7 +546,6 @@ ngx_http_feed_filters_tokens(mongoc_client_t *client, const char *database,
         BSON_APPEND_INT64(&opts, "limit", (int64_t) max);
 
         tk->kind = NGX_HTTP_FEED_FILTER_BLOCKED;
-        tk->left = max;
         skipped = 0;
 
         rc = ngx_http_feed_mongo_each_user(filters, &filter, &opts, "src",
@@ -594,7 +588,6 @@ ngx_http_feed_filters_mine(mongoc_collection_t *filters, bson_t *filter,
         }
 
         tk->kind = bson_iter_utf8(&it, NULL)[0];
-        tk->left = 0;
 
         (void) ngx_http_feed_filters_token(tk, &user, 0);
     }
@@ -609,7 +602,7 @@ ngx_http_feed_filters_mine(mongoc_collection_t *filters, bson_t *filter,
 }
 
 
-/* NGX_DONE once the bound is reached: no more documents are read */
+/* one token; the queries' limits bound how many */
 
 static ngx_int_t
 ngx_http_feed_filters_token(void *data, ngx_http_feed_user_t *user,
@@ -619,10 +612,6 @@ ngx_http_feed_filters_token(void *data, ngx_http_feed_user_t *user,
 
     bson_string_append_printf(tk->out, "%s%c%s", tk->out->len ? " " : "",
                               tk->kind, user->data);
-
-    if (tk->left && --tk->left == 0) {
-        return NGX_DONE;
-    }
 
     return NGX_OK;
 }
