@@ -1333,7 +1333,10 @@ ngx_http_feed_init_process(ngx_cycle_t *cycle)
             return NGX_ERROR;
         }
 
-        if (ngx_http_feed_schema_init(cycle, fmcf->mongo_client) != NGX_OK) {
+        if (ngx_http_feed_schema_init(cycle, fmcf->mongo_client,
+                                      fmcf->timeline_store)
+            != NGX_OK)
+        {
             return NGX_ERROR;
         }
     }

@@ -25,6 +25,7 @@ typedef struct {
     ngx_event_t                   retry;
     ngx_connection_t              dummy;
     ngx_log_t                    *log;
+    ngx_uint_t                    model;      /* feed_timeline_store */
 } ngx_http_feed_schema_t;
 
 
@@ -48,16 +49,27 @@ static ngx_http_feed_mongo_indexes_t  *ngx_http_feed_schema_stores[] = {
     &ngx_http_feed_filters_indexes,
     &ngx_http_feed_posts_indexes,
     &ngx_http_feed_idempotency_indexes,
-    &ngx_http_feed_timelines_indexes,
-    &ngx_http_feed_timelines_time_indexes,
-    &ngx_http_feed_timelines_capped_indexes,
-    &ngx_http_feed_timelines_size_indexes,
     NULL
 };
 
 
+/*
+ * The timelines kept in MongoDB, by feed_timeline_store: only the model in
+ * use gets its collection, so that "read" leaves MongoDB without any
+ */
+
+static ngx_http_feed_mongo_indexes_t  *ngx_http_feed_schema_timelines[] = {
+    NULL,                                       /* read */
+    &ngx_http_feed_timelines_time_indexes,
+    &ngx_http_feed_timelines_size_indexes,
+    &ngx_http_feed_timelines_indexes,           /* cache */
+    &ngx_http_feed_timelines_capped_indexes
+};
+
+
 ngx_int_t
-ngx_http_feed_schema_init(ngx_cycle_t *cycle, ngx_http_feed_mongo_t *m)
+ngx_http_feed_schema_init(ngx_cycle_t *cycle, ngx_http_feed_mongo_t *m,
+    ngx_uint_t model)
 {
     ngx_http_feed_schema_t  *s = &ngx_http_feed_schema;
 
@@ -68,6 +80,7 @@ ngx_http_feed_schema_init(ngx_cycle_t *cycle, ngx_http_feed_mongo_t *m)
     }
 
     s->log = cycle->log;
+    s->model = model;
     s->dummy.fd = (ngx_socket_t) -1;
 
     s->retry.handler = ngx_http_feed_schema_retry;
@@ -116,8 +129,10 @@ static void
 ngx_http_feed_schema_run(ngx_http_feed_mongo_task_t *t,
     mongoc_client_t *client)
 {
-    ngx_uint_t          i;
-    mongoc_database_t  *db;
+    ngx_uint_t                      i;
+    mongoc_database_t              *db;
+    ngx_http_feed_schema_t         *s = t->data;
+    ngx_http_feed_mongo_indexes_t  *timelines;
 
     db = mongoc_client_get_database(client, t->database);
 
@@ -126,6 +141,12 @@ ngx_http_feed_schema_run(ngx_http_feed_mongo_task_t *t,
     for (i = 0; ngx_http_feed_schema_stores[i] && t->rc == NGX_OK; i++) {
         t->rc = ngx_http_feed_schema_create(db, ngx_http_feed_schema_stores[i],
                                             &t->error);
+    }
+
+    timelines = ngx_http_feed_schema_timelines[s->model];
+
+    if (timelines && t->rc == NGX_OK) {
+        t->rc = ngx_http_feed_schema_create(db, timelines, &t->error);
     }
 
     mongoc_database_destroy(db);

@@ -12,7 +12,7 @@
 
 
 ngx_int_t ngx_http_feed_schema_init(ngx_cycle_t *cycle,
-    ngx_http_feed_mongo_t *m);
+    ngx_http_feed_mongo_t *m, ngx_uint_t model);
 void ngx_http_feed_schema_exit(void);
 
 

@@ -114,8 +114,10 @@ ngx_http_feed_timelines_entry(const char *json, size_t len, ngx_uint_t embed,
 
 
 /*
- * A post into the documents of these users that have one, once: a bulk of
- * updates that match only a document without it (upsert: false)
+ * A post into the documents of these users that have one, once: a single
+ * update of every document of the page without it (upsert: false), so
+ * that the followers who never read cost MongoDB one key lookup each and
+ * no statement of their own
  */
 
 ngx_int_t
@@ -123,12 +125,10 @@ ngx_http_feed_timelines_add(mongoc_client_t *client, const char *database,
     ngx_http_feed_timelines_conf_t *tc, ngx_http_feed_user_t *users,
     size_t n, const bson_t *entry, bson_error_t *error)
 {
-    bool                       ok;
-    size_t                     i;
-    bson_t                     selector, update, each, ne, reply;
-    bson_iter_t                it;
-    mongoc_collection_t       *coll;
-    mongoc_bulk_operation_t   *bulk;
+    bool                  ok;
+    bson_t                selector, update, each, ne;
+    bson_iter_t           it;
+    mongoc_collection_t  *coll;
 
     if (tc->model == NGX_HTTP_FEED_STORE_TIME_BUCKETS) {
         return ngx_http_feed_timelines_time_add(client, database, tc, users,
@@ -151,9 +151,11 @@ ngx_http_feed_timelines_add(mongoc_client_t *client, const char *database,
         return n ? NGX_ERROR : NGX_OK;
     }
 
-    coll = ngx_http_feed_timelines_coll(client, database);
-
-    bulk = ngx_http_feed_timelines_unordered(coll);
+    bson_init(&selector);
+    ngx_http_feed_timelines_in(&selector, "_id", users, n, NULL, NULL);
+    BSON_APPEND_DOCUMENT_BEGIN(&selector, "c.i", &ne);
+    BSON_APPEND_OID(&ne, "$ne", bson_iter_oid(&it));
+    bson_append_document_end(&selector, &ne);
 
     bson_init(&each);
     BSON_APPEND_DOCUMENT(&each, "0", entry);
@@ -161,30 +163,15 @@ ngx_http_feed_timelines_add(mongoc_client_t *client, const char *database,
     bson_init(&update);
     ngx_http_feed_timelines_push(&update, &each, tc->cap);
 
-    ok = true;
+    coll = ngx_http_feed_timelines_coll(client, database);
 
-    for (i = 0; ok && i < n; i++) {
-        bson_init(&selector);
-        bson_append_utf8(&selector, "_id", 3, users[i].data,
-                         (int) users[i].len);
-        BSON_APPEND_DOCUMENT_BEGIN(&selector, "c.i", &ne);
-        BSON_APPEND_OID(&ne, "$ne", bson_iter_oid(&it));
-        bson_append_document_end(&selector, &ne);
+    ok = mongoc_collection_update_many(coll, &selector, &update, NULL, NULL,
+                                       error);
 
-        ok = mongoc_bulk_operation_update_one_with_opts(bulk, &selector,
-                                                        &update, NULL, error);
-        bson_destroy(&selector);
-    }
-
-    if (ok) {
-        ok = mongoc_bulk_operation_execute(bulk, &reply, error) != 0;
-        bson_destroy(&reply);
-    }
-
-    mongoc_bulk_operation_destroy(bulk);
+    mongoc_collection_destroy(coll);
     bson_destroy(&update);
     bson_destroy(&each);
-    mongoc_collection_destroy(coll);
+    bson_destroy(&selector);
 
     return ok ? NGX_OK : NGX_ERROR;
 }

@@ -8,7 +8,8 @@
 #     from fanout on read); a user who never read gets none, however many
 #     posts their followees make;
 #   - fanout adds posts to the documents of the followers who have one,
-#     capped, sorted; a pull author's posts are not added;
+#     capped, sorted, in one statement for a page of followers; a pull
+#     author's posts are not added;
 #   - with their timeline gone from Redis, a reader is answered from the
 #     document, merged with the pull author's posts, and is what fanout on
 #     read gives: every page of the fallback source, for every max_id and
@@ -99,6 +100,15 @@ my $k = kept('r1');
 is(join(' ', @$k), join(' ', sort @$k), 'the document sorted, oldest first');
 is(kept('i1'), undef, 'i1, who never read: no document, after '
     . scalar($s->posts) . ' posts');
+SKIP: {
+    skip 'the stand-in\'s command log', 1 if FeedTest::real_mongo();
+    # a page of followers is one statement, whoever of them read: i1 costs
+    # no statement of its own
+    my @updates = grep { $_->{cmd} eq 'update'
+        && ($_->{coll} // '') eq 'timeline_cache' } $t->mongo_commands;
+    ok(@updates && !grep({ @{ $_->{filters} || [] } != 1 } @updates),
+        'fanout: one update statement for a page of followers');
+}
 
 # ----------------------------------------------- answered from the store --
 
