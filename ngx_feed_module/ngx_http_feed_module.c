@@ -39,6 +39,8 @@ static char *ngx_http_feed_mongo_database(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
 static char *ngx_http_feed_positive_msec(ngx_conf_t *cf, void *post,
     void *data);
+static char *ngx_http_feed_enum(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 static char *ngx_http_feed_positive_sec(ngx_conf_t *cf, void *post,
     void *data);
 static ngx_int_t ngx_http_feed_add_variables(ngx_conf_t *cf);
@@ -342,14 +344,14 @@ static ngx_command_t  ngx_http_feed_commands[] = {
 
     { ngx_string("feed_cache_mode"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
-      ngx_conf_set_enum_slot,
+      ngx_http_feed_enum,
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_feed_main_conf_t, cache_embed),
       &ngx_http_feed_cache_modes },
 
     { ngx_string("feed_timeline_store"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
-      ngx_conf_set_enum_slot,
+      ngx_http_feed_enum,
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_feed_main_conf_t, timeline_store),
       &ngx_http_feed_timeline_stores },
@@ -960,6 +962,52 @@ ngx_http_feed_positive_sec(ngx_conf_t *cf, void *post, void *data)
     }
 
     return NGX_CONF_OK;
+}
+
+
+/*
+ * ngx_conf_set_enum_slot(), but its error names the directive and what it
+ * accepts, which nginx's own (a warning, "invalid value") leaves out
+ */
+
+static char *
+ngx_http_feed_enum(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    u_char           *p, *last, buf[256];
+    ngx_str_t        *value;
+    ngx_uint_t        i, n;
+    ngx_conf_enum_t  *e = cmd->post;
+
+    if (*(ngx_uint_t *) ((char *) conf + cmd->offset) != NGX_CONF_UNSET_UINT) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    for (n = 0; e[n].name.len; n++) {
+        if (e[n].name.len == value[1].len
+            && ngx_strcmp(e[n].name.data, value[1].data) == 0)
+        {
+            *(ngx_uint_t *) ((char *) conf + cmd->offset) = e[n].value;
+            return NGX_CONF_OK;
+        }
+    }
+
+    p = buf;
+    last = buf + sizeof(buf);
+
+    for (i = 0; i < n; i++) {
+        p = ngx_slprintf(p, last, "%s\"%V\"",
+                         i == 0 ? "" : (i + 1 == n ? " or " : ", "),
+                         &e[i].name);
+    }
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "invalid value \"%V\" in \"%V\" directive, "
+                       "it must be %*s", &value[1], &cmd->name,
+                       p - buf, buf);
+
+    return NGX_CONF_ERROR;
 }
 
 
