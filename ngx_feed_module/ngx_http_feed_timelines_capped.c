@@ -2,9 +2,10 @@
 /*
  * ngx_feed_module: the "capped" model of the timelines kept in MongoDB,
  * capped and segmented per user (seed 001): a counter per user, and the
- * entry of the counter's n-th post in the slot "<user>_<n mod cap>",
- * written by upsert, so that the oldest entry is overwritten.  Every
- * follower is written, whether they read or not.
+ * entry of the counter's n-th post in the slot "<user>_<n mod cap>"
+ * (cap: feed_timeline_capped_size), written by upsert, so that the oldest
+ * entry is overwritten.  Every follower is written, whether they read or
+ * not.
  *
  *     timeline_capped       {_id: "ann_17", u: "ann", i: ObjectId, n: 1217,
  *                            p|a}
@@ -142,7 +143,7 @@ ngx_http_feed_timelines_capped_add(mongoc_client_t *client,
     pg.pick = bson_malloc(n);
     pg.entry = entry;
     pg.id = bson_iter_oid(&it);
-    pg.cap = (int64_t) tc->cap;
+    pg.cap = (int64_t) tc->slots;
     pg.entries = mongoc_client_get_collection(client, database,
                                               NGX_HTTP_FEED_TIMELINES_CAPPED);
     pg.counters = mongoc_client_get_collection(client, database,

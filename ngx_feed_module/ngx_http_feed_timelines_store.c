@@ -57,6 +57,7 @@ ngx_http_feed_timelines_conf(ngx_http_feed_main_conf_t *fmcf,
     tc->cap = fmcf->cache_size;
     tc->bucket = (int64_t) fmcf->timeline_bucket_time;
     tc->size = fmcf->timeline_bucket_size;
+    tc->slots = fmcf->timeline_capped_size;
 }
 
 

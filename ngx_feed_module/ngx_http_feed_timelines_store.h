@@ -33,6 +33,7 @@ typedef struct {
     int64_t                       bucket;     /* feed_timeline_bucket_time,
                                                  seconds */
     ngx_uint_t                    size;       /* feed_timeline_bucket_size */
+    ngx_uint_t                    slots;      /* feed_timeline_capped_size */
 } ngx_http_feed_timelines_conf_t;
 
 

@@ -3,7 +3,8 @@
 # Timelines kept in MongoDB behind the Redis cache (issue 15), the
 # "capped" model (seed 001): feed_timeline_store capped, a counter per user
 # and the n-th post's entry in the slot "<user>_<n mod 10>"
-# (feed_cache_size 10), written by upsert, every follower written.
+# (feed_timeline_capped_size 10, as feed_cache_size), written by upsert,
+# every follower written.  The default slots: t/timeline_store_capped_slots.t.
 #
 #   - a reader's first read sets their floor; every follower's slots get
 #     the posts, a user's who never read too; a pull author's posts are
@@ -39,7 +40,8 @@ my $t = FeedTest->new(fresh_mongo => 1);
 $t->start_redis;
 $t->start_mongo unless FeedTest::real_mongo();
 
-$t->write_conf(FeedTest::Store::conf('capped'))->run;
+$t->write_conf(FeedTest::Store::conf('capped',
+    'feed_timeline_capped_size 10'))->run;
 
 my $s = FeedTest::Store->new($t);
 
