@@ -683,7 +683,11 @@ sub done {
 
 sub cleanup {
     my ($self) = @_;
-    for my $name (keys %{$self->{procs}}) {
+    # nginx first: a worker whose MongoDB or Redis went first would wait
+    # for its calls to time out before it exits
+    for my $name (sort { ($b eq 'nginx') <=> ($a eq 'nginx') }
+        keys %{$self->{procs}})
+    {
         $self->stop_proc($name, $name eq 'nginx' ? 'QUIT' : 'TERM', 10);
     }
     $self->drop_fresh_mongo;
