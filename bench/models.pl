@@ -37,6 +37,10 @@ my %USER_DOCS = (
 
 my $CACHE_SIZE = 100;
 
+# the bucket models again for the bytes, with feed_timeline_bucket_keep
+my @KEPT = qw(time_buckets size_buckets);
+my $KEEP = 3;
+
 # time buckets of a minute, not a day: the stand-in copies a document for
 # each update, and a day's bucket of 10,000 posts made in minutes would
 # take it an hour (a real MongoDB updates in place)
@@ -72,6 +76,13 @@ sub bench_models {
         }
     }
 
+    for my $v (map { "$_+keep" } @KEPT) {
+        my $t1 = time;
+        models_start($t, $dir, $v) if $o{shared};
+        $res{$v}{bytes} = models_bytes($t, $dir, $v, \%o);
+        printf STDERR "models: %s bytes, %.0f s\n", $v, time - $t1;
+    }
+
     $t->stop;
     $t->stop_mongo('mongomod');
     $res{s} = time - $t0;
@@ -80,10 +91,12 @@ sub bench_models {
 }
 
 
-# nginx with the model, on an empty Redis and an empty stand-in (with the
-# follows of @seed: [author, followers] in its data file first)
+# nginx with the model ("<model>+keep": with feed_timeline_bucket_keep),
+# on an empty Redis and an empty stand-in (with the follows of @seed:
+# [author, followers] in its data file first)
 sub models_start {
-    my ($t, $dir, $model, @seed) = @_;
+    my ($t, $dir, $variant, @seed) = @_;
+    my ($model, $keep) = split /\+/, $variant;
 
     $t->stop or die "models: nginx did not stop gracefully\n";
     $t->stop_mongo('mongomod') if $t->pid('mongomod');
@@ -101,7 +114,8 @@ sub models_start {
         mongo_timeout => '60s', pull => 'off',
         extra => "feed_timeline_store $model;\n"
             . "    feed_timeline_bucket_time ${BUCKET_TIME}s;\n"
-            . "    feed_cache_size $CACHE_SIZE;");
+            . "    feed_cache_size $CACHE_SIZE;"
+            . ($keep ? "\n    feed_timeline_bucket_keep $KEEP;" : ''));
 }
 
 
@@ -215,10 +229,11 @@ sub models_readers {
 # the bytes (BSON) of a user's kept timeline after $o->{posts} posts of
 # whom they follow
 sub models_bytes {
-    my ($t, $dir, $model, $o) = @_;
+    my ($t, $dir, $variant, $o) = @_;
+    my ($model) = split /\+/, $variant;
     return {} unless @{ $COLLS{$model} };
 
-    models_start($t, $dir, $model) unless $o->{shared};
+    models_start($t, $dir, $variant) unless $o->{shared};
 
     $t->http('PUT', '/users/b1/following/bw')->{status} == 204
         or die "models: follow failed\n";
@@ -339,14 +354,15 @@ sub models_report {
         '| model | documents | entries | bytes | bytes per entry |',
         '|---|---|---|---|---|';
 
-    for my $m (@MODELS) {
+    for my $m (@MODELS, map { "$_+keep" } @KEPT) {
         my $b = $res->{$m}{bytes};
+        (my $name = $m) =~ s/\+keep$/, `feed_timeline_bucket_keep $KEEP`/;
         if (!%$b) {
-            push @out, "| $m | 0 | 0 | 0 | - |";
+            push @out, "| $name | 0 | 0 | 0 | - |";
             next;
         }
-        push @out, sprintf('| %s | %d | %d | %d | %.0f |', $m, $b->{docs},
-            $b->{entries}, $b->{bytes},
+        push @out, sprintf('| %s | %d | %d | %d | %.0f |', $name,
+            $b->{docs}, $b->{entries}, $b->{bytes},
             $b->{entries} ? $b->{bytes} / $b->{entries} : 0);
     }
 

@@ -112,6 +112,11 @@ static ngx_conf_num_bounds_t  ngx_http_feed_bucket_size_bounds = {
     ngx_conf_check_num_bounds, 1, 1000
 };
 
+/* the buckets a user keeps: 0, all of them */
+static ngx_conf_num_bounds_t  ngx_http_feed_bucket_keep_bounds = {
+    ngx_conf_check_num_bounds, 0, 1000000
+};
+
 /* the slots of the capped model: twice the largest cache by default */
 static ngx_conf_num_bounds_t  ngx_http_feed_capped_size_bounds = {
     ngx_conf_check_num_bounds, 1, 2 * NGX_HTTP_FEED_CACHE_SIZE_MAX
@@ -374,6 +379,13 @@ static ngx_command_t  ngx_http_feed_commands[] = {
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_feed_main_conf_t, timeline_bucket_size),
       &ngx_http_feed_bucket_size_bounds },
+
+    { ngx_string("feed_timeline_bucket_keep"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_feed_main_conf_t, timeline_bucket_keep),
+      &ngx_http_feed_bucket_keep_bounds },
 
     { ngx_string("feed_timeline_capped_size"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
@@ -1109,6 +1121,7 @@ ngx_http_feed_create_main_conf(ngx_conf_t *cf)
     fmcf->timeline_bucket_time = NGX_CONF_UNSET;
     fmcf->timeline_bucket_size = NGX_CONF_UNSET_UINT;
     fmcf->timeline_capped_size = NGX_CONF_UNSET_UINT;
+    fmcf->timeline_bucket_keep = NGX_CONF_UNSET_UINT;
     fmcf->cache_lock_timeout = NGX_CONF_UNSET_MSEC;
     fmcf->cache_local = NGX_CONF_UNSET_SIZE;
     fmcf->fanout = NGX_CONF_UNSET;
@@ -1158,6 +1171,7 @@ ngx_http_feed_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_uint_value(fmcf->timeline_store, NGX_HTTP_FEED_STORE_READ);
     ngx_conf_init_value(fmcf->timeline_bucket_time, 24 * 3600);
     ngx_conf_init_uint_value(fmcf->timeline_bucket_size, 100);
+    ngx_conf_init_uint_value(fmcf->timeline_bucket_keep, 0);
 
     /*
      * Deliveries come about in the order of the posts, not exactly: with

@@ -245,6 +245,7 @@ typedef struct {
     time_t                        timeline_bucket_time;
     ngx_uint_t                    timeline_bucket_size;
     ngx_uint_t                    timeline_capped_size;
+    ngx_uint_t                    timeline_bucket_keep;
     ngx_msec_t                    cache_lock_timeout;
     size_t                        cache_local;
 

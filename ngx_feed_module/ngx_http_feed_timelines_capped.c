@@ -94,8 +94,6 @@ static ngx_int_t ngx_http_feed_timelines_capped_counter(
     size_t i, bson_error_t *error);
 static ngx_int_t ngx_http_feed_timelines_capped_write(
     ngx_http_feed_capped_page_t *pg, bson_error_t *error);
-static void ngx_http_feed_timelines_capped_next(const bson_oid_t *id,
-    bson_oid_t *next);
 
 
 /* what a query answers (ngx_http_feed_timelines_capped_found()) */
@@ -711,7 +709,7 @@ ngx_http_feed_timelines_capped_read(mongoc_client_t *client,
         && bson_oid_compare(bson_iter_oid(&it), &page->bound) >= 0)
     {
         /* w itself was overwritten: the slots hold the ids past it */
-        ngx_http_feed_timelines_capped_next(bson_iter_oid(&it),
+        ngx_http_feed_timelines_next(bson_iter_oid(&it),
                                             &page->bound);
     }
 
@@ -758,23 +756,6 @@ ngx_http_feed_timelines_capped_read(mongoc_client_t *client,
     bson_destroy(&filter);
 
     return rc;
-}
-
-
-/* the id right after another: its 12 bytes plus one */
-
-static void
-ngx_http_feed_timelines_capped_next(const bson_oid_t *id, bson_oid_t *next)
-{
-    ngx_int_t  i;
-
-    bson_oid_copy(id, next);
-
-    for (i = 11; i >= 0; i--) {
-        if (++next->bytes[i] != 0) {
-            break;
-        }
-    }
 }
 
 

@@ -7,7 +7,7 @@
  *
  *     timeline_size {_id: {u: user, s: 0, 1, ...}, n: 57, c: [entry, ...],
  *                    h: newest id, l: oldest id}
- *     timeline_size {_id: {u: user, s: -1}, f: ObjectId}
+ *     timeline_size {_id: {u: user, s: -1}, f: ObjectId, d: ObjectId}
  *
  * "n" counts the entries ever pushed (a delete does not lower it), so a
  * full bucket stays full.  A user's buckets fill in order: a post is
@@ -21,6 +21,11 @@
  * Deliveries come in about, not exactly, the order of the ids: a bucket's
  * entries are kept in the order they came, and "h" and "l" bound its ids,
  * so that a read takes the buckets by "h", newest first.
+ *
+ * With feed_timeline_bucket_keep, the write that opens a user's bucket
+ * deletes those older than the newest "keep", after it raised their mark
+ * "d" past the newest id of those that go: the buckets hold every post
+ * from the later of f and d up.
  */
 
 
@@ -35,6 +40,10 @@ typedef struct {
     int64_t                       s;        /* their newest bucket, or -1 */
     int64_t                       n;        /* its "n"; -1: to be opened */
     ngx_uint_t                    has;      /* the post is theirs already */
+    int64_t                       opened;   /* the newest bucket the round
+                                               opened, or -1 */
+    bson_oid_t                    gone;     /* the newest id of the buckets
+                                               to be trimmed */
 } ngx_http_feed_size_t;
 
 
@@ -72,6 +81,12 @@ static ngx_int_t ngx_http_feed_timelines_size_push(
 static ngx_int_t ngx_http_feed_timelines_size_open(
     mongoc_bulk_operation_t *bulk, ngx_http_feed_user_t *user, int64_t s,
     bson_error_t *error);
+static ngx_int_t ngx_http_feed_timelines_size_trim(
+    ngx_http_feed_size_page_t *pg, ngx_uint_t keep, bson_error_t *error);
+static ngx_int_t ngx_http_feed_timelines_size_gone(
+    ngx_http_feed_size_page_t *pg, const int64_t *cut, bson_error_t *error);
+static ssize_t ngx_http_feed_timelines_size_whose(
+    ngx_http_feed_size_page_t *pg, const bson_t *doc, bson_iter_t *it);
 static void ngx_http_feed_timelines_size_bucket(const bson_t *doc,
     ngx_http_feed_posts_range_t *range, const bson_oid_t *bound,
     size_t want, bson_oid_t **ids, size_t *m);
@@ -132,6 +147,10 @@ ngx_http_feed_timelines_size_add(mongoc_client_t *client,
     rc = ngx_http_feed_timelines_rounds(ngx_http_feed_timelines_size_round,
                                         &pg, "size buckets", error);
 
+    if (rc == NGX_OK && tc->keep) {
+        rc = ngx_http_feed_timelines_size_trim(&pg, tc->keep, error);
+    }
+
     mongoc_collection_destroy(pg.coll);
     bson_free(pg.pick);
     bson_free(pg.state);
@@ -175,6 +194,7 @@ ngx_http_feed_timelines_size_state(mongoc_collection_t *coll,
         pg->state[i].s = -1;
         pg->state[i].n = -1;
         pg->state[i].has = 0;
+        pg->state[i].opened = -1;
     }
 
     bson_init(&filter);
@@ -284,9 +304,7 @@ ngx_http_feed_timelines_size_scan(mongoc_collection_t *coll,
 {
     int64_t                s;
     ssize_t                k;
-    uint32_t               len;
     ngx_int_t              rc;
-    const char            *name;
     bson_iter_t            it, id;
     const bson_t          *doc;
     mongoc_cursor_t       *cursor;
@@ -295,15 +313,7 @@ ngx_http_feed_timelines_size_scan(mongoc_collection_t *coll,
     cursor = mongoc_collection_find_with_opts(coll, filter, opts, NULL);
 
     while (mongoc_cursor_next(cursor, &doc)) {
-        if (!bson_iter_init_find(&it, doc, "_id")
-            || !BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &id)
-            || !bson_iter_find(&id, "u") || !BSON_ITER_HOLDS_UTF8(&id))
-        {
-            continue;
-        }
-
-        name = bson_iter_utf8(&id, &len);
-        k = ngx_http_feed_timelines_key(pg->keys, pg->n, name, len);
+        k = ngx_http_feed_timelines_size_whose(pg, doc, &it);
 
         if (k < 0 || !bson_iter_recurse(&it, &id)
             || !bson_iter_find(&id, "s")
@@ -329,6 +339,32 @@ ngx_http_feed_timelines_size_scan(mongoc_collection_t *coll,
     mongoc_cursor_destroy(cursor);
 
     return rc;
+}
+
+
+/*
+ * The page's user whose bucket doc is (their index), or -1; *it at its
+ * "_id"
+ */
+
+static ssize_t
+ngx_http_feed_timelines_size_whose(ngx_http_feed_size_page_t *pg,
+    const bson_t *doc, bson_iter_t *it)
+{
+    uint32_t      len;
+    const char   *name;
+    bson_iter_t   id;
+
+    if (!bson_iter_init_find(it, doc, "_id")
+        || !BSON_ITER_HOLDS_DOCUMENT(it) || !bson_iter_recurse(it, &id)
+        || !bson_iter_find(&id, "u") || !BSON_ITER_HOLDS_UTF8(&id))
+    {
+        return -1;
+    }
+
+    name = bson_iter_utf8(&id, &len);
+
+    return ngx_http_feed_timelines_key(pg->keys, pg->n, name, len);
 }
 
 
@@ -364,6 +400,7 @@ ngx_http_feed_timelines_size_write(mongoc_collection_t *coll,
         if (f->n < 0) {
             rc = ngx_http_feed_timelines_size_open(bulk, &pg->users[i], f->s,
                                                    error);
+            f->opened = f->s;
             f->n = 0;
             ops++;
         }
@@ -445,6 +482,7 @@ ngx_http_feed_timelines_size_push(mongoc_bulk_operation_t *bulk,
      */
 
     if (f->n + 1 == pg->size) {
+        f->opened = f->s + 1;
         return ngx_http_feed_timelines_size_open(bulk, &pg->users[i],
                                                  f->s + 1, error);
     }
@@ -481,6 +519,135 @@ ngx_http_feed_timelines_size_open(mongoc_bulk_operation_t *bulk,
     bson_destroy(&selector);
 
     return ok ? NGX_OK : NGX_ERROR;
+}
+
+
+/*
+ * The users whose newest bucket this write opened keep the newest "keep"
+ * (feed_timeline_bucket_keep): the older ones go, the buckets kept holding
+ * every post newer than the newest id of those that go
+ */
+
+static ngx_int_t
+ngx_http_feed_timelines_size_trim(ngx_http_feed_size_page_t *pg,
+    ngx_uint_t keep, bson_error_t *error)
+{
+    size_t                 i, m;
+    int64_t               *cut;
+    ngx_int_t              rc;
+    bson_oid_t            *mark;
+    ngx_http_feed_size_t  *f;
+
+    cut = bson_malloc(pg->n * sizeof(int64_t));
+
+    for (i = 0, m = 0; i < pg->n; i++) {
+        f = &pg->state[i];
+        cut[i] = f->opened - (int64_t) keep + 1;
+        pg->pick[i] = (f->opened >= 0 && cut[i] > 0);
+        m += pg->pick[i];
+    }
+
+    if (m == 0) {
+        bson_free(cut);
+        return NGX_OK;
+    }
+
+    rc = ngx_http_feed_timelines_size_gone(pg, cut, error);
+
+    if (rc == NGX_OK) {
+        mark = bson_malloc(pg->n * sizeof(bson_oid_t));
+
+        for (i = 0; i < pg->n; i++) {
+            ngx_http_feed_timelines_next(&pg->state[i].gone, &mark[i]);
+        }
+
+        rc = ngx_http_feed_timelines_trim(pg->coll, "s", pg->users, pg->n,
+                                          pg->pick, cut, mark, error);
+        bson_free(mark);
+    }
+
+    bson_free(cut);
+
+    return rc;
+}
+
+
+/*
+ * The newest id of each picked user's buckets below their cut (those
+ * that go: a bucket's entries came in about the order of their ids, not
+ * exactly); a user without such buckets is picked no more
+ */
+
+static ngx_int_t
+ngx_http_feed_timelines_size_gone(ngx_http_feed_size_page_t *pg,
+    const int64_t *cut, bson_error_t *error)
+{
+    char              key[16];
+    size_t            i, m;
+    ssize_t           k;
+    ngx_int_t         rc;
+    bson_t            filter, or, clause, range, opts, proj;
+    const char       *s;
+    bson_iter_t       it;
+    const bson_t     *doc;
+    mongoc_cursor_t  *cursor;
+
+    bson_init(&filter);
+    BSON_APPEND_ARRAY_BEGIN(&filter, "$or", &or);
+
+    for (i = 0, m = 0; i < pg->n; i++) {
+        ngx_memzero(&pg->state[i].gone, sizeof(bson_oid_t));
+
+        if (!pg->pick[i]) {
+            continue;
+        }
+
+        pg->pick[i] = 0;
+
+        bson_uint32_to_string((uint32_t) m++, &s, key, sizeof(key));
+        BSON_APPEND_DOCUMENT_BEGIN(&or, s, &clause);
+        bson_append_utf8(&clause, "_id.u", 5, pg->users[i].data,
+                         (int) pg->users[i].len);
+        BSON_APPEND_DOCUMENT_BEGIN(&clause, "_id.s", &range);
+        BSON_APPEND_INT64(&range, "$gte", 0);
+        BSON_APPEND_INT64(&range, "$lt", cut[i]);
+        bson_append_document_end(&clause, &range);
+        bson_append_document_end(&or, &clause);
+    }
+
+    bson_append_array_end(&filter, &or);
+
+    bson_init(&opts);
+    BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &proj);
+    BSON_APPEND_INT32(&proj, "h", 1);
+    bson_append_document_end(&opts, &proj);
+
+    cursor = mongoc_collection_find_with_opts(pg->coll, &filter, &opts, NULL);
+
+    while (mongoc_cursor_next(cursor, &doc)) {
+        k = ngx_http_feed_timelines_size_whose(pg, doc, &it);
+
+        if (k < 0) {
+            continue;
+        }
+
+        /* a bucket there to go, its entries' newest id if any */
+        pg->pick[k] = 1;
+
+        if (bson_iter_init_find(&it, doc, "h") && BSON_ITER_HOLDS_OID(&it)
+            && bson_oid_compare(bson_iter_oid(&it), &pg->state[k].gone) > 0)
+        {
+            bson_oid_copy(bson_iter_oid(&it), &pg->state[k].gone);
+        }
+    }
+
+    rc = mongoc_cursor_error(cursor, error) ? NGX_ERROR : NGX_OK;
+
+    mongoc_cursor_destroy(cursor);
+    bson_destroy(&opts);
+    bson_destroy(&filter);
+
+    return rc;
 }
 
 
@@ -571,6 +738,12 @@ ngx_http_feed_timelines_size_read(mongoc_client_t *client,
     mongoc_cursor_destroy(cursor);
     bson_destroy(&opts);
     bson_destroy(&filter);
+
+    if (rc == NGX_OK && tc->keep) {
+        rc = ngx_http_feed_timelines_bucket_recheck(coll, "s", user, page,
+                                                    error);
+    }
+
     mongoc_collection_destroy(coll);
 
     return rc;

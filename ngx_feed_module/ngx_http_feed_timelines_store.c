@@ -58,6 +58,7 @@ ngx_http_feed_timelines_conf(ngx_http_feed_main_conf_t *fmcf,
     tc->bucket = (int64_t) fmcf->timeline_bucket_time;
     tc->size = fmcf->timeline_bucket_size;
     tc->slots = fmcf->timeline_capped_size;
+    tc->keep = fmcf->timeline_bucket_keep;
 }
 
 
@@ -673,6 +674,14 @@ ngx_http_feed_timelines_floor_page(mongoc_collection_t *coll,
 
     bson_oid_copy(bson_iter_oid(&it), &page->bound);
 
+    /* buckets went (feed_timeline_bucket_keep): the kept ones from "d" */
+
+    if (bson_iter_init_find(&it, doc, "d") && BSON_ITER_HOLDS_OID(&it)
+        && bson_oid_compare(bson_iter_oid(&it), &page->bound) > 0)
+    {
+        bson_oid_copy(bson_iter_oid(&it), &page->bound);
+    }
+
     page->state = NGX_HTTP_FEED_TIMELINES_THERE;
     page->ids = bson_malloc((want ? want : 1) * sizeof(bson_oid_t));
 
@@ -754,6 +763,153 @@ ngx_http_feed_timelines_bucket_page(mongoc_client_t *client,
     *coll = NULL;
 
     return rc;
+}
+
+
+/*
+ * After a page of a bucket model was read, while fanout may delete old
+ * buckets (feed_timeline_bucket_keep): the user's mark "d" again.  A
+ * bucket goes only after the mark is raised past it, so a mark above the
+ * bound means that some buckets under it may have gone while they were
+ * read: the page holds the ids from the mark up only.
+ */
+
+ngx_int_t
+ngx_http_feed_timelines_bucket_recheck(mongoc_collection_t *coll,
+    const char *field, ngx_http_feed_user_t *user,
+    ngx_http_feed_timelines_page_t *page, bson_error_t *error)
+{
+    bson_t       selector, proj, doc;
+    ngx_int_t    rc;
+    bson_iter_t  it;
+
+    bson_init(&selector);
+    ngx_http_feed_timelines_bucket_id(&selector, "_id", user, field, -1);
+    bson_init(&proj);
+    BSON_APPEND_INT32(&proj, "d", 1);
+
+    rc = ngx_http_feed_mongo_find_one(coll, &selector, &proj, &doc, error);
+
+    bson_destroy(&proj);
+    bson_destroy(&selector);
+
+    if (rc == NGX_DECLINED) {
+        /* the floor went (a follow, an unfollow): read again next time */
+        page->n = 0;
+        return NGX_OK;
+    }
+
+    if (rc != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (bson_iter_init_find(&it, &doc, "d") && BSON_ITER_HOLDS_OID(&it)
+        && bson_oid_compare(bson_iter_oid(&it), &page->bound) > 0)
+    {
+        bson_oid_copy(bson_iter_oid(&it), &page->bound);
+        page->whole = 0;
+
+        while (page->n
+               && bson_oid_compare(&page->ids[page->n - 1], &page->bound) < 0)
+        {
+            page->n--;
+        }
+    }
+
+    bson_destroy(&doc);
+
+    return NGX_OK;
+}
+
+
+/*
+ * The buckets of these users (pick[] set) numbered below cut[i] go
+ * (feed_timeline_bucket_keep).  First the mark "d" of each one's floor is
+ * raised to mark[i], from which the buckets kept hold every post; then
+ * the buckets are deleted, in the same ordered bulk, so that none goes
+ * before its user's mark is up.  A user without a floor never read: the
+ * update matches nothing, and their first read sets a floor above all.
+ */
+
+ngx_int_t
+ngx_http_feed_timelines_trim(mongoc_collection_t *coll, const char *field,
+    ngx_http_feed_user_t *users, size_t n, const u_char *pick,
+    const int64_t *cut, const bson_oid_t *mark, bson_error_t *error)
+{
+    bool                      ok;
+    char                      name[16];
+    size_t                    i;
+    int64_t                   done;
+    ngx_int_t                 rc;
+    bson_t                    selector, update, max, range;
+    mongoc_bulk_operation_t  *bulk;
+
+    bulk = mongoc_collection_create_bulk_operation_with_opts(coll, NULL);
+
+    ok = true;
+
+    for (i = 0; ok && i < n; i++) {
+        if (!pick[i]) {
+            continue;
+        }
+
+        bson_init(&selector);
+        ngx_http_feed_timelines_bucket_id(&selector, "_id", &users[i], field,
+                                          -1);
+        bson_init(&update);
+        BSON_APPEND_DOCUMENT_BEGIN(&update, "$max", &max);
+        BSON_APPEND_OID(&max, "d", &mark[i]);
+        bson_append_document_end(&update, &max);
+
+        ok = mongoc_bulk_operation_update_one_with_opts(bulk, &selector,
+                                                        &update, NULL, error);
+        bson_destroy(&update);
+        bson_destroy(&selector);
+    }
+
+    (void) bson_snprintf(name, sizeof(name), "_id.%s", field);
+
+    for (i = 0; ok && i < n; i++) {
+        if (!pick[i]) {
+            continue;
+        }
+
+        bson_init(&selector);
+        bson_append_utf8(&selector, "_id.u", 5, users[i].data,
+                         (int) users[i].len);
+        BSON_APPEND_DOCUMENT_BEGIN(&selector, name, &range);
+        BSON_APPEND_INT64(&range, "$gte", 0);
+        BSON_APPEND_INT64(&range, "$lt", cut[i]);
+        bson_append_document_end(&selector, &range);
+
+        ok = mongoc_bulk_operation_remove_many_with_opts(bulk, &selector,
+                                                         NULL, error);
+        bson_destroy(&selector);
+    }
+
+    rc = ok ? ngx_http_feed_timelines_bulk(bulk, &done, error) : NGX_ERROR;
+
+    mongoc_bulk_operation_destroy(bulk);
+
+    /* a duplicate key cannot come of these: any failure is one */
+    return rc == NGX_OK ? NGX_OK : NGX_ERROR;
+}
+
+
+/* the id right after another: its 12 bytes plus one */
+
+void
+ngx_http_feed_timelines_next(const bson_oid_t *id, bson_oid_t *next)
+{
+    ngx_int_t  i;
+
+    bson_oid_copy(id, next);
+
+    for (i = 11; i >= 0; i--) {
+        if (++next->bytes[i] != 0) {
+            break;
+        }
+    }
 }
 
 

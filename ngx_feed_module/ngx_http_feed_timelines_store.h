@@ -34,6 +34,8 @@ typedef struct {
                                                  seconds */
     ngx_uint_t                    size;       /* feed_timeline_bucket_size */
     ngx_uint_t                    slots;      /* feed_timeline_capped_size */
+    ngx_uint_t                    keep;       /* feed_timeline_bucket_keep,
+                                                 0: every bucket */
 } ngx_http_feed_timelines_conf_t;
 
 
@@ -107,6 +109,16 @@ ngx_int_t ngx_http_feed_timelines_remove(mongoc_client_t *client,
     const bson_oid_t *id, bson_error_t *error);
 ngx_int_t ngx_http_feed_timelines_drop(mongoc_client_t *client,
     const char *database, ngx_uint_t model, ngx_http_feed_user_t *user,
+    bson_error_t *error);
+
+/* the bucket models' (ngx_http_feed_timelines_store.c) */
+ngx_int_t ngx_http_feed_timelines_bucket_recheck(mongoc_collection_t *coll,
+    const char *field, ngx_http_feed_user_t *user,
+    ngx_http_feed_timelines_page_t *page, bson_error_t *error);
+void ngx_http_feed_timelines_next(const bson_oid_t *id, bson_oid_t *next);
+ngx_int_t ngx_http_feed_timelines_trim(mongoc_collection_t *coll,
+    const char *field, ngx_http_feed_user_t *users, size_t n,
+    const u_char *pick, const int64_t *cut, const bson_oid_t *mark,
     bson_error_t *error);
 
 /* the time buckets model's (ngx_http_feed_timelines_time.c) */

@@ -6,7 +6,7 @@
  * post's id, every follower written, whether they read or not.
  *
  *     timeline_time {_id: {u: user, t: period}, c: [entry, ...]}
- *     timeline_time {_id: {u: user, t: -1}, f: ObjectId}
+ *     timeline_time {_id: {u: user, t: -1}, f: ObjectId, d: ObjectId}
  *
  * Entries are as in the cache model, sorted by id, uncapped.  The second
  * document is the user's floor: the buckets hold every post of whom the
@@ -14,6 +14,11 @@
  * for the clocks of the nginx nodes that make the ids), and moved to now
  * at each follow or unfollow of a user who has one: posts older than it
  * come from fanout on read.
+ *
+ * With feed_timeline_bucket_keep, the write that makes a user's bucket
+ * deletes their buckets older than the newest "keep" periods, after it
+ * raised their mark "d" to the start of the oldest period kept: the
+ * buckets hold every post from the later of f and d up.
  */
 
 
@@ -24,9 +29,15 @@
 
 
 static ngx_int_t ngx_http_feed_timelines_time_bulk(mongoc_collection_t *coll,
-    ngx_http_feed_user_t *users, size_t n, size_t *again, int64_t t,
-    const bson_t *update, const bson_oid_t *id, ngx_uint_t upsert,
+    ngx_http_feed_user_t *users, size_t n, size_t *again, u_char *opened,
+    int64_t t, const bson_t *update, const bson_oid_t *id,
     bson_error_t *error);
+static void ngx_http_feed_timelines_time_opened(const bson_t *reply,
+    u_char *opened, size_t n);
+static ngx_int_t ngx_http_feed_timelines_time_trim(mongoc_collection_t *coll,
+    ngx_http_feed_timelines_conf_t *tc, ngx_http_feed_user_t *users,
+    size_t n, const u_char *opened, int64_t t, bson_error_t *error);
+static void ngx_http_feed_timelines_time_at(bson_oid_t *oid, time_t t);
 static ngx_int_t ngx_http_feed_timelines_time_bucket(const bson_t *doc,
     ngx_http_feed_posts_range_t *range, size_t want,
     ngx_http_feed_timelines_page_t *page);
@@ -57,6 +68,7 @@ ngx_http_feed_timelines_time_add(mongoc_client_t *client,
 {
     size_t                 i, m, *again;
     bson_t                 update, each;
+    u_char                *opened;
     int64_t                t;
     ngx_int_t              rc;
     bson_iter_t            it;
@@ -81,12 +93,13 @@ ngx_http_feed_timelines_time_add(mongoc_client_t *client,
     ngx_http_feed_timelines_push(&update, &each, 0);
 
     again = bson_malloc((n + 1) * sizeof(size_t));
+    opened = bson_malloc0(n);
 
     coll = mongoc_client_get_collection(client, database,
                                         NGX_HTTP_FEED_TIMELINES_TIME);
 
-    rc = ngx_http_feed_timelines_time_bulk(coll, users, n, again, t, &update,
-                                           id, 1, error);
+    rc = ngx_http_feed_timelines_time_bulk(coll, users, n, again, opened, t,
+                                           &update, id, error);
 
     if (rc == NGX_AGAIN) {
         /* again[]: how many, then which */
@@ -97,12 +110,18 @@ ngx_http_feed_timelines_time_add(mongoc_client_t *client,
             retry[i] = users[again[i + 1]];
         }
 
-        rc = ngx_http_feed_timelines_time_bulk(coll, retry, m, NULL, t,
-                                               &update, id, 0, error);
+        rc = ngx_http_feed_timelines_time_bulk(coll, retry, m, NULL, NULL, t,
+                                               &update, id, error);
         bson_free(retry);
     }
 
+    if (rc == NGX_OK && tc->keep) {
+        rc = ngx_http_feed_timelines_time_trim(coll, tc, users, n, opened, t,
+                                               error);
+    }
+
     mongoc_collection_destroy(coll);
+    bson_free(opened);
     bson_free(again);
     bson_destroy(&update);
     bson_destroy(&each);
@@ -112,15 +131,16 @@ ngx_http_feed_timelines_time_add(mongoc_client_t *client,
 
 
 /*
- * One unordered bulk of the update, one per user.  With again, duplicate
- * keys are not errors: NGX_AGAIN, again[0] of them, their users' indexes
- * in again[1...].
+ * One unordered bulk of the update, one per user, as upserts with again.
+ * Then duplicate keys are not errors: NGX_AGAIN, again[0] of them, their
+ * users' indexes in again[1...]; and opened[] marks the users whose
+ * bucket the upsert made.
  */
 
 static ngx_int_t
 ngx_http_feed_timelines_time_bulk(mongoc_collection_t *coll,
-    ngx_http_feed_user_t *users, size_t n, size_t *again, int64_t t,
-    const bson_t *update, const bson_oid_t *id, ngx_uint_t upsert,
+    ngx_http_feed_user_t *users, size_t n, size_t *again, u_char *opened,
+    int64_t t, const bson_t *update, const bson_oid_t *id,
     bson_error_t *error)
 {
     bool                      ok;
@@ -132,7 +152,7 @@ ngx_http_feed_timelines_time_bulk(mongoc_collection_t *coll,
     bulk = ngx_http_feed_timelines_unordered(coll);
 
     bson_init(&opts);
-    BSON_APPEND_BOOL(&opts, "upsert", upsert ? true : false);
+    BSON_APPEND_BOOL(&opts, "upsert", again ? true : false);
 
     ok = true;
 
@@ -158,6 +178,10 @@ ngx_http_feed_timelines_time_bulk(mongoc_collection_t *coll,
 
     ok = mongoc_bulk_operation_execute(bulk, &reply, error) != 0;
     mongoc_bulk_operation_destroy(bulk);
+
+    if (opened) {
+        ngx_http_feed_timelines_time_opened(&reply, opened, n);
+    }
 
     if (ok || again == NULL || !bson_iter_init_find(&it, &reply, "writeErrors")
         || !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &e))
@@ -202,6 +226,74 @@ ngx_http_feed_timelines_time_bulk(mongoc_collection_t *coll,
     again[0] = m;
 
     return NGX_AGAIN;
+}
+
+
+/* the users whose bucket an upsert made: the bulk reply's "upserted" */
+
+static void
+ngx_http_feed_timelines_time_opened(const bson_t *reply, u_char *opened,
+    size_t n)
+{
+    int64_t      i;
+    bson_iter_t  it, u, f;
+
+    if (!bson_iter_init_find(&it, reply, "upserted")
+        || !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &u))
+    {
+        return;
+    }
+
+    while (bson_iter_next(&u)) {
+        if (BSON_ITER_HOLDS_DOCUMENT(&u) && bson_iter_recurse(&u, &f)
+            && bson_iter_find(&f, "index")
+            && (i = bson_iter_as_int64(&f)) >= 0 && (size_t) i < n)
+        {
+            opened[i] = 1;
+        }
+    }
+}
+
+
+/*
+ * The users who got the bucket of period t keep the newest "keep" periods:
+ * from the start of period t - keep + 1 up, the buckets hold every post
+ */
+
+static ngx_int_t
+ngx_http_feed_timelines_time_trim(mongoc_collection_t *coll,
+    ngx_http_feed_timelines_conf_t *tc, ngx_http_feed_user_t *users,
+    size_t n, const u_char *opened, int64_t t, bson_error_t *error)
+{
+    size_t       i, m;
+    int64_t     *cut;
+    ngx_int_t    rc;
+    bson_oid_t  *mark;
+
+    for (i = 0, m = 0; i < n; i++) {
+        m += opened[i];
+    }
+
+    if (m == 0 || t - (int64_t) tc->keep + 1 <= 0) {
+        return NGX_OK;
+    }
+
+    cut = bson_malloc(n * sizeof(int64_t));
+    mark = bson_malloc(n * sizeof(bson_oid_t));
+
+    for (i = 0; i < n; i++) {
+        cut[i] = t - (int64_t) tc->keep + 1;
+        ngx_http_feed_timelines_time_at(&mark[i],
+                                        (time_t) (cut[i] * tc->bucket));
+    }
+
+    rc = ngx_http_feed_timelines_trim(coll, "t", users, n, opened, cut, mark,
+                                      error);
+
+    bson_free(mark);
+    bson_free(cut);
+
+    return rc;
 }
 
 
@@ -265,6 +357,12 @@ ngx_http_feed_timelines_time_read(mongoc_client_t *client,
     mongoc_cursor_destroy(cursor);
     bson_destroy(&opts);
     bson_destroy(&filter);
+
+    if (rc == NGX_OK && tc->keep) {
+        rc = ngx_http_feed_timelines_bucket_recheck(coll, "t", user, page,
+                                                    error);
+    }
+
     mongoc_collection_destroy(coll);
 
     return rc;
@@ -317,10 +415,19 @@ ngx_http_feed_timelines_time_floor(mongoc_client_t *client,
 void
 ngx_http_feed_timelines_time_oid(bson_oid_t *oid, time_t ahead)
 {
+    ngx_http_feed_timelines_time_at(oid, time(NULL) + ahead);
+}
+
+
+/* the lowest id of a time */
+
+static void
+ngx_http_feed_timelines_time_at(bson_oid_t *oid, time_t at)
+{
     uint8_t   data[12];
     uint32_t  t;
 
-    t = (uint32_t) (time(NULL) + ahead);
+    t = (uint32_t) at;
 
     ngx_memzero(data, sizeof(data));
     data[0] = (uint8_t) (t >> 24);

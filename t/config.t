@@ -69,7 +69,9 @@ for my $v ('127.0.0.1:7000 127.0.0.1:7001 127.0.0.1:7002',
 for my $v ('read', 'cache', 'capped',
            "capped;\n    feed_timeline_capped_size 200000",
            "time_buckets;\n    feed_timeline_bucket_time 1h",
-           "size_buckets;\n    feed_timeline_bucket_size 1000")
+           "size_buckets;\n    feed_timeline_bucket_size 1000",
+           "size_buckets;\n    feed_timeline_bucket_keep 10",
+           "time_buckets;\n    feed_timeline_bucket_keep 0")
 {
     $t->write_conf(conf('', "feed_timeline_store $v;"));
     ($ok, $out) = $t->test_conf;
@@ -135,6 +137,8 @@ my @bad = (
     [ 'feed_timeline_bucket_size 1001;',      qr/value must be between 1 and 1000/ ],
     [ 'feed_timeline_capped_size 0;',         qr/value must be between 1 and 200000/ ],
     [ 'feed_timeline_capped_size 200001;',    qr/value must be between 1 and 200000/ ],
+    [ 'feed_timeline_bucket_keep -1;',        qr/"feed_timeline_bucket_keep" directive invalid number/ ],
+    [ 'feed_timeline_bucket_keep 1000001;',   qr/value must be between 0 and 1000000/ ],
     [ 'feed_timeline_bucket_size many;',      qr/"feed_timeline_bucket_size" directive invalid number/ ],
     [ 'feed_timeline_store cache read;',      qr/invalid number of arguments in "feed_timeline_store"/ ],
     [ 'feed_stream s partitions=0;',          qr/invalid parameter "partitions=0" in "feed_stream"/ ],
