@@ -1174,7 +1174,7 @@ ngx_http_feed_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_uint_value(fmcf->timeline_bucket_keep, 0);
 
     /*
-     * Deliveries come about in the order of the posts, not exactly: with
+     * Deliveries come in about the order of the posts, not exactly: with
      * only as many slots as a rebuild asks for, the newest entry
      * overwritten is newer than some kept ones, and the store vouches for
      * fewer posts than asked, so that fanout on read makes up the rest.

@@ -794,7 +794,10 @@ ngx_http_feed_timelines_bucket_recheck(mongoc_collection_t *coll,
     bson_destroy(&selector);
 
     if (rc == NGX_DECLINED) {
-        /* the floor went (a follow, an unfollow): read again next time */
+        /* the floor went meanwhile: nothing kept is vouched for */
+        page->state = NGX_HTTP_FEED_TIMELINES_NONE;
+        bson_free(page->ids);
+        page->ids = NULL;
         page->n = 0;
         return NGX_OK;
     }
