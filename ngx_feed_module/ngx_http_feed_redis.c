@@ -1658,8 +1658,8 @@ ngx_http_feed_redis_retry_later(ngx_http_feed_redis_cmd_t *cmd)
 
     if (left <= (ngx_msec_int_t) (delay + cmd->rd->conf->timeout / 4)) {
         ngx_log_debug2(NGX_LOG_DEBUG_EVENT, cmd->rd->log, 0,
-                       "feed redis %p: no time left to retry, %M ms",
-                       cmd->rd, left);
+                       "feed redis %p: no time left to retry, %i ms",
+                       cmd->rd, (ngx_int_t) left);
         return NGX_DECLINED;
     }
 
