@@ -33,8 +33,9 @@
  * being moved whose keys are on both nodes: it goes through as soon as
  * the move ends, so a few tries close together.  CLUSTERDOWN: a slot has
  * no master, or the node sees the cluster failing; the map is asked again
- * and the tries are further apart, a master may come back.  The pause
- * before try n (0, 1...) is delay + n * step, up to max.
+ * and the tries are further apart, a master may come back.  Both are
+ * answered before the command runs: a write is sent again as safely as a
+ * read.  The pause before try n (0, 1...) is delay + n * step, up to max.
  */
 typedef struct {
     ngx_str_t                     error;
