@@ -17,6 +17,7 @@
 
 
 #include "ngx_http_feed_metrics.h"
+#include "ngx_http_feed_redis.h"
 #include "ngx_http_feed_fanout.h"
 #include "ngx_http_feed_json.h"
 #include "ngx_http_feed_util.h"
@@ -465,7 +466,10 @@ ngx_http_feed_metrics_requests(ngx_buf_t *b, ngx_http_feed_stats_t *st)
 }
 
 
-/* the other labeled families: reads by cache status, connections by state */
+/*
+ * The other labeled families: reads by cache status, connections by
+ * state, cluster retries by reason
+ */
 
 static void
 ngx_http_feed_metrics_labeled(ngx_buf_t *b, ngx_http_feed_stats_t *st)
@@ -493,6 +497,18 @@ ngx_http_feed_metrics_labeled(ngx_buf_t *b, ngx_http_feed_stats_t *st)
                                ngx_http_feed_metrics_states[i],
                                (int64_t) (ngx_atomic_int_t)
                                    st->redis_connections[i]);
+    }
+
+    ngx_http_feed_metrics_family(b, "feed_redis_cluster_retries_total",
+        "counter", "Redis Cluster TRYAGAIN and CLUSTERDOWN answers "
+        "followed by a retry after a pause.");
+
+    for (i = 0; i < NGX_HTTP_FEED_REDIS_RETRIES; i++) {
+        b->last = ngx_slprintf(b->last, b->end,
+                               "feed_redis_cluster_retries_total"
+                               "{reason=\"%s\"} %uA\n",
+                               ngx_http_feed_redis_retry_name(i),
+                               st->redis_retried[i]);
     }
 }
 

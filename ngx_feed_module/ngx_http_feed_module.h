@@ -83,6 +83,7 @@ typedef struct ngx_http_feed_handler_s  ngx_http_feed_handler_t;
 #define NGX_HTTP_FEED_CODES           5     /* 1xx to 5xx */
 #define NGX_HTTP_FEED_CACHE_STATUSES  5     /* ngx_http_feed_cache_status_e */
 #define NGX_HTTP_FEED_REDIS_STATES    4     /* ngx_http_feed_redis_state_e */
+#define NGX_HTTP_FEED_REDIS_RETRIES   2     /* ngx_http_feed_redis_retry_e */
 #define NGX_HTTP_FEED_BUCKETS         13    /* the last one is +Inf */
 
 
@@ -111,6 +112,8 @@ typedef struct {
     ngx_atomic_t                  redis_reconnects;
     ngx_atomic_t                  redis_moved;
     ngx_atomic_t                  redis_asked;
+    ngx_atomic_t                  redis_retried
+                                      [NGX_HTTP_FEED_REDIS_RETRIES];
     ngx_atomic_t                  mongo_tasks;
     ngx_atomic_t                  mongo_errors;
     ngx_atomic_t                  local_answers;

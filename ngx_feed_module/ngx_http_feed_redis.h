@@ -160,6 +160,13 @@ typedef enum {
 } ngx_http_feed_redis_state_e;
 
 
+/* why a cluster's command was sent again after a pause (feed_metrics) */
+typedef enum {
+    NGX_HTTP_FEED_REDIS_TRYAGAIN = 0,
+    NGX_HTTP_FEED_REDIS_CLUSTERDOWN
+} ngx_http_feed_redis_retry_e;
+
+
 ngx_http_feed_redis_t *ngx_http_feed_redis_create(ngx_cycle_t *cycle,
     ngx_http_feed_redis_conf_t *conf);
 void ngx_http_feed_redis_start(ngx_http_feed_redis_t *rd);
@@ -212,6 +219,7 @@ const char *ngx_http_feed_redis_run_id(ngx_http_feed_redis_t *rd);
 ngx_uint_t ngx_http_feed_redis_masters(ngx_http_feed_redis_t *rd,
     ngx_uint_t *up);
 ngx_uint_t ngx_http_feed_redis_clustered(ngx_http_feed_redis_t *rd);
+const char *ngx_http_feed_redis_retry_name(ngx_uint_t reason);
 ngx_http_feed_redis_conf_t *ngx_http_feed_redis_master(
     ngx_http_feed_redis_t *rd, ngx_uint_t n, u_char *buf, size_t *len);
 ngx_uint_t ngx_http_feed_redis_node_of(ngx_http_feed_redis_t *rd,

@@ -236,23 +236,48 @@ ngx_http_feed_redis_t *
 ngx_http_feed_redis_cluster_route(ngx_http_feed_redis_cluster_t *cl,
     ngx_http_feed_redis_args_t *args)
 {
-    ngx_uint_t  slot, owner;
+    ngx_uint_t  slot;
 
-    if (args == NULL) {
+    slot = args ? ngx_http_feed_redis_cluster_slot(args)
+                : NGX_HTTP_FEED_REDIS_SLOTS;
+
+    if (slot == NGX_HTTP_FEED_REDIS_SLOTS) {
         return ngx_http_feed_redis_cluster_any(cl);
     }
 
+    return ngx_http_feed_redis_cluster_slot_master(cl, slot);
+}
+
+
+/*
+ * The slot a command goes by: its first key's, or the key it names as its
+ * route; NGX_HTTP_FEED_REDIS_SLOTS for one that any master may run
+ */
+
+ngx_uint_t
+ngx_http_feed_redis_cluster_slot(ngx_http_feed_redis_args_t *args)
+{
     if (args->nkeys) {
-        slot = ngx_http_feed_redis_slot((u_char *) args->argv[args->key],
+        return ngx_http_feed_redis_slot((u_char *) args->argv[args->key],
                                         args->argvlen[args->key]);
-
-    } else if (args->route) {
-        slot = ngx_http_feed_redis_slot((u_char *) args->route,
-                                        args->route_len);
-
-    } else {
-        return ngx_http_feed_redis_cluster_any(cl);
     }
+
+    if (args->route) {
+        return ngx_http_feed_redis_slot((u_char *) args->route,
+                                        args->route_len);
+    }
+
+    return NGX_HTTP_FEED_REDIS_SLOTS;
+}
+
+
+/* the master of a slot as the map has it; NULL when none is known */
+
+ngx_http_feed_redis_t *
+ngx_http_feed_redis_cluster_slot_master(ngx_http_feed_redis_cluster_t *cl,
+    ngx_uint_t slot)
+{
+    ngx_uint_t  owner;
 
     owner = cl->slots[slot];
 
@@ -436,14 +461,18 @@ ngx_http_feed_redis_cluster_redirect(ngx_http_feed_redis_cluster_t *cl,
 }
 
 
-/* a node said a key is not its own any more: the map is asked again */
+/*
+ * A node said the map is old (a key not its own any more) or that a slot
+ * has no master (CLUSTERDOWN): the map is asked again; why: for the log
+ */
 
 void
-ngx_http_feed_redis_cluster_stale(ngx_http_feed_redis_cluster_t *cl)
+ngx_http_feed_redis_cluster_stale(ngx_http_feed_redis_cluster_t *cl,
+    const char *why)
 {
     if (!cl->refreshing) {
-        ngx_log_debug0(NGX_LOG_DEBUG_EVENT, cl->log, 0,
-                       "feed redis cluster: a key not local, map asked");
+        ngx_log_debug1(NGX_LOG_DEBUG_EVENT, cl->log, 0,
+                       "feed redis cluster: %s, map asked", why);
         ngx_http_feed_redis_cluster_ask(cl);
     }
 }

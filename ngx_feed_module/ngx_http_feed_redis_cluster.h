@@ -26,6 +26,9 @@ void ngx_http_feed_redis_cluster_destroy(ngx_http_feed_redis_cluster_t *cl);
 
 ngx_http_feed_redis_t *ngx_http_feed_redis_cluster_route(
     ngx_http_feed_redis_cluster_t *cl, ngx_http_feed_redis_args_t *args);
+ngx_uint_t ngx_http_feed_redis_cluster_slot(ngx_http_feed_redis_args_t *args);
+ngx_http_feed_redis_t *ngx_http_feed_redis_cluster_slot_master(
+    ngx_http_feed_redis_cluster_t *cl, ngx_uint_t slot);
 ngx_uint_t ngx_http_feed_redis_cluster_owner(
     ngx_http_feed_redis_cluster_t *cl, const u_char *key, size_t len);
 size_t ngx_http_feed_redis_cluster_local(ngx_http_feed_redis_cluster_t *cl,
@@ -36,7 +39,8 @@ ngx_http_feed_redis_t *ngx_http_feed_redis_cluster_redirect(
     ngx_http_feed_redis_cluster_t *cl, ngx_http_feed_redis_t *from,
     ngx_http_feed_redis_redirect_t *rr);
 
-void ngx_http_feed_redis_cluster_stale(ngx_http_feed_redis_cluster_t *cl);
+void ngx_http_feed_redis_cluster_stale(ngx_http_feed_redis_cluster_t *cl,
+    const char *why);
 void ngx_http_feed_redis_cluster_node_ready(ngx_http_feed_redis_cluster_t *cl,
     ngx_http_feed_redis_t *node);
 ngx_int_t ngx_http_feed_redis_cluster_node_down(

@@ -46,6 +46,8 @@ static void ngx_http_feed_status_queue_done(void *data);
 static ngx_int_t ngx_http_feed_status_fanout(ngx_http_feed_status_ctx_t *ctx,
     bson_t *doc);
 static ngx_int_t ngx_http_feed_status_node(bson_t *doc);
+static ngx_int_t ngx_http_feed_status_retried(bson_t *doc,
+    ngx_atomic_t *retried);
 static void ngx_http_feed_status_mongo_run(ngx_http_feed_mongo_task_t *t,
     mongoc_client_t *client);
 static void ngx_http_feed_status_mongo_done(ngx_http_feed_mongo_task_t *t);
@@ -322,6 +324,33 @@ ngx_http_feed_status_cluster(bson_t *doc, ngx_http_feed_redis_t *rd)
     BSON_APPEND_INT64(&sub, "asked",
                       (int64_t) ngx_http_feed_stats.redis_asked);
 
+    if (ngx_http_feed_status_retried(&sub, ngx_http_feed_stats.redis_retried)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    return bson_append_document_end(doc, &sub) ? NGX_OK : NGX_ERROR;
+}
+
+
+/* the commands a cluster's node asked to send again, by its answer */
+
+static ngx_int_t
+ngx_http_feed_status_retried(bson_t *doc, ngx_atomic_t *retried)
+{
+    bson_t      sub;
+    ngx_uint_t  i;
+
+    if (!BSON_APPEND_DOCUMENT_BEGIN(doc, "retried", &sub)) {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < NGX_HTTP_FEED_REDIS_RETRIES; i++) {
+        BSON_APPEND_INT64(&sub, ngx_http_feed_redis_retry_name(i),
+                          (int64_t) retried[i]);
+    }
+
     return bson_append_document_end(doc, &sub) ? NGX_OK : NGX_ERROR;
 }
 
@@ -420,6 +449,11 @@ ngx_http_feed_status_node(bson_t *doc)
     BSON_APPEND_INT64(&part, "reconnects", (int64_t) st->redis_reconnects);
     BSON_APPEND_INT64(&part, "moved", (int64_t) st->redis_moved);
     BSON_APPEND_INT64(&part, "asked", (int64_t) st->redis_asked);
+
+    if (ngx_http_feed_status_retried(&part, st->redis_retried) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
     bson_append_document_end(&sub, &part);
 
     BSON_APPEND_DOCUMENT_BEGIN(&sub, "mongo", &part);

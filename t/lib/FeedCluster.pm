@@ -145,11 +145,27 @@ sub key_cmd {
 # redis-cli --cluster reshard does, one slot
 sub move_slot {
     my ($self, $slot, $from, $to) = @_;
+    $self->open_slot($slot, $from, $to);
+    $self->end_move($slot, $from, $to);
+}
 
-    my ($fid, $tid) = map { $self->node_id($_) } $from, $to;
+# the first half of a move: the slot importing on $to, migrating on $from,
+# and of its keys only @keys moved (MIGRATE)
+sub open_slot {
+    my ($self, $slot, $from, $to, @keys) = @_;
 
-    $self->cmd($to, 'CLUSTER', 'SETSLOT', $slot, 'IMPORTING', $fid);
-    $self->cmd($from, 'CLUSTER', 'SETSLOT', $slot, 'MIGRATING', $tid);
+    $self->cmd($to, 'CLUSTER', 'SETSLOT', $slot, 'IMPORTING',
+        $self->node_id($from));
+    $self->cmd($from, 'CLUSTER', 'SETSLOT', $slot, 'MIGRATING',
+        $self->node_id($to));
+
+    $self->cmd($from, 'MIGRATE', '127.0.0.1', $self->port($to), '', 0,
+        5000, 'KEYS', @keys) if @keys;
+}
+
+# the rest: the slot's other keys moved, then the slot given to $to
+sub end_move {
+    my ($self, $slot, $from, $to) = @_;
 
     while (1) {
         my $keys = $self->cmd($from, 'CLUSTER', 'GETKEYSINSLOT', $slot, 100);
@@ -158,6 +174,7 @@ sub move_slot {
             5000, 'KEYS', @$keys);
     }
 
+    my $tid = $self->node_id($to);
     $self->cmd($_, 'CLUSTER', 'SETSLOT', $slot, 'NODE', $tid)
         for $to, $from, grep { $_ ne $to && $_ ne $from } $self->masters;
 }
