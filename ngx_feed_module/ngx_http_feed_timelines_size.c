@@ -40,7 +40,7 @@ typedef struct {
     int64_t                       s;        /* their newest bucket, or -1 */
     int64_t                       n;        /* its "n"; -1: to be opened */
     ngx_uint_t                    has;      /* the post is theirs already */
-    int64_t                       opened;   /* the newest bucket the round
+    int64_t                       opened;   /* the newest bucket a round
                                                opened, or -1 */
     bson_oid_t                    gone;     /* the newest id of the buckets
                                                to be trimmed */
@@ -120,6 +120,7 @@ ngx_http_feed_timelines_size_add(mongoc_client_t *client,
     ngx_http_feed_user_t *users, size_t n, const bson_t *entry,
     bson_error_t *error)
 {
+    size_t                      i;
     ngx_int_t                   rc;
     bson_iter_t                 it;
     ngx_http_feed_size_page_t   pg;
@@ -136,6 +137,15 @@ ngx_http_feed_timelines_size_add(mongoc_client_t *client,
     pg.n = n;
     pg.keys = ngx_http_feed_timelines_keys(users, n);
     pg.state = bson_malloc(n * sizeof(ngx_http_feed_size_t));
+
+    /*
+     * What any round opened, a round cut short by concurrent deliveries
+     * too: its bucket is there, or is opened by the next round
+     */
+
+    for (i = 0; i < n; i++) {
+        pg.state[i].opened = -1;
+    }
     pg.pick = bson_malloc(n);
     pg.entry = entry;
     pg.id = bson_iter_oid(&it);
@@ -194,7 +204,6 @@ ngx_http_feed_timelines_size_state(mongoc_collection_t *coll,
         pg->state[i].s = -1;
         pg->state[i].n = -1;
         pg->state[i].has = 0;
-        pg->state[i].opened = -1;
     }
 
     bson_init(&filter);
@@ -400,7 +409,7 @@ ngx_http_feed_timelines_size_write(mongoc_collection_t *coll,
         if (f->n < 0) {
             rc = ngx_http_feed_timelines_size_open(bulk, &pg->users[i], f->s,
                                                    error);
-            f->opened = f->s;
+            f->opened = ngx_max(f->opened, f->s);
             f->n = 0;
             ops++;
         }
@@ -482,7 +491,7 @@ ngx_http_feed_timelines_size_push(mongoc_bulk_operation_t *bulk,
      */
 
     if (f->n + 1 == pg->size) {
-        f->opened = f->s + 1;
+        f->opened = ngx_max(f->opened, f->s + 1);
         return ngx_http_feed_timelines_size_open(bulk, &pg->users[i],
                                                  f->s + 1, error);
     }
