@@ -1,16 +1,20 @@
 #!/usr/bin/perl
 
 # The capped model's slots (feed_timeline_capped_size), with
-# feed_cache_size 10: 48 posts of 8 authors fanned out concurrently by 2
-# workers to r2, whose timeline is then gone from Redis.
+# feed_cache_size 20: 72 posts of 8 authors made 4 at a time and fanned
+# out concurrently by 2 workers to r2, whose timeline is then gone from
+# Redis.
 #
-#   - by default r2 has twice feed_cache_size slots, 20: the rebuild of
-#     r2's timeline is answered from them alone, without fanout on read
-#     (no query of posts by author), and is what fanout on read gives;
-#   - with feed_timeline_capped_size 10, as many slots as the rebuild asks
-#     for posts, the slots vouch for fewer (the newest entry overwritten
-#     bounds them) and fanout on read makes up the rest: what the default
-#     is for.
+#   - by default r2 has twice feed_cache_size slots, 40: the rebuild of
+#     r2's timeline (20 posts, and whether there are more) is answered
+#     from them alone, without fanout on read (no query of posts by
+#     author), and is what fanout on read gives.  Deliveries come in
+#     about the order of the posts: the 20 slots past the rebuild's are
+#     room for those out of order (a few here, 4 posts at a time);
+#   - with feed_timeline_capped_size 20, as many slots as the rebuild
+#     asks for posts, the slots vouch for fewer (the newest entry
+#     overwritten bounds them) and fanout on read makes up the rest: what
+#     the default is for.
 
 use strict;
 use warnings;
@@ -23,22 +27,22 @@ use FeedTest::Store;
 
 plan skip_all => 'the stand-in\'s command log' if FeedTest::real_mongo();
 
-for my $slots (20, 10) {
+for my $slots (40, 20) {
     my $t = FeedTest->new(fresh_mongo => 1);
 
     $t->start_redis;
     $t->start_mongo;
-    $t->write_conf(FeedTest::Store::conf('capped',
-        $slots == 20 ? () : "feed_timeline_capped_size $slots"))->run;
+    $t->write_conf(FeedTest::Store::conf('capped', 'feed_cache_size 20',
+        $slots == 40 ? () : "feed_timeline_capped_size $slots"))->run;
 
     my $s = FeedTest::Store->new($t);
-    $s->race;
+    $s->race(0, 72, 4);
 
     ok($t->wait_for(10, sub {
         scalar($t->mongo_find('timeline_capped', '{"u": "r2"}')) == $slots
             && (($t->mongo_find('timeline_capped_users',
-                '{"_id": "r2"}'))[0]{n} // 0) >= 48 }),
-        "$slots slots: r2's 48 posts delivered, $slots kept");
+                '{"_id": "r2"}'))[0]{n} // 0) >= 72 }),
+        "$slots slots: r2's 72 posts delivered, $slots kept");
 
     $s->forget('r2');
     my $before = () = $t->mongo_commands;
@@ -53,7 +57,7 @@ for my $slots (20, 10) {
         && ($_->{coll} // '') eq 'posts'
         && exists(($_->{filter} // {})->{author}) } @cmds;
 
-    if ($slots == 20) {
+    if ($slots == 40) {
         is($by_author, 0, 'by default: the rebuild read no posts by author');
     } else {
         ok($by_author > 0, 'as many slots as the cache: fanout on read '

@@ -17,7 +17,7 @@ use FeedTest::Util qw(rd server_conf follow_each none_failed parallel
 sub conf {
     my ($model, @extra) = @_;
     my $extra = join '', map { "    $_;\n" } @extra;
-    return <<"EOF" . server_conf(open => 1) . "}\n";
+    my $conf = <<"EOF" . server_conf(open => 1) . "}\n";
 worker_processes 2;
 thread_pool feedtp threads=4;
 events { worker_connections 256; }
@@ -34,6 +34,10 @@ http {
     feed_fanout_claim_idle 2s;
 $extra
 EOF
+    # an extra feed_cache_size replaces the one of every model's test
+    $conf =~ s/^    feed_cache_size 10;\n//m
+        if grep { /^feed_cache_size\b/ } @extra;
+    return $conf;
 }
 
 sub new {
@@ -168,9 +172,12 @@ sub pages_bad {
 
 # a race: r2 follows 8 authors, reads (a floor), then 48 posts of theirs
 # are made 24 at a time, so that the workers' deliveries to r2 race for
-# the same documents; $gap: seconds between the two batches
+# the same documents; $gap: seconds between the two halves; $n posts
+# instead of 48, $at_once at a time instead of 24
 sub race {
-    my ($self, $gap) = @_;
+    my ($self, $gap, $n, $at_once) = @_;
+    $n ||= 48;
+    $at_once ||= 24;
     my $t = $self->{t};
     my @c = map { "c$_" } 1 .. 8;
     none_failed([ map { follow_each($t, $_, 'r2') } @c ], 'r2 follows 8');
@@ -180,12 +187,13 @@ sub race {
     Time::HiRes::sleep(2.5);
 
     my @reqs = map { my $a = $c[$_ % 8];
-        [ 'POST', "/users/$a/posts", qq({"body": "race $_"}) ] } 0 .. 47;
-    my @res = parallel($t, 24, @reqs[0 .. 23]);
+        [ 'POST', "/users/$a/posts", qq({"body": "race $_"}) ] } 0 .. $n - 1;
+    my $half = int($n / 2);
+    my @res = parallel($t, $at_once, @reqs[0 .. $half - 1]);
     Time::HiRes::sleep($gap) if $gap;
-    push @res, parallel($t, 24, @reqs[24 .. 47]);
+    push @res, parallel($t, $at_once, @reqs[$half .. $n - 1]);
     none_failed([ failed_answers(201, [ map { $_->[1] } @reqs ], @res) ],
-        '48 posts made, 24 at a time');
+        "$n posts made, $at_once at a time");
     for my $i (0 .. $#res) {
         my $id = $res[$i]{json}{id} // next;
         push @{ $self->{posts} }, $id;
