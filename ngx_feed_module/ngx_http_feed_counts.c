@@ -10,10 +10,9 @@
  *
  * "rid" is the run_id of the redis-server that cached the counts: after a
  * restart (from a snapshot older than the last writes, or a failover) the
- * counts of an earlier incarnation are not trusted.  A write that could not
- * reach a running Redis is remembered by the Redis layer and its
- * invalidation replayed as soon as Redis is back; the TTL bounds what is
- * left only if too many such writes pile up meanwhile.
+ * counts of an earlier incarnation are not trusted.  An invalidation that
+ * Redis could not take is applied again from the journal of cache side
+ * effects (ngx_http_feed_effects.c).
  */
 
 
@@ -30,24 +29,6 @@ static size_t ngx_http_feed_counts_key(char *buf,
 static ngx_int_t ngx_http_feed_counts_send_invalidate(ngx_http_request_t *r,
     ngx_http_feed_redis_t *rd, ngx_http_feed_user_t *user,
     ngx_http_feed_redis_pt handler, void *data);
-
-
-static ngx_int_t  ngx_http_feed_counts_invalidations;
-
-
-/* an invalidation that could not reach Redis is sent again once it is back */
-
-ngx_int_t
-ngx_http_feed_counts_init(ngx_http_feed_main_conf_t *fmcf)
-{
-    ngx_http_feed_counts_invalidations = ngx_http_feed_redis_replay_add(
-        fmcf->redis_client, ngx_http_feed_counts_send_invalidate,
-        "too many count invalidations waiting for redis, "
-        "cached counts may be stale for up to " NGX_HTTP_FEED_COUNTS_TTL "s");
-
-    return ngx_http_feed_counts_invalidations == NGX_ERROR
-           ? NGX_ERROR : NGX_OK;
-}
 
 
 ngx_int_t
@@ -185,26 +166,22 @@ ngx_http_feed_counts_warm(ngx_http_request_t *r, ngx_http_feed_redis_t *rd,
 }
 
 
+/*
+ * The user's counts changed in MongoDB: the cached ones go, and the
+ * generation moves so that no reader fills them back from before.
+ * NGX_DECLINED when Redis is not connected; r may be NULL (a sweeper).
+ */
+
 ngx_int_t
 ngx_http_feed_counts_invalidate(ngx_http_request_t *r,
     ngx_http_feed_redis_t *rd, ngx_http_feed_user_t *user,
     ngx_http_feed_redis_pt handler, void *data)
 {
-    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP,
+                   r ? r->connection->log : ngx_cycle->log, 0,
                    "feed counts of \"%s\": invalidating", user->data);
 
-    return ngx_http_feed_redis_replay_send(r, rd,
-                                           ngx_http_feed_counts_invalidations,
-                                           user, handler, data);
-}
-
-
-/* an invalidation sent whose answer was an error: it is sent again */
-
-void
-ngx_http_feed_counts_invalidate_later(ngx_http_feed_user_t *user)
-{
-    ngx_http_feed_redis_replay(ngx_http_feed_counts_invalidations, user);
+    return ngx_http_feed_counts_send_invalidate(r, rd, user, handler, data);
 }
 
 

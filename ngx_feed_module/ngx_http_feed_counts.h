@@ -20,7 +20,6 @@ typedef struct {
 } ngx_http_feed_counts_gen_t;
 
 
-ngx_int_t ngx_http_feed_counts_init(ngx_http_feed_main_conf_t *fmcf);
 ngx_int_t ngx_http_feed_counts_lookup(ngx_http_request_t *r,
     ngx_http_feed_redis_t *rd, ngx_http_feed_user_t *user,
     const char *field, ngx_http_feed_redis_pt handler, void *data);
@@ -33,7 +32,6 @@ void ngx_http_feed_counts_warm(ngx_http_request_t *r,
 ngx_int_t ngx_http_feed_counts_invalidate(ngx_http_request_t *r,
     ngx_http_feed_redis_t *rd, ngx_http_feed_user_t *user,
     ngx_http_feed_redis_pt handler, void *data);
-void ngx_http_feed_counts_invalidate_later(ngx_http_feed_user_t *user);
 
 
 #endif /* _NGX_HTTP_FEED_COUNTS_H_INCLUDED_ */

@@ -89,6 +89,8 @@ ngx_http_feed_err(db, NGX_HTTP_INTERNAL_SERVER_ERROR, "internal",
     "database error");
 ngx_http_feed_err(cache_down, NGX_HTTP_SERVICE_UNAVAILABLE, "unavailable",
     "the cache is unavailable, nothing was deleted");
+ngx_http_feed_err(cache_pending, NGX_HTTP_SERVICE_UNAVAILABLE, "unavailable",
+    "the change is stored, the cache has yet to take it: retry");
 ngx_http_feed_err(timeline_down, NGX_HTTP_SERVICE_UNAVAILABLE, "unavailable",
     "the timeline cannot be built now");
 ngx_http_feed_err(internal, NGX_HTTP_INTERNAL_SERVER_ERROR, "internal",

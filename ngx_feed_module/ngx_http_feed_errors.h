@@ -69,6 +69,7 @@ extern const ngx_http_feed_error_t  ngx_http_feed_err_db_busy;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_db_down;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_db;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_cache_down;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_cache_pending;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_timeline_down;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_internal;
 

@@ -13,7 +13,9 @@
  * a change the filter sets of the cached timelines learn it
  * (ngx_http_feed_timeline_cache.c) before the 204: the user's own, and
  * for a block the blocked user's too, whose timeline must not show the
- * user either.
+ * user either.  These cache side effects are recorded in MongoDB before
+ * the change (ngx_http_feed_effects.c), so that a failure after it, or
+ * Redis refusing them, leaves them to a retry or to the sweeper.
  *
  * The lists are the graph's lists (ngx_http_feed_graph.c) over the
  * filters store: the same pages, cursors and JSON.
@@ -23,7 +25,6 @@
 #include "ngx_http_feed_filters.h"
 #include "ngx_http_feed_filters_store.h"
 #include "ngx_http_feed_graph.h"
-#include "ngx_http_feed_timeline_cache.h"
 
 
 /*
@@ -33,6 +34,7 @@
 typedef struct {
     ngx_http_feed_filter_op_t     filter;
     ngx_http_feed_follow_op_t     unfollow[2];
+    ngx_http_feed_effects_t       fx;
 } ngx_http_feed_filters_change_t;
 
 
@@ -42,9 +44,6 @@ typedef struct {
     ngx_http_feed_main_conf_t       *fmcf;
     ngx_http_feed_filters_change_t   change;
     ngx_http_feed_graph_list_op_t    list;
-
-    /* the cache updates of a change whose replies are awaited */
-    ngx_uint_t                       waiting;
 } ngx_http_feed_filters_ctx_t;
 
 
@@ -58,9 +57,15 @@ static void ngx_http_feed_filter_run(ngx_http_feed_mongo_task_t *t,
     mongoc_client_t *client);
 static ngx_int_t ngx_http_feed_filter_stored(ngx_http_request_t *r,
     void *data);
-static ngx_int_t ngx_http_feed_filter_sets(ngx_http_feed_filters_ctx_t *ctx);
-static void ngx_http_feed_filter_updated(void *data, redisReply *reply);
-static void ngx_http_feed_filter_later(ngx_http_feed_filters_ctx_t *ctx);
+static ngx_int_t ngx_http_feed_filter_write(mongoc_client_t *client,
+    const char *database, ngx_http_feed_filters_change_t *ch,
+    bson_error_t *error);
+static ngx_int_t ngx_http_feed_filter_effects(
+    ngx_http_feed_filters_change_t *ch);
+static void ngx_http_feed_filter_owe(ngx_http_feed_filters_change_t *ch);
+static void ngx_http_feed_filter_effected(ngx_http_feed_effects_t *fx);
+static ngx_int_t ngx_http_feed_filter_answer(ngx_http_request_t *r,
+    ngx_http_feed_filters_change_t *ch);
 static ngx_int_t ngx_http_feed_blocks_args(ngx_http_request_t *r,
     void *data, const ngx_http_feed_error_t **err);
 static ngx_int_t ngx_http_feed_mutes_args(ngx_http_request_t *r,
@@ -152,7 +157,12 @@ ngx_http_feed_filter_start(ngx_http_request_t *r, void *data)
         u->dst = i ? op->src : op->dst;
         u->now = op->now;
         u->max = (int64_t) ctx->fmcf->follow_max;
-        u->kept = ctx->fmcf->timeline_store;
+    }
+
+    ngx_http_feed_effects_init(&ctx->change.fx, r, ctx->fmcf);
+
+    if (ngx_http_feed_filter_effects(&ctx->change) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     ngx_log_debug4(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
@@ -166,11 +176,38 @@ ngx_http_feed_filter_start(ngx_http_request_t *r, void *data)
 
 
 /*
- * The filter, then a block's clean-up: after the block is written, so
- * that a follow racing it either sees the block or is seen here
- * (ngx_http_feed_graph_task.c).  Marked done last: a block cut short is
- * cleaned up again by the next PUT of it.
+ * What a change may do to caches, recorded before it: the user's timeline,
+ * and for a block the other's too, with both users' counts (the follows
+ * the block removes)
  */
+
+static ngx_int_t
+ngx_http_feed_filter_effects(ngx_http_feed_filters_change_t *ch)
+{
+    ngx_uint_t                  i;
+    ngx_http_feed_filter_op_t  *op;
+
+    op = &ch->filter;
+
+    if (op->kind != NGX_HTTP_FEED_FILTER_BLOCK) {
+        return (ngx_http_feed_effects_add(&ch->fx, &op->src,
+                                          NGX_HTTP_FEED_EFFECT_TIMELINE)
+                == NGX_ERROR) ? NGX_ERROR : NGX_OK;
+    }
+
+    for (i = 0; i < 2; i++) {
+        if (ngx_http_feed_graph_effects(&ch->fx, &ch->unfollow[i])
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/* the effects recorded, the change, then what it owes */
 
 static void
 ngx_http_feed_filter_run(ngx_http_feed_mongo_task_t *t,
@@ -178,27 +215,91 @@ ngx_http_feed_filter_run(ngx_http_feed_mongo_task_t *t,
 {
     ngx_http_feed_filters_change_t  *ch = t->data;
 
-    ngx_uint_t  i;
-
-    t->rc = ngx_http_feed_filters_change(client, t->database, &ch->filter,
+    t->rc = ngx_http_feed_effects_record(client, t->database, &ch->fx,
                                          &t->error);
-
-    if (t->rc != NGX_OK || !ch->filter.changed || !ch->filter.want
-        || ch->filter.kind != NGX_HTTP_FEED_FILTER_BLOCK)
-    {
+    if (t->rc != NGX_OK) {
         return;
     }
 
+    t->rc = ngx_http_feed_filter_write(client, t->database, ch, &t->error);
+    if (t->rc != NGX_OK) {
+        return;
+    }
+
+    ngx_http_feed_filter_owe(ch);
+
+    t->rc = ngx_http_feed_effects_owed(client, t->database, &ch->fx,
+                                       &t->error);
+}
+
+
+/*
+ * The filter, then a block's clean-up: after the block is written, so
+ * that a follow racing it either sees the block or is seen here
+ * (ngx_http_feed_graph_task.c).  Marked done last: a block cut short is
+ * cleaned up again by the next PUT of it.
+ */
+
+static ngx_int_t
+ngx_http_feed_filter_write(mongoc_client_t *client, const char *database,
+    ngx_http_feed_filters_change_t *ch, bson_error_t *error)
+{
+    ngx_uint_t  i;
+
+    if (ngx_http_feed_filters_change(client, database, &ch->filter, error)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    if (!ch->filter.changed || !ch->filter.want
+        || ch->filter.kind != NGX_HTTP_FEED_FILTER_BLOCK)
+    {
+        return NGX_OK;
+    }
+
     for (i = 0; i < 2; i++) {
-        t->rc = ngx_http_feed_graph_follow_apply(client, t->database,
-                                                 &ch->unfollow[i], &t->error);
-        if (t->rc != NGX_OK) {
-            return;
+        if (ngx_http_feed_graph_follow_apply(client, database,
+                                             &ch->unfollow[i], error)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
         }
     }
 
-    t->rc = ngx_http_feed_filters_cleaned(client, t->database, &ch->filter,
-                                          &t->error);
+    return ngx_http_feed_filters_cleaned(client, database, &ch->filter,
+                                         error);
+}
+
+
+/*
+ * The filter sets: a mute of t by u is u's reason 'm' for t; a block, u's
+ * reason 'b' for t and t's reason 'B' for u.  The follows a block removed
+ * owe what unfollows owe: their followers' timelines are dropped instead.
+ */
+
+static void
+ngx_http_feed_filter_owe(ngx_http_feed_filters_change_t *ch)
+{
+    ngx_uint_t                  i;
+    ngx_http_feed_filter_op_t  *op;
+
+    op = &ch->filter;
+
+    if (op->changed) {
+        ngx_http_feed_effects_owe_filter(&ch->fx, &op->src, &op->dst,
+                                         op->kind, op->want);
+
+        if (op->kind == NGX_HTTP_FEED_FILTER_BLOCK) {
+            ngx_http_feed_effects_owe_filter(&ch->fx, &op->dst, &op->src,
+                                             NGX_HTTP_FEED_FILTER_BLOCKED,
+                                             op->want);
+        }
+    }
+
+    for (i = 0; i < 2; i++) {
+        ngx_http_feed_graph_owe(&ch->fx, &ch->unfollow[i]);
+    }
 }
 
 
@@ -207,144 +308,63 @@ ngx_http_feed_filter_stored(ngx_http_request_t *r, void *data)
 {
     ngx_http_feed_filters_change_t  *ch = data;
 
-    ngx_int_t                     rc;
-    ngx_uint_t                    i;
-    ngx_http_feed_filter_op_t    *op;
-    ngx_http_feed_filters_ctx_t  *ctx;
+    ngx_int_t                   rc;
+    ngx_http_feed_filter_op_t  *op;
 
-    ctx = ngx_http_get_module_ctx(r, ngx_http_feed_module);
     op = &ch->filter;
 
     ngx_log_debug4(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "feed filter %c \"%s\" -> \"%s\": stored, changed %ui",
                    op->kind, op->src.data, op->dst.data, op->changed);
 
-    if (op->over) {
-        return ngx_http_feed_over_max(r, NGX_HTTP_FEED_FILTER_MAX_CODE,
-                                      NGX_HTTP_FEED_FILTER_MAX_TEXT, op->max);
-    }
+    rc = ngx_http_feed_effects_apply(&ch->fx, ngx_http_feed_filter_effected);
 
-    if (!op->changed || ctx->fmcf->redis_enabled == 0) {
-        return ngx_http_feed_no_content(r);
-    }
-
-    if (ngx_http_feed_filter_sets(ctx) != NGX_OK) {
+    if (rc == NGX_ERROR) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    /* the follows a block removed: as after unfollows */
-
-    for (i = 0; i < 2; i++) {
-        if (!ch->unfollow[i].changed) {
-            continue;
-        }
-
-        rc = ngx_http_feed_graph_invalidate(r, ctx->fmcf, &ch->unfollow[i],
-                                            ngx_http_feed_filter_updated,
-                                            ctx);
-        if (rc == NGX_ERROR) {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-
-        ctx->waiting += rc;
+    if (rc == NGX_DONE) {
+        return NGX_DONE;
     }
 
-    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                   "feed filter: %ui cache updates sent", ctx->waiting);
-
-    if (ctx->waiting == 0) {
-        return ngx_http_feed_no_content(r);
-    }
-
-    return NGX_DONE;
+    return ngx_http_feed_filter_answer(r, ch);
 }
 
 
-/*
- * The filter sets: a mute of t by u is u's reason 'm' for t; a block, u's
- * reason 'b' for t and t's reason 'B' for u.  One not sent is left to the
- * drop of the cached timeline, replayed when Redis is back.
- */
+static void
+ngx_http_feed_filter_effected(ngx_http_feed_effects_t *fx)
+{
+    ngx_http_feed_filters_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(fx->request, ngx_http_feed_module);
+
+    ngx_http_feed_finalize(fx->request,
+                           ngx_http_feed_filter_answer(fx->request,
+                                                       &ctx->change));
+}
+
+
+/* 204, 422 past feed_filter_max, 503 when a cache has yet to take it */
 
 static ngx_int_t
-ngx_http_feed_filter_sets(ngx_http_feed_filters_ctx_t *ctx)
+ngx_http_feed_filter_answer(ngx_http_request_t *r,
+    ngx_http_feed_filters_change_t *ch)
 {
-    ngx_int_t                   rc;
-    ngx_uint_t                  i, n;
-    ngx_http_feed_filter_op_t  *op;
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "feed filter: answered, over %ui, caches %s",
+                   ch->filter.over, ch->fx.failed ? "pending" : "done");
 
-    op = &ctx->change.filter;
-    n = (op->kind == NGX_HTTP_FEED_FILTER_BLOCK) ? 2 : 1;
-
-    for (i = 0; i < n; i++) {
-        rc = ngx_http_feed_timeline_cache_filter(ctx->request, ctx->fmcf,
-                 i ? &op->dst : &op->src, i ? &op->src : &op->dst,
-                 i ? NGX_HTTP_FEED_FILTER_BLOCKED : op->kind, op->want,
-                 ngx_http_feed_filter_updated, ctx);
-
-        if (rc == NGX_ERROR) {
-            return NGX_ERROR;
-        }
-
-        if (rc == NGX_OK) {
-            ctx->waiting++;
-
-        } else {
-            ngx_http_feed_timeline_cache_drop_later(i ? &op->dst : &op->src);
-        }
+    if (ch->fx.failed) {
+        return ngx_http_feed_error(r, &ngx_http_feed_err_cache_pending);
     }
 
-    return NGX_OK;
-}
-
-
-static void
-ngx_http_feed_filter_updated(void *data, redisReply *reply)
-{
-    ngx_http_feed_filters_ctx_t  *ctx = data;
-
-    if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
-        ngx_http_feed_filter_later(ctx);
+    if (ch->filter.over) {
+        return ngx_http_feed_over_max(r, NGX_HTTP_FEED_FILTER_MAX_CODE,
+                                      NGX_HTTP_FEED_FILTER_MAX_TEXT,
+                                      ch->filter.max);
     }
 
-    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
-                   "feed filter: cache updated%s, %ui to go",
-                   (reply && reply->type != REDIS_REPLY_ERROR)
-                   ? "" : " later", ctx->waiting - 1);
-
-    if (--ctx->waiting) {
-        return;
-    }
-
-    ngx_http_feed_finalize(ctx->request,
-                           ngx_http_feed_no_content(ctx->request));
-}
-
-
-/*
- * An update failed: which one is not known, all are idempotent; the
- * cached timelines go (a rebuild reads the filters from MongoDB)
- */
-
-static void
-ngx_http_feed_filter_later(ngx_http_feed_filters_ctx_t *ctx)
-{
-    ngx_uint_t                       i;
-    ngx_http_feed_filters_change_t  *ch;
-
-    ch = &ctx->change;
-
-    ngx_http_feed_timeline_cache_drop_later(&ch->filter.src);
-
-    if (ch->filter.kind == NGX_HTTP_FEED_FILTER_BLOCK) {
-        ngx_http_feed_timeline_cache_drop_later(&ch->filter.dst);
-    }
-
-    for (i = 0; i < 2; i++) {
-        if (ch->unfollow[i].changed) {
-            ngx_http_feed_graph_invalidate_later(&ch->unfollow[i]);
-        }
-    }
+    return ngx_http_feed_no_content(r);
 }
 
 

@@ -26,12 +26,6 @@ typedef struct {
     ngx_uint_t                    blocked;    /* refused: one of the two
                                                  blocks the other
                                                  (graph_task.c) */
-
-    /*
-     * feed_timeline_store's model (0: none): src's kept timeline is made
-     * again (graph_task.c)
-     */
-    ngx_uint_t                    kept;
 } ngx_http_feed_follow_op_t;
 
 

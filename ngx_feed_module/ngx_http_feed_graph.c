@@ -7,13 +7,15 @@
  *   feed_followers $user;        GET the users following $user
  *
  * MongoDB holds the graph and the counters (ngx_http_feed_follows_store.c);
- * Redis caches the counts in front of it (ngx_http_feed_counts.c).
+ * Redis caches the counts in front of it (ngx_http_feed_counts.c).  What a
+ * change does to the caches (the counts, the follower's timeline) is
+ * recorded before it and applied before the answer
+ * (ngx_http_feed_effects.c): a 204 says every cache took it.
  */
 
 
 #include "ngx_http_feed_graph.h"
 #include "ngx_http_feed_counts.h"
-#include "ngx_http_feed_timeline_cache.h"
 #include "ngx_http_feed_json.h"
 
 
@@ -21,7 +23,7 @@ typedef struct {
     /* first, as in ngx_http_feed_ctx_t: the handler skeleton sets them */
     ngx_http_request_t            *request;
     ngx_http_feed_main_conf_t     *fmcf;
-    ngx_http_feed_follow_op_t      follow;
+    ngx_http_feed_graph_change_t   follow;
     ngx_http_feed_graph_list_op_t  list;
 
     /* the counts' generation read with a list's count, to warm it */
@@ -29,9 +31,6 @@ typedef struct {
 
     /* a list's count field and debug name: "following" or "followers" */
     const char                    *field;
-
-    /* the cache invalidations of a follow whose replies are awaited */
-    ngx_uint_t                     waiting;
 } ngx_http_feed_graph_ctx_t;
 
 
@@ -41,9 +40,9 @@ static ngx_int_t ngx_http_feed_follow_start(ngx_http_request_t *r,
     void *data);
 static ngx_int_t ngx_http_feed_follow_stored(ngx_http_request_t *r,
     void *data);
-static void ngx_http_feed_follow_invalidated(void *data, redisReply *reply);
+static void ngx_http_feed_follow_effected(ngx_http_feed_effects_t *fx);
 static ngx_int_t ngx_http_feed_follow_answer(ngx_http_request_t *r,
-    ngx_http_feed_follow_op_t *op);
+    ngx_http_feed_graph_change_t *ch);
 static ngx_int_t ngx_http_feed_following_args(ngx_http_request_t *r,
     void *data, const ngx_http_feed_error_t **err);
 static ngx_int_t ngx_http_feed_followers_args(ngx_http_request_t *r,
@@ -90,7 +89,8 @@ ngx_http_feed_follow_args(ngx_http_request_t *r, void *data,
 {
     ngx_http_feed_graph_ctx_t  *ctx = data;
 
-    return ngx_http_feed_pair_args(r, &ctx->follow.src, &ctx->follow.dst,
+    return ngx_http_feed_pair_args(r, &ctx->follow.op.src,
+                                   &ctx->follow.op.dst,
                                    &ngx_http_feed_err_self_follow, err);
 }
 
@@ -100,15 +100,23 @@ ngx_http_feed_follow_start(ngx_http_request_t *r, void *data)
 {
     ngx_http_feed_graph_ctx_t  *ctx = data;
 
-    ctx->follow.want = (r->method == NGX_HTTP_PUT);
-    ctx->follow.now = ngx_http_feed_now_ms();
-    ctx->follow.max = (int64_t) ctx->fmcf->follow_max;
-    ctx->follow.kept = ctx->fmcf->timeline_store;
+    ngx_http_feed_follow_op_t  *op;
+
+    op = &ctx->follow.op;
+    op->want = (r->method == NGX_HTTP_PUT);
+    op->now = ngx_http_feed_now_ms();
+    op->max = (int64_t) ctx->fmcf->follow_max;
+
+    ngx_http_feed_effects_init(&ctx->follow.fx, r, ctx->fmcf);
+
+    if (ngx_http_feed_graph_effects(&ctx->follow.fx, op) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
 
     ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "feed %s \"%s\" -> \"%s\": storing",
-                   ctx->follow.want ? "follow" : "unfollow",
-                   ctx->follow.src.data, ctx->follow.dst.data);
+                   op->want ? "follow" : "unfollow", op->src.data,
+                   op->dst.data);
 
     return ngx_http_feed_mongo_request(r, ngx_http_feed_graph_follow_run,
                                        ngx_http_feed_follow_stored,
@@ -116,117 +124,42 @@ ngx_http_feed_follow_start(ngx_http_request_t *r, void *data)
 }
 
 
+/* stored: the caches the change owes are updated before the answer */
+
 static ngx_int_t
 ngx_http_feed_follow_stored(ngx_http_request_t *r, void *data)
 {
-    ngx_http_feed_follow_op_t  *op = data;
+    ngx_http_feed_graph_change_t  *ch = data;
 
-    ngx_int_t                   rc;
-    ngx_http_feed_graph_ctx_t  *ctx;
-
-    ctx = ngx_http_get_module_ctx(r, ngx_http_feed_module);
+    ngx_int_t  rc;
 
     ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "feed follow \"%s\" -> \"%s\": stored, changed %ui",
-                   op->src.data, op->dst.data, op->changed);
+                   ch->op.src.data, ch->op.dst.data, ch->op.changed);
 
-    if (!op->changed || ctx->fmcf->redis_enabled == 0) {
-        return ngx_http_feed_follow_answer(r, op);
-    }
+    rc = ngx_http_feed_effects_apply(&ch->fx, ngx_http_feed_follow_effected);
 
-    rc = ngx_http_feed_graph_invalidate(r, ctx->fmcf, op,
-                                        ngx_http_feed_follow_invalidated,
-                                        ctx);
     if (rc == NGX_ERROR) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    ctx->waiting = rc;
-
-    if (ctx->waiting == 0) {
-        return ngx_http_feed_follow_answer(r, op);
+    if (rc == NGX_DONE) {
+        return NGX_DONE;
     }
 
-    return NGX_DONE;
-}
-
-
-/*
- * After op changed an edge, its answer waits until the cached counts of
- * both users are gone, and the follower's cached timeline: the next read
- * rebuilds it with (or without) the posts of whom they follow now.
- * handler is called with each reply; returns how many are awaited.
- */
-
-ngx_int_t
-ngx_http_feed_graph_invalidate(ngx_http_request_t *r,
-    ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_follow_op_t *op,
-    ngx_http_feed_redis_pt handler, void *data)
-{
-    ngx_int_t              rc, n;
-    ngx_uint_t             i;
-    ngx_http_feed_user_t  *users[2];
-
-    users[0] = &op->src;
-    users[1] = &op->dst;
-    n = 0;
-
-    for (i = 0; i < 2; i++) {
-        rc = ngx_http_feed_counts_invalidate(r, fmcf->redis_client, users[i],
-                                             handler, data);
-        if (rc == NGX_ERROR) {
-            return NGX_ERROR;
-        }
-
-        n += (rc == NGX_OK);
-    }
-
-    rc = ngx_http_feed_timeline_cache_drop(r, fmcf, &op->src, handler, data);
-    if (rc == NGX_ERROR) {
-        return NGX_ERROR;
-    }
-
-    n += (rc == NGX_OK);
-
-    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                   "feed follow \"%s\" -> \"%s\": %i cache invalidations "
-                   "sent", op->src.data, op->dst.data, n);
-
-    return n;
-}
-
-
-/* an invalidation failed: idempotent, all are replayed when Redis is back */
-
-void
-ngx_http_feed_graph_invalidate_later(ngx_http_feed_follow_op_t *op)
-{
-    ngx_http_feed_counts_invalidate_later(&op->src);
-    ngx_http_feed_counts_invalidate_later(&op->dst);
-    ngx_http_feed_timeline_cache_drop_later(&op->src);
+    return ngx_http_feed_follow_answer(r, ch);
 }
 
 
 static void
-ngx_http_feed_follow_invalidated(void *data, redisReply *reply)
+ngx_http_feed_follow_effected(ngx_http_feed_effects_t *fx)
 {
-    ngx_http_feed_graph_ctx_t  *ctx = data;
+    ngx_http_feed_graph_ctx_t  *ctx;
 
-    if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
-        ngx_http_feed_graph_invalidate_later(&ctx->follow);
-    }
+    ctx = ngx_http_get_module_ctx(fx->request, ngx_http_feed_module);
 
-    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
-                   "feed follow: cache invalidated%s, %ui to go",
-                   (reply && reply->type != REDIS_REPLY_ERROR)
-                   ? "" : " later", ctx->waiting - 1);
-
-    if (--ctx->waiting) {
-        return;
-    }
-
-    ngx_http_feed_finalize(ctx->request,
-                           ngx_http_feed_follow_answer(ctx->request,
+    ngx_http_feed_finalize(fx->request,
+                           ngx_http_feed_follow_answer(fx->request,
                                                        &ctx->follow));
 }
 
@@ -235,17 +168,26 @@ ngx_http_feed_follow_invalidated(void *data, redisReply *reply)
  * 204; 403 for a follow between users of whom one blocks the other, 422
  * for one past feed_follow_max.  One that was written and then taken back
  * (a block or concurrent follows came meanwhile) counts as a change: the
- * caches were invalidated before this answer.
+ * caches were invalidated before this answer.  A change whose caches did
+ * not all take it is 503: stored, and completed by a retry or, within
+ * about a second of Redis taking writes again, by the sweeper.
  */
 
 static ngx_int_t
 ngx_http_feed_follow_answer(ngx_http_request_t *r,
-    ngx_http_feed_follow_op_t *op)
+    ngx_http_feed_graph_change_t *ch)
 {
-    ngx_log_debug4(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+    ngx_http_feed_follow_op_t  *op = &ch->op;
+
+    ngx_log_debug5(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "feed follow \"%s\" -> \"%s\": answered, over %ui, "
-                   "blocked %ui", op->src.data, op->dst.data, op->over,
-                   op->blocked);
+                   "blocked %ui, caches %s", op->src.data, op->dst.data,
+                   op->over, op->blocked,
+                   ch->fx.failed ? "pending" : "done");
+
+    if (ch->fx.failed) {
+        return ngx_http_feed_error(r, &ngx_http_feed_err_cache_pending);
+    }
 
     if (op->blocked) {
         return ngx_http_feed_error(r, &ngx_http_feed_err_blocked_follow);

@@ -13,6 +13,7 @@
 #include "ngx_http_feed_util.h"
 #include "ngx_http_feed_redis.h"
 #include "ngx_http_feed_follows_store.h"
+#include "ngx_http_feed_effects.h"
 
 
 /* a list cursor decoded: "<ms>:<user>", and its base64url text */
@@ -58,6 +59,13 @@ typedef struct {
 } ngx_http_feed_graph_list_op_t;
 
 
+/* a follow or an unfollow and its cache side effects, run in a thread */
+typedef struct {
+    ngx_http_feed_follow_op_t     op;
+    ngx_http_feed_effects_t       fx;
+} ngx_http_feed_graph_change_t;
+
+
 extern ngx_http_feed_handler_t  ngx_http_feed_follow_handler;
 extern ngx_http_feed_handler_t  ngx_http_feed_following_handler;
 extern ngx_http_feed_handler_t  ngx_http_feed_followers_handler;
@@ -79,10 +87,10 @@ ngx_int_t ngx_http_feed_graph_list_send(ngx_http_request_t *r,
 ngx_int_t ngx_http_feed_graph_cursor_parse(ngx_str_t *text,
     ngx_http_feed_graph_list_op_t *op);
 
-ngx_int_t ngx_http_feed_graph_invalidate(ngx_http_request_t *r,
-    ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_follow_op_t *op,
-    ngx_http_feed_redis_pt handler, void *data);
-void ngx_http_feed_graph_invalidate_later(ngx_http_feed_follow_op_t *op);
+ngx_int_t ngx_http_feed_graph_effects(ngx_http_feed_effects_t *fx,
+    ngx_http_feed_follow_op_t *op);
+void ngx_http_feed_graph_owe(ngx_http_feed_effects_t *fx,
+    ngx_http_feed_follow_op_t *op);
 
 
 #endif /* _NGX_HTTP_FEED_GRAPH_H_INCLUDED_ */

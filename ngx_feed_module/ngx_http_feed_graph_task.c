@@ -8,7 +8,6 @@
 
 
 #include "ngx_http_feed_graph.h"
-#include "ngx_http_feed_timelines_store.h"
 #include "ngx_http_feed_filters_store.h"
 
 
@@ -33,43 +32,91 @@ static void ngx_http_feed_graph_cursor(char *buf, size_t size,
     ngx_http_feed_graph_pos_t *pos);
 
 
+/*
+ * The cache side effects are recorded first, so that none is lost
+ * whatever happens after the write; then the write, then what it owes
+ * (ngx_http_feed_effects.c)
+ */
+
 void
 ngx_http_feed_graph_follow_run(ngx_http_feed_mongo_task_t *t,
     mongoc_client_t *client)
 {
-    ngx_http_feed_follow_op_t  *op = t->data;
+    ngx_http_feed_graph_change_t  *ch = t->data;
 
-    if (op->want) {
-        t->rc = ngx_http_feed_graph_follow_checked(client, t->database, op,
-                                                   &t->error);
+    t->rc = ngx_http_feed_effects_record(client, t->database, &ch->fx,
+                                         &t->error);
+    if (t->rc != NGX_OK) {
         return;
     }
 
-    t->rc = ngx_http_feed_graph_follow_apply(client, t->database, op,
-                                             &t->error);
+    if (ch->op.want) {
+        t->rc = ngx_http_feed_graph_follow_checked(client, t->database,
+                                                   &ch->op, &t->error);
+    } else {
+        t->rc = ngx_http_feed_graph_follow_apply(client, t->database,
+                                                 &ch->op, &t->error);
+    }
+
+    if (t->rc != NGX_OK) {
+        return;
+    }
+
+    ngx_http_feed_graph_owe(&ch->fx, &ch->op);
+
+    t->rc = ngx_http_feed_effects_owed(client, t->database, &ch->fx,
+                                       &t->error);
 }
 
 
 /*
- * A follow or an unfollow, also a block's clean-up (filters.c); whom the
- * user follows changed: the timeline kept for them in MongoDB, if any, is
- * made again at their next read
+ * What a follow or an unfollow may do to caches, recorded before it: the
+ * follower's timeline (in Redis and kept in MongoDB) and both users'
+ * counts
+ */
+
+ngx_int_t
+ngx_http_feed_graph_effects(ngx_http_feed_effects_t *fx,
+    ngx_http_feed_follow_op_t *op)
+{
+    if (ngx_http_feed_effects_add(fx, &op->src, NGX_HTTP_FEED_EFFECTS_ALL)
+        == NGX_ERROR
+        || ngx_http_feed_effects_add(fx, &op->dst,
+                                     NGX_HTTP_FEED_EFFECT_COUNTS)
+           == NGX_ERROR)
+    {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/* what it did, after it: only a change is owed anything */
+
+void
+ngx_http_feed_graph_owe(ngx_http_feed_effects_t *fx,
+    ngx_http_feed_follow_op_t *op)
+{
+    if (!op->changed) {
+        return;
+    }
+
+    ngx_http_feed_effects_owe(fx, &op->src, NGX_HTTP_FEED_EFFECTS_ALL);
+    ngx_http_feed_effects_owe(fx, &op->dst, NGX_HTTP_FEED_EFFECT_COUNTS);
+}
+
+
+/*
+ * A follow or an unfollow, also a block's clean-up (filters.c); the
+ * caches it changes are the effects' (ngx_http_feed_graph_owe)
  */
 
 ngx_int_t
 ngx_http_feed_graph_follow_apply(mongoc_client_t *client,
     const char *database, ngx_http_feed_follow_op_t *op, bson_error_t *error)
 {
-    ngx_int_t  rc;
-
-    rc = ngx_http_feed_follows_change(client, database, op, error);
-
-    if (rc == NGX_OK && op->changed && op->kept) {
-        rc = ngx_http_feed_timelines_drop(client, database, op->kept,
-                                          &op->src, error);
-    }
-
-    return rc;
+    return ngx_http_feed_follows_change(client, database, op, error);
 }
 
 

@@ -52,6 +52,8 @@ static void ngx_http_feed_metrics_queue_done(void *data);
 static ngx_int_t ngx_http_feed_metrics_send(ngx_http_feed_metrics_ctx_t *ctx);
 static void ngx_http_feed_metrics_family(ngx_buf_t *b, char *name,
     char *type, char *help);
+static void ngx_http_feed_metrics_effects_age(ngx_buf_t *b,
+    ngx_http_feed_stats_t *st);
 static void ngx_http_feed_metrics_plain(ngx_buf_t *b,
     ngx_http_feed_stats_t *st);
 static void ngx_http_feed_metrics_requests(ngx_buf_t *b,
@@ -171,6 +173,18 @@ static ngx_http_feed_metric_t  ngx_http_feed_metrics_plains[] = {
         "Posts stored.", posts_created),
     ngx_http_feed_metric("feed_posts_deleted_total", "counter",
         "Posts deleted.", posts_deleted),
+    ngx_http_feed_metric("feed_effects_applied_total", "counter",
+        "Writes whose cache side effects Redis all took before the answer.",
+        effects_applied),
+    ngx_http_feed_metric("feed_effects_failed_total", "counter",
+        "Tries of cache side effects Redis did not take (writes answered "
+        "503, sweeper tries), left to the sweeper.", effects_failed),
+    ngx_http_feed_metric("feed_effects_swept_total", "counter",
+        "Users whose cache side effects left over the sweeper applied.",
+        effects_swept),
+    ngx_http_feed_metric("feed_effects_pending", "gauge",
+        "Users with cache side effects not applied yet, in the whole "
+        "deployment, as this node's sweeper last counted.", effects_pending),
 
     { NULL, NULL, NULL, 0 }
 };
@@ -392,6 +406,7 @@ ngx_http_feed_metrics_send(ngx_http_feed_metrics_ctx_t *ctx)
         "Time MongoDB tasks waited for a thread of the pool.",
         &st->mongo_wait);
 
+    ngx_http_feed_metrics_effects_age(b, st);
     ngx_http_feed_metrics_queue(b, &ctx->queue);
 
     /* ngx_slprintf() stops at the end: a full buffer is a cut answer */
@@ -420,6 +435,29 @@ ngx_http_feed_metrics_family(ngx_buf_t *b, char *name, char *type,
 {
     b->last = ngx_slprintf(b->last, b->end, "# HELP %s %s\n# TYPE %s %s\n",
                            name, help, name, type);
+}
+
+
+/* how long the oldest effect left over has waited, 0 when none has */
+
+static void
+ngx_http_feed_metrics_effects_age(ngx_buf_t *b, ngx_http_feed_stats_t *st)
+{
+    int64_t  age;
+
+    age = 0;
+
+    if (st->effects_pending && st->effects_oldest) {
+        age = ngx_http_feed_now_ms() - (int64_t) st->effects_oldest;
+        age = ngx_max(age, 0);
+    }
+
+    ngx_http_feed_metrics_family(b, "feed_effects_oldest_age_seconds",
+        "gauge", "Age of the oldest cache side effect not applied yet.");
+
+    b->last = ngx_slprintf(b->last, b->end,
+                           "feed_effects_oldest_age_seconds %L.%03L\n",
+                           age / 1000, age % 1000);
 }
 
 

@@ -11,7 +11,7 @@
 #include "ngx_http_feed_module.h"
 #include "ngx_http_feed_redis.h"
 #include "ngx_http_feed_mongo.h"
-#include "ngx_http_feed_counts.h"
+#include "ngx_http_feed_effects.h"
 #include "ngx_http_feed_outbox.h"
 #include "ngx_http_feed_graph.h"
 #include "ngx_http_feed_filters.h"
@@ -1432,9 +1432,7 @@ ngx_http_feed_init_process(ngx_cycle_t *cycle)
             return NGX_ERROR;
         }
 
-        if (ngx_http_feed_counts_init(fmcf) != NGX_OK
-            || ngx_http_feed_timeline_cache_init(fmcf) != NGX_OK)
-        {
+        if (ngx_http_feed_timeline_cache_init(fmcf) != NGX_OK) {
             return NGX_ERROR;
         }
     }
@@ -1447,6 +1445,7 @@ ngx_http_feed_init_process(ngx_cycle_t *cycle)
     }
 
     if (ngx_http_feed_outbox_init(cycle, fmcf) != NGX_OK
+        || ngx_http_feed_effects_sweep_init(cycle, fmcf) != NGX_OK
         || ngx_http_feed_timeline_init() != NGX_OK)
     {
         return NGX_ERROR;
@@ -1482,6 +1481,7 @@ ngx_http_feed_exit_process(ngx_cycle_t *cycle)
 
     ngx_http_feed_schema_exit();
     ngx_http_feed_outbox_exit();
+    ngx_http_feed_effects_sweep_exit();
     ngx_http_feed_fanout_exit();
     ngx_http_feed_timeline_watch_exit();
     ngx_http_feed_timeline_local_exit();

@@ -144,6 +144,18 @@ typedef struct {
     ngx_atomic_t                  posts_created;
     ngx_atomic_t                  posts_deleted;
 
+    /*
+     * Cache side effects of writes (ngx_http_feed_effects.c): writes
+     * whose effects were applied at once, or not (left to the sweeper),
+     * entries the sweeper applied; and the journal as the node's sweeper
+     * last counted it: entries, and when the oldest was recorded (ms)
+     */
+    ngx_atomic_t                  effects_applied;
+    ngx_atomic_t                  effects_failed;
+    ngx_atomic_t                  effects_swept;
+    ngx_atomic_t                  effects_pending;
+    ngx_atomic_t                  effects_oldest;
+
     ngx_http_feed_histogram_t     rebuild;
     ngx_http_feed_histogram_t     fallback;
     ngx_http_feed_histogram_t     mongo_wait;

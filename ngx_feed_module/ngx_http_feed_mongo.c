@@ -829,3 +829,28 @@ ngx_http_feed_mongo_insert_new(mongoc_collection_t *coll,
 
     return upserted ? NGX_OK : NGX_AGAIN;
 }
+
+
+/* the statements of a bulk whose upsert made a document: the reply says */
+
+void
+ngx_http_feed_mongo_upserted(const bson_t *reply, u_char *made, size_t n)
+{
+    int64_t      i;
+    bson_iter_t  it, u, f;
+
+    if (!bson_iter_init_find(&it, reply, "upserted")
+        || !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &u))
+    {
+        return;
+    }
+
+    while (bson_iter_next(&u)) {
+        if (BSON_ITER_HOLDS_DOCUMENT(&u) && bson_iter_recurse(&u, &f)
+            && bson_iter_find(&f, "index")
+            && (i = bson_iter_as_int64(&f)) >= 0 && (size_t) i < n)
+        {
+            made[i] = 1;
+        }
+    }
+}

@@ -124,6 +124,8 @@ ngx_int_t ngx_http_feed_mongo_each_user(mongoc_collection_t *coll,
     const bson_t *filter, const bson_t *opts, const char *key,
     const char *time, ngx_http_feed_mongo_user_pt each, void *data,
     ngx_uint_t *skipped, bson_error_t *error);
+void ngx_http_feed_mongo_upserted(const bson_t *reply, u_char *made,
+    size_t n);
 ngx_int_t ngx_http_feed_mongo_insert_new(mongoc_collection_t *coll,
     const bson_t *selector, const bson_t *fields, bson_error_t *error);
 void ngx_http_feed_mongo_newest(bson_t *opts, const char *time,

@@ -141,17 +141,6 @@ typedef struct {
     ngx_http_feed_redis_call_arg(call, i, s, sizeof("" s) - 1)
 
 
-/*
- * An idempotent write for a user, sent again once Redis is back if it
- * could not reach it (ngx_http_feed_redis_replay.c); r: NULL when it is
- * the worker's own.  NGX_OK when sent, the handler then tells how it
- * went; NGX_DECLINED when Redis is unavailable.
- */
-typedef ngx_int_t (*ngx_http_feed_redis_replay_pt)(ngx_http_request_t *r,
-    ngx_http_feed_redis_t *rd, ngx_http_feed_user_t *user,
-    ngx_http_feed_redis_pt handler, void *data);
-
-
 typedef enum {
     NGX_HTTP_FEED_REDIS_DOWN = 0,
     NGX_HTTP_FEED_REDIS_CONNECTING,
@@ -203,13 +192,6 @@ void ngx_http_feed_redis_call_init(ngx_http_feed_redis_call_t *call,
 ngx_int_t ngx_http_feed_redis_call(ngx_http_request_t *r,
     ngx_http_feed_redis_t *rd, ngx_http_feed_redis_call_t *call,
     ngx_http_feed_redis_pt handler, void *data);
-
-ngx_int_t ngx_http_feed_redis_replay_add(ngx_http_feed_redis_t *rd,
-    ngx_http_feed_redis_replay_pt send, const char *full);
-ngx_int_t ngx_http_feed_redis_replay_send(ngx_http_request_t *r,
-    ngx_http_feed_redis_t *rd, ngx_int_t kind, ngx_http_feed_user_t *user,
-    ngx_http_feed_redis_pt handler, void *data);
-void ngx_http_feed_redis_replay(ngx_int_t kind, ngx_http_feed_user_t *user);
 
 ngx_http_feed_redis_state_e ngx_http_feed_redis_state(
     ngx_http_feed_redis_t *rd);

@@ -14,6 +14,7 @@
 #include "ngx_http_feed_filters_store.h"
 #include "ngx_http_feed_posts_store.h"
 #include "ngx_http_feed_idempotency_store.h"
+#include "ngx_http_feed_effects_store.h"
 #include "ngx_http_feed_timelines_store.h"
 
 
@@ -49,6 +50,7 @@ static ngx_http_feed_mongo_indexes_t  *ngx_http_feed_schema_stores[] = {
     &ngx_http_feed_filters_indexes,
     &ngx_http_feed_posts_indexes,
     &ngx_http_feed_idempotency_indexes,
+    &ngx_http_feed_effects_indexes,
     NULL
 };
 

@@ -43,6 +43,8 @@ static ngx_int_t ngx_http_feed_status_start(ngx_http_request_t *r,
     void *data);
 static void ngx_http_feed_status_redis_reply(void *data, redisReply *reply);
 static void ngx_http_feed_status_queue_done(void *data);
+static ngx_int_t ngx_http_feed_status_effects(bson_t *doc,
+    ngx_http_feed_stats_t *st);
 static ngx_int_t ngx_http_feed_status_fanout(ngx_http_feed_status_ctx_t *ctx,
     bson_t *doc);
 static ngx_int_t ngx_http_feed_status_node(bson_t *doc);
@@ -422,6 +424,39 @@ ngx_http_feed_status_fanout(ngx_http_feed_status_ctx_t *ctx, bson_t *doc)
 
 
 /*
+ * The cache side effects of writes: applied at once, failed, applied by
+ * the sweeper; and those pending in the whole deployment, as this node's
+ * sweeper last counted them, with the age of the oldest
+ */
+
+static ngx_int_t
+ngx_http_feed_status_effects(bson_t *doc, ngx_http_feed_stats_t *st)
+{
+    bson_t   part;
+    int64_t  age;
+
+    age = 0;
+
+    if (st->effects_pending && st->effects_oldest) {
+        age = ngx_http_feed_now_ms() - (int64_t) st->effects_oldest;
+        age = ngx_max(age, 0);
+    }
+
+    if (!BSON_APPEND_DOCUMENT_BEGIN(doc, "effects", &part)) {
+        return NGX_ERROR;
+    }
+
+    BSON_APPEND_INT64(&part, "applied", (int64_t) st->effects_applied);
+    BSON_APPEND_INT64(&part, "failed", (int64_t) st->effects_failed);
+    BSON_APPEND_INT64(&part, "swept", (int64_t) st->effects_swept);
+    BSON_APPEND_INT64(&part, "pending", (int64_t) st->effects_pending);
+    BSON_APPEND_INT64(&part, "oldest_ms", age);
+
+    return bson_append_document_end(doc, &part) ? NGX_OK : NGX_ERROR;
+}
+
+
+/*
  * The same counters for all the workers of this nginx together, since it
  * started (reloads included): what a monitor that reaches any worker wants.
  */
@@ -473,6 +508,10 @@ ngx_http_feed_status_node(bson_t *doc)
     BSON_APPEND_DOCUMENT_BEGIN(&sub, "local_pages", &part);
     BSON_APPEND_INT64(&part, "answered", (int64_t) st->local_answers);
     bson_append_document_end(&sub, &part);
+
+    if (ngx_http_feed_status_effects(&sub, st) != NGX_OK) {
+        return NGX_ERROR;
+    }
 
     if (ngx_http_feed_pull_node_status(&sub, st) != NGX_OK) {
         return NGX_ERROR;

@@ -95,9 +95,6 @@ static ngx_int_t ngx_http_feed_timeline_cache_warm_items(
     ngx_http_request_t *r, ngx_http_feed_redis_call_t *call, bson_t *items);
 static ngx_int_t ngx_http_feed_timeline_cache_warm_item(void *data,
     ngx_str_t *id, ngx_str_t *json);
-static ngx_int_t ngx_http_feed_timeline_cache_send_drop(
-    ngx_http_request_t *r, ngx_http_feed_redis_t *rd,
-    ngx_http_feed_user_t *user, ngx_http_feed_redis_pt handler, void *data);
 static ngx_http_feed_redis_call_t *ngx_http_feed_timeline_cache_batch(
     ngx_log_t *log, ngx_http_feed_redis_script_t *script,
     ngx_http_feed_user_t *users, ngx_uint_t n);
@@ -144,27 +141,15 @@ ngx_str_t  ngx_http_feed_timeline_cache_deleting_key =
     ngx_string(NGX_HTTP_FEED_DELETING);
 
 static ngx_http_feed_main_conf_t  *ngx_http_feed_timeline_cache_fmcf;
-static ngx_int_t                   ngx_http_feed_timeline_cache_drops;
 
 /* feed:deleting is being read to make its copies */
 static ngx_uint_t                  ngx_http_feed_timeline_cache_copying;
 
 
-/* a drop that could not reach Redis is sent again once it is back */
-
 ngx_int_t
 ngx_http_feed_timeline_cache_init(ngx_http_feed_main_conf_t *fmcf)
 {
     ngx_http_feed_timeline_cache_fmcf = fmcf;
-
-    ngx_http_feed_timeline_cache_drops = ngx_http_feed_redis_replay_add(
-        fmcf->redis_client, ngx_http_feed_timeline_cache_send_drop,
-        "too many timeline drops waiting for redis, cached timelines "
-        "may be stale until they expire");
-
-    if (ngx_http_feed_timeline_cache_drops == NGX_ERROR) {
-        return NGX_ERROR;
-    }
 
     /* a cluster's map, new or changed: each master needs its copy */
 
@@ -1041,34 +1026,15 @@ ngx_http_feed_timeline_cache_warm_item(void *data, ngx_str_t *id,
 
 
 /*
- * The user's follows changed: the cached timeline goes, and a rebuild
- * that began before is not warmed.  A drop that could not be sent is
- * sent again once Redis is back.
+ * The user's follows or filters changed: the cached timeline goes, and a
+ * rebuild that began before is not warmed.  NGX_DECLINED when Redis is
+ * not connected; r may be NULL (the sweeper of ngx_http_feed_effects.c,
+ * which applies again a drop Redis could not take).
  */
 
 ngx_int_t
 ngx_http_feed_timeline_cache_drop(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
-    ngx_http_feed_redis_pt handler, void *data)
-{
-    return ngx_http_feed_redis_replay_send(r, fmcf->redis_client,
-                                           ngx_http_feed_timeline_cache_drops,
-                                           user, handler, data);
-}
-
-
-/* a drop sent whose answer was an error: idempotent, it is sent again */
-
-void
-ngx_http_feed_timeline_cache_drop_later(ngx_http_feed_user_t *user)
-{
-    ngx_http_feed_redis_replay(ngx_http_feed_timeline_cache_drops, user);
-}
-
-
-static ngx_int_t
-ngx_http_feed_timeline_cache_send_drop(ngx_http_request_t *r,
-    ngx_http_feed_redis_t *rd, ngx_http_feed_user_t *user,
     ngx_http_feed_redis_pt handler, void *data)
 {
     char                        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_NKEYS]
@@ -1078,6 +1044,10 @@ ngx_http_feed_timeline_cache_send_drop(ngx_http_request_t *r,
                                     NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_ARGC];
     const char                 *argv[NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_ARGC];
     ngx_http_feed_redis_call_t  call;
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP,
+                   r ? r->connection->log : ngx_cycle->log, 0,
+                   "feed timeline of \"%s\": dropping", user->data);
 
     ngx_http_feed_redis_call_init(&call, &ngx_http_feed_script_timeline_drop,
                                   argv, argvlen,
@@ -1106,7 +1076,8 @@ ngx_http_feed_timeline_cache_send_drop(ngx_http_request_t *r,
         ngx_sprintf(ttl, "%T", ngx_http_feed_timeline_cache_fmcf->cache_ttl)
         - ttl);
 
-    return ngx_http_feed_redis_call(r, rd, &call, handler, data);
+    return ngx_http_feed_redis_call(r, fmcf->redis_client, &call, handler,
+                                    data);
 }
 
 

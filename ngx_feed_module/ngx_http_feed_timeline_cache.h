@@ -128,7 +128,6 @@ ngx_int_t ngx_http_feed_timeline_cache_warm(ngx_http_request_t *r,
 ngx_int_t ngx_http_feed_timeline_cache_drop(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
     ngx_http_feed_redis_pt handler, void *data);
-void ngx_http_feed_timeline_cache_drop_later(ngx_http_feed_user_t *user);
 ngx_int_t ngx_http_feed_timeline_cache_filter(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
     ngx_http_feed_user_t *author, u_char kind, ngx_uint_t add,

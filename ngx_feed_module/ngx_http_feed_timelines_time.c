@@ -32,8 +32,6 @@ static ngx_int_t ngx_http_feed_timelines_time_bulk(mongoc_collection_t *coll,
     ngx_http_feed_user_t *users, size_t n, size_t *again, u_char *opened,
     int64_t t, const bson_t *update, const bson_oid_t *id,
     bson_error_t *error);
-static void ngx_http_feed_timelines_time_opened(const bson_t *reply,
-    u_char *opened, size_t n);
 static ngx_int_t ngx_http_feed_timelines_time_trim(mongoc_collection_t *coll,
     ngx_http_feed_timelines_conf_t *tc, ngx_http_feed_user_t *users,
     size_t n, const u_char *opened, int64_t t, bson_error_t *error);
@@ -180,7 +178,7 @@ ngx_http_feed_timelines_time_bulk(mongoc_collection_t *coll,
     mongoc_bulk_operation_destroy(bulk);
 
     if (opened) {
-        ngx_http_feed_timelines_time_opened(&reply, opened, n);
+        ngx_http_feed_mongo_upserted(&reply, opened, n);
     }
 
     if (ok || again == NULL || !bson_iter_init_find(&it, &reply, "writeErrors")
@@ -226,32 +224,6 @@ ngx_http_feed_timelines_time_bulk(mongoc_collection_t *coll,
     again[0] = m;
 
     return NGX_AGAIN;
-}
-
-
-/* the users whose bucket an upsert made: the bulk reply's "upserted" */
-
-static void
-ngx_http_feed_timelines_time_opened(const bson_t *reply, u_char *opened,
-    size_t n)
-{
-    int64_t      i;
-    bson_iter_t  it, u, f;
-
-    if (!bson_iter_init_find(&it, reply, "upserted")
-        || !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &u))
-    {
-        return;
-    }
-
-    while (bson_iter_next(&u)) {
-        if (BSON_ITER_HOLDS_DOCUMENT(&u) && bson_iter_recurse(&u, &f)
-            && bson_iter_find(&f, "index")
-            && (i = bson_iter_as_int64(&f)) >= 0 && (size_t) i < n)
-        {
-            opened[i] = 1;
-        }
-    }
 }
 
 

@@ -202,28 +202,55 @@ sub model_followers {
 
 # both lists of each user, walked whole: every page's count, the number of
 # items and the model agree; no id twice; newest first
-sub check_users {
-    my ($name, @users) = @_;
+sub users_wrong {
+    my (@users) = @_;
+    my @why;
     for my $u (@users) {
         for my $which (qw(following followers)) {
             my $w = walk($u, $which, 100);
             my $want = $which eq 'following'
                 ? model_following($u) : model_followers($u);
-            my $ok = !@{$w->{problems}};
-            my @why = @{$w->{problems}};
-            if ($ok) {
+            my @w = @{$w->{problems}};
+            if (!@w) {
                 my @bad = grep { $_ != @$want } @{$w->{counts}};
-                push @why, "counts @{$w->{counts}}, want " . scalar @$want
+                push @w, "counts @{$w->{counts}}, want " . scalar @$want
                     if @bad;
-                push @why, "ids: [@{[ sort @{$w->{ids}} ]}], want [@$want]"
+                push @w, "ids: [@{[ sort @{$w->{ids}} ]}], want [@$want]"
                     unless join(' ', sort @{$w->{ids}}) eq join(' ', @$want);
                 my $ni = non_increasing($w->{items});
-                push @why, "order: $ni" if $ni;
+                push @w, "order: $ni" if $ni;
             }
-            ok(!@why, "$name: $which of $u: count, items and model agree")
-                or diag(join "\n", @why);
+            push @why, map { "$which of $u: $_" } @w;
         }
     }
+    return @why;
+}
+
+sub check_users {
+    my ($name, @users) = @_;
+    for my $u (@users) {
+        my @why = users_wrong($u);
+        ok(!@why, "$name: following and followers of $u: count, items and "
+            . "model agree") or diag(join "\n", @why);
+    }
+}
+
+# A change stored while Redis cannot take its cache side effects: 503, and
+# the sweeper completes it once Redis is back (docs/graph.md)
+sub is_pending {
+    my ($r, $name) = @_;
+    ok($r->{status} == 503 && ($r->{headers}{'retry-after'} // '') eq '1'
+        && ($r->{json}{error} // '') eq 'unavailable',
+        "$name: 503, stored, the cache pending") or diag(short($r));
+}
+
+sub counts_right_soon {
+    my ($name, @users) = @_;
+    my @why;
+    ok($t->wait_for(3, sub { !(@why = users_wrong(@users)) }),
+        "$name: the caches took the changes within 3 s")
+        or diag(join "\n", @why);
+    counts_right($name, @users);
 }
 
 # writes seen by MongoDB (the stand-in's command log) and by Redis
@@ -693,15 +720,16 @@ sub counts_right {
         or diag("took $r->{elapsed}");
     check_users('redis stopped: served from MongoDB', qw(r1 r2 r3));
 
-    is_204(follow('r1', 'r3'), 'redis stopped: follow');
+    is_pending(follow('r1', 'r3'), 'redis stopped: follow');
     $F{r1}{r3} = 1;
-    is_204(unfollow('r1', 'r2'), 'redis stopped: unfollow');
+    is_pending(unfollow('r1', 'r2'), 'redis stopped: unfollow');
     delete $F{r1}{r2};
     check_users('redis stopped: after writes', qw(r1 r2 r3));
 
     $t->start_redis;
     ok($t->wait_for(8, sub { status_all($t, 'redis') }), 'redis back');
-    counts_right('redis back (empty)', qw(r1 r2 r3));
+    counts_right_soon('redis back (empty)', qw(r1 r2 r3));
+    is_204(follow('r1', 'r3'), 'redis back: the follow retried');
 
     # B. restarted from a snapshot taken before writes made while it was
     # down, as a persistent Redis would: the cached counts in it are stale
@@ -709,23 +737,23 @@ sub counts_right {
     is(eval { $t->redis('SAVE') } // "$@", 'OK', 'redis snapshot saved');
     $t->stop_redis;
 
-    is_204(follow('r1', 'r4'), 'redis stopped again: follow');
+    is_pending(follow('r1', 'r4'), 'redis stopped again: follow');
     $F{r1}{r4} = 1;
-    is_204(unfollow('r1', 'r3'), 'redis stopped again: unfollow');
+    is_pending(unfollow('r1', 'r3'), 'redis stopped again: unfollow');
     delete $F{r1}{r3};
     check_users('redis stopped again', qw(r1 r3 r4));
 
     $t->start_redis;
     ok($t->wait_for(8, sub { status_all($t, 'redis') }),
         'redis back from its snapshot');
-    counts_right('redis back from a stale snapshot', qw(r1 r3 r4));
+    counts_right_soon('redis back from a stale snapshot', qw(r1 r3 r4));
 
     # C. hung (SIGSTOP) while a follow happens, then resumed with its data
     counts_right('caches warm before the hang', qw(r5 r6));
     $t->signal('redis', 'STOP');
 
     $r = follow('r5', 'r6');
-    is_204($r, 'redis hung: follow');
+    is_pending($r, 'redis hung: follow');
     ok($r->{elapsed} < 3, 'redis hung: the follow did not wait long')
         or diag("took $r->{elapsed}");
     $F{r5}{r6} = 1;
@@ -733,8 +761,8 @@ sub counts_right {
 
     $t->signal('redis', 'CONT');
     ok($t->wait_for(8, sub { status_all($t, 'redis') }), 'redis resumed');
-    sleep 0.3;
-    counts_right('redis resumed with old data', qw(r5 r6));
+    counts_right_soon('redis resumed with old data', qw(r5 r6));
+    is_204(follow('r5', 'r6'), 'redis resumed: the follow retried');
 }
 
 # ----------------------------------------------------- 5. MongoDB down --

@@ -66,18 +66,23 @@ is(followers_count(), 1, 'then served from the cache');
 $t->stop_proc('redisproxy', 'TERM');
 ok($t->wait_for(5, sub { !redis_up() }), 'redis unreachable');
 
-is($t->http('PUT', '/users/pcat/following/pbob')->{status}, 204,
-    'pcat follows pbob while redis is unreachable');
-is(followers_count(), 2, 'count served from MongoDB meanwhile');
+my $r = $t->http('PUT', '/users/pcat/following/pbob');
+is($r->{status}, 503, 'pcat follows pbob while redis is unreachable: 503');
+is($r->{headers}{'retry-after'}, '1', 'with Retry-After');
+is(followers_count(), 2, 'the follow is stored: count served from MongoDB');
 is(cached(), '1', 'the count cached in Redis is now stale');
 
-# reachable again: the worker replays the invalidation before anything else
+# reachable again: the sweeper applies the invalidation left over
 
 $t->start_proxy('redisproxy', $t->port('redis'));
 ok($t->wait_for(8, \&redis_up), 'redis reachable again');
 
+ok($t->wait_for(2, sub { cached() ne '1' }),
+    'the stale count is gone from Redis within 2 s');
 is(followers_count(), 2, 'no stale count after the partition');
-like(cached(), qr/^(none|2)$/, 'the stale count is gone from Redis');
+like(cached(), qr/^(none|2)$/, 'nor in Redis');
+is($t->http('PUT', '/users/pcat/following/pbob')->{status}, 204,
+    'the follow retried: 204');
 
 $t->stop_proc('redisproxy', 'TERM');
 $t->done;

@@ -1,0 +1,512 @@
+
+/*
+ * ngx_feed_module: the cache side effects of a write, made durable.
+ *
+ * A write that changes what a user's caches may show (a follow, an
+ * unfollow, a block, a mute) has three steps:
+ *
+ *   1. thread, before the write: the effects it may have are recorded in
+ *      MongoDB (ngx_http_feed_effects_store.c), under a token of its own;
+ *   2. thread, after the write: the effects it does have are known, and an
+ *      entry found there before adds them all (an earlier try of the same
+ *      write, cut short); the MongoDB part (the kept timeline) is done,
+ *      and the entry is held again, or cleared when nothing is owed;
+ *   3. event loop: the Redis part is sent; when every reply is a success
+ *      the entry is cleared, otherwise it is left to the sweeper
+ *      (ngx_http_feed_effects_sweep.c), sooner than its lease, and the
+ *      request says so (503: the change is stored, retry).
+ *
+ * Every effect is idempotent and only ever drops or re-derives cached
+ * state from MongoDB, so applying one twice, or one a write did not need
+ * after all, costs a rebuild and nothing else.
+ */
+
+
+#include "ngx_http_feed_effects.h"
+#include "ngx_http_feed_counts.h"
+#include "ngx_http_feed_timeline_cache.h"
+#include "ngx_http_feed_timelines_store.h"
+
+
+/* the entries a write's last step clears, or hands to the sweeper */
+typedef struct {
+    ngx_http_feed_user_t          users[NGX_HTTP_FEED_EFFECTS_USERS];
+    bson_oid_t                    tokens[NGX_HTTP_FEED_EFFECTS_USERS];
+    ngx_uint_t                    n;
+    ngx_uint_t                    failed;
+    int64_t                       now;
+} ngx_http_feed_effects_end_t;
+
+
+static ngx_uint_t ngx_http_feed_effects_mask(ngx_http_feed_effects_t *fx,
+    ngx_uint_t effects);
+static ngx_int_t ngx_http_feed_effects_find(ngx_http_feed_effects_t *fx,
+    ngx_http_feed_user_t *user);
+static int64_t ngx_http_feed_effects_now(void);
+static void ngx_http_feed_effects_replied(void *data, redisReply *reply);
+static void ngx_http_feed_effects_end(ngx_http_feed_effects_t *fx);
+static void ngx_http_feed_effects_end_run(ngx_http_feed_mongo_task_t *t,
+    mongoc_client_t *client);
+
+
+void
+ngx_http_feed_effects_init(ngx_http_feed_effects_t *fx,
+    ngx_http_request_t *r, ngx_http_feed_main_conf_t *fmcf)
+{
+    ngx_memzero(fx, sizeof(ngx_http_feed_effects_t));
+
+    fx->request = r;
+    fx->fmcf = fmcf;
+    fx->kept = fmcf->timeline_store;
+
+    bson_oid_init(&fx->token, NULL);
+}
+
+
+/*
+ * What the write may do to user's caches, before it: NGX_DECLINED when
+ * nothing of it applies here (no Redis, no timelines kept in MongoDB)
+ */
+
+ngx_int_t
+ngx_http_feed_effects_add(ngx_http_feed_effects_t *fx,
+    ngx_http_feed_user_t *user, ngx_uint_t effects)
+{
+    ngx_int_t                i;
+    ngx_http_feed_effect_t  *e;
+
+    effects = ngx_http_feed_effects_mask(fx, effects);
+
+    if (effects == 0) {
+        return NGX_DECLINED;
+    }
+
+    i = ngx_http_feed_effects_find(fx, user);
+
+    if (i == NGX_ERROR) {
+        if (fx->n == NGX_HTTP_FEED_EFFECTS_USERS) {
+            return NGX_ERROR;
+        }
+
+        i = fx->n++;
+        fx->users[i].user = *user;
+    }
+
+    e = &fx->users[i];
+    e->effects |= effects;
+
+    return NGX_OK;
+}
+
+
+/*
+ * What the write did do to user's caches, after it, in its thread: a
+ * timeline owed this way is dropped, whatever filter change it also owes
+ */
+
+void
+ngx_http_feed_effects_owe(ngx_http_feed_effects_t *fx,
+    ngx_http_feed_user_t *user, ngx_uint_t effects)
+{
+    ngx_int_t  i;
+
+    i = ngx_http_feed_effects_find(fx, user);
+
+    if (i == NGX_ERROR) {
+        return;
+    }
+
+    fx->need[i] |= effects & fx->users[i].effects;
+
+    if (effects & NGX_HTTP_FEED_EFFECT_TIMELINE) {
+        fx->filter[i].author = NULL;
+    }
+}
+
+
+/*
+ * A read filter of user changed: the cached timeline learns it in place
+ * (scripts/timeline_filter.lua), unless it is owed a drop anyway
+ */
+
+void
+ngx_http_feed_effects_owe_filter(ngx_http_feed_effects_t *fx,
+    ngx_http_feed_user_t *user, ngx_http_feed_user_t *author, u_char kind,
+    ngx_uint_t add)
+{
+    ngx_int_t  i;
+
+    i = ngx_http_feed_effects_find(fx, user);
+
+    if (i == NGX_ERROR
+        || !(fx->users[i].effects & NGX_HTTP_FEED_EFFECT_TIMELINE))
+    {
+        return;
+    }
+
+    if ((fx->need[i] & NGX_HTTP_FEED_EFFECT_TIMELINE)
+        && fx->filter[i].author == NULL)
+    {
+        return;
+    }
+
+    fx->need[i] |= NGX_HTTP_FEED_EFFECT_TIMELINE;
+    fx->filter[i].author = author;
+    fx->filter[i].kind = kind;
+    fx->filter[i].add = add;
+}
+
+
+static ngx_uint_t
+ngx_http_feed_effects_mask(ngx_http_feed_effects_t *fx, ngx_uint_t effects)
+{
+    if (!fx->fmcf->redis_enabled) {
+        effects &= ~(NGX_HTTP_FEED_EFFECT_TIMELINE
+                     |NGX_HTTP_FEED_EFFECT_COUNTS);
+    }
+
+    if (fx->kept == 0) {
+        effects &= ~NGX_HTTP_FEED_EFFECT_KEPT;
+    }
+
+    return effects;
+}
+
+
+static ngx_int_t
+ngx_http_feed_effects_find(ngx_http_feed_effects_t *fx,
+    ngx_http_feed_user_t *user)
+{
+    ngx_uint_t  i;
+
+    for (i = 0; i < fx->n; i++) {
+        if (fx->users[i].user.len == user->len
+            && ngx_strcmp(fx->users[i].user.data, user->data) == 0)
+        {
+            return i;
+        }
+    }
+
+    return NGX_ERROR;
+}
+
+
+/* step 1, in the write's thread before it */
+
+ngx_int_t
+ngx_http_feed_effects_record(mongoc_client_t *client, const char *database,
+    ngx_http_feed_effects_t *fx, bson_error_t *error)
+{
+    int64_t  now;
+
+    now = ngx_http_feed_effects_now();
+
+    return ngx_http_feed_effects_pend(client, database, fx->users, fx->n,
+                                      &fx->token, now,
+                                      now + NGX_HTTP_FEED_EFFECTS_LEASE,
+                                      error);
+}
+
+
+/*
+ * Step 2, in the write's thread after it: the MongoDB part of what is
+ * owed, then the entries held again for the event loop's part (a sweeper
+ * that took one over meanwhile may have applied it before the write), or
+ * cleared when nothing is owed
+ */
+
+ngx_int_t
+ngx_http_feed_effects_owed(mongoc_client_t *client, const char *database,
+    ngx_http_feed_effects_t *fx, bson_error_t *error)
+{
+    int64_t                 now;
+    ngx_uint_t              i, nheld, nfree;
+    bson_oid_t              tokens[NGX_HTTP_FEED_EFFECTS_USERS];
+    ngx_http_feed_user_t    free[NGX_HTTP_FEED_EFFECTS_USERS];
+    ngx_http_feed_effect_t  held[NGX_HTTP_FEED_EFFECTS_USERS];
+
+    nheld = 0;
+    nfree = 0;
+
+    for (i = 0; i < fx->n; i++) {
+        if (fx->users[i].earlier) {
+            fx->need[i] = ngx_http_feed_effects_mask(fx,
+                                                     NGX_HTTP_FEED_EFFECTS_ALL);
+        }
+
+        if (fx->need[i] == 0) {
+            free[nfree] = fx->users[i].user;
+            bson_oid_copy(&fx->token, &tokens[nfree++]);
+            continue;
+        }
+
+        if (ngx_http_feed_effects_kept(client, database, fx->kept,
+                                       &fx->users[i].user, fx->need[i],
+                                       error)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        held[nheld] = fx->users[i];
+        held[nheld++].effects |= fx->need[i];
+    }
+
+    if (ngx_http_feed_effects_clear(client, database, free, nfree, tokens,
+                                    error)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    now = ngx_http_feed_effects_now();
+
+    return ngx_http_feed_effects_pend(client, database, held, nheld,
+                                      &fx->token, now,
+                                      now + NGX_HTTP_FEED_EFFECTS_LEASE,
+                                      error);
+}
+
+
+/* the MongoDB part: the user's kept timeline is made again at a read */
+
+ngx_int_t
+ngx_http_feed_effects_kept(mongoc_client_t *client, const char *database,
+    ngx_uint_t model, ngx_http_feed_user_t *user, ngx_uint_t effects,
+    bson_error_t *error)
+{
+    if (model == 0 || !(effects & NGX_HTTP_FEED_EFFECT_KEPT)) {
+        return NGX_OK;
+    }
+
+    return ngx_http_feed_timelines_drop(client, database, model, user, error);
+}
+
+
+/* the time in a thread, where nginx's cached time is not kept current */
+
+static int64_t
+ngx_http_feed_effects_now(void)
+{
+    struct timeval  tv;
+
+    ngx_gettimeofday(&tv);
+
+    return (int64_t) tv.tv_sec * 1000 + tv.tv_usec / 1000;
+}
+
+
+/*
+ * Step 3, on the event loop: the Redis part.  NGX_DONE: done() follows
+ * the replies; NGX_OK: nothing was sent (fx->failed says whether
+ * something could not be), done() is not called.
+ */
+
+ngx_int_t
+ngx_http_feed_effects_apply(ngx_http_feed_effects_t *fx,
+    ngx_http_feed_effects_done_pt done)
+{
+    ngx_int_t                        rc;
+    ngx_uint_t                       i, sent;
+    ngx_http_feed_effects_filter_t  *filter;
+
+    fx->done = done;
+    fx->waiting = 0;
+    fx->failed = 0;
+
+    for (i = 0; i < fx->n; i++) {
+        filter = (fx->users[i].earlier || fx->filter[i].author == NULL)
+                 ? NULL : &fx->filter[i];
+
+        rc = ngx_http_feed_effects_send(fx->request, fx->fmcf,
+                                        &fx->users[i].user, fx->need[i],
+                                        filter, ngx_http_feed_effects_replied,
+                                        fx);
+        if (rc == NGX_ERROR) {
+            return NGX_ERROR;
+        }
+
+        sent = rc & 0xff;
+        fx->waiting += sent;
+
+        if (rc >> 8) {
+            fx->failed = 1;
+        }
+    }
+
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, fx->request->connection->log, 0,
+                   "feed effects of %ui users: %ui sent%s", fx->n,
+                   fx->waiting, fx->failed ? ", some not" : "");
+
+    if (fx->waiting) {
+        return NGX_DONE;
+    }
+
+    ngx_http_feed_effects_end(fx);
+
+    return NGX_OK;
+}
+
+
+/*
+ * The Redis part of a user's effects, a command each (the filter's change
+ * in place of the timeline's drop when given); handler gets each reply.
+ * Returns how many were sent, plus 256 times how many could not be (no
+ * connection), or NGX_ERROR.
+ */
+
+ngx_int_t
+ngx_http_feed_effects_send(ngx_http_request_t *r,
+    ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
+    ngx_uint_t effects, ngx_http_feed_effects_filter_t *filter,
+    ngx_http_feed_redis_pt handler, void *data)
+{
+    ngx_int_t  rc, sent, unsent;
+
+    sent = 0;
+    unsent = 0;
+
+    if (effects & NGX_HTTP_FEED_EFFECT_TIMELINE) {
+        if (filter) {
+            rc = ngx_http_feed_timeline_cache_filter(r, fmcf, user,
+                                                     filter->author,
+                                                     filter->kind,
+                                                     filter->add, handler,
+                                                     data);
+        } else {
+            rc = ngx_http_feed_timeline_cache_drop(r, fmcf, user, handler,
+                                                   data);
+        }
+
+        if (rc == NGX_ERROR) {
+            return NGX_ERROR;
+        }
+
+        (rc == NGX_OK) ? sent++ : unsent++;
+    }
+
+    if (effects & NGX_HTTP_FEED_EFFECT_COUNTS) {
+        rc = ngx_http_feed_counts_invalidate(r, fmcf->redis_client, user,
+                                             handler, data);
+        if (rc == NGX_ERROR) {
+            return NGX_ERROR;
+        }
+
+        (rc == NGX_OK) ? sent++ : unsent++;
+    }
+
+    return sent + (unsent << 8);
+}
+
+
+static void
+ngx_http_feed_effects_replied(void *data, redisReply *reply)
+{
+    ngx_http_feed_effects_t  *fx = data;
+
+    if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
+        fx->failed = 1;
+
+        ngx_log_error(NGX_LOG_WARN, fx->request->connection->log, 0,
+                      "cache update refused, left to the sweeper: %*s",
+                      reply ? (int) reply->len : 4,
+                      reply ? reply->str : "lost");
+    }
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, fx->request->connection->log, 0,
+                   "feed effects: a reply, %s, %ui to go",
+                   fx->failed ? "failed" : "applied", fx->waiting - 1);
+
+    if (--fx->waiting) {
+        return;
+    }
+
+    ngx_http_feed_effects_end(fx);
+
+    fx->done(fx);
+}
+
+
+/*
+ * The entries go once their effects are applied; otherwise the sweeper is
+ * told to take them now rather than when their lease ends.  Either is a
+ * background task: if it fails, the sweeper applies the effects once more,
+ * which does no harm.
+ */
+
+static void
+ngx_http_feed_effects_end(ngx_http_feed_effects_t *fx)
+{
+    ngx_uint_t                    i;
+    ngx_http_feed_mongo_task_t   *t;
+    ngx_http_feed_effects_end_t  *end;
+
+    if (fx->failed) {
+        ngx_http_feed_stat(effects_failed, 1);
+        ngx_http_feed_effects_sweep_soon();
+
+    } else {
+        ngx_http_feed_stat(effects_applied, 1);
+    }
+
+    for (i = 0; i < fx->n; i++) {
+        if (fx->need[i]) {
+            break;
+        }
+    }
+
+    if (i == fx->n || fx->fmcf->mongo_client == NULL) {
+        return;
+    }
+
+    t = ngx_http_feed_mongo_task_bg(fx->fmcf->mongo_client,
+                                    ngx_http_feed_effects_end_run, NULL);
+    if (t == NULL) {
+        return;
+    }
+
+    end = ngx_palloc(t->pool, sizeof(ngx_http_feed_effects_end_t));
+    if (end == NULL) {
+        ngx_destroy_pool(t->pool);
+        return;
+    }
+
+    end->n = 0;
+    end->failed = fx->failed;
+    end->now = ngx_http_feed_now_ms();
+
+    for (i = 0; i < fx->n; i++) {
+        if (fx->need[i] == 0) {
+            continue;
+        }
+
+        end->users[end->n] = fx->users[i].user;
+        bson_oid_copy(&fx->token, &end->tokens[end->n++]);
+    }
+
+    t->data = end;
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, fx->request->connection->log, 0,
+                   "feed effects: %ui entries %s", end->n,
+                   end->failed ? "left to the sweeper" : "cleared");
+
+    (void) ngx_http_feed_mongo_post_bg(t);
+}
+
+
+static void
+ngx_http_feed_effects_end_run(ngx_http_feed_mongo_task_t *t,
+    mongoc_client_t *client)
+{
+    ngx_http_feed_effects_end_t  *end = t->data;
+
+    if (end->failed) {
+        t->rc = ngx_http_feed_effects_soon(client, t->database, end->users,
+                                           end->n, end->tokens, end->now,
+                                           &t->error);
+        return;
+    }
+
+    t->rc = ngx_http_feed_effects_clear(client, t->database, end->users,
+                                        end->n, end->tokens, &t->error);
+}
