@@ -4,9 +4,10 @@
  *
  * Answers the node's counters (all the workers of this nginx, since it
  * started, reloads included: the shared zone's) in Prometheus' text
- * format 0.0.4, plus the fanout queue as Redis sees it right now.  The
- * workers only ever add to the zone (ngx_http_feed_stat); everything here
- * is read at scrape time.
+ * format 0.0.4, its gauges (what the workers alive hold now: their slots
+ * of the zone, summed), plus the fanout queue as Redis sees it right now.
+ * The workers only ever add to the zone (ngx_http_feed_stat,
+ * ngx_http_feed_gauge); everything here is read at scrape time.
  *
  * Requests are counted by endpoint and status class in the log phase,
  * once the status is final.  The endpoint is marked before (in the
@@ -37,7 +38,10 @@ typedef struct {
 } ngx_http_feed_metrics_ctx_t;
 
 
-/* a family of one sample, read from the zone at offset */
+/*
+ * A family of one sample, read at offset: in the node's counters for a
+ * counter, in the gauges' sum for a gauge
+ */
 typedef struct {
     char                         *name;
     char                         *type;
@@ -55,11 +59,13 @@ static void ngx_http_feed_metrics_family(ngx_buf_t *b, char *name,
 static void ngx_http_feed_metrics_effects_age(ngx_buf_t *b,
     ngx_http_feed_stats_t *st);
 static void ngx_http_feed_metrics_plain(ngx_buf_t *b,
-    ngx_http_feed_stats_t *st);
+    ngx_http_feed_metric_t *m, void *base);
 static void ngx_http_feed_metrics_requests(ngx_buf_t *b,
     ngx_http_feed_stats_t *st);
 static void ngx_http_feed_metrics_labeled(ngx_buf_t *b,
     ngx_http_feed_stats_t *st);
+static void ngx_http_feed_metrics_connections(ngx_buf_t *b,
+    ngx_http_feed_gauges_t *g);
 static void ngx_http_feed_metrics_histogram(ngx_buf_t *b, char *name,
     char *help, ngx_http_feed_histogram_t *h);
 static u_char *ngx_http_feed_metrics_seconds(u_char *p, u_char *last,
@@ -121,7 +127,10 @@ static char  *ngx_http_feed_metrics_states[] = {
 #define ngx_http_feed_metric(name, type, help, field)                        \
     { name, type, help, offsetof(ngx_http_feed_stats_t, field) }
 
-static ngx_http_feed_metric_t  ngx_http_feed_metrics_plains[] = {
+#define ngx_http_feed_metric_gauge(name, help, field)                        \
+    { name, "gauge", help, offsetof(ngx_http_feed_gauges_t, field) }
+
+static ngx_http_feed_metric_t  ngx_http_feed_metrics_counters[] = {
 
     ngx_http_feed_metric("feed_timeline_pull_reads_total", "counter",
         "Timeline reads that merged the posts of pull authors.",
@@ -161,11 +170,6 @@ static ngx_http_feed_metric_t  ngx_http_feed_metrics_plains[] = {
     ngx_http_feed_metric("feed_fanout_skipped_total", "counter",
         "Fanout entries and follows skipped as unusable.",
         fanout_skipped),
-    ngx_http_feed_metric("feed_local_pages_bytes", "gauge",
-        "Bytes of the first pages the workers keep as answered.",
-        local_bytes),
-    ngx_http_feed_metric("feed_local_pages", "gauge",
-        "First pages the workers keep as answered.", local_pages),
     ngx_http_feed_metric("feed_local_pages_answered_total", "counter",
         "Timeline reads answered with a worker's kept page.",
         local_answers),
@@ -185,6 +189,18 @@ static ngx_http_feed_metric_t  ngx_http_feed_metrics_plains[] = {
     ngx_http_feed_metric("feed_effects_pending", "gauge",
         "Users with cache side effects not applied yet, in the whole "
         "deployment, as this node's sweeper last counted.", effects_pending),
+
+    { NULL, NULL, NULL, 0 }
+};
+
+
+static ngx_http_feed_metric_t  ngx_http_feed_metrics_gauges[] = {
+
+    ngx_http_feed_metric_gauge("feed_local_pages_bytes",
+        "Bytes of the first pages the live workers keep as answered.",
+        local_bytes),
+    ngx_http_feed_metric_gauge("feed_local_pages",
+        "First pages the live workers keep as answered.", local_pages),
 
     { NULL, NULL, NULL, 0 }
 };
@@ -379,9 +395,10 @@ ngx_http_feed_metrics_queue_done(void *data)
 static ngx_int_t
 ngx_http_feed_metrics_send(ngx_http_feed_metrics_ctx_t *ctx)
 {
-    ngx_buf_t              *b;
-    ngx_http_request_t     *r = ctx->request;
-    ngx_http_feed_stats_t  *st = ngx_http_feed_node_stats;
+    ngx_buf_t               *b;
+    ngx_http_request_t      *r = ctx->request;
+    ngx_http_feed_stats_t   *st = ngx_http_feed_node_stats;
+    ngx_http_feed_gauges_t   gauges;
 
     if (st == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -392,9 +409,13 @@ ngx_http_feed_metrics_send(ngx_http_feed_metrics_ctx_t *ctx)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
+    ngx_http_feed_gauges_sum(&gauges);
+
     ngx_http_feed_metrics_requests(b, st);
     ngx_http_feed_metrics_labeled(b, st);
-    ngx_http_feed_metrics_plain(b, st);
+    ngx_http_feed_metrics_connections(b, &gauges);
+    ngx_http_feed_metrics_plain(b, ngx_http_feed_metrics_counters, st);
+    ngx_http_feed_metrics_plain(b, ngx_http_feed_metrics_gauges, &gauges);
 
     ngx_http_feed_metrics_histogram(b, "feed_timeline_rebuild_seconds",
         "Timeline rebuilds led by a cache miss, until cached or failed.",
@@ -462,19 +483,17 @@ ngx_http_feed_metrics_effects_age(ngx_buf_t *b, ngx_http_feed_stats_t *st)
 
 
 static void
-ngx_http_feed_metrics_plain(ngx_buf_t *b, ngx_http_feed_stats_t *st)
+ngx_http_feed_metrics_plain(ngx_buf_t *b, ngx_http_feed_metric_t *m,
+    void *base)
 {
-    ngx_atomic_t            *v;
-    ngx_http_feed_metric_t  *m;
+    ngx_atomic_t  *v;
 
-    for (m = ngx_http_feed_metrics_plains; m->name; m++) {
-        v = (ngx_atomic_t *) ((u_char *) st + m->offset);
+    for ( /* void */ ; m->name; m++) {
+        v = (ngx_atomic_t *) ((u_char *) base + m->offset);
 
         ngx_http_feed_metrics_family(b, m->name, m->type, m->help);
 
-        /* a gauge is a sum of adds and takes: signed */
-        b->last = ngx_slprintf(b->last, b->end, "%s %L\n", m->name,
-                               (int64_t) (ngx_atomic_int_t) *v);
+        b->last = ngx_slprintf(b->last, b->end, "%s %uA\n", m->name, *v);
     }
 }
 
@@ -505,8 +524,8 @@ ngx_http_feed_metrics_requests(ngx_buf_t *b, ngx_http_feed_stats_t *st)
 
 
 /*
- * The other labeled families: reads by cache status, connections by
- * state, cluster retries by reason
+ * The other labeled counters: reads by cache status, cluster retries by
+ * reason
  */
 
 static void
@@ -524,19 +543,6 @@ ngx_http_feed_metrics_labeled(ngx_buf_t *b, ngx_http_feed_stats_t *st)
                                st->timeline_reads[i]);
     }
 
-    ngx_http_feed_metrics_family(b, "feed_redis_connections", "gauge",
-        "The workers' Redis connections by state.");
-
-    for (i = 0; i < sizeof(ngx_http_feed_metrics_states) / sizeof(char *);
-         i++)
-    {
-        b->last = ngx_slprintf(b->last, b->end,
-                               "feed_redis_connections{state=\"%s\"} %L\n",
-                               ngx_http_feed_metrics_states[i],
-                               (int64_t) (ngx_atomic_int_t)
-                                   st->redis_connections[i]);
-    }
-
     ngx_http_feed_metrics_family(b, "feed_redis_cluster_retries_total",
         "counter", "Redis Cluster TRYAGAIN and CLUSTERDOWN answers "
         "followed by a retry after a pause.");
@@ -547,6 +553,27 @@ ngx_http_feed_metrics_labeled(ngx_buf_t *b, ngx_http_feed_stats_t *st)
                                "{reason=\"%s\"} %uA\n",
                                ngx_http_feed_redis_retry_name(i),
                                st->redis_retried[i]);
+    }
+}
+
+
+/* the live workers' connections by state */
+
+static void
+ngx_http_feed_metrics_connections(ngx_buf_t *b, ngx_http_feed_gauges_t *g)
+{
+    ngx_uint_t  i;
+
+    ngx_http_feed_metrics_family(b, "feed_redis_connections", "gauge",
+        "Redis connections the live workers hold, by state.");
+
+    for (i = 0; i < sizeof(ngx_http_feed_metrics_states) / sizeof(char *);
+         i++)
+    {
+        b->last = ngx_slprintf(b->last, b->end,
+                               "feed_redis_connections{state=\"%s\"} %uA\n",
+                               ngx_http_feed_metrics_states[i],
+                               g->redis_connections[i]);
     }
 }
 

@@ -78,6 +78,7 @@ ngx_http_feed_ids_t    *ngx_http_feed_node_ids;
 typedef struct {
     ngx_http_feed_stats_t         stats;
     ngx_http_feed_ids_t           ids;
+    ngx_http_feed_gauges_t        gauges[NGX_HTTP_FEED_GAUGE_SLOTS];
 } ngx_http_feed_node_t;
 
 
@@ -1321,11 +1322,12 @@ ngx_http_feed_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
 
 /*
- * The node's counters and post id sequence: a small shared zone that every
- * worker adds to.  A reload keeps it, its counts and its sequence, when it
- * has the same name and size.  The name says the layout's size: a reload
- * into a build whose counters differ starts a zone of its own rather than
- * read the old one with the new layout.
+ * The node's counters, gauges and post id sequence: a small shared zone
+ * that every worker adds to (the node, and room for the slab pool's own
+ * pages).  A reload keeps it, its counts, the old workers' gauges and its
+ * sequence, when it has the same name and size.  The name says the
+ * layout's size: a reload into a build whose counters differ starts a zone
+ * of its own rather than read the old one with the new layout.
  */
 
 static ngx_int_t
@@ -1344,7 +1346,9 @@ ngx_http_feed_stats_zone(ngx_conf_t *cf, ngx_http_feed_main_conf_t *fmcf)
                     sizeof(ngx_http_feed_node_t));
     name.len = p - name.data;
 
-    fmcf->stats_zone = ngx_shared_memory_add(cf, &name, 8 * 4096,
+    fmcf->stats_zone = ngx_shared_memory_add(cf, &name,
+                                             8 * 4096
+                                             + sizeof(ngx_http_feed_node_t),
                                              &ngx_http_feed_module);
     if (fmcf->stats_zone == NULL) {
         return NGX_ERROR;
@@ -1411,6 +1415,9 @@ ngx_http_feed_init_process(ngx_cycle_t *cycle)
     node = fmcf->stats_zone->data;
     ngx_http_feed_node_stats = &node->stats;
     ngx_http_feed_node_ids = &node->ids;
+
+    /* before the worker holds any connection or page */
+    ngx_http_feed_gauges_take(node->gauges, cycle->log);
 
     if (fmcf->mongo_enabled) {
         fmcf->mongo_client = ngx_http_feed_mongo_create(cycle, &fmcf->mongo);
@@ -1491,4 +1498,6 @@ ngx_http_feed_exit_process(ngx_cycle_t *cycle)
 
     ngx_http_feed_mongo_destroy(fmcf->mongo_client);
     fmcf->mongo_client = NULL;
+
+    ngx_http_feed_gauges_give_back(cycle->log);
 }

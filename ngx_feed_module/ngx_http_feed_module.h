@@ -101,8 +101,8 @@ typedef struct {
 /*
  * Counters reported by feed_status and feed_metrics: each worker's own,
  * and the node's (all workers of this nginx, in shared memory, kept across
- * reloads).  The gauges (redis_connections, local_*) go up and down by
- * the same adds.
+ * reloads).  They only grow: a worker that dies leaves its adds behind,
+ * which is what a counter wants.  Gauges are apart (below).
  */
 typedef struct {
     ngx_atomic_t                  requests;
@@ -137,10 +137,6 @@ typedef struct {
     ngx_atomic_t                  timeline_reads
                                       [NGX_HTTP_FEED_CACHE_STATUSES];
     ngx_atomic_t                  rebuild_failures;
-    ngx_atomic_t                  redis_connections
-                                      [NGX_HTTP_FEED_REDIS_STATES];
-    ngx_atomic_t                  local_bytes;
-    ngx_atomic_t                  local_pages;
     ngx_atomic_t                  posts_created;
     ngx_atomic_t                  posts_deleted;
 
@@ -160,6 +156,32 @@ typedef struct {
     ngx_http_feed_histogram_t     fallback;
     ngx_http_feed_histogram_t     mongo_wait;
 } ngx_http_feed_stats_t;
+
+
+/*
+ * What a process holds right now, in a slot of its own in the shared
+ * zone: a gauge summed over the node's shared adds and takes would keep
+ * forever the share of a worker killed by SIGKILL or a crash, which never
+ * takes it back.  A slot belongs to one process (its pid); a worker takes
+ * a free one, or one whose process is gone, and zeroes it when it starts,
+ * and gives it back when it exits.  feed_status and feed_metrics sum the
+ * slots of the processes that are alive (ngx_http_feed_gauges_sum), old
+ * workers still shutting down after a reload included.
+ */
+typedef struct {
+    ngx_atomic_t                  pid;      /* the owner, 0: free */
+    ngx_atomic_t                  redis_connections
+                                      [NGX_HTTP_FEED_REDIS_STATES];
+    ngx_atomic_t                  local_bytes;
+    ngx_atomic_t                  local_pages;
+} ngx_http_feed_gauges_t;
+
+
+/*
+ * As many slots as the master can have children: a slot is taken back
+ * from a process that is gone, so they never all belong to live ones.
+ */
+#define NGX_HTTP_FEED_GAUGE_SLOTS     NGX_MAX_PROCESSES
 
 
 /*
@@ -192,6 +214,16 @@ typedef struct {
         ngx_http_feed_stat(field.buckets[ngx_http_feed_bucket(ms_)], 1);      \
         ngx_http_feed_stat(field.sum_ms, ms_);                                \
     } while (0)
+
+
+/*
+ * A gauge moves in the process's own slot, which no other process writes:
+ * a plain add is enough, and a word written whole is read whole.
+ */
+#define ngx_http_feed_gauge(field, n)                                        \
+    (ngx_http_feed_gauges                                                     \
+         ? (void) (ngx_http_feed_gauges->field += (n))                        \
+         : (void) 0)
 
 
 ngx_uint_t ngx_http_feed_bucket(ngx_msec_int_t ms);
@@ -299,6 +331,12 @@ extern ngx_module_t           ngx_http_feed_module;
 extern ngx_http_feed_stats_t   ngx_http_feed_stats;
 extern ngx_http_feed_stats_t  *ngx_http_feed_node_stats;
 extern ngx_http_feed_ids_t    *ngx_http_feed_node_ids;
+extern ngx_http_feed_gauges_t  *ngx_http_feed_gauges;
+
+
+void ngx_http_feed_gauges_take(ngx_http_feed_gauges_t *slots, ngx_log_t *log);
+void ngx_http_feed_gauges_give_back(ngx_log_t *log);
+void ngx_http_feed_gauges_sum(ngx_http_feed_gauges_t *sum);
 
 
 #endif /* _NGX_HTTP_FEED_MODULE_H_INCLUDED_ */

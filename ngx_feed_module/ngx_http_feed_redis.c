@@ -348,10 +348,10 @@ ngx_http_feed_redis_destroy(ngx_http_feed_redis_t *rd)
         return;
     }
 
-    /* gone from the node's gauge: exiting is no connection's state there */
+    /* gone from the worker's gauges: exiting is no connection's state there */
 
     if (rd->counted) {
-        ngx_http_feed_stat(redis_connections[rd->state], -1);
+        ngx_http_feed_gauge(redis_connections[rd->state], -1);
         rd->counted = 0;
     }
 
@@ -405,9 +405,9 @@ ngx_http_feed_redis_destroy(ngx_http_feed_redis_t *rd)
 
 
 /*
- * The one place a connection changes state after its start: feed_metrics
- * counts the node's connections by state, so a move takes one from the
- * old state and adds one to the new.
+ * The one place a connection changes state after its start: the worker
+ * counts its connections by state in its slot of the node's gauges, so a
+ * move takes one from the old state and adds one to the new.
  */
 
 static void
@@ -415,10 +415,10 @@ ngx_http_feed_redis_move(ngx_http_feed_redis_t *rd,
     ngx_http_feed_redis_state_e state)
 {
     if (rd->counted) {
-        ngx_http_feed_stat(redis_connections[rd->state], -1);
+        ngx_http_feed_gauge(redis_connections[rd->state], -1);
     }
 
-    ngx_http_feed_stat(redis_connections[state], 1);
+    ngx_http_feed_gauge(redis_connections[state], 1);
 
     rd->counted = 1;
     rd->state = state;

@@ -50,6 +50,8 @@ static ngx_int_t ngx_http_feed_status_fanout(ngx_http_feed_status_ctx_t *ctx,
 static ngx_int_t ngx_http_feed_status_node(bson_t *doc);
 static ngx_int_t ngx_http_feed_status_retried(bson_t *doc,
     ngx_atomic_t *retried);
+static ngx_int_t ngx_http_feed_status_connections(bson_t *doc,
+    ngx_http_feed_gauges_t *g);
 static void ngx_http_feed_status_mongo_run(ngx_http_feed_mongo_task_t *t,
     mongoc_client_t *client);
 static void ngx_http_feed_status_mongo_done(ngx_http_feed_mongo_task_t *t);
@@ -459,17 +461,21 @@ ngx_http_feed_status_effects(bson_t *doc, ngx_http_feed_stats_t *st)
 /*
  * The same counters for all the workers of this nginx together, since it
  * started (reloads included): what a monitor that reaches any worker wants.
+ * With them, the gauges: what the workers alive hold now.
  */
 
 static ngx_int_t
 ngx_http_feed_status_node(bson_t *doc)
 {
-    bson_t                  sub, part;
-    ngx_http_feed_stats_t  *st = ngx_http_feed_node_stats;
+    bson_t                   sub, part;
+    ngx_http_feed_stats_t   *st = ngx_http_feed_node_stats;
+    ngx_http_feed_gauges_t   gauges;
 
     if (st == NULL) {
         return NGX_OK;
     }
+
+    ngx_http_feed_gauges_sum(&gauges);
 
     if (!BSON_APPEND_DOCUMENT_BEGIN(doc, "node", &sub)) {
         return NGX_ERROR;
@@ -485,7 +491,9 @@ ngx_http_feed_status_node(bson_t *doc)
     BSON_APPEND_INT64(&part, "moved", (int64_t) st->redis_moved);
     BSON_APPEND_INT64(&part, "asked", (int64_t) st->redis_asked);
 
-    if (ngx_http_feed_status_retried(&part, st->redis_retried) != NGX_OK) {
+    if (ngx_http_feed_status_retried(&part, st->redis_retried) != NGX_OK
+        || ngx_http_feed_status_connections(&part, &gauges) != NGX_OK)
+    {
         return NGX_ERROR;
     }
 
@@ -506,6 +514,8 @@ ngx_http_feed_status_node(bson_t *doc)
     bson_append_document_end(&sub, &part);
 
     BSON_APPEND_DOCUMENT_BEGIN(&sub, "local_pages", &part);
+    BSON_APPEND_INT64(&part, "bytes", (int64_t) gauges.local_bytes);
+    BSON_APPEND_INT64(&part, "pages", (int64_t) gauges.local_pages);
     BSON_APPEND_INT64(&part, "answered", (int64_t) st->local_answers);
     bson_append_document_end(&sub, &part);
 
@@ -515,6 +525,29 @@ ngx_http_feed_status_node(bson_t *doc)
 
     if (ngx_http_feed_pull_node_status(&sub, st) != NGX_OK) {
         return NGX_ERROR;
+    }
+
+    return bson_append_document_end(doc, &sub) ? NGX_OK : NGX_ERROR;
+}
+
+
+/* the live workers' Redis connections by state, as feed_metrics has them */
+
+static ngx_int_t
+ngx_http_feed_status_connections(bson_t *doc, ngx_http_feed_gauges_t *g)
+{
+    bson_t      sub;
+    ngx_uint_t  i;
+
+    if (!BSON_APPEND_DOCUMENT_BEGIN(doc, "connections", &sub)) {
+        return NGX_ERROR;
+    }
+
+    /* exiting is no connection's state there */
+
+    for (i = 0; i < NGX_HTTP_FEED_REDIS_EXITING; i++) {
+        BSON_APPEND_INT64(&sub, ngx_http_feed_redis_states[i],
+                          (int64_t) g->redis_connections[i]);
     }
 
     return bson_append_document_end(doc, &sub) ? NGX_OK : NGX_ERROR;

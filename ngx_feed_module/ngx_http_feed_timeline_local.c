@@ -188,8 +188,8 @@ ngx_http_feed_timeline_local_put(ngx_http_feed_user_t *user,
     ngx_queue_insert_head(&ls->lru, &lp->queue);
     ls->size += size;
     ls->pages++;
-    ngx_http_feed_stat(local_bytes, size);
-    ngx_http_feed_stat(local_pages, 1);
+    ngx_http_feed_gauge(local_bytes, size);
+    ngx_http_feed_gauge(local_pages, 1);
 }
 
 
@@ -234,8 +234,8 @@ ngx_http_feed_timeline_local_free(ngx_http_feed_timeline_local_t *lp)
     ngx_queue_remove(&lp->queue);
     ngx_http_feed_timeline_locals.size -= lp->size;
     ngx_http_feed_timeline_locals.pages--;
-    ngx_http_feed_stat(local_bytes, -(ngx_atomic_int_t) lp->size);
-    ngx_http_feed_stat(local_pages, -1);
+    ngx_http_feed_gauge(local_bytes, -(ngx_atomic_int_t) lp->size);
+    ngx_http_feed_gauge(local_pages, -1);
     ngx_free(lp);
 }
 

@@ -29,6 +29,7 @@ my %layer = (
     args            => 'core',
     errors          => 'core',
     util            => 'core',
+    gauges          => 'core',
     hide            => 'core',
 
     follows_store   => 'store',

@@ -23,9 +23,9 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
 use Time::HiRes qw(time sleep);
-use JSON::PP ();
 use FeedTest;
-use FeedTest::Util qw(short post follow_each parallel server_conf);
+use FeedTest::Util qw(short post follow_each parallel server_conf
+    metrics_scrape metrics_val);
 
 my $t = FeedTest->new;
 
@@ -68,62 +68,12 @@ EOF
 
 $t->run;
 
-my $JSON = JSON::PP->new->utf8->canonical;
 my $RUN = $$ . int(time);
 
 # ------------------------------------------------------------- parsing --
 
-my $PARSE = <<'PY';
-import json, sys
-from prometheus_client.parser import text_string_to_metric_families
-out = []
-for f in text_string_to_metric_families(open(sys.argv[1]).read()):
-    out.append({'name': f.name, 'type': f.type, 'help': f.documentation,
-                'samples': [[s.name, s.labels, s.value] for s in f.samples]})
-print(json.dumps(out))
-PY
-
-# a scrape, parsed: { status, type, fams => [...], error }
-sub scrape {
-    my $r = $t->get('/metrics', timeout => 5);
-    my $m = { status => $r->{status},
-        type => $r->{headers}{'content-type'} // '', fams => [] };
-    return { %$m, error => short($r) } if $r->{status} != 200;
-
-    my $f = $t->dir . '/scrape.txt';
-    open my $fh, '>', $f or die "$f: $!\n";
-    print $fh $r->{body};
-    close $fh;
-
-    my $py = $t->dir . '/parse.py';
-    unless (-e $py) {
-        open my $ph, '>', $py or die "$py: $!\n";
-        print $ph $PARSE;
-        close $ph;
-    }
-
-    my $out = `/usr/bin/python3 '$py' '$f' 2>&1`;
-    return { %$m, error => "parser: $out" } if $?;
-    $m->{fams} = eval { $JSON->decode($out) }
-        or return { %$m, error => "parser output: $out" };
-    return $m;
-}
-
-# a sample's value: name, then its labels; undef when absent
-sub val {
-    my ($m, $name, %labels) = @_;
-    for my $f (@{$m->{fams}}) {
-        SAMPLE: for my $s (@{$f->{samples}}) {
-            next unless $s->[0] eq $name
-                && keys %{$s->[1]} == keys %labels;
-            for (keys %labels) {
-                next SAMPLE unless ($s->[1]{$_} // '') eq $labels{$_};
-            }
-            return $s->[2];
-        }
-    }
-    return undef;
-}
+sub scrape { metrics_scrape($t) }
+sub val { metrics_val(@_) }
 
 # what is wrong with a scrape's families as Prometheus defines them
 sub problems {

@@ -2,9 +2,10 @@ package FeedTest::Util;
 
 # Helpers shared by the test files: summaries of responses for diagnostics,
 # JSON type checks, the shape of posts and timeline pages, requests in
-# flight together, /status of the workers, Redis calls, and the fanout's
-# stream, group and cached timelines.  Those that need the harness take the
-# FeedTest instance first.  Those that assert report the caller's line.
+# flight together, /status of the workers, /metrics parsed, Redis calls,
+# and the fanout's stream, group and cached timelines.  Those that need the
+# harness take the FeedTest instance first.  Those that assert report the
+# caller's line.
 
 use strict;
 use warnings;
@@ -24,7 +25,7 @@ our @EXPORT_OK = qw(
     post post_start post_end post_end_tagged
     rd tl_key copies copies_summary all_n group_info wait_settled
     tl_ids tl_walk node_counts node_moved node_moved_is node_acked
-    workers_up server_conf
+    workers_up server_conf metrics_scrape metrics_val
 );
 
 # the posts' stream and the fanout's consumer group (the defaults)
@@ -395,6 +396,64 @@ sub fsum {
     my $s = 0;
     $s += $_->{fanout}{$k} // 0 for values %$st;
     return $s;
+}
+
+# ---------------------------------------------------------------- metrics --
+
+# /metrics parsed by Prometheus' own parser (Debian's
+# python3-prometheus-client), not by patterns
+my $PROM_PARSE = <<'PY';
+import json, sys
+from prometheus_client.parser import text_string_to_metric_families
+out = []
+for f in text_string_to_metric_families(open(sys.argv[1]).read()):
+    out.append({'name': f.name, 'type': f.type, 'help': f.documentation,
+                'samples': [[s.name, s.labels, s.value] for s in f.samples]})
+print(json.dumps(out))
+PY
+
+# a scrape of $uri (/metrics), parsed: { status, type, fams => [{ name,
+# type, help, samples => [[name, labels, value], ...] }, ...], error }
+sub metrics_scrape {
+    my ($t, $uri) = @_;
+    my $r = $t->get($uri // '/metrics', timeout => 5);
+    my $m = { status => $r->{status},
+        type => $r->{headers}{'content-type'} // '', fams => [] };
+    return { %$m, error => short($r) } if $r->{status} != 200;
+
+    my $f = $t->dir . '/scrape.txt';
+    open my $fh, '>', $f or die "$f: $!\n";
+    print $fh $r->{body};
+    close $fh;
+
+    my $py = $t->dir . '/parse.py';
+    unless (-e $py) {
+        open my $ph, '>', $py or die "$py: $!\n";
+        print $ph $PROM_PARSE;
+        close $ph;
+    }
+
+    my $out = `/usr/bin/python3 '$py' '$f' 2>&1`;
+    return { %$m, error => "parser: $out" } if $?;
+    $m->{fams} = eval { $JSON->decode($out) }
+        or return { %$m, error => "parser output: $out" };
+    return $m;
+}
+
+# a sample's value in a scrape: name, then its labels; undef when absent
+sub metrics_val {
+    my ($m, $name, %labels) = @_;
+    for my $f (@{$m->{fams}}) {
+        SAMPLE: for my $s (@{$f->{samples}}) {
+            next unless $s->[0] eq $name
+                && keys %{$s->[1]} == keys %labels;
+            for (keys %labels) {
+                next SAMPLE unless ($s->[1]{$_} // '') eq $labels{$_};
+            }
+            return $s->[2];
+        }
+    }
+    return undef;
 }
 
 # --------------------------------------------------- requests in parallel --
