@@ -1,7 +1,7 @@
 
 /*
  * ngx_feed_module: the effects store (runs in thread pool tasks), the only
- * code that knows the "effects" collection.
+ * code that knows the "cache_effects" collection.
  *
  * {_id: "<user>", t: 1, c: 1, k: 1, n: ObjectId, due: <ms>, a: <tries>,
  *  since: <ms>}: the cache side effects a write still owes the user (t:
@@ -18,7 +18,7 @@
 #include "ngx_http_feed_effects_store.h"
 
 
-#define NGX_HTTP_FEED_EFFECTS          "effects"
+#define NGX_HTTP_FEED_EFFECTS          "cache_effects"
 
 /* a sweeper's retries: 100 ms, doubled at each try, at most a second */
 #define NGX_HTTP_FEED_EFFECTS_BACKOFF  100

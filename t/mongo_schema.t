@@ -25,6 +25,7 @@ my %COMMON = (
     filters       => [qw(dst_kind_created pair src_kind_created)],
     posts         => [qw(author_id outbox)],
     idempotency   => [qw(expiry)],
+    cache_effects => [qw(due since)],
 );
 
 my %MODELS = (
