@@ -4,12 +4,15 @@
  *
  * A post is stored with the queue entries it still awaits ("q") before its
  * 201; the request then appends the entry (XADD) and, once Redis has it,
- * drops it from "q".  If Redis is down, or the worker dies in between, the
- * entry stays in "q": the first worker's sweeper takes over posts whose
- * "qt" has passed (claiming them by moving "qt", so two nginx nodes do not
- * both take one) and appends their entries when Redis is back.  Every
- * accepted post thus reaches the stream at least once; in the normal path
- * exactly once.
+ * drops it from "q".  A delete also marks the post in feed:deleting first,
+ * and drops it from "q" only once Redis took both.  If Redis is down or
+ * refuses them, or the worker dies in between, the entry stays in "q": the
+ * first worker's sweeper takes over posts whose "qt" has passed (claiming
+ * them by moving "qt", so two nginx nodes do not both take one) and sends
+ * their writes again, until Redis takes them.  A request whose writes
+ * Redis refused moves "qt" to now, so that the sweeper does not wait for
+ * the grace of a request in flight.  Every accepted post thus reaches the
+ * stream at least once; in the normal path exactly once.
  */
 
 
@@ -17,8 +20,13 @@
 #include "ngx_http_feed_timeline_cache.h"
 
 
-#define NGX_HTTP_FEED_SWEEP_EVERY  1000
-#define NGX_HTTP_FEED_SWEEP_LEASE  30000
+/*
+ * A round every half second; an entry claimed is taken again a second
+ * later if its writes failed: a second or so after Redis takes writes
+ * again, what it refused is there
+ */
+#define NGX_HTTP_FEED_SWEEP_EVERY  500
+#define NGX_HTTP_FEED_SWEEP_LEASE  1000
 #define NGX_HTTP_FEED_SWEEP_BATCH  100
 
 
@@ -27,6 +35,7 @@ typedef struct {
     bson_oid_t                    id;
     ngx_http_feed_user_t          author;
     int64_t                       ts;
+    ngx_http_feed_outbox_join_t   join;
 } ngx_http_feed_outbox_item_t;
 
 
@@ -46,10 +55,14 @@ typedef struct {
 
 typedef struct {
     bson_oid_t                    id;
-    const char                   *kind;
+    const char                   *kind;     /* NULL: due now */
+    int64_t                       now;
 } ngx_http_feed_outbox_clear_t;
 
 
+static void ngx_http_feed_outbox_joined(void *data, redisReply *reply);
+static void ngx_http_feed_outbox_clear(ngx_http_feed_main_conf_t *fmcf,
+    const bson_oid_t *id, const char *kind);
 static void ngx_http_feed_outbox_clear_run(ngx_http_feed_mongo_task_t *t,
     mongoc_client_t *client);
 static void ngx_http_feed_outbox_sweep(ngx_event_t *ev);
@@ -62,20 +75,24 @@ static void ngx_http_feed_outbox_sweep_claimed(void *data,
 static void ngx_http_feed_outbox_sweep_item(ngx_http_feed_outbox_sweeper_t *s,
     ngx_http_feed_posts_due_t *due, const char *kind, int64_t ts);
 static void ngx_http_feed_outbox_sweep_done(ngx_http_feed_mongo_task_t *t);
-static void ngx_http_feed_outbox_sweep_sent(void *data, redisReply *reply);
+static void ngx_http_feed_outbox_sweep_sent(void *data, ngx_uint_t sent);
 static void ngx_http_feed_outbox_sweep_rearm(ngx_http_feed_outbox_sweeper_t *s);
 
 
 static ngx_http_feed_outbox_sweeper_t  ngx_http_feed_outbox_sweeper;
 
 
-/* XADD stream MAXLEN ~ N * type T id I author A [ts S], the author's */
+/*
+ * XADD stream MAXLEN ~ N * type T id I author A [ts S], the author's; a
+ * delete's mark goes first.  NGX_OK: join's handler follows the replies;
+ * NGX_DECLINED: nothing could be sent, the outbox keeps the entry.
+ */
 
 ngx_int_t
 ngx_http_feed_outbox_send(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, const char *kind, const bson_oid_t *id,
-    ngx_http_feed_user_t *author, int64_t ts, ngx_http_feed_redis_pt handler,
-    void *data)
+    ngx_http_feed_user_t *author, int64_t ts,
+    ngx_http_feed_outbox_join_t *join)
 {
     char                        hex[25];
     u_char                      maxlen[NGX_INT_T_LEN], tsbuf[NGX_INT64_LEN];
@@ -88,6 +105,9 @@ ngx_http_feed_outbox_send(ngx_http_request_t *r,
     bson_oid_to_string(id, hex);
     stream = ngx_http_feed_stream_of(fmcf, author);
 
+    join->waiting = 0;
+    join->failed = 0;
+
     /*
      * Cached timelines may still hold a deleted post until fanout removes
      * it: the cache marks it ahead of the delete's entry, on the same
@@ -95,7 +115,15 @@ ngx_http_feed_outbox_send(ngx_http_request_t *r,
      */
 
     if (kind[0] == 'd') {
-        ngx_http_feed_timeline_cache_delete(fmcf, hex);
+        rc = ngx_http_feed_timeline_cache_delete(r, fmcf, hex,
+                                                 ngx_http_feed_outbox_joined,
+                                                 join);
+        if (rc == NGX_OK) {
+            join->waiting++;
+
+        } else {
+            join->failed = 1;
+        }
     }
 
     ngx_http_feed_redis_args_init(&args, argv, argvlen);
@@ -121,17 +149,45 @@ ngx_http_feed_outbox_send(ngx_http_request_t *r,
                                      ngx_sprintf(tsbuf, "%L", ts) - tsbuf);
     }
 
-    rc = ngx_http_feed_redis_send_r(r, fmcf->redis_client, handler, data,
-                                    &args);
+    rc = ngx_http_feed_redis_send_r(r, fmcf->redis_client,
+                                    ngx_http_feed_outbox_joined, join, &args);
+    if (rc == NGX_OK) {
+        join->waiting++;
+
+    } else {
+        join->failed = 1;
+    }
 
     /* for a request, or for the sweeper */
 
     ngx_log_debug3((r ? NGX_LOG_DEBUG_HTTP : NGX_LOG_DEBUG_CORE),
                    r ? r->connection->log : ngx_cycle->log, 0,
                    "feed outbox: %s entry of post %s %s", kind, hex,
-                   (rc == NGX_OK) ? "sent" : "kept for the sweeper");
+                   join->waiting ? "sent" : "kept for the sweeper");
 
-    return rc;
+    return join->waiting ? NGX_OK : NGX_DECLINED;
+}
+
+
+/* a reply: the XADD's is the entry's id, the mark's a number */
+
+static void
+ngx_http_feed_outbox_joined(void *data, redisReply *reply)
+{
+    ngx_http_feed_outbox_join_t  *join = data;
+
+    if (reply == NULL
+        || (reply->type != REDIS_REPLY_STRING
+            && reply->type != REDIS_REPLY_INTEGER))
+    {
+        join->failed = 1;
+    }
+
+    if (--join->waiting) {
+        return;
+    }
+
+    join->handler(join->data, !join->failed);
 }
 
 
@@ -141,11 +197,36 @@ void
 ngx_http_feed_outbox_sent(ngx_http_feed_main_conf_t *fmcf,
     const bson_oid_t *id, const char *kind)
 {
-    ngx_http_feed_mongo_task_t    *t;
-    ngx_http_feed_outbox_clear_t  *c;
-
     ngx_log_debug1(NGX_LOG_DEBUG_CORE, ngx_cycle->log, 0,
                    "feed outbox: %s entry in the stream, dequeueing", kind);
+
+    /* if this fails, the sweeper enqueues the entry once more: harmless */
+
+    ngx_http_feed_outbox_clear(fmcf, id, kind);
+}
+
+
+/* Redis refused the entry's writes: the sweeper takes them now */
+
+void
+ngx_http_feed_outbox_soon(ngx_http_feed_main_conf_t *fmcf,
+    const bson_oid_t *id)
+{
+    ngx_log_debug0(NGX_LOG_DEBUG_CORE, ngx_cycle->log, 0,
+                   "feed outbox: entry refused, due now");
+
+    /* if this fails, the sweeper takes it when its grace ends */
+
+    ngx_http_feed_outbox_clear(fmcf, id, NULL);
+}
+
+
+static void
+ngx_http_feed_outbox_clear(ngx_http_feed_main_conf_t *fmcf,
+    const bson_oid_t *id, const char *kind)
+{
+    ngx_http_feed_mongo_task_t    *t;
+    ngx_http_feed_outbox_clear_t  *c;
 
     t = ngx_http_feed_mongo_task_bg(fmcf->mongo_client,
                                     ngx_http_feed_outbox_clear_run, NULL);
@@ -161,9 +242,8 @@ ngx_http_feed_outbox_sent(ngx_http_feed_main_conf_t *fmcf,
 
     bson_oid_copy(id, &c->id);
     c->kind = kind;
+    c->now = ngx_http_feed_now_ms();
     t->data = c;
-
-    /* if this fails, the sweeper enqueues the entry once more: harmless */
 
     (void) ngx_http_feed_mongo_post_bg(t);
 }
@@ -174,6 +254,12 @@ ngx_http_feed_outbox_clear_run(ngx_http_feed_mongo_task_t *t,
     mongoc_client_t *client)
 {
     ngx_http_feed_outbox_clear_t  *c = t->data;
+
+    if (c->kind == NULL) {
+        t->rc = ngx_http_feed_posts_due_now(client, t->database, &c->id,
+                                            c->now, &t->error);
+        return;
+    }
 
     t->rc = ngx_http_feed_posts_dequeue(client, t->database, &c->id, c->kind,
                                         &t->error);
@@ -362,10 +448,11 @@ ngx_http_feed_outbox_sweep_done(ngx_http_feed_mongo_task_t *t)
 
     for (i = 0; i < s->nitems; i++) {
         item = &s->items[i];
+        item->join.handler = ngx_http_feed_outbox_sweep_sent;
+        item->join.data = item;
 
         if (ngx_http_feed_outbox_send(NULL, s->fmcf, item->kind, &item->id,
-                                      &item->author, item->ts,
-                                      ngx_http_feed_outbox_sweep_sent, item)
+                                      &item->author, item->ts, &item->join)
             == NGX_OK)
         {
             s->waiting++;
@@ -381,7 +468,7 @@ ngx_http_feed_outbox_sweep_done(ngx_http_feed_mongo_task_t *t)
 
 
 static void
-ngx_http_feed_outbox_sweep_sent(void *data, redisReply *reply)
+ngx_http_feed_outbox_sweep_sent(void *data, ngx_uint_t sent)
 {
     ngx_http_feed_outbox_item_t  *item = data;
 
@@ -389,11 +476,10 @@ ngx_http_feed_outbox_sweep_sent(void *data, redisReply *reply)
 
     ngx_log_debug3(NGX_LOG_DEBUG_CORE, s->timer.log, 0,
                    "feed outbox sweep: %s entry %s, %ui to go", item->kind,
-                   (reply && reply->type == REDIS_REPLY_STRING)
-                   ? "in the stream" : "kept until its lease ends",
+                   sent ? "in the stream" : "kept until its lease ends",
                    s->waiting - 1);
 
-    if (reply && reply->type == REDIS_REPLY_STRING) {
+    if (sent) {
         ngx_http_feed_outbox_sent(s->fmcf, &item->id, item->kind);
     }
 

@@ -34,6 +34,10 @@ struct ngx_http_feed_post_ctx_s {
     const char                   *kind;
     bson_oid_t                   *queued;
     ngx_http_feed_post_answer_pt  answer;
+    ngx_http_feed_outbox_join_t   join;
+
+    /* Redis did not take the entry's writes: the outbox has them */
+    ngx_uint_t                    unsent;
 };
 
 
@@ -56,7 +60,7 @@ static ngx_int_t ngx_http_feed_post_keyed(ngx_http_request_t *r,
 static ngx_int_t ngx_http_feed_post_enqueue(ngx_http_feed_post_ctx_t *ctx,
     const char *kind, bson_oid_t *id, ngx_http_feed_user_t *author,
     int64_t ts, ngx_http_feed_post_answer_pt answer);
-static void ngx_http_feed_post_enqueued(void *data, redisReply *reply);
+static void ngx_http_feed_post_enqueued(void *data, ngx_uint_t sent);
 static ngx_int_t ngx_http_feed_post_created(ngx_http_feed_post_ctx_t *ctx);
 static ngx_int_t ngx_http_feed_post_gone(ngx_http_feed_post_ctx_t *ctx);
 
@@ -396,9 +400,10 @@ ngx_http_feed_post_keyed(ngx_http_request_t *r, void *data)
 
 
 /*
- * Appends the queue entry, then answers: the answer does not depend on
- * Redis, an entry that could not be appended is left to the outbox.
- * NGX_DONE: the answer follows the append.
+ * Appends the queue entry, then answers: an entry that could not be
+ * appended is left to the outbox, due at once.  A new post's answer does
+ * not depend on it; a delete's does (ngx_http_feed_post_gone).  NGX_DONE:
+ * the answer follows the append.
  */
 
 static ngx_int_t
@@ -409,14 +414,19 @@ ngx_http_feed_post_enqueue(ngx_http_feed_post_ctx_t *ctx, const char *kind,
     ctx->kind = kind;
     ctx->queued = id;
     ctx->answer = answer;
+    ctx->join.handler = ngx_http_feed_post_enqueued;
+    ctx->join.data = ctx;
 
     if (ngx_http_feed_outbox_send(ctx->request, ctx->fmcf, kind, id, author,
-                                  ts, ngx_http_feed_post_enqueued, ctx)
+                                  ts, &ctx->join)
         != NGX_OK)
     {
         ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
                        "feed %s of \"%s\": left to the outbox", kind,
                        author->data);
+
+        ctx->unsent = 1;
+        ngx_http_feed_outbox_soon(ctx->fmcf, id);
 
         return answer(ctx);
     }
@@ -426,13 +436,9 @@ ngx_http_feed_post_enqueue(ngx_http_feed_post_ctx_t *ctx, const char *kind,
 
 
 static void
-ngx_http_feed_post_enqueued(void *data, redisReply *reply)
+ngx_http_feed_post_enqueued(void *data, ngx_uint_t sent)
 {
     ngx_http_feed_post_ctx_t  *ctx = data;
-
-    ngx_uint_t  sent;
-
-    sent = (reply && reply->type == REDIS_REPLY_STRING);
 
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
                    "feed %s: %s", ctx->kind,
@@ -440,6 +446,10 @@ ngx_http_feed_post_enqueued(void *data, redisReply *reply)
 
     if (sent) {
         ngx_http_feed_outbox_sent(ctx->fmcf, ctx->queued, ctx->kind);
+
+    } else {
+        ctx->unsent = 1;
+        ngx_http_feed_outbox_soon(ctx->fmcf, ctx->queued);
     }
 
     ngx_http_feed_finalize(ctx->request, ctx->answer(ctx));
@@ -718,7 +728,11 @@ ngx_http_feed_post_deleted(ngx_http_request_t *r, void *data)
         return ngx_http_feed_error(r, &ngx_http_feed_err_no_user_post);
     }
 
-    ngx_http_feed_stat(posts_deleted, 1);
+    /* deleted by an earlier try that Redis refused: sent again */
+
+    if (op->found != NGX_HTTP_FEED_POSTS_PENDING) {
+        ngx_http_feed_stat(posts_deleted, 1);
+    }
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_feed_module);
 
@@ -727,12 +741,24 @@ ngx_http_feed_post_deleted(ngx_http_request_t *r, void *data)
 }
 
 
+/*
+ * 204 once Redis took the delete (reads skip the post from now on); 503
+ * when it did not: deleted in MongoDB, and completed by a retry or by the
+ * outbox about a second after Redis takes writes again
+ */
+
 static ngx_int_t
 ngx_http_feed_post_gone(ngx_http_feed_post_ctx_t *ctx)
 {
-    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
-                   "feed delete of a post of \"%s\": answered",
-                   ctx->op.author.data);
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
+                   "feed delete of a post of \"%s\": answered, %s",
+                   ctx->op.author.data,
+                   ctx->unsent ? "left to the outbox" : "in redis");
+
+    if (ctx->unsent) {
+        return ngx_http_feed_error(ctx->request,
+                                   &ngx_http_feed_err_cache_pending);
+    }
 
     return ngx_http_feed_no_content(ctx->request);
 }

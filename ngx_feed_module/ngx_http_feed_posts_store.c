@@ -52,6 +52,9 @@ static ngx_int_t ngx_http_feed_posts_merge(ngx_http_feed_posts_stream_t *s,
     size_t ns, ngx_uint_t limit, bson_t *items, bson_error_t *error);
 static ngx_int_t ngx_http_feed_posts_next(ngx_http_feed_posts_stream_t *s,
     bson_error_t *error);
+static ngx_int_t ngx_http_feed_posts_delete_pending(
+    mongoc_collection_t *posts, const bson_oid_t *id,
+    ngx_http_feed_user_t *author, ngx_uint_t *found, bson_error_t *error);
 static ngx_int_t ngx_http_feed_posts_claim(mongoc_collection_t *posts,
     const bson_t *doc, int64_t qt, ngx_http_feed_posts_due_pt each,
     void *data, bson_error_t *error);
@@ -575,8 +578,82 @@ ngx_http_feed_posts_delete(mongoc_client_t *client, const char *database,
         *found = (ngx_http_feed_bson_int(&reply, "matchedCount") == 1);
     }
 
+    if (ok && !*found) {
+        ok = (ngx_http_feed_posts_delete_pending(posts, id, author, found,
+                                                 error)
+              == NGX_OK);
+    }
+
     mongoc_collection_destroy(posts);
     bson_destroy(&reply);
+    bson_destroy(&update);
+    bson_destroy(&selector);
+
+    return ok ? NGX_OK : NGX_ERROR;
+}
+
+
+/*
+ * A post deleted already whose delete Redis has yet to take (an earlier
+ * try answered 503): *found is NGX_HTTP_FEED_POSTS_PENDING, and the retry
+ * sends it again
+ */
+
+static ngx_int_t
+ngx_http_feed_posts_delete_pending(mongoc_collection_t *posts,
+    const bson_oid_t *id, ngx_http_feed_user_t *author, ngx_uint_t *found,
+    bson_error_t *error)
+{
+    bson_t     filter, doc;
+    ngx_int_t  rc;
+
+    bson_init(&filter);
+    BSON_APPEND_OID(&filter, "_id", id);
+    BSON_APPEND_UTF8(&filter, "author", author->data);
+    BSON_APPEND_BOOL(&filter, "deleted", true);
+    BSON_APPEND_UTF8(&filter, "q", "delete");
+
+    rc = ngx_http_feed_mongo_find_one(posts, &filter, NULL, &doc, error);
+
+    bson_destroy(&filter);
+
+    if (rc == NGX_OK) {
+        *found = NGX_HTTP_FEED_POSTS_PENDING;
+        bson_destroy(&doc);
+    }
+
+    return (rc == NGX_ERROR) ? NGX_ERROR : NGX_OK;
+}
+
+
+/* the post's entries are due now: the sweeper's next round takes them */
+
+ngx_int_t
+ngx_http_feed_posts_due_now(mongoc_client_t *client, const char *database,
+    const bson_oid_t *id, int64_t now, bson_error_t *error)
+{
+    bool                  ok;
+    bson_t                selector, update, set, exists;
+    mongoc_collection_t  *posts;
+
+    bson_init(&selector);
+    BSON_APPEND_OID(&selector, "_id", id);
+    BSON_APPEND_DOCUMENT_BEGIN(&selector, "q.0", &exists);
+    BSON_APPEND_BOOL(&exists, "$exists", true);
+    bson_append_document_end(&selector, &exists);
+
+    bson_init(&update);
+    BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
+    BSON_APPEND_INT64(&set, "qt", now);
+    bson_append_document_end(&update, &set);
+
+    posts = mongoc_client_get_collection(client, database,
+                                         NGX_HTTP_FEED_POSTS);
+
+    ok = mongoc_collection_update_one(posts, &selector, &update, NULL, NULL,
+                                      error);
+
+    mongoc_collection_destroy(posts);
     bson_destroy(&update);
     bson_destroy(&selector);
 

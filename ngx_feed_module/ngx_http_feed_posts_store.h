@@ -61,6 +61,9 @@ ngx_int_t ngx_http_feed_posts_timeline(mongoc_client_t *client,
 ngx_int_t ngx_http_feed_posts_by_ids(mongoc_client_t *client,
     const char *database, const bson_oid_t *ids, size_t n, bson_t *items,
     bson_error_t *error);
+/* a delete's *found: 1 deleted now, this: deleted before, not yet in Redis */
+#define NGX_HTTP_FEED_POSTS_PENDING  2
+
 ngx_int_t ngx_http_feed_posts_delete(mongoc_client_t *client,
     const char *database, const bson_oid_t *id, ngx_http_feed_user_t *author,
     int64_t now, ngx_uint_t *found, bson_error_t *error);
@@ -70,6 +73,9 @@ ngx_int_t ngx_http_feed_posts_claim_due(mongoc_client_t *client,
     ngx_http_feed_posts_due_pt each, void *data, bson_error_t *error);
 ngx_int_t ngx_http_feed_posts_dequeue(mongoc_client_t *client,
     const char *database, const bson_oid_t *id, const char *kind,
+    bson_error_t *error);
+ngx_int_t ngx_http_feed_posts_due_now(mongoc_client_t *client,
+    const char *database, const bson_oid_t *id, int64_t now,
     bson_error_t *error);
 
 ngx_int_t ngx_http_feed_posts_json(const bson_t *stored, bson_t *out);

@@ -112,8 +112,9 @@ static void ngx_http_feed_timeline_cache_copy_make(void *data, u_char *key,
 static ngx_int_t ngx_http_feed_timeline_cache_batch_send(
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_redis_call_t *call,
     ngx_http_feed_redis_pt handler, void *data);
-static void ngx_http_feed_timeline_cache_deleting(
-    ngx_http_feed_main_conf_t *fmcf, const char *id, ngx_uint_t done);
+static ngx_int_t ngx_http_feed_timeline_cache_deleting(
+    ngx_http_request_t *r, ngx_http_feed_main_conf_t *fmcf, const char *id,
+    ngx_uint_t done, ngx_http_feed_redis_pt handler, void *data);
 static ngx_int_t ngx_http_feed_timeline_cache_parse_kept(
     ngx_http_request_t *r, redisReply *reply, ngx_http_feed_cached_t *cached);
 static ngx_int_t ngx_http_feed_timeline_cache_parse_pull(
@@ -1255,19 +1256,23 @@ ngx_http_feed_timeline_cache_deliver(ngx_http_feed_main_conf_t *fmcf,
  * A post is deleted: reads skip it until fanout has taken it out of every
  * timeline, and its JSON in link mode goes.  Sent ahead of the delete's
  * fanout entry, on the same connection, so it is in Redis before anyone
- * hears of the delete.
+ * hears of the delete.  handler gets the reply of the mark that reads
+ * check (NGX_OK; NGX_DECLINED: it could not be sent).
  */
 
-void
-ngx_http_feed_timeline_cache_delete(ngx_http_feed_main_conf_t *fmcf,
-    const char *id)
+ngx_int_t
+ngx_http_feed_timeline_cache_delete(ngx_http_request_t *r,
+    ngx_http_feed_main_conf_t *fmcf, const char *id,
+    ngx_http_feed_redis_pt handler, void *data)
 {
     u_char                      key[NGX_HTTP_FEED_POST_KEY_LEN];
     size_t                      argvlen[2];
+    ngx_int_t                   rc;
     const char                 *argv[2];
     ngx_http_feed_redis_args_t  args;
 
-    ngx_http_feed_timeline_cache_deleting(fmcf, id, 0);
+    rc = ngx_http_feed_timeline_cache_deleting(r, fmcf, id, 0, handler,
+                                               data);
 
     ngx_http_feed_redis_args_init(&args, argv, argvlen);
     ngx_http_feed_redis_args_lit(&args, "DEL");
@@ -1276,6 +1281,8 @@ ngx_http_feed_timeline_cache_delete(ngx_http_feed_main_conf_t *fmcf,
                                                                        id));
 
     (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, &args);
+
+    return rc;
 }
 
 
@@ -1322,7 +1329,8 @@ void
 ngx_http_feed_timeline_cache_removed(ngx_http_feed_main_conf_t *fmcf,
     const char *id)
 {
-    ngx_http_feed_timeline_cache_deleting(fmcf, id, 1);
+    (void) ngx_http_feed_timeline_cache_deleting(NULL, fmcf, id, 1, NULL,
+                                                 NULL);
 }
 
 
@@ -1401,14 +1409,16 @@ ngx_http_feed_timeline_cache_batch_send(ngx_http_feed_main_conf_t *fmcf,
  * fanout nothing takes it out, and it is skipped as long as lists live.
  */
 
-static void
-ngx_http_feed_timeline_cache_deleting(ngx_http_feed_main_conf_t *fmcf,
-    const char *id, ngx_uint_t done)
+static ngx_int_t
+ngx_http_feed_timeline_cache_deleting(ngx_http_request_t *r,
+    ngx_http_feed_main_conf_t *fmcf, const char *id, ngx_uint_t done,
+    ngx_http_feed_redis_pt handler, void *data)
 {
     u_char                      score[NGX_INT64_LEN + 1],
                                 now[NGX_INT64_LEN + 1];
     size_t                      argvlen[5], targvlen[4];
     int64_t                     ms;
+    ngx_int_t                   rc;
     const char                 *argv[5], *targv[4];
     ngx_http_feed_redis_args_t  args, trim, *write[2];
 
@@ -1449,7 +1459,8 @@ ngx_http_feed_timeline_cache_deleting(ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_redis_args_add(&trim, now,
                                  ngx_sprintf(now, "(%L", ms) - now);
 
-    (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, &args);
+    rc = ngx_http_feed_redis_send_r(r, fmcf->redis_client, handler, data,
+                                    &args);
     (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, &trim);
 
     /*
@@ -1464,6 +1475,8 @@ ngx_http_feed_timeline_cache_deleting(ngx_http_feed_main_conf_t *fmcf,
                                    &ngx_http_feed_timeline_cache_deleting_key,
                                    ngx_http_feed_timeline_cache_deleting_copy,
                                    write);
+
+    return rc;
 }
 
 

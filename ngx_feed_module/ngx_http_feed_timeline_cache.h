@@ -141,8 +141,9 @@ ngx_int_t ngx_http_feed_timeline_cache_deliver(
     ngx_http_feed_user_t *users, ngx_uint_t n, ngx_str_t *entry,
     ngx_http_feed_user_t *member, ngx_http_feed_redis_pt handler,
     void *data);
-void ngx_http_feed_timeline_cache_delete(ngx_http_feed_main_conf_t *fmcf,
-    const char *id);
+ngx_int_t ngx_http_feed_timeline_cache_delete(ngx_http_request_t *r,
+    ngx_http_feed_main_conf_t *fmcf, const char *id,
+    ngx_http_feed_redis_pt handler, void *data);
 ngx_int_t ngx_http_feed_timeline_cache_remove(ngx_http_feed_main_conf_t *fmcf,
     ngx_pool_t *pool, ngx_http_feed_user_t *users, ngx_uint_t n,
     const char *id, ngx_http_feed_redis_pt handler, void *data);
