@@ -244,5 +244,41 @@ PY
     ok($r->{commands} >= 4, "serverStatus: $r->{commands} commands");
 }
 
+# The failCommand fail point: what libmongoc sees of it (mongo-check), then
+# through the harness's helpers (t/lib/FeedTest.pm), as the tests use them.
+tap_passes('failpoint: times, skip, errorCode, closeConnection, '
+    . 'blockConnection, writeConcernError, off', check(uri($port), 'failpoint'));
+{
+    use lib "$FindBin::Bin/lib";
+    require FeedTest;
+    my $ft = FeedTest->new;
+    $ft->{ports}{mongo} = $port;
+
+    my $n0 = $ft->mongo_fail_point(mode => {times => 1, skip => 1},
+        failCommands => ['find'], namespace => 'feed.fp', errorCode => 2);
+    ok(defined $n0 && $n0 >= 0, "helper: set, fired $n0 times before");
+    $ft->mongo_insert('fp', '{"_id": 1}');
+    my @first = eval { $ft->mongo_find('fp') };
+    my @second = eval { $ft->mongo_find('fp') };
+    my $err = $@;
+    my @third = eval { $ft->mongo_find('fp') };
+    ok(@first == 1 && !@second && $err && @third == 1,
+        'helper: {times: 1, skip: 1}: the second find of feed.fp fails')
+        or diag("first @first, second @second ($err), third @third");
+    ok($ft->mongo_wait_fail_point($n0 + 1, 1), 'helper: waited for the hit');
+    ok(!$ft->mongo_wait_fail_point($n0 + 2, 0.2),
+        'helper: a hit that does not come: false after the timeout');
+
+    $ft->mongo_fail_point(failCommands => ['insert'], closeConnection => 1);
+    ok(!eval { $ft->mongo_insert('fp', '{"_id": 2}'); 1 },
+        'helper: closeConnection given as a Perl truth: the insert fails');
+    is($ft->mongo_fail_point_off, $n0 + 2, 'helper: off, 2 hits in all');
+    my @all = $ft->mongo_find('fp');
+    is(scalar @all, 1, 'helper: off: finds pass, the closed insert not run');
+
+    ok(!eval { $ft->mongo_fail_point(failCommands => ['find']); 1 },
+        'helper: a fail point with nothing to do is refused');
+}
+
 stop_standin($pid, 'main-restarted');
 done_testing();

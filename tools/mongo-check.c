@@ -4,7 +4,7 @@
  *
  * Build:  cc tools/mongo-check.c $(pkg-config --cflags --libs libmongoc-1.0) \
  *            -o build/mongo-check
- * Usage:  mongo-check URI [all|persist-write|persist-read|latency]
+ * Usage:  mongo-check URI [all|persist-write|persist-read|latency|failpoint]
  *
  *   all            the full functional check (default); drops its databases
  *   persist-write  write a few things into database standin_persist
@@ -12,6 +12,8 @@
  *   latency        time pings: prints "# ping_ms=N", "# ping2_ms=N" and
  *                  "# parallel_ms=N" (wall time of 4 concurrent pings on 4
  *                  pooled connections)
+ *   failpoint      the failCommand fail point as libmongoc sees its effects
+ *                  (errors, closed and blocked connections); leaves it off
  *
  * Exit status 0 iff every test passed.
  */
@@ -24,11 +26,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define DB_NAME "standin_check"
 #define PERSIST_DB "standin_persist"
 #define N_ITEMS 250
 #define N_THREADS 4
+#define FP_DB "standin_fp"
+#define FP_MSG "Failing command via 'failCommand' failpoint"
 
 static int test_num;
 static int failures;
@@ -888,6 +893,309 @@ check_all (mongoc_client_pool_t *pool)
 }
 
 /* ---------------------------------------------------------------------- */
+/* The failCommand fail point, as the module's libmongoc sees its effects. */
+
+/* configureFailPoint on admin: the command's reply (the count) or -1 */
+static int64_t
+fail_point (mongoc_client_t *client, bson_t *cmd, bson_error_t *error)
+{
+   bson_t reply;
+   int64_t count = -1;
+
+   if (mongoc_client_command_simple (client, "admin", cmd, NULL, &reply,
+                                     error)) {
+      count = get_int (&reply, "count", -1);
+   }
+   bson_destroy (&reply);
+   bson_destroy (cmd);
+   return count;
+}
+
+static void
+fail_point_off (mongoc_client_t *client)
+{
+   bson_error_t error;
+
+   if (fail_point (client,
+                   BCON_NEW ("configureFailPoint", BCON_UTF8 ("failCommand"),
+                             "mode", BCON_UTF8 ("off")),
+                   &error) < 0) {
+      diag_error ("fail point off", &error);
+   }
+}
+
+/* $inc of n on one counter document of a collection */
+static bool
+inc (mongoc_collection_t *coll, bson_t *reply, bson_error_t *error)
+{
+   bson_t *q = BCON_NEW ("_id", BCON_UTF8 ("c"));
+   bson_t *u = BCON_NEW ("$inc", "{", "n", BCON_INT32 (1), "}");
+   bson_t *opts = BCON_NEW ("upsert", BCON_BOOL (true));
+   bool r = mongoc_collection_update_one (coll, q, u, opts, reply, error);
+
+   bson_destroy (opts);
+   bson_destroy (u);
+   bson_destroy (q);
+   return r;
+}
+
+static int64_t
+counter (mongoc_collection_t *coll)
+{
+   bson_t *q = BCON_NEW ("_id", BCON_UTF8 ("c"));
+   bson_t *doc = find_one (coll, q);
+   int64_t n = get_int (doc, "n", 0);
+
+   if (doc) {
+      bson_destroy (doc);
+   }
+   bson_destroy (q);
+   return n;
+}
+
+static void
+fail_points (mongoc_uri_t *uri, mongoc_client_t *client)
+{
+   mongoc_database_t *db = mongoc_client_get_database (client, FP_DB);
+   mongoc_collection_t *counts = mongoc_database_get_collection (db, "counts");
+   mongoc_collection_t *other = mongoc_database_get_collection (db, "other");
+   mongoc_client_t *quick;
+   mongoc_uri_t *quick_uri;
+   bson_error_t error;
+   bson_t reply, *doc, *empty = bson_new ();
+   bool r, r2, r3;
+   int64_t count, n;
+   double t0, ms;
+   int i, fails;
+
+   mongoc_database_drop (db, NULL);
+
+   /* the admin database only; a fail point of another name is none */
+   doc = BCON_NEW ("configureFailPoint", BCON_UTF8 ("failCommand"), "mode",
+                   BCON_UTF8 ("off"));
+   r = mongoc_client_command_simple (client, FP_DB, doc, NULL, NULL, &error);
+   bson_destroy (doc);
+   ok (!r && error.domain == MONGOC_ERROR_SERVER && error.code == 13,
+       "configureFailPoint outside admin: 13 Unauthorized (%u: %s)",
+       error.code, error.message);
+   count = fail_point (client,
+                       BCON_NEW ("configureFailPoint", BCON_UTF8 ("noSuch"),
+                                 "mode", BCON_UTF8 ("off")),
+                       &error);
+   ok (count < 0 && error.code == 266,
+       "an unknown fail point: 266 FailPointSetFailed (%u: %s)", error.code,
+       error.message);
+   count = fail_point (client,
+                       BCON_NEW ("configureFailPoint", BCON_UTF8 ("failCommand"),
+                                 "mode", BCON_UTF8 ("sometimes")),
+                       &error);
+   ok (count < 0 && error.code == 2, "an unknown mode: 2 BadValue (%u: %s)",
+       error.code, error.message);
+
+   /* {times: 1}, errorCode and errorLabels, on one namespace: the update is
+    * not run, its error is the server's code, the labels in the reply */
+   count = fail_point (
+      client,
+      BCON_NEW ("configureFailPoint", BCON_UTF8 ("failCommand"), "mode", "{",
+                "times", BCON_INT32 (1), "}", "data", "{", "failCommands", "[",
+                BCON_UTF8 ("update"), "]", "namespace",
+                BCON_UTF8 (FP_DB ".counts"), "errorCode", BCON_INT32 (6),
+                "errorLabels", "[", BCON_UTF8 ("TransientTransactionError"),
+                "]", "}"),
+      &error);
+   ok (count >= 0, "times 1: set (count %" PRId64 ")", count);
+   if (count < 0) {
+      diag_error ("configureFailPoint", &error);
+   }
+   r = inc (other, NULL, &error);
+   ok (r, "times 1: an update of another namespace passes");
+   r = inc (counts, &reply, &error);
+   ok (!r && error.domain == MONGOC_ERROR_SERVER && error.code == 6 &&
+          strstr (error.message, FP_MSG) != NULL,
+       "times 1: the update fails: domain SERVER, code 6, the fail point's "
+       "message (%u %u: %s)",
+       error.domain, error.code, error.message);
+   ok (mongoc_error_has_label (&reply, "TransientTransactionError"),
+       "times 1: the write's reply has the errorLabels");
+   diag_doc ("times 1: update reply", &reply);
+   bson_destroy (&reply);
+   ok (counter (counts) == 0, "times 1: the failed update was not run");
+   r = inc (counts, NULL, &error);
+   ok (r && counter (counts) == 1, "times 1: the next update passes");
+   count = fail_point (client,
+                       BCON_NEW ("configureFailPoint", BCON_UTF8 ("failCommand"),
+                                 "mode", BCON_UTF8 ("off")),
+                       &error);
+   ok (count == 1, "off: the fail point fired once (count %" PRId64 ")", count);
+
+   /* a command's own reply: mongod's error document */
+   fail_point (client,
+               BCON_NEW ("configureFailPoint", BCON_UTF8 ("failCommand"),
+                         "mode", "{", "times", BCON_INT32 (1), "}", "data",
+                         "{", "failCommands", "[", BCON_UTF8 ("count"), "]",
+                         "errorCode", BCON_INT32 (262), "}"),
+               &error);
+   doc = BCON_NEW ("count", BCON_UTF8 ("counts"));
+   r = mongoc_database_command_simple (db, doc, NULL, &reply, &error);
+   ok (!r && error.domain == MONGOC_ERROR_SERVER && error.code == 262 &&
+          get_int (&reply, "ok", 1) == 0 && get_int (&reply, "code", 0) == 262 &&
+          str_is (&reply, "codeName", "ExceededTimeLimit") &&
+          str_is (&reply, "errmsg", FP_MSG) &&
+          !has_field (&reply, "errorLabels"),
+       "a failed command's reply: ok 0, code, codeName, errmsg");
+   diag_doc ("count reply", &reply);
+   bson_destroy (&reply);
+   bson_destroy (doc);
+
+   /* {times: 1, skip: 1}: the second update of the namespace fails, once */
+   fail_point (
+      client,
+      BCON_NEW ("configureFailPoint", BCON_UTF8 ("failCommand"), "mode", "{",
+                "times", BCON_INT32 (1), "skip", BCON_INT32 (1), "}", "data",
+                "{", "failCommands", "[", BCON_UTF8 ("update"), "]",
+                "namespace", BCON_UTF8 (FP_DB ".counts"), "errorCode",
+                BCON_INT32 (11600), "}"),
+      &error);
+   r = inc (counts, NULL, &error);
+   r2 = inc (counts, NULL, &error);
+   n = error.code;
+   r3 = inc (counts, NULL, &error);
+   ok (r && !r2 && n == 11600 && r3 && counter (counts) == 3,
+       "times 1 skip 1: the first update passes, the second fails, the third "
+       "passes (counter %" PRId64 ")",
+       counter (counts));
+
+   /* {skip: 2}: two finds pass, every later one fails until off */
+   fail_point (client,
+               BCON_NEW ("configureFailPoint", BCON_UTF8 ("failCommand"),
+                         "mode", "{", "skip", BCON_INT32 (2), "}", "data", "{",
+                         "failCommands", "[", BCON_UTF8 ("find"), "]",
+                         "errorCode", BCON_INT32 (2), "}"),
+               &error);
+   for (fails = 0, i = 0; i < 5; i++) {
+      fails += count_find (counts, empty, NULL) < 0;
+   }
+   fail_point_off (client);
+   ok (fails == 3 && count_find (counts, empty, NULL) == 1,
+       "skip 2: 2 finds of 5 pass, then all after off (%d failed)", fails);
+
+   /* closeConnection: libmongoc sees the connection closed, no reply; the
+    * next command has a new connection */
+   fail_point (client,
+               BCON_NEW ("configureFailPoint", BCON_UTF8 ("failCommand"),
+                         "mode", "{", "times", BCON_INT32 (1), "}", "data",
+                         "{", "failCommands", "[", BCON_UTF8 ("insert"), "]",
+                         "closeConnection", BCON_BOOL (true), "}"),
+               &error);
+   doc = BCON_NEW ("_id", BCON_UTF8 ("closed"));
+   r = mongoc_collection_insert_one (other, doc, NULL, NULL, &error);
+   ok (!r && error.domain == MONGOC_ERROR_STREAM &&
+          error.code == MONGOC_ERROR_STREAM_SOCKET,
+       "closeConnection: a network error, domain STREAM, code SOCKET "
+       "(%u %u: %s)",
+       error.domain, error.code, error.message);
+   ok (count_find (other, doc, NULL) == 0,
+       "closeConnection: the insert was not run");
+   r = mongoc_collection_insert_one (other, doc, NULL, NULL, &error);
+   ok (r, "closeConnection: the next insert passes on a new connection");
+   bson_destroy (doc);
+
+   /* blockConnection: the command waits blockTimeMS, then runs */
+   fail_point (client,
+               BCON_NEW ("configureFailPoint", BCON_UTF8 ("failCommand"),
+                         "mode", "{", "times", BCON_INT32 (1), "}", "data",
+                         "{", "failCommands", "[", BCON_UTF8 ("update"), "]",
+                         "blockConnection", BCON_BOOL (true), "blockTimeMS",
+                         BCON_INT32 (400), "}"),
+               &error);
+   t0 = now_ms ();
+   r = inc (counts, NULL, &error);
+   ms = now_ms () - t0;
+   ok (r && ms >= 390 && counter (counts) == 4,
+       "blockConnection 400 ms: the update waited %.0f ms, then ran", ms);
+   diag ("block_ms=%.0f", ms);
+
+   /* blocked longer than the client's socketTimeoutMS: libmongoc times out
+    * (a network error) and closes; with errorCode the command never runs */
+   quick_uri = mongoc_uri_copy (uri);
+   mongoc_uri_set_option_as_int32 (quick_uri, MONGOC_URI_SOCKETTIMEOUTMS, 300);
+   quick = mongoc_client_new_from_uri (quick_uri);
+   mongoc_client_set_error_api (quick, MONGOC_ERROR_API_VERSION_2);
+   ok (ping (quick, &error), "a client with socketTimeoutMS 300 pings");
+   fail_point (client,
+               BCON_NEW ("configureFailPoint", BCON_UTF8 ("failCommand"),
+                         "mode", "alwaysOn", "data", "{", "failCommands", "[",
+                         BCON_UTF8 ("update"), "]", "blockConnection",
+                         BCON_BOOL (true), "blockTimeMS", BCON_INT32 (1000),
+                         "errorCode", BCON_INT32 (91), "}"),
+               &error);
+   {
+      mongoc_collection_t *qc =
+         mongoc_client_get_collection (quick, FP_DB, "counts");
+      t0 = now_ms ();
+      r = inc (qc, NULL, &error);
+      ms = now_ms () - t0;
+      ok (!r && error.domain == MONGOC_ERROR_STREAM &&
+             error.code == MONGOC_ERROR_STREAM_SOCKET && ms < 900,
+          "blockConnection 1000 ms, socketTimeoutMS 300: a network error "
+          "after %.0f ms (%u %u: %s)",
+          ms, error.domain, error.code, error.message);
+      t0 = now_ms ();
+      r = inc (counts, NULL, &error);
+      ms = now_ms () - t0;
+      ok (!r && error.domain == MONGOC_ERROR_SERVER && error.code == 91 &&
+             ms >= 990,
+          "blockConnection 1000 ms and errorCode 91: the error after %.0f ms",
+          ms);
+      mongoc_collection_destroy (qc);
+   }
+   fail_point_off (client);
+   usleep (1100 * 1000); /* the timed-out update's block ends, and it fails */
+   ok (counter (counts) == 4, "blocked updates with errorCode never ran");
+   ok (ping (quick, &error), "the timed-out client pings again");
+   mongoc_client_destroy (quick);
+   mongoc_uri_destroy (quick_uri);
+
+   /* writeConcernError alone: a write runs, and libmongoc reports the
+    * write concern error */
+   fail_point (client,
+               BCON_NEW ("configureFailPoint", BCON_UTF8 ("failCommand"),
+                         "mode", "{", "times", BCON_INT32 (1), "}", "data",
+                         "{", "failCommands", "[", BCON_UTF8 ("update"), "]",
+                         "writeConcernError", "{", "code", BCON_INT32 (64),
+                         "errmsg", BCON_UTF8 ("waiting for replication timed "
+                                              "out"),
+                         "}", "}"),
+               &error);
+   r = inc (counts, NULL, &error);
+   ok (!r && error.domain == MONGOC_ERROR_WRITE_CONCERN && error.code == 64 &&
+          counter (counts) == 5,
+       "writeConcernError: the update ran, libmongoc reports a write concern "
+       "error (%u %u: %s)",
+       error.domain, error.code, error.message);
+
+   /* off: nothing fails any more */
+   fail_point (client,
+               BCON_NEW ("configureFailPoint", BCON_UTF8 ("failCommand"),
+                         "mode", "alwaysOn", "data", "{", "failCommands", "[",
+                         BCON_UTF8 ("find"), BCON_UTF8 ("update"), "]",
+                         "errorCode", BCON_INT32 (2), "}"),
+               &error);
+   r = inc (counts, NULL, &error);
+   fail_point_off (client);
+   r2 = inc (counts, NULL, &error);
+   ok (!r && r2 && count_find (counts, empty, NULL) == 1 &&
+          counter (counts) == 6,
+       "alwaysOn, then off: failed, then passes");
+
+   bson_destroy (empty);
+   mongoc_database_drop (db, NULL);
+   mongoc_collection_destroy (other);
+   mongoc_collection_destroy (counts);
+   mongoc_database_destroy (db);
+}
+
+/* ---------------------------------------------------------------------- */
 
 static void
 persist_write (mongoc_client_t *client)
@@ -1008,7 +1316,7 @@ main (int argc, char **argv)
 
    if (argc < 2) {
       fprintf (stderr,
-               "usage: %s URI [all|persist-write|persist-read|latency]\n",
+               "usage: %s URI [all|persist-write|persist-read|latency|failpoint]\n",
                argv[0]);
       return 2;
    }
@@ -1035,6 +1343,11 @@ main (int argc, char **argv)
       mongoc_client_pool_push (pool, client);
    } else if (strcmp (mode, "latency") == 0) {
       latency (uri, pool);
+   } else if (strcmp (mode, "failpoint") == 0) {
+      client = mongoc_client_pool_pop (pool);
+      fail_points (uri, client);
+      fail_point_off (client);
+      mongoc_client_pool_push (pool, client);
    } else {
       fprintf (stderr, "unknown mode %s\n", mode);
       return 2;

@@ -345,6 +345,82 @@ PY
     return @{ decode_json($out) };
 }
 
+# mongod's failCommand fail point (docs/mongo-standin.md#fail-points), set
+# through Debian's pymongo on the admin database: mode => 'alwaysOn' (the
+# default), 'off', {times => N}, {skip => N}, {times => N, skip => M}; the
+# other keys are its data (or data => {...}), the flags given as Perl
+# truths:
+#
+#   $t->mongo_fail_point(mode => {times => 1, skip => 1},
+#       failCommands => ['update'], namespace => 'feed.follow_counts',
+#       errorCode => 6);
+#   $t->mongo_fail_point(failCommands => [qw(find insert update)],
+#       blockConnection => 1, blockTimeMS => 5000);
+#
+# returns the number of times the fail point fired before this call;
+# mongo => 'name' for another stand-in than 'mongo'
+
+my %FP_FLAGS = map { $_ => 1 } qw(closeConnection blockConnection
+    failAllCommands failInternalCommands);
+
+sub mongo_fail_point {
+    my ($self, %spec) = @_;
+
+    my $name = delete $spec{mongo};
+    my $mode = delete $spec{mode} // 'alwaysOn';
+    my $data = delete $spec{data} // {%spec};
+    $data = { map { $_ => $FP_FLAGS{$_}
+        ? ($data->{$_} ? JSON::PP::true : JSON::PP::false) : $data->{$_} }
+        keys %$data };
+
+    my $r = $self->mongo_admin_command($name, ['configureFailPoint',
+        'failCommand', 'mode', $mode, $mode eq 'off' ? () : ('data', $data)]);
+    return $r->{count};
+}
+
+sub mongo_fail_point_off {
+    my ($self, $name) = @_;
+    return $self->mongo_fail_point(mode => 'off', mongo => $name);
+}
+
+# waits until the fail point fired $times times in all (the count
+# mongo_fail_point returns, plus the hits awaited); false after $timeout s
+sub mongo_wait_fail_point {
+    my ($self, $times, $timeout, $name) = @_;
+    my $r = eval { $self->mongo_admin_command($name, ['waitForFailPoint',
+        'failCommand', 'timesEntered', $times,
+        'maxTimeMS', int(($timeout // 10) * 1000)]) };
+    return $r && $r->{ok};
+}
+
+# a command (a list of field, value: its order kept) on the admin database;
+# its reply decoded, or a die with the server's error
+sub mongo_admin_command {
+    my ($self, $name, $fields) = @_;
+
+    my $py = <<'PY';
+import sys
+from bson import json_util
+from bson.son import SON
+from pymongo import MongoClient
+from pymongo.errors import PyMongoError
+uri, fields = sys.argv[1], json_util.loads(sys.argv[2])
+cmd = SON(zip(fields[0::2], fields[1::2]))
+c = MongoClient(uri, serverSelectionTimeoutMS=5000, retryReads=False)
+try:
+    print(json_util.dumps(c.admin.command(cmd)))
+except PyMongoError as e:
+    sys.exit('%s: %s' % (next(iter(cmd)), e))
+PY
+
+    open(my $fh, '-|', $PYTHON, '-c', $py, $self->mongo_uri($name),
+        JSON::PP->new->canonical->encode($fields))
+        or die "mongo_admin_command: $!\n";
+    my $out = do { local $/; <$fh> };
+    close $fh or die "mongo_admin_command $fields->[0] failed\n";
+    return decode_json($out);
+}
+
 sub mongo_uri {
     my ($self, $name) = @_;
     return $self->real_mongo_uri if real_mongo();
