@@ -99,6 +99,7 @@ ngx_http_feed_outbox_send(ngx_http_request_t *r,
     size_t                      argvlen[14];
     ngx_int_t                   rc;
     ngx_str_t                  *stream;
+    ngx_uint_t                  sent;
     const char                 *argv[14];
     ngx_http_feed_redis_args_t  args;
 
@@ -117,11 +118,10 @@ ngx_http_feed_outbox_send(ngx_http_request_t *r,
     if (kind[0] == 'd') {
         rc = ngx_http_feed_timeline_cache_delete(r, fmcf, hex,
                                                  ngx_http_feed_outbox_joined,
-                                                 join);
-        if (rc == NGX_OK) {
-            join->waiting++;
+                                                 join, &sent);
+        join->waiting += sent;
 
-        } else {
+        if (rc != NGX_OK) {
             join->failed = 1;
         }
     }
@@ -169,7 +169,7 @@ ngx_http_feed_outbox_send(ngx_http_request_t *r,
 }
 
 
-/* a reply: the XADD's is the entry's id, the mark's a number */
+/* a reply: the XADD's is the entry's id, the others' numbers */
 
 static void
 ngx_http_feed_outbox_joined(void *data, redisReply *reply)

@@ -91,6 +91,20 @@ enum {
 };
 
 
+/*
+ * The writes of a delete, whose replies go to the delete's handler (none
+ * for fanout's own), and the mark's two commands, made again for copies
+ */
+typedef struct {
+    ngx_http_request_t           *r;
+    ngx_http_feed_redis_pt        handler;
+    void                         *data;
+    ngx_uint_t                    sent;
+    ngx_uint_t                    unsent;
+    ngx_http_feed_redis_args_t   *write[2];
+} ngx_http_feed_timeline_cache_mark_t;
+
+
 static ngx_int_t ngx_http_feed_timeline_cache_warm_items(
     ngx_http_request_t *r, ngx_http_feed_redis_call_t *call, bson_t *items);
 static ngx_int_t ngx_http_feed_timeline_cache_warm_item(void *data,
@@ -112,9 +126,11 @@ static void ngx_http_feed_timeline_cache_copy_make(void *data, u_char *key,
 static ngx_int_t ngx_http_feed_timeline_cache_batch_send(
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_redis_call_t *call,
     ngx_http_feed_redis_pt handler, void *data);
-static ngx_int_t ngx_http_feed_timeline_cache_deleting(
-    ngx_http_request_t *r, ngx_http_feed_main_conf_t *fmcf, const char *id,
-    ngx_uint_t done, ngx_http_feed_redis_pt handler, void *data);
+static void ngx_http_feed_timeline_cache_deleting(
+    ngx_http_feed_main_conf_t *fmcf, const char *id, ngx_uint_t done,
+    ngx_http_feed_timeline_cache_mark_t *m);
+static void ngx_http_feed_timeline_cache_mark_send(
+    ngx_http_feed_timeline_cache_mark_t *m, ngx_http_feed_redis_args_t *args);
 static ngx_int_t ngx_http_feed_timeline_cache_parse_kept(
     ngx_http_request_t *r, redisReply *reply, ngx_http_feed_cached_t *cached);
 static ngx_int_t ngx_http_feed_timeline_cache_parse_pull(
@@ -1256,23 +1272,29 @@ ngx_http_feed_timeline_cache_deliver(ngx_http_feed_main_conf_t *fmcf,
  * A post is deleted: reads skip it until fanout has taken it out of every
  * timeline, and its JSON in link mode goes.  Sent ahead of the delete's
  * fanout entry, on the same connection, so it is in Redis before anyone
- * hears of the delete.  handler gets the reply of the mark that reads
- * check (NGX_OK; NGX_DECLINED: it could not be sent).
+ * hears of the delete.  handler gets the reply of each write: the mark
+ * reads check, its copy on each master of a cluster, the JSON's removal;
+ * *sent counts them.  NGX_DECLINED: some could not be sent.
  */
 
 ngx_int_t
 ngx_http_feed_timeline_cache_delete(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, const char *id,
-    ngx_http_feed_redis_pt handler, void *data)
+    ngx_http_feed_redis_pt handler, void *data, ngx_uint_t *sent)
 {
-    u_char                      key[NGX_HTTP_FEED_POST_KEY_LEN];
-    size_t                      argvlen[2];
-    ngx_int_t                   rc;
-    const char                 *argv[2];
-    ngx_http_feed_redis_args_t  args;
+    u_char                               key[NGX_HTTP_FEED_POST_KEY_LEN];
+    size_t                               argvlen[2];
+    const char                          *argv[2];
+    ngx_http_feed_redis_args_t           args;
+    ngx_http_feed_timeline_cache_mark_t  mark;
 
-    rc = ngx_http_feed_timeline_cache_deleting(r, fmcf, id, 0, handler,
-                                               data);
+    mark.r = r;
+    mark.handler = handler;
+    mark.data = data;
+    mark.sent = 0;
+    mark.unsent = 0;
+
+    ngx_http_feed_timeline_cache_deleting(fmcf, id, 0, &mark);
 
     ngx_http_feed_redis_args_init(&args, argv, argvlen);
     ngx_http_feed_redis_args_lit(&args, "DEL");
@@ -1280,9 +1302,37 @@ ngx_http_feed_timeline_cache_delete(ngx_http_request_t *r,
                                  ngx_http_feed_timeline_cache_post_key(key,
                                                                        id));
 
-    (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, &args);
+    ngx_http_feed_timeline_cache_mark_send(&mark, &args);
 
-    return rc;
+    *sent = mark.sent;
+
+    return mark.unsent ? NGX_DECLINED : NGX_OK;
+}
+
+
+/* a write of a delete: its reply to the delete's handler, if it has one */
+
+static void
+ngx_http_feed_timeline_cache_mark_send(ngx_http_feed_timeline_cache_mark_t *m,
+    ngx_http_feed_redis_args_t *args)
+{
+    ngx_http_feed_redis_t  *rd;
+
+    rd = ngx_http_feed_timeline_cache_fmcf->redis_client;
+
+    if (m == NULL || m->handler == NULL) {
+        (void) ngx_http_feed_redis_send(rd, NULL, NULL, args);
+        return;
+    }
+
+    if (ngx_http_feed_redis_send_r(m->r, rd, m->handler, m->data, args)
+        == NGX_OK)
+    {
+        m->sent++;
+
+    } else {
+        m->unsent++;
+    }
 }
 
 
@@ -1329,8 +1379,7 @@ void
 ngx_http_feed_timeline_cache_removed(ngx_http_feed_main_conf_t *fmcf,
     const char *id)
 {
-    (void) ngx_http_feed_timeline_cache_deleting(NULL, fmcf, id, 1, NULL,
-                                                 NULL);
+    ngx_http_feed_timeline_cache_deleting(fmcf, id, 1, NULL);
 }
 
 
@@ -1409,18 +1458,17 @@ ngx_http_feed_timeline_cache_batch_send(ngx_http_feed_main_conf_t *fmcf,
  * fanout nothing takes it out, and it is skipped as long as lists live.
  */
 
-static ngx_int_t
-ngx_http_feed_timeline_cache_deleting(ngx_http_request_t *r,
-    ngx_http_feed_main_conf_t *fmcf, const char *id, ngx_uint_t done,
-    ngx_http_feed_redis_pt handler, void *data)
+static void
+ngx_http_feed_timeline_cache_deleting(ngx_http_feed_main_conf_t *fmcf,
+    const char *id, ngx_uint_t done, ngx_http_feed_timeline_cache_mark_t *m)
 {
     u_char                      score[NGX_INT64_LEN + 1],
                                 now[NGX_INT64_LEN + 1];
     size_t                      argvlen[5], targvlen[4];
     int64_t                     ms;
-    ngx_int_t                   rc;
-    const char                 *argv[5], *targv[4];
-    ngx_http_feed_redis_args_t  args, trim, *write[2];
+    const char                           *argv[5], *targv[4];
+    ngx_http_feed_redis_args_t            args, trim;
+    ngx_http_feed_timeline_cache_mark_t  *mark, none;
 
     ms = ngx_http_feed_now_ms();
 
@@ -1459,8 +1507,9 @@ ngx_http_feed_timeline_cache_deleting(ngx_http_request_t *r,
     ngx_http_feed_redis_args_add(&trim, now,
                                  ngx_sprintf(now, "(%L", ms) - now);
 
-    rc = ngx_http_feed_redis_send_r(r, fmcf->redis_client, handler, data,
-                                    &args);
+    /* the trim only forgets marks no read needs: it may be lost */
+
+    ngx_http_feed_timeline_cache_mark_send(m, &args);
     (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, &trim);
 
     /*
@@ -1468,15 +1517,22 @@ ngx_http_feed_timeline_cache_deleting(ngx_http_request_t *r,
      * its users check: the mark at +inf is never trimmed.
      */
 
-    write[0] = &args;
-    write[1] = &trim;
+    if (m) {
+        m->write[0] = &args;
+        m->write[1] = &trim;
+        mark = m;
+
+    } else {
+        none.handler = NULL;
+        none.write[0] = &args;
+        none.write[1] = &trim;
+        mark = &none;
+    }
 
     ngx_http_feed_redis_local_keys(fmcf->redis_client,
                                    &ngx_http_feed_timeline_cache_deleting_key,
                                    ngx_http_feed_timeline_cache_deleting_copy,
-                                   write);
-
-    return rc;
+                                   mark);
 }
 
 
@@ -1486,18 +1542,22 @@ static void
 ngx_http_feed_timeline_cache_deleting_copy(void *data, u_char *key,
     size_t len)
 {
-    ngx_http_feed_redis_args_t **write = data;
+    ngx_http_feed_timeline_cache_mark_t  *m = data;
 
-    ngx_uint_t  i;
+    ngx_uint_t                   i;
+    ngx_http_feed_redis_args_t  *w;
 
     for (i = 0; i < 2; i++) {
-        write[i]->argv[write[i]->key] = (const char *) key;
-        write[i]->argvlen[write[i]->key] = len;
-
-        (void) ngx_http_feed_redis_send(
-                   ngx_http_feed_timeline_cache_fmcf->redis_client, NULL,
-                   NULL, write[i]);
+        w = m->write[i];
+        w->argv[w->key] = (const char *) key;
+        w->argvlen[w->key] = len;
     }
+
+    ngx_http_feed_timeline_cache_mark_send(m->handler ? m : NULL,
+                                           m->write[0]);
+    (void) ngx_http_feed_redis_send(
+               ngx_http_feed_timeline_cache_fmcf->redis_client, NULL, NULL,
+               m->write[1]);
 }
 
 

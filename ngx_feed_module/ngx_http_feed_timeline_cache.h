@@ -143,7 +143,7 @@ ngx_int_t ngx_http_feed_timeline_cache_deliver(
     void *data);
 ngx_int_t ngx_http_feed_timeline_cache_delete(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, const char *id,
-    ngx_http_feed_redis_pt handler, void *data);
+    ngx_http_feed_redis_pt handler, void *data, ngx_uint_t *sent);
 ngx_int_t ngx_http_feed_timeline_cache_remove(ngx_http_feed_main_conf_t *fmcf,
     ngx_pool_t *pool, ngx_http_feed_user_t *users, ngx_uint_t n,
     const char *id, ngx_http_feed_redis_pt handler, void *data);
