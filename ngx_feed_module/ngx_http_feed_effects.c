@@ -441,6 +441,16 @@ ngx_http_feed_effects_end(ngx_http_feed_effects_t *fx)
     ngx_http_feed_mongo_task_t   *t;
     ngx_http_feed_effects_end_t  *end;
 
+    for (i = 0; i < fx->n; i++) {
+        if (fx->need[i]) {
+            break;
+        }
+    }
+
+    if (i == fx->n) {
+        return;
+    }
+
     if (fx->failed) {
         ngx_http_feed_stat(effects_failed, 1);
         ngx_http_feed_effects_sweep_soon();
@@ -449,13 +459,7 @@ ngx_http_feed_effects_end(ngx_http_feed_effects_t *fx)
         ngx_http_feed_stat(effects_applied, 1);
     }
 
-    for (i = 0; i < fx->n; i++) {
-        if (fx->need[i]) {
-            break;
-        }
-    }
-
-    if (i == fx->n || fx->fmcf->mongo_client == NULL) {
+    if (fx->fmcf->mongo_client == NULL) {
         return;
     }
 
