@@ -6,6 +6,9 @@
 #   make test-asan  the same suite, the module built with AddressSanitizer
 #                and UndefinedBehaviorSanitizer (docs/testing.md)
 #   make bench   the benchmarks (docs/benchmarks.md)
+#   make chaos   CHAOS_MINUTES (10) of clients under faults, then every
+#                promise checked (docs/testing.md); CHAOS_SEED=N replays a
+#                run, FEED_REDIS_CLUSTER=1 runs it on a Redis Cluster
 #   make fuzz    the libFuzzer targets, FUZZ_SECONDS each (docs/fuzzing.md)
 #   make deb     the Debian package, build/libnginx-mod-http-feed_*.deb, and
 #                lintian on it (docs/packaging.md)
@@ -35,7 +38,7 @@ ASAN_CONFIGURE = \
     --with-ld-opt="$(ASAN_FLAGS) -Wl,-z,nodelete"
 
 .PHONY: all deps asan-deps openapi-deps deb-deps build build-asan run test \
-        test-asan bench deb clean FORCE
+        test-asan bench chaos deb clean FORCE
 
 include fuzz/fuzz.mk
 
@@ -124,6 +127,15 @@ test-asan: build-asan openapi-deps
 
 bench: build
 	@bash bench/run
+
+# two nginx nodes, Redis and the MongoDB stand-in under a fault every 10 to
+# 20 s; one line of summary, the details in build/chaos/<time>-seed<N>/;
+# fails on any broken promise (tools/chaos)
+CHAOS_MINUTES ?= 10
+
+chaos: build
+	@perl tools/chaos --minutes $(CHAOS_MINUTES) \
+	    $(if $(CHAOS_SEED),--seed $(CHAOS_SEED))
 
 # The Debian package, built by dpkg-buildpackage (debian/) on a copy of
 # what goes into it, in build/deb/: nothing is written into the tree.  The

@@ -1174,6 +1174,31 @@ fail_points (mongoc_uri_t *uri, mongoc_client_t *client)
        "error (%u %u: %s)",
        error.domain, error.code, error.message);
 
+   /* appName: only the connections whose handshake gave that name */
+   {
+      mongoc_uri_t *app_uri = mongoc_uri_copy (uri);
+      mongoc_client_t *app;
+
+      mongoc_uri_set_appname (app_uri, "fp-app");
+      app = mongoc_client_new_from_uri (app_uri);
+      mongoc_client_set_error_api (app, MONGOC_ERROR_API_VERSION_2);
+      fail_point (client,
+                  BCON_NEW ("configureFailPoint", BCON_UTF8 ("failCommand"),
+                            "mode", "alwaysOn", "data", "{", "failCommands",
+                            "[", BCON_UTF8 ("ping"), "]", "appName",
+                            BCON_UTF8 ("fp-app"), "errorCode", BCON_INT32 (2),
+                            "}"),
+                  &error);
+      r = ping (app, &error);
+      n = error.code;
+      r2 = ping (client, &error);
+      fail_point_off (client);
+      ok (!r && n == 2 && r2,
+          "appName: the named client's ping fails, another's passes");
+      mongoc_client_destroy (app);
+      mongoc_uri_destroy (app_uri);
+   }
+
    /* off: nothing fails any more */
    fail_point (client,
                BCON_NEW ("configureFailPoint", BCON_UTF8 ("failCommand"),

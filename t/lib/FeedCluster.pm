@@ -18,8 +18,9 @@ sub start {
     my $replicas = $o{replicas} // 0;
     my $n = $masters * (1 + $replicas);
 
+    # args => [...]: more options of every redis-server
     my $self = bless { t => $t, names => [], timeout => $o{node_timeout}
-        || 1000 }, $class;
+        || 1000, args => $o{args} || [] }, $class;
 
     for my $i (1 .. $n) {
         my $name = "c$i";
@@ -52,7 +53,7 @@ sub start_node {
         '--cluster-config-file', "$dir/nodes.conf",
         '--cluster-port', $t->port("${name}bus"),
         '--cluster-replica-validity-factor', 0,
-        '--cluster-node-timeout', $self->{timeout});
+        '--cluster-node-timeout', $self->{timeout}, @{$self->{args}});
 
     my $end = time + 10;
     while (time < $end) {

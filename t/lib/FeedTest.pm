@@ -149,6 +149,7 @@ sub wait_port {
 
 # redis-server
 
+# args => [...]: more options of redis-server; returns once it answers PING
 sub start_redis {
     my ($self, %o) = @_;
 
@@ -161,10 +162,12 @@ sub start_redis {
     push @args, '--requirepass', $o{password} if $o{password};
     push @args, '--unixsocket', $o{unixsocket}, '--unixsocketperm', '777'
         if $o{unixsocket};
+    push @args, @{$o{args}} if $o{args};
 
     $self->spawn($name, '/usr/bin/redis-server', @args);
 
-    my $end = time + 10;
+    # wait => seconds: a dataset being loaded answers LOADING meanwhile
+    my $end = time + ($o{wait} || 10);
     while (time < $end) {
         my $r = eval { $self->redis_cmd_port($port, $o{password}, 'PING') };
         return $port if defined $r && $r eq 'PONG';
