@@ -28,7 +28,8 @@
  * of the floor "f" (as in the time buckets model: the user's first read,
  * then each follow or unfollow) and "w" up that was delivered is kept, and
  * a read takes "w" after the slots.  A post is kept once: {u, i} is
- * unique.
+ * unique.  Those not delivered yet are in flight: the page's reader
+ * (ngx_http_feed_timeline_stored.c) adds them.
  */
 
 
