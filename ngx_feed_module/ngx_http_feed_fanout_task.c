@@ -24,6 +24,9 @@ static ngx_int_t ngx_http_feed_fanout_follower(void *data,
 static ngx_int_t ngx_http_feed_fanout_stored(mongoc_client_t *client,
     const char *database, ngx_http_feed_fanout_page_t *page,
     ngx_http_feed_user_t *users, size_t n, bson_error_t *error);
+static ngx_int_t ngx_http_feed_fanout_landed(mongoc_client_t *client,
+    const char *database, ngx_http_feed_fanout_page_t *page,
+    bson_error_t *error);
 
 
 void
@@ -90,12 +93,14 @@ ngx_http_feed_fanout_page_run(ngx_http_feed_mongo_task_t *t,
 
     if (page->pull == NGX_HTTP_FEED_PULL_LIST) {
         /* a pull author's post: no follower is read */
-        t->rc = NGX_OK;
+        t->rc = ngx_http_feed_fanout_landed(client, t->database, page,
+                                            &t->error);
         return;
     }
 
     if (page->limit == 0) {
-        t->rc = NGX_OK;
+        t->rc = ngx_http_feed_fanout_landed(client, t->database, page,
+                                            &t->error);
         return;
     }
 
@@ -109,6 +114,35 @@ ngx_http_feed_fanout_page_run(ngx_http_feed_mongo_task_t *t,
                                             page->users, page->nusers,
                                             &t->error);
     }
+
+    if (t->rc == NGX_OK && page->nusers < page->limit) {
+        /* the last page */
+        t->rc = ngx_http_feed_fanout_landed(client, t->database, page,
+                                            &t->error);
+    }
+}
+
+
+/*
+ * Every kept timeline has the post (feed_timeline_store): it is no longer
+ * in flight, and their reads stop looking for it
+ * (ngx_http_feed_timeline_stored.c).  Only once they all have it: until
+ * then, a read of a kept timeline that lacks it finds it in flight.
+ */
+
+static ngx_int_t
+ngx_http_feed_fanout_landed(mongoc_client_t *client, const char *database,
+    ngx_http_feed_fanout_page_t *page, bson_error_t *error)
+{
+    bson_oid_t  oid;
+
+    if (!page->store.model || page->removing) {
+        return NGX_OK;
+    }
+
+    bson_oid_init_from_string(&oid, page->post_id);
+
+    return ngx_http_feed_posts_landed(client, database, &oid, error);
 }
 
 

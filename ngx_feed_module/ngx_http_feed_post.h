@@ -41,6 +41,12 @@ typedef struct {
      * key is another content's, NGX_ABORT its post was deleted
      */
     ngx_int_t                     outcome;
+
+    /*
+     * feed_timeline_store's model (0: none): the post is stored in flight,
+     * until fanout has put it in every kept timeline
+     */
+    ngx_uint_t                    kept;
 } ngx_http_feed_post_new_t;
 
 

@@ -3,10 +3,13 @@
  * ngx_feed_module: the posts store (runs in thread pool tasks), the only
  * code that knows the "posts" collection.
  *
- * {_id: ObjectId, author, body, ts, data?, deleted?, q?, qt?}: the id is
- * made by the module, so ids sort by creation time and serve as cursors.
- * "q" lists the queue entries ("post", "delete") the post still awaits,
- * "qt" when the outbox sweeper may take them over (see ngx_http_feed_outbox.c).
+ * {_id: ObjectId, author, body, ts, data?, deleted?, q?, qt?, k?}: the id
+ * is made by the module, so ids sort by creation time and serve as
+ * cursors.  "q" lists the queue entries ("post", "delete") the post still
+ * awaits, "qt" when the outbox sweeper may take them over (see
+ * ngx_http_feed_outbox.c).  "k" is there, with feed_timeline_store, from
+ * the insert until fanout has put the post in every kept timeline: the
+ * posts in flight, which a kept timeline may lack yet.
  *
  * Every read of posts for an answer sees the visible ones only, by one
  * filter, ngx_http_feed_posts_visible(); the outbox alone sees deleted
@@ -62,23 +65,29 @@ static void ngx_http_feed_posts_awaits(const bson_t *doc,
     ngx_http_feed_posts_due_t *due);
 
 
-/* the author's posts newest first (fanout on read), and the outbox */
+/*
+ * The author's posts newest first (fanout on read), the outbox, and the
+ * posts in flight newest first
+ */
 
 ngx_http_feed_mongo_indexes_t  ngx_http_feed_posts_indexes = {
     NGX_HTTP_FEED_POSTS,
     "[{\"key\": {\"author\": 1, \"_id\": -1}, \"name\": \"author_id\"},"
-    " {\"key\": {\"q\": 1}, \"name\": \"outbox\", \"sparse\": true}]"
+    " {\"key\": {\"q\": 1}, \"name\": \"outbox\", \"sparse\": true},"
+    " {\"key\": {\"k\": 1, \"_id\": -1}, \"name\": \"in_flight\","
+    " \"sparse\": true}]"
 };
 
 
 /*
  * Stored with its queue entry pending, due from now (ms): never lost for
- * fanout.  NGX_DECLINED: a post with this id is there already.
+ * fanout; kept: in flight until fanout has put it in every timeline kept
+ * in MongoDB.  NGX_DECLINED: a post with this id is there already.
  */
 
 ngx_int_t
 ngx_http_feed_posts_insert(mongoc_client_t *client, const char *database,
-    const bson_t *post, int64_t now, bson_error_t *error)
+    const bson_t *post, int64_t now, ngx_uint_t kept, bson_error_t *error)
 {
     bool                  ok;
     bson_t                doc, q;
@@ -90,6 +99,10 @@ ngx_http_feed_posts_insert(mongoc_client_t *client, const char *database,
     BSON_APPEND_UTF8(&q, "0", "post");
     bson_append_array_end(&doc, &q);
     BSON_APPEND_INT64(&doc, "qt", now + NGX_HTTP_FEED_OUTBOX_GRACE);
+
+    if (kept) {
+        BSON_APPEND_BOOL(&doc, "k", true);
+    }
 
     posts = mongoc_client_get_collection(client, database,
                                          NGX_HTTP_FEED_POSTS);
@@ -374,6 +387,89 @@ ngx_http_feed_posts_by_ids(mongoc_client_t *client, const char *database,
 }
 
 
+/*
+ * The posts in range that fanout has not put in every kept timeline yet,
+ * newest first, at most max: their ids and authors in *posts (n of them,
+ * bson_malloc()ed, NULL when none).  *more: max were read, older ones
+ * may be in flight too.
+ */
+
+ngx_int_t
+ngx_http_feed_posts_in_flight(mongoc_client_t *client, const char *database,
+    ngx_http_feed_posts_range_t *range, size_t max,
+    ngx_http_feed_posts_flight_t **posts, size_t *n, ngx_uint_t *more,
+    bson_error_t *error)
+{
+    size_t                         size, seen;
+    bson_t                         filter, opts, sort, proj;
+    ngx_int_t                      rc;
+    bson_iter_t                    it;
+    const bson_t                  *doc;
+    mongoc_cursor_t               *cursor;
+    mongoc_collection_t           *coll;
+    ngx_http_feed_posts_flight_t  *p;
+
+    *posts = NULL;
+    *n = 0;
+    *more = 0;
+
+    bson_init(&filter);
+    BSON_APPEND_BOOL(&filter, "k", true);
+    ngx_http_feed_posts_range(&filter, range);
+
+    bson_init(&opts);
+    BSON_APPEND_DOCUMENT_BEGIN(&opts, "sort", &sort);
+    BSON_APPEND_INT32(&sort, "_id", -1);
+    bson_append_document_end(&opts, &sort);
+    BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &proj);
+    BSON_APPEND_INT32(&proj, "author", 1);
+    bson_append_document_end(&opts, &proj);
+    BSON_APPEND_INT64(&opts, "limit", (int64_t) max);
+
+    coll = mongoc_client_get_collection(client, database,
+                                        NGX_HTTP_FEED_POSTS);
+    cursor = mongoc_collection_find_with_opts(coll, &filter, &opts, NULL);
+
+    size = 0;
+    seen = 0;
+
+    while (seen < max && mongoc_cursor_next(cursor, &doc)) {
+        seen++;
+
+        if (*n == size) {
+            size = size ? 2 * size : 16;
+            *posts = bson_realloc(*posts,
+                                  size * sizeof(ngx_http_feed_posts_flight_t));
+        }
+
+        p = &(*posts)[*n];
+
+        if (bson_iter_init_find(&it, doc, "_id") && BSON_ITER_HOLDS_OID(&it)
+            && ngx_http_feed_bson_user(doc, "author", &p->author) == NGX_OK)
+        {
+            bson_oid_copy(bson_iter_oid(&it), &p->id);
+            (*n)++;
+        }
+    }
+
+    rc = mongoc_cursor_error(cursor, error) ? NGX_ERROR : NGX_OK;
+    *more = (seen == max);
+
+    mongoc_cursor_destroy(cursor);
+    mongoc_collection_destroy(coll);
+    bson_destroy(&opts);
+    bson_destroy(&filter);
+
+    if (rc != NGX_OK) {
+        bson_free(*posts);
+        *posts = NULL;
+        *n = 0;
+    }
+
+    return rc;
+}
+
+
 static mongoc_cursor_t *
 ngx_http_feed_posts_chunk(mongoc_collection_t *posts, char **authors,
     size_t n, ngx_http_feed_posts_range_t *range)
@@ -538,7 +634,7 @@ ngx_http_feed_posts_visible(bson_t *filter)
 /*
  * Marks the post deleted, drops its content, and queues the delete entry,
  * all in one update: found only when author is its author and it was
- * there.
+ * there.  A deleted post is in flight no more: no page shows it.
  */
 
 ngx_int_t
@@ -563,6 +659,7 @@ ngx_http_feed_posts_delete(mongoc_client_t *client, const char *database,
     BSON_APPEND_DOCUMENT_BEGIN(&update, "$unset", &unset);
     BSON_APPEND_UTF8(&unset, "body", "");
     BSON_APPEND_UTF8(&unset, "data", "");
+    BSON_APPEND_UTF8(&unset, "k", "");
     bson_append_document_end(&update, &unset);
     BSON_APPEND_DOCUMENT_BEGIN(&update, "$addToSet", &add);
     BSON_APPEND_UTF8(&add, "q", "delete");
@@ -830,6 +927,42 @@ ngx_http_feed_posts_dequeue(mongoc_client_t *client, const char *database,
     BSON_APPEND_DOCUMENT_BEGIN(&update, "$pull", &pull);
     BSON_APPEND_UTF8(&pull, "q", kind);
     bson_append_document_end(&update, &pull);
+
+    posts = mongoc_client_get_collection(client, database,
+                                         NGX_HTTP_FEED_POSTS);
+
+    ok = mongoc_collection_update_one(posts, &selector, &update, NULL, NULL,
+                                      error);
+
+    mongoc_collection_destroy(posts);
+    bson_destroy(&update);
+    bson_destroy(&selector);
+
+    return ok ? NGX_OK : NGX_ERROR;
+}
+
+
+/*
+ * Fanout has put the post in every timeline kept in MongoDB: it is in
+ * flight no more
+ */
+
+ngx_int_t
+ngx_http_feed_posts_landed(mongoc_client_t *client, const char *database,
+    const bson_oid_t *id, bson_error_t *error)
+{
+    bool                  ok;
+    bson_t                selector, update, unset;
+    mongoc_collection_t  *posts;
+
+    bson_init(&selector);
+    BSON_APPEND_OID(&selector, "_id", id);
+    BSON_APPEND_BOOL(&selector, "k", true);
+
+    bson_init(&update);
+    BSON_APPEND_DOCUMENT_BEGIN(&update, "$unset", &unset);
+    BSON_APPEND_UTF8(&unset, "k", "");
+    bson_append_document_end(&update, &unset);
 
     posts = mongoc_client_get_collection(client, database,
                                          NGX_HTTP_FEED_POSTS);

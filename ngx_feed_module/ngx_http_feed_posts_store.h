@@ -39,11 +39,18 @@ typedef void (*ngx_http_feed_posts_due_pt)(void *data,
     ngx_http_feed_posts_due_t *due);
 
 
+/* a post in flight: not in every timeline kept in MongoDB yet */
+typedef struct {
+    bson_oid_t                    id;
+    ngx_http_feed_user_t          author;
+} ngx_http_feed_posts_flight_t;
+
+
 extern ngx_http_feed_mongo_indexes_t  ngx_http_feed_posts_indexes;
 
 
 ngx_int_t ngx_http_feed_posts_insert(mongoc_client_t *client,
-    const char *database, const bson_t *post, int64_t now,
+    const char *database, const bson_t *post, int64_t now, ngx_uint_t kept,
     bson_error_t *error);
 ngx_int_t ngx_http_feed_posts_find(mongoc_client_t *client,
     const char *database, const bson_oid_t *id, bson_t **doc,
@@ -61,6 +68,13 @@ ngx_int_t ngx_http_feed_posts_timeline(mongoc_client_t *client,
 ngx_int_t ngx_http_feed_posts_by_ids(mongoc_client_t *client,
     const char *database, const bson_oid_t *ids, size_t n, bson_t *items,
     bson_error_t *error);
+ngx_int_t ngx_http_feed_posts_in_flight(mongoc_client_t *client,
+    const char *database, ngx_http_feed_posts_range_t *range, size_t max,
+    ngx_http_feed_posts_flight_t **posts, size_t *n, ngx_uint_t *more,
+    bson_error_t *error);
+ngx_int_t ngx_http_feed_posts_landed(mongoc_client_t *client,
+    const char *database, const bson_oid_t *id, bson_error_t *error);
+
 /* a delete's *found: 1 deleted now, this: deleted before, not yet in Redis */
 #define NGX_HTTP_FEED_POSTS_PENDING  2
 

@@ -11,11 +11,21 @@
  * fanout on read, which has every post.  A user without one, asking for a
  * first page, gets fanout on read, and a document made from that answer.
  * The answer is the same as fanout on read's, however it is made.
+ *
+ * Fanout may be behind: a post is in MongoDB before it is in the kept
+ * timelines, and posts reach them in about, not exactly, their order.  The
+ * posts still in flight are read first, then the kept timeline: a post
+ * that landed meanwhile is in the kept timeline, and those still in flight
+ * that the user follows are added to its entries, so the kept timeline
+ * never vouches for a range with a post it has not received.  When more
+ * are in flight than are read, it vouches only for the range of those
+ * read, and fanout on read answers below.
  */
 
 
 #include "ngx_http_feed_timeline.h"
 #include "ngx_http_feed_timelines_store.h"
+#include "ngx_http_feed_follows_store.h"
 #include "ngx_http_feed_pull.h"
 
 
@@ -24,6 +34,17 @@
 
 /* a document being made for longer than this was left: made again */
 #define NGX_HTTP_FEED_STORED_STALE  60000
+
+/* posts in flight read at most, newest first, for a page */
+#define NGX_HTTP_FEED_STORED_FLIGHT  1000
+
+
+/* the authors of the posts in flight a kept timeline lacks */
+typedef struct {
+    char                        **authors;
+    u_char                       *followed;
+    size_t                        n;
+} ngx_http_feed_stored_authors_t;
 
 
 typedef struct {
@@ -42,6 +63,24 @@ static ngx_int_t ngx_http_feed_timeline_stored_page(mongoc_client_t *client,
     const char *database, ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_user_t *user, ngx_http_feed_posts_range_t *range,
     ngx_http_feed_timelines_page_t *tp, bson_t *items, bson_error_t *error);
+static ngx_int_t ngx_http_feed_timeline_stored_flight(
+    mongoc_client_t *client, const char *database, ngx_http_feed_user_t *user,
+    ngx_http_feed_posts_flight_t *fl, size_t n, ngx_uint_t more,
+    ngx_http_feed_timelines_page_t *tp, bson_error_t *error);
+static ngx_uint_t ngx_http_feed_timeline_stored_has(
+    ngx_http_feed_timelines_page_t *tp, const bson_oid_t *id);
+static ngx_int_t ngx_http_feed_timeline_stored_authors(
+    mongoc_client_t *client, const char *database, ngx_http_feed_user_t *user,
+    ngx_http_feed_posts_flight_t *fl, size_t n,
+    ngx_http_feed_stored_authors_t *a, bson_error_t *error);
+static ngx_int_t ngx_http_feed_timeline_stored_followee(void *data,
+    ngx_http_feed_user_t *user, int64_t created);
+static ngx_uint_t ngx_http_feed_timeline_stored_follows(
+    ngx_http_feed_stored_authors_t *a, ngx_http_feed_user_t *user,
+    ngx_http_feed_posts_flight_t *post);
+static void ngx_http_feed_timeline_stored_add(
+    ngx_http_feed_timelines_page_t *tp, ngx_http_feed_posts_flight_t *fl,
+    size_t n);
 static ngx_int_t ngx_http_feed_timeline_stored_pulled(mongoc_client_t *client,
     const char *database, ngx_http_feed_user_t *user,
     ngx_http_feed_posts_range_t *range, bson_t *items, bson_error_t *error);
@@ -59,18 +98,39 @@ ngx_http_feed_timeline_stored(mongoc_client_t *client, const char *database,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
     ngx_http_feed_posts_range_t *range, bson_t *items, bson_error_t *error)
 {
-    ngx_int_t                       rc;
-    ngx_http_feed_timelines_page_t  tp;
-    ngx_http_feed_timelines_conf_t  tc;
+    size_t                           n;
+    ngx_int_t                        rc;
+    ngx_uint_t                       more;
+    ngx_http_feed_posts_flight_t    *fl;
+    ngx_http_feed_timelines_page_t   tp;
+    ngx_http_feed_timelines_conf_t   tc;
 
     ngx_http_feed_timelines_conf(fmcf, &tc);
 
-    if (ngx_http_feed_timelines_read(client, database, &tc, user, range,
-                                     range->limit
-                                     + NGX_HTTP_FEED_STORED_SLACK,
-                                     &tp, error)
+    /* in flight, before the kept timeline: one that landed meanwhile is in */
+
+    if (ngx_http_feed_posts_in_flight(client, database, range,
+                                      NGX_HTTP_FEED_STORED_FLIGHT, &fl, &n,
+                                      &more, error)
         != NGX_OK)
     {
+        return NGX_ERROR;
+    }
+
+    rc = ngx_http_feed_timelines_read(client, database, &tc, user, range,
+                                      range->limit
+                                      + NGX_HTTP_FEED_STORED_SLACK,
+                                      &tp, error);
+
+    if (rc == NGX_OK && tp.state == NGX_HTTP_FEED_TIMELINES_THERE) {
+        rc = ngx_http_feed_timeline_stored_flight(client, database, user, fl,
+                                                  n, more, &tp, error);
+    }
+
+    bson_free(fl);
+
+    if (rc != NGX_OK) {
+        bson_free(tp.ids);
         return NGX_ERROR;
     }
 
@@ -103,6 +163,218 @@ ngx_http_feed_timeline_stored(mongoc_client_t *client, const char *database,
 
     return ngx_http_feed_timeline_source_read(client, database, user, range,
                                               items, error);
+}
+
+
+/*
+ * The posts in flight (fl, newest first) that the kept timeline may lack,
+ * from its bound up: those of the user and of whom the user follows are
+ * added to its entries.  With more in flight than were read, it vouches
+ * for the range of those read only.
+ */
+
+static ngx_int_t
+ngx_http_feed_timeline_stored_flight(mongoc_client_t *client,
+    const char *database, ngx_http_feed_user_t *user,
+    ngx_http_feed_posts_flight_t *fl, size_t n, ngx_uint_t more,
+    ngx_http_feed_timelines_page_t *tp, bson_error_t *error)
+{
+    size_t                          i, m;
+    ngx_int_t                       rc;
+    ngx_http_feed_stored_authors_t  a;
+
+    if (more && n) {
+        ngx_http_feed_timelines_raise(tp, &fl[n - 1].id);
+    }
+
+    /* those the kept timeline lacks, in its range */
+
+    for (i = 0, m = 0; i < n; i++) {
+        if (!tp->whole && bson_oid_compare(&fl[i].id, &tp->bound) < 0) {
+            break;
+        }
+
+        if (!ngx_http_feed_timeline_stored_has(tp, &fl[i].id)) {
+            fl[m++] = fl[i];
+        }
+    }
+
+    if (m == 0) {
+        return NGX_OK;
+    }
+
+    rc = ngx_http_feed_timeline_stored_authors(client, database, user, fl, m,
+                                               &a, error);
+
+    if (rc == NGX_OK) {
+        for (i = 0, n = 0; i < m; i++) {
+            if (ngx_http_feed_timeline_stored_follows(&a, user, &fl[i])) {
+                fl[n++] = fl[i];
+            }
+        }
+
+        ngx_http_feed_timeline_stored_add(tp, fl, n);
+    }
+
+    bson_free(a.followed);
+    bson_free(a.authors);
+
+    return rc;
+}
+
+
+/* whether the kept timeline has this id among the page's (newest first) */
+
+static ngx_uint_t
+ngx_http_feed_timeline_stored_has(ngx_http_feed_timelines_page_t *tp,
+    const bson_oid_t *id)
+{
+    int     c;
+    size_t  lo, hi, mid;
+
+    lo = 0;
+    hi = tp->n;
+
+    while (lo < hi) {
+        mid = lo + (hi - lo) / 2;
+        c = bson_oid_compare(&tp->ids[mid], id);
+
+        if (c == 0) {
+            return 1;
+        }
+
+        if (c > 0) {
+            lo = mid + 1;
+
+        } else {
+            hi = mid;
+        }
+    }
+
+    return 0;
+}
+
+
+/*
+ * Which of the authors of these posts the user follows (the user's own
+ * posts are theirs): the follows among them, in one query
+ */
+
+static ngx_int_t
+ngx_http_feed_timeline_stored_authors(mongoc_client_t *client,
+    const char *database, ngx_http_feed_user_t *user,
+    ngx_http_feed_posts_flight_t *fl, size_t n,
+    ngx_http_feed_stored_authors_t *a, bson_error_t *error)
+{
+    size_t                        i, k;
+    ngx_http_feed_follows_page_t  fp;
+
+    a->authors = bson_malloc(n * sizeof(char *));
+    a->followed = bson_malloc0(n);
+    a->n = 0;
+
+    for (i = 0; i < n; i++) {
+        if (ngx_strcmp(fl[i].author.data, user->data) == 0) {
+            continue;
+        }
+
+        for (k = 0; k < a->n; k++) {
+            if (ngx_strcmp(a->authors[k], fl[i].author.data) == 0) {
+                break;
+            }
+        }
+
+        if (k == a->n) {
+            a->authors[a->n++] = fl[i].author.data;
+        }
+    }
+
+    if (a->n == 0) {
+        return NGX_OK;
+    }
+
+    ngx_memzero(&fp, sizeof(ngx_http_feed_follows_page_t));
+    fp.user = user;
+    fp.among = a->authors;
+    fp.namong = a->n;
+    fp.each = ngx_http_feed_timeline_stored_followee;
+    fp.data = a;
+
+    return ngx_http_feed_follows_page(client, database, &fp, error)
+           == NGX_ERROR ? NGX_ERROR : NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_feed_timeline_stored_followee(void *data, ngx_http_feed_user_t *user,
+    int64_t created)
+{
+    ngx_http_feed_stored_authors_t  *a = data;
+
+    size_t  k;
+
+    for (k = 0; k < a->n; k++) {
+        if (ngx_strcmp(a->authors[k], user->data) == 0) {
+            a->followed[k] = 1;
+            break;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/* a post in flight is the user's timeline's: their own, or a followee's */
+
+static ngx_uint_t
+ngx_http_feed_timeline_stored_follows(ngx_http_feed_stored_authors_t *a,
+    ngx_http_feed_user_t *user, ngx_http_feed_posts_flight_t *post)
+{
+    size_t  k;
+
+    if (ngx_strcmp(post->author.data, user->data) == 0) {
+        return 1;
+    }
+
+    for (k = 0; k < a->n; k++) {
+        if (ngx_strcmp(a->authors[k], post->author.data) == 0) {
+            return a->followed[k];
+        }
+    }
+
+    return 0;
+}
+
+
+/* the page's ids and the posts in flight (both newest first), merged */
+
+static void
+ngx_http_feed_timeline_stored_add(ngx_http_feed_timelines_page_t *tp,
+    ngx_http_feed_posts_flight_t *fl, size_t n)
+{
+    size_t       i, k, m;
+    bson_oid_t  *ids;
+
+    if (n == 0) {
+        return;
+    }
+
+    ids = bson_malloc((tp->n + n) * sizeof(bson_oid_t));
+
+    for (i = 0, k = 0, m = 0; i < tp->n || k < n; m++) {
+        if (k == n
+            || (i < tp->n && bson_oid_compare(&tp->ids[i], &fl[k].id) > 0))
+        {
+            bson_oid_copy(&tp->ids[i++], &ids[m]);
+
+        } else {
+            bson_oid_copy(&fl[k++].id, &ids[m]);
+        }
+    }
+
+    bson_free(tp->ids);
+    tp->ids = ids;
+    tp->n = m;
 }
 
 

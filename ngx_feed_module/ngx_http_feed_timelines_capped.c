@@ -26,8 +26,10 @@
  * overwritten entry may be newer than some kept.  "w" keeps the newest id
  * ever overwritten, raised before the overwrite: every post from the later
  * of the floor "f" (as in the time buckets model: the user's first read,
- * then each follow or unfollow) and "w" up is kept.  A post is kept once:
- * {u, i} is unique.
+ * then each follow or unfollow) and "w" up that was delivered is kept, and
+ * a read takes "w" after the slots.  A post is kept once: {u, i} is
+ * unique.  Those not delivered yet are in flight: the page's reader
+ * (ngx_http_feed_timeline_stored.c) adds them.
  */
 
 
@@ -94,6 +96,10 @@ static ngx_int_t ngx_http_feed_timelines_capped_counter(
     size_t i, bson_error_t *error);
 static ngx_int_t ngx_http_feed_timelines_capped_write(
     ngx_http_feed_capped_page_t *pg, bson_error_t *error);
+static ngx_int_t ngx_http_feed_timelines_capped_slots(
+    mongoc_client_t *client, const char *database,
+    ngx_http_feed_user_t *user, ngx_http_feed_posts_range_t *range,
+    size_t max, bson_oid_t **ids, size_t *n, bson_error_t *error);
 
 
 /* what a query answers (ngx_http_feed_timelines_capped_found()) */
@@ -676,7 +682,13 @@ ngx_http_feed_timelines_capped_write(ngx_http_feed_capped_page_t *pg,
 }
 
 
-/* a page's entries, newest first, from the later of "f" and "w" up */
+/*
+ * A page's entries, newest first, from the later of "f" and "w" up.  The
+ * slots are read first, then the counter: "w" is raised before a slot is
+ * overwritten, so the "w" read after the slots is past every entry that
+ * went while they were read.  Read before them, it could vouch for an
+ * entry overwritten meanwhile, which the page would then lack.
+ */
 
 ngx_int_t
 ngx_http_feed_timelines_capped_read(mongoc_client_t *client,
@@ -684,12 +696,19 @@ ngx_http_feed_timelines_capped_read(mongoc_client_t *client,
     ngx_http_feed_user_t *user, ngx_http_feed_posts_range_t *range,
     size_t want, ngx_http_feed_timelines_page_t *page, bson_error_t *error)
 {
-    bson_t                filter, doc, opts, sort, ids;
+    size_t                i, n;
+    bson_t                filter, doc;
     ngx_int_t             rc;
+    bson_oid_t           *ids;
     bson_iter_t           it;
-    const bson_t         *e;
-    mongoc_cursor_t      *cursor;
     mongoc_collection_t  *coll;
+
+    if (ngx_http_feed_timelines_capped_slots(client, database, user, range,
+                                             want + 1, &ids, &n, error)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
 
     coll = mongoc_client_get_collection(client, database,
                                         NGX_HTTP_FEED_TIMELINES_USERS);
@@ -702,6 +721,7 @@ ngx_http_feed_timelines_capped_read(mongoc_client_t *client,
     mongoc_collection_destroy(coll);
 
     if (rc != NGX_OK) {
+        bson_free(ids);
         return rc == NGX_DECLINED ? NGX_OK : NGX_ERROR;
     }
 
@@ -709,42 +729,71 @@ ngx_http_feed_timelines_capped_read(mongoc_client_t *client,
         && bson_oid_compare(bson_iter_oid(&it), &page->bound) >= 0)
     {
         /* w itself was overwritten: the slots hold the ids past it */
-        ngx_http_feed_timelines_next(bson_iter_oid(&it),
-                                            &page->bound);
+        ngx_http_feed_timelines_next(bson_iter_oid(&it), &page->bound);
     }
 
     bson_destroy(&doc);
 
-    bson_init(&filter);
-    bson_append_utf8(&filter, "u", 1, user->data, (int) user->len);
-    BSON_APPEND_DOCUMENT_BEGIN(&filter, "i", &ids);
-    BSON_APPEND_OID(&ids, "$gte", &page->bound);
-
-    if (range->max_id) {
-        BSON_APPEND_OID(&ids, "$lt", range->max_id);
+    for (i = 0; i < n; i++) {
+        if (ngx_http_feed_timelines_take(page, &ids[i], range, want)
+            == NGX_DONE)
+        {
+            break;
+        }
     }
 
-    bson_append_document_end(&filter, &ids);
+    bson_free(ids);
+
+    return NGX_OK;
+}
+
+
+/*
+ * The ids of the user's newest entries below the page's max_id, at most
+ * max: in *ids (n of them, bson_malloc()ed), newest first
+ */
+
+static ngx_int_t
+ngx_http_feed_timelines_capped_slots(mongoc_client_t *client,
+    const char *database, ngx_http_feed_user_t *user,
+    ngx_http_feed_posts_range_t *range, size_t max, bson_oid_t **ids,
+    size_t *n, bson_error_t *error)
+{
+    bson_t                filter, opts, sort, proj, lt;
+    ngx_int_t             rc;
+    bson_iter_t           it;
+    const bson_t         *e;
+    mongoc_cursor_t      *cursor;
+    mongoc_collection_t  *coll;
+
+    *ids = bson_malloc(max * sizeof(bson_oid_t));
+    *n = 0;
+
+    bson_init(&filter);
+    bson_append_utf8(&filter, "u", 1, user->data, (int) user->len);
+
+    if (range->max_id) {
+        BSON_APPEND_DOCUMENT_BEGIN(&filter, "i", &lt);
+        BSON_APPEND_OID(&lt, "$lt", range->max_id);
+        bson_append_document_end(&filter, &lt);
+    }
 
     bson_init(&opts);
     BSON_APPEND_DOCUMENT_BEGIN(&opts, "sort", &sort);
     BSON_APPEND_INT32(&sort, "i", -1);
     bson_append_document_end(&opts, &sort);
-    BSON_APPEND_INT64(&opts, "limit", (int64_t) want + 1);
-    BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &sort);
-    BSON_APPEND_INT32(&sort, "i", 1);
-    bson_append_document_end(&opts, &sort);
+    BSON_APPEND_INT64(&opts, "limit", (int64_t) max);
+    BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &proj);
+    BSON_APPEND_INT32(&proj, "i", 1);
+    bson_append_document_end(&opts, &proj);
 
     coll = mongoc_client_get_collection(client, database,
                                         NGX_HTTP_FEED_TIMELINES_CAPPED);
     cursor = mongoc_collection_find_with_opts(coll, &filter, &opts, NULL);
 
-    rc = NGX_OK;
-
-    while (rc == NGX_OK && mongoc_cursor_next(cursor, &e)) {
+    while (*n < max && mongoc_cursor_next(cursor, &e)) {
         if (bson_iter_init_find(&it, e, "i") && BSON_ITER_HOLDS_OID(&it)) {
-            rc = ngx_http_feed_timelines_take(page, bson_iter_oid(&it), range,
-                                              want);
+            bson_oid_copy(bson_iter_oid(&it), &(*ids)[(*n)++]);
         }
     }
 
@@ -754,6 +803,12 @@ ngx_http_feed_timelines_capped_read(mongoc_client_t *client,
     mongoc_collection_destroy(coll);
     bson_destroy(&opts);
     bson_destroy(&filter);
+
+    if (rc != NGX_OK) {
+        bson_free(*ids);
+        *ids = NULL;
+        *n = 0;
+    }
 
     return rc;
 }

@@ -806,22 +806,37 @@ ngx_http_feed_timelines_bucket_recheck(mongoc_collection_t *coll,
         return NGX_ERROR;
     }
 
-    if (bson_iter_init_find(&it, &doc, "d") && BSON_ITER_HOLDS_OID(&it)
-        && bson_oid_compare(bson_iter_oid(&it), &page->bound) > 0)
-    {
-        bson_oid_copy(bson_iter_oid(&it), &page->bound);
-        page->whole = 0;
-
-        while (page->n
-               && bson_oid_compare(&page->ids[page->n - 1], &page->bound) < 0)
-        {
-            page->n--;
-        }
+    if (bson_iter_init_find(&it, &doc, "d") && BSON_ITER_HOLDS_OID(&it)) {
+        ngx_http_feed_timelines_raise(page, bson_iter_oid(&it));
     }
 
     bson_destroy(&doc);
 
     return NGX_OK;
+}
+
+
+/*
+ * The page vouches for the ids from "from" up only, when that is above
+ * its bound: the entries below it go, fanout on read answers for them
+ */
+
+void
+ngx_http_feed_timelines_raise(ngx_http_feed_timelines_page_t *page,
+    const bson_oid_t *from)
+{
+    if (bson_oid_compare(from, &page->bound) <= 0) {
+        return;
+    }
+
+    bson_oid_copy(from, &page->bound);
+    page->whole = 0;
+
+    while (page->n
+           && bson_oid_compare(&page->ids[page->n - 1], &page->bound) < 0)
+    {
+        page->n--;
+    }
 }
 
 

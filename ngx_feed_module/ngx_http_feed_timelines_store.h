@@ -210,6 +210,8 @@ ngx_int_t ngx_http_feed_timelines_pull(mongoc_collection_t *coll,
     const bson_oid_t *id, bson_error_t *error);
 ngx_int_t ngx_http_feed_timelines_take(ngx_http_feed_timelines_page_t *page,
     const bson_oid_t *id, ngx_http_feed_posts_range_t *range, size_t want);
+void ngx_http_feed_timelines_raise(ngx_http_feed_timelines_page_t *page,
+    const bson_oid_t *from);
 
 
 #endif /* _NGX_HTTP_FEED_TIMELINES_STORE_H_INCLUDED_ */

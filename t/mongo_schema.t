@@ -23,7 +23,7 @@ my %COMMON = (
     follows       => [qw(dst_status_created src_dst src_status_created)],
     follow_counts => [qw(pull)],
     filters       => [qw(dst_kind_created pair src_kind_created)],
-    posts         => [qw(author_id outbox)],
+    posts         => [qw(author_id in_flight outbox)],
     idempotency   => [qw(expiry)],
     cache_effects => [qw(due since)],
 );
