@@ -507,6 +507,19 @@ ngx_http_feed_redis_masters(ngx_http_feed_redis_t *rd, ngx_uint_t *up)
 }
 
 
+/* the nodes a cluster's router knows now; 0 for a single Redis */
+
+ngx_uint_t
+ngx_http_feed_redis_nodes(ngx_http_feed_redis_t *rd)
+{
+    if (rd == NULL || rd->cluster == NULL) {
+        return 0;
+    }
+
+    return ngx_http_feed_redis_cluster_nodes(rd->cluster);
+}
+
+
 /*
  * A cluster's node number n (1...) if it is a master: its address, and its
  * copies' suffix "{<tag>}" in buf (NGX_HTTP_FEED_REDIS_LOCAL_MAX bytes)

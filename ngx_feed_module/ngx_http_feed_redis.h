@@ -218,6 +218,7 @@ const char *ngx_http_feed_redis_last_error(ngx_http_feed_redis_t *rd);
 const char *ngx_http_feed_redis_run_id(ngx_http_feed_redis_t *rd);
 ngx_uint_t ngx_http_feed_redis_masters(ngx_http_feed_redis_t *rd,
     ngx_uint_t *up);
+ngx_uint_t ngx_http_feed_redis_nodes(ngx_http_feed_redis_t *rd);
 ngx_uint_t ngx_http_feed_redis_clustered(ngx_http_feed_redis_t *rd);
 const char *ngx_http_feed_redis_retry_name(ngx_uint_t reason);
 ngx_http_feed_redis_conf_t *ngx_http_feed_redis_master(

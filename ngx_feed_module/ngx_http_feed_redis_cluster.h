@@ -57,6 +57,8 @@ ngx_http_feed_redis_conf_t *ngx_http_feed_redis_cluster_master(
     size_t *len);
 ngx_uint_t ngx_http_feed_redis_cluster_masters(
     ngx_http_feed_redis_cluster_t *cl, ngx_uint_t *up);
+ngx_uint_t ngx_http_feed_redis_cluster_nodes(
+    ngx_http_feed_redis_cluster_t *cl);
 
 
 /* ngx_http_feed_redis.c's side: a node's connection, the router's hooks */
