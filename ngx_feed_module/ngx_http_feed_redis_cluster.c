@@ -814,7 +814,8 @@ ngx_http_feed_redis_cluster_slots(void *data, redisReply *reply)
 {
     ngx_http_feed_redis_cluster_t  *cl = data;
 
-    ngx_int_t  rc;
+    ngx_int_t   rc;
+    ngx_uint_t  s;
 
     cl->refreshing = 0;
 
@@ -842,6 +843,26 @@ ngx_http_feed_redis_cluster_slots(void *data, redisReply *reply)
                       reply == NULL ? "no answer"
                       : reply->type == REDIS_REPLY_ERROR ? reply->str
                                                          : "not a map");
+        ngx_http_feed_redis_cluster_rearm(cl);
+        return;
+    }
+
+    /*
+     * A node outside the cluster (new, or reset, at a seed's address)
+     * knows no slot: its map is not the cluster's, and would take every
+     * master and its copies away
+     */
+
+    for (s = 0; s < NGX_HTTP_FEED_REDIS_SLOTS; s++) {
+        if (cl->next[s]) {
+            break;
+        }
+    }
+
+    if (s == NGX_HTTP_FEED_REDIS_SLOTS) {
+        ngx_log_error(NGX_LOG_ERR, cl->log, 0,
+                      "redis cluster map from %V not read: no slot has a "
+                      "master", &cl->nodes[cl->asked - 1].conf.addr_text);
         ngx_http_feed_redis_cluster_rearm(cl);
         return;
     }
@@ -938,13 +959,19 @@ ngx_http_feed_redis_cluster_apply(ngx_http_feed_redis_cluster_t *cl)
  * first: redis-cli --cluster reshard moves a master's slots from the
  * lowest up, so that the tag of a master giving slots stays until the
  * end, and of one taking lower slots does not move.  Made again only for
- * a master whose last slot moved.
+ * a master whose last slot moved.  A tag that is no master's any more
+ * (not one whose master changed: it is written all along) is told to the
+ * router's user: from now on this worker writes nothing to its copies.
  */
 
 static void
 ngx_http_feed_redis_cluster_tags(ngx_http_feed_redis_cluster_t *cl)
 {
-    ngx_uint_t                   s, i, last[NGX_HTTP_FEED_REDIS_NODES_MAX];
+    u_char                       tag[NGX_HTTP_FEED_REDIS_TAG_LEN + 2];
+    size_t                       len;
+    ngx_uint_t                   s, i, j, n;
+    ngx_uint_t                   last[NGX_HTTP_FEED_REDIS_NODES_MAX];
+    ngx_uint_t                   gone[NGX_HTTP_FEED_REDIS_NODES_MAX];
     ngx_http_feed_redis_node_t  *node;
 
     ngx_memzero(last, sizeof(last));
@@ -955,11 +982,17 @@ ngx_http_feed_redis_cluster_tags(ngx_http_feed_redis_cluster_t *cl)
         }
     }
 
+    n = 0;
+
     for (i = 0; i < cl->nnodes; i++) {
         node = &cl->nodes[i];
 
         if (node->last == last[i]) {
             continue;
+        }
+
+        if (node->last) {
+            gone[n++] = node->last;
         }
 
         node->last = last[i];
@@ -971,6 +1004,28 @@ ngx_http_feed_redis_cluster_tags(ngx_http_feed_redis_cluster_t *cl)
                        "feed redis cluster node %V: last slot %ui, tag %*s",
                        &node->conf.addr_text, last[i], node->tag_len,
                        node->tag);
+    }
+
+    for (j = 0; j < n; j++) {
+        for (i = 0; i < cl->nnodes; i++) {
+            if (cl->nodes[i].last == gone[j]) {
+                break;
+            }
+        }
+
+        if (i < cl->nnodes) {
+            continue;
+        }
+
+        tag[0] = '{';
+        len = ngx_http_feed_redis_slot_tag(gone[j] - 1, tag + 1) + 1;
+        tag[len++] = '}';
+
+        ngx_log_debug2(NGX_LOG_DEBUG_EVENT, cl->log, 0,
+                       "feed redis cluster: tag %*s is no master's", len,
+                       tag);
+
+        ngx_http_feed_redis_router_retired(cl->router, tag, len);
     }
 }
 

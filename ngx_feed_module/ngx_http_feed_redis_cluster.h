@@ -66,6 +66,8 @@ ngx_msec_t ngx_http_feed_redis_blocked(ngx_http_feed_redis_t *rd);
 ngx_http_feed_redis_t *ngx_http_feed_redis_create_node(ngx_cycle_t *cycle,
     ngx_http_feed_redis_conf_t *conf, ngx_http_feed_redis_t *router);
 void ngx_http_feed_redis_router_ready(ngx_http_feed_redis_t *router);
+void ngx_http_feed_redis_router_retired(ngx_http_feed_redis_t *router,
+    u_char *copy, size_t len);
 
 
 #endif /* _NGX_HTTP_FEED_REDIS_CLUSTER_H_INCLUDED_ */
