@@ -70,12 +70,11 @@ struct ngx_http_feed_watch_s {
     ngx_log_t                    *log;
 
     /*
-     * Its node's address, its own: a cluster forgets a node that left the
-     * map, and gives its entry to another, while this may still be here
+     * Its node's address, its own (its text and host follow the struct):
+     * a cluster forgets a node that left the map, and gives its entry to
+     * another, while this may still be here
      */
     ngx_http_feed_redis_conf_t    conf;
-    char                          host[NGX_SOCKADDR_STRLEN];
-    u_char                        text[NGX_SOCKADDR_STRLEN + 8];
 
     /* the copy of the lists watched: "" or, on a cluster, "{<tag>}" */
     u_char                        copy[NGX_HTTP_FEED_PULL_COPY_LEN];
@@ -165,16 +164,18 @@ ngx_http_feed_watch_create(ngx_cycle_t *cycle,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_redis_conf_t *conf,
     ngx_str_t *copy)
 {
+    u_char                 *p;
+    size_t                  host;
     ngx_http_feed_watch_t  *w;
 
-    if (copy->len > NGX_HTTP_FEED_PULL_COPY_LEN
-        || (conf->host && ngx_strlen(conf->host) >= sizeof(w->host))
-        || conf->addr_text.len > sizeof(w->text))
-    {
+    if (copy->len > NGX_HTTP_FEED_PULL_COPY_LEN) {
         return NULL;
     }
 
-    w = ngx_calloc(sizeof(ngx_http_feed_watch_t), cycle->log);
+    host = conf->host ? ngx_strlen(conf->host) + 1 : 0;
+
+    w = ngx_calloc(sizeof(ngx_http_feed_watch_t) + conf->addr_text.len
+                   + host, cycle->log);
     if (w == NULL) {
         return NULL;
     }
@@ -185,13 +186,13 @@ ngx_http_feed_watch_create(ngx_cycle_t *cycle,
     w->born = w->era;
 
     w->conf = *conf;
-    w->conf.addr_text.data = w->text;
-    ngx_memcpy(w->text, conf->addr_text.data, conf->addr_text.len);
+    w->conf.addr_text.data = (u_char *) (w + 1);
+    p = ngx_cpymem(w->conf.addr_text.data, conf->addr_text.data,
+                   conf->addr_text.len);
 
     if (conf->host) {
-        ngx_cpystrn((u_char *) w->host, (u_char *) conf->host,
-                    sizeof(w->host));
-        w->conf.host = w->host;
+        ngx_memcpy(p, conf->host, host);
+        w->conf.host = (char *) p;
     }
 
     ngx_rbtree_init(&w->rbtree, &w->sentinel, ngx_str_rbtree_insert_value);
