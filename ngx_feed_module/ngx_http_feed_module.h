@@ -114,6 +114,7 @@ typedef struct {
     ngx_atomic_t                  redis_asked;
     ngx_atomic_t                  redis_retried
                                       [NGX_HTTP_FEED_REDIS_RETRIES];
+    ngx_atomic_t                  redis_forgotten;
     ngx_atomic_t                  mongo_tasks;
     ngx_atomic_t                  mongo_errors;
     ngx_atomic_t                  local_answers;

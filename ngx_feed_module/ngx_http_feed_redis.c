@@ -104,6 +104,10 @@ struct ngx_http_feed_redis_s {
     /* a router has no connection: its cluster's nodes each have one */
     ngx_http_feed_redis_cluster_t *cluster;
 
+    /* a router's: told of each copy's suffix that no master has now */
+    ngx_http_feed_redis_local_pt  on_retire;
+    void                         *on_retire_data;
+
     /* a node: the router it works for */
     ngx_http_feed_redis_t        *router;
     unsigned                      exit_told:1;
@@ -507,6 +511,19 @@ ngx_http_feed_redis_masters(ngx_http_feed_redis_t *rd, ngx_uint_t *up)
 }
 
 
+/* the nodes a cluster's router knows now; 0 for a single Redis */
+
+ngx_uint_t
+ngx_http_feed_redis_nodes(ngx_http_feed_redis_t *rd)
+{
+    if (rd == NULL || rd->cluster == NULL) {
+        return 0;
+    }
+
+    return ngx_http_feed_redis_cluster_nodes(rd->cluster);
+}
+
+
 /*
  * A cluster's node number n (1...) if it is a master: its address, and its
  * copies' suffix "{<tag>}" in buf (NGX_HTTP_FEED_REDIS_LOCAL_MAX bytes)
@@ -808,6 +825,46 @@ ngx_http_feed_redis_router_ready(ngx_http_feed_redis_t *router)
 {
     router->error[0] = '\0';
     ngx_http_feed_redis_ready(router);
+}
+
+
+/*
+ * On a cluster, the handler hears of the suffix of the copies ("{<tag>}",
+ * ngx_http_feed_redis_local_keys()) of each tag that is no master's any
+ * more in this worker's map: it writes them no more.  Never for a single
+ * Redis.
+ */
+
+void
+ngx_http_feed_redis_on_retire(ngx_http_feed_redis_t *rd,
+    ngx_http_feed_redis_local_pt handler, void *data)
+{
+    rd->on_retire = handler;
+    rd->on_retire_data = data;
+}
+
+
+void
+ngx_http_feed_redis_router_retired(ngx_http_feed_redis_t *router,
+    u_char *copy, size_t len)
+{
+    if (router->on_retire) {
+        router->on_retire(router->on_retire_data, copy, len);
+    }
+}
+
+
+/*
+ * A node answered what says the cluster's map may be old: it is asked
+ * again at once.  Nothing for a single Redis.
+ */
+
+void
+ngx_http_feed_redis_stale(ngx_http_feed_redis_t *rd, const char *why)
+{
+    if (rd && rd->cluster) {
+        ngx_http_feed_redis_cluster_stale(rd->cluster, why);
+    }
 }
 
 

@@ -182,6 +182,9 @@ ngx_int_t ngx_http_feed_redis_on_ready(ngx_http_feed_redis_t *rd,
 ngx_int_t ngx_http_feed_redis_hold_reply(ngx_pool_t *pool, redisReply *reply);
 void ngx_http_feed_redis_on_exit(ngx_http_feed_redis_t *rd,
     ngx_http_feed_redis_ready_pt handler, void *data);
+void ngx_http_feed_redis_on_retire(ngx_http_feed_redis_t *rd,
+    ngx_http_feed_redis_local_pt handler, void *data);
+void ngx_http_feed_redis_stale(ngx_http_feed_redis_t *rd, const char *why);
 
 void ngx_http_feed_redis_scripts_init(void);
 void ngx_http_feed_redis_scripts_load(ngx_http_feed_redis_t *rd,
@@ -200,6 +203,7 @@ const char *ngx_http_feed_redis_last_error(ngx_http_feed_redis_t *rd);
 const char *ngx_http_feed_redis_run_id(ngx_http_feed_redis_t *rd);
 ngx_uint_t ngx_http_feed_redis_masters(ngx_http_feed_redis_t *rd,
     ngx_uint_t *up);
+ngx_uint_t ngx_http_feed_redis_nodes(ngx_http_feed_redis_t *rd);
 ngx_uint_t ngx_http_feed_redis_clustered(ngx_http_feed_redis_t *rd);
 const char *ngx_http_feed_redis_retry_name(ngx_uint_t reason);
 ngx_http_feed_redis_conf_t *ngx_http_feed_redis_master(

@@ -9,6 +9,12 @@
  * gets a connection of its own, an ngx_http_feed_redis_t like a single
  * Redis's: the same login, scripts, timeouts and backoff.  A command goes
  * to the master of its first key's slot; keyless ones to any master up.
+ *
+ * The node table holds the seeds and the nodes the map, a MOVED or an ASK
+ * named.  A node the map no longer names, with nothing in flight on its
+ * connection, is forgotten after the map is read or it is found resting
+ * (and at once when a new node finds the table full): addresses come and
+ * go with restarts and failovers, the table must not fill with the dead.
  */
 
 
@@ -30,6 +36,7 @@ typedef struct {
     size_t                        tag_len;
     unsigned                      master:1;
     unsigned                      started:1;
+    unsigned                      seed:1;      /* configured: kept */
 } ngx_http_feed_redis_node_t;
 
 
@@ -39,6 +46,7 @@ struct ngx_http_feed_redis_cluster_s {
     ngx_cycle_t                  *cycle;
     ngx_log_t                    *log;
 
+    /* an entry without rd is free; nnodes: past the last one in use */
     ngx_http_feed_redis_node_t    nodes[NGX_HTTP_FEED_REDIS_NODES_MAX];
     ngx_uint_t                    nnodes;
 
@@ -47,11 +55,13 @@ struct ngx_http_feed_redis_cluster_s {
     uint8_t                       next[NGX_HTTP_FEED_REDIS_SLOTS];
 
     ngx_event_t                   refresh;
+    ngx_event_t                   forget;      /* posted: see sweep() */
     ngx_connection_t              dummy;
     ngx_uint_t                    asked;       /* the node asked, + 1 */
     ngx_uint_t                    turn;        /* whom to ask next */
 
     unsigned                      refreshing:1;
+    unsigned                      reading:1;   /* in the map's callback */
     unsigned                      mapped:1;    /* every slot has a master */
     unsigned                      exiting:1;
 
@@ -63,6 +73,13 @@ static ngx_http_feed_redis_t *ngx_http_feed_redis_cluster_any(
     ngx_http_feed_redis_cluster_t *cl);
 static ngx_http_feed_redis_node_t *ngx_http_feed_redis_cluster_node(
     ngx_http_feed_redis_cluster_t *cl, ngx_str_t *host, in_port_t port);
+static ngx_http_feed_redis_node_t *ngx_http_feed_redis_cluster_free(
+    ngx_http_feed_redis_cluster_t *cl);
+static void ngx_http_feed_redis_cluster_sweep(
+    ngx_http_feed_redis_cluster_t *cl);
+static void ngx_http_feed_redis_cluster_forget_handler(ngx_event_t *ev);
+static void ngx_http_feed_redis_cluster_forget(
+    ngx_http_feed_redis_cluster_t *cl);
 static void ngx_http_feed_redis_cluster_refresh(ngx_event_t *ev);
 static void ngx_http_feed_redis_cluster_ask(
     ngx_http_feed_redis_cluster_t *cl);
@@ -88,6 +105,7 @@ ngx_http_feed_redis_cluster_create(ngx_cycle_t *cycle,
 {
     ngx_str_t                        host;
     ngx_uint_t                       i;
+    ngx_http_feed_redis_node_t      *node;
     ngx_http_feed_redis_conf_t      *seed;
     ngx_http_feed_redis_cluster_t   *cl;
 
@@ -107,6 +125,10 @@ ngx_http_feed_redis_cluster_create(ngx_cycle_t *cycle,
     cl->refresh.log = cycle->log;
     cl->refresh.cancelable = 1;
 
+    cl->forget.handler = ngx_http_feed_redis_cluster_forget_handler;
+    cl->forget.data = &cl->dummy;
+    cl->forget.log = cycle->log;
+
     /* the seeds are asked for the map; they become nodes like any other */
 
     seed = conf->seeds->elts;
@@ -115,13 +137,15 @@ ngx_http_feed_redis_cluster_create(ngx_cycle_t *cycle,
         host.data = (u_char *) seed[i].host;
         host.len = ngx_strlen(seed[i].host);
 
-        if (ngx_http_feed_redis_cluster_node(cl, &host,
-                                             (in_port_t) seed[i].port)
-            == NULL)
-        {
+        node = ngx_http_feed_redis_cluster_node(cl, &host,
+                                                (in_port_t) seed[i].port);
+        if (node == NULL) {
             ngx_http_feed_redis_cluster_destroy(cl);
             return NULL;
         }
+
+        /* the way in when every node known is gone: never forgotten */
+        node->seed = 1;
     }
 
     return cl;
@@ -134,8 +158,10 @@ ngx_http_feed_redis_cluster_start(ngx_http_feed_redis_cluster_t *cl)
     ngx_uint_t  i;
 
     for (i = 0; i < cl->nnodes; i++) {
-        cl->nodes[i].started = 1;
-        ngx_http_feed_redis_start(cl->nodes[i].rd);
+        if (cl->nodes[i].rd) {
+            cl->nodes[i].started = 1;
+            ngx_http_feed_redis_start(cl->nodes[i].rd);
+        }
     }
 }
 
@@ -153,6 +179,10 @@ ngx_http_feed_redis_cluster_destroy(ngx_http_feed_redis_cluster_t *cl)
 
     if (cl->refresh.timer_set) {
         ngx_del_timer(&cl->refresh);
+    }
+
+    if (cl->forget.posted) {
+        ngx_delete_posted_event(&cl->forget);
     }
 
     for (i = 0; i < cl->nnodes; i++) {
@@ -176,7 +206,8 @@ ngx_http_feed_redis_cluster_node(ngx_http_feed_redis_cluster_t *cl,
     for (i = 0; i < cl->nnodes; i++) {
         node = &cl->nodes[i];
 
-        if (node->conf.port == port
+        if (node->rd != NULL
+            && node->conf.port == port
             && ngx_strlen(node->host) == host->len
             && ngx_strncmp(node->host, host->data, host->len) == 0)
         {
@@ -184,9 +215,19 @@ ngx_http_feed_redis_cluster_node(ngx_http_feed_redis_cluster_t *cl,
         }
     }
 
-    if (cl->nnodes == NGX_HTTP_FEED_REDIS_NODES_MAX
-        || host->len == 0 || host->len >= sizeof(node->host))
-    {
+    node = NULL;
+
+    if (host->len && host->len < sizeof(node->host)) {
+        node = ngx_http_feed_redis_cluster_free(cl);
+
+        if (node == NULL) {
+            /* the dead may hold the table: those idle make room now */
+            ngx_http_feed_redis_cluster_forget(cl);
+            node = ngx_http_feed_redis_cluster_free(cl);
+        }
+    }
+
+    if (node == NULL) {
         ngx_log_error(NGX_LOG_ERR, cl->log, 0,
                       "redis cluster node \"%V:%d\" not used: %s", host,
                       (int) port, host->len ? "too many nodes"
@@ -194,7 +235,6 @@ ngx_http_feed_redis_cluster_node(ngx_http_feed_redis_cluster_t *cl,
         return NULL;
     }
 
-    node = &cl->nodes[cl->nnodes];
     ngx_memzero(node, sizeof(ngx_http_feed_redis_node_t));
 
     ngx_memcpy(node->host, host->data, host->len);
@@ -220,13 +260,115 @@ ngx_http_feed_redis_cluster_node(ngx_http_feed_redis_cluster_t *cl,
         return NULL;
     }
 
-    cl->nnodes++;
+    i = node - cl->nodes;
 
-    ngx_log_debug2(NGX_LOG_DEBUG_EVENT, cl->log, 0,
-                   "feed redis cluster node %V is %p", &node->conf.addr_text,
-                   node->rd);
+    if (i >= cl->nnodes) {
+        cl->nnodes = i + 1;
+    }
+
+    ngx_log_debug3(NGX_LOG_DEBUG_EVENT, cl->log, 0,
+                   "feed redis cluster node %V is %p, number %ui",
+                   &node->conf.addr_text, node->rd, i + 1);
 
     return node;
+}
+
+
+/*
+ * A free entry of the table, NULL when it is full.  The lowest first: the
+ * owners of slots are bytes, a node's number its index + 1.
+ */
+
+static ngx_http_feed_redis_node_t *
+ngx_http_feed_redis_cluster_free(ngx_http_feed_redis_cluster_t *cl)
+{
+    ngx_uint_t  i;
+
+    for (i = 0; i < NGX_HTTP_FEED_REDIS_NODES_MAX; i++) {
+        if (cl->nodes[i].rd == NULL) {
+            return &cl->nodes[i];
+        }
+    }
+
+    return NULL;
+}
+
+
+/*
+ * The nodes are forgotten once the event that asks it is over: a node's
+ * connection is freed by no callback of its own (hiredis would use it
+ * after), nor of the map's.
+ */
+
+static void
+ngx_http_feed_redis_cluster_sweep(ngx_http_feed_redis_cluster_t *cl)
+{
+    if (!cl->exiting && !cl->forget.posted) {
+        ngx_post_event(&cl->forget, &ngx_posted_events);
+    }
+}
+
+
+static void
+ngx_http_feed_redis_cluster_forget_handler(ngx_event_t *ev)
+{
+    ngx_http_feed_redis_cluster_t  *cl;
+
+    cl = ngx_queue_data(ev, ngx_http_feed_redis_cluster_t, forget);
+
+    ngx_http_feed_redis_cluster_forget(cl);
+}
+
+
+/*
+ * Every node that is no seed, owns no slot in the map (nor in the one
+ * being read), and has no command on its connection (in flight, or
+ * waiting for a retry: a node that only a MOVED or an ASK named has its
+ * redirected command there until it is answered): its connection is
+ * closed and its entry freed.  Nothing else keeps a node: a watch of the
+ * pull lists has its own connection and a copy of the address
+ * (ngx_http_feed_timeline_watch.c), the fanout's blocked read is a command
+ * in flight.  Not the node asked for the map while its answer is read:
+ * a new node that finds the table full calls this from that callback.
+ */
+
+static void
+ngx_http_feed_redis_cluster_forget(ngx_http_feed_redis_cluster_t *cl)
+{
+    u_char                       used[NGX_HTTP_FEED_REDIS_NODES_MAX + 1];
+    ngx_uint_t                   s, i;
+    ngx_http_feed_redis_node_t  *node;
+
+    ngx_memzero(used, sizeof(used));
+
+    for (s = 0; s < NGX_HTTP_FEED_REDIS_SLOTS; s++) {
+        used[cl->slots[s]] = 1;
+        used[cl->next[s]] = 1;
+    }
+
+    for (i = 0; i < cl->nnodes; i++) {
+        node = &cl->nodes[i];
+
+        if (node->rd == NULL || node->seed || used[i + 1]
+            || (cl->reading && cl->asked == i + 1)
+            || ngx_http_feed_redis_pending(node->rd))
+        {
+            continue;
+        }
+
+        ngx_log_error(NGX_LOG_INFO, cl->log, 0,
+                      "redis cluster node %V forgotten: not in the map",
+                      &node->conf.addr_text);
+
+        ngx_http_feed_stat(redis_forgotten, 1);
+
+        ngx_http_feed_redis_destroy(node->rd);
+        ngx_memzero(node, sizeof(ngx_http_feed_redis_node_t));
+    }
+
+    while (cl->nnodes && cl->nodes[cl->nnodes - 1].rd == NULL) {
+        cl->nnodes--;
+    }
 }
 
 
@@ -544,6 +686,9 @@ ngx_http_feed_redis_cluster_node_down(ngx_http_feed_redis_cluster_t *cl,
 
         cl->nodes[i].started = 0;
 
+        /* in its connection's callback: forgotten once it returned */
+        ngx_http_feed_redis_cluster_sweep(cl);
+
         return NGX_DECLINED;
     }
 
@@ -595,7 +740,7 @@ ngx_http_feed_redis_cluster_ask(ngx_http_feed_redis_cluster_t *cl)
     /* nobody up: wake the nodes that rest, the seeds among them */
 
     for (i = 0; i < cl->nnodes; i++) {
-        if (!cl->nodes[i].started) {
+        if (cl->nodes[i].rd && !cl->nodes[i].started) {
             cl->nodes[i].started = 1;
             ngx_http_feed_redis_start(cl->nodes[i].rd);
         }
@@ -625,7 +770,9 @@ ngx_http_feed_redis_cluster_ask_one(ngx_http_feed_redis_cluster_t *cl,
         i = (cl->turn + n) % cl->nnodes;
         node = &cl->nodes[i];
 
-        if (ngx_http_feed_redis_state(node->rd) != NGX_HTTP_FEED_REDIS_UP) {
+        if (node->rd == NULL
+            || ngx_http_feed_redis_state(node->rd) != NGX_HTTP_FEED_REDIS_UP)
+        {
             continue;
         }
 
@@ -667,6 +814,9 @@ ngx_http_feed_redis_cluster_slots(void *data, redisReply *reply)
 {
     ngx_http_feed_redis_cluster_t  *cl = data;
 
+    ngx_int_t   rc;
+    ngx_uint_t  s;
+
     cl->refreshing = 0;
 
     if (cl->exiting) {
@@ -675,10 +825,15 @@ ngx_http_feed_redis_cluster_slots(void *data, redisReply *reply)
 
     ngx_memzero(cl->next, sizeof(cl->next));
 
-    if (ngx_http_feed_redis_slots_parse(reply,
-                                        ngx_http_feed_redis_cluster_range, cl)
-        != NGX_OK)
-    {
+    /* a node made for the map may forget others, never the one asked */
+    cl->reading = 1;
+
+    rc = ngx_http_feed_redis_slots_parse(reply,
+                                         ngx_http_feed_redis_cluster_range,
+                                         cl);
+    cl->reading = 0;
+
+    if (rc != NGX_OK) {
         ngx_log_error(NGX_LOG_ERR, cl->log, 0,
                       "redis cluster map from %V not read: %*s",
                       &cl->nodes[cl->asked - 1].conf.addr_text,
@@ -692,7 +847,28 @@ ngx_http_feed_redis_cluster_slots(void *data, redisReply *reply)
         return;
     }
 
+    /*
+     * A node outside the cluster (new, or reset, at a seed's address)
+     * knows no slot: its map is not the cluster's, and would take every
+     * master and its copies away
+     */
+
+    for (s = 0; s < NGX_HTTP_FEED_REDIS_SLOTS; s++) {
+        if (cl->next[s]) {
+            break;
+        }
+    }
+
+    if (s == NGX_HTTP_FEED_REDIS_SLOTS) {
+        ngx_log_error(NGX_LOG_ERR, cl->log, 0,
+                      "redis cluster map from %V not read: no slot has a "
+                      "master", &cl->nodes[cl->asked - 1].conf.addr_text);
+        ngx_http_feed_redis_cluster_rearm(cl);
+        return;
+    }
+
     ngx_http_feed_redis_cluster_apply(cl);
+    ngx_http_feed_redis_cluster_sweep(cl);
     ngx_http_feed_redis_cluster_rearm(cl);
 }
 
@@ -783,13 +959,19 @@ ngx_http_feed_redis_cluster_apply(ngx_http_feed_redis_cluster_t *cl)
  * first: redis-cli --cluster reshard moves a master's slots from the
  * lowest up, so that the tag of a master giving slots stays until the
  * end, and of one taking lower slots does not move.  Made again only for
- * a master whose last slot moved.
+ * a master whose last slot moved.  A tag that is no master's any more
+ * (not one whose master changed: it is written all along) is told to the
+ * router's user: from now on this worker writes nothing to its copies.
  */
 
 static void
 ngx_http_feed_redis_cluster_tags(ngx_http_feed_redis_cluster_t *cl)
 {
-    ngx_uint_t                   s, i, last[NGX_HTTP_FEED_REDIS_NODES_MAX];
+    u_char                       tag[NGX_HTTP_FEED_REDIS_TAG_LEN + 2];
+    size_t                       len;
+    ngx_uint_t                   s, i, j, n;
+    ngx_uint_t                   last[NGX_HTTP_FEED_REDIS_NODES_MAX];
+    ngx_uint_t                   gone[NGX_HTTP_FEED_REDIS_NODES_MAX];
     ngx_http_feed_redis_node_t  *node;
 
     ngx_memzero(last, sizeof(last));
@@ -800,11 +982,17 @@ ngx_http_feed_redis_cluster_tags(ngx_http_feed_redis_cluster_t *cl)
         }
     }
 
+    n = 0;
+
     for (i = 0; i < cl->nnodes; i++) {
         node = &cl->nodes[i];
 
         if (node->last == last[i]) {
             continue;
+        }
+
+        if (node->last) {
+            gone[n++] = node->last;
         }
 
         node->last = last[i];
@@ -816,6 +1004,28 @@ ngx_http_feed_redis_cluster_tags(ngx_http_feed_redis_cluster_t *cl)
                        "feed redis cluster node %V: last slot %ui, tag %*s",
                        &node->conf.addr_text, last[i], node->tag_len,
                        node->tag);
+    }
+
+    for (j = 0; j < n; j++) {
+        for (i = 0; i < cl->nnodes; i++) {
+            if (cl->nodes[i].last == gone[j]) {
+                break;
+            }
+        }
+
+        if (i < cl->nnodes) {
+            continue;
+        }
+
+        tag[0] = '{';
+        len = ngx_http_feed_redis_slot_tag(gone[j] - 1, tag + 1) + 1;
+        tag[len++] = '}';
+
+        ngx_log_debug2(NGX_LOG_DEBUG_EVENT, cl->log, 0,
+                       "feed redis cluster: tag %*s is no master's", len,
+                       tag);
+
+        ngx_http_feed_redis_router_retired(cl->router, tag, len);
     }
 }
 
@@ -955,6 +1165,21 @@ ngx_http_feed_redis_cluster_masters(ngx_http_feed_redis_cluster_t *cl,
         {
             (*up)++;
         }
+    }
+
+    return n;
+}
+
+
+ngx_uint_t
+ngx_http_feed_redis_cluster_nodes(ngx_http_feed_redis_cluster_t *cl)
+{
+    ngx_uint_t  i, n;
+
+    n = 0;
+
+    for (i = 0; i < cl->nnodes; i++) {
+        n += (cl->nodes[i].rd != NULL);
     }
 
     return n;

@@ -57,6 +57,8 @@ ngx_http_feed_redis_conf_t *ngx_http_feed_redis_cluster_master(
     size_t *len);
 ngx_uint_t ngx_http_feed_redis_cluster_masters(
     ngx_http_feed_redis_cluster_t *cl, ngx_uint_t *up);
+ngx_uint_t ngx_http_feed_redis_cluster_nodes(
+    ngx_http_feed_redis_cluster_t *cl);
 
 
 /* ngx_http_feed_redis.c's side: a node's connection, the router's hooks */
@@ -64,6 +66,8 @@ ngx_msec_t ngx_http_feed_redis_blocked(ngx_http_feed_redis_t *rd);
 ngx_http_feed_redis_t *ngx_http_feed_redis_create_node(ngx_cycle_t *cycle,
     ngx_http_feed_redis_conf_t *conf, ngx_http_feed_redis_t *router);
 void ngx_http_feed_redis_router_ready(ngx_http_feed_redis_t *router);
+void ngx_http_feed_redis_router_retired(ngx_http_feed_redis_t *router,
+    u_char *copy, size_t len);
 
 
 #endif /* _NGX_HTTP_FEED_REDIS_CLUSTER_H_INCLUDED_ */

@@ -307,7 +307,10 @@ ngx_http_feed_status_redis(ngx_http_feed_status_ctx_t *ctx, bson_t *doc)
 }
 
 
-/* this worker's view of the cluster: the masters of its slot map */
+/*
+ * this worker's view of the cluster: the masters of its slot map, and the
+ * nodes it knows (the seeds, the masters, those still answering a command)
+ */
 
 static ngx_int_t
 ngx_http_feed_status_cluster(bson_t *doc, ngx_http_feed_redis_t *rd)
@@ -323,6 +326,10 @@ ngx_http_feed_status_cluster(bson_t *doc, ngx_http_feed_redis_t *rd)
 
     BSON_APPEND_INT64(&sub, "masters", (int64_t) masters);
     BSON_APPEND_INT64(&sub, "masters_up", (int64_t) up);
+    BSON_APPEND_INT64(&sub, "nodes",
+                      (int64_t) ngx_http_feed_redis_nodes(rd));
+    BSON_APPEND_INT64(&sub, "forgotten",
+                      (int64_t) ngx_http_feed_stats.redis_forgotten);
     BSON_APPEND_INT64(&sub, "moved",
                       (int64_t) ngx_http_feed_stats.redis_moved);
     BSON_APPEND_INT64(&sub, "asked",
@@ -490,6 +497,7 @@ ngx_http_feed_status_node(bson_t *doc)
     BSON_APPEND_INT64(&part, "reconnects", (int64_t) st->redis_reconnects);
     BSON_APPEND_INT64(&part, "moved", (int64_t) st->redis_moved);
     BSON_APPEND_INT64(&part, "asked", (int64_t) st->redis_asked);
+    BSON_APPEND_INT64(&part, "forgotten", (int64_t) st->redis_forgotten);
 
     if (ngx_http_feed_status_retried(&part, st->redis_retried) != NGX_OK
         || ngx_http_feed_status_connections(&part, &gauges) != NGX_OK)

@@ -30,7 +30,7 @@
  */
 
 
-#include "ngx_http_feed_timeline_cache.h"
+#include "ngx_http_feed_timeline_watch.h"
 #include "ngx_http_feed_json.h"
 #include "ngx_http_feed_scripts.h"
 
@@ -55,9 +55,23 @@
 /* the member of a copy that says it is whole (lib/deleted.lua) */
 #define NGX_HTTP_FEED_DELETING_MARK  "~"
 
+/* the tags whose copies a worker retires at once (copy_retire.lua) */
+#define NGX_HTTP_FEED_RETIRES        16
+
 #define NGX_HTTP_FEED_KEY_LEN      (sizeof(NGX_HTTP_FEED_LOCK_PREFIX)        \
                                     + NGX_HTTP_FEED_USER_MAX + 1)
 #define NGX_HTTP_FEED_POST_KEY_LEN (sizeof(NGX_HTTP_FEED_POST_PREFIX) + 24)
+
+
+/*
+ * A tag no master has, whose copies are to go (copy_retire.lua): sent,
+ * and sent again while it fails, until done
+ */
+typedef struct {
+    u_char                        copy[NGX_HTTP_FEED_PULL_COPY_LEN];
+    size_t                        len;      /* 0: a free entry */
+    unsigned                      sent:1;   /* in flight */
+} ngx_http_feed_timeline_retire_t;
 
 
 /* the kinds of reply of timeline_read.lua, its first element */
@@ -123,6 +137,12 @@ static void ngx_http_feed_timeline_cache_copies_got(void *data,
     redisReply *reply);
 static void ngx_http_feed_timeline_cache_copy_make(void *data, u_char *key,
     size_t len);
+static void ngx_http_feed_timeline_cache_retire(void *data, u_char *copy,
+    size_t len);
+static void ngx_http_feed_timeline_cache_retire_send(
+    ngx_http_feed_main_conf_t *fmcf);
+static void ngx_http_feed_timeline_cache_retired(void *data,
+    redisReply *reply);
 static ngx_int_t ngx_http_feed_timeline_cache_batch_send(
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_redis_call_t *call,
     ngx_http_feed_redis_pt handler, void *data);
@@ -162,11 +182,20 @@ static ngx_http_feed_main_conf_t  *ngx_http_feed_timeline_cache_fmcf;
 /* feed:deleting is being read to make its copies */
 static ngx_uint_t                  ngx_http_feed_timeline_cache_copying;
 
+/* the tags whose copies are being retired */
+static ngx_http_feed_timeline_retire_t
+    ngx_http_feed_timeline_cache_retires[NGX_HTTP_FEED_RETIRES];
+
 
 ngx_int_t
 ngx_http_feed_timeline_cache_init(ngx_http_feed_main_conf_t *fmcf)
 {
     ngx_http_feed_timeline_cache_fmcf = fmcf;
+
+    /* a tag gone from the map: its copies are not written any more */
+
+    ngx_http_feed_redis_on_retire(fmcf->redis_client,
+                                  ngx_http_feed_timeline_cache_retire, fmcf);
 
     /* a cluster's map, new or changed: each master needs its copy */
 
@@ -1608,6 +1637,15 @@ ngx_http_feed_timeline_cache_error(redisReply *reply)
 
         ngx_http_feed_timeline_cache_copies_ready(NULL,
             ngx_http_feed_timeline_cache_fmcf);
+
+        /*
+         * A copy retired by a worker whose map is newer: if its tag is no
+         * master's any more, this worker retires it too once it knows,
+         * and what it makes now goes with it
+         */
+
+        ngx_http_feed_redis_stale(
+            ngx_http_feed_timeline_cache_fmcf->redis_client, "a copy missing");
     }
 }
 
@@ -1636,6 +1674,12 @@ ngx_http_feed_timeline_cache_copies_ready(ngx_http_feed_redis_t *rd,
         || ngx_http_feed_redis_masters(fmcf->redis_client, &up) == 0)
     {
         return;
+    }
+
+    /* a master back: the retires it failed go again */
+
+    if (rd != NULL) {
+        ngx_http_feed_timeline_cache_retire_send(fmcf);
     }
 
     if (ngx_http_feed_timeline_cache_copying) {
@@ -1735,6 +1779,147 @@ ngx_http_feed_timeline_cache_copy_make(void *data, u_char *key, size_t len)
     ngx_free(argv);
 }
 
+
+
+/*
+ * A tag is no master's in this worker's map (copy: "{<tag>}"): the worker
+ * writes its copies no more, so that they may lack a delete, or a pull
+ * author's post, if the tag names a master's copies again (its slot back
+ * as a master's last).  They go, wherever the slot is now.  A tag that
+ * goes again while its copies are being retired is retired again after.
+ */
+
+static void
+ngx_http_feed_timeline_cache_retire(void *data, u_char *copy, size_t len)
+{
+    ngx_http_feed_main_conf_t  *fmcf = data;
+
+    ngx_uint_t                        i;
+    ngx_http_feed_timeline_retire_t  *rt, *empty;
+
+    empty = NULL;
+
+    for (i = 0; i < NGX_HTTP_FEED_RETIRES; i++) {
+        rt = &ngx_http_feed_timeline_cache_retires[i];
+
+        if (rt->len == 0) {
+            empty = empty ? empty : rt;
+            continue;
+        }
+
+        if (!rt->sent && rt->len == len
+            && ngx_memcmp(rt->copy, copy, len) == 0)
+        {
+            ngx_http_feed_timeline_cache_retire_send(fmcf);
+            return;
+        }
+    }
+
+    if (empty == NULL || len > sizeof(empty->copy)) {
+        ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
+                      "feed copies %*s not retired: too many tags gone at "
+                      "once, a deleted post may show if the tag comes back",
+                      len, copy);
+        return;
+    }
+
+    ngx_memcpy(empty->copy, copy, len);
+    empty->len = len;
+    empty->sent = 0;
+
+    ngx_http_feed_timeline_cache_retire_send(fmcf);
+}
+
+
+/* copy_retire.lua for each tag not in flight; those without a route wait */
+
+static void
+ngx_http_feed_timeline_cache_retire_send(ngx_http_feed_main_conf_t *fmcf)
+{
+    u_char                      deleting[NGX_HTTP_FEED_DELETING_LEN],
+                                lists[NGX_HTTP_FEED_PULL_PREFIX_LEN],
+                                versions[NGX_HTTP_FEED_PULL_PREFIX_LEN],
+                                channel[NGX_HTTP_FEED_WATCH_CHANNEL_LEN];
+    size_t                      argvlen[NGX_HTTP_FEED_SCRIPT_COPY_RETIRE_ARGC];
+    ngx_str_t                   copy;
+    ngx_uint_t                  i;
+    const char                 *argv[NGX_HTTP_FEED_SCRIPT_COPY_RETIRE_ARGC];
+    ngx_http_feed_redis_call_t  call;
+
+    ngx_http_feed_timeline_retire_t  *rt;
+
+    for (i = 0; i < NGX_HTTP_FEED_RETIRES; i++) {
+        rt = &ngx_http_feed_timeline_cache_retires[i];
+
+        if (rt->len == 0 || rt->sent) {
+            continue;
+        }
+
+        copy.data = rt->copy;
+        copy.len = rt->len;
+
+        ngx_http_feed_redis_call_init(&call,
+            &ngx_http_feed_script_copy_retire, argv, argvlen,
+            NGX_HTTP_FEED_SCRIPT_COPY_RETIRE_NKEYS,
+            NGX_HTTP_FEED_SCRIPT_COPY_RETIRE_NARGS);
+
+        ngx_http_feed_redis_call_key(&call,
+            NGX_HTTP_FEED_SCRIPT_COPY_RETIRE_KEY_DELETING, deleting,
+            ngx_sprintf(deleting, "%V%V",
+                        &ngx_http_feed_timeline_cache_deleting_key, &copy)
+            - deleting);
+        ngx_http_feed_redis_call_arg(&call,
+            NGX_HTTP_FEED_SCRIPT_COPY_RETIRE_ARG_LISTS, lists,
+            ngx_http_feed_timeline_pull_prefix(&copy, 0, lists));
+        ngx_http_feed_redis_call_arg(&call,
+            NGX_HTTP_FEED_SCRIPT_COPY_RETIRE_ARG_VERSIONS, versions,
+            ngx_http_feed_timeline_pull_prefix(&copy, 1, versions));
+        ngx_http_feed_redis_call_arg(&call,
+            NGX_HTTP_FEED_SCRIPT_COPY_RETIRE_ARG_CHANNEL, channel,
+            ngx_http_feed_watch_channel(&copy, channel));
+
+        if (ngx_http_feed_redis_call(NULL, fmcf->redis_client, &call,
+                                     ngx_http_feed_timeline_cache_retired, rt)
+            != NGX_OK)
+        {
+            ngx_log_debug1(NGX_LOG_DEBUG_CORE, ngx_cycle->log, 0,
+                           "feed copies %V: retire waits for redis", &copy);
+            continue;
+        }
+
+        ngx_log_debug1(NGX_LOG_DEBUG_CORE, ngx_cycle->log, 0,
+                       "feed copies %V: retiring", &copy);
+
+        rt->sent = 1;
+    }
+}
+
+
+static void
+ngx_http_feed_timeline_cache_retired(void *data, redisReply *reply)
+{
+    ngx_http_feed_timeline_retire_t  *rt = data;
+
+    rt->sent = 0;
+
+    if (reply == NULL || reply->type != REDIS_REPLY_INTEGER) {
+        /* sent again when a master is back, or with the next tag gone */
+
+        ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
+                      "feed copies %*s not retired yet: %s", rt->len,
+                      rt->copy,
+                      reply && reply->type == REDIS_REPLY_ERROR
+                      ? reply->str : "no answer");
+        return;
+    }
+
+    ngx_log_error(NGX_LOG_INFO, ngx_cycle->log, 0,
+                  "feed copies %*s retired, their tag no master's: "
+                  "%L keys deleted", rt->len, rt->copy,
+                  (int64_t) reply->integer);
+
+    rt->len = 0;
+}
 
 
 /*

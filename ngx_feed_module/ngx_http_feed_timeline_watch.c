@@ -69,6 +69,13 @@ struct ngx_http_feed_watch_s {
     ngx_http_feed_redis_t        *rd;       /* the subscribed connection */
     ngx_log_t                    *log;
 
+    /*
+     * Its node's address, its own (its text and host follow the struct):
+     * a cluster forgets a node that left the map, and gives its entry to
+     * another, while this may still be here
+     */
+    ngx_http_feed_redis_conf_t    conf;
+
     /* the copy of the lists watched: "" or, on a cluster, "{<tag>}" */
     u_char                        copy[NGX_HTTP_FEED_PULL_COPY_LEN];
     ngx_str_t                     copy_str;
@@ -83,6 +90,7 @@ struct ngx_http_feed_watch_s {
 
     /* moves at each reset: the subscription lost, or the versions */
     ngx_uint_t                    era;
+    ngx_uint_t                    born;     /* the era it was made in */
     ngx_uint_t                    channels; /* confirmed this era */
 
     /* the messages passed over: how many, and the last ones' authors */
@@ -156,13 +164,18 @@ ngx_http_feed_watch_create(ngx_cycle_t *cycle,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_redis_conf_t *conf,
     ngx_str_t *copy)
 {
+    u_char                 *p;
+    size_t                  host;
     ngx_http_feed_watch_t  *w;
 
     if (copy->len > NGX_HTTP_FEED_PULL_COPY_LEN) {
         return NULL;
     }
 
-    w = ngx_calloc(sizeof(ngx_http_feed_watch_t), cycle->log);
+    host = conf->host ? ngx_strlen(conf->host) + 1 : 0;
+
+    w = ngx_calloc(sizeof(ngx_http_feed_watch_t) + conf->addr_text.len
+                   + host, cycle->log);
     if (w == NULL) {
         return NULL;
     }
@@ -170,6 +183,17 @@ ngx_http_feed_watch_create(ngx_cycle_t *cycle,
     w->fmcf = fmcf;
     w->log = cycle->log;
     w->era = ++ngx_http_feed_watch_eras;
+    w->born = w->era;
+
+    w->conf = *conf;
+    w->conf.addr_text.data = (u_char *) (w + 1);
+    p = ngx_cpymem(w->conf.addr_text.data, conf->addr_text.data,
+                   conf->addr_text.len);
+
+    if (conf->host) {
+        ngx_memcpy(p, conf->host, host);
+        w->conf.host = (char *) p;
+    }
 
     ngx_rbtree_init(&w->rbtree, &w->sentinel, ngx_str_rbtree_insert_value);
 
@@ -182,7 +206,7 @@ ngx_http_feed_watch_create(ngx_cycle_t *cycle,
                              ngx_pid, ngx_current_msec, copy)
                  - w->own;
 
-    w->rd = ngx_http_feed_redis_create(cycle, conf);
+    w->rd = ngx_http_feed_redis_create(cycle, &w->conf);
     if (w->rd == NULL
         || ngx_http_feed_redis_on_ready(w->rd,
                                         ngx_http_feed_timeline_watch_ready, w)
@@ -222,6 +246,15 @@ ngx_str_t *
 ngx_http_feed_watch_copy(ngx_http_feed_watch_t *w)
 {
     return &w->copy_str;
+}
+
+
+/* the address of the node it is subscribed on */
+
+ngx_str_t *
+ngx_http_feed_watch_addr(ngx_http_feed_watch_t *w)
+{
+    return &w->conf.addr_text;
 }
 
 
@@ -468,6 +501,16 @@ ngx_http_feed_watch_learn(ngx_http_feed_watch_t *w, ngx_str_t *lists,
     ngx_uint_t                     i, fresh;
     ngx_str_t                      author, version;
     ngx_http_feed_watch_author_t  *a;
+
+    /*
+     * Not a mark of another watch of the same number (a node's number is
+     * given to another once the first is forgotten): its versions are of
+     * other copies
+     */
+
+    if (m->era < w->born) {
+        return;
+    }
 
     /* new authors only while what was passed over since is all known */
 

@@ -40,6 +40,7 @@ ngx_http_feed_watch_t *ngx_http_feed_watch_create(ngx_cycle_t *cycle,
     ngx_str_t *copy);
 void ngx_http_feed_watch_destroy(ngx_http_feed_watch_t *w);
 ngx_str_t *ngx_http_feed_watch_copy(ngx_http_feed_watch_t *w);
+ngx_str_t *ngx_http_feed_watch_addr(ngx_http_feed_watch_t *w);
 void ngx_http_feed_watch_beat(ngx_http_feed_watch_t *w);
 ngx_uint_t ngx_http_feed_watch_vouch(ngx_http_feed_watch_t *w,
     ngx_str_t *lists);

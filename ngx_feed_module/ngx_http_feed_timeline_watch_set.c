@@ -8,8 +8,9 @@
  *
  * On a cluster the watches follow the map: at each heartbeat, a master
  * gets a watch, a node that is no master loses it, and a master whose
- * copies changed name (its last slot moved) gets a new one, which knows
- * nothing yet.
+ * copies changed name (its last slot moved), or a node number now given
+ * to another address (a node forgotten, another made), gets a new one,
+ * which knows nothing yet.
  */
 
 
@@ -131,13 +132,16 @@ ngx_http_feed_timeline_watch_beat(ngx_event_t *ev)
 }
 
 
-/* a watch for each master that has slots, under its copies' name */
+/*
+ * A watch for each master that has slots, under its copies' name, on its
+ * address
+ */
 
 static void
 ngx_http_feed_timeline_watch_sync(ngx_http_feed_watch_set_t *ws)
 {
     u_char                       buf[NGX_HTTP_FEED_REDIS_LOCAL_MAX];
-    ngx_str_t                    copy, *had;
+    ngx_str_t                    copy, *had, *addr;
     ngx_uint_t                   n;
     ngx_http_feed_watch_t       *w;
     ngx_http_feed_redis_conf_t  *conf;
@@ -151,9 +155,13 @@ ngx_http_feed_timeline_watch_sync(ngx_http_feed_watch_set_t *ws)
 
         if (w) {
             had = ngx_http_feed_watch_copy(w);
+            addr = ngx_http_feed_watch_addr(w);
 
             if (conf && had->len == copy.len
-                && ngx_strncmp(had->data, copy.data, copy.len) == 0)
+                && ngx_strncmp(had->data, copy.data, copy.len) == 0
+                && addr->len == conf->addr_text.len
+                && ngx_strncmp(addr->data, conf->addr_text.data, addr->len)
+                   == 0)
             {
                 continue;
             }
@@ -185,11 +193,12 @@ ngx_http_feed_timeline_watch_sync(ngx_http_feed_watch_set_t *ws)
 static ngx_http_feed_watch_t *
 ngx_http_feed_timeline_watch_of(ngx_http_feed_user_t *user, ngx_uint_t *n)
 {
-    u_char                      buf[NGX_HTTP_FEED_REDIS_LOCAL_MAX];
-    size_t                      len;
-    ngx_str_t                  *copy;
-    ngx_http_feed_watch_t      *w;
-    ngx_http_feed_watch_set_t  *ws = ngx_http_feed_watch_set;
+    u_char                       buf[NGX_HTTP_FEED_REDIS_LOCAL_MAX];
+    size_t                       len;
+    ngx_str_t                   *copy, *addr;
+    ngx_http_feed_watch_t       *w;
+    ngx_http_feed_redis_conf_t  *conf;
+    ngx_http_feed_watch_set_t   *ws = ngx_http_feed_watch_set;
 
     *n = 0;
 
@@ -206,20 +215,26 @@ ngx_http_feed_timeline_watch_of(ngx_http_feed_user_t *user, ngx_uint_t *n)
 
     /*
      * Not a watch of other copies than the read's: the node's copies
-     * changed name since the last heartbeat, and the new ones are not
-     * watched yet
+     * changed name, or its number went to another node, since the last
+     * heartbeat, and the new ones are not watched yet
      */
 
-    if (w == NULL
-        || ngx_http_feed_redis_master(ws->fmcf->redis_client, *n, buf, &len)
-           == NULL)
-    {
+    if (w == NULL) {
+        return NULL;
+    }
+
+    conf = ngx_http_feed_redis_master(ws->fmcf->redis_client, *n, buf, &len);
+    if (conf == NULL) {
         return NULL;
     }
 
     copy = ngx_http_feed_watch_copy(w);
+    addr = ngx_http_feed_watch_addr(w);
 
-    if (copy->len != len || ngx_strncmp(copy->data, buf, len) != 0) {
+    if (copy->len != len || ngx_strncmp(copy->data, buf, len) != 0
+        || addr->len != conf->addr_text.len
+        || ngx_strncmp(addr->data, conf->addr_text.data, addr->len) != 0)
+    {
         return NULL;
     }
 

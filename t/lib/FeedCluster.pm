@@ -67,6 +67,51 @@ sub start_node {
 
 sub names { @{$_[0]{names}} }
 
+# a node more, a master without slots (so in no map yet), once every node
+# knows it
+sub add_node {
+    my ($self, $name) = @_;
+
+    $self->start_node($name);
+    my $t = $self->{t};
+    my ($any) = $self->alive_names;
+    $self->cmd($any, 'CLUSTER', 'MEET', '127.0.0.1', $self->port($name),
+        $t->port("${name}bus"));
+    push @{$self->{names}}, $name;
+
+    my $id = $self->node_id($name);
+    return $t->wait_for(10, sub {
+        !grep { (eval { $self->cmd($_, 'CLUSTER', 'NODES') } // '')
+            !~ /^$id \S+ (?:myself,)?master - \d+ \d+ \d+ connected/m }
+            $self->alive_names;
+    }) && $self->wait_ok(10);
+}
+
+# a node's clients served on a new port, as when its pod restarts with
+# another address: CONFIG SET port (the cluster's bus port stays), the new
+# one announced to the cluster, and the clients of the old port dropped
+# once every node names the new one; the new port
+sub move_port {
+    my ($self, $name, $new_name) = @_;
+
+    my $t = $self->{t};
+    my $old = $self->port($name);
+    my $new = $t->port($new_name);
+
+    $t->redis_cmd_port($old, undef, 'CONFIG', 'SET', 'port', $new);
+    $t->redis_cmd_port($new, undef, 'CONFIG', 'SET',
+        'cluster-announce-port', $new);
+    $t->set_port($name, $new);
+
+    return $new;
+}
+
+# the clients of a node that came through a port it no longer serves
+sub drop_clients {
+    my ($self, $name, $old) = @_;
+    return $self->cmd($name, 'CLIENT', 'KILL', 'LADDR', "127.0.0.1:$old");
+}
+
 sub port { $_[0]{t}->port($_[1]) }
 
 sub seeds {

@@ -78,6 +78,12 @@ sub port {
     die "no free port\n";
 }
 
+# a process of that name serves on a new port now (a Redis moved to one)
+sub set_port {
+    my ($self, $name, $port) = @_;
+    $self->{ports}{$name} = $port;
+}
+
 # processes
 
 sub spawn {
