@@ -30,6 +30,7 @@
 
 /* the entries a write's last step clears, or hands to the sweeper */
 typedef struct {
+    ngx_http_feed_effects_t      *fx;
     ngx_http_feed_user_t          users[NGX_HTTP_FEED_EFFECTS_USERS];
     bson_oid_t                    tokens[NGX_HTTP_FEED_EFFECTS_USERS];
     ngx_uint_t                    n;
@@ -44,9 +45,12 @@ static ngx_int_t ngx_http_feed_effects_find(ngx_http_feed_effects_t *fx,
     ngx_http_feed_user_t *user);
 static int64_t ngx_http_feed_effects_now(void);
 static void ngx_http_feed_effects_replied(void *data, redisReply *reply);
-static void ngx_http_feed_effects_end(ngx_http_feed_effects_t *fx);
+static ngx_int_t ngx_http_feed_effects_end(ngx_http_feed_effects_t *fx);
+static ngx_http_feed_effects_end_t *ngx_http_feed_effects_end_make(
+    ngx_http_feed_effects_t *fx, ngx_pool_t *pool);
 static void ngx_http_feed_effects_end_run(ngx_http_feed_mongo_task_t *t,
     mongoc_client_t *client);
+static void ngx_http_feed_effects_cleared(ngx_http_feed_mongo_task_t *t);
 
 
 void
@@ -297,9 +301,9 @@ ngx_http_feed_effects_now(void)
 
 
 /*
- * Step 3, on the event loop: the Redis part.  NGX_DONE: done() follows
- * the replies; NGX_OK: nothing was sent (fx->failed says whether
- * something could not be), done() is not called.
+ * Step 3, on the event loop: the Redis part, then the entries cleared.
+ * NGX_DONE: done() follows; NGX_OK: all is over now (fx->failed says
+ * whether something could not be sent), done() is not called.
  */
 
 ngx_int_t
@@ -342,9 +346,7 @@ ngx_http_feed_effects_apply(ngx_http_feed_effects_t *fx,
         return NGX_DONE;
     }
 
-    ngx_http_feed_effects_end(fx);
-
-    return NGX_OK;
+    return ngx_http_feed_effects_end(fx);
 }
 
 
@@ -421,20 +423,22 @@ ngx_http_feed_effects_replied(void *data, redisReply *reply)
         return;
     }
 
-    ngx_http_feed_effects_end(fx);
-
-    fx->done(fx);
+    if (ngx_http_feed_effects_end(fx) == NGX_OK) {
+        fx->done(fx);
+    }
 }
 
 
 /*
- * The entries go once their effects are applied; otherwise the sweeper is
- * told to take them now rather than when their lease ends.  Either is a
- * background task: if it fails, the sweeper applies the effects once more,
- * which does no harm.
+ * The entries go once their effects are applied, before the answer: the
+ * next write of the same users must not take them for an earlier try's
+ * (it would drop a timeline its filter change could have kept).  If the
+ * clear fails, the sweeper applies them once more, which does no harm.
+ * Otherwise the sweeper is told to take them now rather than when their
+ * lease ends, in the background.  NGX_DONE: done() follows the clear.
  */
 
-static void
+static ngx_int_t
 ngx_http_feed_effects_end(ngx_http_feed_effects_t *fx)
 {
     ngx_uint_t                    i;
@@ -447,34 +451,65 @@ ngx_http_feed_effects_end(ngx_http_feed_effects_t *fx)
         }
     }
 
-    if (i == fx->n) {
-        return;
+    if (i == fx->n || fx->fmcf->mongo_client == NULL) {
+        return NGX_OK;
     }
 
     if (fx->failed) {
         ngx_http_feed_stat(effects_failed, 1);
         ngx_http_feed_effects_sweep_soon();
 
-    } else {
-        ngx_http_feed_stat(effects_applied, 1);
+        t = ngx_http_feed_mongo_task_bg(fx->fmcf->mongo_client,
+                                        ngx_http_feed_effects_end_run, NULL);
+        if (t == NULL) {
+            return NGX_OK;
+        }
+
+        end = ngx_http_feed_effects_end_make(fx, t->pool);
+        if (end == NULL) {
+            ngx_destroy_pool(t->pool);
+            return NGX_OK;
+        }
+
+        t->data = end;
+        (void) ngx_http_feed_mongo_post_bg(t);
+
+        return NGX_OK;
     }
 
-    if (fx->fmcf->mongo_client == NULL) {
-        return;
-    }
+    ngx_http_feed_stat(effects_applied, 1);
 
-    t = ngx_http_feed_mongo_task_bg(fx->fmcf->mongo_client,
-                                    ngx_http_feed_effects_end_run, NULL);
-    if (t == NULL) {
-        return;
-    }
-
-    end = ngx_palloc(t->pool, sizeof(ngx_http_feed_effects_end_t));
+    end = ngx_http_feed_effects_end_make(fx, fx->request->pool);
     if (end == NULL) {
-        ngx_destroy_pool(t->pool);
-        return;
+        return NGX_OK;
     }
 
+    t = ngx_http_feed_mongo_task(fx->request->pool, fx->fmcf->mongo_client,
+                                 ngx_http_feed_effects_end_run,
+                                 ngx_http_feed_effects_cleared, end);
+
+    if (t == NULL || ngx_http_feed_mongo_post_r(fx->request, t) != NGX_OK) {
+        return NGX_OK;
+    }
+
+    return NGX_DONE;
+}
+
+
+/* the entries the write holds: the users it owed something, its token */
+
+static ngx_http_feed_effects_end_t *
+ngx_http_feed_effects_end_make(ngx_http_feed_effects_t *fx, ngx_pool_t *pool)
+{
+    ngx_uint_t                    i;
+    ngx_http_feed_effects_end_t  *end;
+
+    end = ngx_palloc(pool, sizeof(ngx_http_feed_effects_end_t));
+    if (end == NULL) {
+        return NULL;
+    }
+
+    end->fx = fx;
     end->n = 0;
     end->failed = fx->failed;
     end->now = ngx_http_feed_now_ms();
@@ -488,13 +523,11 @@ ngx_http_feed_effects_end(ngx_http_feed_effects_t *fx)
         bson_oid_copy(&fx->token, &end->tokens[end->n++]);
     }
 
-    t->data = end;
-
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, fx->request->connection->log, 0,
                    "feed effects: %ui entries %s", end->n,
-                   end->failed ? "left to the sweeper" : "cleared");
+                   end->failed ? "left to the sweeper" : "to clear");
 
-    (void) ngx_http_feed_mongo_post_bg(t);
+    return end;
 }
 
 
@@ -513,4 +546,21 @@ ngx_http_feed_effects_end_run(ngx_http_feed_mongo_task_t *t,
 
     t->rc = ngx_http_feed_effects_clear(client, t->database, end->users,
                                         end->n, end->tokens, &t->error);
+}
+
+
+/* back from the clear: the write answers */
+
+static void
+ngx_http_feed_effects_cleared(ngx_http_feed_mongo_task_t *t)
+{
+    ngx_http_feed_effects_end_t  *end = t->data;
+
+    if (t->rc != NGX_OK) {
+        ngx_log_error(NGX_LOG_WARN, t->request->connection->log, 0,
+                      "cache side effects applied, not cleared, the sweeper "
+                      "applies them again: %s", t->error.message);
+    }
+
+    end->fx->done(end->fx);
 }

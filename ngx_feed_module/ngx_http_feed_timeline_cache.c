@@ -1644,8 +1644,11 @@ ngx_http_feed_timeline_cache_error(redisReply *reply)
          * and what it makes now goes with it
          */
 
-        ngx_http_feed_redis_stale(
-            ngx_http_feed_timeline_cache_fmcf->redis_client, "a copy missing");
+        if (ngx_http_feed_timeline_cache_fmcf) {
+            ngx_http_feed_redis_stale(
+                ngx_http_feed_timeline_cache_fmcf->redis_client,
+                "a copy missing");
+        }
     }
 }
 
