@@ -55,6 +55,9 @@ static ngx_int_t ngx_http_feed_posts_merge(ngx_http_feed_posts_stream_t *s,
     size_t ns, ngx_uint_t limit, bson_t *items, bson_error_t *error);
 static ngx_int_t ngx_http_feed_posts_next(ngx_http_feed_posts_stream_t *s,
     bson_error_t *error);
+static ngx_int_t ngx_http_feed_posts_update(mongoc_client_t *client,
+    const char *database, bson_t *selector, bson_t *update,
+    bson_error_t *error);
 static ngx_int_t ngx_http_feed_posts_delete_pending(
     mongoc_collection_t *posts, const bson_oid_t *id,
     ngx_http_feed_user_t *author, ngx_uint_t *found, bson_error_t *error);
@@ -729,9 +732,7 @@ ngx_int_t
 ngx_http_feed_posts_due_now(mongoc_client_t *client, const char *database,
     const bson_oid_t *id, int64_t now, bson_error_t *error)
 {
-    bool                  ok;
     bson_t                selector, update, set, exists;
-    mongoc_collection_t  *posts;
 
     bson_init(&selector);
     BSON_APPEND_OID(&selector, "_id", id);
@@ -744,17 +745,8 @@ ngx_http_feed_posts_due_now(mongoc_client_t *client, const char *database,
     BSON_APPEND_INT64(&set, "qt", now);
     bson_append_document_end(&update, &set);
 
-    posts = mongoc_client_get_collection(client, database,
-                                         NGX_HTTP_FEED_POSTS);
-
-    ok = mongoc_collection_update_one(posts, &selector, &update, NULL, NULL,
+    return ngx_http_feed_posts_update(client, database, &selector, &update,
                                       error);
-
-    mongoc_collection_destroy(posts);
-    bson_destroy(&update);
-    bson_destroy(&selector);
-
-    return ok ? NGX_OK : NGX_ERROR;
 }
 
 
@@ -916,9 +908,7 @@ ngx_int_t
 ngx_http_feed_posts_dequeue(mongoc_client_t *client, const char *database,
     const bson_oid_t *id, const char *kind, bson_error_t *error)
 {
-    bool                  ok;
     bson_t                selector, update, pull;
-    mongoc_collection_t  *posts;
 
     bson_init(&selector);
     BSON_APPEND_OID(&selector, "_id", id);
@@ -928,17 +918,8 @@ ngx_http_feed_posts_dequeue(mongoc_client_t *client, const char *database,
     BSON_APPEND_UTF8(&pull, "q", kind);
     bson_append_document_end(&update, &pull);
 
-    posts = mongoc_client_get_collection(client, database,
-                                         NGX_HTTP_FEED_POSTS);
-
-    ok = mongoc_collection_update_one(posts, &selector, &update, NULL, NULL,
+    return ngx_http_feed_posts_update(client, database, &selector, &update,
                                       error);
-
-    mongoc_collection_destroy(posts);
-    bson_destroy(&update);
-    bson_destroy(&selector);
-
-    return ok ? NGX_OK : NGX_ERROR;
 }
 
 
@@ -951,9 +932,7 @@ ngx_int_t
 ngx_http_feed_posts_landed(mongoc_client_t *client, const char *database,
     const bson_oid_t *id, bson_error_t *error)
 {
-    bool                  ok;
     bson_t                selector, update, unset;
-    mongoc_collection_t  *posts;
 
     bson_init(&selector);
     BSON_APPEND_OID(&selector, "_id", id);
@@ -964,15 +943,29 @@ ngx_http_feed_posts_landed(mongoc_client_t *client, const char *database,
     BSON_APPEND_UTF8(&unset, "k", "");
     bson_append_document_end(&update, &unset);
 
+    return ngx_http_feed_posts_update(client, database, &selector, &update,
+                                      error);
+}
+
+
+/* one update of a post (thread side); selector and update are destroyed */
+
+static ngx_int_t
+ngx_http_feed_posts_update(mongoc_client_t *client, const char *database,
+    bson_t *selector, bson_t *update, bson_error_t *error)
+{
+    bool                  ok;
+    mongoc_collection_t  *posts;
+
     posts = mongoc_client_get_collection(client, database,
                                          NGX_HTTP_FEED_POSTS);
 
-    ok = mongoc_collection_update_one(posts, &selector, &update, NULL, NULL,
+    ok = mongoc_collection_update_one(posts, selector, update, NULL, NULL,
                                       error);
 
     mongoc_collection_destroy(posts);
-    bson_destroy(&update);
-    bson_destroy(&selector);
+    bson_destroy(update);
+    bson_destroy(selector);
 
     return ok ? NGX_OK : NGX_ERROR;
 }
