@@ -57,7 +57,8 @@ http {
     feed_redis 127.0.0.1:%%PORT_REDIS%%;
     feed_redis_timeout 1s;
     feed_mongo_uri "%%MONGO_URI%%";
-    feed_mongo_timeout 1s;
+    # 50 writes at once, each a few commands, queue up in the stand-in
+    feed_mongo_timeout 3s;
     feed_thread_pool feedtp;
     feed_cache_size @@SIZE@@;
     feed_cache_mode @@MODE@@;
