@@ -602,6 +602,23 @@ ngx_http_feed_redis_local_keys(ngx_http_feed_redis_t *rd, ngx_str_t *base,
 }
 
 
+/*
+ * The mark of the copies on key's node (NGX_HTTP_FEED_REDIS_MARK_LEN bytes
+ * in buf): "" for a single Redis, which has none.
+ */
+
+size_t
+ngx_http_feed_redis_local_mark(ngx_http_feed_redis_t *rd, const u_char *key,
+    size_t len, u_char *buf)
+{
+    if (rd == NULL || rd->cluster == NULL) {
+        return 0;
+    }
+
+    return ngx_http_feed_redis_cluster_mark(rd->cluster, key, len, buf);
+}
+
+
 /* feed_metrics' label of a reason for a retry */
 
 const char *

@@ -48,6 +48,13 @@ typedef void (*ngx_http_feed_redis_local_pt)(void *data, u_char *key,
 #define NGX_HTTP_FEED_REDIS_LOCAL_LEN(base)                                  \
     (sizeof(base) - 1 + 2 + NGX_INT_T_LEN)
 
+/*
+ * The mark that says a copy is whole for the data its node serves now:
+ * "~" and the first digits of the node's run id (lib/deleted.lua)
+ */
+#define NGX_HTTP_FEED_REDIS_RUN_LEN    16
+#define NGX_HTTP_FEED_REDIS_MARK_LEN   (1 + NGX_HTTP_FEED_REDIS_RUN_LEN)
+
 
 /*
  * A command's words, appended in order by the macros below into the
@@ -214,6 +221,8 @@ size_t ngx_http_feed_redis_local_key(ngx_http_feed_redis_t *rd,
     const u_char *key, size_t len, ngx_str_t *base, u_char *buf);
 void ngx_http_feed_redis_local_keys(ngx_http_feed_redis_t *rd,
     ngx_str_t *base, ngx_http_feed_redis_local_pt handler, void *data);
+size_t ngx_http_feed_redis_local_mark(ngx_http_feed_redis_t *rd,
+    const u_char *key, size_t len, u_char *buf);
 
 
 #endif /* _NGX_HTTP_FEED_REDIS_H_INCLUDED_ */

@@ -468,6 +468,42 @@ ngx_http_feed_redis_cluster_local(ngx_http_feed_redis_cluster_t *cl,
 }
 
 
+/*
+ * The mark that says a copy on the master of key's slot is whole for the
+ * data that master serves now: "~" and the first digits of its run id, in
+ * buf (NGX_HTTP_FEED_REDIS_MARK_LEN bytes).  A master restarted on an old
+ * file (a replica's last full sync, a snapshot), or a replica promoted
+ * behind its master, answers with another run id: its copies, made for
+ * the data of another run, are not taken as whole, whatever they hold
+ * (lib/deleted.lua).  "~?", which no copy has, while the run id is not
+ * known.
+ */
+
+size_t
+ngx_http_feed_redis_cluster_mark(ngx_http_feed_redis_cluster_t *cl,
+    const u_char *key, size_t len, u_char *buf)
+{
+    const char  *id;
+    ngx_uint_t   owner;
+
+    owner = ngx_http_feed_redis_cluster_owner(cl, key, len);
+
+    id = (owner && cl->nodes[owner - 1].rd)
+         ? ngx_http_feed_redis_run_id(cl->nodes[owner - 1].rd) : NULL;
+
+    buf[0] = '~';
+
+    if (id == NULL || ngx_strlen(id) < NGX_HTTP_FEED_REDIS_RUN_LEN) {
+        buf[1] = '?';
+        return 2;
+    }
+
+    ngx_memcpy(buf + 1, id, NGX_HTTP_FEED_REDIS_RUN_LEN);
+
+    return NGX_HTTP_FEED_REDIS_MARK_LEN;
+}
+
+
 /* the names of base's copies, one on each master that has slots */
 
 void

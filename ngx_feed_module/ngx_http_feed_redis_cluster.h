@@ -33,6 +33,8 @@ ngx_uint_t ngx_http_feed_redis_cluster_owner(
     ngx_http_feed_redis_cluster_t *cl, const u_char *key, size_t len);
 size_t ngx_http_feed_redis_cluster_local(ngx_http_feed_redis_cluster_t *cl,
     const u_char *key, size_t len, ngx_str_t *base, u_char *buf);
+size_t ngx_http_feed_redis_cluster_mark(ngx_http_feed_redis_cluster_t *cl,
+    const u_char *key, size_t len, u_char *buf);
 void ngx_http_feed_redis_cluster_locals(ngx_http_feed_redis_cluster_t *cl,
     ngx_str_t *base, ngx_http_feed_redis_local_pt handler, void *data);
 ngx_http_feed_redis_t *ngx_http_feed_redis_cluster_redirect(

@@ -52,8 +52,9 @@
 #define NGX_HTTP_FEED_DELETING_LEN                                           \
     NGX_HTTP_FEED_REDIS_LOCAL_LEN(NGX_HTTP_FEED_DELETING)
 
-/* the member of a copy that says it is whole (lib/deleted.lua) */
-#define NGX_HTTP_FEED_DELETING_MARK  "~"
+/* a script's two arguments about them: a copy's name and its mark */
+#define NGX_HTTP_FEED_DELETING_ARGS_LEN                                      \
+    (NGX_HTTP_FEED_DELETING_LEN + NGX_HTTP_FEED_REDIS_MARK_LEN)
 
 /* the tags whose copies a worker retires at once (copy_retire.lua) */
 #define NGX_HTTP_FEED_RETIRES        16
@@ -218,7 +219,7 @@ ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
     char                        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_NKEYS]
                                     [NGX_HTTP_FEED_KEY_LEN];
     u_char                      limit[NGX_INT_T_LEN], ttl[NGX_INT_T_LEN],
-                                deleting[NGX_HTTP_FEED_DELETING_LEN],
+                                deleting[NGX_HTTP_FEED_DELETING_ARGS_LEN],
                                 prefix[2][NGX_HTTP_FEED_PULL_PREFIX_LEN];
     size_t                      argvlen[
                                     NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARGC];
@@ -940,7 +941,7 @@ ngx_http_feed_timeline_cache_warm(ngx_http_request_t *r,
                                 * NGX_HTTP_FEED_KEY_LEN
                                 + 2 * NGX_INT_T_LEN
                                 + NGX_HTTP_FEED_NONCE_LEN
-                                + NGX_HTTP_FEED_DELETING_LEN);
+                                + NGX_HTTP_FEED_DELETING_ARGS_LEN);
 
     if (argv == NULL || argvlen == NULL || keys == NULL) {
         return NGX_ERROR;
@@ -1241,7 +1242,7 @@ ngx_http_feed_timeline_cache_deliver(ngx_http_feed_main_conf_t *fmcf,
     u_char                      cap[NGX_INT_T_LEN], ms[NGX_INT_T_LEN],
                                 ttl[NGX_INT_T_LEN],
                                 nonce[NGX_HTTP_FEED_NONCE_LEN],
-                                deleting[NGX_HTTP_FEED_DELETING_LEN];
+                                deleting[NGX_HTTP_FEED_DELETING_ARGS_LEN];
     ngx_http_feed_redis_call_t *call;
 
     call = ngx_http_feed_timeline_cache_batch(pool->log,
@@ -1593,8 +1594,12 @@ ngx_http_feed_timeline_cache_deleting_copy(void *data, u_char *key,
 /*
  * The two arguments (i, i + 1) of a script that checks the posts being
  * deleted (lib/deleted.lua): feed:deleting, or on a cluster its copy on the
- * node of the call's key of index key (buf: NGX_HTTP_FEED_DELETING_LEN
- * bytes), and which it is.
+ * node of the call's key of index key, and the mark that says that copy
+ * is whole for the node's run ("" for a single Redis), both in buf
+ * (NGX_HTTP_FEED_DELETING_ARGS_LEN bytes).  The mark is the run id this
+ * worker's connection to that node read before any command: a node that
+ * came back on older data (its own old file, a replica behind) has
+ * another, and the script fails with NOCOPY rather than trust its copy.
  */
 
 static void
@@ -1602,7 +1607,8 @@ ngx_http_feed_timeline_cache_deleting_args(ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_redis_call_t *call, ngx_uint_t i, u_char *buf,
     ngx_uint_t key)
 {
-    size_t  len;
+    size_t   len, mlen;
+    u_char  *mark;
 
     len = ngx_http_feed_redis_local_key(fmcf->redis_client,
               (u_char *) call->argv[3 + key], call->argvlen[3 + key],
@@ -1610,12 +1616,11 @@ ngx_http_feed_timeline_cache_deleting_args(ngx_http_feed_main_conf_t *fmcf,
 
     ngx_http_feed_redis_call_arg(call, i, buf, len);
 
-    if (len == ngx_http_feed_timeline_cache_deleting_key.len) {
-        ngx_http_feed_redis_call_arg(call, i + 1, "", 0);
+    mark = buf + len;
+    mlen = ngx_http_feed_redis_local_mark(fmcf->redis_client,
+               (u_char *) call->argv[3 + key], call->argvlen[3 + key], mark);
 
-    } else {
-        ngx_http_feed_redis_call_arg(call, i + 1, "1", 1);
-    }
+    ngx_http_feed_redis_call_arg(call, i + 1, mark, mlen);
 }
 
 
@@ -1736,17 +1741,36 @@ ngx_http_feed_timeline_cache_copies_got(void *data, redisReply *reply)
 }
 
 
-/* ZADD copy NX +inf ~ score id ...: the members as ZRANGE gave them */
+/*
+ * ZADD copy NX +inf ~<run> score id ...: the members as ZRANGE gave
+ * them, and the mark of the run of the copy's node (the copy's slot is its
+ * master's).  The members a copy already has stay: a copy made for an
+ * older run (a node back on older data) lacks deletes, it holds none
+ * that is not one.  A node whose run this worker does not know yet is
+ * left: its reads fail meanwhile, and the next NOCOPY makes it.
+ */
 
 static void
 ngx_http_feed_timeline_cache_copy_make(void *data, u_char *key, size_t len)
 {
     redisReply *reply = data;
 
-    size_t                     *argvlen;
+    u_char                      run[NGX_HTTP_FEED_REDIS_MARK_LEN];
+    size_t                     *argvlen, rlen;
     ngx_uint_t                  i, argc;
     const char                **argv;
     ngx_http_feed_redis_args_t  args;
+
+    rlen = ngx_http_feed_redis_local_mark(
+               ngx_http_feed_timeline_cache_fmcf->redis_client, key, len,
+               run);
+
+    if (rlen != NGX_HTTP_FEED_REDIS_MARK_LEN) {
+        ngx_log_debug2(NGX_LOG_DEBUG_CORE, ngx_cycle->log, 0,
+                       "feed deleted posts: copy %*s waits for its node's "
+                       "run id", len, key);
+        return;
+    }
 
     argc = 5 + reply->elements;
 
@@ -1763,7 +1787,7 @@ ngx_http_feed_timeline_cache_copy_make(void *data, u_char *key, size_t len)
     ngx_http_feed_redis_args_key(&args, key, len);
     ngx_http_feed_redis_args_lit(&args, "NX");
     ngx_http_feed_redis_args_lit(&args, "+inf");
-    ngx_http_feed_redis_args_lit(&args, NGX_HTTP_FEED_DELETING_MARK);
+    ngx_http_feed_redis_args_add(&args, run, rlen);
 
     for (i = 0; i + 1 < reply->elements; i += 2) {
         ngx_http_feed_redis_args_add(&args, reply->element[i + 1]->str,
@@ -1772,8 +1796,9 @@ ngx_http_feed_timeline_cache_copy_make(void *data, u_char *key, size_t len)
                                      reply->element[i]->len);
     }
 
-    ngx_log_debug2(NGX_LOG_DEBUG_CORE, ngx_cycle->log, 0,
-                   "feed deleted posts: copy %*s made", len, key);
+    ngx_log_debug4(NGX_LOG_DEBUG_CORE, ngx_cycle->log, 0,
+                   "feed deleted posts: copy %*s made for run %*s", len, key,
+                   rlen - 1, run + 1);
 
     (void) ngx_http_feed_redis_send(
                ngx_http_feed_timeline_cache_fmcf->redis_client, NULL, NULL,

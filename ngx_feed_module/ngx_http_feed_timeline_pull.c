@@ -47,6 +47,8 @@ typedef struct {
     char                          list[NGX_HTTP_FEED_PULL_KEY_LEN];
     char                          version[NGX_HTTP_FEED_PULL_KEY_LEN];
     char                          deleting[NGX_HTTP_FEED_PULL_KEY_LEN];
+    size_t                        deleting_len;
+    u_char                        mark[NGX_HTTP_FEED_REDIS_MARK_LEN];
     u_char                        args[NGX_HTTP_FEED_PULL_ARGS_LEN];
     u_char                        channel[NGX_HTTP_FEED_WATCH_CHANNEL_LEN];
 } ngx_http_feed_timeline_pull_keys_t;
@@ -57,6 +59,9 @@ static size_t ngx_http_feed_timeline_pull_key(char *buf, const char *prefix,
 static void ngx_http_feed_timeline_pull_keys(ngx_http_feed_redis_call_t *call,
     ngx_http_feed_timeline_pull_keys_t *keys, ngx_str_t *copy,
     ngx_http_feed_user_t *author);
+static size_t ngx_http_feed_timeline_pull_mark(
+    ngx_http_feed_main_conf_t *fmcf,
+    ngx_http_feed_timeline_pull_keys_t *keys, ngx_str_t *copy);
 static void ngx_http_feed_timeline_pull_args(ngx_http_feed_redis_call_t *call,
     ngx_http_feed_timeline_pull_keys_t *keys, ngx_http_feed_main_conf_t *fmcf,
     ngx_str_t *copy);
@@ -134,7 +139,7 @@ ngx_http_feed_timeline_pull_add(ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_timeline_pull_keys(&call, &keys, copy, author);
     ngx_http_feed_timeline_pull_args(&call, &keys, fmcf, copy);
     ngx_http_feed_redis_call_arg(&call, NGX_HTTP_FEED_SCRIPT_PULL_ADD_ARG_COPY,
-                                 copy->len ? "1" : "", copy->len ? 1 : 0);
+        keys.mark, ngx_http_feed_timeline_pull_mark(fmcf, &keys, copy));
 
     ngx_http_feed_redis_call_arg(&call, NGX_HTTP_FEED_SCRIPT_PULL_ADD_ARG_ENTRY,
                                  entry->data, entry->len);
@@ -182,8 +187,8 @@ ngx_http_feed_timeline_pull_warm(ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_timeline_pull_keys(&call, keys, copy, author);
     ngx_http_feed_timeline_pull_args(&call, keys, fmcf, copy);
     ngx_http_feed_redis_call_arg(&call,
-        NGX_HTTP_FEED_SCRIPT_PULL_WARM_ARG_COPY, copy->len ? "1" : "",
-        copy->len ? 1 : 0);
+        NGX_HTTP_FEED_SCRIPT_PULL_WARM_ARG_COPY, keys->mark,
+        ngx_http_feed_timeline_pull_mark(fmcf, keys, copy));
     ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_PULL_WARM_ARG_COMPLETE, complete ? "1" : "0", 1);
 
@@ -313,10 +318,30 @@ ngx_http_feed_timeline_pull_keys(ngx_http_feed_redis_call_t *call,
 
     p = ngx_sprintf((u_char *) keys->deleting, "%V%V",
                     &ngx_http_feed_timeline_cache_deleting_key, copy);
+    keys->deleting_len = p - (u_char *) keys->deleting;
 
     ngx_http_feed_redis_call_key(call,
         NGX_HTTP_FEED_SCRIPT_PULL_ADD_KEY_DELETING, keys->deleting,
-        p - (u_char *) keys->deleting);
+        keys->deleting_len);
+}
+
+
+/*
+ * The mark of the copy of the posts being deleted on the copies' node, in
+ * keys->mark (lib/deleted.lua): its run's, "" on a single Redis
+ */
+
+static size_t
+ngx_http_feed_timeline_pull_mark(ngx_http_feed_main_conf_t *fmcf,
+    ngx_http_feed_timeline_pull_keys_t *keys, ngx_str_t *copy)
+{
+    if (copy->len == 0) {
+        return 0;
+    }
+
+    return ngx_http_feed_redis_local_mark(fmcf->redis_client,
+                                          (u_char *) keys->deleting,
+                                          keys->deleting_len, keys->mark);
 }
 
 

@@ -282,6 +282,8 @@ $c->end_move($s1, $from, $to);
 
 $t->run;
 ok($t->wait_for(10, \&all_up), 'started again');
+# its list moved with the slot: of another node's run, made again once
+like(read_tl($r1), qr/^200 (MISS|HIT)$/, "$r1 answered from the cache");
 is(read_tl($r1), '200 HIT', "$r1 hits");
 
 my @timeouts = grep { /timed out/ } split /\n/, $t->error_log;

@@ -15,7 +15,8 @@
     ARGV[2] ttl               the list lives twice this, from its last post
     ARGV[3] nonce             the list's new version
     ARGV[4] channel           where the workers hear of new versions
-    ARGV[5] copy              '1' on a cluster (lib/deleted.lua)
+    ARGV[5] copy              the copy's mark for its node's run, '~<run>'
+                              (lib/deleted.lua); '' on a single Redis
     ARGV[6] entry             the id, then the JSON
 
   Output:

@@ -15,7 +15,8 @@
     ARGV[3] nonce             the list's new version
     ARGV[4] channel           where the workers hear of new versions
     ARGV[5] complete          '1': the posts are the author's whole history
-    ARGV[6] copy              '1' on a cluster (lib/deleted.lua)
+    ARGV[6] copy              the copy's mark for its node's run, '~<run>'
+                              (lib/deleted.lua); '' on a single Redis
     ARGV[7...]                entries (id, then JSON), newest first
 
   Output:

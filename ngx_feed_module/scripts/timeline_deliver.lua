@@ -43,7 +43,8 @@
     ARGV[12] follows_prefix   feed:tlv:{
     ARGV[13] deleting         the posts being deleted, feed:deleting (on
                               a cluster, its copy on the batch's node)
-    ARGV[14] copy             '1' on a cluster (lib/deleted.lua)
+    ARGV[14] copy             the copy's mark for its node's run, '~<run>'
+                              (lib/deleted.lua); '' on a single Redis
     ARGV[15...]               the followers' timelines, feed:tl:{user}
 
   Output:

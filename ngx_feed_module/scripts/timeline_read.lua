@@ -28,7 +28,8 @@
                           merged from since it was made
     ARGV[11] deleting     the posts being deleted, feed:deleting (on a
                           cluster, its copy on the user's node)
-    ARGV[12] copy         '1' on a cluster (lib/deleted.lua)
+    ARGV[12] copy         the copy's mark for its node's run, '~<run>'
+                          (lib/deleted.lua); '' on a single Redis
 
   Output, the first element the kind of reply:
     {0, locked}           MISSING: no timeline; locked 1 while being
@@ -91,6 +92,15 @@ local ver = redis.call('get', KEYS[4])
 local mark, pull, lists = ver and string.sub(ver, -1), {}, {}
 local first = max == '' and since == ''
 local deleting = deleting_any(ARGV[11], ARGV[12])
+-- a list kept from another run of its node, which came back on older data
+-- (lib/deleted.lua): it may hold posts deleted or authors unfollowed
+-- since, that nothing else hides any more; made again, as one without its
+-- version, and its kept pages with it
+local run = run_of(ARGV[12])
+if ver and string.sub(ver, 1, #run) ~= run then
+  redis.call('del', tl, KEYS[3])
+  ver, mark = nil, nil
+end
 
 -- a first page kept as answered is current (kv: its version) when none of
 -- its posts is being deleted; its list lives on

@@ -29,7 +29,8 @@
                               posts, separated by spaces
     ARGV[10] deleting         the posts being deleted, feed:deleting (on
                               a cluster, its copy on the user's node)
-    ARGV[11] copy             '1' on a cluster (lib/deleted.lua)
+    ARGV[11] copy             the copy's mark for its node's run, '~<run>'
+                              (lib/deleted.lua); '' on a single Redis
     ARGV[12] filters          as the rebuild found them before asking for
                               the posts: "<kind><author>" separated by
                               spaces, kind b, m or B (lib/filtered.lua)
@@ -90,7 +91,8 @@ if redis.call('exists', tl) == 0 then
       insert(tl, e, cap)
     end
     redis.call('expire', tl, ARGV[1])
-    redis.call('set', KEYS[5], ARGV[7] .. (ARGV[9] == '' and 'N' or 'P'),
+    redis.call('set', KEYS[5], run_of(ARGV[11]) .. ARGV[7]
+                               .. (ARGV[9] == '' and 'N' or 'P'),
                'EX', 2 * tonumber(ARGV[1]))
   end
   redis.call('expire', KEYS[6], 2 * tonumber(ARGV[1]))

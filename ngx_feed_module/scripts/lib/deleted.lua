@@ -13,16 +13,31 @@ local function deleted(set, ids)
 end
 
 -- Whether any post is being deleted, in the set of them that ARGV names:
--- feed:deleting itself, or on a Redis Cluster (copy '1') the copy of it
--- on this node, whose member '~' (no id) says it is whole: without it the
--- copy is not made yet (a new master, a slot moved), and the call fails
--- with NOCOPY rather than miss a delete; the worker makes it.
-local function deleting_any(set, copy)
-  if copy ~= '1' then
+-- feed:deleting itself (mark ''), or on a Redis Cluster the copy of it on
+-- this node, whose member mark ('~' and the node's run id, as the worker
+-- read it) says it is whole for the data this node serves now.  Without
+-- it the copy is not made yet (a new master, a slot moved, a node
+-- emptied), or was made for another run: the node came back on older
+-- data (its own old file, a replica promoted behind its master), and the
+-- copy lacks the deletes made since.  The call fails with NOCOPY rather
+-- than miss a delete; the worker makes it, for this run.
+local function deleting_any(set, mark)
+  if mark == '' then
     return redis.call('zcard', set) > 0
   end
-  if not redis.call('zscore', set, '~') then
+  if not redis.call('zscore', set, mark) then
     error({err = 'NOCOPY ' .. set})
   end
+  -- marks of runs before this one count as members: a check more, never
+  -- a delete missed
   return redis.call('zcard', set) > 1
+end
+
+-- The part of a timeline's version (feed:tln) that names the run it was
+-- made on, on a cluster ('' on a single Redis): a list kept from another
+-- run may hold posts deleted, or authors unfollowed, since that run's
+-- data, and is made again (timeline_read.lua).
+local function run_of(mark)
+  if mark == '' then return '' end
+  return string.sub(mark, 2) .. '/'
 end
