@@ -272,8 +272,19 @@ ngx_http_feed_fanout_grouped(void *data, redisReply *reply)
     if (reply->type == REDIS_REPLY_ERROR
         && ngx_strncmp(reply->str, "BUSYGROUP", 9) != 0)
     {
+        /*
+         * OOM, BUSY, LOADING, CLUSTERDOWN on a connection that stays up:
+         * no ready hook comes, so the group is asked again on a timer
+         */
         ngx_log_error(NGX_LOG_ERR, fo->log, 0,
                       "fanout group create failed: %s", reply->str);
+        ngx_cpystrn((u_char *) fo->error, (u_char *) reply->str,
+                    sizeof(fo->error));
+
+        if (!fo->timer.timer_set && !ngx_exiting) {
+            ngx_add_timer(&fo->timer, NGX_HTTP_FEED_FANOUT_RETRY);
+        }
+
         return;
     }
 
@@ -342,12 +353,29 @@ ngx_http_feed_fanout_stop(ngx_http_feed_redis_t *rd, void *data)
 }
 
 
+/*
+ * A read or a claim to send again, or the group to ask again after an
+ * error reply (ngx_http_feed_fanout_grouped); when the connection is down
+ * meanwhile, the ready hook does it on its return
+ */
+
 static void
 ngx_http_feed_fanout_tick(ngx_event_t *ev)
 {
     ngx_connection_t  *c = ev->data;
 
-    ngx_http_feed_fanout_next(c->data);
+    ngx_http_feed_fanout_t  *fo = c->data;
+
+    if (!fo->ready) {
+        ngx_log_debug1(NGX_LOG_DEBUG_CORE, fo->log, 0,
+                       "feed fanout of %V: the group asked again",
+                       fo->stream);
+
+        ngx_http_feed_fanout_ready(fo->rd, fo);
+        return;
+    }
+
+    ngx_http_feed_fanout_next(fo);
 }
 
 
