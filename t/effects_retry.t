@@ -11,7 +11,9 @@
 #   - a follow whose counter update fails: the retry shows the new
 #     author's posts in a timeline that was cached before;
 #   - a mute whose count check after the write fails;
-#   - a block whose clean-up (the unfollow of the blocked reader) fails.
+#   - a block whose clean-up (the unfollow of the blocked reader) fails;
+#   - a follow whose effects are applied, and their entry's clear fails:
+#     204, and the sweeper clears it.
 #
 # Each first try is a 5xx and each retry 204, and right after the retry's
 # 204 the reader's timeline is what the graph says, read from the cache.
@@ -209,6 +211,35 @@ sub right_away {
     right_away('block', $r, $a => 0, $b => 2);
     is($t->get("/users/$a/followers")->{json}{count}, 0,
         'block: the follow is gone from the counts');
+}
+
+# ------------------------------------------------- the clear that fails --
+
+# the effects applied, their entries not cleared (the connection lost at
+# the clear): the write is done and says so (204), and the sweeper, which
+# takes an entry once its lease ends, applies them again (no harm: a
+# rebuild) and clears them
+{
+    my ($a, $b) = ("ca$RUN", "cb$RUN");
+    my $r = reader_of('clear', $b);
+    posts_by($a, 3);
+    posts_by($b, 2);
+    cached_with('clear', $r, $a => 0, $b => 2);
+
+    fail_once('delete', 'cache_effects');
+    is(put("/users/$r/following/$a")->{status}, 204,
+        'clear: the follow is 204, its effects applied');
+    $t->mongo_fail_point_off;
+    right_away('clear', $r, $a => 3, $b => 2);
+    ok(scalar($t->mongo_find('cache_effects', qq({"_id": "$r"}))),
+        'clear: the entry is left');
+    like($t->error_log, qr/applied, not cleared, the sweeper applies them/,
+        'clear: and the error log says so');
+
+    ok($t->wait_for(5, sub {
+        !$t->mongo_find('cache_effects', qq({"_id": "$r"}))
+    }), 'clear: the sweeper clears it once its lease ends');
+    cached_with('clear', $r, $a => 3, $b => 2);
 }
 
 $t->done;

@@ -369,8 +369,10 @@ read_all('setup', $R, @F);
 
     # every follower's first page until it shows the post, 50 at a time;
     # pages of 5, inside every cache (those of 20 go past some: DEEP)
+    # a pass over the 200 takes longer than 1 s in the sanitizer's build
+    my $within = $FeedTest::ASAN ? 3 : 1;
     my (%seen, $last, %how);
-    while (keys %seen < @F && time - $t201 <= 1) {
+    while (keys %seen < @F && time - $t201 <= $within) {
         my @todo = grep { !$seen{$_} } @F;
         while (my @b = splice(@todo, 0, 50)) {
             my @h = map { $t->http_start('GET', tl_uri($_, limit => 5)) } @b;
@@ -383,10 +385,10 @@ read_all('setup', $R, @F);
             }
         }
     }
-    ok(keys %seen == @F && $last - $t201 <= 1, sprintf('200 followers: the '
-        . 'post first on every cached follower\'s page within 1 s of its '
-        . '201 (%d of 200, the last after %.3fs)', scalar(keys %seen),
-        ($last // time) - $t201));
+    ok(keys %seen == @F && $last - $t201 <= $within, sprintf('200 '
+        . 'followers: the post first on every cached follower\'s page '
+        . 'within %d s of its 201 (%d of 200, the last after %.3fs)',
+        $within, scalar(keys %seen), ($last // time) - $t201));
     is(join(', ', map { "$_ x$how{$_}" } sort keys %how),
         'HIT x' . ($how{HIT} // 0), '200 followers: every read a HIT');
 
