@@ -148,6 +148,7 @@ ngx_http_feed_fanout_init_one(ngx_cycle_t *cycle,
     fo->dummy.fd = (ngx_socket_t) -1;
     fo->dummy.data = fo;
     fo->timer.handler = ngx_http_feed_fanout_tick;
+    ngx_http_feed_fanout_lease_init(fo);
     fo->timer.data = &fo->dummy;
     fo->timer.log = cycle->log;
     fo->timer.cancelable = 1;
@@ -194,6 +195,8 @@ ngx_http_feed_fanout_exit(void)
         if (fo->timer.timer_set) {
             ngx_del_timer(&fo->timer);
         }
+
+        ngx_http_feed_fanout_lease_stop(fo);
 
         /* entries read but not acknowledged are claimed by the others */
 
@@ -613,6 +616,7 @@ ngx_http_feed_fanout_start(ngx_http_feed_fanout_t *fo, redisReply *e)
     ngx_memcpy(fe->sid, e->element[0]->str, e->element[0]->len);
 
     fo->active++;
+    ngx_http_feed_fanout_lease_hold(fe);
     ngx_http_feed_stat(fanout_consumed, 1);
 
     if (ngx_http_feed_fanout_parse(fe, e->element[1]) != NGX_OK) {
@@ -1276,6 +1280,7 @@ ngx_http_feed_fanout_free(ngx_http_feed_fanout_entry_t *fe)
         bson_destroy(fe->page.stored);
     }
 
+    ngx_http_feed_fanout_lease_release(fe);
     ngx_destroy_pool(fe->pool);
 
     if (--fo->active == 0) {

@@ -36,6 +36,10 @@ typedef struct {
     ngx_uint_t                    active;
     ngx_msec_t                    last_claim;
 
+    /* the entries in flight, whose hold is renewed (fanout_lease.c) */
+    ngx_queue_t                   flight;
+    ngx_event_t                   lease;
+
     /* for feed_status, with the counters of ngx_http_feed_stats */
     char                          error[128];
 
@@ -48,6 +52,7 @@ typedef struct {
 struct ngx_http_feed_fanout_entry_s {
     ngx_pool_t                   *pool;
     ngx_http_feed_fanout_t       *fo;
+    ngx_queue_t                   queue;
     ngx_http_feed_mongo_task_t   *task;
     ngx_http_feed_fanout_page_t   page;
 
@@ -88,6 +93,11 @@ void ngx_http_feed_fanout_failing(ngx_http_feed_fanout_entry_t *fe,
     const char *why);
 void ngx_http_feed_fanout_fail(ngx_http_feed_fanout_entry_t *fe,
     const char *why);
+
+void ngx_http_feed_fanout_lease_init(ngx_http_feed_fanout_t *fo);
+void ngx_http_feed_fanout_lease_hold(ngx_http_feed_fanout_entry_t *fe);
+void ngx_http_feed_fanout_lease_release(ngx_http_feed_fanout_entry_t *fe);
+void ngx_http_feed_fanout_lease_stop(ngx_http_feed_fanout_t *fo);
 
 void ngx_http_feed_fanout_list(ngx_http_feed_fanout_entry_t *fe);
 void ngx_http_feed_fanout_unlist(ngx_http_feed_fanout_entry_t *fe);
