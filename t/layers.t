@@ -69,6 +69,7 @@ my %layer = (
     fanout          => 'feature',
     fanout_task     => 'feature',
     fanout_consumers => 'feature',
+    fanout_lease    => 'feature',
     fanout_entry    => 'feature',   # the .h: entries in flight
     fanout_pull     => 'feature',
     fanout_queue    => 'feature',
