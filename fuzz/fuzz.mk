@@ -34,8 +34,11 @@ FUZZ_INCS     := -I$(CURDIR)/fuzz -I$(CURDIR)/ngx_feed_module -I$(FUZZ_GEN) \
 
 FUZZ_MODULE   := $(patsubst ngx_feed_module/%.c,$(FUZZ_DIR)/mod/%.o, \
                      $(wildcard ngx_feed_module/*.c))
-FUZZ_DEPS     := $(wildcard ngx_feed_module/*.c ngx_feed_module/*.h) \
-                 fuzz/ngx_http_feed_fuzz.h $(FUZZ_GEN)/ngx_http_feed_scripts.h
+# a module object: its own source and every header; a target: every
+# source too (the targets include some of the module's .c files)
+FUZZ_HDRS     := $(wildcard ngx_feed_module/*.h) fuzz/ngx_http_feed_fuzz.h \
+                 $(FUZZ_GEN)/ngx_http_feed_scripts.h
+FUZZ_DEPS     := $(wildcard ngx_feed_module/*.c) $(FUZZ_HDRS)
 
 .PHONY: fuzz fuzz-build fuzz-deps
 .SECONDARY:
@@ -65,7 +68,7 @@ $(FUZZ_GEN)/ngx_http_feed_scripts.h: $(LUA2H) $(SCRIPTS)
 	@mkdir -p $(@D)
 	sh $(LUA2H) $@ ngx_feed_module/scripts
 
-$(FUZZ_DIR)/mod/%.o: ngx_feed_module/%.c $(FUZZ_DEPS) $(FUZZ_DIR)/libngx.a
+$(FUZZ_DIR)/mod/%.o: ngx_feed_module/%.c $(FUZZ_HDRS) $(FUZZ_DIR)/libngx.a
 	@mkdir -p $(@D)
 	@echo "fuzz cc $<"
 	@clang -c $(FUZZ_CFLAGS) $(FUZZ_MODFLAGS) $(FUZZ_WARN) $(FUZZ_INCS) \
