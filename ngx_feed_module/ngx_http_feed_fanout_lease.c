@@ -22,6 +22,10 @@
 /* the ids renewed by one command */
 #define NGX_HTTP_FEED_LEASE_IDS  64
 
+/* how often the hold is renewed: a third of feed_fanout_claim_idle */
+#define ngx_http_feed_fanout_lease_period(fo)                                \
+    ngx_max((fo)->fmcf->fanout_claim_idle / 3, 1)
+
 
 static void ngx_http_feed_fanout_lease_renew(ngx_event_t *ev);
 static void ngx_http_feed_fanout_lease_send(ngx_http_feed_fanout_t *fo,
@@ -50,8 +54,7 @@ ngx_http_feed_fanout_lease_hold(ngx_http_feed_fanout_entry_t *fe)
     ngx_queue_insert_tail(&fo->flight, &fe->queue);
 
     if (!fo->lease.timer_set) {
-        ngx_add_timer(&fo->lease,
-                      ngx_max(fo->fmcf->fanout_claim_idle / 3, 1));
+        ngx_add_timer(&fo->lease, ngx_http_feed_fanout_lease_period(fo));
     }
 }
 
@@ -100,7 +103,7 @@ ngx_http_feed_fanout_lease_renew(ngx_event_t *ev)
         ngx_http_feed_fanout_lease_send(fo, &q);
     }
 
-    ngx_add_timer(&fo->lease, ngx_max(fo->fmcf->fanout_claim_idle / 3, 1));
+    ngx_add_timer(&fo->lease, ngx_http_feed_fanout_lease_period(fo));
 }
 
 
