@@ -745,6 +745,18 @@ sub crash_output {
     return @out;
 }
 
+# a failed test file shows the last errors and warnings of error.log: CI
+# prints what prove printed, and the test's directory is gone by then
+sub failure_context {
+    my ($self) = @_;
+    return if Test::More->builder->is_passing;
+    open my $fh, '<', "$self->{dir}/error.log" or return;
+    my @lines = grep { /\[(?:error|warn|crit)\]/ } <$fh>;
+    chomp @lines;
+    splice(@lines, 0, @lines - 40) if @lines > 40;
+    diag(join "\n", 'last errors in error.log:', @lines) if @lines;
+}
+
 # stops nginx gracefully, then asserts error.log is clean; the last
 # instance of a test file: done(), which ends the test too
 sub finish {
@@ -755,6 +767,7 @@ sub finish {
     my @bad = $self->bad_log_lines;
     ok(!@bad, 'no alerts in error.log') or diag(join "\n", @bad,
         $self->crash_output(@bad));
+    $self->failure_context;
 
     $self->cleanup;
     $self->no_sanitizer_reports;
