@@ -20,7 +20,10 @@ SCRIPTS     := $(wildcard ngx_feed_module/scripts/*.lua \
 NGX_SRC     ?= /usr/share/nginx/src
 BUILD       := $(CURDIR)/build
 MODULE      := $(BUILD)/ngx_http_feed_module.so
-SOURCES     := config $(wildcard ngx_feed_module/*.c ngx_feed_module/*.h) \
+# the wiring, then the layers' folders (docs/architecture.md)
+LAYERS      := ngx_feed_module ngx_feed_module/core ngx_feed_module/stores \
+               ngx_feed_module/features
+SOURCES     := config $(foreach d,$(LAYERS),$(wildcard $(d)/*.c $(d)/*.h)) \
                $(LUA2H) $(SCRIPTS)
 # three test files at a time on 2 cores: a file waits on its servers much
 # of the time (faults, failovers, sleeps), and two left the cores idle 40%

@@ -27,18 +27,20 @@ FUZZ_CFLAGS   := -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer-no-link \
 # the module's pool allocations each a heap block: ASan sees an overrun
 FUZZ_MODFLAGS := -DNGX_HTTP_FEED_EXACT_ALLOC=1
 FUZZ_WARN     := -Wall -Wextra -Wpointer-arith -Wno-unused-parameter -Werror
-FUZZ_INCS     := -I$(CURDIR)/fuzz -I$(CURDIR)/ngx_feed_module -I$(FUZZ_GEN) \
+FUZZ_INCS     := -I$(CURDIR)/fuzz $(addprefix -I$(CURDIR)/,$(LAYERS)) \
+                 -I$(FUZZ_GEN) \
                  $(addprefix -I$(FUZZ_NGX)/, src/core src/event \
                      src/event/modules src/os/unix src/http \
                      src/http/modules objs)
 
-FUZZ_MODULE   := $(patsubst ngx_feed_module/%.c,$(FUZZ_DIR)/mod/%.o, \
-                     $(wildcard ngx_feed_module/*.c))
+FUZZ_SRCS     := $(foreach d,$(LAYERS),$(wildcard $(d)/*.c))
+FUZZ_MODULE   := $(addprefix $(FUZZ_DIR)/mod/,$(notdir $(FUZZ_SRCS:.c=.o)))
 # a module object: its own source and every header; a target: every
 # source too (the targets include some of the module's .c files)
-FUZZ_HDRS     := $(wildcard ngx_feed_module/*.h) fuzz/ngx_http_feed_fuzz.h \
+FUZZ_HDRS     := $(foreach d,$(LAYERS),$(wildcard $(d)/*.h)) \
+                 fuzz/ngx_http_feed_fuzz.h \
                  $(FUZZ_GEN)/ngx_http_feed_scripts.h
-FUZZ_DEPS     := $(wildcard ngx_feed_module/*.c) $(FUZZ_HDRS)
+FUZZ_DEPS     := $(FUZZ_SRCS) $(FUZZ_HDRS)
 
 .PHONY: fuzz fuzz-build fuzz-deps
 .SECONDARY:
@@ -68,7 +70,10 @@ $(FUZZ_GEN)/ngx_http_feed_scripts.h: $(LUA2H) $(SCRIPTS)
 	@mkdir -p $(@D)
 	sh $(LUA2H) $@ ngx_feed_module/scripts
 
-$(FUZZ_DIR)/mod/%.o: ngx_feed_module/%.c $(FUZZ_HDRS) $(FUZZ_DIR)/libngx.a
+# a module object from its layer's folder: make finds the source in them
+vpath ngx_http_feed_%.c $(LAYERS)
+
+$(FUZZ_DIR)/mod/%.o: %.c $(FUZZ_HDRS) $(FUZZ_DIR)/libngx.a
 	@mkdir -p $(@D)
 	@echo "fuzz cc $<"
 	@clang -c $(FUZZ_CFLAGS) $(FUZZ_MODFLAGS) $(FUZZ_WARN) $(FUZZ_INCS) \

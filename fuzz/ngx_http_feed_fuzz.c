@@ -77,7 +77,7 @@ ngx_http_feed_fuzz_init(void)
     ngx_http_top_header_filter = ngx_http_feed_fuzz_header_filter;
     ngx_http_top_body_filter = ngx_http_feed_fuzz_body_filter;
 
-    /* the defaults of ngx_http_feed_module.c's init_main_conf */
+    /* the module's own defaults, as a configuration without feed_* has */
 
     fmcf = calloc(1, sizeof(ngx_http_feed_main_conf_t));
     ngx_http_feed_fuzz_flcf = calloc(1, sizeof(ngx_http_feed_loc_conf_t));
@@ -86,13 +86,8 @@ ngx_http_feed_fuzz_init(void)
         abort();
     }
 
-    fmcf->post_max_chars = 5000;
-    fmcf->post_data_max_size = 16384;
-    fmcf->fanout_page = 1000;
-    fmcf->fanout_deliver_batch = 200;
-    fmcf->cache_size = 800;
-    fmcf->cache_ttl = 7 * 86400;
-    fmcf->cache_lock_timeout = 5000;
+    ngx_http_feed_main_conf_unset(fmcf);
+    ngx_http_feed_main_conf_defaults(fmcf);
     ngx_http_feed_fuzz_fmcf = fmcf;
 }
 

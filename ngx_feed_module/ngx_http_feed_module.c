@@ -25,16 +25,8 @@
 #include "ngx_http_feed_timelines_store.h"
 
 
-static char *ngx_http_feed_redis_addr(ngx_conf_t *cf, ngx_command_t *cmd,
-    void *conf);
-static ngx_int_t ngx_http_feed_redis_parse_addr(ngx_conf_t *cf,
-    ngx_http_feed_redis_conf_t *rcf, ngx_str_t *addr);
 static ngx_int_t ngx_http_feed_cluster_defaults(ngx_conf_t *cf,
     ngx_http_feed_main_conf_t *fmcf);
-static ngx_int_t ngx_http_feed_redis_cluster_check(ngx_conf_t *cf,
-    ngx_http_feed_redis_conf_t *rcf);
-static ngx_int_t ngx_http_feed_redis_parse_param(ngx_conf_t *cf,
-    ngx_http_feed_redis_conf_t *rcf, ngx_str_t *param);
 static char *ngx_http_feed_mongo_database(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
 static char *ngx_http_feed_positive_msec(ngx_conf_t *cf, void *post,
@@ -61,25 +53,8 @@ static void *ngx_http_feed_create_loc_conf(ngx_conf_t *cf);
 static char *ngx_http_feed_merge_loc_conf(ngx_conf_t *cf, void *parent,
     void *child);
 
-static ngx_int_t ngx_http_feed_stats_zone(ngx_conf_t *cf,
-    ngx_http_feed_main_conf_t *fmcf);
-static ngx_int_t ngx_http_feed_stats_init_zone(ngx_shm_zone_t *shm_zone,
-    void *data);
 static ngx_int_t ngx_http_feed_init_process(ngx_cycle_t *cycle);
 static void ngx_http_feed_exit_process(ngx_cycle_t *cycle);
-
-
-ngx_http_feed_stats_t   ngx_http_feed_stats;
-ngx_http_feed_stats_t  *ngx_http_feed_node_stats;
-ngx_http_feed_ids_t    *ngx_http_feed_node_ids;
-
-
-/* what the node's shared zone holds */
-typedef struct {
-    ngx_http_feed_stats_t         stats;
-    ngx_http_feed_ids_t           ids;
-    ngx_http_feed_gauges_t        gauges[NGX_HTTP_FEED_GAUGE_SLOTS];
-} ngx_http_feed_node_t;
 
 
 static ngx_conf_post_handler_pt  ngx_http_feed_positive_msec_p =
@@ -152,9 +127,9 @@ static ngx_command_t  ngx_http_feed_commands[] = {
 
     { ngx_string("feed_redis"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_1MORE,
-      ngx_http_feed_redis_addr,
+      ngx_http_feed_redis_conf,
       NGX_HTTP_MAIN_CONF_OFFSET,
-      0,
+      offsetof(ngx_http_feed_main_conf_t, redis),
       NULL },
 
     { ngx_string("feed_redis_connect_timeout"),
@@ -512,216 +487,6 @@ ngx_module_t  ngx_http_feed_module = {
     NULL,                                  /* exit master */
     NGX_MODULE_V1_PADDING
 };
-
-
-static char *
-ngx_http_feed_redis_addr(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
-{
-    ngx_http_feed_main_conf_t  *fmcf = conf;
-
-    ngx_str_t                   *value;
-    ngx_uint_t                   i;
-    ngx_http_feed_redis_conf_t  *seed;
-
-    if (fmcf->redis_enabled) {
-        return "is duplicate";
-    }
-
-    value = cf->args->elts;
-
-    fmcf->redis.seeds = ngx_array_create(cf->pool, 3,
-                                         sizeof(ngx_http_feed_redis_conf_t));
-    if (fmcf->redis.seeds == NULL) {
-        return NGX_CONF_ERROR;
-    }
-
-    for (i = 1; i < cf->args->nelts; i++) {
-
-        if (ngx_strlchr(value[i].data, value[i].data + value[i].len, '=')) {
-            if (ngx_http_feed_redis_parse_param(cf, &fmcf->redis, &value[i])
-                != NGX_OK)
-            {
-                return NGX_CONF_ERROR;
-            }
-
-            continue;
-        }
-
-        if (ngx_strcmp(value[i].data, "cluster") == 0) {
-            fmcf->redis.cluster = 1;
-            continue;
-        }
-
-        /* another address: the seed nodes of a cluster */
-
-        seed = ngx_array_push(fmcf->redis.seeds);
-        if (seed == NULL) {
-            return NGX_CONF_ERROR;
-        }
-
-        ngx_memzero(seed, sizeof(ngx_http_feed_redis_conf_t));
-
-        if (ngx_http_feed_redis_parse_addr(cf, seed, &value[i]) != NGX_OK) {
-            return NGX_CONF_ERROR;
-        }
-    }
-
-    if (fmcf->redis.seeds->nelts == 0) {
-        return "needs an address";
-    }
-
-    seed = fmcf->redis.seeds->elts;
-
-    fmcf->redis.addr_text = seed[0].addr_text;
-    fmcf->redis.host = seed[0].host;
-    fmcf->redis.port = seed[0].port;
-    fmcf->redis.unix_path = seed[0].unix_path;
-
-    if (fmcf->redis.seeds->nelts > 1) {
-        fmcf->redis.cluster = 1;
-    }
-
-    if (fmcf->redis.cluster
-        && ngx_http_feed_redis_cluster_check(cf, &fmcf->redis) != NGX_OK)
-    {
-        return NGX_CONF_ERROR;
-    }
-
-    fmcf->redis_enabled = 1;
-
-    return NGX_CONF_OK;
-}
-
-
-/* a cluster has only database 0, and its nodes tell their IP addresses */
-
-static ngx_int_t
-ngx_http_feed_redis_cluster_check(ngx_conf_t *cf,
-    ngx_http_feed_redis_conf_t *rcf)
-{
-    ngx_uint_t                   i;
-    ngx_http_feed_redis_conf_t  *seed;
-
-    if (rcf->db > 0) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"feed_redis\" of a cluster cannot select a "
-                           "database: a cluster has only db=0");
-        return NGX_ERROR;
-    }
-
-    seed = rcf->seeds->elts;
-
-    for (i = 0; i < rcf->seeds->nelts; i++) {
-        if (seed[i].unix_path) {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "\"feed_redis\" of a cluster needs TCP "
-                               "addresses, not \"%V\"", &seed[i].addr_text);
-            return NGX_ERROR;
-        }
-    }
-
-    return NGX_OK;
-}
-
-
-/*
- * Names are resolved here, once: hiredis would resolve them with a
- * blocking getaddrinfo() on every reconnect, on the event loop.
- */
-
-static ngx_int_t
-ngx_http_feed_redis_parse_addr(ngx_conf_t *cf,
-    ngx_http_feed_redis_conf_t *rcf, ngx_str_t *addr)
-{
-    size_t               len;
-    ngx_url_t            u;
-    struct sockaddr     *sa;
-    u_char               text[NGX_SOCKADDR_STRLEN];
-#if (NGX_HAVE_UNIX_DOMAIN)
-    struct sockaddr_un  *saun;
-#endif
-
-    ngx_memzero(&u, sizeof(ngx_url_t));
-
-    u.url = *addr;
-    u.default_port = 6379;
-
-    if (ngx_parse_url(cf->pool, &u) != NGX_OK) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "%s in \"feed_redis\" address \"%V\"",
-                           u.err ? u.err : "invalid address", addr);
-        return NGX_ERROR;
-    }
-
-    if (u.naddrs == 0 || u.uri.len) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "invalid \"feed_redis\" address \"%V\"", addr);
-        return NGX_ERROR;
-    }
-
-    rcf->addr_text = *addr;
-    sa = u.addrs[0].sockaddr;
-
-#if (NGX_HAVE_UNIX_DOMAIN)
-    if (sa->sa_family == AF_UNIX) {
-        saun = (struct sockaddr_un *) sa;
-        len = ngx_strlen(saun->sun_path);
-
-        rcf->unix_path = ngx_pcalloc(cf->pool, len + 1);
-        if (rcf->unix_path == NULL) {
-            return NGX_ERROR;
-        }
-
-        ngx_memcpy(rcf->unix_path, saun->sun_path, len);
-
-        return NGX_OK;
-    }
-#endif
-
-    len = ngx_sock_ntop(sa, u.addrs[0].socklen, text, NGX_SOCKADDR_STRLEN, 0);
-
-    rcf->host = ngx_pcalloc(cf->pool, len + 1);
-    if (rcf->host == NULL) {
-        return NGX_ERROR;
-    }
-
-    ngx_memcpy(rcf->host, text, len);
-    rcf->port = u.port;
-
-    return NGX_OK;
-}
-
-
-static ngx_int_t
-ngx_http_feed_redis_parse_param(ngx_conf_t *cf,
-    ngx_http_feed_redis_conf_t *rcf, ngx_str_t *param)
-{
-    if (ngx_strncmp(param->data, "password=", 9) == 0
-        && param->len > 9)
-    {
-        rcf->password.data = param->data + 9;
-        rcf->password.len = param->len - 9;
-        return NGX_OK;
-    }
-
-    if (ngx_strncmp(param->data, "db=", 3) == 0) {
-        rcf->db = ngx_atoi(param->data + 3, param->len - 3);
-
-        if (rcf->db != NGX_ERROR && rcf->db < 65536) {
-            return NGX_OK;
-        }
-
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "invalid database index \"%V\" in \"feed_redis\"",
-                           param);
-        return NGX_ERROR;
-    }
-
-    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                       "invalid parameter \"%V\" in \"feed_redis\"", param);
-
-    return NGX_ERROR;
-}
 
 
 /* MongoDB's own rules for database names */
@@ -1106,6 +871,20 @@ ngx_http_feed_create_main_conf(ngx_conf_t *cf)
      *     fmcf->streams = NULL;
      */
 
+    ngx_http_feed_main_conf_unset(fmcf);
+
+    return fmcf;
+}
+
+
+/*
+ * Every directive of the main configuration unset, as create_main_conf
+ * leaves it; the fuzz harness starts from the same.
+ */
+
+void
+ngx_http_feed_main_conf_unset(ngx_http_feed_main_conf_t *fmcf)
+{
     fmcf->redis.connect_timeout = NGX_CONF_UNSET_MSEC;
     fmcf->redis.timeout = NGX_CONF_UNSET_MSEC;
     fmcf->mongo.timeout = NGX_CONF_UNSET_MSEC;
@@ -1131,20 +910,17 @@ ngx_http_feed_create_main_conf(ngx_conf_t *cf)
     fmcf->fanout_deliver_batch = NGX_CONF_UNSET_UINT;
     fmcf->fanout_block = NGX_CONF_UNSET_MSEC;
     fmcf->fanout_claim_idle = NGX_CONF_UNSET_MSEC;
-
-    return fmcf;
 }
 
 
-static char *
-ngx_http_feed_init_main_conf(ngx_conf_t *cf, void *conf)
+/*
+ * The defaults of what was left unset: the one list of them, which the
+ * fuzz harness uses too.
+ */
+
+void
+ngx_http_feed_main_conf_defaults(ngx_http_feed_main_conf_t *fmcf)
 {
-    ngx_http_feed_main_conf_t  *fmcf = conf;
-
-    if (ngx_http_feed_stats_zone(cf, fmcf) != NGX_OK) {
-        return NGX_CONF_ERROR;
-    }
-
     ngx_conf_init_msec_value(fmcf->redis.connect_timeout, 1000);
     ngx_conf_init_msec_value(fmcf->redis.timeout, 1000);
     ngx_conf_init_msec_value(fmcf->mongo.timeout, 3000);
@@ -1153,12 +929,6 @@ ngx_http_feed_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_uint_value(fmcf->filter_max, 10000);
     ngx_conf_init_size_value(fmcf->post_data_max_size, 16384);
     ngx_conf_init_uint_value(fmcf->cache_size, 800);
-
-    if (fmcf->redis.cluster
-        && ngx_http_feed_cluster_defaults(cf, fmcf) != NGX_OK)
-    {
-        return NGX_CONF_ERROR;
-    }
 
     ngx_conf_init_value(fmcf->pull_threshold, 10000);
     ngx_conf_init_value(fmcf->cache_ttl, 7 * 24 * 3600);
@@ -1197,6 +967,42 @@ ngx_http_feed_init_main_conf(ngx_conf_t *cf, void *conf)
         ngx_str_set(&fmcf->fanout_group, "feed");
     }
 
+    if (fmcf->stream.data == NULL) {
+        ngx_str_set(&fmcf->stream, "feed:posts");
+    }
+
+    if (fmcf->stream_maxlen == 0) {
+        fmcf->stream_maxlen = 1000000;
+    }
+
+    if (fmcf->mongo.thread_pool_name.data == NULL) {
+        ngx_str_set(&fmcf->mongo.thread_pool_name, "default");
+    }
+}
+
+
+static char *
+ngx_http_feed_init_main_conf(ngx_conf_t *cf, void *conf)
+{
+    ngx_http_feed_main_conf_t  *fmcf = conf;
+
+    fmcf->stats_zone = ngx_http_feed_stats_zone(cf, &ngx_http_feed_module);
+    if (fmcf->stats_zone == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    fmcf->redis_enabled = (fmcf->redis.seeds != NULL);
+
+    /* before the defaults: a cluster's cache mode defaults otherwise */
+
+    if (fmcf->redis.cluster
+        && ngx_http_feed_cluster_defaults(cf, fmcf) != NGX_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_http_feed_main_conf_defaults(fmcf);
+
     if (fmcf->fanout && !fmcf->redis_enabled) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "\"feed_fanout\" needs \"feed_redis\"");
@@ -1207,20 +1013,8 @@ ngx_http_feed_init_main_conf(ngx_conf_t *cf, void *conf)
         fmcf->needs_mongo = 1;
     }
 
-    if (fmcf->stream.data == NULL) {
-        ngx_str_set(&fmcf->stream, "feed:posts");
-    }
-
-    if (fmcf->stream_maxlen == 0) {
-        fmcf->stream_maxlen = 1000000;
-    }
-
     if (ngx_http_feed_stream_partitions(cf, fmcf) != NGX_OK) {
         return NGX_CONF_ERROR;
-    }
-
-    if (fmcf->mongo.thread_pool_name.data == NULL) {
-        ngx_str_set(&fmcf->mongo.thread_pool_name, "default");
     }
 
     if (fmcf->mongo.uri == NULL) {
@@ -1321,81 +1115,9 @@ ngx_http_feed_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 }
 
 
-/*
- * The node's counters, gauges and post id sequence: a small shared zone
- * that every worker adds to (the node, and room for the slab pool's own
- * pages).  A reload keeps it, its counts, the old workers' gauges and its
- * sequence, when it has the same name and size.  The name says the
- * layout's size: a reload into a build whose counters differ starts a zone
- * of its own rather than read the old one with the new layout.
- */
-
-static ngx_int_t
-ngx_http_feed_stats_zone(ngx_conf_t *cf, ngx_http_feed_main_conf_t *fmcf)
-{
-    u_char     *p;
-    ngx_str_t   name;
-
-    name.data = ngx_pnalloc(cf->pool, sizeof("ngx_http_feed_stats_")
-                                      + NGX_SIZE_T_LEN);
-    if (name.data == NULL) {
-        return NGX_ERROR;
-    }
-
-    p = ngx_sprintf(name.data, "ngx_http_feed_stats_%uz",
-                    sizeof(ngx_http_feed_node_t));
-    name.len = p - name.data;
-
-    fmcf->stats_zone = ngx_shared_memory_add(cf, &name,
-                                             8 * 4096
-                                             + sizeof(ngx_http_feed_node_t),
-                                             &ngx_http_feed_module);
-    if (fmcf->stats_zone == NULL) {
-        return NGX_ERROR;
-    }
-
-    fmcf->stats_zone->init = ngx_http_feed_stats_init_zone;
-
-    return NGX_OK;
-}
-
-
-static ngx_int_t
-ngx_http_feed_stats_init_zone(ngx_shm_zone_t *shm_zone, void *data)
-{
-    ngx_slab_pool_t       *shpool;
-    ngx_http_feed_node_t  *node;
-
-    if (data) {
-        shm_zone->data = data;
-        return NGX_OK;
-    }
-
-    shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
-
-    if (shm_zone->shm.exists) {
-        shm_zone->data = shpool->data;
-        return NGX_OK;
-    }
-
-    node = ngx_slab_calloc(shpool, sizeof(ngx_http_feed_node_t));
-    if (node == NULL) {
-        return NGX_ERROR;
-    }
-
-    ngx_http_feed_random(node->ids.node, sizeof(node->ids.node));
-
-    shpool->data = node;
-    shm_zone->data = node;
-
-    return NGX_OK;
-}
-
-
 static ngx_int_t
 ngx_http_feed_init_process(ngx_cycle_t *cycle)
 {
-    ngx_http_feed_node_t       *node;
     ngx_http_feed_main_conf_t  *fmcf;
 
     /* not in the cache manager and loader: they serve no requests */
@@ -1411,13 +1133,8 @@ ngx_http_feed_init_process(ngx_cycle_t *cycle)
         return NGX_OK;
     }
 
-    ngx_memzero(&ngx_http_feed_stats, sizeof(ngx_http_feed_stats_t));
-    node = fmcf->stats_zone->data;
-    ngx_http_feed_node_stats = &node->stats;
-    ngx_http_feed_node_ids = &node->ids;
-
     /* before the worker holds any connection or page */
-    ngx_http_feed_gauges_take(node->gauges, cycle->log);
+    ngx_http_feed_stats_init_process(fmcf->stats_zone, cycle->log);
 
     if (fmcf->mongo_enabled) {
         fmcf->mongo_client = ngx_http_feed_mongo_create(cycle, &fmcf->mongo);
@@ -1499,5 +1216,5 @@ ngx_http_feed_exit_process(ngx_cycle_t *cycle)
     ngx_http_feed_mongo_destroy(fmcf->mongo_client);
     fmcf->mongo_client = NULL;
 
-    ngx_http_feed_gauges_give_back(cycle->log);
+    ngx_http_feed_stats_exit_process(cycle->log);
 }

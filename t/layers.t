@@ -1,153 +1,236 @@
 #!/usr/bin/perl
 
 # The source tree's layering (docs/architecture.md): core, then stores,
-# then features, then the wiring, each calling downward only.  A file may
-# include the headers of its own layer and of those below it, never one
-# above; every source file has a layer; and each MongoDB collection and
-# Redis key prefix is named by its owner alone.  Reads the sources, runs
-# nothing.
+# then features, then the wiring, each calling downward only.  A file's
+# layer is its folder: ngx_feed_module/core/, stores/, features/, and the
+# wiring at the top (ngx_http_feed_module.c).
+#
+#   - a file includes the headers of its own layer and of those below it,
+#     never one above;
+#   - a file uses no function or variable defined in a layer above its
+#     own, as the object files tell (nm): the one exception is the module
+#     object, ngx_http_feed_module, which every layer looks its
+#     configuration up with, as nginx's modules do;
+#   - each MongoDB collection and Redis key is named by its owner alone:
+#     as a string, or through a macro that holds it, however the string is
+#     put together from adjacent literals.
+#
+# Reads the sources and the objects of the build under test; runs nothing.
 
 use strict;
 use warnings;
 
 use FindBin;
+use File::Basename qw(basename dirname);
 use Test::More;
 
-my $dir = "$FindBin::Bin/../ngx_feed_module";
+my $root = "$FindBin::Bin/..";
+my $dir = "$root/ngx_feed_module";
 
-my %rank = (core => 1, store => 2, feature => 3, wiring => 4);
-
-# every file's layer, by its name without ngx_http_feed_ and extension
-my %layer = (
-    module          => 'core',      # the .h: conf and shared types
-    redis           => 'core',
-    redis_script    => 'core',
-    redis_slot      => 'core',
-    redis_cluster   => 'core',
-    mongo           => 'core',
-    json            => 'core',
-    args            => 'core',
-    errors          => 'core',
-    util            => 'core',
-    gauges          => 'core',
-    hide            => 'core',
-
-    follows_store   => 'store',
-    filters_store   => 'store',
-    posts_store     => 'store',
-    idempotency_store => 'store',
-    effects_store   => 'store',
-    timeline_cache  => 'store',
-    timeline_local  => 'store',
-    timeline_pull   => 'store',
-    timeline_watch  => 'store',
-    timeline_watch_set => 'store',
-    timelines_store => 'store',
-    timelines_time  => 'store',
-    timelines_capped => 'store',
-    timelines_size  => 'store',
-    timelines_bulk  => 'store',
-    authors_store   => 'store',
-    counts          => 'store',
-    filters_store   => 'store',
-
-    graph           => 'feature',
-    graph_task      => 'feature',
-    filters         => 'feature',
-    effects         => 'feature',
-    effects_sweep   => 'feature',
-    post            => 'feature',
-    post_input      => 'feature',
-    post_idempotency => 'feature',
-    post_task       => 'feature',
-    outbox          => 'feature',
-    timeline        => 'feature',
-    timeline_read   => 'feature',   # the .h: the read's context
-    timeline_fallback => 'feature',
-    timeline_source => 'feature',
-    timeline_stored => 'feature',
-    fanout          => 'feature',
-    fanout_task     => 'feature',
-    fanout_consumers => 'feature',
-    fanout_lease    => 'feature',
-    fanout_entry    => 'feature',   # the .h: entries in flight
-    fanout_pull     => 'feature',
-    fanout_queue    => 'feature',
-    status          => 'feature',
-    metrics         => 'feature',
-    pull            => 'feature',
-    schema          => 'feature',
-);
+my %rank = (core => 1, stores => 2, features => 3, wiring => 4);
 
 # names that belong to one file only: collections and key prefixes
 my %owner = (
-    '"follows"'       => 'follows_store.c',
-    '"follow_counts"' => 'follows_store.c',
-    '"posts"'         => 'posts_store.c',
-    '"idempotency"'   => 'idempotency_store.c',
-    '"cache_effects"' => 'effects_store.c',
-    '"timeline_cache"' => 'timelines_store.c',
-    '"timeline_time"' => 'timelines_time.c',
-    '"timeline_capped' => 'timelines_capped.c',
-    '"timeline_size"' => 'timelines_size.c',
-    '"feed:tl'        => 'timeline_cache.c',
-    '"feed:lock:'     => 'timeline_cache.c',
-    '"feed:p:'        => 'timeline_cache.c',
-    '"feed:deleting'  => 'timeline_cache.c',
-    '"feed:cnt:'      => 'counts.c',
-    '"feed:pl:'       => 'timeline_pull.c',
-    '"feed:pv:'       => 'timeline_pull.c',
-    '"feed:pvc'       => 'timeline_watch.c',
-    '"feed:pvh:'      => 'timeline_watch.c',
+    'follows'        => 'stores/ngx_http_feed_follows_store.c',
+    'follow_counts'  => 'stores/ngx_http_feed_follows_store.c',
+    'posts'          => 'stores/ngx_http_feed_posts_store.c',
+    'idempotency'    => 'stores/ngx_http_feed_idempotency_store.c',
+    'cache_effects'  => 'stores/ngx_http_feed_effects_store.c',
+    'timeline_cache' => 'stores/ngx_http_feed_timelines_store.c',
+    'timeline_time'  => 'stores/ngx_http_feed_timelines_time.c',
+    'timeline_capped' => 'stores/ngx_http_feed_timelines_capped.c',
+    'timeline_size'  => 'stores/ngx_http_feed_timelines_size.c',
+    'feed:tl'        => 'stores/ngx_http_feed_timeline_cache.c',
+    'feed:tlv'       => 'stores/ngx_http_feed_timeline_cache.c',
+    'feed:tlq'       => 'stores/ngx_http_feed_timeline_cache.c',
+    'feed:tln'       => 'stores/ngx_http_feed_timeline_cache.c',
+    'feed:tlp'       => 'stores/ngx_http_feed_timeline_cache.c',
+    'feed:tla'       => 'stores/ngx_http_feed_timeline_cache.c',
+    'feed:tlf'       => 'stores/ngx_http_feed_timeline_cache.c',
+    'feed:lock:'     => 'stores/ngx_http_feed_timeline_cache.c',
+    'feed:p:'        => 'stores/ngx_http_feed_timeline_cache.c',
+    'feed:deleting'  => 'stores/ngx_http_feed_timeline_cache.c',
+    'feed:cnt:'      => 'stores/ngx_http_feed_counts.c',
+    'feed:pl'        => 'stores/ngx_http_feed_timeline_pull.c',
+    'feed:pv'        => 'stores/ngx_http_feed_timeline_pull.c',
+    'feed:pvc'       => 'stores/ngx_http_feed_timeline_watch.c',
+    'feed:pvh:'      => 'stores/ngx_http_feed_timeline_watch.c',
 );
 
-sub layer_of {
-    my ($file) = @_;
+# collections are whole strings; a key's name starts one, and ends where
+# its tag, separator or id starts ("feed:pv" is not "feed:pvc")
+my %collection = map { $_ => 1 } grep { !/:/ } keys %owner;
 
-    (my $name = $file) =~ s/^ngx_http_feed_//;
-    $name =~ s/\.[ch]$//;
+# the build under test: nginx's objs/addon/<folder>/ has its objects and
+# the headers it generates
+my $module = $ENV{FEED_MODULE} || "$root/build/ngx_http_feed_module.so";
+my $objs = dirname($module) . '/nginx/objs/addon';
 
-    return 'wiring' if $file eq 'ngx_http_feed_module.c';
-    return 'core' if $file eq 'ngx_http_feed_scripts.h';    # generated
-    return $layer{$name};
+# ------------------------------------------------------------ the files --
+
+my %layer;      # path under ngx_feed_module/ => layer
+my %path_of;    # file name => path under ngx_feed_module/
+
+for my $l (qw(core stores features)) {
+    opendir(my $dh, "$dir/$l") or die "$dir/$l: $!";
+    $layer{"$l/$_"} = $l for grep { /\.[ch]$/ } readdir($dh);
+    closedir($dh);
 }
 
 opendir(my $dh, $dir) or die "$dir: $!";
-my @files = sort grep { /^ngx_http_feed_\w+\.[ch]$/ } readdir($dh);
+$layer{$_} = 'wiring' for grep { /\.[ch]$/ } readdir($dh);
 closedir($dh);
 
-ok(@files > 20, 'the sources are there');
+ok(keys %layer > 40, 'the sources are there');
 
-for my $file (@files) {
-    my $mine = layer_of($file);
+for my $path (sort keys %layer) {
+    my $name = basename($path);
+    ok(!exists $path_of{$name}, "$name is in one folder");
+    $path_of{$name} = $path;
+    like($name, qr/^ngx_http_feed_\w+\.[ch]$/, "$path is named for the module");
+}
 
-    ok(defined $mine, "$file has a layer") or next;
+# the generated header of the scripts' names is core's
+sub layer_of {
+    my ($name) = @_;
+    return 'core' if $name eq 'ngx_http_feed_scripts.h';
+    my $path = $path_of{$name};
+    return $path ? $layer{$path} : undef;
+}
 
-    open(my $fh, '<', "$dir/$file") or die "$file: $!";
-    my $text = do { local $/; <$fh> };
-    close($fh);
+sub slurp {
+    my ($f) = @_;
+    open(my $fh, '<', $f) or die "$f: $!";
+    local $/;
+    return <$fh>;
+}
 
+# code only: comments may name anything; adjacent literals joined, as the
+# compiler joins them
+sub code_of {
+    my ($text) = @_;
+    $text =~ s{/\*.*?\*/}{}gs;
+    1 while $text =~ s/"((?:[^"\\\n]|\\.)*)"\s*"((?:[^"\\\n]|\\.)*)"/"$1$2"/g;
+    return $text;
+}
+
+my %code = map { $_ => code_of(slurp("$dir/$_")) } keys %layer;
+
+# ------------------------------------------------------------- includes --
+
+for my $path (sort keys %layer) {
+    my $mine = $layer{$path};
     my @up;
 
-    while ($text =~ /^#include\s+"(ngx_http_feed_\w+\.h)"/mg) {
+    while ($code{$path} =~ /^#include\s+"(ngx_http_feed_\w+\.h)"/mg) {
         my $theirs = layer_of($1);
 
-        push @up, "$1 ($theirs)"
-            if defined $theirs && $rank{$theirs} > $rank{$mine};
+        if (!defined $theirs) {
+            push @up, "$1 (no such header)";
+
+        } elsif ($rank{$theirs} > $rank{$mine}) {
+            push @up, "$1 ($theirs)";
+        }
     }
 
-    ok(!@up, "$file ($mine) includes nothing above it")
+    ok(!@up, "$path ($mine) includes nothing above it")
         or diag("includes @up");
+}
 
-    # comments may name anything: only code counts
-    $text =~ s{/\*.*?\*/}{}gs;
+# ------------------------------------------------------- strings owned --
+
+# the macros that hold an owned string, in the sources and in the headers
+# the build generates
+my %holds;      # owned string => [macro names]
+
+sub owned_in {
+    my ($name, $text) = @_;
+    my $in = $collection{$name} ? qr/"\Q$name\E"/ : qr/"\Q$name\E(?![a-z])/;
+    return $text =~ $in;
+}
+
+my @generated = glob("$objs/ngx_feed_module/ngx_http_feed_*.h");
+
+for my $text ((map { $code{$_} } sort keys %layer),
+    map { code_of(slurp($_)) } @generated)
+{
+    while ($text =~ /^#define\s+(\w+)[ \t]+(.*(?:\\\n.*)*)$/mg) {
+        my ($macro, $value) = ($1, $2);
+
+        for my $name (keys %owner) {
+            push @{ $holds{$name} }, $macro if owned_in($name, $value);
+        }
+    }
+}
+
+for my $path (sort keys %layer) {
+    my @bad;
 
     for my $name (sort keys %owner) {
-        next if $file eq "ngx_http_feed_$owner{$name}";
+        next if $path eq $owner{$name};
 
-        ok(index($text, $name) < 0, "$file does not name $name")
-            or diag("$name belongs to $owner{$name}");
+        push @bad, "\"$name\"" if owned_in($name, $code{$path});
+
+        for my $macro (@{ $holds{$name} || [] }) {
+            push @bad, "$macro ($name)" if $code{$path} =~ /\b$macro\b/;
+        }
     }
+
+    ok(!@bad, "$path names only what it owns") or diag(
+        join "\n", map { "$_ belongs to another file" } @bad);
+}
+
+# -------------------------------------------------------------- symbols --
+
+SKIP: {
+    skip("no objects in $objs: the module was built elsewhere", 2)
+        unless -d $objs;
+
+    my (%defines, %uses);
+
+    for my $path (grep { /\.c$/ } sort keys %layer) {
+        (my $o = basename($path)) =~ s/\.c$/.o/;
+        my $folder = $layer{$path} eq 'wiring' ? 'ngx_feed_module'
+                   : $layer{$path};
+        my $obj = "$objs/$folder/$o";
+
+        ok(-f $obj, "$path has its object") or next;
+
+        for (`nm -P $obj`) {
+            my ($sym, $type) = split;
+            next unless defined $type;
+
+            if ($type eq 'U') {
+                push @{ $uses{$path} }, $sym;
+
+            } elsif ($type =~ /^[TDBRCV]$/) {
+                ok(!exists $defines{$sym}, "$sym is defined once")
+                    or diag("by $defines{$sym} and $path");
+                $defines{$sym} = $path;
+            }
+        }
+    }
+
+    for my $path (sort keys %uses) {
+        my $mine = $layer{$path};
+        my @up;
+
+        for my $sym (@{ $uses{$path} }) {
+            my $def = $defines{$sym} or next;     # nginx's, a library's
+            next if $sym eq 'ngx_http_feed_module';
+            push @up, "$sym ($def)"
+                if $rank{$layer{$def}} > $rank{$mine};
+        }
+
+        ok(!@up, "$path ($mine) uses nothing defined above it")
+            or diag(join "\n", @up);
+    }
+
+    # the wiring defines the module object and its configuration's hooks
+    my @wired = grep { $layer{$defines{$_}} eq 'wiring' } keys %defines;
+    is_deeply([sort @wired], [sort qw(ngx_http_feed_module
+        ngx_http_feed_main_conf_unset ngx_http_feed_main_conf_defaults)],
+        'the wiring exports the module and its defaults only');
 }
 
 done_testing();

@@ -437,9 +437,9 @@ sub slurp {
 
 my $conf_text = slurp('conf/nginx.conf');
 my %code = map { $_ => 1 }
-    slurp('ngx_feed_module/ngx_http_feed_errors.c')
+    slurp('ngx_feed_module/core/ngx_http_feed_errors.c')
         =~ /ngx_http_feed_err\(\w+,\s*\w+,\s*"(\w+)"/g,
-    slurp('ngx_feed_module/ngx_http_feed_errors.h')
+    slurp('ngx_feed_module/core/ngx_http_feed_errors.h')
         =~ /#define\s+\w+_CODE\s+"(\w+)"/g,
     $conf_text =~ /'\{"error": "(\w+)"/g;
 my %spec_code = map { $_ => 1 } @{$check->{codes}};

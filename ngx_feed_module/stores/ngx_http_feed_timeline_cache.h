@@ -1,0 +1,199 @@
+
+/*
+ * ngx_feed_module: the home timeline cache in Redis, the only owner of
+ * every feed:tl* key, of the posts' JSON in link mode (feed:p:<id>) and
+ * of the posts being deleted (feed:deleting); and the worker's own copy
+ * of first pages (ngx_http_feed_timeline_local.c).
+ */
+
+
+#ifndef _NGX_HTTP_FEED_TIMELINE_CACHE_H_INCLUDED_
+#define _NGX_HTTP_FEED_TIMELINE_CACHE_H_INCLUDED_
+
+
+#include "ngx_http_feed_conf.h"
+#include "ngx_http_feed_redis.h"
+#include "ngx_http_feed_util.h"
+#include "ngx_http_feed_hide.h"
+
+#include <bson.h>
+
+
+/*
+ * Which copy of the pull authors' lists: "" on a single Redis, "{tag}" of
+ * a cluster's master (ngx_http_feed_timeline_pull.c)
+ */
+#define NGX_HTTP_FEED_PULL_COPY_LEN  NGX_HTTP_FEED_REDIS_LOCAL_LEN("")
+
+/* the pull authors' lists and their versions, before the copy */
+#define NGX_HTTP_FEED_PL_KEY         "feed:pl"
+#define NGX_HTTP_FEED_PV_KEY         "feed:pv"
+
+/* the prefix of a copy's lists or versions, "feed:pl{tag}:{" */
+#define NGX_HTTP_FEED_PULL_PREFIX_LEN                                        \
+    (sizeof(NGX_HTTP_FEED_PL_KEY) + NGX_HTTP_FEED_PULL_COPY_LEN + 2)
+
+/* a value no other node or worker ever makes: versions, lock tokens */
+#define NGX_HTTP_FEED_NONCE_LEN    (3 * NGX_INT64_LEN)
+
+
+/*
+ * Where a worker's watch of the pull authors' lists was when a read was
+ * sent (ngx_http_feed_timeline_watch.c): what the read's reply tells is
+ * learned only if the watch heard everything since.
+ */
+typedef struct {
+    ngx_uint_t                    node;       /* whose watch: the user's
+                                                 node on a cluster */
+    ngx_uint_t                    era;
+    ngx_uint_t                    skipped;
+} ngx_http_feed_watch_mark_t;
+
+
+/* what the cache answered for a page */
+typedef struct {
+    ngx_uint_t                    found;      /* the timeline is cached */
+    ngx_uint_t                    locked;     /* when not found: 1 while
+                                                 a rebuild holds the lock,
+                                                 2 when it failed */
+    ngx_uint_t                    more;       /* posts follow this page */
+    ngx_uint_t                    deep;       /* the page runs past the
+                                                 end of a trimmed cache */
+    char                          last[25];   /* the id of the page's last
+                                                 post, NUL-terminated */
+    ngx_uint_t                    nitems;     /* how many posts are in
+                                                 items */
+    ngx_str_t                    *items;      /* each post's JSON */
+
+    ngx_str_t                     version;    /* the version of the list
+                                                 read, or of the kept page */
+    ngx_str_t                     ids;        /* the page's post ids,
+                                                 concatenated, stored with
+                                                 the page when it is kept */
+
+    ngx_uint_t                    kept;       /* the answer is a first page
+                                                 kept as answered before */
+    ngx_uint_t                    local;      /* the worker's own copy of
+                                                 that page is current */
+    ngx_str_t                     page;       /* that page as stored, when
+                                                 the reply holds it */
+    ngx_str_t                     body;       /* its JSON, sent as it is */
+
+    ngx_uint_t                    pulled;     /* posts of the page merged
+                                                 from pull authors' lists */
+    ngx_uint_t                    merge_us;   /* the time the merge took */
+
+    ngx_str_t                     lists;      /* the pull authors merged,
+                                                 with their lists' versions:
+                                                 "author version\n" each */
+
+    ngx_http_feed_user_t         *pull;       /* pull authors whose lists
+                                                 are missing: load them */
+    ngx_uint_t                    npull;
+
+    ngx_http_feed_hide_t          filters;    /* of a deep page: the
+                                                 authors the rest leaves
+                                                 out */
+} ngx_http_feed_cached_t;
+
+
+extern ngx_str_t  ngx_http_feed_timeline_cache_deleting_key;
+
+
+ngx_int_t ngx_http_feed_timeline_cache_init(ngx_http_feed_main_conf_t *fmcf);
+
+ngx_int_t ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
+    ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_page_t *page,
+    ngx_str_t *have, ngx_uint_t vouched, ngx_http_feed_redis_pt kept,
+    ngx_http_feed_redis_pt handler, void *data);
+ngx_int_t ngx_http_feed_timeline_cache_parse(ngx_http_request_t *r,
+    redisReply *reply, ngx_http_feed_cached_t *cached);
+ngx_int_t ngx_http_feed_timeline_cache_kept(ngx_str_t *page,
+    ngx_http_feed_cached_t *cached);
+void ngx_http_feed_timeline_cache_page(ngx_http_request_t *r,
+    ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_page_t *page,
+    ngx_http_feed_cached_t *cached, ngx_str_t *body);
+
+ngx_int_t ngx_http_feed_timeline_cache_lock(ngx_http_request_t *r,
+    ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
+    ngx_str_t *token, ngx_http_feed_redis_pt handler, void *data);
+void ngx_http_feed_timeline_cache_unlock(ngx_http_feed_main_conf_t *fmcf,
+    ngx_http_feed_user_t *user, ngx_str_t *token, ngx_uint_t failed);
+ngx_int_t ngx_http_feed_timeline_cache_warm(ngx_http_request_t *r,
+    ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
+    ngx_str_t *version, ngx_str_t *token, ngx_str_t *pull, ngx_str_t *filters,
+    bson_t *items, ngx_uint_t complete, ngx_http_feed_redis_pt handler,
+    void *data);
+
+ngx_int_t ngx_http_feed_timeline_cache_drop(ngx_http_request_t *r,
+    ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
+    ngx_http_feed_redis_pt handler, void *data);
+ngx_int_t ngx_http_feed_timeline_cache_filter(ngx_http_request_t *r,
+    ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
+    ngx_http_feed_user_t *author, u_char kind, ngx_uint_t add,
+    ngx_http_feed_redis_pt handler, void *data);
+
+ngx_int_t ngx_http_feed_timeline_cache_post(ngx_http_feed_main_conf_t *fmcf,
+    const char *id, const char *json, size_t len,
+    ngx_http_feed_redis_pt handler, void *data);
+ngx_int_t ngx_http_feed_timeline_cache_deliver(
+    ngx_http_feed_main_conf_t *fmcf, ngx_pool_t *pool,
+    ngx_http_feed_user_t *users, ngx_uint_t n, ngx_str_t *entry,
+    ngx_http_feed_user_t *member, ngx_http_feed_redis_pt handler,
+    void *data);
+ngx_int_t ngx_http_feed_timeline_cache_delete(ngx_http_request_t *r,
+    ngx_http_feed_main_conf_t *fmcf, const char *id,
+    ngx_http_feed_redis_pt handler, void *data, ngx_uint_t *sent);
+ngx_int_t ngx_http_feed_timeline_cache_remove(ngx_http_feed_main_conf_t *fmcf,
+    ngx_pool_t *pool, ngx_http_feed_user_t *users, ngx_uint_t n,
+    const char *id, ngx_http_feed_redis_pt handler, void *data);
+void ngx_http_feed_timeline_cache_error(redisReply *reply);
+ngx_uint_t ngx_http_feed_timeline_cache_node(ngx_http_feed_main_conf_t *fmcf,
+    ngx_http_feed_user_t *user);
+void ngx_http_feed_timeline_cache_removed(ngx_http_feed_main_conf_t *fmcf,
+    const char *id);
+
+u_char *ngx_http_feed_timeline_cache_nonce(u_char *buf);
+size_t ngx_http_feed_timeline_cache_user_key(char *buf, const char *prefix,
+    ngx_http_feed_user_t *user);
+
+size_t ngx_http_feed_timeline_pull_copy(ngx_http_feed_main_conf_t *fmcf,
+    ngx_http_feed_user_t *user, u_char *buf);
+ngx_uint_t ngx_http_feed_timeline_pull_copies(
+    ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_redis_local_pt handler,
+    void *data);
+ngx_int_t ngx_http_feed_timeline_pull_add(ngx_http_feed_main_conf_t *fmcf,
+    ngx_str_t *copy, ngx_http_feed_user_t *author, ngx_str_t *entry,
+    ngx_http_feed_redis_pt handler, void *data);
+ngx_int_t ngx_http_feed_timeline_pull_warm(ngx_http_feed_main_conf_t *fmcf,
+    ngx_pool_t *pool, ngx_str_t *copy, ngx_http_feed_user_t *author,
+    bson_t *items, ngx_uint_t complete, ngx_http_feed_redis_pt handler,
+    void *data);
+ngx_int_t ngx_http_feed_timeline_pull_remove(
+    ngx_http_feed_main_conf_t *fmcf, ngx_str_t *copy,
+    ngx_http_feed_user_t *author, const char *id,
+    ngx_http_feed_redis_pt handler, void *data);
+size_t ngx_http_feed_timeline_pull_prefix(ngx_str_t *copy,
+    ngx_uint_t version, u_char *buf);
+
+ngx_int_t ngx_http_feed_timeline_watch_init(ngx_cycle_t *cycle,
+    ngx_http_feed_main_conf_t *fmcf);
+void ngx_http_feed_timeline_watch_exit(void);
+ngx_uint_t ngx_http_feed_timeline_watch_vouch(ngx_http_feed_user_t *user,
+    ngx_str_t *lists);
+void ngx_http_feed_timeline_watch_mark(ngx_http_feed_user_t *user,
+    ngx_http_feed_watch_mark_t *m);
+void ngx_http_feed_timeline_watch_learn(ngx_str_t *lists,
+    ngx_http_feed_watch_mark_t *m);
+ngx_int_t ngx_http_feed_timeline_watch_status(bson_t *doc);
+
+void ngx_http_feed_timeline_local_init(size_t max);
+void ngx_http_feed_timeline_local_exit(void);
+ngx_str_t ngx_http_feed_timeline_local_get(ngx_http_feed_user_t *user,
+    ngx_uint_t limit, ngx_str_t *lists);
+void ngx_http_feed_timeline_local_put(ngx_http_feed_user_t *user,
+    ngx_uint_t limit, ngx_str_t *page, ngx_str_t *lists);
+ngx_int_t ngx_http_feed_timeline_local_status(bson_t *doc);
+
+
+#endif /* _NGX_HTTP_FEED_TIMELINE_CACHE_H_INCLUDED_ */
