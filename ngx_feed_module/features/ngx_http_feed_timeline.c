@@ -767,8 +767,8 @@ ngx_http_feed_timeline_members_done(ngx_http_feed_mongo_task_t *t)
         ctx->filters.data = raw.data + ctx->pull_len + 1;
         ctx->filters.len = ctx->filters_len;
 
-        rc = ngx_http_feed_hide_tokens(ctx->request->pool, &ctx->filters,
-                                       &ctx->hide);
+        rc = ngx_http_feed_filter_set_tokens(ctx->request->pool,
+                                             &ctx->filters, &ctx->filter_set);
     }
 
     if (rc != NGX_OK) {
@@ -970,7 +970,7 @@ static void
 ngx_http_feed_timeline_share_filters(ngx_http_feed_timeline_ctx_t *ctx,
     ngx_http_feed_timeline_ctx_t *w)
 {
-    if (!ctx->hide.loaded || w->hide.loaded) {
+    if (!ctx->filter_set.loaded || w->filter_set.loaded) {
         return;
     }
 
@@ -983,10 +983,11 @@ ngx_http_feed_timeline_share_filters(ngx_http_feed_timeline_ctx_t *ctx,
         }
     }
 
-    if (ngx_http_feed_hide_tokens(w->request->pool, &w->filters, &w->hide)
+    if (ngx_http_feed_filter_set_tokens(w->request->pool, &w->filters,
+                                        &w->filter_set)
         != NGX_OK)
     {
-        ngx_memzero(&w->hide, sizeof(ngx_http_feed_hide_t));
+        ngx_memzero(&w->filter_set, sizeof(ngx_http_feed_filter_set_t));
     }
 }
 
@@ -1001,7 +1002,7 @@ ngx_http_feed_timeline_deep(ngx_http_feed_timeline_ctx_t *ctx)
     }
 
     /* the filters the cache applied, for the rest of the page */
-    ctx->hide = ctx->cached.filters;
+    ctx->filter_set = ctx->cached.filters;
 
     if (ngx_http_feed_timeline_fallback_page(ctx, ctx->cached.nitems,
                                              ngx_http_feed_timeline_deep_done)
@@ -1059,7 +1060,7 @@ ngx_http_feed_timeline_bypass(ngx_http_feed_timeline_ctx_t *ctx)
 {
     ctx->status = NGX_HTTP_FEED_CACHE_BYPASS;
 
-    if (!ctx->hide.loaded) {
+    if (!ctx->filter_set.loaded) {
         ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_FILTERS);
         return;
     }

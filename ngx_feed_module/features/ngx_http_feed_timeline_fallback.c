@@ -476,7 +476,7 @@ ngx_http_feed_timeline_fallback_hidden(ngx_http_feed_timeline_ctx_t *ctx,
     const char   *author;
     bson_iter_t   it;
 
-    if (ctx->hide.n == 0
+    if (ctx->filter_set.n == 0
         || !bson_iter_init_find(&it, post, "author")
         || !BSON_ITER_HOLDS_UTF8(&it))
     {
@@ -485,5 +485,6 @@ ngx_http_feed_timeline_fallback_hidden(ngx_http_feed_timeline_ctx_t *ctx,
 
     author = bson_iter_utf8(&it, &len);
 
-    return ngx_http_feed_hide_has(&ctx->hide, (u_char *) author, len);
+    return ngx_http_feed_filter_set_has(&ctx->filter_set, (u_char *) author,
+                                        len);
 }

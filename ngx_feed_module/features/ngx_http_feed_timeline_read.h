@@ -135,7 +135,7 @@ struct ngx_http_feed_timeline_ctx_s {
      * pages made from the fallback leave out
      */
     ngx_str_t                       filters;
-    ngx_http_feed_hide_t            hide;
+    ngx_http_feed_filter_set_t      filter_set;
 
     /*
      * The fallback's last answer: how many of its posts the filters left

@@ -164,7 +164,7 @@ static void ngx_http_feed_timeline_cache_prefix(
 static ngx_int_t ngx_http_feed_timeline_cache_lists(ngx_http_request_t *r,
     redisReply *reply, size_t i, ngx_str_t *lists);
 static ngx_int_t ngx_http_feed_timeline_cache_filters(ngx_http_request_t *r,
-    redisReply *e, ngx_http_feed_hide_t *filters);
+    redisReply *e, ngx_http_feed_filter_set_t *filters);
 static ngx_int_t ngx_http_feed_timeline_cache_copy(ngx_http_request_t *r,
     redisReply *e, ngx_str_t *to);
 static size_t ngx_http_feed_timeline_cache_key(
@@ -790,7 +790,7 @@ ngx_http_feed_timeline_cache_lists(ngx_http_request_t *r, redisReply *reply,
 
 static ngx_int_t
 ngx_http_feed_timeline_cache_filters(ngx_http_request_t *r, redisReply *e,
-    ngx_http_feed_hide_t *filters)
+    ngx_http_feed_filter_set_t *filters)
 {
     size_t  j;
 
@@ -798,18 +798,21 @@ ngx_http_feed_timeline_cache_filters(ngx_http_request_t *r, redisReply *e,
         return NGX_OK;
     }
 
-    if (ngx_http_feed_hide_init(r->pool, filters, e->elements) != NGX_OK) {
+    if (ngx_http_feed_filter_set_init(r->pool, filters, e->elements)
+        != NGX_OK)
+    {
         return NGX_ERROR;
     }
 
     for (j = 0; j < e->elements; j++) {
         if (e->element[j]->type == REDIS_REPLY_STRING) {
-            ngx_http_feed_hide_add(filters, (u_char *) e->element[j]->str,
-                                   e->element[j]->len);
+            ngx_http_feed_filter_set_add(filters,
+                                         (u_char *) e->element[j]->str,
+                                         e->element[j]->len);
         }
     }
 
-    ngx_http_feed_hide_done(filters);
+    ngx_http_feed_filter_set_done(filters);
 
     return NGX_OK;
 }

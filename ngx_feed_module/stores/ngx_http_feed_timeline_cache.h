@@ -14,7 +14,7 @@
 #include "ngx_http_feed_conf.h"
 #include "ngx_http_feed_redis.h"
 #include "ngx_http_feed_util.h"
-#include "ngx_http_feed_hide.h"
+#include "ngx_http_feed_filter_set.h"
 
 #include <bson.h>
 
@@ -91,9 +91,8 @@ typedef struct {
                                                  are missing: load them */
     ngx_uint_t                    npull;
 
-    ngx_http_feed_hide_t          filters;    /* of a deep page: the
-                                                 authors the rest leaves
-                                                 out */
+    /* of a deep page: the authors the rest leaves out */
+    ngx_http_feed_filter_set_t    filters;
 } ngx_http_feed_cached_t;
 
 

@@ -7,18 +7,18 @@
  */
 
 
-#include "ngx_http_feed_hide.h"
+#include "ngx_http_feed_filter_set.h"
 
 
-static int ngx_libc_cdecl ngx_http_feed_hide_cmp(const void *one,
+static int ngx_libc_cdecl ngx_http_feed_filter_set_cmp(const void *one,
     const void *two);
 
 
 ngx_int_t
-ngx_http_feed_hide_init(ngx_pool_t *pool, ngx_http_feed_hide_t *f,
+ngx_http_feed_filter_set_init(ngx_pool_t *pool, ngx_http_feed_filter_set_t *f,
     ngx_uint_t n)
 {
-    ngx_memzero(f, sizeof(ngx_http_feed_hide_t));
+    ngx_memzero(f, sizeof(ngx_http_feed_filter_set_t));
 
     f->loaded = 1;
 
@@ -40,7 +40,7 @@ ngx_http_feed_hide_init(ngx_pool_t *pool, ngx_http_feed_hide_t *f,
 /* the author's bytes are not copied: they live as long as the set */
 
 void
-ngx_http_feed_hide_add(ngx_http_feed_hide_t *f, u_char *data,
+ngx_http_feed_filter_set_add(ngx_http_feed_filter_set_t *f, u_char *data,
     size_t len)
 {
     if (f->n == f->size || len == 0) {
@@ -54,11 +54,11 @@ ngx_http_feed_hide_add(ngx_http_feed_hide_t *f, u_char *data,
 
 
 void
-ngx_http_feed_hide_done(ngx_http_feed_hide_t *f)
+ngx_http_feed_filter_set_done(ngx_http_feed_filter_set_t *f)
 {
     if (f->n > 1) {
         ngx_qsort(f->authors, f->n, sizeof(ngx_str_t),
-                  ngx_http_feed_hide_cmp);
+                  ngx_http_feed_filter_set_cmp);
     }
 }
 
@@ -70,8 +70,8 @@ ngx_http_feed_hide_done(ngx_http_feed_hide_t *f)
  */
 
 ngx_int_t
-ngx_http_feed_hide_tokens(ngx_pool_t *pool, ngx_str_t *tokens,
-    ngx_http_feed_hide_t *f)
+ngx_http_feed_filter_set_tokens(ngx_pool_t *pool, ngx_str_t *tokens,
+    ngx_http_feed_filter_set_t *f)
 {
     u_char      *p, *last, *start;
     ngx_uint_t   n;
@@ -86,7 +86,7 @@ ngx_http_feed_hide_tokens(ngx_pool_t *pool, ngx_str_t *tokens,
         }
     }
 
-    if (ngx_http_feed_hide_init(pool, f, tokens->len ? n + 1 : 0)
+    if (ngx_http_feed_filter_set_init(pool, f, tokens->len ? n + 1 : 0)
         != NGX_OK)
     {
         return NGX_ERROR;
@@ -102,18 +102,18 @@ ngx_http_feed_hide_tokens(ngx_pool_t *pool, ngx_str_t *tokens,
         /* the kind, then the author */
 
         if (p - start > 1) {
-            ngx_http_feed_hide_add(f, start + 1, p - start - 1);
+            ngx_http_feed_filter_set_add(f, start + 1, p - start - 1);
         }
     }
 
-    ngx_http_feed_hide_done(f);
+    ngx_http_feed_filter_set_done(f);
 
     return NGX_OK;
 }
 
 
 ngx_uint_t
-ngx_http_feed_hide_has(ngx_http_feed_hide_t *f, u_char *data,
+ngx_http_feed_filter_set_has(ngx_http_feed_filter_set_t *f, u_char *data,
     size_t len)
 {
     ngx_int_t   rc;
@@ -128,7 +128,7 @@ ngx_http_feed_hide_has(ngx_http_feed_hide_t *f, u_char *data,
 
     while (lo < hi) {
         mid = lo + (hi - lo) / 2;
-        rc = ngx_http_feed_hide_cmp(&key, &f->authors[mid]);
+        rc = ngx_http_feed_filter_set_cmp(&key, &f->authors[mid]);
 
         if (rc == 0) {
             return 1;
@@ -147,7 +147,7 @@ ngx_http_feed_hide_has(ngx_http_feed_hide_t *f, u_char *data,
 
 
 static int ngx_libc_cdecl
-ngx_http_feed_hide_cmp(const void *one, const void *two)
+ngx_http_feed_filter_set_cmp(const void *one, const void *two)
 {
     const ngx_str_t  *a = one, *b = two;
 
