@@ -165,7 +165,7 @@ $s->mongo_down('MongoDB down',
 
 # -------------------------------------------------------------- unfollow --
 
-is($t->http('DELETE', '/users/r1/following/a2')->{status}, 204,
+is($t->http_retried('DELETE', '/users/r1/following/a2')->{status}, 204,
     'unfollow: 204');
 $s->unfollows('r1', 'a2');
 is(kept('r1'), undef, 'unfollow: r1\'s document dropped');

@@ -879,6 +879,27 @@ sub http {
     return $self->http_end($self->http_start($method, $uri, %o));
 }
 
+# a request as a client makes it after MongoDB came back: sent again while
+# answered 503, for up to 10 s.  Each pooled MongoDB client of before the
+# restart may fail its first command on its old socket (the stand-in is a
+# standalone server without sessions, so the driver retries nothing), and
+# a 503 is what the client is told to retry.
+sub http_retried {
+    my ($self, $method, $uri, %o) = @_;
+
+    my $r;
+    my $until = Time::HiRes::time() + 10;
+
+    while (1) {
+        $r = $self->http($method, $uri, %o);
+        last if $r->{status} != 503 || Time::HiRes::time() > $until;
+        Test::More::note("$method $uri: 503, again");
+        Time::HiRes::sleep(0.2);
+    }
+
+    return $r;
+}
+
 sub parse_response {
     my ($raw) = @_;
 
