@@ -25,8 +25,7 @@ use FeedTest::Util qw(short rd tl_key copies copies_summary all_n
 
 my $t = FeedTest->new;
 
-$t->start_redis;
-$t->start_mongo unless FeedTest::real_mongo();
+$t->start_backends;
 
 $t->write_conf(<<'EOF')->run;
 worker_processes 1;

@@ -21,8 +21,7 @@ use FeedTest::Util qw(short now_ms json_int is_str dupes is_error status_all);
 my $t = FeedTest->new;
 my $REAL = FeedTest::real_mongo();
 
-$t->start_redis;
-$t->start_mongo unless $REAL;
+$t->start_backends;
 
 $t->write_conf(<<'EOF')->run('httpid');
 worker_processes 2;

@@ -35,8 +35,7 @@ use FeedTest::Util qw(short now_ms json_int is_str dupes is_error
 my $t = FeedTest->new;
 my $REAL = FeedTest::real_mongo();
 
-$t->start_redis;
-$t->start_mongo unless $REAL;
+$t->start_backends;
 
 my $MAX = 30;
 

@@ -29,8 +29,7 @@ use FeedTest::Util qw(short is_error status_all);
 
 my $t = FeedTest->new;
 
-$t->start_redis;
-$t->start_mongo unless FeedTest::real_mongo();
+$t->start_backends;
 
 my $CONF = <<'EOF';
 worker_processes 2;

@@ -27,8 +27,7 @@ use FeedTest::Util qw(short summary post post_start post_end status_all);
 
 my $t = FeedTest->new;
 
-$t->start_redis;
-$t->start_mongo unless FeedTest::real_mongo();
+$t->start_backends;
 
 $t->write_conf(<<'EOF')->run;
 worker_processes 4;

@@ -24,8 +24,7 @@ use FeedTest::Util qw(short enc now_ms is_str tag dupes is_error
 my $t = FeedTest->new;
 my $REAL = FeedTest::real_mongo();
 
-$t->start_redis;
-$t->start_mongo unless $REAL;
+$t->start_backends;
 
 $t->write_conf(<<'EOF')->run('httpid');
 worker_processes 2;

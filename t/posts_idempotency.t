@@ -28,8 +28,7 @@ my $t = FeedTest->new(fresh_mongo => 1);
 my $REAL = FeedTest::real_mongo();
 my $PYTHON = '/usr/bin/python3';
 
-$t->start_redis;
-$t->start_mongo unless $REAL;
+$t->start_backends;
 
 $t->write_conf(<<'EOF')->run;
 worker_processes 4;

@@ -15,8 +15,7 @@ use FeedTest;
 
 my $t = FeedTest->new;
 
-$t->start_redis;
-$t->start_mongo unless FeedTest::real_mongo();
+$t->start_backends;
 
 $t->write_conf(<<'EOF')->run;
 worker_processes 2;

@@ -37,8 +37,7 @@ my $t = FeedTest->new;
 my $REAL = FeedTest::real_mongo();
 my $T0 = time;
 
-$t->start_redis;
-$t->start_mongo unless $REAL;
+$t->start_backends;
 
 my $CONF = <<'EOF';
 worker_processes 2;

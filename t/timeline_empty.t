@@ -25,8 +25,7 @@ use FeedTest::Util qw(short post follow_each none_failed read_each
 
 my $t = FeedTest->new;
 
-$t->start_redis;
-$t->start_mongo unless FeedTest::real_mongo();
+$t->start_backends;
 
 my $CONF = <<'EOF';
 worker_processes 2;

@@ -26,8 +26,7 @@ use FeedTest::Util qw(short post tl_uri tl_page_problems rd);
 
 my $t = FeedTest->new;
 
-$t->start_redis;
-$t->start_mongo unless FeedTest::real_mongo();
+$t->start_backends;
 
 $t->write_conf(<<'EOF')->run('tiny');
 worker_processes 1;
