@@ -33,8 +33,7 @@ events { worker_connections 128; }
 http {
     feed_redis $seeds;
     feed_redis_timeout 1s;
-    feed_mongo_uri "%%MONGO_URI%%";
-    feed_thread_pool feedtp;
+    %%FEED_MONGO%%
     feed_fanout on;
     feed_fanout_block 3s;
     feed_fanout_claim_idle 120s;

@@ -36,7 +36,7 @@ my $mongo = $t->mongo_uri;
 
 my $CONF = <<"EOF";
 worker_processes 2;
-thread_pool feedtp threads=4;
+%%FEED_THREAD_POOL%%
 events { worker_connections 256; }
 http {
     feed_redis $seeds;

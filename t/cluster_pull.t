@@ -47,14 +47,13 @@ my $seeds = '127.0.0.1:' . $c->port($seed) . ' cluster';
 
 $t->write_conf(<<"EOF")->run;
 worker_processes 2;
-thread_pool feedtp threads=4;
+%%FEED_THREAD_POOL%%
 events { worker_connections 256; }
 http {
     feed_redis $seeds;
     feed_redis_timeout 1s;
-    feed_mongo_uri "%%MONGO_URI%%";
+    %%FEED_MONGO%%
     feed_mongo_timeout 2s;
-    feed_thread_pool feedtp;
     feed_stream feed:posts partitions=2;
     feed_cache_size 10;
     feed_cache_local 1m;

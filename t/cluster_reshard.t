@@ -30,14 +30,13 @@ my $seeds = '127.0.0.1:' . $c->port($stream) . ' cluster';
 
 $t->write_conf(<<"EOF")->run;
 worker_processes 2;
-thread_pool feedtp threads=4;
+%%FEED_THREAD_POOL%%
 events { worker_connections 512; }
 http {
     feed_redis $seeds;
     feed_redis_timeout 1s;
-    feed_mongo_uri "%%MONGO_URI%%";
+    %%FEED_MONGO%%
     feed_mongo_timeout 2s;
-    feed_thread_pool feedtp;
     feed_fanout on;
     feed_fanout_block 500ms;
     feed_fanout_claim_idle 1s;

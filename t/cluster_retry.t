@@ -53,14 +53,13 @@ my $seeds = $c->seeds . ' cluster';
 # the timeout, end them
 my $CONF = <<"EOF";
 worker_processes 2;
-thread_pool feedtp threads=4;
+%%FEED_THREAD_POOL%%
 events { worker_connections 256; }
 http {
     feed_redis $seeds;
     feed_redis_timeout 3s;
-    feed_mongo_uri "%%MONGO_URI%%";
+    %%FEED_MONGO%%
     feed_mongo_timeout 2s;
-    feed_thread_pool feedtp;
 
 $server
 }

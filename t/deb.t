@@ -119,8 +119,7 @@ is(slurp($ENABLED), "load_module modules/ngx_http_feed_module.so;\n",
 my $t = FeedTest->new;
 my $dir = $t->dir;
 
-$t->start_redis;
-$t->start_mongo unless FeedTest::real_mongo();
+$t->start_backends;
 
 write_file("$ETC/sites-available/$SITE", site_conf($t));
 symlink("$ETC/sites-available/$SITE", "$ETC/sites-enabled/$SITE")

@@ -41,14 +41,12 @@ $server =~ s{(location = /status)}{location ~ ^/users/([^/]+)/followers\$ { feed
 
 $t->write_conf(<<"EOF");
 worker_processes 2;
-thread_pool feedtp threads=4;
+%%FEED_THREAD_POOL%%
 events { worker_connections 1024; }
 http {
-    feed_redis 127.0.0.1:%%PORT_REDIS%%;
+    %%FEED_BACKENDS%%
     feed_redis_timeout 1s;
-    feed_mongo_uri "%%MONGO_URI%%";
     feed_mongo_timeout 2s;
-    feed_thread_pool feedtp;
     feed_cache_local 1m;
     feed_fanout on;
     feed_fanout_block 100ms;

@@ -43,8 +43,7 @@ system("/usr/bin/openssl req -x509 -newkey rsa:2048 -nodes -days 2 "
     . "-out $dir/fullchain.pem 2> $dir/openssl.out") == 0
     or die "openssl req failed\n";
 
-$t->start_redis;
-$t->start_mongo unless FeedTest::real_mongo();
+$t->start_backends;
 
 my $conf = $t->conf_file('edge.conf',
     ports => { 80 => 'plain', 443 => 'https', 9000 => 'auth' });

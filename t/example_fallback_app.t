@@ -34,8 +34,7 @@ use FeedTest::Util qw(short tag tl_ids tl_walk summary post);
 my $t = FeedTest->new;
 my $APP_LOG = $t->dir . '/app.out';
 
-$t->start_redis;
-$t->start_mongo unless FeedTest::real_mongo();
+$t->start_backends;
 
 $t->spawn('app', $FeedTest::PYTHON, $t->root . '/tools/fallback-app',
     '--port', $t->port('app'), '--mongo-uri', $t->mongo_uri);

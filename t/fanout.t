@@ -54,12 +54,10 @@ worker_processes 3;
 thread_pool feedtp threads=8;
 events { worker_connections 1024; }
 http {
-    feed_redis 127.0.0.1:%%PORT_REDIS%%;
+    %%FEED_BACKENDS%%
     feed_redis_timeout 1s;
-    feed_mongo_uri "%%MONGO_URI%%";
     # 50 writes at once, each a few commands, queue up in the stand-in
     feed_mongo_timeout 3s;
-    feed_thread_pool feedtp;
     feed_cache_size @@SIZE@@;
     feed_cache_mode @@MODE@@;
     feed_fanout on;

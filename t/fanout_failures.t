@@ -46,11 +46,9 @@ worker_processes 3;
 thread_pool feedtp threads=8;
 events { worker_connections 1024; }
 http {
-    feed_redis 127.0.0.1:%%PORT_REDIS%%;
+    %%FEED_BACKENDS%%
     feed_redis_timeout 1s;
-    feed_mongo_uri "%%MONGO_URI%%";
     feed_mongo_timeout @@MONGO_TIMEOUT@@;
-    feed_thread_pool feedtp;
     feed_cache_size 800;
     feed_fanout on;
     feed_fanout_claim_idle 2s;

@@ -29,10 +29,8 @@ worker_processes 1;
 thread_pool feedtp threads=1 max_queue=1;
 events { worker_connections 1024; }
 http {
-    feed_redis 127.0.0.1:%%PORT_REDIS%%;
-    feed_mongo_uri "%%MONGO_URI%%";
+    %%FEED_BACKENDS%%
     feed_mongo_timeout 2s;
-    feed_thread_pool feedtp;
     feed_fanout on;
     feed_fanout_page 1;
     feed_fanout_claim_idle 1s;

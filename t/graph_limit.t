@@ -29,18 +29,15 @@ use FeedTest::Util qw(short is_error status_all);
 
 my $t = FeedTest->new;
 
-$t->start_redis;
-$t->start_mongo unless FeedTest::real_mongo();
+$t->start_backends;
 
 my $CONF = <<'EOF';
 worker_processes 2;
 thread_pool feedtp threads=8;
 events { worker_connections 256; }
 http {
-    feed_redis 127.0.0.1:%%PORT_REDIS%%;
-    feed_mongo_uri "%%MONGO_URI%%";
+    %%FEED_BACKENDS%%
     feed_mongo_timeout 5s;
-    feed_thread_pool feedtp;
     @@MAX@@
 
     server {

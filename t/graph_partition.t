@@ -17,8 +17,7 @@ use FeedTest;
 
 my $t = FeedTest->new;
 
-$t->start_redis;
-$t->start_mongo unless FeedTest::real_mongo();
+$t->start_backends;
 $t->start_proxy('redisproxy', $t->port('redis'));
 
 $t->write_conf(<<'EOF')->run;

@@ -52,12 +52,10 @@ worker_processes 2;
 thread_pool feedtp threads=1;
 events { worker_connections 1024; }
 http {
-    feed_redis 127.0.0.1:%%PORT_REDIS%%;
+    %%FEED_BACKENDS%%
     feed_redis_timeout 2s;
     feed_redis_connect_timeout 500ms;
-    feed_mongo_uri "%%MONGO_URI%%";
     feed_mongo_timeout 3s;
-    feed_thread_pool feedtp;
     feed_fanout on;
     feed_fanout_block 200ms;
     feed_cache_size 5;

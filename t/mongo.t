@@ -21,12 +21,11 @@ $t->start_mongo unless FeedTest::real_mongo();
 
 $t->write_conf(<<'EOF')->run;
 worker_processes 2;
-thread_pool feedtp threads=4;
+%%FEED_THREAD_POOL%%
 events { worker_connections 128; }
 http {
-    feed_mongo_uri "%%MONGO_URI%%";
+    %%FEED_MONGO%%
     feed_mongo_timeout 800ms;
-    feed_thread_pool feedtp;
 
     server {
         listen 127.0.0.1:%%PORT_HTTP%%;

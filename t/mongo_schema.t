@@ -58,8 +58,7 @@ PY
 for my $model (sort keys %MODELS) {
     my $t = FeedTest->new(fresh_mongo => 1);
 
-    $t->start_redis;
-    $t->start_mongo unless FeedTest::real_mongo();
+    $t->start_backends;
     $t->write_conf(FeedTest::Store::conf($model))->run;
 
     ok($t->wait_for(10, sub { $t->error_log =~ /mongodb indexes ready/ }),

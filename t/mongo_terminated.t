@@ -25,16 +25,14 @@ $t->start_mongo;
 
 $t->write_conf(<<'EOF')->run;
 worker_processes 1;
-thread_pool feedtp threads=4;
+%%FEED_THREAD_POOL%%
 events {
     worker_connections 256;
     debug_connection 127.0.0.1;
 }
 http {
-    feed_redis 127.0.0.1:%%PORT_REDIS%%;
-    feed_mongo_uri "%%MONGO_URI%%";
+    %%FEED_BACKENDS%%
     feed_mongo_timeout 3s;
-    feed_thread_pool feedtp;
 
     server {
         listen 127.0.0.1:%%PORT_HTTP%%;

@@ -110,8 +110,7 @@ sub json_post {
 
 my $t = FeedTest->new;
 
-$t->start_redis;
-$t->start_mongo unless FeedTest::real_mongo();
+$t->start_backends;
 $t->write_conf($t->shipped_conf)->run;
 
 my $id0 = '000000000000000000000001';
@@ -320,8 +319,7 @@ $t->finish;
 
 my $ti = FeedTest->new;
 
-$ti->start_redis;
-$ti->start_mongo unless FeedTest::real_mongo();
+$ti->start_backends;
 my $conf = $ti->shipped_conf;
 $conf =~ s/^(\s*limit_req zone=feed_writes[^\n]*\n)/$1        feed_identity \$http_x_user;\n/m
     or die "no place for feed_identity\n";

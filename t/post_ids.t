@@ -27,19 +27,16 @@ use FeedTest::Util qw(short summary post post_start post_end status_all);
 
 my $t = FeedTest->new;
 
-$t->start_redis;
-$t->start_mongo unless FeedTest::real_mongo();
+$t->start_backends;
 
 $t->write_conf(<<'EOF')->run;
 worker_processes 4;
 timer_resolution 100ms;
-thread_pool feedtp threads=4;
+%%FEED_THREAD_POOL%%
 events { worker_connections 256; }
 http {
-    feed_redis 127.0.0.1:%%PORT_REDIS%%;
-    feed_mongo_uri "%%MONGO_URI%%";
+    %%FEED_BACKENDS%%
     feed_mongo_timeout 5s;
-    feed_thread_pool feedtp;
 
     server {
         listen 127.0.0.1:%%PORT_HTTP%% reuseport;

@@ -24,19 +24,16 @@ use FeedTest::Util qw(short enc now_ms is_str tag dupes is_error
 my $t = FeedTest->new;
 my $REAL = FeedTest::real_mongo();
 
-$t->start_redis;
-$t->start_mongo unless $REAL;
+$t->start_backends;
 
 $t->write_conf(<<'EOF')->run('httpid');
 worker_processes 2;
-thread_pool feedtp threads=4;
+%%FEED_THREAD_POOL%%
 events { worker_connections 256; }
 http {
-    feed_redis 127.0.0.1:%%PORT_REDIS%%;
+    %%FEED_BACKENDS%%
     feed_redis_timeout 500ms;
-    feed_mongo_uri "%%MONGO_URI%%";
     feed_mongo_timeout 800ms;
-    feed_thread_pool feedtp;
     feed_post_max_chars 5000;
     feed_post_data_max_size 16k;
     feed_stream feed:posts maxlen=100000;

@@ -28,19 +28,16 @@ my $t = FeedTest->new(fresh_mongo => 1);
 my $REAL = FeedTest::real_mongo();
 my $PYTHON = '/usr/bin/python3';
 
-$t->start_redis;
-$t->start_mongo unless $REAL;
+$t->start_backends;
 
 $t->write_conf(<<'EOF')->run;
 worker_processes 4;
-thread_pool feedtp threads=4;
+%%FEED_THREAD_POOL%%
 events { worker_connections 256; }
 http {
-    feed_redis 127.0.0.1:%%PORT_REDIS%%;
+    %%FEED_BACKENDS%%
     feed_redis_timeout 500ms;
-    feed_mongo_uri "%%MONGO_URI%%";
     feed_mongo_timeout 3s;
-    feed_thread_pool feedtp;
     feed_stream feed:posts maxlen=100000;
 
     server {

@@ -35,12 +35,10 @@ $t->start_mongo;
 
 $t->write_conf(<<'EOF2')->run;
 worker_processes 1;
-thread_pool feedtp threads=4;
+%%FEED_THREAD_POOL%%
 events { worker_connections 256; }
 http {
-    feed_redis 127.0.0.1:%%PORT_REDIS%%;
-    feed_mongo_uri "%%MONGO_URI%%";
-    feed_thread_pool feedtp;
+    %%FEED_BACKENDS%%
     feed_fanout on;
     feed_fanout_block 100ms;
     feed_fanout_claim_idle 2s;

@@ -65,9 +65,8 @@ events { worker_connections 1024; }
 http {
     feed_redis 127.0.0.1:%%PORT_REDISHOLD%%;
     feed_redis_timeout 2s;
-    feed_mongo_uri "%%MONGO_URI%%";
+    %%FEED_MONGO%%
     feed_mongo_timeout 2s;
-    feed_thread_pool feedtp;
     feed_cache_size 100;
     feed_cache_mode link;
     feed_fanout on;

@@ -31,14 +31,13 @@ my $seeds = '127.0.0.1:' . $c->port($c->master_of('feed:posts'))
 
 $t->write_conf(<<"EOF")->run;
 worker_processes 2;
-thread_pool feedtp threads=4;
+%%FEED_THREAD_POOL%%
 events { worker_connections 256; }
 http {
     feed_redis $seeds;
     feed_redis_timeout 500ms;
-    feed_mongo_uri "%%MONGO_URI%%";
+    %%FEED_MONGO%%
     feed_mongo_timeout 2s;
-    feed_thread_pool feedtp;
 
     server {
         listen 127.0.0.1:%%PORT_HTTP%% reuseport;

@@ -18,8 +18,7 @@ use Time::HiRes qw(time sleep);
 
 my $t = FeedTest->new;
 
-$t->start_redis;
-$t->start_mongo unless FeedTest::real_mongo();
+$t->start_backends;
 $t->write_conf($t->shipped_conf)->run;
 
 # ------------------------------------------------------------ the API works --

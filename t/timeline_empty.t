@@ -25,18 +25,15 @@ use FeedTest::Util qw(short post follow_each none_failed read_each
 
 my $t = FeedTest->new;
 
-$t->start_redis;
-$t->start_mongo unless FeedTest::real_mongo();
+$t->start_backends;
 
 my $CONF = <<'EOF';
 worker_processes 2;
-thread_pool feedtp threads=4;
+%%FEED_THREAD_POOL%%
 events { worker_connections 256; }
 http {
-    feed_redis 127.0.0.1:%%PORT_REDIS%%;
-    feed_mongo_uri "%%MONGO_URI%%";
+    %%FEED_BACKENDS%%
     feed_mongo_timeout 5s;
-    feed_thread_pool feedtp;
     feed_cache_ttl 7d;
     @@EMPTY@@
 

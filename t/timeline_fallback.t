@@ -35,8 +35,7 @@ my $t = FeedTest->new;
 my $REAL = FeedTest::real_mongo();
 my $T0 = time;
 
-$t->start_redis;
-$t->start_mongo unless $REAL;
+$t->start_backends;
 
 my $CONF = <<'EOF';
 worker_processes 2;
@@ -45,9 +44,8 @@ events { worker_connections 1024; }
 http {
     feed_redis 127.0.0.1:@@REDIS@@;
     feed_redis_timeout 1s;
-    feed_mongo_uri "%%MONGO_URI%%";
+    %%FEED_MONGO%%
     feed_mongo_timeout 800ms;
-    feed_thread_pool feedtp;
     feed_cache_size @@SIZE@@;
     feed_cache_ttl 7d;
     feed_cache_mode @@MODE@@;

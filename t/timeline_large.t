@@ -39,14 +39,12 @@ $t->start_mongo;
 
 my $CONF = <<'EOF';
 worker_processes 2;
-thread_pool feedtp threads=4;
+%%FEED_THREAD_POOL%%
 events { worker_connections 256; }
 http {
-    feed_redis 127.0.0.1:%%PORT_REDIS%%;
+    %%FEED_BACKENDS%%
     feed_redis_timeout 5s;
-    feed_mongo_uri "%%MONGO_URI%%";
     feed_mongo_timeout 20s;
-    feed_thread_pool feedtp;
     feed_cache_size 20000;
     feed_cache_mode @@MODE@@;
     feed_cache_lock_timeout 60s;

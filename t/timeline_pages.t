@@ -45,9 +45,8 @@ events { worker_connections 1024; }
 http {
     feed_redis 127.0.0.1:@@REDIS@@;
     feed_redis_timeout 2s;
-    feed_mongo_uri "%%MONGO_URI%%";
+    %%FEED_MONGO%%
     feed_mongo_timeout 2s;
-    feed_thread_pool feedtp;
     feed_cache_mode @@MODE@@;
     feed_fanout @@FANOUT@@;
     feed_fanout_block 200ms;

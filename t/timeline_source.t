@@ -17,17 +17,14 @@ use FeedTest::Util qw(short post);
 
 my $t = FeedTest->new;
 
-$t->start_redis;
-$t->start_mongo unless FeedTest::real_mongo();
+$t->start_backends;
 
 $t->write_conf(<<'EOF')->run;
 worker_processes 1;
-thread_pool feedtp threads=4;
+%%FEED_THREAD_POOL%%
 events { worker_connections 256; }
 http {
-    feed_redis 127.0.0.1:%%PORT_REDIS%%;
-    feed_mongo_uri "%%MONGO_URI%%";
-    feed_thread_pool feedtp;
+    %%FEED_BACKENDS%%
 
     server {
         listen 127.0.0.1:%%PORT_HTTP%%;

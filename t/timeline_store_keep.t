@@ -35,8 +35,7 @@ for my $model (sort keys %models) {
 
     my $t = FeedTest->new(fresh_mongo => 1);
 
-    $t->start_redis;
-    $t->start_mongo unless FeedTest::real_mongo();
+    $t->start_backends;
     $t->write_conf(FeedTest::Store::conf($model, $conf,
         'feed_timeline_bucket_keep 2'))->run;
 

@@ -44,8 +44,7 @@ my %models = (
 for my $model (sort keys %models) {
     my $t = FeedTest->new(fresh_mongo => 1);
 
-    $t->start_redis;
-    $t->start_mongo unless FeedTest::real_mongo();
+    $t->start_backends;
     $t->write_conf(FeedTest::Store::conf($model, 'feed_cache_mode embed',
         'feed_timeline_bucket_time 1s', 'feed_timeline_bucket_size 3'))->run;
 

@@ -33,8 +33,7 @@ use FeedTest::Store;
 
 my $t = FeedTest->new(fresh_mongo => 1);
 
-$t->start_redis;
-$t->start_mongo unless FeedTest::real_mongo();
+$t->start_backends;
 
 $t->write_conf(FeedTest::Store::conf('time_buckets',
     'feed_timeline_bucket_time 1s'))->run;

@@ -23,14 +23,12 @@ $t->start_mongo;
 
 $t->write_conf(<<'EOF')->run;
 worker_processes 1;
-thread_pool feedtp threads=4;
+%%FEED_THREAD_POOL%%
 events { worker_connections 256; }
 http {
-    feed_redis 127.0.0.1:%%PORT_REDIS%%;
+    %%FEED_BACKENDS%%
     feed_redis_timeout 500ms;
-    feed_mongo_uri "%%MONGO_URI%%";
     feed_mongo_timeout 3s;
-    feed_thread_pool feedtp;
 
     server {
         listen 127.0.0.1:%%PORT_HTTP%%;

@@ -286,6 +286,16 @@ sub start_mongo {
 
 sub stop_mongo { $_[0]->stop_proc($_[1] || 'mongo', 'TERM') }
 
+# what %%FEED_BACKENDS%% points at: Redis, and the stand-in unless
+# FEED_TEST_MONGO_URI names a real MongoDB (a test that needs the stand-in
+# itself, its command log, its latency, to stop it, calls start_mongo)
+sub start_backends {
+    my ($self) = @_;
+    $self->start_redis;
+    $self->start_mongo unless real_mongo();
+    return $self;
+}
+
 sub mongo_latency {
     my ($self, $ms, $name) = @_;
     $name ||= 'mongo';
@@ -464,11 +474,41 @@ sub drop_fresh_mongo {
 
 # nginx
 
+# the lines most configurations share, each written where its placeholder
+# stands on a line of its own (with its indentation); a test that needs
+# something else (more threads, another Redis) writes its own lines:
+#
+#   %%FEED_THREAD_POOL%%  main: the pool of feed_thread_pool, 4 threads
+#   %%FEED_BACKENDS%%     http: feed_redis on the test's Redis ("redis"),
+#                         then %%FEED_MONGO%%
+#   %%FEED_MONGO%%        http: feed_mongo_uri on the test's MongoDB,
+#                         feed_thread_pool feedtp
+my %CONF_LINES = (
+    FEED_THREAD_POOL => [ 'thread_pool feedtp threads=4;' ],
+    FEED_BACKENDS => [ 'feed_redis 127.0.0.1:%%PORT_REDIS%%;',
+        '%%FEED_MONGO%%' ],
+    FEED_MONGO => [ 'feed_mongo_uri "%%MONGO_URI%%";',
+        'feed_thread_pool feedtp;' ],
+);
+
+sub _conf_lines {
+    my ($indent, $name) = @_;
+    return join "\n", map {
+        /^%%(\w+)%%$/ ? _conf_lines($indent, $1) : "$indent$_"
+    } @{$CONF_LINES{$name}};
+}
+
 sub write_conf {
     my ($self, $conf, $file) = @_;
 
     $file ||= 'nginx.conf';
     my $dir = $self->{dir};
+
+    $conf =~ s/^([ \t]*)%%(FEED_[A-Z_]+)%%[ \t]*$/
+        $CONF_LINES{$2} ? _conf_lines($1, $2)
+            : die "write_conf: unknown placeholder %%$2%%\n"/gme;
+    die "write_conf: $1 not on a line of its own\n"
+        if $conf =~ /(%%FEED_[A-Z_]+%%)/;
 
     $conf =~ s/%%PORT_(\w+)%%/$self->port(lc $1)/ge;
     $conf =~ s/%%TESTDIR%%/$dir/g;

@@ -19,13 +19,11 @@ sub conf {
     my $extra = join '', map { "    $_;\n" } @extra;
     my $conf = <<"EOF" . server_conf(open => 1) . "}\n";
 worker_processes 2;
-thread_pool feedtp threads=4;
+%%FEED_THREAD_POOL%%
 events { worker_connections 256; }
 http {
-    feed_redis 127.0.0.1:%%PORT_REDIS%%;
-    feed_mongo_uri "%%MONGO_URI%%";
+    %%FEED_BACKENDS%%
     feed_mongo_timeout 5s;
-    feed_thread_pool feedtp;
     feed_cache_size 10;
     feed_timeline_store $model;
     feed_pull_threshold 5;
