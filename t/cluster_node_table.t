@@ -1,7 +1,7 @@
 #!/usr/bin/perl
 
-# A worker's table of a Redis Cluster's nodes over many address changes
-# (issue 27): the three masters of a real cluster are served on new ports
+# A worker's table of a Redis Cluster's nodes over many address changes:
+# the three masters of a real cluster are served on new ports
 # again and again, one after the other, as when their pods restart with
 # new addresses, 30 times each (90 addresses, the table holds 64).  After
 # each move, once the workers have followed, every follower's timeline

@@ -1,6 +1,6 @@
 #!/usr/bin/perl
 
-# A tag moved away and back (issue 27).  On a Redis Cluster each master
+# A tag moved away and back.  On a Redis Cluster each master
 # has copies of the posts being deleted and of the pull authors' lists,
 # named with the hash tag of its last slot (docs/cluster.md).  When that
 # slot is no master's last any more, the workers write those copies no

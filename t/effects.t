@@ -1,6 +1,6 @@
 #!/usr/bin/perl
 
-# The cache side effects of writes hold under faults (issue 27): a reader
+# The cache side effects of writes hold under faults: a reader
 # follows three authors and reads their nine posts from the cache; then,
 # while a fault keeps Redis from taking writes, the reader unfollows the
 # first, is blocked by the second and mutes the third.  Each write is

@@ -1,7 +1,7 @@
 #!/usr/bin/perl
 
 # A retried write completes the cache side effects of a first try that
-# wrote MongoDB and then failed (issue 27).  MongoDB's failCommand fail
+# wrote MongoDB and then failed.  MongoDB's failCommand fail
 # point (docs/mongo-standin.md) drops the connection at one named command
 # of the first try, after the write that changes what timelines show:
 #

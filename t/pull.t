@@ -1,6 +1,6 @@
 #!/usr/bin/perl
 
-# Pull authors (issue 13): an author with feed_pull_threshold (50 here)
+# Pull authors: an author with feed_pull_threshold (50 here)
 # followers or more is not fanned out; their posts are kept in a list of
 # their own (feed:pl:{author}) and merged into their followers' pages at
 # read time.  With 2 workers, feed_cache_size 10 (so that pages past the

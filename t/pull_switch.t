@@ -1,6 +1,6 @@
 #!/usr/bin/perl
 
-# Pull authors (issue 13): an author switching between push and pull as
+# Pull authors: an author switching between push and pull as
 # their follower count crosses feed_pull_threshold (50 here), while they
 # post.  With 2 workers, link mode, the author "sw" and a push author "pa"
 # followed by the same readers:

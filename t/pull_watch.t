@@ -1,6 +1,6 @@
 #!/usr/bin/perl
 
-# The pull watch (issue 13): a worker vouches for its own copy of a first
+# The pull watch: a worker vouches for its own copy of a first
 # page merged from pull authors' lists while it hears every change of
 # those lists (channel feed:pvc) and its heartbeats come back within
 # 300 ms; the read script then checks the user's own keys only.  One

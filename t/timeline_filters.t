@@ -1,6 +1,6 @@
 #!/usr/bin/perl
 
-# Read filters (issue 16): a home timeline never shows posts by authors the
+# Read filters: a home timeline never shows posts by authors the
 # reader blocked or muted, nor by authors who blocked the reader, on every
 # read path, and pages stay full.  With 2 workers, feed_cache_local, a
 # cache of 24 posts (pages past it are DEEP), a pull author (celeb), in

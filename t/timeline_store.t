@@ -1,6 +1,6 @@
 #!/usr/bin/perl
 
-# Timelines kept in MongoDB behind the Redis cache (issue 15), the "cache"
+# Timelines kept in MongoDB behind the Redis cache, the "cache"
 # model: feed_timeline_store cache, one capped document per user who reads
 # (timeline_cache), with feed_cache_size 10 and a pull author.
 #

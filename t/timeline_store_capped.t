@@ -1,6 +1,6 @@
 #!/usr/bin/perl
 
-# Timelines kept in MongoDB behind the Redis cache (issue 15), the
+# Timelines kept in MongoDB behind the Redis cache, the
 # "capped" model (seed 001): feed_timeline_store capped, a counter per user
 # and the n-th post's entry in the slot "<user>_<n mod 10>"
 # (feed_timeline_capped_size 10, as feed_cache_size), written by upsert,

@@ -1,6 +1,6 @@
 #!/usr/bin/perl
 
-# Timelines kept in MongoDB while fanout is behind (issue 27), for each
+# Timelines kept in MongoDB while fanout is behind, for each
 # model of feed_timeline_store: a reader follows an author and reads (a
 # floor, or their document); the author then makes 240 posts 8 at a time
 # while no worker fans out, and 40 more while the workers work through

@@ -1,6 +1,6 @@
 #!/usr/bin/perl
 
-# Timelines kept in MongoDB behind the Redis cache (issue 15): what every
+# Timelines kept in MongoDB behind the Redis cache: what every
 # model with a floor (time_buckets, size_buckets, capped) does alike, each
 # in its own nginx, with feed_cache_mode embed (the other tests use link):
 #

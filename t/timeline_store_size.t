@@ -1,6 +1,6 @@
 #!/usr/bin/perl
 
-# Timelines kept in MongoDB behind the Redis cache (issue 15), the
+# Timelines kept in MongoDB behind the Redis cache, the
 # "size_buckets" model: feed_timeline_store size_buckets, each user's posts
 # in buckets of at most feed_timeline_bucket_size entries (3 here, so that
 # they roll over often), numbered from 0, every follower written, and a

@@ -1,6 +1,6 @@
 #!/usr/bin/perl
 
-# Timelines kept in MongoDB behind the Redis cache (issue 15), the
+# Timelines kept in MongoDB behind the Redis cache, the
 # "time_buckets" model: feed_timeline_store time_buckets, one document per
 # user per period (feed_timeline_bucket_time 1s here, so that posts fall
 # in many buckets), every follower written, and a floor per user.
