@@ -233,4 +233,51 @@ SKIP: {
         'the wiring exports the module and its defaults only');
 }
 
+# ---------------------------------------------------------------- docs --
+
+# docs/architecture.md's file map: a section per folder, every file of the
+# folder named in its section (`_name.c/.h`, `_name.c`, `_name.h`), and no
+# file named that the folder lacks; its list of the read's states is the
+# enum's
+{
+    my $doc = slurp("$root/docs/architecture.md");
+    my %section;
+    my %folder_of = (core => 'core', stores => 'stores',
+        features => 'features', wiring => 'wiring');
+
+    while ($doc =~ /^### (\w+) \(`ngx_feed_module\/[^`]*`\)\n(.*?)(?=^##|\z)/msg) {
+        $section{$1} = $2;
+    }
+
+    is_deeply([sort keys %section], [sort keys %folder_of],
+        'architecture.md maps each folder');
+
+    my %named;
+    for my $l (keys %section) {
+        # a table row's first cell names its files
+        for my $cell ($section{$l} =~ /^\| ([^|]+) \|/mg) {
+            while ($cell =~ /`_(\w+)\.([ch](?:\/\.h)?)`/g) {
+                my ($base, $ext) = ($1, $2);
+                $named{"$l:ngx_http_feed_$base.c"} = 1 if $ext =~ /^c/;
+                $named{"$l:ngx_http_feed_$base.h"} = 1 if $ext =~ /h$/;
+            }
+        }
+    }
+
+    for my $path (sort keys %layer) {
+        my $l = $layer{$path};
+        my $key = "$l:" . basename($path);
+        ok(delete $named{$key}, "architecture.md names $path in $l");
+    }
+
+    ok(!%named, 'architecture.md names no file that is not there')
+        or diag(join "\n", sort keys %named);
+
+    my $h = slurp("$dir/features/ngx_http_feed_timeline_read.h");
+    my @states = map { lc } $h =~ /\bNGX_HTTP_FEED_TL_([A-Z]+)\b/g;
+    my ($list) = $doc =~ /the read as a state machine \(([^)]*)\)/;
+    is(join(' ', sort(split /, /, $list // '')),
+        join(' ', sort @states), 'architecture.md lists every state');
+}
+
 done_testing();
