@@ -25,8 +25,10 @@
  *
  * This file is the only one that knows these keys: the names are made
  * here and given to the scripts (ngx_feed_module/scripts/timeline_*.lua)
- * as keys, or as prefixes where a script makes a follower's keys itself.
- * Each read is one EVALSHA: one round trip, the JSON of the page ready.
+ * as keys; a script that makes a follower's other keys itself (or a
+ * post's, in link mode) makes them of the user by their formats in
+ * ngx_feed_module/scripts/keys.  Each read is one EVALSHA: one round
+ * trip, the JSON of the page ready.
  */
 
 
@@ -158,9 +160,9 @@ static ngx_int_t ngx_http_feed_timeline_cache_parse_pull(
     ngx_http_request_t *r, redisReply *reply, ngx_http_feed_cached_t *cached);
 static ngx_uint_t ngx_http_feed_timeline_cache_flag(redisReply *e);
 static ngx_uint_t ngx_http_feed_timeline_cache_int(redisReply *e);
-static void ngx_http_feed_timeline_cache_prefix(
+static void ngx_http_feed_timeline_cache_copy_arg(
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_redis_call_t *call,
-    ngx_uint_t i, ngx_uint_t version, u_char *buf, ngx_uint_t key);
+    ngx_uint_t i, u_char *buf, ngx_uint_t key);
 static ngx_int_t ngx_http_feed_timeline_cache_lists(ngx_http_request_t *r,
     redisReply *reply, size_t i, ngx_str_t *lists);
 static ngx_int_t ngx_http_feed_timeline_cache_filters(ngx_http_request_t *r,
@@ -220,7 +222,7 @@ ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
                                     [NGX_HTTP_FEED_KEY_LEN];
     u_char                      limit[NGX_INT_T_LEN], ttl[NGX_INT_T_LEN],
                                 deleting[NGX_HTTP_FEED_DELETING_ARGS_LEN],
-                                prefix[2][NGX_HTTP_FEED_PULL_PREFIX_LEN];
+                                copy[NGX_HTTP_FEED_PULL_COPY_LEN];
     size_t                      argvlen[
                                     NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARGC];
     size_t                      hgetlen[3], pages_len, limit_len;
@@ -276,16 +278,10 @@ ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
     ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_MODE,
         fmcf->cache_embed ? "e" : "l", 1);
-    ngx_http_feed_redis_call_lit(&call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_POST_PREFIX,
-        NGX_HTTP_FEED_POST_PREFIX);
     ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_HAVE, have->data, have->len);
-    ngx_http_feed_timeline_cache_prefix(fmcf, &call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_PULL_PREFIX, 0, prefix[0],
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_TIMELINE);
-    ngx_http_feed_timeline_cache_prefix(fmcf, &call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_PULLV_PREFIX, 1, prefix[1],
+    ngx_http_feed_timeline_cache_copy_arg(fmcf, &call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_PULL_COPY, copy,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_TIMELINE);
     ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_VOUCHED, vouched ? "1" : "", 1);
@@ -326,7 +322,7 @@ ngx_http_feed_timeline_cache_page(ngx_http_request_t *r,
 {
     u_char                     *p, *value, limit[NGX_INT_T_LEN],
                                 ttl[NGX_INT_T_LEN],
-                                prefix[NGX_HTTP_FEED_PULL_PREFIX_LEN];
+                                copy[NGX_HTTP_FEED_PULL_COPY_LEN];
     char                        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_NKEYS]
                                     [NGX_HTTP_FEED_KEY_LEN];
     size_t                      argvlen[
@@ -398,8 +394,8 @@ ngx_http_feed_timeline_cache_page(ngx_http_request_t *r,
     ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_ARG_IDS,
         cached->ids.data, cached->ids.len);
-    ngx_http_feed_timeline_cache_prefix(fmcf, &call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_ARG_PULLV_PREFIX, 1, prefix,
+    ngx_http_feed_timeline_cache_copy_arg(fmcf, &call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_ARG_PULL_COPY, copy,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_KEY_TIMELINE);
 
     (void) ngx_http_feed_redis_call(NULL, fmcf->redis_client, &call, NULL,
@@ -637,40 +633,29 @@ ngx_http_feed_timeline_cache_int(redisReply *e)
 
 
 /*
- * The prefix of the pull authors' lists (0) or versions (1) for a read, in
- * their copy on the node of the call's key of index key (buf:
- * NGX_HTTP_FEED_PULL_PREFIX_LEN bytes).
+ * The copy of the pull authors' lists a read merges, as its script makes
+ * their keys (scripts/keys): "" on a single Redis, the tag of the node of
+ * the call's key of index key on a cluster (buf:
+ * NGX_HTTP_FEED_PULL_COPY_LEN bytes).
  */
 
 static void
-ngx_http_feed_timeline_cache_prefix(ngx_http_feed_main_conf_t *fmcf,
-    ngx_http_feed_redis_call_t *call, ngx_uint_t i, ngx_uint_t version,
-    u_char *buf, ngx_uint_t key)
+ngx_http_feed_timeline_cache_copy_arg(ngx_http_feed_main_conf_t *fmcf,
+    ngx_http_feed_redis_call_t *call, ngx_uint_t i, u_char *buf,
+    ngx_uint_t key)
 {
-    u_char     copy[NGX_HTTP_FEED_PULL_COPY_LEN];
-    ngx_str_t  c, none = ngx_string("");
+    ngx_str_t  none = ngx_string("");
 
     if (!fmcf->redis.cluster) {
-        /* the hot path: one list each, of constant names */
-        if (version) {
-            ngx_http_feed_redis_call_lit(call, i,
-                                         NGX_HTTP_FEED_PV_KEY ":{");
-
-        } else {
-            ngx_http_feed_redis_call_lit(call, i,
-                                         NGX_HTTP_FEED_PL_KEY ":{");
-        }
-
+        /* the hot path: the one copy, "" */
+        ngx_http_feed_redis_call_lit(call, i, "");
         return;
     }
 
-    c.data = copy;
-    c.len = ngx_http_feed_redis_local_key(fmcf->redis_client,
-                (u_char *) call->argv[3 + key], call->argvlen[3 + key],
-                &none, copy);
-
     ngx_http_feed_redis_call_arg(call, i, buf,
-        ngx_http_feed_timeline_pull_prefix(&c, version, buf));
+        ngx_http_feed_redis_local_key(fmcf->redis_client,
+            (u_char *) call->argv[3 + key], call->argvlen[3 + key], &none,
+            buf));
 }
 
 
@@ -1010,9 +995,6 @@ ngx_http_feed_timeline_cache_warm(ngx_http_request_t *r,
     ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_ARG_MODE,
         fmcf->cache_embed ? "e" : "l", 1);
-    ngx_http_feed_redis_call_lit(&call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_ARG_POST_PREFIX,
-        NGX_HTTP_FEED_POST_PREFIX);
     ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_ARG_COMPLETE,
         complete ? "1" : "0", 1);
@@ -1271,27 +1253,9 @@ ngx_http_feed_timeline_cache_deliver(ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_redis_call_arg(call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_ARG_NONCE,
         nonce, ngx_http_feed_timeline_cache_nonce(nonce) - nonce);
-    ngx_http_feed_redis_call_lit(call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_ARG_PAGES_PREFIX,
-        NGX_HTTP_FEED_TLP_PREFIX);
-    ngx_http_feed_redis_call_lit(call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_ARG_LOCK_PREFIX,
-        NGX_HTTP_FEED_LOCK_PREFIX);
-    ngx_http_feed_redis_call_lit(call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_ARG_QUEUE_PREFIX,
-        NGX_HTTP_FEED_TLQ_PREFIX);
-    ngx_http_feed_redis_call_lit(call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_ARG_VERSION_PREFIX,
-        NGX_HTTP_FEED_TLN_PREFIX);
     ngx_http_feed_redis_call_arg(call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_ARG_MEMBER,
         member ? member->data : "", member ? member->len : 0);
-    ngx_http_feed_redis_call_lit(call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_ARG_PULL_PREFIX,
-        NGX_HTTP_FEED_TLA_PREFIX);
-    ngx_http_feed_redis_call_lit(call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_ARG_FOLLOWS_PREFIX,
-        NGX_HTTP_FEED_TLV_PREFIX);
 
     return ngx_http_feed_timeline_cache_batch_send(fmcf, call, handler,
                                                    data);
@@ -1392,9 +1356,6 @@ ngx_http_feed_timeline_cache_remove(ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_redis_call_arg(call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_ARG_NONCE,
         nonce, ngx_http_feed_timeline_cache_nonce(nonce) - nonce);
-    ngx_http_feed_redis_call_lit(call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_ARG_VERSION_PREFIX,
-        NGX_HTTP_FEED_TLN_PREFIX);
     ngx_http_feed_redis_call_lit(call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_ARG_CHANNEL, "");
 
@@ -1865,8 +1826,6 @@ static void
 ngx_http_feed_timeline_cache_retire_send(ngx_http_feed_main_conf_t *fmcf)
 {
     u_char                      deleting[NGX_HTTP_FEED_DELETING_LEN],
-                                lists[NGX_HTTP_FEED_PULL_PREFIX_LEN],
-                                versions[NGX_HTTP_FEED_PULL_PREFIX_LEN],
                                 channel[NGX_HTTP_FEED_WATCH_CHANNEL_LEN];
     size_t                      argvlen[NGX_HTTP_FEED_SCRIPT_COPY_RETIRE_ARGC];
     ngx_str_t                   copy;
@@ -1896,12 +1855,6 @@ ngx_http_feed_timeline_cache_retire_send(ngx_http_feed_main_conf_t *fmcf)
             ngx_sprintf(deleting, "%V%V",
                         &ngx_http_feed_timeline_cache_deleting_key, &copy)
             - deleting);
-        ngx_http_feed_redis_call_arg(&call,
-            NGX_HTTP_FEED_SCRIPT_COPY_RETIRE_ARG_LISTS, lists,
-            ngx_http_feed_timeline_pull_prefix(&copy, 0, lists));
-        ngx_http_feed_redis_call_arg(&call,
-            NGX_HTTP_FEED_SCRIPT_COPY_RETIRE_ARG_VERSIONS, versions,
-            ngx_http_feed_timeline_pull_prefix(&copy, 1, versions));
         ngx_http_feed_redis_call_arg(&call,
             NGX_HTTP_FEED_SCRIPT_COPY_RETIRE_ARG_CHANNEL, channel,
             ngx_http_feed_watch_channel(&copy, channel));
