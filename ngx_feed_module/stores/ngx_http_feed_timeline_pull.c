@@ -24,6 +24,7 @@
 #include "ngx_http_feed_timeline_watch.h"
 #include "ngx_http_feed_json.h"
 #include "ngx_http_feed_scripts.h"
+#include "ngx_http_feed_keys.h"
 
 
 /* what each post of a list made from MongoDB is added to */
@@ -37,16 +38,12 @@ typedef struct {
 #define NGX_HTTP_FEED_PULL_ARGS_LEN  (2 * NGX_INT_T_LEN                     \
                                       + NGX_HTTP_FEED_NONCE_LEN)
 
-/* the pull authors' lists and their versions, before the copy */
-#define NGX_HTTP_FEED_PL_KEY         "feed:pl"
-#define NGX_HTTP_FEED_PV_KEY         "feed:pv"
-
 /*
  * A list's key or its version's: the prefix, the copy, ":{", the author,
  * "}" (scripts/keys)
  */
 #define NGX_HTTP_FEED_PULL_KEY_LEN                                           \
-    (sizeof(NGX_HTTP_FEED_PL_KEY) + NGX_HTTP_FEED_PULL_COPY_LEN + 2          \
+    (sizeof(NGX_HTTP_FEED_KEY_PULL_LIST) + NGX_HTTP_FEED_PULL_COPY_LEN + 2   \
      + NGX_HTTP_FEED_USER_MAX + 1)
 
 /*
@@ -253,7 +250,7 @@ ngx_http_feed_timeline_pull_remove(ngx_http_feed_main_conf_t *fmcf,
                                   NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_NARGS
                                   + 1);
 
-    len = ngx_http_feed_timeline_pull_key(list, NGX_HTTP_FEED_PL_KEY,
+    len = ngx_http_feed_timeline_pull_key(list, NGX_HTTP_FEED_KEY_PULL_LIST,
                                           copy, author);
 
     ngx_http_feed_redis_call_key(&call, 0, list, len);
@@ -300,12 +297,12 @@ ngx_http_feed_timeline_pull_keys(ngx_http_feed_redis_call_t *call,
     ngx_http_feed_redis_call_key(call, NGX_HTTP_FEED_SCRIPT_PULL_ADD_KEY_LIST,
         keys->list,
         ngx_http_feed_timeline_pull_key(keys->list,
-                                        NGX_HTTP_FEED_PL_KEY, copy,
+                                        NGX_HTTP_FEED_KEY_PULL_LIST, copy,
                                         author));
     ngx_http_feed_redis_call_key(call,
         NGX_HTTP_FEED_SCRIPT_PULL_ADD_KEY_VERSION, keys->version,
         ngx_http_feed_timeline_pull_key(keys->version,
-                                        NGX_HTTP_FEED_PV_KEY, copy,
+                                        NGX_HTTP_FEED_KEY_PULL_VERSION, copy,
                                         author));
 
     p = ngx_sprintf((u_char *) keys->deleting, "%V%V",
