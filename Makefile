@@ -15,6 +15,8 @@
 
 SHELL       := /bin/bash
 LUA2H       := ngx_feed_module/scripts/lua2h
+KEYS2H      := ngx_feed_module/scripts/keys2h
+KEYS        := ngx_feed_module/scripts/keys
 SCRIPTS     := $(wildcard ngx_feed_module/scripts/*.lua \
                           ngx_feed_module/scripts/lib/*.lua)
 NGX_SRC     ?= /usr/share/nginx/src
@@ -24,7 +26,7 @@ MODULE      := $(BUILD)/ngx_http_feed_module.so
 LAYERS      := ngx_feed_module ngx_feed_module/core ngx_feed_module/stores \
                ngx_feed_module/features
 SOURCES     := config $(foreach d,$(LAYERS),$(wildcard $(d)/*.c $(d)/*.h)) \
-               $(LUA2H) $(SCRIPTS)
+               $(LUA2H) $(KEYS2H) $(KEYS) $(SCRIPTS)
 # three test files at a time on 2 cores: a file waits on its servers much
 # of the time (faults, failovers, sleeps), and two left the cores idle 40%
 # of the suite (816 s against 528 s, docs/testing.md); the sanitizer's
@@ -89,9 +91,12 @@ define configure
 	    || { tail -20 $(1)/configure.log; exit 1; }
 endef
 
-# $(1): the build directory; the scripts' header made again first (config
-# made it at ./configure time): unchanged, it compiles nothing again
+# $(1): the build directory; the keys' and the scripts' headers made again
+# first (config made them at ./configure time): unchanged, they compile
+# nothing again
 define compile
+	sh $(KEYS2H) \
+	    $(1)/nginx/objs/addon/ngx_feed_module/ngx_http_feed_keys.h $(KEYS)
 	sh $(LUA2H) \
 	    $(1)/nginx/objs/addon/ngx_feed_module/ngx_http_feed_scripts.h \
 	    ngx_feed_module/scripts

@@ -27,8 +27,8 @@ red:evalsha(ngx.var.feed_read_sha, 6,
             "feed:tl:{" .. uid .. "}", "feed:lock:{" .. uid .. "}", tlp,
             "feed:tln:{" .. uid .. "}", "feed:tla:{" .. uid .. "}",
             "feed:tlf:{" .. uid .. "}",
-            limit, "", "", ngx.var.feed_ttl, ngx.var.feed_mode, "feed:p:",
-            "", "feed:pl:{", "feed:pv:{", "", "feed:deleting", "")
+            limit, "", "", ngx.var.feed_ttl, ngx.var.feed_mode, "", "", "",
+            "feed:deleting", "")
 local both = red:commit_pipeline()
 
 red:set_keepalive(10000, 64)

@@ -39,6 +39,7 @@ FUZZ_MODULE   := $(addprefix $(FUZZ_DIR)/mod/,$(notdir $(FUZZ_SRCS:.c=.o)))
 # source too (the targets include some of the module's .c files)
 FUZZ_HDRS     := $(foreach d,$(LAYERS),$(wildcard $(d)/*.h)) \
                  fuzz/ngx_http_feed_fuzz.h \
+                 $(FUZZ_GEN)/ngx_http_feed_keys.h \
                  $(FUZZ_GEN)/ngx_http_feed_scripts.h
 FUZZ_DEPS     := $(FUZZ_SRCS) $(FUZZ_HDRS)
 
@@ -65,8 +66,13 @@ $(FUZZ_DIR)/libngx.a: tools/fuzz-nginx
 	@rm -f $@
 	sh tools/fuzz-nginx $(FUZZ_DIR) "$(FUZZ_NGXFLAGS)"
 
-# the scripts' header, as config makes it for nginx's build
-$(FUZZ_GEN)/ngx_http_feed_scripts.h: $(LUA2H) $(SCRIPTS)
+# the keys' and the scripts' headers, as config makes them for nginx's
+# build
+$(FUZZ_GEN)/ngx_http_feed_keys.h: $(KEYS2H) $(KEYS)
+	@mkdir -p $(@D)
+	sh $(KEYS2H) $@ $(KEYS)
+
+$(FUZZ_GEN)/ngx_http_feed_scripts.h: $(LUA2H) $(KEYS2H) $(KEYS) $(SCRIPTS)
 	@mkdir -p $(@D)
 	sh $(LUA2H) $@ ngx_feed_module/scripts
 

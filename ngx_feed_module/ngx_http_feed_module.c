@@ -23,6 +23,7 @@
 #include "ngx_http_feed_metrics.h"
 #include "ngx_http_feed_schema.h"
 #include "ngx_http_feed_timelines_store.h"
+#include "ngx_http_feed_keys.h"
 
 
 static ngx_int_t ngx_http_feed_cluster_defaults(ngx_conf_t *cf,
@@ -968,7 +969,7 @@ ngx_http_feed_main_conf_defaults(ngx_http_feed_main_conf_t *fmcf)
     }
 
     if (fmcf->stream.data == NULL) {
-        ngx_str_set(&fmcf->stream, "feed:posts");
+        ngx_str_set(&fmcf->stream, NGX_HTTP_FEED_KEY_FANOUT_STREAM);
     }
 
     if (fmcf->stream_maxlen == 0) {

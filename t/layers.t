@@ -13,7 +13,10 @@
 #     configuration up with, as nginx's modules do;
 #   - each MongoDB collection and Redis key is named by its owner alone:
 #     as a string, or through a macro that holds it, however the string is
-#     put together from adjacent literals.
+#     put together from adjacent literals.  The keys and their owners are
+#     those of the list the build makes their macros of
+#     (ngx_feed_module/scripts/keys): NGX_HTTP_FEED_KEY_<NAME>, in the
+#     generated ngx_http_feed_keys.h, the one place that defines them all.
 #
 # Reads the sources and the objects of the build under test; runs nothing.
 
@@ -29,7 +32,8 @@ my $dir = "$root/ngx_feed_module";
 
 my %rank = (core => 1, stores => 2, features => 3, wiring => 4);
 
-# names that belong to one file only: collections and key prefixes
+# names that belong to one file only: the collections here, the keys'
+# prefixes from the list of keys below
 my %owner = (
     'follows'        => 'stores/ngx_http_feed_follows_store.c',
     'follow_counts'  => 'stores/ngx_http_feed_follows_store.c',
@@ -40,26 +44,11 @@ my %owner = (
     'timeline_time'  => 'stores/ngx_http_feed_timelines_time.c',
     'timeline_capped' => 'stores/ngx_http_feed_timelines_capped.c',
     'timeline_size'  => 'stores/ngx_http_feed_timelines_size.c',
-    'feed:tl'        => 'stores/ngx_http_feed_timeline_cache.c',
-    'feed:tlv'       => 'stores/ngx_http_feed_timeline_cache.c',
-    'feed:tlq'       => 'stores/ngx_http_feed_timeline_cache.c',
-    'feed:tln'       => 'stores/ngx_http_feed_timeline_cache.c',
-    'feed:tlp'       => 'stores/ngx_http_feed_timeline_cache.c',
-    'feed:tla'       => 'stores/ngx_http_feed_timeline_cache.c',
-    'feed:tlf'       => 'stores/ngx_http_feed_timeline_cache.c',
-    'feed:lock:'     => 'stores/ngx_http_feed_timeline_cache.c',
-    'feed:p:'        => 'stores/ngx_http_feed_timeline_cache.c',
-    'feed:deleting'  => 'stores/ngx_http_feed_timeline_cache.c',
-    'feed:cnt:'      => 'stores/ngx_http_feed_counts.c',
-    'feed:pl'        => 'stores/ngx_http_feed_timeline_pull.c',
-    'feed:pv'        => 'stores/ngx_http_feed_timeline_pull.c',
-    'feed:pvc'       => 'stores/ngx_http_feed_timeline_watch.c',
-    'feed:pvh:'      => 'stores/ngx_http_feed_timeline_watch.c',
 );
 
 # collections are whole strings; a key's name starts one, and ends where
 # its tag, separator or id starts ("feed:pv" is not "feed:pvc")
-my %collection = map { $_ => 1 } grep { !/:/ } keys %owner;
+my %collection = map { $_ => 1 } keys %owner;
 
 # the build under test: nginx's objs/addon/<folder>/ has its objects and
 # the headers it generates
@@ -90,10 +79,11 @@ for my $path (sort keys %layer) {
     like($name, qr/^ngx_http_feed_\w+\.[ch]$/, "$path is named for the module");
 }
 
-# the generated header of the scripts' names is core's
+# the generated headers of the scripts' names and of the keys are core's
 sub layer_of {
     my ($name) = @_;
-    return 'core' if $name eq 'ngx_http_feed_scripts.h';
+    return 'core' if $name eq 'ngx_http_feed_scripts.h'
+                     || $name eq 'ngx_http_feed_keys.h';
     my $path = $path_of{$name};
     return $path ? $layer{$path} : undef;
 }
@@ -139,9 +129,33 @@ for my $path (sort keys %layer) {
 
 # ------------------------------------------------------- strings owned --
 
-# the macros that hold an owned string, in the sources and in the headers
-# the build generates
+# the macros that hold an owned string: each key's, named by the list of
+# keys, and those in the sources and in the headers the build generates
 my %holds;      # owned string => [macro names]
+
+# "<NAME> <format> <owner> <what it is>": the key's name is its format up
+# to its first variable part, less the separators it ends with ("feed:tl"
+# of "feed:tl:{<user>}"); its owner, a file name without its prefix
+my $keys = "$dir/scripts/keys";
+my $nkeys = 0;
+
+for (split /\n/, slurp($keys)) {
+    next if /^#/ || !/\S/;
+
+    my ($macro, $format, $file) = split;
+    (my $name = $format) =~ s/<.*//;
+    $name =~ s/[:{]+$//;
+
+    my $path = $path_of{"ngx_http_feed$file"};
+    ok($path, "the owner of $format, $file, is a source file") or next;
+
+    ok(!exists $owner{$name}, "$name has one owner");
+    $owner{$name} = $path;
+    push @{ $holds{$name} }, "NGX_HTTP_FEED_KEY_$macro";
+    $nkeys++;
+}
+
+ok($nkeys > 10, "the keys are listed in $keys");
 
 sub owned_in {
     my ($name, $text) = @_;
@@ -158,7 +172,9 @@ for my $text ((map { $code{$_} } sort keys %layer),
         my ($macro, $value) = ($1, $2);
 
         for my $name (keys %owner) {
-            push @{ $holds{$name} }, $macro if owned_in($name, $value);
+            push @{ $holds{$name} }, $macro
+                if owned_in($name, $value)
+                   && !grep { $_ eq $macro } @{ $holds{$name} || [] };
         }
     }
 }

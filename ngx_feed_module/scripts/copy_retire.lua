@@ -14,28 +14,28 @@
     KEYS[1] deleting          the copy of the posts being deleted,
                               feed:deleting{tag}
 
-    ARGV[1] lists             the prefix of the lists' copies,
-                              feed:pl{tag}:{
-    ARGV[2] versions          the prefix of their versions, feed:pv{tag}:{
-    ARGV[3] channel           where the workers hear of the lists'
+    ARGV[1] channel           where the workers hear of the lists'
                               versions, feed:pvc{tag}
 
   Output:
     the number of keys deleted
 ]]
 
+-- @include keys
 -- @include pull_changed
 
 local n = redis.call('del', KEYS[1])
+local copy = key_deleting_parts(KEYS[1])
 local slot = redis.call('cluster', 'keyslot', KEYS[1])
 local count = redis.call('cluster', 'countkeysinslot', slot)
 if count == 0 then return n end
 local keys = redis.call('cluster', 'getkeysinslot', slot, count)
 for _, k in ipairs(keys) do
-  if string.sub(k, 1, #ARGV[1]) == ARGV[1] then
+  -- the lists of the copy, feed:pl{tag}:{author}, and their versions
+  if key_pull_list_parts(k) == copy then
     n = n + redis.call('del', k)
-    pull_forgotten(k, ARGV[3])
-  elseif string.sub(k, 1, #ARGV[2]) == ARGV[2] then
+    pull_forgotten(k, ARGV[1])
+  elseif key_pull_version_parts(k) == copy then
     n = n + redis.call('del', k)
   end
 end

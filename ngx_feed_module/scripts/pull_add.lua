@@ -24,6 +24,7 @@
     end of a trimmed list), -1 when there is no list
 ]]
 
+-- @include keys
 -- @include insert
 -- @include deleted
 -- @include pull_changed

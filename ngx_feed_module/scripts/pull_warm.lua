@@ -23,6 +23,7 @@
     1, or 0 when nothing could be made (every post was being deleted)
 ]]
 
+-- @include keys
 -- @include end
 -- @include deleted
 -- @include pull_changed

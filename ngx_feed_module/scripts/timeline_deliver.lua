@@ -9,7 +9,8 @@
   kept pages go (a new head tells the page store they are stale, so the
   list's version stays).  The other keys of a follower are only needed
   when the list is missing or changes: their names are made here, from
-  the prefixes, not sent for each follower.
+  the user the timeline's key names (scripts/keys), not sent for each
+  follower.
 
   The post that turns its author to pull (member) also adds the author to
   each follower's pull authors, and makes a rebuild in progress start over
@@ -33,56 +34,57 @@
     ARGV[3] queue_ms          how long a queued entry waits for a rebuild
     ARGV[4] ttl               seconds
     ARGV[5] nonce             a new version for a list that changes
-    ARGV[6] pages_prefix      feed:tlp:{
-    ARGV[7] lock_prefix       feed:lock:{
-    ARGV[8] queue_prefix      feed:tlq:{
-    ARGV[9] version_prefix    feed:tln:{
-    ARGV[10] member           '', or the author, who turns to pull: each
+    ARGV[6] member            '', or the author, who turns to pull: each
                               follower adds them to their pull authors
-    ARGV[11] pull_prefix      feed:tla:{
-    ARGV[12] follows_prefix   feed:tlv:{
-    ARGV[13] deleting         the posts being deleted, feed:deleting (on
+    ARGV[7] deleting          the posts being deleted, feed:deleting (on
                               a cluster, its copy on the batch's node)
-    ARGV[14] copy             the copy's mark for its node's run, '~<run>'
+    ARGV[8] copy              the copy's mark for its node's run, '~<run>'
                               (lib/deleted.lua); '' on a single Redis
-    ARGV[15...]               the followers' timelines, feed:tl:{user}
+    ARGV[9...]                the followers' timelines, feed:tl:{user}
+
+  A follower's other keys: their kept pages feed:tlp:{user}, rebuild lock
+  feed:lock:{user} and queue feed:tlq:{user}, list's nonce
+  feed:tln:{user}, pull authors feed:tla:{user}, follows' version
+  feed:tlv:{user}.
 
   Output:
     how many timelines got it
 ]]
 
+-- @include keys
 -- @include deleted
 -- @include insert
 -- @include changed
 
 local entry, cap, n = ARGV[1], tonumber(ARGV[2]), 0
 local id = string.sub(entry, 1, 24)
-local member = ARGV[10]
-if deleting_any(ARGV[13], ARGV[14]) and redis.call('zscore', ARGV[13], id)
+local member = ARGV[6]
+if deleting_any(ARGV[7], ARGV[8]) and redis.call('zscore', ARGV[7], id)
 then
   if member == '' then return 0 end
   entry = nil
 end
-for i = 15, #ARGV do
+for i = 9, #ARGV do
   local tl = ARGV[i]
+  local user = key_timeline_parts(tl)
   local head = redis.call('lindex', tl, 0)
-  if head and member ~= '' and key('', tl) ~= member .. '}' then
+  if head and member ~= '' and user ~= member then
     -- the author's own timeline gets their posts pushed: not merged; the
     -- version's mark says the user follows pull authors now
-    local pull, v = key(ARGV[11], tl), key(ARGV[9], tl)
+    local pull, v = key_pull_authors(user), key_timeline_nonce(user)
     local cur = redis.call('get', v)
     if cur and string.sub(cur, -1) == 'P'
        and redis.call('exists', pull) == 0
     then
       -- the set of pull authors was lost (expired, evicted): one made of
       -- this author alone would hide the others, the list is made again
-      redis.call('del', tl, key(ARGV[6], tl))
+      redis.call('del', tl, key_kept_pages(user))
       head = nil
     else
       if redis.call('sadd', pull, member) == 1 then
         -- workers answer their copies of pages for the set they were
         -- merged from (timeline_read.lua): those go with the set's change
-        redis.call('del', key(ARGV[6], tl))
+        redis.call('del', key_kept_pages(user))
       end
       redis.call('expire', pull, 2 * tonumber(ARGV[4]))
       if cur and string.sub(cur, -1) ~= 'P' then
@@ -91,11 +93,11 @@ for i = 15, #ARGV do
     end
   end
   if not head and member ~= ''
-     and redis.call('exists', key(ARGV[7], tl)) == 1
+     and redis.call('exists', key_rebuild_lock(user)) == 1
   then
     -- a rebuild in progress may have asked for the pull authors before
     -- this one turned: it is not warmed, the next read rebuilds again
-    local v = key(ARGV[12], tl)
+    local v = key_follows_version(user)
     redis.call('incr', v)
     redis.call('expire', v, ARGV[4])
   end
@@ -107,15 +109,15 @@ for i = 15, #ARGV do
       if redis.call('lpush', tl, entry) > cap then
         redis.call('rpop', tl)
       end
-      redis.call('del', key(ARGV[6], tl))
+      redis.call('del', key_kept_pages(user))
       n = n + 1
     elseif hid ~= id and insert(tl, entry, cap) == 1 then
-      changed(key(ARGV[9], tl), ARGV[4], ARGV[5])
+      changed(key_timeline_nonce(user), ARGV[4], ARGV[5])
       n = n + 1
     end
   else
-    if redis.call('exists', key(ARGV[7], tl)) == 1 then
-      local q = key(ARGV[8], tl)
+    if redis.call('exists', key_rebuild_lock(user)) == 1 then
+      local q = key_rebuild_queue(user)
       redis.call('rpush', q, entry)
       redis.call('pexpire', q, ARGV[3])
     end

@@ -22,12 +22,15 @@
     ARGV[3] ttl           seconds
     ARGV[4] version       the page's version
     ARGV[5] ids           of its posts, concatenated
-    ARGV[6] pullv_prefix  the pull authors' lists' versions, feed:pv:{
+    ARGV[6] pull_copy     the copy of the pull authors' lists the reads
+                          merge, whose versions are feed:pv<copy>:{author}
+                          (timeline_read.lua)
 
   Output:
     1
 ]]
 
+-- @include keys
 -- @include end
 -- @include pulled
 

@@ -17,18 +17,20 @@
     ARGV[2] max_id        only older posts ('' for none)
     ARGV[3] since_id      only newer posts ('' for none)
     ARGV[4] ttl           seconds a read keeps the list alive
-    ARGV[5] mode          'e': the JSON is in the entry, else in a post key
-    ARGV[6] post_prefix   the post keys' prefix (link mode), feed:p:
-    ARGV[7] have          the version of the worker's own copy of the first
+    ARGV[5] mode          'e': the JSON is in the entry, else in the
+                          post's key (link mode), feed:p:<id>
+    ARGV[6] have          the version of the worker's own copy of the first
                           page ('' without one)
-    ARGV[8] pull_prefix   the pull authors' lists, feed:pl:{
-    ARGV[9] pullv_prefix  their versions, feed:pv:{
-    ARGV[10] vouched      '1': the worker has heard of no change of the
-                          pull authors' lists its copy (ARGV[7]) was
+    ARGV[7] pull_copy     the copy of the pull authors' lists the user's
+                          reads merge, feed:pl<copy>:{author} with their
+                          versions feed:pv<copy>:{author}: '' on a single
+                          Redis, the user's node's '{tag}' on a cluster
+    ARGV[8] vouched       '1': the worker has heard of no change of the
+                          pull authors' lists its copy (ARGV[6]) was
                           merged from since it was made
-    ARGV[11] deleting     the posts being deleted, feed:deleting (on a
+    ARGV[9] deleting      the posts being deleted, feed:deleting (on a
                           cluster, its copy on the user's node)
-    ARGV[12] copy         the copy's mark for its node's run, '~<run>'
+    ARGV[10] copy         the copy's mark for its node's run, '~<run>'
                           (lib/deleted.lua); '' on a single Redis
 
   Output, the first element the kind of reply:
@@ -82,6 +84,7 @@
 ]]
 
 local MISSING, PAGE, KEPT, LOCAL, PULL = 0, 1, 3, 4, 5
+-- @include keys
 -- @include end
 -- @include deleted
 -- @include pulled
@@ -91,12 +94,12 @@ local limit, max, since = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 local ver = redis.call('get', KEYS[4])
 local mark, pull, lists = ver and string.sub(ver, -1), {}, {}
 local first = max == '' and since == ''
-local deleting = deleting_any(ARGV[11], ARGV[12])
+local deleting = deleting_any(ARGV[9], ARGV[10])
 -- a list kept from another run of its node, which came back on older data
 -- (lib/deleted.lua): it may hold posts deleted or authors unfollowed
 -- since, that nothing else hides any more; made again, as one without its
 -- version, and its kept pages with it
-local run = run_of(ARGV[12])
+local run = run_of(ARGV[10])
 if ver and string.sub(ver, 1, #run) ~= run then
   redis.call('del', tl, KEYS[3])
   ver, mark = nil, nil
@@ -110,19 +113,19 @@ local function current(kv)
     local s = redis.call('hget', KEYS[3], 'i' .. ARGV[1]) or ''
     for i = 1, #s, 24 do ids[#ids + 1] = string.sub(s, i, i + 23) end
     if #ids > 0 then
-      local d = deleted(ARGV[11], ids)
+      local d = deleted(ARGV[9], ids)
       for i = 1, #d do if d[i] then return false end end
     end
   end
   return redis.call('expire', tl, ARGV[4]) == 1
 end
 
-if mark == 'P' and first and ARGV[10] == '1'
-   and string.sub(ARGV[7], 1, #ver + 1) == ver .. '.'
+if mark == 'P' and first and ARGV[8] == '1'
+   and string.sub(ARGV[6], 1, #ver + 1) == ver .. '.'
    and redis.call('exists', KEYS[5]) == 1
 then
   local kv = redis.call('hget', KEYS[3], 'v' .. ARGV[1])
-  if kv == ARGV[7] and current(kv) then return {LOCAL, kv} end
+  if kv == ARGV[6] and current(kv) then return {LOCAL, kv} end
 end
 if mark == 'P' then
   pull = redis.call('smembers', KEYS[5])
@@ -135,7 +138,7 @@ if (mark ~= 'P' and mark ~= 'N') or (mark == 'P' and #pull == 0) then
 end
 ver = ver or '0'
 if #pull > 0 then
-  local sig, more = pulled(pull, ARGV[9])
+  local sig, more = pulled(pull, ARGV[7])
   if not sig then
     if redis.call('exists', tl) == 1 then
       return {PULL, unpack(more)}
@@ -149,8 +152,8 @@ local kv = first and redis.call('hget', KEYS[3], 'v' .. ARGV[1])
 if kv and string.sub(kv, 1, #ver + 1) == ver .. ':' and current(kv) then
   -- a plain user's replies stay as short as they were
   local tail = #pull > 0 and {false, lists} or {}
-  if ARGV[7] == '' then return {KEPT, kv, unpack(tail)} end
-  if ARGV[7] == kv then return {LOCAL, kv, unpack(tail)} end
+  if ARGV[6] == '' then return {KEPT, kv, unpack(tail)} end
+  if ARGV[6] == kv then return {LOCAL, kv, unpack(tail)} end
   return {KEPT, kv, redis.call('hget', KEYS[3], ARGV[1]), lists}
 end
 -- a list without its filters (evicted on their own, or made by an older
@@ -206,12 +209,12 @@ while true do
   local n0 = n
   if #ids > 0 then
     local dead = {}
-    if deleting then dead = deleted(ARGV[11], ids) end
+    if deleting then dead = deleted(ARGV[9], ids) end
     local live, keys = {}, {}
     for i = 1, #ids do
       if not dead[i] then
         live[#live + 1] = i
-        keys[#keys + 1] = ARGV[6] .. ids[i]
+        keys[#keys + 1] = key_post_json(ids[i])
       end
     end
     local posts = {}

@@ -10,25 +10,27 @@
     ARGV[1] id                the post's
     ARGV[2] ttl               seconds
     ARGV[3] nonce             a new version for a list that changes
-    ARGV[4] version_prefix    feed:tln:{
-    ARGV[5] channel           '' for timelines; for a pull author's list
-                              (feed:pl:{author}), where the workers hear
-                              of its new version
-    ARGV[6...]                the followers' timelines, feed:tl:{user}
+    ARGV[4] channel           '' for timelines, whose versions are
+                              feed:tln:{user}; for a pull author's list
+                              (feed:pl<copy>:{author}, its version
+                              feed:pv<copy>:{author}), where the workers
+                              hear of its new version
+    ARGV[5...]                the followers' timelines, feed:tl:{user}
 
   Output:
     how many timelines had it
 ]]
 
+-- @include keys
 -- @include changed
 -- @include pull_changed
 
 local id, n = ARGV[1], 0
-for i = 6, #ARGV do
-  if ARGV[5] ~= '' and redis.call('exists', ARGV[i]) == 0 then
+for i = 5, #ARGV do
+  if ARGV[4] ~= '' and redis.call('exists', ARGV[i]) == 0 then
     -- a pull author's list gone (expired, evicted): pages merged from it
     -- may still show the post, their workers must not vouch for them
-    pull_forgotten(ARGV[i], ARGV[5])
+    pull_forgotten(ARGV[i], ARGV[4])
   end
   local pos, done = 0, false
   while not done do
@@ -38,10 +40,12 @@ for i = 6, #ARGV do
       local eid = string.sub(part[j], 1, 24)
       if eid == id then
         n = n + redis.call('lrem', ARGV[i], 1, part[j])
-        if ARGV[5] == '' then
-          changed(key(ARGV[4], ARGV[i]), ARGV[2], ARGV[3])
+        if ARGV[4] == '' then
+          changed(key_timeline_nonce(key_timeline_parts(ARGV[i])), ARGV[2],
+                  ARGV[3])
         else
-          pull_changed(key(ARGV[4], ARGV[i]), ARGV[2], ARGV[3], ARGV[5])
+          pull_changed(key_pull_version(key_pull_list_parts(ARGV[i])),
+                       ARGV[2], ARGV[3], ARGV[4])
         end
         done = true break
       end

@@ -18,28 +18,29 @@
 
     ARGV[1] ttl               seconds
     ARGV[2] cap               feed_cache_size
-    ARGV[3] mode              'e': the JSON goes in the entry
-    ARGV[4] post_prefix       the post keys' prefix (link mode), feed:p:
-    ARGV[5] complete          '1': the posts are the user's whole history
-    ARGV[6] follows_version   as the lock found it
-    ARGV[7] nonce             the list's new version
-    ARGV[8] token             the rebuild's lock token
-    ARGV[9] pull              the pull authors the user follows, as the
+    ARGV[3] mode              'e': the JSON goes in the entry, else in
+                              the post's key (link mode), feed:p:<id>
+    ARGV[4] complete          '1': the posts are the user's whole history
+    ARGV[5] follows_version   as the lock found it
+    ARGV[6] nonce             the list's new version
+    ARGV[7] token             the rebuild's lock token
+    ARGV[8] pull              the pull authors the user follows, as the
                               rebuild found them before asking for the
                               posts, separated by spaces
-    ARGV[10] deleting         the posts being deleted, feed:deleting (on
+    ARGV[9] deleting          the posts being deleted, feed:deleting (on
                               a cluster, its copy on the user's node)
-    ARGV[11] copy             the copy's mark for its node's run, '~<run>'
+    ARGV[10] copy             the copy's mark for its node's run, '~<run>'
                               (lib/deleted.lua); '' on a single Redis
-    ARGV[12] filters          as the rebuild found them before asking for
+    ARGV[11] filters          as the rebuild found them before asking for
                               the posts: "<kind><author>" separated by
                               spaces, kind b, m or B (lib/filtered.lua)
-    ARGV[13...]               id, JSON pairs, newest first
+    ARGV[12...]               id, JSON pairs, newest first
 
   Output:
     1, or 0 when the follows changed
 ]]
 
+-- @include keys
 -- @include end
 -- @include deleted
 -- @include insert
@@ -48,33 +49,33 @@
 
 local tl, cap = KEYS[1], tonumber(ARGV[2])
 local function unlock()
-  if redis.call('get', KEYS[2]) == ARGV[8] then
+  if redis.call('get', KEYS[2]) == ARGV[7] then
     redis.call('del', KEYS[2])
   end
 end
-if (redis.call('get', KEYS[3]) or '') ~= ARGV[6] then
+if (redis.call('get', KEYS[3]) or '') ~= ARGV[5] then
   unlock()
   return 0
 end
 if redis.call('exists', tl) == 0 then
   local ids, entries, dead = {}, {}, {}
-  for i = 13, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end
-  if #ids > 0 and deleting_any(ARGV[10], ARGV[11]) then
-    dead = deleted(ARGV[10], ids)
+  for i = 12, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end
+  if #ids > 0 and deleting_any(ARGV[9], ARGV[10]) then
+    dead = deleted(ARGV[9], ids)
   end
   for j = 1, #ids do
-    local i = 11 + 2 * j
+    local i = 10 + 2 * j
     if not dead[j] then
       if ARGV[3] == 'e' then
         entries[#entries + 1] = ARGV[i] .. ARGV[i + 1]
       else
         entries[#entries + 1] = ARGV[i]
-        redis.call('set', ARGV[4] .. ARGV[i], ARGV[i + 1],
+        redis.call('set', key_post_json(ARGV[i]), ARGV[i + 1],
                    'EX', 2 * tonumber(ARGV[1]))
       end
     end
   end
-  if ARGV[5] == '1' then
+  if ARGV[4] == '1' then
     entries[#entries + 1] = END
   end
   for i = 1, #entries, 1000 do
@@ -82,7 +83,7 @@ if redis.call('exists', tl) == 0 then
                unpack(entries, i, math.min(i + 999, #entries)))
   end
   redis.call('del', KEYS[6])
-  for a in string.gmatch(ARGV[9], '%S+') do
+  for a in string.gmatch(ARGV[8], '%S+') do
     redis.call('sadd', KEYS[6], a)
   end
   if #entries > 0 then
@@ -91,13 +92,13 @@ if redis.call('exists', tl) == 0 then
       insert(tl, e, cap)
     end
     redis.call('expire', tl, ARGV[1])
-    redis.call('set', KEYS[5], run_of(ARGV[11]) .. ARGV[7]
-                               .. (ARGV[9] == '' and 'N' or 'P'),
+    redis.call('set', KEYS[5], run_of(ARGV[10]) .. ARGV[6]
+                               .. (ARGV[8] == '' and 'N' or 'P'),
                'EX', 2 * tonumber(ARGV[1]))
   end
   redis.call('expire', KEYS[6], 2 * tonumber(ARGV[1]))
   local masks = {}
-  for k, a in string.gmatch(ARGV[12], '(%S)(%S+)') do
+  for k, a in string.gmatch(ARGV[11], '(%S)(%S+)') do
     masks[a] = bit.bor(masks[a] or 0, FILTER_BITS[k] or 0)
   end
   local fields = {'', 1}

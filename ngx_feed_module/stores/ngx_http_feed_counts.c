@@ -18,9 +18,9 @@
 
 #include "ngx_http_feed_counts.h"
 #include "ngx_http_feed_scripts.h"
+#include "ngx_http_feed_keys.h"
 
 
-#define NGX_HTTP_FEED_COUNTS_PREFIX  "feed:cnt:"
 #define NGX_HTTP_FEED_COUNTS_TTL     "600"
 
 
@@ -36,7 +36,7 @@ ngx_http_feed_counts_lookup(ngx_http_request_t *r, ngx_http_feed_redis_t *rd,
     ngx_http_feed_user_t *user, const char *field,
     ngx_http_feed_redis_pt handler, void *data)
 {
-    char                        key[sizeof(NGX_HTTP_FEED_COUNTS_PREFIX)
+    char                        key[sizeof(NGX_HTTP_FEED_KEY_FOLLOW_COUNTS)
                                     + NGX_HTTP_FEED_USER_MAX];
     size_t                      argvlen[5];
     const char                 *argv[5];
@@ -123,7 +123,7 @@ ngx_http_feed_counts_warm(ngx_http_request_t *r, ngx_http_feed_redis_t *rd,
     ngx_http_feed_user_t *user, const char *field, int64_t count,
     ngx_http_feed_counts_gen_t *gen)
 {
-    char                        key[sizeof(NGX_HTTP_FEED_COUNTS_PREFIX)
+    char                        key[sizeof(NGX_HTTP_FEED_KEY_FOLLOW_COUNTS)
                                     + NGX_HTTP_FEED_USER_MAX];
     u_char                      value[NGX_INT64_LEN];
     size_t                      argvlen[NGX_HTTP_FEED_SCRIPT_COUNTS_WARM_ARGC];
@@ -190,7 +190,7 @@ ngx_http_feed_counts_send_invalidate(ngx_http_request_t *r,
     ngx_http_feed_redis_t *rd, ngx_http_feed_user_t *user,
     ngx_http_feed_redis_pt handler, void *data)
 {
-    char                        key[sizeof(NGX_HTTP_FEED_COUNTS_PREFIX)
+    char                        key[sizeof(NGX_HTTP_FEED_KEY_FOLLOW_COUNTS)
                                     + NGX_HTTP_FEED_USER_MAX];
     size_t                      argvlen[
                                    NGX_HTTP_FEED_SCRIPT_COUNTS_INVALIDATE_ARGC];
@@ -221,8 +221,8 @@ ngx_http_feed_counts_key(char *buf, ngx_http_feed_user_t *user)
 {
     u_char  *p;
 
-    p = ngx_cpymem(buf, NGX_HTTP_FEED_COUNTS_PREFIX,
-                   sizeof(NGX_HTTP_FEED_COUNTS_PREFIX) - 1);
+    p = ngx_cpymem(buf, NGX_HTTP_FEED_KEY_FOLLOW_COUNTS,
+                   sizeof(NGX_HTTP_FEED_KEY_FOLLOW_COUNTS) - 1);
     p = ngx_cpymem(p, user->data, user->len);
 
     return p - (u_char *) buf;

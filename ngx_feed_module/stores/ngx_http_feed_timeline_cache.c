@@ -23,34 +23,24 @@
  * covers rebuilds already under way: every read skips them, every warm
  * leaves them out.
  *
- * This file is the only one that knows these keys: the names are made
- * here and given to the scripts (ngx_feed_module/scripts/timeline_*.lua)
- * as keys, or as prefixes where a script makes a follower's keys itself.
- * Each read is one EVALSHA: one round trip, the JSON of the page ready.
+ * This file is the only one that names these keys: their formats are in
+ * ngx_feed_module/scripts/keys, their names are made here and given to the
+ * scripts (ngx_feed_module/scripts/timeline_*.lua) as keys; a script that
+ * makes a follower's other keys itself (or a post's, in link mode) makes
+ * them of the user by the same formats.  Each read is one EVALSHA: one
+ * round trip, the JSON of the page ready.
  */
 
 
 #include "ngx_http_feed_timeline_watch.h"
 #include "ngx_http_feed_json.h"
 #include "ngx_http_feed_scripts.h"
+#include "ngx_http_feed_keys.h"
 
-
-#define NGX_HTTP_FEED_TL_PREFIX    "feed:tl:{"
-#define NGX_HTTP_FEED_LOCK_PREFIX  "feed:lock:{"
-#define NGX_HTTP_FEED_TLV_PREFIX   "feed:tlv:{"
-#define NGX_HTTP_FEED_TLQ_PREFIX   "feed:tlq:{"
-#define NGX_HTTP_FEED_TLN_PREFIX   "feed:tln:{"
-#define NGX_HTTP_FEED_TLP_PREFIX   "feed:tlp:{"
-#define NGX_HTTP_FEED_TLA_PREFIX   "feed:tla:{"
-#define NGX_HTTP_FEED_TLF_PREFIX   "feed:tlf:{"
-#define NGX_HTTP_FEED_DELETING     "feed:deleting"
-
-/* a post's JSON in link mode */
-#define NGX_HTTP_FEED_POST_PREFIX  "feed:p:"
 
 /* the name of feed:deleting's copy on a cluster's node */
 #define NGX_HTTP_FEED_DELETING_LEN                                           \
-    NGX_HTTP_FEED_REDIS_LOCAL_LEN(NGX_HTTP_FEED_DELETING)
+    NGX_HTTP_FEED_REDIS_LOCAL_LEN(NGX_HTTP_FEED_KEY_DELETING)
 
 /* a script's two arguments about them: a copy's name and its mark */
 #define NGX_HTTP_FEED_DELETING_ARGS_LEN                                      \
@@ -59,9 +49,11 @@
 /* the tags whose copies a worker retires at once (copy_retire.lua) */
 #define NGX_HTTP_FEED_RETIRES        16
 
-#define NGX_HTTP_FEED_KEY_LEN      (sizeof(NGX_HTTP_FEED_LOCK_PREFIX)        \
-                                    + NGX_HTTP_FEED_USER_MAX + 1)
-#define NGX_HTTP_FEED_POST_KEY_LEN (sizeof(NGX_HTTP_FEED_POST_PREFIX) + 24)
+/* a user's key (the longest prefix, the user, "}"), a post's */
+#define NGX_HTTP_FEED_USER_KEY_LEN                                           \
+    (sizeof(NGX_HTTP_FEED_KEY_REBUILD_LOCK) + NGX_HTTP_FEED_USER_MAX + 1)
+#define NGX_HTTP_FEED_POST_KEY_LEN                                           \
+    (sizeof(NGX_HTTP_FEED_KEY_POST_JSON) + 24)
 
 
 /*
@@ -158,9 +150,9 @@ static ngx_int_t ngx_http_feed_timeline_cache_parse_pull(
     ngx_http_request_t *r, redisReply *reply, ngx_http_feed_cached_t *cached);
 static ngx_uint_t ngx_http_feed_timeline_cache_flag(redisReply *e);
 static ngx_uint_t ngx_http_feed_timeline_cache_int(redisReply *e);
-static void ngx_http_feed_timeline_cache_prefix(
+static void ngx_http_feed_timeline_cache_copy_arg(
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_redis_call_t *call,
-    ngx_uint_t i, ngx_uint_t version, u_char *buf, ngx_uint_t key);
+    ngx_uint_t i, u_char *buf, ngx_uint_t key);
 static ngx_int_t ngx_http_feed_timeline_cache_lists(ngx_http_request_t *r,
     redisReply *reply, size_t i, ngx_str_t *lists);
 static ngx_int_t ngx_http_feed_timeline_cache_filters(ngx_http_request_t *r,
@@ -176,7 +168,7 @@ static size_t ngx_http_feed_timeline_cache_post_key(u_char *buf,
 
 /* the set of posts being deleted, for the pull authors' lists too */
 ngx_str_t  ngx_http_feed_timeline_cache_deleting_key =
-    ngx_string(NGX_HTTP_FEED_DELETING);
+    ngx_string(NGX_HTTP_FEED_KEY_DELETING);
 
 static ngx_http_feed_main_conf_t  *ngx_http_feed_timeline_cache_fmcf;
 
@@ -217,10 +209,10 @@ ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
     ngx_http_feed_redis_pt handler, void *data)
 {
     char                        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_NKEYS]
-                                    [NGX_HTTP_FEED_KEY_LEN];
+                                    [NGX_HTTP_FEED_USER_KEY_LEN];
     u_char                      limit[NGX_INT_T_LEN], ttl[NGX_INT_T_LEN],
                                 deleting[NGX_HTTP_FEED_DELETING_ARGS_LEN],
-                                prefix[2][NGX_HTTP_FEED_PULL_PREFIX_LEN];
+                                copy[NGX_HTTP_FEED_PULL_COPY_LEN];
     size_t                      argvlen[
                                     NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARGC];
     size_t                      hgetlen[3], pages_len, limit_len;
@@ -238,27 +230,27 @@ ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
     ngx_http_feed_timeline_cache_key(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_TIMELINE,
         keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_TIMELINE],
-        NGX_HTTP_FEED_TL_PREFIX, &page->user);
+        NGX_HTTP_FEED_KEY_TIMELINE, &page->user);
     ngx_http_feed_timeline_cache_key(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_LOCK,
         keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_LOCK],
-        NGX_HTTP_FEED_LOCK_PREFIX, &page->user);
+        NGX_HTTP_FEED_KEY_REBUILD_LOCK, &page->user);
     pages_len = ngx_http_feed_timeline_cache_key(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_PAGES,
         keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_PAGES],
-        NGX_HTTP_FEED_TLP_PREFIX, &page->user);
+        NGX_HTTP_FEED_KEY_KEPT_PAGES, &page->user);
     ngx_http_feed_timeline_cache_key(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_VERSION,
         keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_VERSION],
-        NGX_HTTP_FEED_TLN_PREFIX, &page->user);
+        NGX_HTTP_FEED_KEY_TIMELINE_NONCE, &page->user);
     ngx_http_feed_timeline_cache_key(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_PULL,
         keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_PULL],
-        NGX_HTTP_FEED_TLA_PREFIX, &page->user);
+        NGX_HTTP_FEED_KEY_PULL_AUTHORS, &page->user);
     ngx_http_feed_timeline_cache_key(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_FILTERS,
         keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_FILTERS],
-        NGX_HTTP_FEED_TLF_PREFIX, &page->user);
+        NGX_HTTP_FEED_KEY_FILTERS, &page->user);
 
     limit_len = ngx_sprintf(limit, "%ui", page->limit) - limit;
 
@@ -276,16 +268,10 @@ ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
     ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_MODE,
         fmcf->cache_embed ? "e" : "l", 1);
-    ngx_http_feed_redis_call_lit(&call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_POST_PREFIX,
-        NGX_HTTP_FEED_POST_PREFIX);
     ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_HAVE, have->data, have->len);
-    ngx_http_feed_timeline_cache_prefix(fmcf, &call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_PULL_PREFIX, 0, prefix[0],
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_TIMELINE);
-    ngx_http_feed_timeline_cache_prefix(fmcf, &call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_PULLV_PREFIX, 1, prefix[1],
+    ngx_http_feed_timeline_cache_copy_arg(fmcf, &call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_PULL_COPY, copy,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_TIMELINE);
     ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_VOUCHED, vouched ? "1" : "", 1);
@@ -326,9 +312,9 @@ ngx_http_feed_timeline_cache_page(ngx_http_request_t *r,
 {
     u_char                     *p, *value, limit[NGX_INT_T_LEN],
                                 ttl[NGX_INT_T_LEN],
-                                prefix[NGX_HTTP_FEED_PULL_PREFIX_LEN];
+                                copy[NGX_HTTP_FEED_PULL_COPY_LEN];
     char                        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_NKEYS]
-                                    [NGX_HTTP_FEED_KEY_LEN];
+                                    [NGX_HTTP_FEED_USER_KEY_LEN];
     size_t                      argvlen[
                                     NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_ARGC];
     size_t                      len, vlen;
@@ -367,23 +353,23 @@ ngx_http_feed_timeline_cache_page(ngx_http_request_t *r,
     ngx_http_feed_timeline_cache_key(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_KEY_PAGES,
         keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_KEY_PAGES],
-        NGX_HTTP_FEED_TLP_PREFIX, &page->user);
+        NGX_HTTP_FEED_KEY_KEPT_PAGES, &page->user);
     ngx_http_feed_timeline_cache_key(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_KEY_VERSION,
         keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_KEY_VERSION],
-        NGX_HTTP_FEED_TLN_PREFIX, &page->user);
+        NGX_HTTP_FEED_KEY_TIMELINE_NONCE, &page->user);
     ngx_http_feed_timeline_cache_key(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_KEY_TIMELINE,
         keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_KEY_TIMELINE],
-        NGX_HTTP_FEED_TL_PREFIX, &page->user);
+        NGX_HTTP_FEED_KEY_TIMELINE, &page->user);
     ngx_http_feed_timeline_cache_key(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_KEY_PULL,
         keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_KEY_PULL],
-        NGX_HTTP_FEED_TLA_PREFIX, &page->user);
+        NGX_HTTP_FEED_KEY_PULL_AUTHORS, &page->user);
     ngx_http_feed_timeline_cache_key(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_KEY_FILTERS,
         keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_KEY_FILTERS],
-        NGX_HTTP_FEED_TLF_PREFIX, &page->user);
+        NGX_HTTP_FEED_KEY_FILTERS, &page->user);
 
     ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_ARG_LIMIT,
@@ -398,8 +384,8 @@ ngx_http_feed_timeline_cache_page(ngx_http_request_t *r,
     ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_ARG_IDS,
         cached->ids.data, cached->ids.len);
-    ngx_http_feed_timeline_cache_prefix(fmcf, &call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_ARG_PULLV_PREFIX, 1, prefix,
+    ngx_http_feed_timeline_cache_copy_arg(fmcf, &call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_ARG_PULL_COPY, copy,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_KEY_TIMELINE);
 
     (void) ngx_http_feed_redis_call(NULL, fmcf->redis_client, &call, NULL,
@@ -637,40 +623,29 @@ ngx_http_feed_timeline_cache_int(redisReply *e)
 
 
 /*
- * The prefix of the pull authors' lists (0) or versions (1) for a read, in
- * their copy on the node of the call's key of index key (buf:
- * NGX_HTTP_FEED_PULL_PREFIX_LEN bytes).
+ * The copy of the pull authors' lists a read merges, as its script makes
+ * their keys (scripts/keys): "" on a single Redis, the tag of the node of
+ * the call's key of index key on a cluster (buf:
+ * NGX_HTTP_FEED_PULL_COPY_LEN bytes).
  */
 
 static void
-ngx_http_feed_timeline_cache_prefix(ngx_http_feed_main_conf_t *fmcf,
-    ngx_http_feed_redis_call_t *call, ngx_uint_t i, ngx_uint_t version,
-    u_char *buf, ngx_uint_t key)
+ngx_http_feed_timeline_cache_copy_arg(ngx_http_feed_main_conf_t *fmcf,
+    ngx_http_feed_redis_call_t *call, ngx_uint_t i, u_char *buf,
+    ngx_uint_t key)
 {
-    u_char     copy[NGX_HTTP_FEED_PULL_COPY_LEN];
-    ngx_str_t  c, none = ngx_string("");
+    ngx_str_t  none = ngx_string("");
 
     if (!fmcf->redis.cluster) {
-        /* the hot path: one list each, of constant names */
-        if (version) {
-            ngx_http_feed_redis_call_lit(call, i,
-                                         NGX_HTTP_FEED_PV_KEY ":{");
-
-        } else {
-            ngx_http_feed_redis_call_lit(call, i,
-                                         NGX_HTTP_FEED_PL_KEY ":{");
-        }
-
+        /* the hot path: the one copy, "" */
+        ngx_http_feed_redis_call_lit(call, i, "");
         return;
     }
 
-    c.data = copy;
-    c.len = ngx_http_feed_redis_local_key(fmcf->redis_client,
-                (u_char *) call->argv[3 + key], call->argvlen[3 + key],
-                &none, copy);
-
     ngx_http_feed_redis_call_arg(call, i, buf,
-        ngx_http_feed_timeline_pull_prefix(&c, version, buf));
+        ngx_http_feed_redis_local_key(fmcf->redis_client,
+            (u_char *) call->argv[3 + key], call->argvlen[3 + key], &none,
+            buf));
 }
 
 
@@ -839,7 +814,7 @@ ngx_http_feed_timeline_cache_lock(ngx_http_request_t *r,
     ngx_str_t *token, ngx_http_feed_redis_pt handler, void *data)
 {
     char                        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_LOCK_NKEYS]
-                                    [NGX_HTTP_FEED_KEY_LEN];
+                                    [NGX_HTTP_FEED_USER_KEY_LEN];
     u_char                      ms[NGX_INT_T_LEN];
     size_t                      argvlen[
                                     NGX_HTTP_FEED_SCRIPT_TIMELINE_LOCK_ARGC];
@@ -858,11 +833,11 @@ ngx_http_feed_timeline_cache_lock(ngx_http_request_t *r,
     ngx_http_feed_timeline_cache_key(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_LOCK_KEY_LOCK,
         keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_LOCK_KEY_LOCK],
-        NGX_HTTP_FEED_LOCK_PREFIX, user);
+        NGX_HTTP_FEED_KEY_REBUILD_LOCK, user);
     ngx_http_feed_timeline_cache_key(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_LOCK_KEY_FOLLOWS_VERSION,
         keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_LOCK_KEY_FOLLOWS_VERSION],
-        NGX_HTTP_FEED_TLV_PREFIX, user);
+        NGX_HTTP_FEED_KEY_FOLLOWS_VERSION, user);
 
     ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_LOCK_ARG_TOKEN,
@@ -886,7 +861,7 @@ void
 ngx_http_feed_timeline_cache_unlock(ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_user_t *user, ngx_str_t *token, ngx_uint_t failed)
 {
-    char                        lock[NGX_HTTP_FEED_KEY_LEN];
+    char                        lock[NGX_HTTP_FEED_USER_KEY_LEN];
     size_t                      argvlen[
                                     NGX_HTTP_FEED_SCRIPT_TIMELINE_UNLOCK_ARGC];
     const char                 *argv[NGX_HTTP_FEED_SCRIPT_TIMELINE_UNLOCK_ARGC];
@@ -900,7 +875,7 @@ ngx_http_feed_timeline_cache_unlock(ngx_http_feed_main_conf_t *fmcf,
 
     ngx_http_feed_timeline_cache_key(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_UNLOCK_KEY_LOCK, lock,
-        NGX_HTTP_FEED_LOCK_PREFIX, user);
+        NGX_HTTP_FEED_KEY_REBUILD_LOCK, user);
 
     ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_UNLOCK_ARG_TOKEN,
@@ -941,7 +916,7 @@ ngx_http_feed_timeline_cache_warm(ngx_http_request_t *r,
     argv = ngx_palloc(r->pool, argc * sizeof(char *));
     argvlen = ngx_palloc(r->pool, argc * sizeof(size_t));
     keys = ngx_pnalloc(r->pool, NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_NKEYS
-                                * NGX_HTTP_FEED_KEY_LEN
+                                * NGX_HTTP_FEED_USER_KEY_LEN
                                 + 2 * NGX_INT_T_LEN
                                 + NGX_HTTP_FEED_NONCE_LEN
                                 + NGX_HTTP_FEED_DELETING_ARGS_LEN);
@@ -958,41 +933,41 @@ ngx_http_feed_timeline_cache_warm(ngx_http_request_t *r,
     ngx_http_feed_timeline_cache_key(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_KEY_TIMELINE,
         keys + NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_KEY_TIMELINE
-               * NGX_HTTP_FEED_KEY_LEN,
-        NGX_HTTP_FEED_TL_PREFIX, user);
+               * NGX_HTTP_FEED_USER_KEY_LEN,
+        NGX_HTTP_FEED_KEY_TIMELINE, user);
     ngx_http_feed_timeline_cache_key(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_KEY_LOCK,
         keys + NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_KEY_LOCK
-               * NGX_HTTP_FEED_KEY_LEN,
-        NGX_HTTP_FEED_LOCK_PREFIX, user);
+               * NGX_HTTP_FEED_USER_KEY_LEN,
+        NGX_HTTP_FEED_KEY_REBUILD_LOCK, user);
     ngx_http_feed_timeline_cache_key(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_KEY_FOLLOWS_VERSION,
         keys + NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_KEY_FOLLOWS_VERSION
-               * NGX_HTTP_FEED_KEY_LEN,
-        NGX_HTTP_FEED_TLV_PREFIX, user);
+               * NGX_HTTP_FEED_USER_KEY_LEN,
+        NGX_HTTP_FEED_KEY_FOLLOWS_VERSION, user);
     ngx_http_feed_timeline_cache_key(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_KEY_QUEUE,
         keys + NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_KEY_QUEUE
-               * NGX_HTTP_FEED_KEY_LEN,
-        NGX_HTTP_FEED_TLQ_PREFIX, user);
+               * NGX_HTTP_FEED_USER_KEY_LEN,
+        NGX_HTTP_FEED_KEY_REBUILD_QUEUE, user);
     ngx_http_feed_timeline_cache_key(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_KEY_VERSION,
         keys + NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_KEY_VERSION
-               * NGX_HTTP_FEED_KEY_LEN,
-        NGX_HTTP_FEED_TLN_PREFIX, user);
+               * NGX_HTTP_FEED_USER_KEY_LEN,
+        NGX_HTTP_FEED_KEY_TIMELINE_NONCE, user);
     ngx_http_feed_timeline_cache_key(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_KEY_PULL,
         keys + NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_KEY_PULL
-               * NGX_HTTP_FEED_KEY_LEN,
-        NGX_HTTP_FEED_TLA_PREFIX, user);
+               * NGX_HTTP_FEED_USER_KEY_LEN,
+        NGX_HTTP_FEED_KEY_PULL_AUTHORS, user);
     ngx_http_feed_timeline_cache_key(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_KEY_FILTERS,
         keys + NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_KEY_FILTERS
-               * NGX_HTTP_FEED_KEY_LEN,
-        NGX_HTTP_FEED_TLF_PREFIX, user);
+               * NGX_HTTP_FEED_USER_KEY_LEN,
+        NGX_HTTP_FEED_KEY_FILTERS, user);
 
     ttl = (u_char *) keys + NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_NKEYS
-                            * NGX_HTTP_FEED_KEY_LEN;
+                            * NGX_HTTP_FEED_USER_KEY_LEN;
     cap = ttl + NGX_INT_T_LEN;
     nonce = cap + NGX_INT_T_LEN;
 
@@ -1013,9 +988,6 @@ ngx_http_feed_timeline_cache_warm(ngx_http_request_t *r,
     ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_ARG_MODE,
         fmcf->cache_embed ? "e" : "l", 1);
-    ngx_http_feed_redis_call_lit(&call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_ARG_POST_PREFIX,
-        NGX_HTTP_FEED_POST_PREFIX);
     ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_WARM_ARG_COMPLETE,
         complete ? "1" : "0", 1);
@@ -1088,7 +1060,7 @@ ngx_http_feed_timeline_cache_drop(ngx_http_request_t *r,
     ngx_http_feed_redis_pt handler, void *data)
 {
     char                        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_NKEYS]
-                                    [NGX_HTTP_FEED_KEY_LEN];
+                                    [NGX_HTTP_FEED_USER_KEY_LEN];
     u_char                      ttl[NGX_INT_T_LEN];
     size_t                      argvlen[
                                     NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_ARGC];
@@ -1107,19 +1079,19 @@ ngx_http_feed_timeline_cache_drop(ngx_http_request_t *r,
     ngx_http_feed_timeline_cache_key(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_KEY_TIMELINE,
         keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_KEY_TIMELINE],
-        NGX_HTTP_FEED_TL_PREFIX, user);
+        NGX_HTTP_FEED_KEY_TIMELINE, user);
     ngx_http_feed_timeline_cache_key(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_KEY_FOLLOWS_VERSION,
         keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_KEY_FOLLOWS_VERSION],
-        NGX_HTTP_FEED_TLV_PREFIX, user);
+        NGX_HTTP_FEED_KEY_FOLLOWS_VERSION, user);
     ngx_http_feed_timeline_cache_key(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_KEY_PAGES,
         keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_KEY_PAGES],
-        NGX_HTTP_FEED_TLP_PREFIX, user);
+        NGX_HTTP_FEED_KEY_KEPT_PAGES, user);
     ngx_http_feed_timeline_cache_key(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_KEY_PULL,
         keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_KEY_PULL],
-        NGX_HTTP_FEED_TLA_PREFIX, user);
+        NGX_HTTP_FEED_KEY_PULL_AUTHORS, user);
 
     ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_ARG_TTL, ttl,
@@ -1144,7 +1116,7 @@ ngx_http_feed_timeline_cache_filter(ngx_http_request_t *r,
     ngx_http_feed_redis_pt handler, void *data)
 {
     char                        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_FILTER_NKEYS]
-                                    [NGX_HTTP_FEED_KEY_LEN];
+                                    [NGX_HTTP_FEED_USER_KEY_LEN];
     u_char                      ttl[NGX_INT_T_LEN],
                                 nonce[NGX_HTTP_FEED_NONCE_LEN];
     size_t                      argvlen[
@@ -1165,19 +1137,19 @@ ngx_http_feed_timeline_cache_filter(ngx_http_request_t *r,
     ngx_http_feed_timeline_cache_key(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_FILTER_KEY_FILTERS,
         keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_FILTER_KEY_FILTERS],
-        NGX_HTTP_FEED_TLF_PREFIX, user);
+        NGX_HTTP_FEED_KEY_FILTERS, user);
     ngx_http_feed_timeline_cache_key(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_FILTER_KEY_FOLLOWS_VERSION,
         keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_FILTER_KEY_FOLLOWS_VERSION],
-        NGX_HTTP_FEED_TLV_PREFIX, user);
+        NGX_HTTP_FEED_KEY_FOLLOWS_VERSION, user);
     ngx_http_feed_timeline_cache_key(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_FILTER_KEY_PAGES,
         keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_FILTER_KEY_PAGES],
-        NGX_HTTP_FEED_TLP_PREFIX, user);
+        NGX_HTTP_FEED_KEY_KEPT_PAGES, user);
     ngx_http_feed_timeline_cache_key(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_FILTER_KEY_VERSION,
         keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_FILTER_KEY_VERSION],
-        NGX_HTTP_FEED_TLN_PREFIX, user);
+        NGX_HTTP_FEED_KEY_TIMELINE_NONCE, user);
 
     ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_FILTER_ARG_AUTHOR,
@@ -1274,27 +1246,9 @@ ngx_http_feed_timeline_cache_deliver(ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_redis_call_arg(call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_ARG_NONCE,
         nonce, ngx_http_feed_timeline_cache_nonce(nonce) - nonce);
-    ngx_http_feed_redis_call_lit(call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_ARG_PAGES_PREFIX,
-        NGX_HTTP_FEED_TLP_PREFIX);
-    ngx_http_feed_redis_call_lit(call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_ARG_LOCK_PREFIX,
-        NGX_HTTP_FEED_LOCK_PREFIX);
-    ngx_http_feed_redis_call_lit(call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_ARG_QUEUE_PREFIX,
-        NGX_HTTP_FEED_TLQ_PREFIX);
-    ngx_http_feed_redis_call_lit(call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_ARG_VERSION_PREFIX,
-        NGX_HTTP_FEED_TLN_PREFIX);
     ngx_http_feed_redis_call_arg(call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_ARG_MEMBER,
         member ? member->data : "", member ? member->len : 0);
-    ngx_http_feed_redis_call_lit(call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_ARG_PULL_PREFIX,
-        NGX_HTTP_FEED_TLA_PREFIX);
-    ngx_http_feed_redis_call_lit(call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_ARG_FOLLOWS_PREFIX,
-        NGX_HTTP_FEED_TLV_PREFIX);
 
     return ngx_http_feed_timeline_cache_batch_send(fmcf, call, handler,
                                                    data);
@@ -1396,9 +1350,6 @@ ngx_http_feed_timeline_cache_remove(ngx_http_feed_main_conf_t *fmcf,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_ARG_NONCE,
         nonce, ngx_http_feed_timeline_cache_nonce(nonce) - nonce);
     ngx_http_feed_redis_call_lit(call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_ARG_VERSION_PREFIX,
-        NGX_HTTP_FEED_TLN_PREFIX);
-    ngx_http_feed_redis_call_lit(call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_ARG_CHANNEL, "");
 
     return ngx_http_feed_timeline_cache_batch_send(fmcf, call, handler,
@@ -1440,7 +1391,7 @@ ngx_http_feed_timeline_cache_batch(ngx_log_t *log,
 
     call = ngx_alloc(sizeof(ngx_http_feed_redis_call_t)
                      + argc * (sizeof(char *) + sizeof(size_t))
-                     + n * NGX_HTTP_FEED_KEY_LEN, log);
+                     + n * NGX_HTTP_FEED_USER_KEY_LEN, log);
     if (call == NULL) {
         return NULL;
     }
@@ -1453,15 +1404,15 @@ ngx_http_feed_timeline_cache_batch(ngx_log_t *log,
                                   script->nargs + n);
 
     for (i = 0; i < n; i++) {
-        len = ngx_http_feed_timeline_cache_user_key(p, NGX_HTTP_FEED_TL_PREFIX,
-                                                    &users[i]);
+        len = ngx_http_feed_timeline_cache_user_key(p,
+                  NGX_HTTP_FEED_KEY_TIMELINE, &users[i]);
         ngx_http_feed_redis_call_arg(call, script->nargs + i, p, len);
 
         if (i == 0) {
             ngx_http_feed_redis_call_key(call, 0, p, len);
         }
 
-        p += NGX_HTTP_FEED_KEY_LEN;
+        p += NGX_HTTP_FEED_USER_KEY_LEN;
     }
 
     return call;
@@ -1507,8 +1458,8 @@ ngx_http_feed_timeline_cache_deleting(ngx_http_feed_main_conf_t *fmcf,
 
     ngx_http_feed_redis_args_init(&args, argv, argvlen);
     ngx_http_feed_redis_args_lit(&args, "ZADD");
-    ngx_http_feed_redis_args_key(&args, NGX_HTTP_FEED_DELETING,
-                                 sizeof(NGX_HTTP_FEED_DELETING) - 1);
+    ngx_http_feed_redis_args_key(&args, NGX_HTTP_FEED_KEY_DELETING,
+                                 sizeof(NGX_HTTP_FEED_KEY_DELETING) - 1);
 
     if (done) {
         ngx_http_feed_redis_args_lit(&args, "XX");
@@ -1534,8 +1485,8 @@ ngx_http_feed_timeline_cache_deleting(ngx_http_feed_main_conf_t *fmcf,
 
     ngx_http_feed_redis_args_init(&trim, targv, targvlen);
     ngx_http_feed_redis_args_lit(&trim, "ZREMRANGEBYSCORE");
-    ngx_http_feed_redis_args_key(&trim, NGX_HTTP_FEED_DELETING,
-                                 sizeof(NGX_HTTP_FEED_DELETING) - 1);
+    ngx_http_feed_redis_args_key(&trim, NGX_HTTP_FEED_KEY_DELETING,
+                                 sizeof(NGX_HTTP_FEED_KEY_DELETING) - 1);
     ngx_http_feed_redis_args_lit(&trim, "-inf");
     ngx_http_feed_redis_args_add(&trim, now,
                                  ngx_sprintf(now, "(%L", ms) - now);
@@ -1699,8 +1650,8 @@ ngx_http_feed_timeline_cache_copies_ready(ngx_http_feed_redis_t *rd,
 
     ngx_http_feed_redis_args_init(&args, argv, argvlen);
     ngx_http_feed_redis_args_lit(&args, "ZRANGE");
-    ngx_http_feed_redis_args_key(&args, NGX_HTTP_FEED_DELETING,
-                                 sizeof(NGX_HTTP_FEED_DELETING) - 1);
+    ngx_http_feed_redis_args_key(&args, NGX_HTTP_FEED_KEY_DELETING,
+                                 sizeof(NGX_HTTP_FEED_KEY_DELETING) - 1);
     ngx_http_feed_redis_args_lit(&args, "0");
     ngx_http_feed_redis_args_lit(&args, "-1");
     ngx_http_feed_redis_args_lit(&args, "WITHSCORES");
@@ -1868,8 +1819,6 @@ static void
 ngx_http_feed_timeline_cache_retire_send(ngx_http_feed_main_conf_t *fmcf)
 {
     u_char                      deleting[NGX_HTTP_FEED_DELETING_LEN],
-                                lists[NGX_HTTP_FEED_PULL_PREFIX_LEN],
-                                versions[NGX_HTTP_FEED_PULL_PREFIX_LEN],
                                 channel[NGX_HTTP_FEED_WATCH_CHANNEL_LEN];
     size_t                      argvlen[NGX_HTTP_FEED_SCRIPT_COPY_RETIRE_ARGC];
     ngx_str_t                   copy;
@@ -1899,12 +1848,6 @@ ngx_http_feed_timeline_cache_retire_send(ngx_http_feed_main_conf_t *fmcf)
             ngx_sprintf(deleting, "%V%V",
                         &ngx_http_feed_timeline_cache_deleting_key, &copy)
             - deleting);
-        ngx_http_feed_redis_call_arg(&call,
-            NGX_HTTP_FEED_SCRIPT_COPY_RETIRE_ARG_LISTS, lists,
-            ngx_http_feed_timeline_pull_prefix(&copy, 0, lists));
-        ngx_http_feed_redis_call_arg(&call,
-            NGX_HTTP_FEED_SCRIPT_COPY_RETIRE_ARG_VERSIONS, versions,
-            ngx_http_feed_timeline_pull_prefix(&copy, 1, versions));
         ngx_http_feed_redis_call_arg(&call,
             NGX_HTTP_FEED_SCRIPT_COPY_RETIRE_ARG_CHANNEL, channel,
             ngx_http_feed_watch_channel(&copy, channel));
@@ -1962,11 +1905,11 @@ ngx_uint_t
 ngx_http_feed_timeline_cache_node(ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_user_t *user)
 {
-    char  key[NGX_HTTP_FEED_KEY_LEN];
+    char  key[NGX_HTTP_FEED_USER_KEY_LEN];
 
     return ngx_http_feed_redis_node_of(fmcf->redis_client, (u_char *) key,
                ngx_http_feed_timeline_cache_user_key(key,
-                                                     NGX_HTTP_FEED_TL_PREFIX,
+                                                     NGX_HTTP_FEED_KEY_TIMELINE,
                                                      user));
 }
 
@@ -1982,12 +1925,12 @@ size_t
 ngx_http_feed_timeline_pull_copy(ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_user_t *user, u_char *buf)
 {
-    char       key[NGX_HTTP_FEED_KEY_LEN];
+    char       key[NGX_HTTP_FEED_USER_KEY_LEN];
     ngx_str_t  none = ngx_string("");
 
     return ngx_http_feed_redis_local_key(fmcf->redis_client, (u_char *) key,
                ngx_http_feed_timeline_cache_user_key(key,
-                                                     NGX_HTTP_FEED_TL_PREFIX,
+                                                     NGX_HTTP_FEED_KEY_TIMELINE,
                                                      user),
                &none, buf);
 }
@@ -2032,7 +1975,7 @@ ngx_http_feed_timeline_cache_key(ngx_http_feed_redis_call_t *call,
 static size_t
 ngx_http_feed_timeline_cache_post_key(u_char *buf, const char *id)
 {
-    return ngx_sprintf(buf, "%s%*s", NGX_HTTP_FEED_POST_PREFIX, (size_t) 24,
+    return ngx_sprintf(buf, "%s%*s", NGX_HTTP_FEED_KEY_POST_JSON, (size_t) 24,
                        id)
            - buf;
 }

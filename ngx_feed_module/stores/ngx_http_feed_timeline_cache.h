@@ -21,17 +21,10 @@
 
 /*
  * Which copy of the pull authors' lists: "" on a single Redis, "{tag}" of
- * a cluster's master (ngx_http_feed_timeline_pull.c)
+ * a cluster's master (ngx_http_feed_timeline_pull.c), the <copy> of their
+ * keys (scripts/keys)
  */
 #define NGX_HTTP_FEED_PULL_COPY_LEN  NGX_HTTP_FEED_REDIS_LOCAL_LEN("")
-
-/* the pull authors' lists and their versions, before the copy */
-#define NGX_HTTP_FEED_PL_KEY         "feed:pl"
-#define NGX_HTTP_FEED_PV_KEY         "feed:pv"
-
-/* the prefix of a copy's lists or versions, "feed:pl{tag}:{" */
-#define NGX_HTTP_FEED_PULL_PREFIX_LEN                                        \
-    (sizeof(NGX_HTTP_FEED_PL_KEY) + NGX_HTTP_FEED_PULL_COPY_LEN + 2)
 
 /* a value no other node or worker ever makes: versions, lock tokens */
 #define NGX_HTTP_FEED_NONCE_LEN    (3 * NGX_INT64_LEN)
@@ -172,8 +165,6 @@ ngx_int_t ngx_http_feed_timeline_pull_remove(
     ngx_http_feed_main_conf_t *fmcf, ngx_str_t *copy,
     ngx_http_feed_user_t *author, const char *id,
     ngx_http_feed_redis_pt handler, void *data);
-size_t ngx_http_feed_timeline_pull_prefix(ngx_str_t *copy,
-    ngx_uint_t version, u_char *buf);
 
 ngx_int_t ngx_http_feed_timeline_watch_init(ngx_cycle_t *cycle,
     ngx_http_feed_main_conf_t *fmcf);

@@ -6,7 +6,9 @@
  * history) and feed:pv:{author} (its version).  Readers merge them into
  * their pages (timeline_read.lua), fanout adds the posts of pull authors
  * to them, and a missing list is made again from MongoDB's newest posts.
- * A list lives twice feed_cache_ttl from its author's last post.
+ * A list lives twice feed_cache_ttl from its author's last post.  The
+ * read script makes these keys itself, of the copy it is given
+ * (scripts/keys).
  *
  * On a Redis Cluster, a read merges the lists in its script, on the node
  * of its user's keys: each master has its own copy of every list it needs,
@@ -22,6 +24,7 @@
 #include "ngx_http_feed_timeline_watch.h"
 #include "ngx_http_feed_json.h"
 #include "ngx_http_feed_scripts.h"
+#include "ngx_http_feed_keys.h"
 
 
 /* what each post of a list made from MongoDB is added to */
@@ -35,9 +38,13 @@ typedef struct {
 #define NGX_HTTP_FEED_PULL_ARGS_LEN  (2 * NGX_INT_T_LEN                     \
                                       + NGX_HTTP_FEED_NONCE_LEN)
 
-/* a list's key: the prefix, the copy, ":{", the author, "}" */
-#define NGX_HTTP_FEED_PULL_KEY_LEN  (NGX_HTTP_FEED_PULL_PREFIX_LEN          \
-                                     + NGX_HTTP_FEED_USER_MAX + 1)
+/*
+ * A list's key or its version's: the prefix, the copy, ":{", the author,
+ * "}" (scripts/keys)
+ */
+#define NGX_HTTP_FEED_PULL_KEY_LEN                                           \
+    (sizeof(NGX_HTTP_FEED_KEY_PULL_LIST) + NGX_HTTP_FEED_PULL_COPY_LEN + 2   \
+     + NGX_HTTP_FEED_USER_MAX + 1)
 
 /*
  * The keys of pull_add.lua and pull_warm.lua (the list, its version, the
@@ -70,24 +77,6 @@ static void ngx_http_feed_timeline_pull_channel(
     ngx_str_t *copy);
 static ngx_int_t ngx_http_feed_timeline_pull_item(void *data,
     ngx_str_t *id, ngx_str_t *json);
-
-
-/*
- * The prefix of the lists (0) or of their versions (1) in a copy, for the
- * reads: the script appends the author and "}".  buf: at least
- * NGX_HTTP_FEED_PULL_KEY_LEN bytes.
- */
-
-size_t
-ngx_http_feed_timeline_pull_prefix(ngx_str_t *copy, ngx_uint_t version,
-    u_char *buf)
-{
-    const char  *prefix;
-
-    prefix = version ? NGX_HTTP_FEED_PV_KEY : NGX_HTTP_FEED_PL_KEY;
-
-    return ngx_sprintf(buf, "%s%V:{", prefix, copy) - buf;
-}
 
 
 /*
@@ -242,7 +231,6 @@ ngx_http_feed_timeline_pull_remove(ngx_http_feed_main_conf_t *fmcf,
     char                        list[NGX_HTTP_FEED_PULL_KEY_LEN];
     u_char                      ttl[NGX_INT_T_LEN],
                                 nonce[NGX_HTTP_FEED_NONCE_LEN],
-                                prefix[NGX_HTTP_FEED_PULL_KEY_LEN],
                                 channel[NGX_HTTP_FEED_WATCH_CHANNEL_LEN];
     size_t                      len, argvlen[
                                     NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_ARGC
@@ -262,8 +250,8 @@ ngx_http_feed_timeline_pull_remove(ngx_http_feed_main_conf_t *fmcf,
                                   NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_NARGS
                                   + 1);
 
-    len = ngx_http_feed_timeline_pull_key(list, NGX_HTTP_FEED_PL_KEY, copy,
-                                          author);
+    len = ngx_http_feed_timeline_pull_key(list, NGX_HTTP_FEED_KEY_PULL_LIST,
+                                          copy, author);
 
     ngx_http_feed_redis_call_key(&call, 0, list, len);
     ngx_http_feed_redis_call_arg(&call,
@@ -277,9 +265,6 @@ ngx_http_feed_timeline_pull_remove(ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_ARG_NONCE,
         nonce, ngx_http_feed_timeline_cache_nonce(nonce) - nonce);
-    ngx_http_feed_redis_call_arg(&call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_ARG_VERSION_PREFIX, prefix,
-        ngx_http_feed_timeline_pull_prefix(copy, 1, prefix));
     ngx_http_feed_timeline_pull_channel(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_REMOVE_ARG_CHANNEL, channel, copy);
 
@@ -287,6 +272,8 @@ ngx_http_feed_timeline_pull_remove(ngx_http_feed_main_conf_t *fmcf,
                                     data);
 }
 
+
+/* a key of a copy: feed:pl<copy>:{<author>}, feed:pv<copy>:{<author>} */
 
 static size_t
 ngx_http_feed_timeline_pull_key(char *buf, const char *prefix,
@@ -309,12 +296,14 @@ ngx_http_feed_timeline_pull_keys(ngx_http_feed_redis_call_t *call,
 
     ngx_http_feed_redis_call_key(call, NGX_HTTP_FEED_SCRIPT_PULL_ADD_KEY_LIST,
         keys->list,
-        ngx_http_feed_timeline_pull_key(keys->list, NGX_HTTP_FEED_PL_KEY, copy,
+        ngx_http_feed_timeline_pull_key(keys->list,
+                                        NGX_HTTP_FEED_KEY_PULL_LIST, copy,
                                         author));
     ngx_http_feed_redis_call_key(call,
         NGX_HTTP_FEED_SCRIPT_PULL_ADD_KEY_VERSION, keys->version,
-        ngx_http_feed_timeline_pull_key(keys->version, NGX_HTTP_FEED_PV_KEY,
-                                        copy, author));
+        ngx_http_feed_timeline_pull_key(keys->version,
+                                        NGX_HTTP_FEED_KEY_PULL_VERSION, copy,
+                                        author));
 
     p = ngx_sprintf((u_char *) keys->deleting, "%V%V",
                     &ngx_http_feed_timeline_cache_deleting_key, copy);

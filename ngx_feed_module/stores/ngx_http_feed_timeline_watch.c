@@ -35,10 +35,8 @@
 
 
 #include "ngx_http_feed_timeline_watch.h"
+#include "ngx_http_feed_keys.h"
 
-
-#define NGX_HTTP_FEED_WATCH_CHANNEL    "feed:pvc"
-#define NGX_HTTP_FEED_WATCH_ECHO       "feed:pvh:"
 
 #define NGX_HTTP_FEED_WATCH_FRESH      300     /* ms a heartbeat vouches */
 
@@ -101,7 +99,7 @@ struct ngx_http_feed_watch_s {
     ngx_msec_t                    since;    /* when subscribed */
     unsigned                      heard:1;  /* one was heard this era */
 
-    u_char                        own[sizeof(NGX_HTTP_FEED_WATCH_ECHO)
+    u_char                        own[sizeof(NGX_HTTP_FEED_KEY_WATCH_HEARTBEAT)
                                       + NGX_INT64_LEN * 2
                                       + NGX_HTTP_FEED_PULL_COPY_LEN];
     size_t                        own_len;
@@ -147,7 +145,7 @@ static ngx_uint_t  ngx_http_feed_watch_eras;
 size_t
 ngx_http_feed_watch_channel(ngx_str_t *copy, u_char *buf)
 {
-    return ngx_sprintf(buf, NGX_HTTP_FEED_WATCH_CHANNEL "%V", copy) - buf;
+    return ngx_sprintf(buf, NGX_HTTP_FEED_KEY_PULL_CHANNEL "%V", copy) - buf;
 }
 
 
@@ -202,7 +200,8 @@ ngx_http_feed_watch_create(ngx_cycle_t *cycle,
     ngx_memcpy(w->copy, copy->data, copy->len);
 
     w->channel_len = ngx_http_feed_watch_channel(copy, w->channel);
-    w->own_len = ngx_sprintf(w->own, NGX_HTTP_FEED_WATCH_ECHO "%P-%M%V",
+    w->own_len = ngx_sprintf(w->own,
+                             NGX_HTTP_FEED_KEY_WATCH_HEARTBEAT "%P-%M%V",
                              ngx_pid, ngx_current_msec, copy)
                  - w->own;
 

@@ -22,8 +22,8 @@ local function merge(out, part, pull)
   for k = 1, #pull do
     -- a pull author gives a page a few posts: their list is read a few
     -- entries at a time, twice as many each time
-    lists[#lists + 1] = {key = ARGV[8] .. pull[k] .. '}', buf = {}, pos = 0,
-                         i = 1, chunk = 2, pulled = true,
+    lists[#lists + 1] = {key = key_pull_list(ARGV[7], pull[k]), buf = {},
+                         pos = 0, i = 1, chunk = 2, pulled = true,
                          author = pull[k]}
   end
 
@@ -80,7 +80,7 @@ local function merge(out, part, pull)
       for _, s in ipairs(lists) do
         local id = peek(s)
         if id == false then
-          redis.call('del', ARGV[9] .. s.author .. '}')
+          redis.call('del', key_pull_version(ARGV[7], s.author))
           return nil, s.author
         end
         if id and (not bid or id > bid) then best, bid = s, id end
@@ -111,12 +111,12 @@ local function merge(out, part, pull)
     if deleting and #c > 0 then
       local ids = {}
       for i = 1, #c do ids[i] = c[i][1] end
-      dead = deleted(ARGV[11], ids)
+      dead = deleted(ARGV[9], ids)
     end
     if not embed then
       for i = 1, #c do
         if not dead[i] and not c[i][3] then
-          keys[#keys + 1] = ARGV[6] .. c[i][1]
+          keys[#keys + 1] = key_post_json(c[i][1])
         end
       end
       if #keys > 0 then posts = redis.call('mget', unpack(keys)) end

@@ -13,12 +13,13 @@ local function pull_changed(version, ttl, nonce, channel)
   if o and o >= n and o < 9000000000000000 then n = o + 1 end
   local v = string.format('%016d', n) .. '.' .. nonce
   redis.call('set', version, v, 'EX', 2 * tonumber(ttl))
-  redis.call('publish', channel,
-             string.match(version, '{([^}]*)}$') .. ' ' .. v)
+  local _, author = key_pull_version_parts(version)
+  redis.call('publish', channel, author .. ' ' .. v)
 end
 
 -- A pull author's list is gone (the key "list" is feed:pl:{author}), and
 -- whatever the workers knew of its version with it: they forget it.
 local function pull_forgotten(list, channel)
-  redis.call('publish', channel, string.match(list, '{([^}]*)}$') .. ' -')
+  local _, author = key_pull_list_parts(list)
+  redis.call('publish', channel, author .. ' -')
 end
