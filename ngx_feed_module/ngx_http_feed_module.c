@@ -22,7 +22,7 @@
 #include "ngx_http_feed_status.h"
 #include "ngx_http_feed_metrics.h"
 #include "ngx_http_feed_schema.h"
-#include "ngx_http_feed_timelines_store.h"
+#include "ngx_http_feed_model.h"
 
 
 static ngx_int_t ngx_http_feed_cluster_defaults(ngx_conf_t *cf,

@@ -25,7 +25,7 @@
 #include "ngx_http_feed_effects.h"
 #include "ngx_http_feed_counts.h"
 #include "ngx_http_feed_timeline_cache.h"
-#include "ngx_http_feed_timelines_store.h"
+#include "ngx_http_feed_model.h"
 
 
 /* the entries a write's last step clears, or hands to the sweeper */

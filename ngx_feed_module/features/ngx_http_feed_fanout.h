@@ -12,7 +12,7 @@
 #include "ngx_http_feed_redis.h"
 #include "ngx_http_feed_mongo.h"
 #include "ngx_http_feed_util.h"
-#include "ngx_http_feed_timelines_store.h"
+#include "ngx_http_feed_model.h"
 
 
 typedef struct ngx_http_feed_fanout_consumers_s

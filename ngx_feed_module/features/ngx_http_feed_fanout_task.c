@@ -10,7 +10,7 @@
 #include "ngx_http_feed_follows_store.h"
 #include "ngx_http_feed_posts_store.h"
 #include "ngx_http_feed_pull.h"
-#include "ngx_http_feed_timelines_store.h"
+#include "ngx_http_feed_model.h"
 
 
 static ngx_int_t ngx_http_feed_fanout_post(mongoc_client_t *client,

@@ -15,7 +15,7 @@
 #include "ngx_http_feed_posts_store.h"
 #include "ngx_http_feed_idempotency_store.h"
 #include "ngx_http_feed_effects_store.h"
-#include "ngx_http_feed_timelines_store.h"
+#include "ngx_http_feed_model.h"
 
 
 #define NGX_HTTP_FEED_SCHEMA_RETRY  5000

@@ -7,7 +7,7 @@
  */
 
 
-#include "ngx_http_feed_timelines_store.h"
+#include "ngx_http_feed_model.h"
 
 
 static int ngx_http_feed_timelines_key_cmp(const void *a, const void *b);

@@ -5,8 +5,8 @@
  */
 
 
-#ifndef _NGX_HTTP_FEED_TIMELINES_STORE_H_INCLUDED_
-#define _NGX_HTTP_FEED_TIMELINES_STORE_H_INCLUDED_
+#ifndef _NGX_HTTP_FEED_MODEL_H_INCLUDED_
+#define _NGX_HTTP_FEED_MODEL_H_INCLUDED_
 
 
 #include "ngx_http_feed_conf.h"
@@ -214,4 +214,4 @@ void ngx_http_feed_timelines_raise(ngx_http_feed_timelines_page_t *page,
     const bson_oid_t *from);
 
 
-#endif /* _NGX_HTTP_FEED_TIMELINES_STORE_H_INCLUDED_ */
+#endif /* _NGX_HTTP_FEED_MODEL_H_INCLUDED_ */

@@ -24,7 +24,7 @@
 
 
 #include "ngx_http_feed_timeline.h"
-#include "ngx_http_feed_timelines_store.h"
+#include "ngx_http_feed_model.h"
 #include "ngx_http_feed_follows_store.h"
 #include "ngx_http_feed_pull.h"
 

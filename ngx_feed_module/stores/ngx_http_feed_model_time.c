@@ -22,7 +22,7 @@
  */
 
 
-#include "ngx_http_feed_timelines_store.h"
+#include "ngx_http_feed_model.h"
 
 
 #define NGX_HTTP_FEED_TIMELINES_TIME   "timeline_time"

@@ -29,7 +29,7 @@
  */
 
 
-#include "ngx_http_feed_timelines_store.h"
+#include "ngx_http_feed_model.h"
 
 
 #define NGX_HTTP_FEED_TIMELINES_SIZE   "timeline_size"
