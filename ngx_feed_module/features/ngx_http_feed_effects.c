@@ -283,7 +283,7 @@ ngx_http_feed_effects_kept(mongoc_client_t *client, const char *database,
         return NGX_OK;
     }
 
-    return ngx_http_feed_timelines_drop(client, database, model, user, error);
+    return ngx_http_feed_model_drop(client, database, model, user, error);
 }
 
 

@@ -67,9 +67,9 @@ typedef struct {
      * (its entry, made by the first page's thread, kept for the others),
      * or a deleted post out of them all
      */
-    ngx_http_feed_timelines_conf_t  store;
-    ngx_uint_t                      removing;
-    bson_t                         *stored;
+    ngx_http_feed_model_conf_t    model;
+    ngx_uint_t                    removing;
+    bson_t                       *model_entry;
 } ngx_http_feed_fanout_page_t;
 
 

@@ -62,10 +62,10 @@ static ngx_http_feed_mongo_indexes_t  *ngx_http_feed_schema_stores[] = {
 
 static ngx_http_feed_mongo_indexes_t  *ngx_http_feed_schema_timelines[] = {
     NULL,                                       /* read */
-    &ngx_http_feed_timelines_time_indexes,
-    &ngx_http_feed_timelines_size_indexes,
-    &ngx_http_feed_timelines_indexes,           /* cache */
-    &ngx_http_feed_timelines_capped_indexes
+    &ngx_http_feed_model_time_indexes,
+    &ngx_http_feed_model_size_indexes,
+    &ngx_http_feed_model_cache_indexes,         /* cache */
+    &ngx_http_feed_model_capped_indexes
 };
 
 

@@ -25,23 +25,23 @@
 #include "ngx_http_feed_model.h"
 
 
-#define NGX_HTTP_FEED_TIMELINES  "timeline_cache"
+#define NGX_HTTP_FEED_MODEL_CACHE_COLL  "timeline_cache"
 
 
-static const bson_oid_t  ngx_http_feed_timelines_zero;
+static const bson_oid_t  ngx_http_feed_model_zero;
 
 
-static mongoc_collection_t *ngx_http_feed_timelines_coll(
+static mongoc_collection_t *ngx_http_feed_model_cache_coll(
     mongoc_client_t *client, const char *database);
-static ngx_int_t ngx_http_feed_timelines_entries(const bson_t *doc,
+static ngx_int_t ngx_http_feed_model_cache_entries(const bson_t *doc,
     ngx_http_feed_posts_range_t *range, size_t want,
-    ngx_http_feed_timelines_page_t *page);
+    ngx_http_feed_model_page_t *page);
 
 
 /* the entries' ids, for deletes */
 
-ngx_http_feed_mongo_indexes_t  ngx_http_feed_timelines_indexes = {
-    NGX_HTTP_FEED_TIMELINES,
+ngx_http_feed_mongo_indexes_t  ngx_http_feed_model_cache_indexes = {
+    NGX_HTTP_FEED_MODEL_CACHE_COLL,
     "[{\"key\": {\"c.i\": 1}, \"name\": \"entries\"}]"
 };
 
@@ -49,8 +49,8 @@ ngx_http_feed_mongo_indexes_t  ngx_http_feed_timelines_indexes = {
 /* what the models need of the configuration, for the threads */
 
 void
-ngx_http_feed_timelines_conf(ngx_http_feed_main_conf_t *fmcf,
-    ngx_http_feed_timelines_conf_t *tc)
+ngx_http_feed_model_conf(ngx_http_feed_main_conf_t *fmcf,
+    ngx_http_feed_model_conf_t *tc)
 {
     tc->model = fmcf->timeline_store;
     tc->embed = fmcf->cache_embed;
@@ -65,7 +65,7 @@ ngx_http_feed_timelines_conf(ngx_http_feed_main_conf_t *fmcf,
 /* what a post's JSON (as the API shows it) becomes in a timeline */
 
 ngx_int_t
-ngx_http_feed_timelines_entry(const char *json, size_t len, ngx_uint_t embed,
+ngx_http_feed_model_entry(const char *json, size_t len, ngx_uint_t embed,
     bson_t *entry)
 {
     bson_t       post;
@@ -123,8 +123,8 @@ ngx_http_feed_timelines_entry(const char *json, size_t len, ngx_uint_t embed,
  */
 
 ngx_int_t
-ngx_http_feed_timelines_add(mongoc_client_t *client, const char *database,
-    ngx_http_feed_timelines_conf_t *tc, ngx_http_feed_user_t *users,
+ngx_http_feed_model_add(mongoc_client_t *client, const char *database,
+    ngx_http_feed_model_conf_t *tc, ngx_http_feed_user_t *users,
     size_t n, const bson_t *entry, bson_error_t *error)
 {
     bool                  ok;
@@ -132,19 +132,19 @@ ngx_http_feed_timelines_add(mongoc_client_t *client, const char *database,
     bson_iter_t           it;
     mongoc_collection_t  *coll;
 
-    if (tc->model == NGX_HTTP_FEED_STORE_TIME_BUCKETS) {
-        return ngx_http_feed_timelines_time_add(client, database, tc, users,
-                                                n, entry, error);
+    if (tc->model == NGX_HTTP_FEED_MODEL_TIME_BUCKETS) {
+        return ngx_http_feed_model_time_add(client, database, tc, users,
+                                            n, entry, error);
     }
 
-    if (tc->model == NGX_HTTP_FEED_STORE_CAPPED) {
-        return ngx_http_feed_timelines_capped_add(client, database, tc,
-                                                  users, n, entry, error);
+    if (tc->model == NGX_HTTP_FEED_MODEL_CAPPED) {
+        return ngx_http_feed_model_capped_add(client, database, tc,
+                                              users, n, entry, error);
     }
 
-    if (tc->model == NGX_HTTP_FEED_STORE_SIZE_BUCKETS) {
-        return ngx_http_feed_timelines_size_add(client, database, tc, users,
-                                                n, entry, error);
+    if (tc->model == NGX_HTTP_FEED_MODEL_SIZE_BUCKETS) {
+        return ngx_http_feed_model_size_add(client, database, tc, users,
+                                            n, entry, error);
     }
 
     if (n == 0 || !bson_iter_init_find(&it, entry, "i")
@@ -154,7 +154,7 @@ ngx_http_feed_timelines_add(mongoc_client_t *client, const char *database,
     }
 
     bson_init(&selector);
-    ngx_http_feed_timelines_in(&selector, "_id", users, n, NULL, NULL);
+    ngx_http_feed_model_in(&selector, "_id", users, n, NULL, NULL);
     BSON_APPEND_DOCUMENT_BEGIN(&selector, "c.i", &ne);
     BSON_APPEND_OID(&ne, "$ne", bson_iter_oid(&it));
     bson_append_document_end(&selector, &ne);
@@ -163,9 +163,9 @@ ngx_http_feed_timelines_add(mongoc_client_t *client, const char *database,
     BSON_APPEND_DOCUMENT(&each, "0", entry);
 
     bson_init(&update);
-    ngx_http_feed_timelines_push(&update, &each, tc->cap);
+    ngx_http_feed_model_push(&update, &each, tc->cap);
 
-    coll = ngx_http_feed_timelines_coll(client, database);
+    coll = ngx_http_feed_model_cache_coll(client, database);
 
     ok = mongoc_collection_update_many(coll, &selector, &update, NULL, NULL,
                                        error);
@@ -182,7 +182,7 @@ ngx_http_feed_timelines_add(mongoc_client_t *client, const char *database,
 /* $push of entries, kept sorted by id, the newest cap of them (0: all) */
 
 void
-ngx_http_feed_timelines_push(bson_t *update, const bson_t *each,
+ngx_http_feed_model_push(bson_t *update, const bson_t *each,
     ngx_uint_t cap)
 {
     bson_t  push, c, sort;
@@ -206,38 +206,38 @@ ngx_http_feed_timelines_push(bson_t *update, const bson_t *each,
 /* the entries of a user's document in the range of a page, newest first */
 
 ngx_int_t
-ngx_http_feed_timelines_read(mongoc_client_t *client, const char *database,
-    ngx_http_feed_timelines_conf_t *tc, ngx_http_feed_user_t *user,
+ngx_http_feed_model_read(mongoc_client_t *client, const char *database,
+    ngx_http_feed_model_conf_t *tc, ngx_http_feed_user_t *user,
     ngx_http_feed_posts_range_t *range, size_t want,
-    ngx_http_feed_timelines_page_t *page, bson_error_t *error)
+    ngx_http_feed_model_page_t *page, bson_error_t *error)
 {
     bson_t                filter, doc;
     ngx_int_t             rc;
     bson_iter_t           it;
     mongoc_collection_t  *coll;
 
-    ngx_memzero(page, sizeof(ngx_http_feed_timelines_page_t));
+    ngx_memzero(page, sizeof(ngx_http_feed_model_page_t));
 
-    if (tc->model == NGX_HTTP_FEED_STORE_TIME_BUCKETS) {
-        return ngx_http_feed_timelines_time_read(client, database, tc, user,
-                                                 range, want, page, error);
+    if (tc->model == NGX_HTTP_FEED_MODEL_TIME_BUCKETS) {
+        return ngx_http_feed_model_time_read(client, database, tc, user,
+                                             range, want, page, error);
     }
 
-    if (tc->model == NGX_HTTP_FEED_STORE_CAPPED) {
-        return ngx_http_feed_timelines_capped_read(client, database, tc,
-                                                   user, range, want, page,
-                                                   error);
+    if (tc->model == NGX_HTTP_FEED_MODEL_CAPPED) {
+        return ngx_http_feed_model_capped_read(client, database, tc,
+                                               user, range, want, page,
+                                               error);
     }
 
-    if (tc->model == NGX_HTTP_FEED_STORE_SIZE_BUCKETS) {
-        return ngx_http_feed_timelines_size_read(client, database, tc, user,
-                                                 range, want, page, error);
+    if (tc->model == NGX_HTTP_FEED_MODEL_SIZE_BUCKETS) {
+        return ngx_http_feed_model_size_read(client, database, tc, user,
+                                             range, want, page, error);
     }
 
     bson_init(&filter);
     bson_append_utf8(&filter, "_id", 3, user->data, (int) user->len);
 
-    coll = ngx_http_feed_timelines_coll(client, database);
+    coll = ngx_http_feed_model_cache_coll(client, database);
     rc = ngx_http_feed_mongo_find_one(coll, &filter, NULL, &doc, error);
     mongoc_collection_destroy(coll);
     bson_destroy(&filter);
@@ -247,13 +247,13 @@ ngx_http_feed_timelines_read(mongoc_client_t *client, const char *database,
     }
 
     if (bson_iter_init_find(&it, &doc, "b")) {
-        page->state = NGX_HTTP_FEED_TIMELINES_BUILDING;
+        page->state = NGX_HTTP_FEED_MODEL_PAGE_BUILDING;
         page->building = ngx_http_feed_bson_int(&doc, "b");
         bson_destroy(&doc);
         return NGX_OK;
     }
 
-    rc = ngx_http_feed_timelines_entries(&doc, range, want, page);
+    rc = ngx_http_feed_model_cache_entries(&doc, range, want, page);
 
     bson_destroy(&doc);
 
@@ -264,21 +264,21 @@ ngx_http_feed_timelines_read(mongoc_client_t *client, const char *database,
 /* the candidates: entries from the bound up, in range, newest first */
 
 static ngx_int_t
-ngx_http_feed_timelines_entries(const bson_t *doc,
+ngx_http_feed_model_cache_entries(const bson_t *doc,
     ngx_http_feed_posts_range_t *range, size_t want,
-    ngx_http_feed_timelines_page_t *page)
+    ngx_http_feed_model_page_t *page)
 {
     size_t              n;
     bson_oid_t          bound, *all;
     bson_iter_t         it;
 
-    bson_oid_copy(&ngx_http_feed_timelines_zero, &bound);
+    bson_oid_copy(&ngx_http_feed_model_zero, &bound);
 
     if (bson_iter_init_find(&it, doc, "o") && BSON_ITER_HOLDS_OID(&it)) {
         bson_oid_copy(bson_iter_oid(&it), &bound);
     }
 
-    all = ngx_http_feed_timelines_ids(doc, &n);
+    all = ngx_http_feed_model_ids(doc, &n);
 
     /*
      * What the cap trimmed, or a delete took out, is not here any more:
@@ -291,14 +291,14 @@ ngx_http_feed_timelines_entries(const bson_t *doc,
     }
 
     page->whole = (n == 0
-                   && bson_oid_equal(&bound, &ngx_http_feed_timelines_zero));
+                   && bson_oid_equal(&bound, &ngx_http_feed_model_zero));
     page->ids = bson_malloc((want ? want : 1) * sizeof(bson_oid_t));
-    page->state = NGX_HTTP_FEED_TIMELINES_THERE;
+    page->state = NGX_HTTP_FEED_MODEL_PAGE_THERE;
 
     bson_oid_copy(&bound, &page->bound);
 
     while (n--) {
-        if (ngx_http_feed_timelines_take(page, &all[n], range, want)
+        if (ngx_http_feed_model_take(page, &all[n], range, want)
             == NGX_DONE)
         {
             break;
@@ -314,7 +314,7 @@ ngx_http_feed_timelines_entries(const bson_t *doc,
 /* the ids of a document's entries, in "c", as kept: bson_malloc()ed */
 
 bson_oid_t *
-ngx_http_feed_timelines_ids(const bson_t *doc, size_t *n)
+ngx_http_feed_model_ids(const bson_t *doc, size_t *n)
 {
     size_t        k;
     bson_oid_t   *all;
@@ -359,7 +359,7 @@ ngx_http_feed_timelines_ids(const bson_t *doc, size_t *n)
  */
 
 ngx_int_t
-ngx_http_feed_timelines_take(ngx_http_feed_timelines_page_t *page,
+ngx_http_feed_model_take(ngx_http_feed_model_page_t *page,
     const bson_oid_t *id, ngx_http_feed_posts_range_t *range, size_t want)
 {
     if (bson_oid_compare(id, &page->bound) < 0) {
@@ -394,31 +394,31 @@ ngx_http_feed_timelines_take(ngx_http_feed_timelines_page_t *page,
  */
 
 ngx_int_t
-ngx_http_feed_timelines_begin(mongoc_client_t *client, const char *database,
-    ngx_http_feed_timelines_conf_t *tc, ngx_http_feed_user_t *user,
+ngx_http_feed_model_begin(mongoc_client_t *client, const char *database,
+    ngx_http_feed_model_conf_t *tc, ngx_http_feed_user_t *user,
     int64_t now, ngx_uint_t *mine, bson_error_t *error)
 {
     bool                  ok;
     bson_t                doc, c;
     mongoc_collection_t  *coll;
 
-    if (tc->model == NGX_HTTP_FEED_STORE_TIME_BUCKETS) {
+    if (tc->model == NGX_HTTP_FEED_MODEL_TIME_BUCKETS) {
         /* the buckets hold every post from now on */
         *mine = 0;
-        return ngx_http_feed_timelines_time_floor(client, database, user, 0,
-                                                  error);
+        return ngx_http_feed_model_time_floor(client, database, user, 0,
+                                              error);
     }
 
-    if (tc->model == NGX_HTTP_FEED_STORE_CAPPED) {
+    if (tc->model == NGX_HTTP_FEED_MODEL_CAPPED) {
         *mine = 0;
-        return ngx_http_feed_timelines_capped_floor(client, database, user,
-                                                    0, error);
+        return ngx_http_feed_model_capped_floor(client, database, user,
+                                                0, error);
     }
 
-    if (tc->model == NGX_HTTP_FEED_STORE_SIZE_BUCKETS) {
+    if (tc->model == NGX_HTTP_FEED_MODEL_SIZE_BUCKETS) {
         *mine = 0;
-        return ngx_http_feed_timelines_size_floor(client, database, user, 0,
-                                                  error);
+        return ngx_http_feed_model_size_floor(client, database, user, 0,
+                                              error);
     }
 
     bson_init(&doc);
@@ -427,7 +427,7 @@ ngx_http_feed_timelines_begin(mongoc_client_t *client, const char *database,
     bson_append_array_end(&doc, &c);
     BSON_APPEND_INT64(&doc, "b", now);
 
-    coll = ngx_http_feed_timelines_coll(client, database);
+    coll = ngx_http_feed_model_cache_coll(client, database);
     ok = mongoc_collection_insert_one(coll, &doc, NULL, NULL, error);
     mongoc_collection_destroy(coll);
     bson_destroy(&doc);
@@ -449,8 +449,8 @@ ngx_http_feed_timelines_begin(mongoc_client_t *client, const char *database,
  */
 
 ngx_int_t
-ngx_http_feed_timelines_fill(mongoc_client_t *client, const char *database,
-    ngx_http_feed_timelines_conf_t *tc, ngx_http_feed_user_t *user,
+ngx_http_feed_model_fill(mongoc_client_t *client, const char *database,
+    ngx_http_feed_model_conf_t *tc, ngx_http_feed_user_t *user,
     const bson_t *items, ngx_uint_t complete, bson_error_t *error)
 {
     char                  key[16];
@@ -464,7 +464,7 @@ ngx_http_feed_timelines_fill(mongoc_client_t *client, const char *database,
     uint32_t              len;
     mongoc_collection_t  *coll;
 
-    bson_oid_copy(&ngx_http_feed_timelines_zero, &oldest);
+    bson_oid_copy(&ngx_http_feed_model_zero, &oldest);
 
     bson_init(&each);
     n = 0;
@@ -512,14 +512,14 @@ ngx_http_feed_timelines_fill(mongoc_client_t *client, const char *database,
     }
 
     if (complete) {
-        bson_oid_copy(&ngx_http_feed_timelines_zero, &oldest);
+        bson_oid_copy(&ngx_http_feed_model_zero, &oldest);
     }
 
     bson_init(&selector);
     bson_append_utf8(&selector, "_id", 3, user->data, (int) user->len);
 
     bson_init(&update);
-    ngx_http_feed_timelines_push(&update, &each, tc->cap);
+    ngx_http_feed_model_push(&update, &each, tc->cap);
     BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
     BSON_APPEND_OID(&set, "o", &oldest);
     bson_append_document_end(&update, &set);
@@ -527,7 +527,7 @@ ngx_http_feed_timelines_fill(mongoc_client_t *client, const char *database,
     BSON_APPEND_UTF8(&unset, "b", "");
     bson_append_document_end(&update, &unset);
 
-    coll = ngx_http_feed_timelines_coll(client, database);
+    coll = ngx_http_feed_model_cache_coll(client, database);
     ok = mongoc_collection_update_one(coll, &selector, &update, NULL, NULL,
                                       error);
     mongoc_collection_destroy(coll);
@@ -543,8 +543,8 @@ ngx_http_feed_timelines_fill(mongoc_client_t *client, const char *database,
 /* a document whose making was left (its reader failed): made again later */
 
 ngx_int_t
-ngx_http_feed_timelines_abandon(mongoc_client_t *client,
-    const char *database, ngx_http_feed_timelines_conf_t *tc,
+ngx_http_feed_model_abandon(mongoc_client_t *client,
+    const char *database, ngx_http_feed_model_conf_t *tc,
     ngx_http_feed_user_t *user, int64_t building, bson_error_t *error)
 {
     bool                  ok;
@@ -555,7 +555,7 @@ ngx_http_feed_timelines_abandon(mongoc_client_t *client,
     bson_append_utf8(&selector, "_id", 3, user->data, (int) user->len);
     BSON_APPEND_INT64(&selector, "b", building);
 
-    coll = ngx_http_feed_timelines_coll(client, database);
+    coll = ngx_http_feed_model_cache_coll(client, database);
     ok = mongoc_collection_delete_one(coll, &selector, NULL, NULL, error);
     mongoc_collection_destroy(coll);
     bson_destroy(&selector);
@@ -567,30 +567,30 @@ ngx_http_feed_timelines_abandon(mongoc_client_t *client,
 /* a deleted post out of every document */
 
 ngx_int_t
-ngx_http_feed_timelines_remove(mongoc_client_t *client, const char *database,
-    ngx_http_feed_timelines_conf_t *tc, const bson_oid_t *id,
+ngx_http_feed_model_remove(mongoc_client_t *client, const char *database,
+    ngx_http_feed_model_conf_t *tc, const bson_oid_t *id,
     bson_error_t *error)
 {
     ngx_int_t             rc;
     mongoc_collection_t  *coll;
 
-    if (tc->model == NGX_HTTP_FEED_STORE_TIME_BUCKETS) {
-        return ngx_http_feed_timelines_time_remove(client, database, id,
-                                                   error);
+    if (tc->model == NGX_HTTP_FEED_MODEL_TIME_BUCKETS) {
+        return ngx_http_feed_model_time_remove(client, database, id,
+                                               error);
     }
 
-    if (tc->model == NGX_HTTP_FEED_STORE_CAPPED) {
-        return ngx_http_feed_timelines_capped_remove(client, database, id,
-                                                     error);
+    if (tc->model == NGX_HTTP_FEED_MODEL_CAPPED) {
+        return ngx_http_feed_model_capped_remove(client, database, id,
+                                                 error);
     }
 
-    if (tc->model == NGX_HTTP_FEED_STORE_SIZE_BUCKETS) {
-        return ngx_http_feed_timelines_size_remove(client, database, id,
-                                                   error);
+    if (tc->model == NGX_HTTP_FEED_MODEL_SIZE_BUCKETS) {
+        return ngx_http_feed_model_size_remove(client, database, id,
+                                               error);
     }
 
-    coll = ngx_http_feed_timelines_coll(client, database);
-    rc = ngx_http_feed_timelines_pull(coll, id, error);
+    coll = ngx_http_feed_model_cache_coll(client, database);
+    rc = ngx_http_feed_model_delete_post(coll, id, error);
     mongoc_collection_destroy(coll);
 
     return rc;
@@ -606,14 +606,14 @@ ngx_http_feed_timelines_remove(mongoc_client_t *client, const char *database,
  */
 
 ngx_int_t
-ngx_http_feed_timelines_floor(mongoc_collection_t *coll, bson_t *selector,
+ngx_http_feed_model_floor(mongoc_collection_t *coll, bson_t *selector,
     ngx_uint_t reset, bson_error_t *error)
 {
     bool        ok;
     bson_t      update, set, opts, has;
     bson_oid_t  floor;
 
-    ngx_http_feed_timelines_time_oid(&floor, 2);
+    ngx_http_feed_model_time_oid(&floor, 2);
 
     if (!reset) {
         BSON_APPEND_DOCUMENT_BEGIN(selector, "f", &has);
@@ -653,8 +653,8 @@ ngx_http_feed_timelines_floor(mongoc_collection_t *coll, bson_t *selector,
  */
 
 ngx_int_t
-ngx_http_feed_timelines_floor_page(mongoc_collection_t *coll,
-    const bson_t *selector, size_t want, ngx_http_feed_timelines_page_t *page,
+ngx_http_feed_model_floor_page(mongoc_collection_t *coll,
+    const bson_t *selector, size_t want, ngx_http_feed_model_page_t *page,
     bson_t *doc, bson_error_t *error)
 {
     ngx_int_t    rc;
@@ -682,7 +682,7 @@ ngx_http_feed_timelines_floor_page(mongoc_collection_t *coll,
         bson_oid_copy(bson_iter_oid(&it), &page->bound);
     }
 
-    page->state = NGX_HTTP_FEED_TIMELINES_THERE;
+    page->state = NGX_HTTP_FEED_MODEL_PAGE_THERE;
     page->ids = bson_malloc((want ? want : 1) * sizeof(bson_oid_t));
 
     return NGX_OK;
@@ -695,7 +695,7 @@ ngx_http_feed_timelines_floor_page(mongoc_collection_t *coll,
  */
 
 void
-ngx_http_feed_timelines_bucket_id(bson_t *doc, const char *key,
+ngx_http_feed_model_bucket_id(bson_t *doc, const char *key,
     ngx_http_feed_user_t *user, const char *field, int64_t v)
 {
     bson_t  id;
@@ -710,7 +710,7 @@ ngx_http_feed_timelines_bucket_id(bson_t *doc, const char *key,
 /* the floor of a user of a bucket model, in the collection "name" */
 
 ngx_int_t
-ngx_http_feed_timelines_bucket_floor(mongoc_client_t *client,
+ngx_http_feed_model_bucket_floor(mongoc_client_t *client,
     const char *database, const char *name, const char *field,
     ngx_http_feed_user_t *user, ngx_uint_t reset, bson_error_t *error)
 {
@@ -719,10 +719,10 @@ ngx_http_feed_timelines_bucket_floor(mongoc_client_t *client,
     mongoc_collection_t  *coll;
 
     bson_init(&selector);
-    ngx_http_feed_timelines_bucket_id(&selector, "_id", user, field, -1);
+    ngx_http_feed_model_bucket_id(&selector, "_id", user, field, -1);
 
     coll = mongoc_client_get_collection(client, database, name);
-    rc = ngx_http_feed_timelines_floor(coll, &selector, reset, error);
+    rc = ngx_http_feed_model_floor(coll, &selector, reset, error);
     mongoc_collection_destroy(coll);
     bson_destroy(&selector);
 
@@ -737,10 +737,10 @@ ngx_http_feed_timelines_bucket_floor(mongoc_client_t *client,
  */
 
 ngx_int_t
-ngx_http_feed_timelines_bucket_page(mongoc_client_t *client,
+ngx_http_feed_model_bucket_page(mongoc_client_t *client,
     const char *database, const char *name, const char *field,
     ngx_http_feed_user_t *user, size_t want,
-    ngx_http_feed_timelines_page_t *page, mongoc_collection_t **coll,
+    ngx_http_feed_model_page_t *page, mongoc_collection_t **coll,
     bson_error_t *error)
 {
     bson_t     selector, doc;
@@ -749,9 +749,9 @@ ngx_http_feed_timelines_bucket_page(mongoc_client_t *client,
     *coll = mongoc_client_get_collection(client, database, name);
 
     bson_init(&selector);
-    ngx_http_feed_timelines_bucket_id(&selector, "_id", user, field, -1);
-    rc = ngx_http_feed_timelines_floor_page(*coll, &selector, want, page,
-                                            &doc, error);
+    ngx_http_feed_model_bucket_id(&selector, "_id", user, field, -1);
+    rc = ngx_http_feed_model_floor_page(*coll, &selector, want, page,
+                                        &doc, error);
     bson_destroy(&selector);
 
     if (rc == NGX_OK) {
@@ -775,16 +775,16 @@ ngx_http_feed_timelines_bucket_page(mongoc_client_t *client,
  */
 
 ngx_int_t
-ngx_http_feed_timelines_bucket_recheck(mongoc_collection_t *coll,
+ngx_http_feed_model_bucket_recheck(mongoc_collection_t *coll,
     const char *field, ngx_http_feed_user_t *user,
-    ngx_http_feed_timelines_page_t *page, bson_error_t *error)
+    ngx_http_feed_model_page_t *page, bson_error_t *error)
 {
     bson_t       selector, proj, doc;
     ngx_int_t    rc;
     bson_iter_t  it;
 
     bson_init(&selector);
-    ngx_http_feed_timelines_bucket_id(&selector, "_id", user, field, -1);
+    ngx_http_feed_model_bucket_id(&selector, "_id", user, field, -1);
     bson_init(&proj);
     BSON_APPEND_INT32(&proj, "d", 1);
 
@@ -795,7 +795,7 @@ ngx_http_feed_timelines_bucket_recheck(mongoc_collection_t *coll,
 
     if (rc == NGX_DECLINED) {
         /* the floor went meanwhile: nothing kept is vouched for */
-        page->state = NGX_HTTP_FEED_TIMELINES_NONE;
+        page->state = NGX_HTTP_FEED_MODEL_PAGE_NONE;
         bson_free(page->ids);
         page->ids = NULL;
         page->n = 0;
@@ -807,7 +807,7 @@ ngx_http_feed_timelines_bucket_recheck(mongoc_collection_t *coll,
     }
 
     if (bson_iter_init_find(&it, &doc, "d") && BSON_ITER_HOLDS_OID(&it)) {
-        ngx_http_feed_timelines_raise(page, bson_iter_oid(&it));
+        ngx_http_feed_model_raise(page, bson_iter_oid(&it));
     }
 
     bson_destroy(&doc);
@@ -822,7 +822,7 @@ ngx_http_feed_timelines_bucket_recheck(mongoc_collection_t *coll,
  */
 
 void
-ngx_http_feed_timelines_raise(ngx_http_feed_timelines_page_t *page,
+ngx_http_feed_model_raise(ngx_http_feed_model_page_t *page,
     const bson_oid_t *from)
 {
     if (bson_oid_compare(from, &page->bound) <= 0) {
@@ -850,7 +850,7 @@ ngx_http_feed_timelines_raise(ngx_http_feed_timelines_page_t *page,
  */
 
 ngx_int_t
-ngx_http_feed_timelines_trim(mongoc_collection_t *coll, const char *field,
+ngx_http_feed_model_trim(mongoc_collection_t *coll, const char *field,
     ngx_http_feed_user_t *users, size_t n, const u_char *pick,
     const int64_t *cut, const bson_oid_t *mark, bson_error_t *error)
 {
@@ -872,8 +872,8 @@ ngx_http_feed_timelines_trim(mongoc_collection_t *coll, const char *field,
         }
 
         bson_init(&selector);
-        ngx_http_feed_timelines_bucket_id(&selector, "_id", &users[i], field,
-                                          -1);
+        ngx_http_feed_model_bucket_id(&selector, "_id", &users[i], field,
+                                      -1);
         bson_init(&update);
         BSON_APPEND_DOCUMENT_BEGIN(&update, "$max", &max);
         BSON_APPEND_OID(&max, "d", &mark[i]);
@@ -905,7 +905,7 @@ ngx_http_feed_timelines_trim(mongoc_collection_t *coll, const char *field,
         bson_destroy(&selector);
     }
 
-    rc = ok ? ngx_http_feed_timelines_bulk(bulk, &done, error) : NGX_ERROR;
+    rc = ok ? ngx_http_feed_model_bulk(bulk, &done, error) : NGX_ERROR;
 
     mongoc_bulk_operation_destroy(bulk);
 
@@ -917,7 +917,7 @@ ngx_http_feed_timelines_trim(mongoc_collection_t *coll, const char *field,
 /* the id right after another: its 12 bytes plus one */
 
 void
-ngx_http_feed_timelines_next(const bson_oid_t *id, bson_oid_t *next)
+ngx_http_feed_model_next(const bson_oid_t *id, bson_oid_t *next)
 {
     ngx_int_t  i;
 
@@ -934,7 +934,7 @@ ngx_http_feed_timelines_next(const bson_oid_t *id, bson_oid_t *next)
 /* a post out of every document of a collection that has it, in "c" */
 
 ngx_int_t
-ngx_http_feed_timelines_pull(mongoc_collection_t *coll, const bson_oid_t *id,
+ngx_http_feed_model_delete_post(mongoc_collection_t *coll, const bson_oid_t *id,
     bson_error_t *error)
 {
     bool    ok;
@@ -966,33 +966,33 @@ ngx_http_feed_timelines_pull(mongoc_collection_t *coll, const bson_oid_t *id,
  */
 
 ngx_int_t
-ngx_http_feed_timelines_drop(mongoc_client_t *client, const char *database,
+ngx_http_feed_model_drop(mongoc_client_t *client, const char *database,
     ngx_uint_t model, ngx_http_feed_user_t *user, bson_error_t *error)
 {
     bool                  ok;
     bson_t                selector;
     mongoc_collection_t  *coll;
 
-    if (model == NGX_HTTP_FEED_STORE_TIME_BUCKETS) {
+    if (model == NGX_HTTP_FEED_MODEL_TIME_BUCKETS) {
         /* the buckets hold every post from now on only */
-        return ngx_http_feed_timelines_time_floor(client, database, user, 1,
-                                                  error);
+        return ngx_http_feed_model_time_floor(client, database, user, 1,
+                                              error);
     }
 
-    if (model == NGX_HTTP_FEED_STORE_CAPPED) {
-        return ngx_http_feed_timelines_capped_floor(client, database, user,
-                                                    1, error);
+    if (model == NGX_HTTP_FEED_MODEL_CAPPED) {
+        return ngx_http_feed_model_capped_floor(client, database, user,
+                                                1, error);
     }
 
-    if (model == NGX_HTTP_FEED_STORE_SIZE_BUCKETS) {
-        return ngx_http_feed_timelines_size_floor(client, database, user, 1,
-                                                  error);
+    if (model == NGX_HTTP_FEED_MODEL_SIZE_BUCKETS) {
+        return ngx_http_feed_model_size_floor(client, database, user, 1,
+                                              error);
     }
 
     bson_init(&selector);
     bson_append_utf8(&selector, "_id", 3, user->data, (int) user->len);
 
-    coll = ngx_http_feed_timelines_coll(client, database);
+    coll = ngx_http_feed_model_cache_coll(client, database);
     ok = mongoc_collection_delete_one(coll, &selector, NULL, NULL, error);
     mongoc_collection_destroy(coll);
     bson_destroy(&selector);
@@ -1002,8 +1002,8 @@ ngx_http_feed_timelines_drop(mongoc_client_t *client, const char *database,
 
 
 static mongoc_collection_t *
-ngx_http_feed_timelines_coll(mongoc_client_t *client, const char *database)
+ngx_http_feed_model_cache_coll(mongoc_client_t *client, const char *database)
 {
     return mongoc_client_get_collection(client, database,
-                                        NGX_HTTP_FEED_TIMELINES);
+                                        NGX_HTTP_FEED_MODEL_CACHE_COLL);
 }

@@ -337,7 +337,7 @@ ngx_http_feed_posts_timeline(mongoc_client_t *client, const char *database,
 
 /*
  * The visible posts among these ids, newest first, as the API shows them:
- * what a timeline kept elsewhere (ngx_http_feed_timelines_store.c) still
+ * what a timeline kept elsewhere (ngx_http_feed_model.c) still
  * shows of its entries.
  */
 
