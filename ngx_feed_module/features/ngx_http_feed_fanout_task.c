@@ -62,7 +62,7 @@ ngx_http_feed_fanout_page_run(ngx_http_feed_mongo_task_t *t,
 
         /* the author's own kept timeline, whatever the followers get */
 
-        if (page->model.model
+        if (page->model.ops
             && ngx_http_feed_fanout_model_add(client, t->database, page,
                                               &page->author, 1, &t->error)
                != NGX_OK)
@@ -70,7 +70,7 @@ ngx_http_feed_fanout_page_run(ngx_http_feed_mongo_task_t *t,
             return;
         }
 
-    } else if (page->removing && page->model.model && !page->has_cursor) {
+    } else if (page->removing && page->model.ops && !page->has_cursor) {
         bson_oid_t  oid;
 
         bson_oid_init_from_string(&oid, page->post_id);
@@ -107,7 +107,7 @@ ngx_http_feed_fanout_page_run(ngx_http_feed_mongo_task_t *t,
     t->rc = ngx_http_feed_fanout_followers(client, t->database, page,
                                            &t->error);
 
-    if (t->rc == NGX_OK && page->model.model && !page->removing
+    if (t->rc == NGX_OK && page->model.ops && !page->removing
         && page->nusers)
     {
         t->rc = ngx_http_feed_fanout_model_add(client, t->database, page,
@@ -136,7 +136,7 @@ ngx_http_feed_fanout_landed(mongoc_client_t *client, const char *database,
 {
     bson_oid_t  oid;
 
-    if (!page->model.model || page->removing) {
+    if (!page->model.ops || page->removing) {
         return NGX_OK;
     }
 

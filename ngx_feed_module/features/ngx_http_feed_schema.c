@@ -55,20 +55,6 @@ static ngx_http_feed_mongo_indexes_t  *ngx_http_feed_schema_stores[] = {
 };
 
 
-/*
- * The timelines kept in MongoDB, by feed_timeline_store: only the model in
- * use gets its collection, so that "read" leaves MongoDB without any
- */
-
-static ngx_http_feed_mongo_indexes_t  *ngx_http_feed_schema_timelines[] = {
-    NULL,                                       /* read */
-    &ngx_http_feed_model_time_indexes,
-    &ngx_http_feed_model_size_indexes,
-    &ngx_http_feed_model_cache_indexes,         /* cache */
-    &ngx_http_feed_model_capped_indexes
-};
-
-
 ngx_int_t
 ngx_http_feed_schema_init(ngx_cycle_t *cycle, ngx_http_feed_mongo_t *m,
     ngx_uint_t model)
@@ -134,7 +120,7 @@ ngx_http_feed_schema_run(ngx_http_feed_mongo_task_t *t,
     ngx_uint_t                      i;
     mongoc_database_t              *db;
     ngx_http_feed_schema_t         *s = t->data;
-    ngx_http_feed_mongo_indexes_t  *timelines;
+    ngx_http_feed_mongo_indexes_t  *model;
 
     db = mongoc_client_get_database(client, t->database);
 
@@ -145,10 +131,15 @@ ngx_http_feed_schema_run(ngx_http_feed_mongo_task_t *t,
                                             &t->error);
     }
 
-    timelines = ngx_http_feed_schema_timelines[s->model];
+    /*
+     * The timelines in MongoDB: only the model in use gets its
+     * collections, so that "read" leaves MongoDB without any
+     */
 
-    if (timelines && t->rc == NGX_OK) {
-        t->rc = ngx_http_feed_schema_create(db, timelines, &t->error);
+    model = ngx_http_feed_model_indexes(s->model);
+
+    if (model && t->rc == NGX_OK) {
+        t->rc = ngx_http_feed_schema_create(db, model, &t->error);
     }
 
     mongoc_database_destroy(db);

@@ -103,9 +103,9 @@ ngx_http_feed_timeline_model(mongoc_client_t *client, const char *database,
     ngx_uint_t                       more;
     ngx_http_feed_posts_flight_t    *fl;
     ngx_http_feed_model_page_t       tp;
-    ngx_http_feed_model_conf_t       tc;
+    ngx_http_feed_model_conf_t       mc;
 
-    ngx_http_feed_model_conf(fmcf, &tc);
+    ngx_http_feed_model_conf(fmcf, &mc);
 
     /* in flight, before the kept timeline: one that landed meanwhile is in */
 
@@ -117,7 +117,7 @@ ngx_http_feed_timeline_model(mongoc_client_t *client, const char *database,
         return NGX_ERROR;
     }
 
-    rc = ngx_http_feed_model_read(client, database, &tc, user, range,
+    rc = ngx_http_feed_model_read(client, database, &mc, user, range,
                                   range->limit
                                   + NGX_HTTP_FEED_TL_MODEL_SLACK,
                                   &tp, error);
@@ -144,7 +144,7 @@ ngx_http_feed_timeline_model(mongoc_client_t *client, const char *database,
 
     case NGX_HTTP_FEED_MODEL_PAGE_BUILDING:
         if (ngx_http_feed_now_ms() - tp.building > NGX_HTTP_FEED_TL_MODEL_STALE
-            && ngx_http_feed_model_abandon(client, database, &tc, user,
+            && ngx_http_feed_model_abandon(client, database, &mc, user,
                                            tp.building, error)
                != NGX_OK)
         {
@@ -393,13 +393,13 @@ ngx_http_feed_timeline_model_make(mongoc_client_t *client,
     int64_t                          now;
     ngx_uint_t                       mine;
     bson_error_t                     err;
-    ngx_http_feed_model_conf_t       tc;
+    ngx_http_feed_model_conf_t       mc;
 
-    ngx_http_feed_model_conf(fmcf, &tc);
+    ngx_http_feed_model_conf(fmcf, &mc);
 
     now = ngx_http_feed_now_ms();
 
-    if (ngx_http_feed_model_begin(client, database, &tc, user, now,
+    if (ngx_http_feed_model_begin(client, database, &mc, user, now,
                                   &mine, error)
         != NGX_OK)
     {
@@ -411,7 +411,7 @@ ngx_http_feed_timeline_model_make(mongoc_client_t *client,
         != NGX_OK)
     {
         if (mine) {
-            (void) ngx_http_feed_model_abandon(client, database, &tc,
+            (void) ngx_http_feed_model_abandon(client, database, &mc,
                                                user, now, &err);
         }
 
@@ -424,12 +424,12 @@ ngx_http_feed_timeline_model_make(mongoc_client_t *client,
      */
 
     if (mine
-        && ngx_http_feed_model_fill(client, database, &tc, user, items,
+        && ngx_http_feed_model_fill(client, database, &mc, user, items,
                                     bson_count_keys(items) < range->limit,
                                     &err)
            != NGX_OK)
     {
-        (void) ngx_http_feed_model_abandon(client, database, &tc, user,
+        (void) ngx_http_feed_model_abandon(client, database, &mc, user,
                                            now, &err);
     }
 

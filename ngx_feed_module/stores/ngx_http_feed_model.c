@@ -1,8 +1,14 @@
 
 /*
- * ngx_feed_module: home timelines kept in MongoDB, behind the Redis cache
- * (feed_timeline_store, seeds 000 and 003: Socialite's models), the only
- * owner of their collection.  Thread side only.
+ * ngx_feed_module: the models of the home timelines in MongoDB, behind
+ * the Redis cache (feed_timeline_store, seeds 000 and 003: Socialite's
+ * models).  Thread side only.
+ *
+ * Each model has a table of operations (ngx_http_feed_model_ops_t): the
+ * configured model's is picked once, into the configuration a thread
+ * gets (ngx_http_feed_model_conf()), and the functions below call through
+ * it, with what every model would otherwise do first.  The rest of this
+ * file is what the models share.
  *
  * The "cache" model, one document per user who reads, capped:
  *
@@ -31,34 +37,200 @@
 static const bson_oid_t  ngx_http_feed_model_zero;
 
 
-static mongoc_collection_t *ngx_http_feed_model_cache_coll(
-    mongoc_client_t *client, const char *database);
+static ngx_int_t ngx_http_feed_model_cache_add(mongoc_client_t *client,
+    const char *database, ngx_http_feed_model_conf_t *mc,
+    ngx_http_feed_user_t *users, size_t n, const bson_t *entry,
+    const bson_oid_t *id, bson_error_t *error);
+static ngx_int_t ngx_http_feed_model_cache_read(mongoc_client_t *client,
+    const char *database, ngx_http_feed_model_conf_t *mc,
+    ngx_http_feed_user_t *user, ngx_http_feed_posts_range_t *range,
+    size_t want, ngx_http_feed_model_page_t *page, bson_error_t *error);
 static ngx_int_t ngx_http_feed_model_cache_entries(const bson_t *doc,
     ngx_http_feed_posts_range_t *range, size_t want,
     ngx_http_feed_model_page_t *page);
+static ngx_int_t ngx_http_feed_model_cache_begin(mongoc_client_t *client,
+    const char *database, ngx_http_feed_user_t *user, int64_t now,
+    ngx_uint_t *mine, bson_error_t *error);
+static ngx_int_t ngx_http_feed_model_cache_fill(mongoc_client_t *client,
+    const char *database, ngx_http_feed_model_conf_t *mc,
+    ngx_http_feed_user_t *user, const bson_t *items, ngx_uint_t complete,
+    bson_error_t *error);
+static ngx_int_t ngx_http_feed_model_cache_abandon(mongoc_client_t *client,
+    const char *database, ngx_http_feed_user_t *user, int64_t building,
+    bson_error_t *error);
+static ngx_int_t ngx_http_feed_model_cache_remove(mongoc_client_t *client,
+    const char *database, const bson_oid_t *id, bson_error_t *error);
+static ngx_int_t ngx_http_feed_model_cache_drop(mongoc_client_t *client,
+    const char *database, ngx_http_feed_user_t *user, bson_error_t *error);
+static mongoc_collection_t *ngx_http_feed_model_cache_coll(
+    mongoc_client_t *client, const char *database);
 
 
 /* the entries' ids, for deletes */
 
-ngx_http_feed_mongo_indexes_t  ngx_http_feed_model_cache_indexes = {
+static ngx_http_feed_mongo_indexes_t  ngx_http_feed_model_cache_indexes = {
     NGX_HTTP_FEED_MODEL_CACHE_COLL,
     "[{\"key\": {\"c.i\": 1}, \"name\": \"entries\"}]"
 };
 
 
-/* what the models need of the configuration, for the threads */
+ngx_http_feed_model_ops_t  ngx_http_feed_model_cache_ops = {
+    &ngx_http_feed_model_cache_indexes,
+    ngx_http_feed_model_cache_add,
+    ngx_http_feed_model_cache_read,
+    ngx_http_feed_model_cache_begin,
+    ngx_http_feed_model_cache_fill,
+    ngx_http_feed_model_cache_abandon,
+    ngx_http_feed_model_cache_remove,
+    ngx_http_feed_model_cache_drop
+};
+
+
+/* the models, by feed_timeline_store's value (ngx_http_feed_model_e) */
+
+static ngx_http_feed_model_ops_t  *ngx_http_feed_models[] = {
+    NULL,                                   /* read: fanout on read only */
+    &ngx_http_feed_model_time_ops,
+    &ngx_http_feed_model_size_ops,
+    &ngx_http_feed_model_cache_ops,
+    &ngx_http_feed_model_capped_ops
+};
+
+
+/* the model configured, and what it needs of the configuration */
 
 void
 ngx_http_feed_model_conf(ngx_http_feed_main_conf_t *fmcf,
-    ngx_http_feed_model_conf_t *tc)
+    ngx_http_feed_model_conf_t *mc)
 {
-    tc->model = fmcf->timeline_store;
-    tc->embed = fmcf->cache_embed;
-    tc->cap = fmcf->cache_size;
-    tc->bucket = (int64_t) fmcf->timeline_bucket_time;
-    tc->size = fmcf->timeline_bucket_size;
-    tc->slots = fmcf->timeline_capped_size;
-    tc->keep = fmcf->timeline_bucket_keep;
+    mc->ops = ngx_http_feed_models[fmcf->timeline_store];
+    mc->embed = fmcf->cache_embed;
+    mc->cap = fmcf->cache_size;
+    mc->bucket = (int64_t) fmcf->timeline_bucket_time;
+    mc->size = fmcf->timeline_bucket_size;
+    mc->slots = fmcf->timeline_capped_size;
+    mc->keep = fmcf->timeline_bucket_keep;
+}
+
+
+/* the indexes of a model's collections; NULL: none (read) */
+
+ngx_http_feed_mongo_indexes_t *
+ngx_http_feed_model_indexes(ngx_uint_t model)
+{
+    return ngx_http_feed_models[model] ? ngx_http_feed_models[model]->indexes
+                                       : NULL;
+}
+
+
+/* a post into these users' timelines, once */
+
+ngx_int_t
+ngx_http_feed_model_add(mongoc_client_t *client, const char *database,
+    ngx_http_feed_model_conf_t *mc, ngx_http_feed_user_t *users, size_t n,
+    const bson_t *entry, bson_error_t *error)
+{
+    bson_iter_t  it;
+
+    if (n == 0) {
+        return NGX_OK;
+    }
+
+    if (!bson_iter_init_find(&it, entry, "i") || !BSON_ITER_HOLDS_OID(&it)) {
+        return NGX_ERROR;
+    }
+
+    return mc->ops->add(client, database, mc, users, n, entry,
+                        bson_iter_oid(&it), error);
+}
+
+
+/* what a user's timeline has in the range of a page, newest first */
+
+ngx_int_t
+ngx_http_feed_model_read(mongoc_client_t *client, const char *database,
+    ngx_http_feed_model_conf_t *mc, ngx_http_feed_user_t *user,
+    ngx_http_feed_posts_range_t *range, size_t want,
+    ngx_http_feed_model_page_t *page, bson_error_t *error)
+{
+    ngx_memzero(page, sizeof(ngx_http_feed_model_page_t));
+
+    return mc->ops->read(client, database, mc, user, range, want, page,
+                         error);
+}
+
+
+/*
+ * A user who reads and has no timeline in the model: one begun, *mine
+ * when this call made a document that the read is to fill
+ */
+
+ngx_int_t
+ngx_http_feed_model_begin(mongoc_client_t *client, const char *database,
+    ngx_http_feed_model_conf_t *mc, ngx_http_feed_user_t *user,
+    int64_t now, ngx_uint_t *mine, bson_error_t *error)
+{
+    return mc->ops->begin(client, database, user, now, mine, error);
+}
+
+
+/*
+ * The document begun filled with what fanout on read answered ("items",
+ * posts as the API shows them, newest first); complete: that was every
+ * post there is
+ */
+
+ngx_int_t
+ngx_http_feed_model_fill(mongoc_client_t *client, const char *database,
+    ngx_http_feed_model_conf_t *mc, ngx_http_feed_user_t *user,
+    const bson_t *items, ngx_uint_t complete, bson_error_t *error)
+{
+    if (mc->ops->fill == NULL) {
+        return NGX_OK;
+    }
+
+    return mc->ops->fill(client, database, mc, user, items, complete,
+                         error);
+}
+
+
+/* a document whose making was left (its reader failed): made again later */
+
+ngx_int_t
+ngx_http_feed_model_abandon(mongoc_client_t *client, const char *database,
+    ngx_http_feed_model_conf_t *mc, ngx_http_feed_user_t *user,
+    int64_t building, bson_error_t *error)
+{
+    if (mc->ops->abandon == NULL) {
+        return NGX_OK;
+    }
+
+    return mc->ops->abandon(client, database, user, building, error);
+}
+
+
+/* a deleted post out of every timeline */
+
+ngx_int_t
+ngx_http_feed_model_remove(mongoc_client_t *client, const char *database,
+    ngx_http_feed_model_conf_t *mc, const bson_oid_t *id,
+    bson_error_t *error)
+{
+    return mc->ops->remove(client, database, id, error);
+}
+
+
+/*
+ * Whom a user follows changed: what the model has of their timeline is
+ * not trusted any more.  By feed_timeline_store's value, for the cache
+ * side effects, which keep no more of the configuration.
+ */
+
+ngx_int_t
+ngx_http_feed_model_drop(mongoc_client_t *client, const char *database,
+    ngx_uint_t model, ngx_http_feed_user_t *user, bson_error_t *error)
+{
+    return ngx_http_feed_models[model]->drop(client, database, user, error);
 }
 
 
@@ -115,70 +287,6 @@ ngx_http_feed_model_entry(const char *json, size_t len, ngx_uint_t embed,
 }
 
 
-/*
- * A post into the documents of these users that have one, once: a single
- * update of every document of the page without it (upsert: false), so
- * that the followers who never read cost MongoDB one key lookup each and
- * no statement of their own
- */
-
-ngx_int_t
-ngx_http_feed_model_add(mongoc_client_t *client, const char *database,
-    ngx_http_feed_model_conf_t *tc, ngx_http_feed_user_t *users,
-    size_t n, const bson_t *entry, bson_error_t *error)
-{
-    bool                  ok;
-    bson_t                selector, update, each, ne;
-    bson_iter_t           it;
-    mongoc_collection_t  *coll;
-
-    if (tc->model == NGX_HTTP_FEED_MODEL_TIME_BUCKETS) {
-        return ngx_http_feed_model_time_add(client, database, tc, users,
-                                            n, entry, error);
-    }
-
-    if (tc->model == NGX_HTTP_FEED_MODEL_CAPPED) {
-        return ngx_http_feed_model_capped_add(client, database, tc,
-                                              users, n, entry, error);
-    }
-
-    if (tc->model == NGX_HTTP_FEED_MODEL_SIZE_BUCKETS) {
-        return ngx_http_feed_model_size_add(client, database, tc, users,
-                                            n, entry, error);
-    }
-
-    if (n == 0 || !bson_iter_init_find(&it, entry, "i")
-        || !BSON_ITER_HOLDS_OID(&it))
-    {
-        return n ? NGX_ERROR : NGX_OK;
-    }
-
-    bson_init(&selector);
-    ngx_http_feed_model_in(&selector, "_id", users, n, NULL, NULL);
-    BSON_APPEND_DOCUMENT_BEGIN(&selector, "c.i", &ne);
-    BSON_APPEND_OID(&ne, "$ne", bson_iter_oid(&it));
-    bson_append_document_end(&selector, &ne);
-
-    bson_init(&each);
-    BSON_APPEND_DOCUMENT(&each, "0", entry);
-
-    bson_init(&update);
-    ngx_http_feed_model_push(&update, &each, tc->cap);
-
-    coll = ngx_http_feed_model_cache_coll(client, database);
-
-    ok = mongoc_collection_update_many(coll, &selector, &update, NULL, NULL,
-                                       error);
-
-    mongoc_collection_destroy(coll);
-    bson_destroy(&update);
-    bson_destroy(&each);
-    bson_destroy(&selector);
-
-    return ok ? NGX_OK : NGX_ERROR;
-}
-
-
 /* $push of entries, kept sorted by id, the newest cap of them (0: all) */
 
 void
@@ -200,114 +308,6 @@ ngx_http_feed_model_push(bson_t *update, const bson_t *each,
 
     bson_append_document_end(&push, &c);
     bson_append_document_end(update, &push);
-}
-
-
-/* the entries of a user's document in the range of a page, newest first */
-
-ngx_int_t
-ngx_http_feed_model_read(mongoc_client_t *client, const char *database,
-    ngx_http_feed_model_conf_t *tc, ngx_http_feed_user_t *user,
-    ngx_http_feed_posts_range_t *range, size_t want,
-    ngx_http_feed_model_page_t *page, bson_error_t *error)
-{
-    bson_t                filter, doc;
-    ngx_int_t             rc;
-    bson_iter_t           it;
-    mongoc_collection_t  *coll;
-
-    ngx_memzero(page, sizeof(ngx_http_feed_model_page_t));
-
-    if (tc->model == NGX_HTTP_FEED_MODEL_TIME_BUCKETS) {
-        return ngx_http_feed_model_time_read(client, database, tc, user,
-                                             range, want, page, error);
-    }
-
-    if (tc->model == NGX_HTTP_FEED_MODEL_CAPPED) {
-        return ngx_http_feed_model_capped_read(client, database, tc,
-                                               user, range, want, page,
-                                               error);
-    }
-
-    if (tc->model == NGX_HTTP_FEED_MODEL_SIZE_BUCKETS) {
-        return ngx_http_feed_model_size_read(client, database, tc, user,
-                                             range, want, page, error);
-    }
-
-    bson_init(&filter);
-    bson_append_utf8(&filter, "_id", 3, user->data, (int) user->len);
-
-    coll = ngx_http_feed_model_cache_coll(client, database);
-    rc = ngx_http_feed_mongo_find_one(coll, &filter, NULL, &doc, error);
-    mongoc_collection_destroy(coll);
-    bson_destroy(&filter);
-
-    if (rc != NGX_OK) {
-        return rc == NGX_DECLINED ? NGX_OK : NGX_ERROR;
-    }
-
-    if (bson_iter_init_find(&it, &doc, "b")) {
-        page->state = NGX_HTTP_FEED_MODEL_PAGE_BUILDING;
-        page->building = ngx_http_feed_bson_int(&doc, "b");
-        bson_destroy(&doc);
-        return NGX_OK;
-    }
-
-    rc = ngx_http_feed_model_cache_entries(&doc, range, want, page);
-
-    bson_destroy(&doc);
-
-    return rc;
-}
-
-
-/* the candidates: entries from the bound up, in range, newest first */
-
-static ngx_int_t
-ngx_http_feed_model_cache_entries(const bson_t *doc,
-    ngx_http_feed_posts_range_t *range, size_t want,
-    ngx_http_feed_model_page_t *page)
-{
-    size_t              n;
-    bson_oid_t          bound, *all;
-    bson_iter_t         it;
-
-    bson_oid_copy(&ngx_http_feed_model_zero, &bound);
-
-    if (bson_iter_init_find(&it, doc, "o") && BSON_ITER_HOLDS_OID(&it)) {
-        bson_oid_copy(bson_iter_oid(&it), &bound);
-    }
-
-    all = ngx_http_feed_model_ids(doc, &n);
-
-    /*
-     * What the cap trimmed, or a delete took out, is not here any more:
-     * the document holds every post from its oldest entry up only.  Whole
-     * when it has none, and had every post when made.
-     */
-
-    if (n && bson_oid_compare(&all[0], &bound) > 0) {
-        bson_oid_copy(&all[0], &bound);
-    }
-
-    page->whole = (n == 0
-                   && bson_oid_equal(&bound, &ngx_http_feed_model_zero));
-    page->ids = bson_malloc((want ? want : 1) * sizeof(bson_oid_t));
-    page->state = NGX_HTTP_FEED_MODEL_PAGE_THERE;
-
-    bson_oid_copy(&bound, &page->bound);
-
-    while (n--) {
-        if (ngx_http_feed_model_take(page, &all[n], range, want)
-            == NGX_DONE)
-        {
-            break;
-        }
-    }
-
-    bson_free(all);
-
-    return NGX_OK;
 }
 
 
@@ -389,211 +389,92 @@ ngx_http_feed_model_take(ngx_http_feed_model_page_t *page,
 
 
 /*
- * A document made for a user who reads, empty and marked as being made:
- * *mine when this call made it (another reader may have, or it is there)
+ * The page vouches for the ids from "from" up only, when that is above
+ * its bound: the entries below it go, fanout on read answers for them
  */
 
-ngx_int_t
-ngx_http_feed_model_begin(mongoc_client_t *client, const char *database,
-    ngx_http_feed_model_conf_t *tc, ngx_http_feed_user_t *user,
-    int64_t now, ngx_uint_t *mine, bson_error_t *error)
+void
+ngx_http_feed_model_raise(ngx_http_feed_model_page_t *page,
+    const bson_oid_t *from)
 {
-    bool                  ok;
-    bson_t                doc, c;
-    mongoc_collection_t  *coll;
-
-    if (tc->model == NGX_HTTP_FEED_MODEL_TIME_BUCKETS) {
-        /* the buckets hold every post from now on */
-        *mine = 0;
-        return ngx_http_feed_model_time_floor(client, database, user, 0,
-                                              error);
+    if (bson_oid_compare(from, &page->bound) <= 0) {
+        return;
     }
 
-    if (tc->model == NGX_HTTP_FEED_MODEL_CAPPED) {
-        *mine = 0;
-        return ngx_http_feed_model_capped_floor(client, database, user,
-                                                0, error);
+    bson_oid_copy(from, &page->bound);
+    page->whole = 0;
+
+    while (page->n
+           && bson_oid_compare(&page->ids[page->n - 1], &page->bound) < 0)
+    {
+        page->n--;
     }
-
-    if (tc->model == NGX_HTTP_FEED_MODEL_SIZE_BUCKETS) {
-        *mine = 0;
-        return ngx_http_feed_model_size_floor(client, database, user, 0,
-                                              error);
-    }
-
-    bson_init(&doc);
-    bson_append_utf8(&doc, "_id", 3, user->data, (int) user->len);
-    BSON_APPEND_ARRAY_BEGIN(&doc, "c", &c);
-    bson_append_array_end(&doc, &c);
-    BSON_APPEND_INT64(&doc, "b", now);
-
-    coll = ngx_http_feed_model_cache_coll(client, database);
-    ok = mongoc_collection_insert_one(coll, &doc, NULL, NULL, error);
-    mongoc_collection_destroy(coll);
-    bson_destroy(&doc);
-
-    *mine = ok;
-
-    if (!ok && error->code == MONGOC_ERROR_DUPLICATE_KEY) {
-        return NGX_OK;
-    }
-
-    return ok ? NGX_OK : NGX_ERROR;
 }
 
 
-/*
- * The document filled with what fanout on read answered ("items", posts
- * as the API shows them, newest first), and ready; complete: that was
- * every post there is
- */
+/* the id right after another: its 12 bytes plus one */
+
+void
+ngx_http_feed_model_next(const bson_oid_t *id, bson_oid_t *next)
+{
+    ngx_int_t  i;
+
+    bson_oid_copy(id, next);
+
+    for (i = 11; i >= 0; i--) {
+        if (++next->bytes[i] != 0) {
+            break;
+        }
+    }
+}
+
+
+/* the lowest id of a time: where the posts of that second begin */
+
+void
+ngx_http_feed_model_oid_at(bson_oid_t *oid, time_t at)
+{
+    uint8_t   data[12];
+    uint32_t  t;
+
+    t = (uint32_t) at;
+
+    ngx_memzero(data, sizeof(data));
+    data[0] = (uint8_t) (t >> 24);
+    data[1] = (uint8_t) (t >> 16);
+    data[2] = (uint8_t) (t >> 8);
+    data[3] = (uint8_t) t;
+
+    bson_oid_init_from_data(oid, data);
+}
+
+
+/* a post out of every document of a collection that has it, in "c" */
 
 ngx_int_t
-ngx_http_feed_model_fill(mongoc_client_t *client, const char *database,
-    ngx_http_feed_model_conf_t *tc, ngx_http_feed_user_t *user,
-    const bson_t *items, ngx_uint_t complete, bson_error_t *error)
+ngx_http_feed_model_delete_post(mongoc_collection_t *coll, const bson_oid_t *id,
+    bson_error_t *error)
 {
-    char                  key[16];
-    bool                  ok;
-    size_t                n;
-    bson_t                selector, update, each, entry, post, set, unset;
-    bson_oid_t            oldest;
-    const char           *k, *id;
-    bson_iter_t           it, p;
-    const uint8_t        *data;
-    uint32_t              len;
-    mongoc_collection_t  *coll;
-
-    bson_oid_copy(&ngx_http_feed_model_zero, &oldest);
-
-    bson_init(&each);
-    n = 0;
-
-    if (!bson_iter_init(&it, items)) {
-        bson_destroy(&each);
-        return NGX_ERROR;
-    }
-
-    while (bson_iter_next(&it)) {
-        if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
-            continue;
-        }
-
-        bson_iter_document(&it, &len, &data);
-
-        if (!bson_init_static(&post, data, len)
-            || !bson_iter_init_find(&p, &post, "id")
-            || !BSON_ITER_HOLDS_UTF8(&p))
-        {
-            continue;
-        }
-
-        id = bson_iter_utf8(&p, NULL);
-
-        if (!bson_oid_is_valid(id, strlen(id))) {
-            continue;
-        }
-
-        bson_oid_init_from_string(&oldest, id);
-
-        bson_init(&entry);
-        BSON_APPEND_OID(&entry, "i", &oldest);
-
-        if (tc->embed) {
-            BSON_APPEND_DOCUMENT(&entry, "p", &post);
-
-        } else if (bson_iter_init_find(&p, &post, "author")) {
-            BSON_APPEND_VALUE(&entry, "a", bson_iter_value(&p));
-        }
-
-        bson_uint32_to_string((uint32_t) n++, &k, key, sizeof(key));
-        BSON_APPEND_DOCUMENT(&each, k, &entry);
-        bson_destroy(&entry);
-    }
-
-    if (complete) {
-        bson_oid_copy(&ngx_http_feed_model_zero, &oldest);
-    }
+    bool    ok;
+    bson_t  selector, update, pull, c;
 
     bson_init(&selector);
-    bson_append_utf8(&selector, "_id", 3, user->data, (int) user->len);
+    BSON_APPEND_OID(&selector, "c.i", id);
 
     bson_init(&update);
-    ngx_http_feed_model_push(&update, &each, tc->cap);
-    BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
-    BSON_APPEND_OID(&set, "o", &oldest);
-    bson_append_document_end(&update, &set);
-    BSON_APPEND_DOCUMENT_BEGIN(&update, "$unset", &unset);
-    BSON_APPEND_UTF8(&unset, "b", "");
-    bson_append_document_end(&update, &unset);
+    BSON_APPEND_DOCUMENT_BEGIN(&update, "$pull", &pull);
+    BSON_APPEND_DOCUMENT_BEGIN(&pull, "c", &c);
+    BSON_APPEND_OID(&c, "i", id);
+    bson_append_document_end(&pull, &c);
+    bson_append_document_end(&update, &pull);
 
-    coll = ngx_http_feed_model_cache_coll(client, database);
-    ok = mongoc_collection_update_one(coll, &selector, &update, NULL, NULL,
-                                      error);
-    mongoc_collection_destroy(coll);
+    ok = mongoc_collection_update_many(coll, &selector, &update, NULL, NULL,
+                                       error);
 
     bson_destroy(&update);
     bson_destroy(&selector);
-    bson_destroy(&each);
 
     return ok ? NGX_OK : NGX_ERROR;
-}
-
-
-/* a document whose making was left (its reader failed): made again later */
-
-ngx_int_t
-ngx_http_feed_model_abandon(mongoc_client_t *client,
-    const char *database, ngx_http_feed_model_conf_t *tc,
-    ngx_http_feed_user_t *user, int64_t building, bson_error_t *error)
-{
-    bool                  ok;
-    bson_t                selector;
-    mongoc_collection_t  *coll;
-
-    bson_init(&selector);
-    bson_append_utf8(&selector, "_id", 3, user->data, (int) user->len);
-    BSON_APPEND_INT64(&selector, "b", building);
-
-    coll = ngx_http_feed_model_cache_coll(client, database);
-    ok = mongoc_collection_delete_one(coll, &selector, NULL, NULL, error);
-    mongoc_collection_destroy(coll);
-    bson_destroy(&selector);
-
-    return ok ? NGX_OK : NGX_ERROR;
-}
-
-
-/* a deleted post out of every document */
-
-ngx_int_t
-ngx_http_feed_model_remove(mongoc_client_t *client, const char *database,
-    ngx_http_feed_model_conf_t *tc, const bson_oid_t *id,
-    bson_error_t *error)
-{
-    ngx_int_t             rc;
-    mongoc_collection_t  *coll;
-
-    if (tc->model == NGX_HTTP_FEED_MODEL_TIME_BUCKETS) {
-        return ngx_http_feed_model_time_remove(client, database, id,
-                                               error);
-    }
-
-    if (tc->model == NGX_HTTP_FEED_MODEL_CAPPED) {
-        return ngx_http_feed_model_capped_remove(client, database, id,
-                                                 error);
-    }
-
-    if (tc->model == NGX_HTTP_FEED_MODEL_SIZE_BUCKETS) {
-        return ngx_http_feed_model_size_remove(client, database, id,
-                                               error);
-    }
-
-    coll = ngx_http_feed_model_cache_coll(client, database);
-    rc = ngx_http_feed_model_delete_post(coll, id, error);
-    mongoc_collection_destroy(coll);
-
-    return rc;
 }
 
 
@@ -613,7 +494,7 @@ ngx_http_feed_model_floor(mongoc_collection_t *coll, bson_t *selector,
     bson_t      update, set, opts, has;
     bson_oid_t  floor;
 
-    ngx_http_feed_model_time_oid(&floor, 2);
+    ngx_http_feed_model_oid_at(&floor, time(NULL) + 2);
 
     if (!reset) {
         BSON_APPEND_DOCUMENT_BEGIN(selector, "f", &has);
@@ -817,30 +698,6 @@ ngx_http_feed_model_bucket_recheck(mongoc_collection_t *coll,
 
 
 /*
- * The page vouches for the ids from "from" up only, when that is above
- * its bound: the entries below it go, fanout on read answers for them
- */
-
-void
-ngx_http_feed_model_raise(ngx_http_feed_model_page_t *page,
-    const bson_oid_t *from)
-{
-    if (bson_oid_compare(from, &page->bound) <= 0) {
-        return;
-    }
-
-    bson_oid_copy(from, &page->bound);
-    page->whole = 0;
-
-    while (page->n
-           && bson_oid_compare(&page->ids[page->n - 1], &page->bound) < 0)
-    {
-        page->n--;
-    }
-}
-
-
-/*
  * The buckets of these users (pick[] set) numbered below cut[i] go
  * (feed_timeline_bucket_keep).  First the mark "d" of each one's floor is
  * raised to mark[i], from which the buckets kept hold every post; then
@@ -914,80 +771,321 @@ ngx_http_feed_model_trim(mongoc_collection_t *coll, const char *field,
 }
 
 
-/* the id right after another: its 12 bytes plus one */
+/*
+ * A post into the documents of these users that have one, once: a single
+ * update of every document of the page without it (upsert: false), so
+ * that the followers who never read cost MongoDB one key lookup each and
+ * no statement of their own
+ */
 
-void
-ngx_http_feed_model_next(const bson_oid_t *id, bson_oid_t *next)
+static ngx_int_t
+ngx_http_feed_model_cache_add(mongoc_client_t *client, const char *database,
+    ngx_http_feed_model_conf_t *mc, ngx_http_feed_user_t *users, size_t n,
+    const bson_t *entry, const bson_oid_t *id, bson_error_t *error)
 {
-    ngx_int_t  i;
-
-    bson_oid_copy(id, next);
-
-    for (i = 11; i >= 0; i--) {
-        if (++next->bytes[i] != 0) {
-            break;
-        }
-    }
-}
-
-
-/* a post out of every document of a collection that has it, in "c" */
-
-ngx_int_t
-ngx_http_feed_model_delete_post(mongoc_collection_t *coll, const bson_oid_t *id,
-    bson_error_t *error)
-{
-    bool    ok;
-    bson_t  selector, update, pull, c;
+    bool                  ok;
+    bson_t                selector, update, each, ne;
+    mongoc_collection_t  *coll;
 
     bson_init(&selector);
-    BSON_APPEND_OID(&selector, "c.i", id);
+    ngx_http_feed_model_in(&selector, "_id", users, n, NULL, NULL);
+    BSON_APPEND_DOCUMENT_BEGIN(&selector, "c.i", &ne);
+    BSON_APPEND_OID(&ne, "$ne", id);
+    bson_append_document_end(&selector, &ne);
+
+    bson_init(&each);
+    BSON_APPEND_DOCUMENT(&each, "0", entry);
 
     bson_init(&update);
-    BSON_APPEND_DOCUMENT_BEGIN(&update, "$pull", &pull);
-    BSON_APPEND_DOCUMENT_BEGIN(&pull, "c", &c);
-    BSON_APPEND_OID(&c, "i", id);
-    bson_append_document_end(&pull, &c);
-    bson_append_document_end(&update, &pull);
+    ngx_http_feed_model_push(&update, &each, mc->cap);
+
+    coll = ngx_http_feed_model_cache_coll(client, database);
 
     ok = mongoc_collection_update_many(coll, &selector, &update, NULL, NULL,
                                        error);
 
+    mongoc_collection_destroy(coll);
     bson_destroy(&update);
+    bson_destroy(&each);
     bson_destroy(&selector);
 
     return ok ? NGX_OK : NGX_ERROR;
 }
 
 
+/* the entries of a user's document in the range of a page, newest first */
+
+static ngx_int_t
+ngx_http_feed_model_cache_read(mongoc_client_t *client, const char *database,
+    ngx_http_feed_model_conf_t *mc, ngx_http_feed_user_t *user,
+    ngx_http_feed_posts_range_t *range, size_t want,
+    ngx_http_feed_model_page_t *page, bson_error_t *error)
+{
+    bson_t                filter, doc;
+    ngx_int_t             rc;
+    bson_iter_t           it;
+    mongoc_collection_t  *coll;
+
+    bson_init(&filter);
+    bson_append_utf8(&filter, "_id", 3, user->data, (int) user->len);
+
+    coll = ngx_http_feed_model_cache_coll(client, database);
+    rc = ngx_http_feed_mongo_find_one(coll, &filter, NULL, &doc, error);
+    mongoc_collection_destroy(coll);
+    bson_destroy(&filter);
+
+    if (rc != NGX_OK) {
+        return rc == NGX_DECLINED ? NGX_OK : NGX_ERROR;
+    }
+
+    if (bson_iter_init_find(&it, &doc, "b")) {
+        page->state = NGX_HTTP_FEED_MODEL_PAGE_BUILDING;
+        page->building = ngx_http_feed_bson_int(&doc, "b");
+        bson_destroy(&doc);
+        return NGX_OK;
+    }
+
+    rc = ngx_http_feed_model_cache_entries(&doc, range, want, page);
+
+    bson_destroy(&doc);
+
+    return rc;
+}
+
+
+/* the candidates: entries from the bound up, in range, newest first */
+
+static ngx_int_t
+ngx_http_feed_model_cache_entries(const bson_t *doc,
+    ngx_http_feed_posts_range_t *range, size_t want,
+    ngx_http_feed_model_page_t *page)
+{
+    size_t              n;
+    bson_oid_t          bound, *all;
+    bson_iter_t         it;
+
+    bson_oid_copy(&ngx_http_feed_model_zero, &bound);
+
+    if (bson_iter_init_find(&it, doc, "o") && BSON_ITER_HOLDS_OID(&it)) {
+        bson_oid_copy(bson_iter_oid(&it), &bound);
+    }
+
+    all = ngx_http_feed_model_ids(doc, &n);
+
+    /*
+     * What the cap trimmed, or a delete took out, is not here any more:
+     * the document holds every post from its oldest entry up only.  Whole
+     * when it has none, and had every post when made.
+     */
+
+    if (n && bson_oid_compare(&all[0], &bound) > 0) {
+        bson_oid_copy(&all[0], &bound);
+    }
+
+    page->whole = (n == 0
+                   && bson_oid_equal(&bound, &ngx_http_feed_model_zero));
+    page->ids = bson_malloc((want ? want : 1) * sizeof(bson_oid_t));
+    page->state = NGX_HTTP_FEED_MODEL_PAGE_THERE;
+
+    bson_oid_copy(&bound, &page->bound);
+
+    while (n--) {
+        if (ngx_http_feed_model_take(page, &all[n], range, want)
+            == NGX_DONE)
+        {
+            break;
+        }
+    }
+
+    bson_free(all);
+
+    return NGX_OK;
+}
+
+
 /*
- * Whom a user follows changed: their document is gone, made again at
- * their next read (the time buckets: trusted from now on only)
+ * A document made for a user who reads, empty and marked as being made:
+ * *mine when this call made it (another reader may have, or it is there)
  */
 
-ngx_int_t
-ngx_http_feed_model_drop(mongoc_client_t *client, const char *database,
-    ngx_uint_t model, ngx_http_feed_user_t *user, bson_error_t *error)
+static ngx_int_t
+ngx_http_feed_model_cache_begin(mongoc_client_t *client,
+    const char *database, ngx_http_feed_user_t *user, int64_t now,
+    ngx_uint_t *mine, bson_error_t *error)
+{
+    bool                  ok;
+    bson_t                doc, c;
+    mongoc_collection_t  *coll;
+
+    bson_init(&doc);
+    bson_append_utf8(&doc, "_id", 3, user->data, (int) user->len);
+    BSON_APPEND_ARRAY_BEGIN(&doc, "c", &c);
+    bson_append_array_end(&doc, &c);
+    BSON_APPEND_INT64(&doc, "b", now);
+
+    coll = ngx_http_feed_model_cache_coll(client, database);
+    ok = mongoc_collection_insert_one(coll, &doc, NULL, NULL, error);
+    mongoc_collection_destroy(coll);
+    bson_destroy(&doc);
+
+    *mine = ok;
+
+    if (!ok && error->code == MONGOC_ERROR_DUPLICATE_KEY) {
+        return NGX_OK;
+    }
+
+    return ok ? NGX_OK : NGX_ERROR;
+}
+
+
+/*
+ * The document filled with what fanout on read answered ("items", posts
+ * as the API shows them, newest first), and ready; complete: that was
+ * every post there is
+ */
+
+static ngx_int_t
+ngx_http_feed_model_cache_fill(mongoc_client_t *client, const char *database,
+    ngx_http_feed_model_conf_t *mc, ngx_http_feed_user_t *user,
+    const bson_t *items, ngx_uint_t complete, bson_error_t *error)
+{
+    char                  key[16];
+    bool                  ok;
+    size_t                n;
+    bson_t                selector, update, each, entry, post, set, unset;
+    bson_oid_t            oldest;
+    const char           *k, *id;
+    bson_iter_t           it, p;
+    const uint8_t        *data;
+    uint32_t              len;
+    mongoc_collection_t  *coll;
+
+    bson_oid_copy(&ngx_http_feed_model_zero, &oldest);
+
+    bson_init(&each);
+    n = 0;
+
+    if (!bson_iter_init(&it, items)) {
+        bson_destroy(&each);
+        return NGX_ERROR;
+    }
+
+    while (bson_iter_next(&it)) {
+        if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
+            continue;
+        }
+
+        bson_iter_document(&it, &len, &data);
+
+        if (!bson_init_static(&post, data, len)
+            || !bson_iter_init_find(&p, &post, "id")
+            || !BSON_ITER_HOLDS_UTF8(&p))
+        {
+            continue;
+        }
+
+        id = bson_iter_utf8(&p, NULL);
+
+        if (!bson_oid_is_valid(id, strlen(id))) {
+            continue;
+        }
+
+        bson_oid_init_from_string(&oldest, id);
+
+        bson_init(&entry);
+        BSON_APPEND_OID(&entry, "i", &oldest);
+
+        if (mc->embed) {
+            BSON_APPEND_DOCUMENT(&entry, "p", &post);
+
+        } else if (bson_iter_init_find(&p, &post, "author")) {
+            BSON_APPEND_VALUE(&entry, "a", bson_iter_value(&p));
+        }
+
+        bson_uint32_to_string((uint32_t) n++, &k, key, sizeof(key));
+        BSON_APPEND_DOCUMENT(&each, k, &entry);
+        bson_destroy(&entry);
+    }
+
+    if (complete) {
+        bson_oid_copy(&ngx_http_feed_model_zero, &oldest);
+    }
+
+    bson_init(&selector);
+    bson_append_utf8(&selector, "_id", 3, user->data, (int) user->len);
+
+    bson_init(&update);
+    ngx_http_feed_model_push(&update, &each, mc->cap);
+    BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
+    BSON_APPEND_OID(&set, "o", &oldest);
+    bson_append_document_end(&update, &set);
+    BSON_APPEND_DOCUMENT_BEGIN(&update, "$unset", &unset);
+    BSON_APPEND_UTF8(&unset, "b", "");
+    bson_append_document_end(&update, &unset);
+
+    coll = ngx_http_feed_model_cache_coll(client, database);
+    ok = mongoc_collection_update_one(coll, &selector, &update, NULL, NULL,
+                                      error);
+    mongoc_collection_destroy(coll);
+
+    bson_destroy(&update);
+    bson_destroy(&selector);
+    bson_destroy(&each);
+
+    return ok ? NGX_OK : NGX_ERROR;
+}
+
+
+/* a document whose making was left (its reader failed): made again later */
+
+static ngx_int_t
+ngx_http_feed_model_cache_abandon(mongoc_client_t *client,
+    const char *database, ngx_http_feed_user_t *user, int64_t building,
+    bson_error_t *error)
 {
     bool                  ok;
     bson_t                selector;
     mongoc_collection_t  *coll;
 
-    if (model == NGX_HTTP_FEED_MODEL_TIME_BUCKETS) {
-        /* the buckets hold every post from now on only */
-        return ngx_http_feed_model_time_floor(client, database, user, 1,
-                                              error);
-    }
+    bson_init(&selector);
+    bson_append_utf8(&selector, "_id", 3, user->data, (int) user->len);
+    BSON_APPEND_INT64(&selector, "b", building);
 
-    if (model == NGX_HTTP_FEED_MODEL_CAPPED) {
-        return ngx_http_feed_model_capped_floor(client, database, user,
-                                                1, error);
-    }
+    coll = ngx_http_feed_model_cache_coll(client, database);
+    ok = mongoc_collection_delete_one(coll, &selector, NULL, NULL, error);
+    mongoc_collection_destroy(coll);
+    bson_destroy(&selector);
 
-    if (model == NGX_HTTP_FEED_MODEL_SIZE_BUCKETS) {
-        return ngx_http_feed_model_size_floor(client, database, user, 1,
-                                              error);
-    }
+    return ok ? NGX_OK : NGX_ERROR;
+}
+
+
+/* a deleted post out of every document */
+
+static ngx_int_t
+ngx_http_feed_model_cache_remove(mongoc_client_t *client,
+    const char *database, const bson_oid_t *id, bson_error_t *error)
+{
+    ngx_int_t             rc;
+    mongoc_collection_t  *coll;
+
+    coll = ngx_http_feed_model_cache_coll(client, database);
+    rc = ngx_http_feed_model_delete_post(coll, id, error);
+    mongoc_collection_destroy(coll);
+
+    return rc;
+}
+
+
+/* whom a user follows changed: their document goes, made again at a read */
+
+static ngx_int_t
+ngx_http_feed_model_cache_drop(mongoc_client_t *client, const char *database,
+    ngx_http_feed_user_t *user, bson_error_t *error)
+{
+    bool                  ok;
+    bson_t                selector;
+    mongoc_collection_t  *coll;
 
     bson_init(&selector);
     bson_append_utf8(&selector, "_id", 3, user->data, (int) user->len);

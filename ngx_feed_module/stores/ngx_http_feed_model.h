@@ -1,7 +1,8 @@
 
 /*
- * ngx_feed_module: home timelines kept in MongoDB behind the Redis cache
- * (feed_timeline_store), the only owner of their collections.
+ * ngx_feed_module: the models of the home timelines in MongoDB, behind
+ * the Redis cache (feed_timeline_store), each the only owner of its
+ * collections.  Thread side only.
  */
 
 
@@ -25,9 +26,12 @@ typedef enum {
 } ngx_http_feed_model_e;
 
 
-/* how the timelines are kept: what the model needs of the configuration */
+typedef struct ngx_http_feed_model_ops_s  ngx_http_feed_model_ops_t;
+
+
+/* the model in use, and what it needs of the configuration */
 typedef struct {
-    ngx_uint_t                    model;      /* ngx_http_feed_model_e */
+    ngx_http_feed_model_ops_t    *ops;        /* NULL: none (read) */
     ngx_uint_t                    embed;      /* feed_cache_mode embed */
     ngx_uint_t                    cap;        /* feed_cache_size */
     int64_t                       bucket;     /* feed_timeline_bucket_time,
@@ -39,7 +43,7 @@ typedef struct {
 } ngx_http_feed_model_conf_t;
 
 
-/* what a user's kept timeline has for a page */
+/* what a user's timeline in the model has for a page */
 typedef struct {
     ngx_uint_t                    state;      /* one of the three below */
 #define NGX_HTTP_FEED_MODEL_PAGE_NONE      0
@@ -53,12 +57,107 @@ typedef struct {
 
     /*
      * Every post from bound up (in the page's range) is among the ids:
-     * older ones are not kept here, or were not asked for
+     * older ones are not in the model, or were not asked for
      */
     bson_oid_t                    bound;
     ngx_uint_t                    whole;      /* bound is the beginning of
                                                  all posts */
 } ngx_http_feed_model_page_t;
+
+
+/*
+ * A model's operations, one table per model, as nginx's event modules
+ * each have their ngx_event_actions_t: the dispatch below picks the
+ * configured model's table (ngx_http_feed_model_conf()) and calls
+ * through it.
+ */
+
+struct ngx_http_feed_model_ops_s {
+    /* its collections' indexes, made at start-up */
+    ngx_http_feed_mongo_indexes_t  *indexes;
+
+    /* a post (its entry, its id) into these users' timelines, once */
+    ngx_int_t  (*add)(mongoc_client_t *client, const char *database,
+                      ngx_http_feed_model_conf_t *mc,
+                      ngx_http_feed_user_t *users, size_t n,
+                      const bson_t *entry, const bson_oid_t *id,
+                      bson_error_t *error);
+
+    /* what a user's timeline has in a page's range, at most want ids */
+    ngx_int_t  (*read)(mongoc_client_t *client, const char *database,
+                       ngx_http_feed_model_conf_t *mc,
+                       ngx_http_feed_user_t *user,
+                       ngx_http_feed_posts_range_t *range, size_t want,
+                       ngx_http_feed_model_page_t *page,
+                       bson_error_t *error);
+
+    /*
+     * A user's first read, who has no timeline in the model: one begun;
+     * *mine when this call made a document the read is to fill
+     */
+    ngx_int_t  (*begin)(mongoc_client_t *client, const char *database,
+                        ngx_http_feed_user_t *user, int64_t now,
+                        ngx_uint_t *mine, bson_error_t *error);
+
+    /*
+     * That document filled with what fanout on read answered, or left
+     * to be made again; NULL: begin makes none
+     */
+    ngx_int_t  (*fill)(mongoc_client_t *client, const char *database,
+                       ngx_http_feed_model_conf_t *mc,
+                       ngx_http_feed_user_t *user, const bson_t *items,
+                       ngx_uint_t complete, bson_error_t *error);
+    ngx_int_t  (*abandon)(mongoc_client_t *client, const char *database,
+                          ngx_http_feed_user_t *user, int64_t building,
+                          bson_error_t *error);
+
+    /* a deleted post out of every timeline */
+    ngx_int_t  (*remove)(mongoc_client_t *client, const char *database,
+                         const bson_oid_t *id, bson_error_t *error);
+
+    /* whom a user follows changed: what the model has is not trusted */
+    ngx_int_t  (*drop)(mongoc_client_t *client, const char *database,
+                       ngx_http_feed_user_t *user, bson_error_t *error);
+};
+
+
+extern ngx_http_feed_model_ops_t  ngx_http_feed_model_cache_ops;
+extern ngx_http_feed_model_ops_t  ngx_http_feed_model_time_ops;
+extern ngx_http_feed_model_ops_t  ngx_http_feed_model_size_ops;
+extern ngx_http_feed_model_ops_t  ngx_http_feed_model_capped_ops;
+
+
+/* the dispatch (ngx_http_feed_model.c) */
+void ngx_http_feed_model_conf(ngx_http_feed_main_conf_t *fmcf,
+    ngx_http_feed_model_conf_t *mc);
+ngx_http_feed_mongo_indexes_t *ngx_http_feed_model_indexes(ngx_uint_t model);
+ngx_int_t ngx_http_feed_model_entry(const char *json, size_t len,
+    ngx_uint_t embed, bson_t *entry);
+ngx_int_t ngx_http_feed_model_add(mongoc_client_t *client,
+    const char *database, ngx_http_feed_model_conf_t *mc,
+    ngx_http_feed_user_t *users, size_t n, const bson_t *entry,
+    bson_error_t *error);
+ngx_int_t ngx_http_feed_model_read(mongoc_client_t *client,
+    const char *database, ngx_http_feed_model_conf_t *mc,
+    ngx_http_feed_user_t *user, ngx_http_feed_posts_range_t *range,
+    size_t want, ngx_http_feed_model_page_t *page, bson_error_t *error);
+ngx_int_t ngx_http_feed_model_begin(mongoc_client_t *client,
+    const char *database, ngx_http_feed_model_conf_t *mc,
+    ngx_http_feed_user_t *user, int64_t now, ngx_uint_t *mine,
+    bson_error_t *error);
+ngx_int_t ngx_http_feed_model_fill(mongoc_client_t *client,
+    const char *database, ngx_http_feed_model_conf_t *mc,
+    ngx_http_feed_user_t *user, const bson_t *items, ngx_uint_t complete,
+    bson_error_t *error);
+ngx_int_t ngx_http_feed_model_abandon(mongoc_client_t *client,
+    const char *database, ngx_http_feed_model_conf_t *mc,
+    ngx_http_feed_user_t *user, int64_t building, bson_error_t *error);
+ngx_int_t ngx_http_feed_model_remove(mongoc_client_t *client,
+    const char *database, ngx_http_feed_model_conf_t *mc,
+    const bson_oid_t *id, bson_error_t *error);
+ngx_int_t ngx_http_feed_model_drop(mongoc_client_t *client,
+    const char *database, ngx_uint_t model, ngx_http_feed_user_t *user,
+    bson_error_t *error);
 
 
 /* rounds of a page of followers lost to concurrent deliveries, at most */
@@ -77,100 +176,6 @@ typedef struct {
 } ngx_http_feed_model_key_t;
 
 
-extern ngx_http_feed_mongo_indexes_t  ngx_http_feed_model_cache_indexes;
-extern ngx_http_feed_mongo_indexes_t  ngx_http_feed_model_time_indexes;
-
-
-void ngx_http_feed_model_conf(ngx_http_feed_main_conf_t *fmcf,
-    ngx_http_feed_model_conf_t *tc);
-ngx_int_t ngx_http_feed_model_entry(const char *json, size_t len,
-    ngx_uint_t embed, bson_t *entry);
-ngx_int_t ngx_http_feed_model_add(mongoc_client_t *client,
-    const char *database, ngx_http_feed_model_conf_t *tc,
-    ngx_http_feed_user_t *users, size_t n, const bson_t *entry,
-    bson_error_t *error);
-ngx_int_t ngx_http_feed_model_read(mongoc_client_t *client,
-    const char *database, ngx_http_feed_model_conf_t *tc,
-    ngx_http_feed_user_t *user, ngx_http_feed_posts_range_t *range,
-    size_t want, ngx_http_feed_model_page_t *page, bson_error_t *error);
-ngx_int_t ngx_http_feed_model_begin(mongoc_client_t *client,
-    const char *database, ngx_http_feed_model_conf_t *tc,
-    ngx_http_feed_user_t *user, int64_t now, ngx_uint_t *mine,
-    bson_error_t *error);
-ngx_int_t ngx_http_feed_model_fill(mongoc_client_t *client,
-    const char *database, ngx_http_feed_model_conf_t *tc,
-    ngx_http_feed_user_t *user, const bson_t *items, ngx_uint_t complete,
-    bson_error_t *error);
-ngx_int_t ngx_http_feed_model_abandon(mongoc_client_t *client,
-    const char *database, ngx_http_feed_model_conf_t *tc,
-    ngx_http_feed_user_t *user, int64_t building, bson_error_t *error);
-ngx_int_t ngx_http_feed_model_remove(mongoc_client_t *client,
-    const char *database, ngx_http_feed_model_conf_t *tc,
-    const bson_oid_t *id, bson_error_t *error);
-ngx_int_t ngx_http_feed_model_drop(mongoc_client_t *client,
-    const char *database, ngx_uint_t model, ngx_http_feed_user_t *user,
-    bson_error_t *error);
-
-/* the bucket models' (ngx_http_feed_model.c) */
-ngx_int_t ngx_http_feed_model_bucket_recheck(mongoc_collection_t *coll,
-    const char *field, ngx_http_feed_user_t *user,
-    ngx_http_feed_model_page_t *page, bson_error_t *error);
-void ngx_http_feed_model_next(const bson_oid_t *id, bson_oid_t *next);
-ngx_int_t ngx_http_feed_model_trim(mongoc_collection_t *coll,
-    const char *field, ngx_http_feed_user_t *users, size_t n,
-    const u_char *pick, const int64_t *cut, const bson_oid_t *mark,
-    bson_error_t *error);
-
-/* the time buckets model's (ngx_http_feed_model_time.c) */
-ngx_int_t ngx_http_feed_model_time_add(mongoc_client_t *client,
-    const char *database, ngx_http_feed_model_conf_t *tc,
-    ngx_http_feed_user_t *users, size_t n, const bson_t *entry,
-    bson_error_t *error);
-ngx_int_t ngx_http_feed_model_time_read(mongoc_client_t *client,
-    const char *database, ngx_http_feed_model_conf_t *tc,
-    ngx_http_feed_user_t *user, ngx_http_feed_posts_range_t *range,
-    size_t want, ngx_http_feed_model_page_t *page, bson_error_t *error);
-ngx_int_t ngx_http_feed_model_time_floor(mongoc_client_t *client,
-    const char *database, ngx_http_feed_user_t *user, ngx_uint_t reset,
-    bson_error_t *error);
-ngx_int_t ngx_http_feed_model_time_remove(mongoc_client_t *client,
-    const char *database, const bson_oid_t *id, bson_error_t *error);
-void ngx_http_feed_model_time_oid(bson_oid_t *oid, time_t ahead);
-
-/* the capped model's (ngx_http_feed_model_capped.c) */
-extern ngx_http_feed_mongo_indexes_t  ngx_http_feed_model_capped_indexes;
-
-ngx_int_t ngx_http_feed_model_capped_add(mongoc_client_t *client,
-    const char *database, ngx_http_feed_model_conf_t *tc,
-    ngx_http_feed_user_t *users, size_t n, const bson_t *entry,
-    bson_error_t *error);
-ngx_int_t ngx_http_feed_model_capped_read(mongoc_client_t *client,
-    const char *database, ngx_http_feed_model_conf_t *tc,
-    ngx_http_feed_user_t *user, ngx_http_feed_posts_range_t *range,
-    size_t want, ngx_http_feed_model_page_t *page, bson_error_t *error);
-ngx_int_t ngx_http_feed_model_capped_floor(mongoc_client_t *client,
-    const char *database, ngx_http_feed_user_t *user, ngx_uint_t reset,
-    bson_error_t *error);
-ngx_int_t ngx_http_feed_model_capped_remove(mongoc_client_t *client,
-    const char *database, const bson_oid_t *id, bson_error_t *error);
-
-/* the size buckets model's (ngx_http_feed_model_size.c) */
-extern ngx_http_feed_mongo_indexes_t  ngx_http_feed_model_size_indexes;
-
-ngx_int_t ngx_http_feed_model_size_add(mongoc_client_t *client,
-    const char *database, ngx_http_feed_model_conf_t *tc,
-    ngx_http_feed_user_t *users, size_t n, const bson_t *entry,
-    bson_error_t *error);
-ngx_int_t ngx_http_feed_model_size_read(mongoc_client_t *client,
-    const char *database, ngx_http_feed_model_conf_t *tc,
-    ngx_http_feed_user_t *user, ngx_http_feed_posts_range_t *range,
-    size_t want, ngx_http_feed_model_page_t *page, bson_error_t *error);
-ngx_int_t ngx_http_feed_model_size_floor(mongoc_client_t *client,
-    const char *database, ngx_http_feed_user_t *user, ngx_uint_t reset,
-    bson_error_t *error);
-ngx_int_t ngx_http_feed_model_size_remove(mongoc_client_t *client,
-    const char *database, const bson_oid_t *id, bson_error_t *error);
-
 /* the rounds of writes of a page (ngx_http_feed_model_bulk.c) */
 ngx_http_feed_model_key_t *ngx_http_feed_model_keys(
     ngx_http_feed_user_t *users, size_t n);
@@ -187,12 +192,27 @@ mongoc_bulk_operation_t *ngx_http_feed_model_unordered(
 ngx_int_t ngx_http_feed_model_bulk(mongoc_bulk_operation_t *bulk,
     int64_t *done, bson_error_t *error);
 
-/* shared by the models */
+/* what the models share (ngx_http_feed_model.c) */
+void ngx_http_feed_model_push(bson_t *update, const bson_t *each,
+    ngx_uint_t cap);
+bson_oid_t *ngx_http_feed_model_ids(const bson_t *doc, size_t *n);
+ngx_int_t ngx_http_feed_model_take(ngx_http_feed_model_page_t *page,
+    const bson_oid_t *id, ngx_http_feed_posts_range_t *range, size_t want);
+void ngx_http_feed_model_raise(ngx_http_feed_model_page_t *page,
+    const bson_oid_t *from);
+void ngx_http_feed_model_next(const bson_oid_t *id, bson_oid_t *next);
+void ngx_http_feed_model_oid_at(bson_oid_t *oid, time_t at);
+ngx_int_t ngx_http_feed_model_delete_post(mongoc_collection_t *coll,
+    const bson_oid_t *id, bson_error_t *error);
+
+/* the models with a floor per user: time, size, capped */
 ngx_int_t ngx_http_feed_model_floor(mongoc_collection_t *coll,
     bson_t *selector, ngx_uint_t reset, bson_error_t *error);
 ngx_int_t ngx_http_feed_model_floor_page(mongoc_collection_t *coll,
     const bson_t *selector, size_t want, ngx_http_feed_model_page_t *page,
     bson_t *doc, bson_error_t *error);
+
+/* the bucket models': time, size */
 void ngx_http_feed_model_bucket_id(bson_t *doc, const char *key,
     ngx_http_feed_user_t *user, const char *field, int64_t v);
 ngx_int_t ngx_http_feed_model_bucket_floor(mongoc_client_t *client,
@@ -203,15 +223,13 @@ ngx_int_t ngx_http_feed_model_bucket_page(mongoc_client_t *client,
     ngx_http_feed_user_t *user, size_t want,
     ngx_http_feed_model_page_t *page, mongoc_collection_t **coll,
     bson_error_t *error);
-bson_oid_t *ngx_http_feed_model_ids(const bson_t *doc, size_t *n);
-void ngx_http_feed_model_push(bson_t *update, const bson_t *each,
-    ngx_uint_t cap);
-ngx_int_t ngx_http_feed_model_delete_post(mongoc_collection_t *coll,
-    const bson_oid_t *id, bson_error_t *error);
-ngx_int_t ngx_http_feed_model_take(ngx_http_feed_model_page_t *page,
-    const bson_oid_t *id, ngx_http_feed_posts_range_t *range, size_t want);
-void ngx_http_feed_model_raise(ngx_http_feed_model_page_t *page,
-    const bson_oid_t *from);
+ngx_int_t ngx_http_feed_model_bucket_recheck(mongoc_collection_t *coll,
+    const char *field, ngx_http_feed_user_t *user,
+    ngx_http_feed_model_page_t *page, bson_error_t *error);
+ngx_int_t ngx_http_feed_model_trim(mongoc_collection_t *coll,
+    const char *field, ngx_http_feed_user_t *users, size_t n,
+    const u_char *pick, const int64_t *cut, const bson_oid_t *mark,
+    bson_error_t *error);
 
 
 #endif /* _NGX_HTTP_FEED_MODEL_H_INCLUDED_ */

@@ -77,6 +77,10 @@ typedef struct {
 } ngx_http_feed_model_capped_page_t;
 
 
+static ngx_int_t ngx_http_feed_model_capped_add(mongoc_client_t *client,
+    const char *database, ngx_http_feed_model_conf_t *mc,
+    ngx_http_feed_user_t *users, size_t n, const bson_t *entry,
+    const bson_oid_t *id, bson_error_t *error);
 static ngx_int_t ngx_http_feed_model_capped_round(void *data,
     bson_error_t *error);
 static size_t ngx_http_feed_model_capped_pick(
@@ -96,10 +100,24 @@ static ngx_int_t ngx_http_feed_model_capped_counter(
     size_t i, bson_error_t *error);
 static ngx_int_t ngx_http_feed_model_capped_write(
     ngx_http_feed_model_capped_page_t *pg, bson_error_t *error);
+static ngx_int_t ngx_http_feed_model_capped_read(mongoc_client_t *client,
+    const char *database, ngx_http_feed_model_conf_t *mc,
+    ngx_http_feed_user_t *user, ngx_http_feed_posts_range_t *range,
+    size_t want, ngx_http_feed_model_page_t *page, bson_error_t *error);
 static ngx_int_t ngx_http_feed_model_capped_slots(
     mongoc_client_t *client, const char *database,
     ngx_http_feed_user_t *user, ngx_http_feed_posts_range_t *range,
     size_t max, bson_oid_t **ids, size_t *n, bson_error_t *error);
+static ngx_int_t ngx_http_feed_model_capped_begin(mongoc_client_t *client,
+    const char *database, ngx_http_feed_user_t *user, int64_t now,
+    ngx_uint_t *mine, bson_error_t *error);
+static ngx_int_t ngx_http_feed_model_capped_floor(mongoc_client_t *client,
+    const char *database, ngx_http_feed_user_t *user, ngx_uint_t reset,
+    bson_error_t *error);
+static ngx_int_t ngx_http_feed_model_capped_remove(mongoc_client_t *client,
+    const char *database, const bson_oid_t *id, bson_error_t *error);
+static ngx_int_t ngx_http_feed_model_capped_drop(mongoc_client_t *client,
+    const char *database, ngx_http_feed_user_t *user, bson_error_t *error);
 
 
 /* what a query answers (ngx_http_feed_model_capped_found()) */
@@ -110,7 +128,7 @@ static ngx_int_t ngx_http_feed_model_capped_slots(
 
 /* a user's entries, newest first; a post once per user */
 
-ngx_http_feed_mongo_indexes_t  ngx_http_feed_model_capped_indexes = {
+static ngx_http_feed_mongo_indexes_t  ngx_http_feed_model_capped_indexes = {
     NGX_HTTP_FEED_MODEL_CAPPED_COLL,
     "[{\"key\": {\"u\": 1, \"i\": -1}, \"name\": \"user_id\","
     " \"unique\": true},"
@@ -118,26 +136,29 @@ ngx_http_feed_mongo_indexes_t  ngx_http_feed_model_capped_indexes = {
 };
 
 
+ngx_http_feed_model_ops_t  ngx_http_feed_model_capped_ops = {
+    &ngx_http_feed_model_capped_indexes,
+    ngx_http_feed_model_capped_add,
+    ngx_http_feed_model_capped_read,
+    ngx_http_feed_model_capped_begin,
+    NULL,                                   /* fill: begin makes none */
+    NULL,                                   /* abandon */
+    ngx_http_feed_model_capped_remove,
+    ngx_http_feed_model_capped_drop
+};
+
+
 /* a post into the slots of these users, in rounds until all have it */
 
-ngx_int_t
+static ngx_int_t
 ngx_http_feed_model_capped_add(mongoc_client_t *client,
-    const char *database, ngx_http_feed_model_conf_t *tc,
+    const char *database, ngx_http_feed_model_conf_t *mc,
     ngx_http_feed_user_t *users, size_t n, const bson_t *entry,
-    bson_error_t *error)
+    const bson_oid_t *id, bson_error_t *error)
 {
     size_t                             i;
     ngx_int_t                          rc;
-    bson_iter_t                        it;
     ngx_http_feed_model_capped_page_t  pg;
-
-    if (n == 0) {
-        return NGX_OK;
-    }
-
-    if (!bson_iter_init_find(&it, entry, "i") || !BSON_ITER_HOLDS_OID(&it)) {
-        return NGX_ERROR;
-    }
 
     pg.users = users;
     pg.n = n;
@@ -146,8 +167,8 @@ ngx_http_feed_model_capped_add(mongoc_client_t *client,
     pg.slots = bson_malloc(n * sizeof(char *));
     pg.pick = bson_malloc(n);
     pg.entry = entry;
-    pg.id = bson_iter_oid(&it);
-    pg.cap = (int64_t) tc->slots;
+    pg.id = id;
+    pg.cap = (int64_t) mc->slots;
     pg.entries = mongoc_client_get_collection(client, database,
                                               NGX_HTTP_FEED_MODEL_CAPPED_COLL);
     pg.counters = mongoc_client_get_collection(client, database,
@@ -690,9 +711,9 @@ ngx_http_feed_model_capped_write(ngx_http_feed_model_capped_page_t *pg,
  * entry overwritten meanwhile, which the page would then lack.
  */
 
-ngx_int_t
+static ngx_int_t
 ngx_http_feed_model_capped_read(mongoc_client_t *client,
-    const char *database, ngx_http_feed_model_conf_t *tc,
+    const char *database, ngx_http_feed_model_conf_t *mc,
     ngx_http_feed_user_t *user, ngx_http_feed_posts_range_t *range,
     size_t want, ngx_http_feed_model_page_t *page, bson_error_t *error)
 {
@@ -814,12 +835,26 @@ ngx_http_feed_model_capped_slots(mongoc_client_t *client,
 }
 
 
+/* a first read: the slots hold every post from now on */
+
+static ngx_int_t
+ngx_http_feed_model_capped_begin(mongoc_client_t *client,
+    const char *database, ngx_http_feed_user_t *user, int64_t now,
+    ngx_uint_t *mine, bson_error_t *error)
+{
+    *mine = 0;
+
+    return ngx_http_feed_model_capped_floor(client, database, user, 0,
+                                            error);
+}
+
+
 /*
  * The user's floor: set at their first read (reset: 0, an existing one is
  * kept), or moved to now (reset: 1) when they have one
  */
 
-ngx_int_t
+static ngx_int_t
 ngx_http_feed_model_capped_floor(mongoc_client_t *client,
     const char *database, ngx_http_feed_user_t *user, ngx_uint_t reset,
     bson_error_t *error)
@@ -843,7 +878,7 @@ ngx_http_feed_model_capped_floor(mongoc_client_t *client,
 
 /* a deleted post's entries gone: their slots are written again later */
 
-ngx_int_t
+static ngx_int_t
 ngx_http_feed_model_capped_remove(mongoc_client_t *client,
     const char *database, const bson_oid_t *id, bson_error_t *error)
 {
@@ -861,4 +896,15 @@ ngx_http_feed_model_capped_remove(mongoc_client_t *client,
     bson_destroy(&query);
 
     return ok ? NGX_OK : NGX_ERROR;
+}
+
+
+/* whom the user follows changed: the slots hold every post from now on */
+
+static ngx_int_t
+ngx_http_feed_model_capped_drop(mongoc_client_t *client, const char *database,
+    ngx_http_feed_user_t *user, bson_error_t *error)
+{
+    return ngx_http_feed_model_capped_floor(client, database, user, 1,
+                                            error);
 }

@@ -61,6 +61,10 @@ typedef struct {
 } ngx_http_feed_model_size_page_t;
 
 
+static ngx_int_t ngx_http_feed_model_size_add(mongoc_client_t *client,
+    const char *database, ngx_http_feed_model_conf_t *mc,
+    ngx_http_feed_user_t *users, size_t n, const bson_t *entry,
+    const bson_oid_t *id, bson_error_t *error);
 static ngx_int_t ngx_http_feed_model_size_round(void *data,
     bson_error_t *error);
 static ngx_int_t ngx_http_feed_model_size_state(
@@ -88,11 +92,22 @@ static ngx_int_t ngx_http_feed_model_size_gone(
     bson_error_t *error);
 static ssize_t ngx_http_feed_model_size_whose(
     ngx_http_feed_model_size_page_t *pg, const bson_t *doc, bson_iter_t *it);
+static ngx_int_t ngx_http_feed_model_size_read(mongoc_client_t *client,
+    const char *database, ngx_http_feed_model_conf_t *mc,
+    ngx_http_feed_user_t *user, ngx_http_feed_posts_range_t *range,
+    size_t want, ngx_http_feed_model_page_t *page, bson_error_t *error);
 static void ngx_http_feed_model_size_bucket(const bson_t *doc,
     ngx_http_feed_posts_range_t *range, const bson_oid_t *bound,
     size_t want, bson_oid_t **ids, size_t *m);
 static int ngx_http_feed_model_size_cmp_oid(const void *a,
     const void *b);
+static ngx_int_t ngx_http_feed_model_size_begin(mongoc_client_t *client,
+    const char *database, ngx_http_feed_user_t *user, int64_t now,
+    ngx_uint_t *mine, bson_error_t *error);
+static ngx_int_t ngx_http_feed_model_size_remove(mongoc_client_t *client,
+    const char *database, const bson_oid_t *id, bson_error_t *error);
+static ngx_int_t ngx_http_feed_model_size_drop(mongoc_client_t *client,
+    const char *database, ngx_http_feed_user_t *user, bson_error_t *error);
 
 
 /*
@@ -100,11 +115,23 @@ static int ngx_http_feed_model_size_cmp_oid(const void *a,
  * deletes), and their buckets by their newest id (for reads)
  */
 
-ngx_http_feed_mongo_indexes_t  ngx_http_feed_model_size_indexes = {
+static ngx_http_feed_mongo_indexes_t  ngx_http_feed_model_size_indexes = {
     NGX_HTTP_FEED_MODEL_SIZE_COLL,
     "[{\"key\": {\"_id.u\": 1, \"n\": 1}, \"name\": \"user_open\"},"
     " {\"key\": {\"_id.u\": 1, \"h\": -1}, \"name\": \"user_newest\"},"
     " {\"key\": {\"c.i\": 1}, \"name\": \"entries\"}]"
+};
+
+
+ngx_http_feed_model_ops_t  ngx_http_feed_model_size_ops = {
+    &ngx_http_feed_model_size_indexes,
+    ngx_http_feed_model_size_add,
+    ngx_http_feed_model_size_read,
+    ngx_http_feed_model_size_begin,
+    NULL,                                   /* fill: begin makes none */
+    NULL,                                   /* abandon */
+    ngx_http_feed_model_size_remove,
+    ngx_http_feed_model_size_drop
 };
 
 
@@ -115,24 +142,15 @@ ngx_http_feed_mongo_indexes_t  ngx_http_feed_model_size_indexes = {
  * same post: the next one finds where things are.
  */
 
-ngx_int_t
+static ngx_int_t
 ngx_http_feed_model_size_add(mongoc_client_t *client,
-    const char *database, ngx_http_feed_model_conf_t *tc,
+    const char *database, ngx_http_feed_model_conf_t *mc,
     ngx_http_feed_user_t *users, size_t n, const bson_t *entry,
-    bson_error_t *error)
+    const bson_oid_t *id, bson_error_t *error)
 {
     size_t                           i;
     ngx_int_t                        rc;
-    bson_iter_t                      it;
     ngx_http_feed_model_size_page_t  pg;
-
-    if (n == 0) {
-        return NGX_OK;
-    }
-
-    if (!bson_iter_init_find(&it, entry, "i") || !BSON_ITER_HOLDS_OID(&it)) {
-        return NGX_ERROR;
-    }
 
     pg.users = users;
     pg.n = n;
@@ -149,8 +167,8 @@ ngx_http_feed_model_size_add(mongoc_client_t *client,
     }
     pg.pick = bson_malloc(n);
     pg.entry = entry;
-    pg.id = bson_iter_oid(&it);
-    pg.size = (int64_t) tc->size;
+    pg.id = id;
+    pg.size = (int64_t) mc->size;
 
     pg.coll = mongoc_client_get_collection(client, database,
                                            NGX_HTTP_FEED_MODEL_SIZE_COLL);
@@ -158,8 +176,8 @@ ngx_http_feed_model_size_add(mongoc_client_t *client,
     rc = ngx_http_feed_model_rounds(ngx_http_feed_model_size_round,
                                     &pg, "size buckets", error);
 
-    if (rc == NGX_OK && tc->keep) {
-        rc = ngx_http_feed_model_size_trim(&pg, tc->keep, error);
+    if (rc == NGX_OK && mc->keep) {
+        rc = ngx_http_feed_model_size_trim(&pg, mc->keep, error);
     }
 
     mongoc_collection_destroy(pg.coll);
@@ -667,9 +685,9 @@ ngx_http_feed_model_size_gone(ngx_http_feed_model_size_page_t *pg,
  * the next can hold none of the want newest entries from the floor up
  */
 
-ngx_int_t
+static ngx_int_t
 ngx_http_feed_model_size_read(mongoc_client_t *client,
-    const char *database, ngx_http_feed_model_conf_t *tc,
+    const char *database, ngx_http_feed_model_conf_t *mc,
     ngx_http_feed_user_t *user, ngx_http_feed_posts_range_t *range,
     size_t want, ngx_http_feed_model_page_t *page, bson_error_t *error)
 {
@@ -750,7 +768,7 @@ ngx_http_feed_model_size_read(mongoc_client_t *client,
     bson_destroy(&opts);
     bson_destroy(&filter);
 
-    if (rc == NGX_OK && tc->keep) {
+    if (rc == NGX_OK && mc->keep) {
         rc = ngx_http_feed_model_bucket_recheck(coll, "s", user, page,
                                                 error);
     }
@@ -819,25 +837,24 @@ ngx_http_feed_model_size_cmp_oid(const void *a, const void *b)
 }
 
 
-/*
- * The user's floor: set at their first read (reset: 0, an existing one is
- * kept), or moved to now (reset: 1) when they have one
- */
+/* a first read: the buckets hold every post from now on */
 
-ngx_int_t
-ngx_http_feed_model_size_floor(mongoc_client_t *client,
-    const char *database, ngx_http_feed_user_t *user, ngx_uint_t reset,
+static ngx_int_t
+ngx_http_feed_model_size_begin(mongoc_client_t *client, const char *database,
+    ngx_http_feed_user_t *user, int64_t now, ngx_uint_t *mine,
     bson_error_t *error)
 {
+    *mine = 0;
+
     return ngx_http_feed_model_bucket_floor(client, database,
                                             NGX_HTTP_FEED_MODEL_SIZE_COLL,
-                                            "s", user, reset, error);
+                                            "s", user, 0, error);
 }
 
 
 /* a deleted post out of every bucket ("n" stays: a full one stays full) */
 
-ngx_int_t
+static ngx_int_t
 ngx_http_feed_model_size_remove(mongoc_client_t *client,
     const char *database, const bson_oid_t *id, bson_error_t *error)
 {
@@ -850,4 +867,16 @@ ngx_http_feed_model_size_remove(mongoc_client_t *client,
     mongoc_collection_destroy(coll);
 
     return rc;
+}
+
+
+/* whom the user follows changed: the buckets hold every post from now on */
+
+static ngx_int_t
+ngx_http_feed_model_size_drop(mongoc_client_t *client, const char *database,
+    ngx_http_feed_user_t *user, bson_error_t *error)
+{
+    return ngx_http_feed_model_bucket_floor(client, database,
+                                            NGX_HTTP_FEED_MODEL_SIZE_COLL,
+                                            "s", user, 1, error);
 }

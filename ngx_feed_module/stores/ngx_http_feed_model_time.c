@@ -28,25 +28,51 @@
 #define NGX_HTTP_FEED_MODEL_TIME_COLL  "timeline_time"
 
 
+static ngx_int_t ngx_http_feed_model_time_add(mongoc_client_t *client,
+    const char *database, ngx_http_feed_model_conf_t *mc,
+    ngx_http_feed_user_t *users, size_t n, const bson_t *entry,
+    const bson_oid_t *id, bson_error_t *error);
 static ngx_int_t ngx_http_feed_model_time_bulk(mongoc_collection_t *coll,
     ngx_http_feed_user_t *users, size_t n, size_t *again, u_char *opened,
     int64_t t, const bson_t *update, const bson_oid_t *id,
     bson_error_t *error);
 static ngx_int_t ngx_http_feed_model_time_trim(mongoc_collection_t *coll,
-    ngx_http_feed_model_conf_t *tc, ngx_http_feed_user_t *users,
+    ngx_http_feed_model_conf_t *mc, ngx_http_feed_user_t *users,
     size_t n, const u_char *opened, int64_t t, bson_error_t *error);
-static void ngx_http_feed_model_time_at(bson_oid_t *oid, time_t t);
+static ngx_int_t ngx_http_feed_model_time_read(mongoc_client_t *client,
+    const char *database, ngx_http_feed_model_conf_t *mc,
+    ngx_http_feed_user_t *user, ngx_http_feed_posts_range_t *range,
+    size_t want, ngx_http_feed_model_page_t *page, bson_error_t *error);
 static ngx_int_t ngx_http_feed_model_time_bucket(const bson_t *doc,
     ngx_http_feed_posts_range_t *range, size_t want,
     ngx_http_feed_model_page_t *page);
+static ngx_int_t ngx_http_feed_model_time_begin(mongoc_client_t *client,
+    const char *database, ngx_http_feed_user_t *user, int64_t now,
+    ngx_uint_t *mine, bson_error_t *error);
+static ngx_int_t ngx_http_feed_model_time_remove(mongoc_client_t *client,
+    const char *database, const bson_oid_t *id, bson_error_t *error);
+static ngx_int_t ngx_http_feed_model_time_drop(mongoc_client_t *client,
+    const char *database, ngx_http_feed_user_t *user, bson_error_t *error);
 
 
 /* a user's buckets, newest first; the entries' ids, for deletes */
 
-ngx_http_feed_mongo_indexes_t  ngx_http_feed_model_time_indexes = {
+static ngx_http_feed_mongo_indexes_t  ngx_http_feed_model_time_indexes = {
     NGX_HTTP_FEED_MODEL_TIME_COLL,
     "[{\"key\": {\"_id.u\": 1, \"_id.t\": -1}, \"name\": \"user_period\"},"
     " {\"key\": {\"c.i\": 1}, \"name\": \"entries\"}]"
+};
+
+
+ngx_http_feed_model_ops_t  ngx_http_feed_model_time_ops = {
+    &ngx_http_feed_model_time_indexes,
+    ngx_http_feed_model_time_add,
+    ngx_http_feed_model_time_read,
+    ngx_http_feed_model_time_begin,
+    NULL,                                   /* fill: begin makes none */
+    NULL,                                   /* abandon */
+    ngx_http_feed_model_time_remove,
+    ngx_http_feed_model_time_drop
 };
 
 
@@ -58,32 +84,21 @@ ngx_http_feed_mongo_indexes_t  ngx_http_feed_model_time_indexes = {
  * post to the first and leave the second alone.
  */
 
-ngx_int_t
+static ngx_int_t
 ngx_http_feed_model_time_add(mongoc_client_t *client,
-    const char *database, ngx_http_feed_model_conf_t *tc,
+    const char *database, ngx_http_feed_model_conf_t *mc,
     ngx_http_feed_user_t *users, size_t n, const bson_t *entry,
-    bson_error_t *error)
+    const bson_oid_t *id, bson_error_t *error)
 {
     size_t                 i, m, *again;
     bson_t                 update, each;
     u_char                *opened;
     int64_t                t;
     ngx_int_t              rc;
-    bson_iter_t            it;
-    const bson_oid_t      *id;
     mongoc_collection_t   *coll;
     ngx_http_feed_user_t  *retry;
 
-    if (n == 0) {
-        return NGX_OK;
-    }
-
-    if (!bson_iter_init_find(&it, entry, "i") || !BSON_ITER_HOLDS_OID(&it)) {
-        return NGX_ERROR;
-    }
-
-    id = bson_iter_oid(&it);
-    t = (int64_t) bson_oid_get_time_t(id) / tc->bucket;
+    t = (int64_t) bson_oid_get_time_t(id) / mc->bucket;
 
     bson_init(&each);
     BSON_APPEND_DOCUMENT(&each, "0", entry);
@@ -113,8 +128,8 @@ ngx_http_feed_model_time_add(mongoc_client_t *client,
         bson_free(retry);
     }
 
-    if (rc == NGX_OK && tc->keep) {
-        rc = ngx_http_feed_model_time_trim(coll, tc, users, n, opened, t,
+    if (rc == NGX_OK && mc->keep) {
+        rc = ngx_http_feed_model_time_trim(coll, mc, users, n, opened, t,
                                            error);
     }
 
@@ -234,7 +249,7 @@ ngx_http_feed_model_time_bulk(mongoc_collection_t *coll,
 
 static ngx_int_t
 ngx_http_feed_model_time_trim(mongoc_collection_t *coll,
-    ngx_http_feed_model_conf_t *tc, ngx_http_feed_user_t *users,
+    ngx_http_feed_model_conf_t *mc, ngx_http_feed_user_t *users,
     size_t n, const u_char *opened, int64_t t, bson_error_t *error)
 {
     size_t       i, m;
@@ -246,7 +261,7 @@ ngx_http_feed_model_time_trim(mongoc_collection_t *coll,
         m += opened[i];
     }
 
-    if (m == 0 || t - (int64_t) tc->keep + 1 <= 0) {
+    if (m == 0 || t - (int64_t) mc->keep + 1 <= 0) {
         return NGX_OK;
     }
 
@@ -254,9 +269,8 @@ ngx_http_feed_model_time_trim(mongoc_collection_t *coll,
     mark = bson_malloc(n * sizeof(bson_oid_t));
 
     for (i = 0; i < n; i++) {
-        cut[i] = t - (int64_t) tc->keep + 1;
-        ngx_http_feed_model_time_at(&mark[i],
-                                    (time_t) (cut[i] * tc->bucket));
+        cut[i] = t - (int64_t) mc->keep + 1;
+        ngx_http_feed_model_oid_at(&mark[i], (time_t) (cut[i] * mc->bucket));
     }
 
     rc = ngx_http_feed_model_trim(coll, "t", users, n, opened, cut, mark,
@@ -274,9 +288,9 @@ ngx_http_feed_model_time_trim(mongoc_collection_t *coll,
  * the floor up are taken, or the floor's period is passed
  */
 
-ngx_int_t
+static ngx_int_t
 ngx_http_feed_model_time_read(mongoc_client_t *client,
-    const char *database, ngx_http_feed_model_conf_t *tc,
+    const char *database, ngx_http_feed_model_conf_t *mc,
     ngx_http_feed_user_t *user, ngx_http_feed_posts_range_t *range,
     size_t want, ngx_http_feed_model_page_t *page, bson_error_t *error)
 {
@@ -301,12 +315,12 @@ ngx_http_feed_model_time_read(mongoc_client_t *client,
     BSON_APPEND_DOCUMENT_BEGIN(&filter, "_id.t", &t);
     BSON_APPEND_INT64(&t, "$gte",
                       (int64_t) bson_oid_get_time_t(&page->bound)
-                      / tc->bucket);
+                      / mc->bucket);
 
     if (range->max_id) {
         BSON_APPEND_INT64(&t, "$lte",
                           (int64_t) bson_oid_get_time_t(range->max_id)
-                          / tc->bucket);
+                          / mc->bucket);
     }
 
     bson_append_document_end(&filter, &t);
@@ -330,7 +344,7 @@ ngx_http_feed_model_time_read(mongoc_client_t *client,
     bson_destroy(&opts);
     bson_destroy(&filter);
 
-    if (rc == NGX_OK && tc->keep) {
+    if (rc == NGX_OK && mc->keep) {
         rc = ngx_http_feed_model_bucket_recheck(coll, "t", user, page,
                                                 error);
     }
@@ -366,54 +380,24 @@ ngx_http_feed_model_time_bucket(const bson_t *doc,
 }
 
 
-/*
- * The user's floor: set at their first read (reset: 0, an existing one is
- * kept), or moved to now (reset: 1, whom they follow changed)
- */
+/* a first read: the buckets hold every post from now on */
 
-ngx_int_t
-ngx_http_feed_model_time_floor(mongoc_client_t *client,
-    const char *database, ngx_http_feed_user_t *user, ngx_uint_t reset,
+static ngx_int_t
+ngx_http_feed_model_time_begin(mongoc_client_t *client, const char *database,
+    ngx_http_feed_user_t *user, int64_t now, ngx_uint_t *mine,
     bson_error_t *error)
 {
+    *mine = 0;
+
     return ngx_http_feed_model_bucket_floor(client, database,
                                             NGX_HTTP_FEED_MODEL_TIME_COLL,
-                                            "t", user, reset, error);
-}
-
-
-/* the lowest id of a time "ahead" seconds from now: a floor */
-
-void
-ngx_http_feed_model_time_oid(bson_oid_t *oid, time_t ahead)
-{
-    ngx_http_feed_model_time_at(oid, time(NULL) + ahead);
-}
-
-
-/* the lowest id of a time */
-
-static void
-ngx_http_feed_model_time_at(bson_oid_t *oid, time_t at)
-{
-    uint8_t   data[12];
-    uint32_t  t;
-
-    t = (uint32_t) at;
-
-    ngx_memzero(data, sizeof(data));
-    data[0] = (uint8_t) (t >> 24);
-    data[1] = (uint8_t) (t >> 16);
-    data[2] = (uint8_t) (t >> 8);
-    data[3] = (uint8_t) t;
-
-    bson_oid_init_from_data(oid, data);
+                                            "t", user, 0, error);
 }
 
 
 /* a deleted post out of every bucket */
 
-ngx_int_t
+static ngx_int_t
 ngx_http_feed_model_time_remove(mongoc_client_t *client,
     const char *database, const bson_oid_t *id, bson_error_t *error)
 {
@@ -426,4 +410,16 @@ ngx_http_feed_model_time_remove(mongoc_client_t *client,
     mongoc_collection_destroy(coll);
 
     return rc;
+}
+
+
+/* whom the user follows changed: the buckets hold every post from now on */
+
+static ngx_int_t
+ngx_http_feed_model_time_drop(mongoc_client_t *client, const char *database,
+    ngx_http_feed_user_t *user, bson_error_t *error)
+{
+    return ngx_http_feed_model_bucket_floor(client, database,
+                                            NGX_HTTP_FEED_MODEL_TIME_COLL,
+                                            "t", user, 1, error);
 }
