@@ -73,7 +73,7 @@ static ngx_conf_enum_t  ngx_http_feed_cache_modes[] = {
     { ngx_null_string, 0 }
 };
 
-/* the models of the timelines kept in MongoDB (ngx_http_feed_model.h) */
+/* the models of the MongoDB timelines (ngx_http_feed_model.h) */
 static ngx_conf_enum_t  ngx_http_feed_timeline_stores[] = {
     { ngx_string("read"), NGX_HTTP_FEED_MODEL_READ },
     { ngx_string("time_buckets"), NGX_HTTP_FEED_MODEL_TIME_BUCKETS },

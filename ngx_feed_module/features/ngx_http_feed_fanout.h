@@ -63,8 +63,9 @@ typedef struct {
     ngx_uint_t                    skipped;
 
     /*
-     * feed_timeline_store: the post into the followers' kept timelines
-     * (its entry, made by the first page's thread, kept for the others),
+     * feed_timeline_store: the post into the followers' timelines in the
+     * model (its entry, made by the first page's thread, held for the
+     * others),
      * or a deleted post out of them all
      */
     ngx_http_feed_model_conf_t    model;

@@ -60,7 +60,7 @@ ngx_http_feed_fanout_page_run(ngx_http_feed_mongo_task_t *t,
             return;
         }
 
-        /* the author's own kept timeline, whatever the followers get */
+        /* the author's own timeline in the model, whatever the followers get */
 
         if (page->model.ops
             && ngx_http_feed_fanout_model_add(client, t->database, page,
@@ -124,10 +124,10 @@ ngx_http_feed_fanout_page_run(ngx_http_feed_mongo_task_t *t,
 
 
 /*
- * Every kept timeline has the post (feed_timeline_store): it is no longer
- * in flight, and their reads stop looking for it
+ * Every timeline in the model has the post (feed_timeline_store): it is
+ * no longer in flight, and their reads stop looking for it
  * (ngx_http_feed_timeline_model.c).  Only once they all have it: until
- * then, a read of a kept timeline that lacks it finds it in flight.
+ * then, a read of a timeline that lacks it finds it in flight.
  */
 
 static ngx_int_t
@@ -147,7 +147,7 @@ ngx_http_feed_fanout_landed(mongoc_client_t *client, const char *database,
 
 
 /*
- * The post into the timelines kept in MongoDB of these users who have one
+ * The post into the timelines in the model of these users who have one
  * (feed_timeline_store), once
  */
 
@@ -160,7 +160,7 @@ ngx_http_feed_fanout_model_add(mongoc_client_t *client, const char *database,
 
     if (page->model_entry == NULL) {
         if (page->json == NULL) {
-            bson_set_error(error, 0, 0, "the post to keep is not read");
+            bson_set_error(error, 0, 0, "the post for the model is not read");
             return NGX_ERROR;
         }
 
@@ -168,7 +168,7 @@ ngx_http_feed_fanout_model_add(mongoc_client_t *client, const char *database,
                                       page->model.embed, &entry)
             != NGX_OK)
         {
-            bson_set_error(error, 0, 0, "the post to keep is not valid");
+            bson_set_error(error, 0, 0, "the post for the model is not valid");
             return NGX_ERROR;
         }
 

@@ -1,8 +1,8 @@
 
 /*
- * ngx_feed_module: a page of a home timeline from the timelines kept in
- * MongoDB (feed_timeline_store cache), in the fallback source's thread,
- * for a read that missed the Redis cache.
+ * ngx_feed_module: a page of a home timeline from the model of the
+ * MongoDB timelines (feed_timeline_store), in the fallback source's
+ * thread, for a read that missed the Redis cache.
  *
  * A user with a document gets the entries of the page's range from it,
  * those still visible (ngx_http_feed_posts_by_ids()), merged with the
@@ -12,12 +12,12 @@
  * first page, gets fanout on read, and a document made from that answer.
  * The answer is the same as fanout on read's, however it is made.
  *
- * Fanout may be behind: a post is in MongoDB before it is in the kept
+ * Fanout may be behind: a post is in MongoDB before it is in the model's
  * timelines, and posts reach them in about, not exactly, their order.  The
- * posts still in flight are read first, then the kept timeline: a post
- * that landed meanwhile is in the kept timeline, and those still in flight
- * that the user follows are added to its entries, so the kept timeline
- * never vouches for a range with a post it has not received.  When more
+ * posts still in flight are read first, then the model's timeline: a post
+ * that landed meanwhile is in that timeline, and those still in flight
+ * that the user follows are added to its entries, so the model never
+ * vouches for a range with a post it has not received.  When more
  * are in flight than are read, it vouches only for the range of those
  * read, and fanout on read answers below.
  */
@@ -39,7 +39,7 @@
 #define NGX_HTTP_FEED_TL_MODEL_FLIGHT  1000
 
 
-/* the authors of the posts in flight a kept timeline lacks */
+/* the authors of the posts in flight the model's timeline lacks */
 typedef struct {
     char                        **authors;
     u_char                       *followed;
@@ -107,7 +107,7 @@ ngx_http_feed_timeline_model(mongoc_client_t *client, const char *database,
 
     ngx_http_feed_model_conf(fmcf, &mc);
 
-    /* in flight, before the kept timeline: one that landed meanwhile is in */
+    /* in flight, before the model: one that landed meanwhile is in it */
 
     if (ngx_http_feed_posts_in_flight(client, database, range,
                                       NGX_HTTP_FEED_TL_MODEL_FLIGHT, &fl, &n,
@@ -167,7 +167,7 @@ ngx_http_feed_timeline_model(mongoc_client_t *client, const char *database,
 
 
 /*
- * The posts in flight (fl, newest first) that the kept timeline may lack,
+ * The posts in flight (fl, newest first) that the model's timeline may lack,
  * from its bound up: those of the user and of whom the user follows are
  * added to its entries.  With more in flight than were read, it vouches
  * for the range of those read only.
@@ -187,7 +187,7 @@ ngx_http_feed_timeline_model_flight(mongoc_client_t *client,
         ngx_http_feed_model_raise(tp, &fl[n - 1].id);
     }
 
-    /* those the kept timeline lacks, in its range */
+    /* those the model's timeline lacks, in its range */
 
     for (i = 0, m = 0; i < n; i++) {
         if (!tp->whole && bson_oid_compare(&fl[i].id, &tp->bound) < 0) {
@@ -223,7 +223,7 @@ ngx_http_feed_timeline_model_flight(mongoc_client_t *client,
 }
 
 
-/* whether the kept timeline has this id among the page's (newest first) */
+/* whether the model's timeline has this id among the page's (newest first) */
 
 static ngx_uint_t
 ngx_http_feed_timeline_model_has(ngx_http_feed_model_page_t *tp,
@@ -450,16 +450,16 @@ ngx_http_feed_timeline_model_page(mongoc_client_t *client,
     ngx_http_feed_model_page_t *tp, bson_t *items, bson_error_t *error)
 {
     char                          bound[25];
-    bson_t                        kept, pulled, rest;
+    bson_t                        posts, pulled, rest;
     ngx_int_t                     rc;
     ngx_http_feed_posts_range_t   below;
     ngx_http_feed_tl_model_out_t  out;
 
-    bson_init(&kept);
+    bson_init(&posts);
     bson_init(&pulled);
     bson_init(&rest);
 
-    rc = ngx_http_feed_posts_by_ids(client, database, tp->ids, tp->n, &kept,
+    rc = ngx_http_feed_posts_by_ids(client, database, tp->ids, tp->n, &posts,
                                     error);
 
     if (rc == NGX_OK && fmcf->pull_threshold) {
@@ -478,7 +478,7 @@ ngx_http_feed_timeline_model_page(mongoc_client_t *client,
     out.limit = range->limit;
     out.last[0] = '\0';
 
-    ngx_http_feed_timeline_model_merge(&out, &kept, &pulled,
+    ngx_http_feed_timeline_model_merge(&out, &posts, &pulled,
                                        tp->whole ? NULL : bound);
 
     /* below the bound, fanout on read has the rest */
@@ -507,7 +507,7 @@ done:
 
     bson_destroy(&rest);
     bson_destroy(&pulled);
-    bson_destroy(&kept);
+    bson_destroy(&posts);
 
     return rc;
 }

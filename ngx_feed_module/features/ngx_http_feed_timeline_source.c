@@ -105,7 +105,7 @@ ngx_http_feed_timeline_source_answer(ngx_http_request_t *r, void *data)
 
 
 /*
- * The page, by fanout on read, or from the timelines kept in MongoDB
+ * The page, by fanout on read, or from the model of the MongoDB timelines
  * (feed_timeline_store, ngx_http_feed_timeline_model.c)
  */
 

@@ -604,7 +604,7 @@ ngx_http_feed_model_bucket_recheck(mongoc_collection_t *coll,
     bson_destroy(&selector);
 
     if (rc == NGX_DECLINED) {
-        /* the floor went meanwhile: nothing kept is vouched for */
+        /* the floor went meanwhile: the buckets vouch for nothing */
         page->state = NGX_HTTP_FEED_MODEL_PAGE_NONE;
         bson_free(page->ids);
         page->ids = NULL;

@@ -1,9 +1,9 @@
 
 /*
- * ngx_feed_module: what the models of the timelines kept in MongoDB that
- * write a page of followers in rounds share (size_buckets, capped): the
- * page's users in a query ($in), the query's answers found back among
- * them, and a bulk's outcome.  Thread side only.
+ * ngx_feed_module: what the MongoDB timeline models that write a page of
+ * followers in rounds share (size_buckets, capped): the page's users in a
+ * query ($in), the query's answers found back among them, and a bulk's
+ * outcome.  Thread side only.
  */
 
 

@@ -1,7 +1,7 @@
 
 /*
- * ngx_feed_module: the "capped" model of the timelines kept in MongoDB,
- * capped and segmented per user (seed 001): a counter per user, and the
+ * ngx_feed_module: the "capped" model of the MongoDB timelines, capped
+ * and segmented per user (seed 001): a counter per user, and the
  * entry of the counter's n-th post in the slot "<user>_<n mod cap>"
  * (cap: feed_timeline_capped_size), written by upsert, so that the oldest
  * entry is overwritten.  Every follower is written, whether they read or
@@ -835,7 +835,7 @@ ngx_http_feed_model_capped_slots(mongoc_client_t *client,
 }
 
 
-/* a first read: the slots hold every post from now on */
+/* a first read: the user's floor, from which the slots hold every post */
 
 static ngx_int_t
 ngx_http_feed_model_capped_begin(mongoc_client_t *client,
@@ -899,7 +899,7 @@ ngx_http_feed_model_capped_remove(mongoc_client_t *client,
 }
 
 
-/* whom the user follows changed: the slots hold every post from now on */
+/* whom the user follows changed: their floor moved to now */
 
 static ngx_int_t
 ngx_http_feed_model_capped_drop(mongoc_client_t *client, const char *database,

@@ -1,7 +1,7 @@
 
 /*
- * ngx_feed_module: the "size_buckets" model of the timelines kept in
- * MongoDB (Socialite's FanoutOnWriteSizedBuckets, seed 003): each user's
+ * ngx_feed_module: the "size_buckets" model of the MongoDB timelines
+ * (Socialite's FanoutOnWriteSizedBuckets, seed 003): each user's
  * posts in buckets of at most feed_timeline_bucket_size entries, numbered
  * from 0, every follower written, whether they read or not.
  *
@@ -837,7 +837,7 @@ ngx_http_feed_model_size_cmp_oid(const void *a, const void *b)
 }
 
 
-/* a first read: the buckets hold every post from now on */
+/* a first read: the user's floor, from which the buckets hold every post */
 
 static ngx_int_t
 ngx_http_feed_model_size_begin(mongoc_client_t *client, const char *database,
@@ -870,7 +870,7 @@ ngx_http_feed_model_size_remove(mongoc_client_t *client,
 }
 
 
-/* whom the user follows changed: the buckets hold every post from now on */
+/* whom the user follows changed: their floor moved to now */
 
 static ngx_int_t
 ngx_http_feed_model_size_drop(mongoc_client_t *client, const char *database,

@@ -1,7 +1,7 @@
 
 /*
- * ngx_feed_module: the "time_buckets" model of the timelines kept in
- * MongoDB (Socialite's FanoutOnWriteTimeBuckets, seed 003): one document
+ * ngx_feed_module: the "time_buckets" model of the MongoDB timelines
+ * (Socialite's FanoutOnWriteTimeBuckets, seed 003): one document
  * per user per period of feed_timeline_bucket_time, the period of the
  * post's id, every follower written, whether they read or not.
  *
@@ -380,7 +380,7 @@ ngx_http_feed_model_time_bucket(const bson_t *doc,
 }
 
 
-/* a first read: the buckets hold every post from now on */
+/* a first read: the user's floor, from which the buckets hold every post */
 
 static ngx_int_t
 ngx_http_feed_model_time_begin(mongoc_client_t *client, const char *database,
@@ -413,7 +413,7 @@ ngx_http_feed_model_time_remove(mongoc_client_t *client,
 }
 
 
-/* whom the user follows changed: the buckets hold every post from now on */
+/* whom the user follows changed: their floor moved to now */
 
 static ngx_int_t
 ngx_http_feed_model_time_drop(mongoc_client_t *client, const char *database,

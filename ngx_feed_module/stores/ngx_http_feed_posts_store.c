@@ -337,8 +337,8 @@ ngx_http_feed_posts_timeline(mongoc_client_t *client, const char *database,
 
 /*
  * The visible posts among these ids, newest first, as the API shows them:
- * what a timeline kept elsewhere (ngx_http_feed_model.c) still
- * shows of its entries.
+ * what a timeline in a model (ngx_http_feed_model.c) still shows of its
+ * entries.
  */
 
 ngx_int_t
