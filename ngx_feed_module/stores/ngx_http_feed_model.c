@@ -378,14 +378,19 @@ ngx_http_feed_model_oid_at(bson_oid_t *oid, time_t at)
 }
 
 
-/* a post out of every document of a collection that has it, in "c" */
+/*
+ * A deleted post out of the entries ("c") of every document that has it,
+ * in the collection "name"
+ */
 
 ngx_int_t
-ngx_http_feed_model_delete_post(mongoc_collection_t *coll, const bson_oid_t *id,
+ngx_http_feed_model_delete_post(mongoc_client_t *client,
+    const char *database, const char *name, const bson_oid_t *id,
     bson_error_t *error)
 {
-    bool    ok;
-    bson_t  selector, update, pull, c;
+    bool                  ok;
+    bson_t                selector, update, pull, c;
+    mongoc_collection_t  *coll;
 
     bson_init(&selector);
     BSON_APPEND_OID(&selector, "c.i", id);
@@ -397,8 +402,10 @@ ngx_http_feed_model_delete_post(mongoc_collection_t *coll, const bson_oid_t *id,
     bson_append_document_end(&pull, &c);
     bson_append_document_end(&update, &pull);
 
+    coll = mongoc_client_get_collection(client, database, name);
     ok = mongoc_collection_update_many(coll, &selector, &update, NULL, NULL,
                                        error);
+    mongoc_collection_destroy(coll);
 
     bson_destroy(&update);
     bson_destroy(&selector);

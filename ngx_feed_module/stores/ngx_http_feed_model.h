@@ -202,8 +202,9 @@ void ngx_http_feed_model_raise(ngx_http_feed_model_page_t *page,
     const bson_oid_t *from);
 void ngx_http_feed_model_next(const bson_oid_t *id, bson_oid_t *next);
 void ngx_http_feed_model_oid_at(bson_oid_t *oid, time_t at);
-ngx_int_t ngx_http_feed_model_delete_post(mongoc_collection_t *coll,
-    const bson_oid_t *id, bson_error_t *error);
+ngx_int_t ngx_http_feed_model_delete_post(mongoc_client_t *client,
+    const char *database, const char *name, const bson_oid_t *id,
+    bson_error_t *error);
 
 /* the models with a floor per user: time, size, capped */
 ngx_int_t ngx_http_feed_model_floor(mongoc_collection_t *coll,

@@ -374,14 +374,9 @@ static ngx_int_t
 ngx_http_feed_model_cache_remove(mongoc_client_t *client,
     const char *database, const bson_oid_t *id, bson_error_t *error)
 {
-    ngx_int_t             rc;
-    mongoc_collection_t  *coll;
-
-    coll = ngx_http_feed_model_cache_coll(client, database);
-    rc = ngx_http_feed_model_delete_post(coll, id, error);
-    mongoc_collection_destroy(coll);
-
-    return rc;
+    return ngx_http_feed_model_delete_post(client, database,
+                                           NGX_HTTP_FEED_MODEL_CACHE_COLL, id,
+                                           error);
 }
 
 
