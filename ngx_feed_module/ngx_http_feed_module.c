@@ -22,7 +22,7 @@
 #include "ngx_http_feed_status.h"
 #include "ngx_http_feed_metrics.h"
 #include "ngx_http_feed_schema.h"
-#include "ngx_http_feed_timelines_store.h"
+#include "ngx_http_feed_model.h"
 #include "ngx_http_feed_keys.h"
 
 
@@ -74,13 +74,13 @@ static ngx_conf_enum_t  ngx_http_feed_cache_modes[] = {
     { ngx_null_string, 0 }
 };
 
-/* the models of the timelines kept in MongoDB (timelines_store.h) */
+/* the models of the MongoDB timelines (ngx_http_feed_model.h) */
 static ngx_conf_enum_t  ngx_http_feed_timeline_stores[] = {
-    { ngx_string("read"), NGX_HTTP_FEED_STORE_READ },
-    { ngx_string("time_buckets"), NGX_HTTP_FEED_STORE_TIME_BUCKETS },
-    { ngx_string("size_buckets"), NGX_HTTP_FEED_STORE_SIZE_BUCKETS },
-    { ngx_string("cache"), NGX_HTTP_FEED_STORE_CACHE },
-    { ngx_string("capped"), NGX_HTTP_FEED_STORE_CAPPED },
+    { ngx_string("read"), NGX_HTTP_FEED_MODEL_READ },
+    { ngx_string("time_buckets"), NGX_HTTP_FEED_MODEL_TIME_BUCKETS },
+    { ngx_string("size_buckets"), NGX_HTTP_FEED_MODEL_SIZE_BUCKETS },
+    { ngx_string("cache"), NGX_HTTP_FEED_MODEL_CACHE },
+    { ngx_string("capped"), NGX_HTTP_FEED_MODEL_CAPPED },
     { ngx_null_string, 0 }
 };
 
@@ -940,7 +940,7 @@ ngx_http_feed_main_conf_defaults(ngx_http_feed_main_conf_t *fmcf)
     }
 
     ngx_conf_init_uint_value(fmcf->cache_embed, 0);
-    ngx_conf_init_uint_value(fmcf->timeline_store, NGX_HTTP_FEED_STORE_READ);
+    ngx_conf_init_uint_value(fmcf->timeline_store, NGX_HTTP_FEED_MODEL_READ);
     ngx_conf_init_value(fmcf->timeline_bucket_time, 24 * 3600);
     ngx_conf_init_uint_value(fmcf->timeline_bucket_size, 100);
     ngx_conf_init_uint_value(fmcf->timeline_bucket_keep, 0);

@@ -40,10 +40,10 @@ my %owner = (
     'posts'          => 'stores/ngx_http_feed_posts_store.c',
     'idempotency'    => 'stores/ngx_http_feed_idempotency_store.c',
     'cache_effects'  => 'stores/ngx_http_feed_effects_store.c',
-    'timeline_cache' => 'stores/ngx_http_feed_timelines_store.c',
-    'timeline_time'  => 'stores/ngx_http_feed_timelines_time.c',
-    'timeline_capped' => 'stores/ngx_http_feed_timelines_capped.c',
-    'timeline_size'  => 'stores/ngx_http_feed_timelines_size.c',
+    'timeline_cache' => 'stores/ngx_http_feed_model_cache.c',
+    'timeline_time'  => 'stores/ngx_http_feed_model_time.c',
+    'timeline_capped' => 'stores/ngx_http_feed_model_capped.c',
+    'timeline_size'  => 'stores/ngx_http_feed_model_size.c',
 );
 
 # collections are whole strings; a key's name starts one, and ends where

@@ -9,7 +9,7 @@
  *      MongoDB (ngx_http_feed_effects_store.c), under a token of its own;
  *   2. thread, after the write: the effects it does have are known, and an
  *      entry found there before adds them all (an earlier try of the same
- *      write, cut short); the MongoDB part (the kept timeline) is done,
+ *      write, cut short); the MongoDB part (the model's timeline) is done,
  *      and the entry is held again, or cleared when nothing is owed;
  *   3. event loop: the Redis part is sent; when every reply is a success
  *      the entry is cleared, otherwise it is left to the sweeper
@@ -25,7 +25,7 @@
 #include "ngx_http_feed_effects.h"
 #include "ngx_http_feed_counts.h"
 #include "ngx_http_feed_timeline_cache.h"
-#include "ngx_http_feed_timelines_store.h"
+#include "ngx_http_feed_model.h"
 
 
 /* the entries a write's last step clears, or hands to the sweeper */
@@ -61,7 +61,7 @@ ngx_http_feed_effects_init(ngx_http_feed_effects_t *fx,
 
     fx->request = r;
     fx->fmcf = fmcf;
-    fx->kept = fmcf->timeline_store;
+    fx->model = fmcf->timeline_store;
 
     bson_oid_init(&fx->token, NULL);
 }
@@ -69,7 +69,7 @@ ngx_http_feed_effects_init(ngx_http_feed_effects_t *fx,
 
 /*
  * What the write may do to user's caches, before it: NGX_DECLINED when
- * nothing of it applies here (no Redis, no timelines kept in MongoDB)
+ * nothing of it applies here (no Redis, no model of MongoDB timelines)
  */
 
 ngx_int_t
@@ -169,8 +169,8 @@ ngx_http_feed_effects_mask(ngx_http_feed_effects_t *fx, ngx_uint_t effects)
                      |NGX_HTTP_FEED_EFFECT_COUNTS);
     }
 
-    if (fx->kept == 0) {
-        effects &= ~NGX_HTTP_FEED_EFFECT_KEPT;
+    if (fx->model == 0) {
+        effects &= ~NGX_HTTP_FEED_EFFECT_MODEL;
     }
 
     return effects;
@@ -244,9 +244,9 @@ ngx_http_feed_effects_owed(mongoc_client_t *client, const char *database,
             continue;
         }
 
-        if (ngx_http_feed_effects_kept(client, database, fx->kept,
-                                       &fx->users[i].user, fx->need[i],
-                                       error)
+        if (ngx_http_feed_effects_model(client, database, fx->model,
+                                        &fx->users[i].user, fx->need[i],
+                                        error)
             != NGX_OK)
         {
             return NGX_ERROR;
@@ -272,18 +272,18 @@ ngx_http_feed_effects_owed(mongoc_client_t *client, const char *database,
 }
 
 
-/* the MongoDB part: the user's kept timeline is made again at a read */
+/* the MongoDB part: the model drops what it has of the user's timeline */
 
 ngx_int_t
-ngx_http_feed_effects_kept(mongoc_client_t *client, const char *database,
+ngx_http_feed_effects_model(mongoc_client_t *client, const char *database,
     ngx_uint_t model, ngx_http_feed_user_t *user, ngx_uint_t effects,
     bson_error_t *error)
 {
-    if (model == 0 || !(effects & NGX_HTTP_FEED_EFFECT_KEPT)) {
+    if (model == 0 || !(effects & NGX_HTTP_FEED_EFFECT_MODEL)) {
         return NGX_OK;
     }
 
-    return ngx_http_feed_timelines_drop(client, database, model, user, error);
+    return ngx_http_feed_model_drop(client, database, model, user, error);
 }
 
 

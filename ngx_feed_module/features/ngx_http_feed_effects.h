@@ -43,7 +43,7 @@ struct ngx_http_feed_effects_s {
     ngx_http_feed_effect_t          users[NGX_HTTP_FEED_EFFECTS_USERS];
     ngx_uint_t                      n;
     bson_oid_t                      token;
-    ngx_uint_t                      kept;      /* feed_timeline_store */
+    ngx_uint_t                      model;     /* feed_timeline_store */
 
     /*
      * Set after the write, by it: the effects each user is owed now.  An
@@ -82,7 +82,7 @@ ngx_int_t ngx_http_feed_effects_send(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
     ngx_uint_t effects, ngx_http_feed_effects_filter_t *filter,
     ngx_http_feed_redis_pt handler, void *data);
-ngx_int_t ngx_http_feed_effects_kept(mongoc_client_t *client,
+ngx_int_t ngx_http_feed_effects_model(mongoc_client_t *client,
     const char *database, ngx_uint_t model, ngx_http_feed_user_t *user,
     ngx_uint_t effects, bson_error_t *error);
 

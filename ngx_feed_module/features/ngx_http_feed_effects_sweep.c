@@ -216,10 +216,10 @@ ngx_http_feed_effects_sweep_run(ngx_http_feed_mongo_task_t *t,
     for (i = 0; i < s->nitems; i++) {
         item = &s->items[i];
 
-        if (ngx_http_feed_effects_kept(client, t->database,
-                                       s->fmcf->timeline_store,
-                                       &item->due.user, item->due.effects,
-                                       &t->error)
+        if (ngx_http_feed_effects_model(client, t->database,
+                                        s->fmcf->timeline_store,
+                                        &item->due.user, item->due.effects,
+                                        &t->error)
             != NGX_OK)
         {
             item->failed = 1;
@@ -282,10 +282,10 @@ ngx_http_feed_effects_sweep_done(ngx_http_feed_mongo_task_t *t)
         effects = item->due.effects;
 
         if (!s->fmcf->redis_enabled) {
-            effects &= NGX_HTTP_FEED_EFFECT_KEPT;
+            effects &= NGX_HTTP_FEED_EFFECT_MODEL;
         }
 
-        if (item->failed || !(effects & ~NGX_HTTP_FEED_EFFECT_KEPT)) {
+        if (item->failed || !(effects & ~NGX_HTTP_FEED_EFFECT_MODEL)) {
             continue;
         }
 

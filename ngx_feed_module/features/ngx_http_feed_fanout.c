@@ -644,7 +644,7 @@ ngx_http_feed_fanout_start(ngx_http_feed_fanout_t *fo, redisReply *e)
                    fe->page.post_id, fe->page.author.data);
 
     fe->page.want_post = (fe->kind == 'p');
-    ngx_http_feed_timelines_conf(fo->fmcf, &fe->page.store);
+    ngx_http_feed_model_conf(fo->fmcf, &fe->page.model);
     fe->page.removing = (fe->kind == 'd');
     fe->page.limit = fo->fmcf->fanout_page;
     fe->page.pull_threshold = fo->fmcf->pull_threshold;
@@ -1276,8 +1276,8 @@ ngx_http_feed_fanout_free(ngx_http_feed_fanout_entry_t *fe)
     bson_free(fe->page.json);
     bson_free(fe->page.users);
 
-    if (fe->page.stored) {
-        bson_destroy(fe->page.stored);
+    if (fe->page.model_entry) {
+        bson_destroy(fe->page.model_entry);
     }
 
     ngx_http_feed_fanout_lease_release(fe);

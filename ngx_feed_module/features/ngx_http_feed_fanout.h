@@ -12,7 +12,7 @@
 #include "ngx_http_feed_redis.h"
 #include "ngx_http_feed_mongo.h"
 #include "ngx_http_feed_util.h"
-#include "ngx_http_feed_timelines_store.h"
+#include "ngx_http_feed_model.h"
 
 
 typedef struct ngx_http_feed_fanout_consumers_s
@@ -63,13 +63,14 @@ typedef struct {
     ngx_uint_t                    skipped;
 
     /*
-     * feed_timeline_store: the post into the followers' kept timelines
-     * (its entry, made by the first page's thread, kept for the others),
+     * feed_timeline_store: the post into the followers' timelines in the
+     * model (its entry, made by the first page's thread, held for the
+     * others),
      * or a deleted post out of them all
      */
-    ngx_http_feed_timelines_conf_t  store;
-    ngx_uint_t                      removing;
-    bson_t                         *stored;
+    ngx_http_feed_model_conf_t    model;
+    ngx_uint_t                    removing;
+    bson_t                       *model_entry;
 } ngx_http_feed_fanout_page_t;
 
 

@@ -10,7 +10,7 @@
 #include "ngx_http_feed_follows_store.h"
 #include "ngx_http_feed_posts_store.h"
 #include "ngx_http_feed_pull.h"
-#include "ngx_http_feed_timelines_store.h"
+#include "ngx_http_feed_model.h"
 
 
 static ngx_int_t ngx_http_feed_fanout_post(mongoc_client_t *client,
@@ -21,7 +21,7 @@ static ngx_int_t ngx_http_feed_fanout_followers(mongoc_client_t *client,
     bson_error_t *error);
 static ngx_int_t ngx_http_feed_fanout_follower(void *data,
     ngx_http_feed_user_t *user, int64_t created);
-static ngx_int_t ngx_http_feed_fanout_stored(mongoc_client_t *client,
+static ngx_int_t ngx_http_feed_fanout_model_add(mongoc_client_t *client,
     const char *database, ngx_http_feed_fanout_page_t *page,
     ngx_http_feed_user_t *users, size_t n, bson_error_t *error);
 static ngx_int_t ngx_http_feed_fanout_landed(mongoc_client_t *client,
@@ -60,23 +60,23 @@ ngx_http_feed_fanout_page_run(ngx_http_feed_mongo_task_t *t,
             return;
         }
 
-        /* the author's own kept timeline, whatever the followers get */
+        /* the author's own timeline in the model, whatever the followers get */
 
-        if (page->store.model
-            && ngx_http_feed_fanout_stored(client, t->database, page,
-                                           &page->author, 1, &t->error)
+        if (page->model.ops
+            && ngx_http_feed_fanout_model_add(client, t->database, page,
+                                              &page->author, 1, &t->error)
                != NGX_OK)
         {
             return;
         }
 
-    } else if (page->removing && page->store.model && !page->has_cursor) {
+    } else if (page->removing && page->model.ops && !page->has_cursor) {
         bson_oid_t  oid;
 
         bson_oid_init_from_string(&oid, page->post_id);
 
-        if (ngx_http_feed_timelines_remove(client, t->database,
-                                           &page->store, &oid, &t->error)
+        if (ngx_http_feed_model_remove(client, t->database,
+                                       &page->model, &oid, &t->error)
             != NGX_OK)
         {
             return;
@@ -107,12 +107,12 @@ ngx_http_feed_fanout_page_run(ngx_http_feed_mongo_task_t *t,
     t->rc = ngx_http_feed_fanout_followers(client, t->database, page,
                                            &t->error);
 
-    if (t->rc == NGX_OK && page->store.model && !page->removing
+    if (t->rc == NGX_OK && page->model.ops && !page->removing
         && page->nusers)
     {
-        t->rc = ngx_http_feed_fanout_stored(client, t->database, page,
-                                            page->users, page->nusers,
-                                            &t->error);
+        t->rc = ngx_http_feed_fanout_model_add(client, t->database, page,
+                                               page->users, page->nusers,
+                                               &t->error);
     }
 
     if (t->rc == NGX_OK && page->nusers < page->limit) {
@@ -124,10 +124,10 @@ ngx_http_feed_fanout_page_run(ngx_http_feed_mongo_task_t *t,
 
 
 /*
- * Every kept timeline has the post (feed_timeline_store): it is no longer
- * in flight, and their reads stop looking for it
- * (ngx_http_feed_timeline_stored.c).  Only once they all have it: until
- * then, a read of a kept timeline that lacks it finds it in flight.
+ * Every timeline in the model has the post (feed_timeline_store): it is
+ * no longer in flight, and their reads stop looking for it
+ * (ngx_http_feed_timeline_model.c).  Only once they all have it: until
+ * then, a read of a timeline that lacks it finds it in flight.
  */
 
 static ngx_int_t
@@ -136,7 +136,7 @@ ngx_http_feed_fanout_landed(mongoc_client_t *client, const char *database,
 {
     bson_oid_t  oid;
 
-    if (!page->store.model || page->removing) {
+    if (!page->model.ops || page->removing) {
         return NGX_OK;
     }
 
@@ -147,37 +147,37 @@ ngx_http_feed_fanout_landed(mongoc_client_t *client, const char *database,
 
 
 /*
- * The post into the timelines kept in MongoDB of these users who have one
+ * The post into the timelines in the model of these users who have one
  * (feed_timeline_store), once
  */
 
 static ngx_int_t
-ngx_http_feed_fanout_stored(mongoc_client_t *client, const char *database,
+ngx_http_feed_fanout_model_add(mongoc_client_t *client, const char *database,
     ngx_http_feed_fanout_page_t *page, ngx_http_feed_user_t *users, size_t n,
     bson_error_t *error)
 {
     bson_t  entry;
 
-    if (page->stored == NULL) {
+    if (page->model_entry == NULL) {
         if (page->json == NULL) {
-            bson_set_error(error, 0, 0, "the post to keep is not read");
+            bson_set_error(error, 0, 0, "the post for the model is not read");
             return NGX_ERROR;
         }
 
-        if (ngx_http_feed_timelines_entry(page->json, page->json_len,
-                                          page->store.embed, &entry)
+        if (ngx_http_feed_model_entry(page->json, page->json_len,
+                                      page->model.embed, &entry)
             != NGX_OK)
         {
-            bson_set_error(error, 0, 0, "the post to keep is not valid");
+            bson_set_error(error, 0, 0, "the post for the model is not valid");
             return NGX_ERROR;
         }
 
-        page->stored = bson_copy(&entry);
+        page->model_entry = bson_copy(&entry);
         bson_destroy(&entry);
     }
 
-    return ngx_http_feed_timelines_add(client, database, &page->store, users,
-                                       n, page->stored, error);
+    return ngx_http_feed_model_add(client, database, &page->model, users,
+                                   n, page->model_entry, error);
 }
 
 

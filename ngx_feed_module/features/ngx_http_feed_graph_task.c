@@ -71,7 +71,7 @@ ngx_http_feed_graph_follow_run(ngx_http_feed_mongo_task_t *t,
 
 /*
  * What a follow or an unfollow may do to caches, recorded before it: the
- * follower's timeline (in Redis and kept in MongoDB) and both users'
+ * follower's timeline (in Redis and in the model in MongoDB) and both users'
  * counts
  */
 

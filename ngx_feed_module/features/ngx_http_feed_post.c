@@ -222,7 +222,7 @@ ngx_http_feed_post_body(ngx_http_request_t *r)
     }
 
     ctx->np.ts = ngx_http_feed_now_ms();
-    ctx->np.kept = ctx->fmcf->timeline_store;
+    ctx->np.model = ctx->fmcf->timeline_store;
 
     if (ngx_http_feed_post_parse(ctx->fmcf, body.data, body.len, &ctx->np,
                                  &err)

@@ -44,9 +44,9 @@ typedef struct {
 
     /*
      * feed_timeline_store's model (0: none): the post is stored in flight,
-     * until fanout has put it in every kept timeline
+     * until fanout has put it in every timeline of the model
      */
-    ngx_uint_t                    kept;
+    ngx_uint_t                    model;
 } ngx_http_feed_post_new_t;
 
 

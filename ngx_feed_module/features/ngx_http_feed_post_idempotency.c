@@ -413,7 +413,7 @@ ngx_http_feed_post_keyed_run(ngx_http_feed_mongo_task_t *t,
     /* due from now: the key's post may be an hour old */
 
     rc = ngx_http_feed_posts_insert(client, t->database, np->doc, ik.now,
-                                    np->kept, &t->error);
+                                    np->model, &t->error);
 
     if (rc != NGX_DECLINED) {
         t->rc = rc;

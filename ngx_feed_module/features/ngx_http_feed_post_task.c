@@ -17,7 +17,7 @@ ngx_http_feed_post_insert_run(ngx_http_feed_mongo_task_t *t,
     ngx_http_feed_post_new_t  *np = t->data;
 
     t->rc = ngx_http_feed_posts_insert(client, t->database, np->doc, np->ts,
-                                       np->kept, &t->error);
+                                       np->model, &t->error);
 }
 
 

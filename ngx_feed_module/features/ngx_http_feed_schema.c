@@ -15,7 +15,7 @@
 #include "ngx_http_feed_posts_store.h"
 #include "ngx_http_feed_idempotency_store.h"
 #include "ngx_http_feed_effects_store.h"
-#include "ngx_http_feed_timelines_store.h"
+#include "ngx_http_feed_model.h"
 
 
 #define NGX_HTTP_FEED_SCHEMA_RETRY  5000
@@ -52,20 +52,6 @@ static ngx_http_feed_mongo_indexes_t  *ngx_http_feed_schema_stores[] = {
     &ngx_http_feed_idempotency_indexes,
     &ngx_http_feed_effects_indexes,
     NULL
-};
-
-
-/*
- * The timelines kept in MongoDB, by feed_timeline_store: only the model in
- * use gets its collection, so that "read" leaves MongoDB without any
- */
-
-static ngx_http_feed_mongo_indexes_t  *ngx_http_feed_schema_timelines[] = {
-    NULL,                                       /* read */
-    &ngx_http_feed_timelines_time_indexes,
-    &ngx_http_feed_timelines_size_indexes,
-    &ngx_http_feed_timelines_indexes,           /* cache */
-    &ngx_http_feed_timelines_capped_indexes
 };
 
 
@@ -134,7 +120,7 @@ ngx_http_feed_schema_run(ngx_http_feed_mongo_task_t *t,
     ngx_uint_t                      i;
     mongoc_database_t              *db;
     ngx_http_feed_schema_t         *s = t->data;
-    ngx_http_feed_mongo_indexes_t  *timelines;
+    ngx_http_feed_mongo_indexes_t  *model;
 
     db = mongoc_client_get_database(client, t->database);
 
@@ -145,10 +131,15 @@ ngx_http_feed_schema_run(ngx_http_feed_mongo_task_t *t,
                                             &t->error);
     }
 
-    timelines = ngx_http_feed_schema_timelines[s->model];
+    /*
+     * The timelines in MongoDB: only the model in use gets its
+     * collections, so that "read" leaves MongoDB without any
+     */
 
-    if (timelines && t->rc == NGX_OK) {
-        t->rc = ngx_http_feed_schema_create(db, timelines, &t->error);
+    model = ngx_http_feed_model_indexes(s->model);
+
+    if (model && t->rc == NGX_OK) {
+        t->rc = ngx_http_feed_schema_create(db, model, &t->error);
     }
 
     mongoc_database_destroy(db);

@@ -29,7 +29,7 @@ ngx_int_t ngx_http_feed_cache_status_variable(ngx_http_request_t *r,
 ngx_int_t ngx_http_feed_timeline_source_read(mongoc_client_t *client,
     const char *database, ngx_http_feed_user_t *user,
     ngx_http_feed_posts_range_t *range, bson_t *items, bson_error_t *error);
-ngx_int_t ngx_http_feed_timeline_stored(mongoc_client_t *client,
+ngx_int_t ngx_http_feed_timeline_model(mongoc_client_t *client,
     const char *database, ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_user_t *user, ngx_http_feed_posts_range_t *range,
     bson_t *items, bson_error_t *error);

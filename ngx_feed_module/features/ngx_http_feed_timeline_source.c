@@ -20,7 +20,7 @@
 #include "ngx_http_feed_timeline.h"
 #include "ngx_http_feed_follows_store.h"
 #include "ngx_http_feed_posts_store.h"
-#include "ngx_http_feed_timelines_store.h"
+#include "ngx_http_feed_model.h"
 #include "ngx_http_feed_json.h"
 
 
@@ -105,8 +105,8 @@ ngx_http_feed_timeline_source_answer(ngx_http_request_t *r, void *data)
 
 
 /*
- * The page, by fanout on read, or from the timelines kept in MongoDB
- * (feed_timeline_store, ngx_http_feed_timeline_stored.c)
+ * The page, by fanout on read, or from the model of the MongoDB timelines
+ * (feed_timeline_store, ngx_http_feed_timeline_model.c)
  */
 
 void
@@ -139,15 +139,15 @@ ngx_http_feed_timeline_source_run(ngx_http_feed_mongo_task_t *t,
     bson_init(&doc);
     bson_init(&items);
 
-    if (op->fmcf->timeline_store == NGX_HTTP_FEED_STORE_READ) {
+    if (op->fmcf->timeline_store == NGX_HTTP_FEED_MODEL_READ) {
         rc = ngx_http_feed_timeline_source_read(client, t->database,
                                                 &op->page.user, &range,
                                                 &items, &t->error);
 
     } else {
-        rc = ngx_http_feed_timeline_stored(client, t->database, op->fmcf,
-                                           &op->page.user, &range, &items,
-                                           &t->error);
+        rc = ngx_http_feed_timeline_model(client, t->database, op->fmcf,
+                                          &op->page.user, &range, &items,
+                                          &t->error);
     }
 
     if (rc == NGX_OK) {

@@ -5,12 +5,13 @@
  *
  * {_id: "<user>", t: 1, c: 1, k: 1, n: ObjectId, due: <ms>, a: <tries>,
  *  since: <ms>}: the cache side effects a write still owes the user (t:
- * the cached timeline dropped, c: the cached counts, k: the timeline kept
- * in MongoDB), written before the write itself, so that no crash or
- * failure after it can lose them.  "n" is the token of whoever applies
- * them now (a request, or a sweeper that claimed the entry); the entry is
- * deleted only by the holder of the current token once it applied them
- * all, so effects recorded meanwhile by another write stay.  "due" is
+ * the cached timeline dropped, c: the cached counts, k: the timeline in
+ * the model of MongoDB timelines), written before the write itself, so
+ * that no crash or failure after it can lose them.  "n" is the token of
+ * whoever applies them now (a request, or a sweeper that claimed the
+ * entry); the entry is deleted only by the holder of the current token
+ * once it applied them all, so effects recorded meanwhile by another
+ * write stay.  "due" is
  * when a sweeper may take it over; "since" when it was first recorded.
  */
 
@@ -146,7 +147,7 @@ ngx_http_feed_effects_pend_one(mongoc_bulk_operation_t *bulk,
         BSON_APPEND_INT32(&set, "c", 1);
     }
 
-    if (effects & NGX_HTTP_FEED_EFFECT_KEPT) {
+    if (effects & NGX_HTTP_FEED_EFFECT_MODEL) {
         BSON_APPEND_INT32(&set, "k", 1);
     }
 
@@ -414,7 +415,7 @@ ngx_http_feed_effects_claim(mongoc_collection_t *coll, const bson_t *doc,
     }
 
     if (ngx_http_feed_bson_int(doc, "k")) {
-        due.effects |= NGX_HTTP_FEED_EFFECT_KEPT;
+        due.effects |= NGX_HTTP_FEED_EFFECT_MODEL;
     }
 
     backoff = NGX_HTTP_FEED_EFFECTS_BACKOFF

@@ -18,8 +18,8 @@
 /* what a write does to the caches of one user */
 #define NGX_HTTP_FEED_EFFECT_TIMELINE  0x01   /* the cached timeline goes */
 #define NGX_HTTP_FEED_EFFECT_COUNTS    0x02   /* the cached counts go */
-#define NGX_HTTP_FEED_EFFECT_KEPT      0x04   /* the timeline kept in
-                                                 MongoDB is made again */
+#define NGX_HTTP_FEED_EFFECT_MODEL     0x04   /* the timeline in the
+                                                 model is made again */
 #define NGX_HTTP_FEED_EFFECTS_ALL      0x07
 
 /* the users one write touches: a follow's two, a block's two */

@@ -8,8 +8,8 @@
  * cursors.  "q" lists the queue entries ("post", "delete") the post still
  * awaits, "qt" when the outbox sweeper may take them over (see
  * ngx_http_feed_outbox.c).  "k" is there, with feed_timeline_store, from
- * the insert until fanout has put the post in every kept timeline: the
- * posts in flight, which a kept timeline may lack yet.
+ * the insert until fanout has put the post in every timeline of the
+ * model: the posts in flight, which the model may lack yet.
  *
  * Every read of posts for an answer sees the visible ones only, by one
  * filter, ngx_http_feed_posts_visible(); the outbox alone sees deleted
@@ -84,13 +84,14 @@ ngx_http_feed_mongo_indexes_t  ngx_http_feed_posts_indexes = {
 
 /*
  * Stored with its queue entry pending, due from now (ms): never lost for
- * fanout; kept: in flight until fanout has put it in every timeline kept
- * in MongoDB.  NGX_DECLINED: a post with this id is there already.
+ * fanout; model: in flight until fanout has put it in every timeline of
+ * the model (feed_timeline_store).  NGX_DECLINED: a post with this id is
+ * there already.
  */
 
 ngx_int_t
 ngx_http_feed_posts_insert(mongoc_client_t *client, const char *database,
-    const bson_t *post, int64_t now, ngx_uint_t kept, bson_error_t *error)
+    const bson_t *post, int64_t now, ngx_uint_t model, bson_error_t *error)
 {
     bool                  ok;
     bson_t                doc, q;
@@ -103,7 +104,7 @@ ngx_http_feed_posts_insert(mongoc_client_t *client, const char *database,
     bson_append_array_end(&doc, &q);
     BSON_APPEND_INT64(&doc, "qt", now + NGX_HTTP_FEED_OUTBOX_GRACE);
 
-    if (kept) {
+    if (model) {
         BSON_APPEND_BOOL(&doc, "k", true);
     }
 
@@ -337,8 +338,8 @@ ngx_http_feed_posts_timeline(mongoc_client_t *client, const char *database,
 
 /*
  * The visible posts among these ids, newest first, as the API shows them:
- * what a timeline kept elsewhere (ngx_http_feed_timelines_store.c) still
- * shows of its entries.
+ * what a timeline in a model (ngx_http_feed_model.c) still shows of its
+ * entries.
  */
 
 ngx_int_t
@@ -391,10 +392,10 @@ ngx_http_feed_posts_by_ids(mongoc_client_t *client, const char *database,
 
 
 /*
- * The posts in range that fanout has not put in every kept timeline yet,
- * newest first, at most max: their ids and authors in *posts (n of them,
- * bson_malloc()ed, NULL when none).  *more: max were read, older ones
- * may be in flight too.
+ * The posts in range that fanout has not put in every timeline of the
+ * model yet, newest first, at most max: their ids and authors in *posts
+ * (n of them, bson_malloc()ed, NULL when none).  *more: max were read,
+ * older ones may be in flight too.
  */
 
 ngx_int_t
@@ -924,7 +925,7 @@ ngx_http_feed_posts_dequeue(mongoc_client_t *client, const char *database,
 
 
 /*
- * Fanout has put the post in every timeline kept in MongoDB: it is in
+ * Fanout has put the post in every timeline of the model: it is in
  * flight no more
  */
 

@@ -39,7 +39,7 @@ typedef void (*ngx_http_feed_posts_due_pt)(void *data,
     ngx_http_feed_posts_due_t *due);
 
 
-/* a post in flight: not in every timeline kept in MongoDB yet */
+/* a post in flight: not in every timeline of the model yet */
 typedef struct {
     bson_oid_t                    id;
     ngx_http_feed_user_t          author;
@@ -50,7 +50,7 @@ extern ngx_http_feed_mongo_indexes_t  ngx_http_feed_posts_indexes;
 
 
 ngx_int_t ngx_http_feed_posts_insert(mongoc_client_t *client,
-    const char *database, const bson_t *post, int64_t now, ngx_uint_t kept,
+    const char *database, const bson_t *post, int64_t now, ngx_uint_t model,
     bson_error_t *error);
 ngx_int_t ngx_http_feed_posts_find(mongoc_client_t *client,
     const char *database, const bson_oid_t *id, bson_t **doc,

@@ -1,27 +1,27 @@
 
 /*
- * ngx_feed_module: what the models of the timelines kept in MongoDB that
- * write a page of followers in rounds share (size_buckets, capped): the
- * page's users in a query ($in), the query's answers found back among
- * them, and a bulk's outcome.  Thread side only.
+ * ngx_feed_module: what the MongoDB timeline models that write a page of
+ * followers in rounds share (size_buckets, capped): the page's users in a
+ * query ($in), the query's answers found back among them, and a bulk's
+ * outcome.  Thread side only.
  */
 
 
-#include "ngx_http_feed_timelines_store.h"
+#include "ngx_http_feed_model.h"
 
 
-static int ngx_http_feed_timelines_key_cmp(const void *a, const void *b);
+static int ngx_http_feed_model_key_cmp(const void *a, const void *b);
 
 
 /* the users of a page sorted by id, bson_malloc()ed */
 
-ngx_http_feed_timelines_key_t *
-ngx_http_feed_timelines_keys(ngx_http_feed_user_t *users, size_t n)
+ngx_http_feed_model_key_t *
+ngx_http_feed_model_keys(ngx_http_feed_user_t *users, size_t n)
 {
     size_t                          i;
-    ngx_http_feed_timelines_key_t  *keys;
+    ngx_http_feed_model_key_t      *keys;
 
-    keys = bson_malloc((n ? n : 1) * sizeof(ngx_http_feed_timelines_key_t));
+    keys = bson_malloc((n ? n : 1) * sizeof(ngx_http_feed_model_key_t));
 
     for (i = 0; i < n; i++) {
         keys[i].name = users[i].data;
@@ -29,8 +29,8 @@ ngx_http_feed_timelines_keys(ngx_http_feed_user_t *users, size_t n)
         keys[i].index = i;
     }
 
-    qsort(keys, n, sizeof(ngx_http_feed_timelines_key_t),
-          ngx_http_feed_timelines_key_cmp);
+    qsort(keys, n, sizeof(ngx_http_feed_model_key_t),
+          ngx_http_feed_model_key_cmp);
 
     return keys;
 }
@@ -39,26 +39,26 @@ ngx_http_feed_timelines_keys(ngx_http_feed_user_t *users, size_t n)
 /* the page's index of a user named in an answer, or -1 */
 
 ssize_t
-ngx_http_feed_timelines_key(ngx_http_feed_timelines_key_t *keys, size_t n,
+ngx_http_feed_model_key(ngx_http_feed_model_key_t *keys, size_t n,
     const char *name, size_t len)
 {
-    ngx_http_feed_timelines_key_t   key, *found;
+    ngx_http_feed_model_key_t       key, *found;
 
     key.name = name;
     key.len = len;
 
-    found = bsearch(&key, keys, n, sizeof(ngx_http_feed_timelines_key_t),
-                    ngx_http_feed_timelines_key_cmp);
+    found = bsearch(&key, keys, n, sizeof(ngx_http_feed_model_key_t),
+                    ngx_http_feed_model_key_cmp);
 
     return found ? (ssize_t) found->index : -1;
 }
 
 
 static int
-ngx_http_feed_timelines_key_cmp(const void *a, const void *b)
+ngx_http_feed_model_key_cmp(const void *a, const void *b)
 {
     int                                   rc;
-    const ngx_http_feed_timelines_key_t  *x, *y;
+    const ngx_http_feed_model_key_t      *x, *y;
 
     x = a;
     y = b;
@@ -79,7 +79,7 @@ ngx_http_feed_timelines_key_cmp(const void *a, const void *b)
  */
 
 void
-ngx_http_feed_timelines_in(bson_t *filter, const char *field,
+ngx_http_feed_model_in(bson_t *filter, const char *field,
     ngx_http_feed_user_t *users, size_t n, const u_char *pick,
     char **names)
 {
@@ -113,12 +113,12 @@ ngx_http_feed_timelines_in(bson_t *filter, const char *field,
 
 /*
  * The rounds of a page's writes, until one is done (NGX_OK), fails, or
- * NGX_HTTP_FEED_TIMELINES_TRIES were each cut short by concurrent writes
+ * NGX_HTTP_FEED_MODEL_TRIES were each cut short by concurrent writes
  * (NGX_AGAIN): an error then, the stream entry left pending
  */
 
 ngx_int_t
-ngx_http_feed_timelines_rounds(ngx_http_feed_timelines_round_pt round,
+ngx_http_feed_model_rounds(ngx_http_feed_model_round_pt round,
     void *data, const char *model, bson_error_t *error)
 {
     ngx_int_t   rc;
@@ -126,7 +126,7 @@ ngx_http_feed_timelines_rounds(ngx_http_feed_timelines_round_pt round,
 
     rc = NGX_AGAIN;
 
-    for (k = 0; rc == NGX_AGAIN && k < NGX_HTTP_FEED_TIMELINES_TRIES; k++) {
+    for (k = 0; rc == NGX_AGAIN && k < NGX_HTTP_FEED_MODEL_TRIES; k++) {
         rc = round(data, error);
     }
 
@@ -134,7 +134,7 @@ ngx_http_feed_timelines_rounds(ngx_http_feed_timelines_round_pt round,
         bson_set_error(error, MONGOC_ERROR_COMMAND,
                        MONGOC_ERROR_COMMAND_INVALID_ARG,
                        "%s: %d rounds lost to concurrent writes", model,
-                       NGX_HTTP_FEED_TIMELINES_TRIES);
+                       NGX_HTTP_FEED_MODEL_TRIES);
         rc = NGX_ERROR;
     }
 
@@ -145,7 +145,7 @@ ngx_http_feed_timelines_rounds(ngx_http_feed_timelines_round_pt round,
 /* a bulk whose statements all run, whatever fails */
 
 mongoc_bulk_operation_t *
-ngx_http_feed_timelines_unordered(mongoc_collection_t *coll)
+ngx_http_feed_model_unordered(mongoc_collection_t *coll)
 {
     bson_t                    opts;
     mongoc_bulk_operation_t  *bulk;
@@ -166,7 +166,7 @@ ngx_http_feed_timelines_unordered(mongoc_collection_t *coll)
  */
 
 ngx_int_t
-ngx_http_feed_timelines_bulk(mongoc_bulk_operation_t *bulk, int64_t *done,
+ngx_http_feed_model_bulk(mongoc_bulk_operation_t *bulk, int64_t *done,
     bson_error_t *error)
 {
     bool         ok;

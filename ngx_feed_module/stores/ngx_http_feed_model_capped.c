@@ -1,7 +1,7 @@
 
 /*
- * ngx_feed_module: the "capped" model of the timelines kept in MongoDB,
- * capped and segmented per user (seed 001): a counter per user, and the
+ * ngx_feed_module: the "capped" model of the MongoDB timelines, capped
+ * and segmented per user (seed 001): a counter per user, and the
  * entry of the counter's n-th post in the slot "<user>_<n mod cap>"
  * (cap: feed_timeline_capped_size), written by upsert, so that the oldest
  * entry is overwritten.  Every follower is written, whether they read or
@@ -29,15 +29,15 @@
  * then each follow or unfollow) and "w" up that was delivered is kept, and
  * a read takes "w" after the slots.  A post is kept once: {u, i} is
  * unique.  Those not delivered yet are in flight: the page's reader
- * (ngx_http_feed_timeline_stored.c) adds them.
+ * (ngx_http_feed_timeline_model.c) adds them.
  */
 
 
-#include "ngx_http_feed_timelines_store.h"
+#include "ngx_http_feed_model.h"
 
 
-#define NGX_HTTP_FEED_TIMELINES_CAPPED  "timeline_capped"
-#define NGX_HTTP_FEED_TIMELINES_USERS   "timeline_capped_users"
+#define NGX_HTTP_FEED_MODEL_CAPPED_COLL   "timeline_capped"
+#define NGX_HTTP_FEED_MODEL_CAPPED_USERS  "timeline_capped_users"
 
 
 /* what a round knows of a follower */
@@ -58,51 +58,69 @@ typedef struct {
     bson_oid_t                    was;
     char                          name[NGX_HTTP_FEED_USER_MAX + 24];
                                               /* the slot */
-} ngx_http_feed_capped_t;
+} ngx_http_feed_model_capped_user_t;
 
 
 /* a page of followers being written */
 typedef struct {
-    ngx_http_feed_user_t           *users;
-    size_t                          n;
-    ngx_http_feed_timelines_key_t  *keys;
-    ngx_http_feed_capped_t         *state;
-    char                          **slots;
-    u_char                         *pick;     /* those of a query */
-    const bson_t                   *entry;
-    const bson_oid_t               *id;
-    int64_t                         cap;
-    mongoc_collection_t            *entries;
-    mongoc_collection_t            *counters;
-} ngx_http_feed_capped_page_t;
+    ngx_http_feed_user_t               *users;
+    size_t                              n;
+    ngx_http_feed_model_key_t          *keys;
+    ngx_http_feed_model_capped_user_t  *state;
+    char                              **slots;
+    u_char                             *pick;     /* those of a query */
+    const bson_t                       *entry;
+    const bson_oid_t                   *id;
+    int64_t                             cap;
+    mongoc_collection_t                *entries;
+    mongoc_collection_t                *counters;
+} ngx_http_feed_model_capped_page_t;
 
 
-static ngx_int_t ngx_http_feed_timelines_capped_round(void *data,
+static ngx_int_t ngx_http_feed_model_capped_add(mongoc_client_t *client,
+    const char *database, ngx_http_feed_model_conf_t *mc,
+    ngx_http_feed_user_t *users, size_t n, const bson_t *entry,
+    const bson_oid_t *id, bson_error_t *error);
+static ngx_int_t ngx_http_feed_model_capped_round(void *data,
     bson_error_t *error);
-static size_t ngx_http_feed_timelines_capped_pick(
-    ngx_http_feed_capped_page_t *pg, ngx_uint_t a, ngx_uint_t b);
-static ngx_int_t ngx_http_feed_timelines_capped_query(
-    ngx_http_feed_capped_page_t *pg, mongoc_collection_t *coll,
+static size_t ngx_http_feed_model_capped_pick(
+    ngx_http_feed_model_capped_page_t *pg, ngx_uint_t a, ngx_uint_t b);
+static ngx_int_t ngx_http_feed_model_capped_query(
+    ngx_http_feed_model_capped_page_t *pg, mongoc_collection_t *coll,
     bson_t *filter, const char *fields, ngx_uint_t what,
     bson_error_t *error);
-static void ngx_http_feed_timelines_capped_found(
-    ngx_http_feed_capped_page_t *pg, const bson_t *doc, ngx_uint_t what);
-static ngx_int_t ngx_http_feed_timelines_capped_claim(
-    ngx_http_feed_capped_page_t *pg, bson_error_t *error);
-static ngx_int_t ngx_http_feed_timelines_capped_take(
-    ngx_http_feed_capped_page_t *pg, size_t i, bson_error_t *error);
-static ngx_int_t ngx_http_feed_timelines_capped_counter(
-    mongoc_bulk_operation_t *bulk, ngx_http_feed_capped_page_t *pg,
+static void ngx_http_feed_model_capped_found(
+    ngx_http_feed_model_capped_page_t *pg, const bson_t *doc, ngx_uint_t what);
+static ngx_int_t ngx_http_feed_model_capped_claim(
+    ngx_http_feed_model_capped_page_t *pg, bson_error_t *error);
+static ngx_int_t ngx_http_feed_model_capped_take(
+    ngx_http_feed_model_capped_page_t *pg, size_t i, bson_error_t *error);
+static ngx_int_t ngx_http_feed_model_capped_counter(
+    mongoc_bulk_operation_t *bulk, ngx_http_feed_model_capped_page_t *pg,
     size_t i, bson_error_t *error);
-static ngx_int_t ngx_http_feed_timelines_capped_write(
-    ngx_http_feed_capped_page_t *pg, bson_error_t *error);
-static ngx_int_t ngx_http_feed_timelines_capped_slots(
+static ngx_int_t ngx_http_feed_model_capped_write(
+    ngx_http_feed_model_capped_page_t *pg, bson_error_t *error);
+static ngx_int_t ngx_http_feed_model_capped_read(mongoc_client_t *client,
+    const char *database, ngx_http_feed_model_conf_t *mc,
+    ngx_http_feed_user_t *user, ngx_http_feed_posts_range_t *range,
+    size_t want, ngx_http_feed_model_page_t *page, bson_error_t *error);
+static ngx_int_t ngx_http_feed_model_capped_slots(
     mongoc_client_t *client, const char *database,
     ngx_http_feed_user_t *user, ngx_http_feed_posts_range_t *range,
     size_t max, bson_oid_t **ids, size_t *n, bson_error_t *error);
+static ngx_int_t ngx_http_feed_model_capped_begin(mongoc_client_t *client,
+    const char *database, ngx_http_feed_user_t *user, int64_t now,
+    ngx_uint_t *mine, bson_error_t *error);
+static ngx_int_t ngx_http_feed_model_capped_floor(mongoc_client_t *client,
+    const char *database, ngx_http_feed_user_t *user, ngx_uint_t reset,
+    bson_error_t *error);
+static ngx_int_t ngx_http_feed_model_capped_remove(mongoc_client_t *client,
+    const char *database, const bson_oid_t *id, bson_error_t *error);
+static ngx_int_t ngx_http_feed_model_capped_drop(mongoc_client_t *client,
+    const char *database, ngx_http_feed_user_t *user, bson_error_t *error);
 
 
-/* what a query answers (ngx_http_feed_timelines_capped_found()) */
+/* what a query answers (ngx_http_feed_model_capped_found()) */
 #define NGX_HTTP_FEED_CAPPED_HAS      0
 #define NGX_HTTP_FEED_CAPPED_COUNTER  1
 #define NGX_HTTP_FEED_CAPPED_SLOT     2
@@ -110,55 +128,58 @@ static ngx_int_t ngx_http_feed_timelines_capped_slots(
 
 /* a user's entries, newest first; a post once per user */
 
-ngx_http_feed_mongo_indexes_t  ngx_http_feed_timelines_capped_indexes = {
-    NGX_HTTP_FEED_TIMELINES_CAPPED,
+static ngx_http_feed_mongo_indexes_t  ngx_http_feed_model_capped_indexes = {
+    NGX_HTTP_FEED_MODEL_CAPPED_COLL,
     "[{\"key\": {\"u\": 1, \"i\": -1}, \"name\": \"user_id\","
     " \"unique\": true},"
     " {\"key\": {\"i\": 1}, \"name\": \"post\"}]"
 };
 
 
+ngx_http_feed_model_ops_t  ngx_http_feed_model_capped_ops = {
+    &ngx_http_feed_model_capped_indexes,
+    ngx_http_feed_model_capped_add,
+    ngx_http_feed_model_capped_read,
+    ngx_http_feed_model_capped_begin,
+    NULL,                                   /* fill: begin makes none */
+    NULL,                                   /* abandon */
+    ngx_http_feed_model_capped_remove,
+    ngx_http_feed_model_capped_drop
+};
+
+
 /* a post into the slots of these users, in rounds until all have it */
 
-ngx_int_t
-ngx_http_feed_timelines_capped_add(mongoc_client_t *client,
-    const char *database, ngx_http_feed_timelines_conf_t *tc,
+static ngx_int_t
+ngx_http_feed_model_capped_add(mongoc_client_t *client,
+    const char *database, ngx_http_feed_model_conf_t *mc,
     ngx_http_feed_user_t *users, size_t n, const bson_t *entry,
-    bson_error_t *error)
+    const bson_oid_t *id, bson_error_t *error)
 {
-    size_t                       i;
-    ngx_int_t                    rc;
-    bson_iter_t                  it;
-    ngx_http_feed_capped_page_t  pg;
-
-    if (n == 0) {
-        return NGX_OK;
-    }
-
-    if (!bson_iter_init_find(&it, entry, "i") || !BSON_ITER_HOLDS_OID(&it)) {
-        return NGX_ERROR;
-    }
+    size_t                             i;
+    ngx_int_t                          rc;
+    ngx_http_feed_model_capped_page_t  pg;
 
     pg.users = users;
     pg.n = n;
-    pg.keys = ngx_http_feed_timelines_keys(users, n);
-    pg.state = bson_malloc0(n * sizeof(ngx_http_feed_capped_t));
+    pg.keys = ngx_http_feed_model_keys(users, n);
+    pg.state = bson_malloc0(n * sizeof(ngx_http_feed_model_capped_user_t));
     pg.slots = bson_malloc(n * sizeof(char *));
     pg.pick = bson_malloc(n);
     pg.entry = entry;
-    pg.id = bson_iter_oid(&it);
-    pg.cap = (int64_t) tc->slots;
+    pg.id = id;
+    pg.cap = (int64_t) mc->slots;
     pg.entries = mongoc_client_get_collection(client, database,
-                                              NGX_HTTP_FEED_TIMELINES_CAPPED);
+                                              NGX_HTTP_FEED_MODEL_CAPPED_COLL);
     pg.counters = mongoc_client_get_collection(client, database,
-                                               NGX_HTTP_FEED_TIMELINES_USERS);
+                                            NGX_HTTP_FEED_MODEL_CAPPED_USERS);
 
     for (i = 0; i < n; i++) {
         pg.slots[i] = pg.state[i].name;
     }
 
-    rc = ngx_http_feed_timelines_rounds(ngx_http_feed_timelines_capped_round,
-                                        &pg, "capped", error);
+    rc = ngx_http_feed_model_rounds(ngx_http_feed_model_capped_round,
+                                    &pg, "capped", error);
 
     mongoc_collection_destroy(pg.counters);
     mongoc_collection_destroy(pg.entries);
@@ -178,44 +199,44 @@ ngx_http_feed_timelines_capped_add(mongoc_client_t *client,
  */
 
 static ngx_int_t
-ngx_http_feed_timelines_capped_round(void *data, bson_error_t *error)
+ngx_http_feed_model_capped_round(void *data, bson_error_t *error)
 {
-    size_t                        i;
-    bson_t                        filter;
-    ngx_int_t                     rc;
-    ngx_http_feed_capped_t       *f;
-    ngx_http_feed_capped_page_t  *pg;
+    size_t                              i;
+    bson_t                              filter;
+    ngx_int_t                           rc;
+    ngx_http_feed_model_capped_user_t  *f;
+    ngx_http_feed_model_capped_page_t  *pg;
 
     pg = data;
 
-    if (ngx_http_feed_timelines_capped_pick(pg, NGX_HTTP_FEED_CAPPED_TODO,
-                                            NGX_HTTP_FEED_CAPPED_OVER))
+    if (ngx_http_feed_model_capped_pick(pg, NGX_HTTP_FEED_CAPPED_TODO,
+                                        NGX_HTTP_FEED_CAPPED_OVER))
     {
         bson_init(&filter);
-        ngx_http_feed_timelines_in(&filter, "u", pg->users, pg->n, pg->pick,
-                                   NULL);
+        ngx_http_feed_model_in(&filter, "u", pg->users, pg->n, pg->pick,
+                               NULL);
         BSON_APPEND_OID(&filter, "i", pg->id);
 
-        if (ngx_http_feed_timelines_capped_query(pg, pg->entries, &filter,
-                                                 "u", NGX_HTTP_FEED_CAPPED_HAS,
-                                                 error)
+        if (ngx_http_feed_model_capped_query(pg, pg->entries, &filter,
+                                             "u", NGX_HTTP_FEED_CAPPED_HAS,
+                                             error)
             != NGX_OK)
         {
             return NGX_ERROR;
         }
     }
 
-    if (ngx_http_feed_timelines_capped_pick(pg, NGX_HTTP_FEED_CAPPED_TODO,
-                                            NGX_HTTP_FEED_CAPPED_ASKED))
+    if (ngx_http_feed_model_capped_pick(pg, NGX_HTTP_FEED_CAPPED_TODO,
+                                        NGX_HTTP_FEED_CAPPED_ASKED))
     {
         bson_init(&filter);
-        ngx_http_feed_timelines_in(&filter, "_id", pg->users, pg->n,
-                                   pg->pick, NULL);
+        ngx_http_feed_model_in(&filter, "_id", pg->users, pg->n,
+                               pg->pick, NULL);
 
-        if (ngx_http_feed_timelines_capped_query(pg, pg->counters, &filter,
-                                                 "n p",
-                                                 NGX_HTTP_FEED_CAPPED_COUNTER,
-                                                 error)
+        if (ngx_http_feed_model_capped_query(pg, pg->counters, &filter,
+                                             "n p",
+                                             NGX_HTTP_FEED_CAPPED_COUNTER,
+                                             error)
             != NGX_OK)
         {
             return NGX_ERROR;
@@ -240,37 +261,37 @@ ngx_http_feed_timelines_capped_round(void *data, bson_error_t *error)
         }
     }
 
-    if (ngx_http_feed_timelines_capped_pick(pg, NGX_HTTP_FEED_CAPPED_TODO,
-                                            NGX_HTTP_FEED_CAPPED_CLAIMED))
+    if (ngx_http_feed_model_capped_pick(pg, NGX_HTTP_FEED_CAPPED_TODO,
+                                        NGX_HTTP_FEED_CAPPED_CLAIMED))
     {
         bson_init(&filter);
-        ngx_http_feed_timelines_in(&filter, "_id", pg->users, pg->n,
-                                   pg->pick, pg->slots);
+        ngx_http_feed_model_in(&filter, "_id", pg->users, pg->n,
+                               pg->pick, pg->slots);
 
-        if (ngx_http_feed_timelines_capped_query(pg, pg->entries, &filter,
-                                                 "u i n",
-                                                 NGX_HTTP_FEED_CAPPED_SLOT,
-                                                 error)
+        if (ngx_http_feed_model_capped_query(pg, pg->entries, &filter,
+                                             "u i n",
+                                             NGX_HTTP_FEED_CAPPED_SLOT,
+                                             error)
             != NGX_OK)
         {
             return NGX_ERROR;
         }
     }
 
-    rc = ngx_http_feed_timelines_capped_claim(pg, error);
+    rc = ngx_http_feed_model_capped_claim(pg, error);
 
     if (rc != NGX_OK) {
         return rc;
     }
 
-    return ngx_http_feed_timelines_capped_write(pg, error);
+    return ngx_http_feed_model_capped_write(pg, error);
 }
 
 
 /* pick[]: the users in states a to b; how many */
 
 static size_t
-ngx_http_feed_timelines_capped_pick(ngx_http_feed_capped_page_t *pg,
+ngx_http_feed_model_capped_pick(ngx_http_feed_model_capped_page_t *pg,
     ngx_uint_t a, ngx_uint_t b)
 {
     size_t  i, m;
@@ -287,7 +308,7 @@ ngx_http_feed_timelines_capped_pick(ngx_http_feed_capped_page_t *pg,
 /* a query of filter (destroyed), its answers taken as "what" says */
 
 static ngx_int_t
-ngx_http_feed_timelines_capped_query(ngx_http_feed_capped_page_t *pg,
+ngx_http_feed_model_capped_query(ngx_http_feed_model_capped_page_t *pg,
     mongoc_collection_t *coll, bson_t *filter, const char *fields,
     ngx_uint_t what, bson_error_t *error)
 {
@@ -311,7 +332,7 @@ ngx_http_feed_timelines_capped_query(ngx_http_feed_capped_page_t *pg,
     cursor = mongoc_collection_find_with_opts(coll, filter, &opts, NULL);
 
     while (mongoc_cursor_next(cursor, &doc)) {
-        ngx_http_feed_timelines_capped_found(pg, doc, what);
+        ngx_http_feed_model_capped_found(pg, doc, what);
     }
 
     rc = mongoc_cursor_error(cursor, error) ? NGX_ERROR : NGX_OK;
@@ -331,14 +352,14 @@ ngx_http_feed_timelines_capped_query(ngx_http_feed_capped_page_t *pg,
  */
 
 static void
-ngx_http_feed_timelines_capped_found(ngx_http_feed_capped_page_t *pg,
+ngx_http_feed_model_capped_found(ngx_http_feed_model_capped_page_t *pg,
     const bson_t *doc, ngx_uint_t what)
 {
-    ssize_t                  k;
-    uint32_t                 len;
-    const char              *name;
-    bson_iter_t              it;
-    ngx_http_feed_capped_t  *f;
+    ssize_t                             k;
+    uint32_t                            len;
+    const char                         *name;
+    bson_iter_t                         it;
+    ngx_http_feed_model_capped_user_t  *f;
 
     if (!bson_iter_init_find(&it, doc,
                              what == NGX_HTTP_FEED_CAPPED_COUNTER ? "_id"
@@ -349,7 +370,7 @@ ngx_http_feed_timelines_capped_found(ngx_http_feed_capped_page_t *pg,
     }
 
     name = bson_iter_utf8(&it, &len);
-    k = ngx_http_feed_timelines_key(pg->keys, pg->n, name, len);
+    k = ngx_http_feed_model_key(pg->keys, pg->n, name, len);
 
     if (k < 0) {
         return;
@@ -402,26 +423,26 @@ ngx_http_feed_timelines_capped_found(ngx_http_feed_capped_page_t *pg,
  */
 
 static ngx_int_t
-ngx_http_feed_timelines_capped_claim(ngx_http_feed_capped_page_t *pg,
+ngx_http_feed_model_capped_claim(ngx_http_feed_model_capped_page_t *pg,
     bson_error_t *error)
 {
-    size_t                    i;
-    int64_t                   ops, done;
-    ngx_int_t                 rc;
-    ngx_http_feed_capped_t   *f;
-    mongoc_bulk_operation_t  *bulk;
+    size_t                              i;
+    int64_t                             ops, done;
+    ngx_int_t                           rc;
+    ngx_http_feed_model_capped_user_t  *f;
+    mongoc_bulk_operation_t            *bulk;
 
     for (i = 0; i < pg->n; i++) {
         f = &pg->state[i];
 
         if (f->state == NGX_HTTP_FEED_CAPPED_TODO && f->lost
-            && ngx_http_feed_timelines_capped_take(pg, i, error) != NGX_OK)
+            && ngx_http_feed_model_capped_take(pg, i, error) != NGX_OK)
         {
             return NGX_ERROR;
         }
     }
 
-    bulk = ngx_http_feed_timelines_unordered(pg->counters);
+    bulk = ngx_http_feed_model_unordered(pg->counters);
     ops = 0;
     rc = NGX_OK;
 
@@ -432,7 +453,7 @@ ngx_http_feed_timelines_capped_claim(ngx_http_feed_capped_page_t *pg,
             || f->state == NGX_HTTP_FEED_CAPPED_OVER
             || (f->state == NGX_HTTP_FEED_CAPPED_CLAIMED && f->held))
         {
-            rc = ngx_http_feed_timelines_capped_counter(bulk, pg, i, error);
+            rc = ngx_http_feed_model_capped_counter(bulk, pg, i, error);
             ops++;
         }
     }
@@ -442,7 +463,7 @@ ngx_http_feed_timelines_capped_claim(ngx_http_feed_capped_page_t *pg,
         return rc;
     }
 
-    rc = ngx_http_feed_timelines_bulk(bulk, &done, error);
+    rc = ngx_http_feed_model_bulk(bulk, &done, error);
     mongoc_bulk_operation_destroy(bulk);
 
     for (i = 0; i < pg->n; i++) {
@@ -475,17 +496,17 @@ ngx_http_feed_timelines_capped_claim(ngx_http_feed_capped_page_t *pg,
  */
 
 static ngx_int_t
-ngx_http_feed_timelines_capped_take(ngx_http_feed_capped_page_t *pg,
+ngx_http_feed_model_capped_take(ngx_http_feed_model_capped_page_t *pg,
     size_t i, bson_error_t *error)
 {
-    bool                            ok;
-    bson_t                          query, update, inc, set, reply, doc;
-    uint32_t                        len;
-    bson_iter_t                     it;
-    const uint8_t                  *data;
-    ngx_http_feed_user_t           *user;
-    ngx_http_feed_capped_t         *f;
-    mongoc_find_and_modify_opts_t  *opts;
+    bool                                ok;
+    bson_t                              query, update, inc, set, reply, doc;
+    uint32_t                            len;
+    bson_iter_t                         it;
+    const uint8_t                      *data;
+    ngx_http_feed_user_t               *user;
+    ngx_http_feed_model_capped_user_t  *f;
+    mongoc_find_and_modify_opts_t      *opts;
 
     f = &pg->state[i];
     user = &pg->users[i];
@@ -543,13 +564,13 @@ ngx_http_feed_timelines_capped_take(ngx_http_feed_capped_page_t *pg,
 /* one user's counter statement of the claims' bulk */
 
 static ngx_int_t
-ngx_http_feed_timelines_capped_counter(mongoc_bulk_operation_t *bulk,
-    ngx_http_feed_capped_page_t *pg, size_t i, bson_error_t *error)
+ngx_http_feed_model_capped_counter(mongoc_bulk_operation_t *bulk,
+    ngx_http_feed_model_capped_page_t *pg, size_t i, bson_error_t *error)
 {
-    bool                     ok;
-    bson_t                   selector, update, set, max, opts;
-    ngx_http_feed_user_t    *user;
-    ngx_http_feed_capped_t  *f;
+    bool                                ok;
+    bson_t                              selector, update, set, max, opts;
+    ngx_http_feed_user_t               *user;
+    ngx_http_feed_model_capped_user_t  *f;
 
     f = &pg->state[i];
     user = &pg->users[i];
@@ -599,20 +620,20 @@ ngx_http_feed_timelines_capped_counter(mongoc_bulk_operation_t *bulk,
  */
 
 static ngx_int_t
-ngx_http_feed_timelines_capped_write(ngx_http_feed_capped_page_t *pg,
+ngx_http_feed_model_capped_write(ngx_http_feed_model_capped_page_t *pg,
     bson_error_t *error)
 {
-    bool                      ok;
-    size_t                    i;
-    bson_t                    selector, doc, opts;
-    int64_t                   ops, done;
-    ngx_int_t                 rc;
-    ngx_uint_t                later;
-    ngx_http_feed_user_t     *user;
-    ngx_http_feed_capped_t   *f;
-    mongoc_bulk_operation_t  *bulk;
+    bool                                ok;
+    size_t                              i;
+    bson_t                              selector, doc, opts;
+    int64_t                             ops, done;
+    ngx_int_t                           rc;
+    ngx_uint_t                          later;
+    ngx_http_feed_user_t               *user;
+    ngx_http_feed_model_capped_user_t  *f;
+    mongoc_bulk_operation_t            *bulk;
 
-    bulk = ngx_http_feed_timelines_unordered(pg->entries);
+    bulk = ngx_http_feed_model_unordered(pg->entries);
     bson_init(&opts);
     BSON_APPEND_BOOL(&opts, "upsert", true);
 
@@ -663,7 +684,7 @@ ngx_http_feed_timelines_capped_write(ngx_http_feed_capped_page_t *pg,
         return ok ? (later ? NGX_AGAIN : NGX_OK) : NGX_ERROR;
     }
 
-    rc = ngx_http_feed_timelines_bulk(bulk, &done, error);
+    rc = ngx_http_feed_model_bulk(bulk, &done, error);
     mongoc_bulk_operation_destroy(bulk);
 
     if (rc == NGX_OK && done == ops) {
@@ -690,11 +711,11 @@ ngx_http_feed_timelines_capped_write(ngx_http_feed_capped_page_t *pg,
  * entry overwritten meanwhile, which the page would then lack.
  */
 
-ngx_int_t
-ngx_http_feed_timelines_capped_read(mongoc_client_t *client,
-    const char *database, ngx_http_feed_timelines_conf_t *tc,
+static ngx_int_t
+ngx_http_feed_model_capped_read(mongoc_client_t *client,
+    const char *database, ngx_http_feed_model_conf_t *mc,
     ngx_http_feed_user_t *user, ngx_http_feed_posts_range_t *range,
-    size_t want, ngx_http_feed_timelines_page_t *page, bson_error_t *error)
+    size_t want, ngx_http_feed_model_page_t *page, bson_error_t *error)
 {
     size_t                i, n;
     bson_t                filter, doc;
@@ -703,20 +724,20 @@ ngx_http_feed_timelines_capped_read(mongoc_client_t *client,
     bson_iter_t           it;
     mongoc_collection_t  *coll;
 
-    if (ngx_http_feed_timelines_capped_slots(client, database, user, range,
-                                             want + 1, &ids, &n, error)
+    if (ngx_http_feed_model_capped_slots(client, database, user, range,
+                                         want + 1, &ids, &n, error)
         != NGX_OK)
     {
         return NGX_ERROR;
     }
 
     coll = mongoc_client_get_collection(client, database,
-                                        NGX_HTTP_FEED_TIMELINES_USERS);
+                                        NGX_HTTP_FEED_MODEL_CAPPED_USERS);
 
     bson_init(&filter);
     bson_append_utf8(&filter, "_id", 3, user->data, (int) user->len);
-    rc = ngx_http_feed_timelines_floor_page(coll, &filter, want, page, &doc,
-                                            error);
+    rc = ngx_http_feed_model_floor_page(coll, &filter, want, page, &doc,
+                                        error);
     bson_destroy(&filter);
     mongoc_collection_destroy(coll);
 
@@ -729,13 +750,13 @@ ngx_http_feed_timelines_capped_read(mongoc_client_t *client,
         && bson_oid_compare(bson_iter_oid(&it), &page->bound) >= 0)
     {
         /* w itself was overwritten: the slots hold the ids past it */
-        ngx_http_feed_timelines_next(bson_iter_oid(&it), &page->bound);
+        ngx_http_feed_model_next(bson_iter_oid(&it), &page->bound);
     }
 
     bson_destroy(&doc);
 
     for (i = 0; i < n; i++) {
-        if (ngx_http_feed_timelines_take(page, &ids[i], range, want)
+        if (ngx_http_feed_model_take(page, &ids[i], range, want)
             == NGX_DONE)
         {
             break;
@@ -754,7 +775,7 @@ ngx_http_feed_timelines_capped_read(mongoc_client_t *client,
  */
 
 static ngx_int_t
-ngx_http_feed_timelines_capped_slots(mongoc_client_t *client,
+ngx_http_feed_model_capped_slots(mongoc_client_t *client,
     const char *database, ngx_http_feed_user_t *user,
     ngx_http_feed_posts_range_t *range, size_t max, bson_oid_t **ids,
     size_t *n, bson_error_t *error)
@@ -788,7 +809,7 @@ ngx_http_feed_timelines_capped_slots(mongoc_client_t *client,
     bson_append_document_end(&opts, &proj);
 
     coll = mongoc_client_get_collection(client, database,
-                                        NGX_HTTP_FEED_TIMELINES_CAPPED);
+                                        NGX_HTTP_FEED_MODEL_CAPPED_COLL);
     cursor = mongoc_collection_find_with_opts(coll, &filter, &opts, NULL);
 
     while (*n < max && mongoc_cursor_next(cursor, &e)) {
@@ -814,13 +835,27 @@ ngx_http_feed_timelines_capped_slots(mongoc_client_t *client,
 }
 
 
+/* a first read: the user's floor, from which the slots hold every post */
+
+static ngx_int_t
+ngx_http_feed_model_capped_begin(mongoc_client_t *client,
+    const char *database, ngx_http_feed_user_t *user, int64_t now,
+    ngx_uint_t *mine, bson_error_t *error)
+{
+    *mine = 0;
+
+    return ngx_http_feed_model_capped_floor(client, database, user, 0,
+                                            error);
+}
+
+
 /*
  * The user's floor: set at their first read (reset: 0, an existing one is
  * kept), or moved to now (reset: 1) when they have one
  */
 
-ngx_int_t
-ngx_http_feed_timelines_capped_floor(mongoc_client_t *client,
+static ngx_int_t
+ngx_http_feed_model_capped_floor(mongoc_client_t *client,
     const char *database, ngx_http_feed_user_t *user, ngx_uint_t reset,
     bson_error_t *error)
 {
@@ -832,8 +867,8 @@ ngx_http_feed_timelines_capped_floor(mongoc_client_t *client,
     bson_append_utf8(&selector, "_id", 3, user->data, (int) user->len);
 
     coll = mongoc_client_get_collection(client, database,
-                                        NGX_HTTP_FEED_TIMELINES_USERS);
-    rc = ngx_http_feed_timelines_floor(coll, &selector, reset, error);
+                                        NGX_HTTP_FEED_MODEL_CAPPED_USERS);
+    rc = ngx_http_feed_model_floor(coll, &selector, reset, error);
     mongoc_collection_destroy(coll);
     bson_destroy(&selector);
 
@@ -843,8 +878,8 @@ ngx_http_feed_timelines_capped_floor(mongoc_client_t *client,
 
 /* a deleted post's entries gone: their slots are written again later */
 
-ngx_int_t
-ngx_http_feed_timelines_capped_remove(mongoc_client_t *client,
+static ngx_int_t
+ngx_http_feed_model_capped_remove(mongoc_client_t *client,
     const char *database, const bson_oid_t *id, bson_error_t *error)
 {
     bool                  ok;
@@ -855,10 +890,21 @@ ngx_http_feed_timelines_capped_remove(mongoc_client_t *client,
     BSON_APPEND_OID(&query, "i", id);
 
     coll = mongoc_client_get_collection(client, database,
-                                        NGX_HTTP_FEED_TIMELINES_CAPPED);
+                                        NGX_HTTP_FEED_MODEL_CAPPED_COLL);
     ok = mongoc_collection_delete_many(coll, &query, NULL, NULL, error);
     mongoc_collection_destroy(coll);
     bson_destroy(&query);
 
     return ok ? NGX_OK : NGX_ERROR;
+}
+
+
+/* whom the user follows changed: their floor moved to now */
+
+static ngx_int_t
+ngx_http_feed_model_capped_drop(mongoc_client_t *client, const char *database,
+    ngx_http_feed_user_t *user, bson_error_t *error)
+{
+    return ngx_http_feed_model_capped_floor(client, database, user, 1,
+                                            error);
 }

@@ -1,8 +1,8 @@
 
 /*
- * ngx_feed_module: a page of a home timeline from the timelines kept in
- * MongoDB (feed_timeline_store cache), in the fallback source's thread,
- * for a read that missed the Redis cache.
+ * ngx_feed_module: a page of a home timeline from the model of the
+ * MongoDB timelines (feed_timeline_store), in the fallback source's
+ * thread, for a read that missed the Redis cache.
  *
  * A user with a document gets the entries of the page's range from it,
  * those still visible (ngx_http_feed_posts_by_ids()), merged with the
@@ -12,39 +12,39 @@
  * first page, gets fanout on read, and a document made from that answer.
  * The answer is the same as fanout on read's, however it is made.
  *
- * Fanout may be behind: a post is in MongoDB before it is in the kept
+ * Fanout may be behind: a post is in MongoDB before it is in the model's
  * timelines, and posts reach them in about, not exactly, their order.  The
- * posts still in flight are read first, then the kept timeline: a post
- * that landed meanwhile is in the kept timeline, and those still in flight
- * that the user follows are added to its entries, so the kept timeline
- * never vouches for a range with a post it has not received.  When more
+ * posts still in flight are read first, then the model's timeline: a post
+ * that landed meanwhile is in that timeline, and those still in flight
+ * that the user follows are added to its entries, so the model never
+ * vouches for a range with a post it has not received.  When more
  * are in flight than are read, it vouches only for the range of those
  * read, and fanout on read answers below.
  */
 
 
 #include "ngx_http_feed_timeline.h"
-#include "ngx_http_feed_timelines_store.h"
+#include "ngx_http_feed_model.h"
 #include "ngx_http_feed_follows_store.h"
 #include "ngx_http_feed_pull.h"
 
 
 /* entries read beyond the page: room for posts deleted meanwhile */
-#define NGX_HTTP_FEED_STORED_SLACK  16
+#define NGX_HTTP_FEED_TL_MODEL_SLACK  16
 
 /* a document being made for longer than this was left: made again */
-#define NGX_HTTP_FEED_STORED_STALE  60000
+#define NGX_HTTP_FEED_TL_MODEL_STALE  60000
 
 /* posts in flight read at most, newest first, for a page */
-#define NGX_HTTP_FEED_STORED_FLIGHT  1000
+#define NGX_HTTP_FEED_TL_MODEL_FLIGHT  1000
 
 
-/* the authors of the posts in flight a kept timeline lacks */
+/* the authors of the posts in flight the model's timeline lacks */
 typedef struct {
     char                        **authors;
     u_char                       *followed;
     size_t                        n;
-} ngx_http_feed_stored_authors_t;
+} ngx_http_feed_tl_model_authors_t;
 
 
 typedef struct {
@@ -52,49 +52,49 @@ typedef struct {
     size_t                        n;
     ngx_uint_t                    limit;
     char                          last[25];  /* the last id appended */
-} ngx_http_feed_stored_out_t;
+} ngx_http_feed_tl_model_out_t;
 
 
-static ngx_int_t ngx_http_feed_timeline_stored_make(mongoc_client_t *client,
+static ngx_int_t ngx_http_feed_timeline_model_make(mongoc_client_t *client,
     const char *database, ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_user_t *user, ngx_http_feed_posts_range_t *range,
     bson_t *items, bson_error_t *error);
-static ngx_int_t ngx_http_feed_timeline_stored_page(mongoc_client_t *client,
+static ngx_int_t ngx_http_feed_timeline_model_page(mongoc_client_t *client,
     const char *database, ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_user_t *user, ngx_http_feed_posts_range_t *range,
-    ngx_http_feed_timelines_page_t *tp, bson_t *items, bson_error_t *error);
-static ngx_int_t ngx_http_feed_timeline_stored_flight(
+    ngx_http_feed_model_page_t *tp, bson_t *items, bson_error_t *error);
+static ngx_int_t ngx_http_feed_timeline_model_flight(
     mongoc_client_t *client, const char *database, ngx_http_feed_user_t *user,
     ngx_http_feed_posts_flight_t *fl, size_t n, ngx_uint_t more,
-    ngx_http_feed_timelines_page_t *tp, bson_error_t *error);
-static ngx_uint_t ngx_http_feed_timeline_stored_has(
-    ngx_http_feed_timelines_page_t *tp, const bson_oid_t *id);
-static ngx_int_t ngx_http_feed_timeline_stored_authors(
+    ngx_http_feed_model_page_t *tp, bson_error_t *error);
+static ngx_uint_t ngx_http_feed_timeline_model_has(
+    ngx_http_feed_model_page_t *tp, const bson_oid_t *id);
+static ngx_int_t ngx_http_feed_timeline_model_authors(
     mongoc_client_t *client, const char *database, ngx_http_feed_user_t *user,
     ngx_http_feed_posts_flight_t *fl, size_t n,
-    ngx_http_feed_stored_authors_t *a, bson_error_t *error);
-static ngx_int_t ngx_http_feed_timeline_stored_followee(void *data,
+    ngx_http_feed_tl_model_authors_t *a, bson_error_t *error);
+static ngx_int_t ngx_http_feed_timeline_model_followee(void *data,
     ngx_http_feed_user_t *user, int64_t created);
-static ngx_uint_t ngx_http_feed_timeline_stored_follows(
-    ngx_http_feed_stored_authors_t *a, ngx_http_feed_user_t *user,
+static ngx_uint_t ngx_http_feed_timeline_model_follows(
+    ngx_http_feed_tl_model_authors_t *a, ngx_http_feed_user_t *user,
     ngx_http_feed_posts_flight_t *post);
-static void ngx_http_feed_timeline_stored_add(
-    ngx_http_feed_timelines_page_t *tp, ngx_http_feed_posts_flight_t *fl,
+static void ngx_http_feed_timeline_model_add(
+    ngx_http_feed_model_page_t *tp, ngx_http_feed_posts_flight_t *fl,
     size_t n);
-static ngx_int_t ngx_http_feed_timeline_stored_pulled(mongoc_client_t *client,
+static ngx_int_t ngx_http_feed_timeline_model_pulled(mongoc_client_t *client,
     const char *database, ngx_http_feed_user_t *user,
     ngx_http_feed_posts_range_t *range, bson_t *items, bson_error_t *error);
-static void ngx_http_feed_timeline_stored_merge(
-    ngx_http_feed_stored_out_t *out, const bson_t *a, const bson_t *b,
+static void ngx_http_feed_timeline_model_merge(
+    ngx_http_feed_tl_model_out_t *out, const bson_t *a, const bson_t *b,
     const char *bound);
-static ngx_uint_t ngx_http_feed_timeline_stored_next(bson_iter_t *it,
+static ngx_uint_t ngx_http_feed_timeline_model_next(bson_iter_t *it,
     bson_t *post, const char **id);
-static void ngx_http_feed_timeline_stored_append(
-    ngx_http_feed_stored_out_t *out, const bson_t *post, const char *id);
+static void ngx_http_feed_timeline_model_append(
+    ngx_http_feed_tl_model_out_t *out, const bson_t *post, const char *id);
 
 
 ngx_int_t
-ngx_http_feed_timeline_stored(mongoc_client_t *client, const char *database,
+ngx_http_feed_timeline_model(mongoc_client_t *client, const char *database,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
     ngx_http_feed_posts_range_t *range, bson_t *items, bson_error_t *error)
 {
@@ -102,29 +102,29 @@ ngx_http_feed_timeline_stored(mongoc_client_t *client, const char *database,
     ngx_int_t                        rc;
     ngx_uint_t                       more;
     ngx_http_feed_posts_flight_t    *fl;
-    ngx_http_feed_timelines_page_t   tp;
-    ngx_http_feed_timelines_conf_t   tc;
+    ngx_http_feed_model_page_t       tp;
+    ngx_http_feed_model_conf_t       mc;
 
-    ngx_http_feed_timelines_conf(fmcf, &tc);
+    ngx_http_feed_model_conf(fmcf, &mc);
 
-    /* in flight, before the kept timeline: one that landed meanwhile is in */
+    /* in flight, before the model: one that landed meanwhile is in it */
 
     if (ngx_http_feed_posts_in_flight(client, database, range,
-                                      NGX_HTTP_FEED_STORED_FLIGHT, &fl, &n,
+                                      NGX_HTTP_FEED_TL_MODEL_FLIGHT, &fl, &n,
                                       &more, error)
         != NGX_OK)
     {
         return NGX_ERROR;
     }
 
-    rc = ngx_http_feed_timelines_read(client, database, &tc, user, range,
-                                      range->limit
-                                      + NGX_HTTP_FEED_STORED_SLACK,
-                                      &tp, error);
+    rc = ngx_http_feed_model_read(client, database, &mc, user, range,
+                                  range->limit
+                                  + NGX_HTTP_FEED_TL_MODEL_SLACK,
+                                  &tp, error);
 
-    if (rc == NGX_OK && tp.state == NGX_HTTP_FEED_TIMELINES_THERE) {
-        rc = ngx_http_feed_timeline_stored_flight(client, database, user, fl,
-                                                  n, more, &tp, error);
+    if (rc == NGX_OK && tp.state == NGX_HTTP_FEED_MODEL_PAGE_THERE) {
+        rc = ngx_http_feed_timeline_model_flight(client, database, user, fl,
+                                                 n, more, &tp, error);
     }
 
     bson_free(fl);
@@ -136,16 +136,16 @@ ngx_http_feed_timeline_stored(mongoc_client_t *client, const char *database,
 
     switch (tp.state) {
 
-    case NGX_HTTP_FEED_TIMELINES_THERE:
-        rc = ngx_http_feed_timeline_stored_page(client, database, fmcf, user,
-                                                range, &tp, items, error);
+    case NGX_HTTP_FEED_MODEL_PAGE_THERE:
+        rc = ngx_http_feed_timeline_model_page(client, database, fmcf, user,
+                                               range, &tp, items, error);
         bson_free(tp.ids);
         return rc;
 
-    case NGX_HTTP_FEED_TIMELINES_BUILDING:
-        if (ngx_http_feed_now_ms() - tp.building > NGX_HTTP_FEED_STORED_STALE
-            && ngx_http_feed_timelines_abandon(client, database, &tc, user,
-                                               tp.building, error)
+    case NGX_HTTP_FEED_MODEL_PAGE_BUILDING:
+        if (ngx_http_feed_now_ms() - tp.building > NGX_HTTP_FEED_TL_MODEL_STALE
+            && ngx_http_feed_model_abandon(client, database, &mc, user,
+                                           tp.building, error)
                != NGX_OK)
         {
             return NGX_ERROR;
@@ -153,11 +153,11 @@ ngx_http_feed_timeline_stored(mongoc_client_t *client, const char *database,
 
         break;
 
-    default: /* NGX_HTTP_FEED_TIMELINES_NONE */
+    default: /* NGX_HTTP_FEED_MODEL_PAGE_NONE */
         if (range->max_id == NULL && range->since_id == NULL) {
-            return ngx_http_feed_timeline_stored_make(client, database, fmcf,
-                                                      user, range, items,
-                                                      error);
+            return ngx_http_feed_timeline_model_make(client, database, fmcf,
+                                                     user, range, items,
+                                                     error);
         }
     }
 
@@ -167,34 +167,34 @@ ngx_http_feed_timeline_stored(mongoc_client_t *client, const char *database,
 
 
 /*
- * The posts in flight (fl, newest first) that the kept timeline may lack,
+ * The posts in flight (fl, newest first) that the model's timeline may lack,
  * from its bound up: those of the user and of whom the user follows are
  * added to its entries.  With more in flight than were read, it vouches
  * for the range of those read only.
  */
 
 static ngx_int_t
-ngx_http_feed_timeline_stored_flight(mongoc_client_t *client,
+ngx_http_feed_timeline_model_flight(mongoc_client_t *client,
     const char *database, ngx_http_feed_user_t *user,
     ngx_http_feed_posts_flight_t *fl, size_t n, ngx_uint_t more,
-    ngx_http_feed_timelines_page_t *tp, bson_error_t *error)
+    ngx_http_feed_model_page_t *tp, bson_error_t *error)
 {
-    size_t                          i, m;
-    ngx_int_t                       rc;
-    ngx_http_feed_stored_authors_t  a;
+    size_t                            i, m;
+    ngx_int_t                         rc;
+    ngx_http_feed_tl_model_authors_t  a;
 
     if (more && n) {
-        ngx_http_feed_timelines_raise(tp, &fl[n - 1].id);
+        ngx_http_feed_model_raise(tp, &fl[n - 1].id);
     }
 
-    /* those the kept timeline lacks, in its range */
+    /* those the model's timeline lacks, in its range */
 
     for (i = 0, m = 0; i < n; i++) {
         if (!tp->whole && bson_oid_compare(&fl[i].id, &tp->bound) < 0) {
             break;
         }
 
-        if (!ngx_http_feed_timeline_stored_has(tp, &fl[i].id)) {
+        if (!ngx_http_feed_timeline_model_has(tp, &fl[i].id)) {
             fl[m++] = fl[i];
         }
     }
@@ -203,17 +203,17 @@ ngx_http_feed_timeline_stored_flight(mongoc_client_t *client,
         return NGX_OK;
     }
 
-    rc = ngx_http_feed_timeline_stored_authors(client, database, user, fl, m,
-                                               &a, error);
+    rc = ngx_http_feed_timeline_model_authors(client, database, user, fl, m,
+                                              &a, error);
 
     if (rc == NGX_OK) {
         for (i = 0, n = 0; i < m; i++) {
-            if (ngx_http_feed_timeline_stored_follows(&a, user, &fl[i])) {
+            if (ngx_http_feed_timeline_model_follows(&a, user, &fl[i])) {
                 fl[n++] = fl[i];
             }
         }
 
-        ngx_http_feed_timeline_stored_add(tp, fl, n);
+        ngx_http_feed_timeline_model_add(tp, fl, n);
     }
 
     bson_free(a.followed);
@@ -223,10 +223,10 @@ ngx_http_feed_timeline_stored_flight(mongoc_client_t *client,
 }
 
 
-/* whether the kept timeline has this id among the page's (newest first) */
+/* whether the model's timeline has this id among the page's (newest first) */
 
 static ngx_uint_t
-ngx_http_feed_timeline_stored_has(ngx_http_feed_timelines_page_t *tp,
+ngx_http_feed_timeline_model_has(ngx_http_feed_model_page_t *tp,
     const bson_oid_t *id)
 {
     int     c;
@@ -261,10 +261,10 @@ ngx_http_feed_timeline_stored_has(ngx_http_feed_timelines_page_t *tp,
  */
 
 static ngx_int_t
-ngx_http_feed_timeline_stored_authors(mongoc_client_t *client,
+ngx_http_feed_timeline_model_authors(mongoc_client_t *client,
     const char *database, ngx_http_feed_user_t *user,
     ngx_http_feed_posts_flight_t *fl, size_t n,
-    ngx_http_feed_stored_authors_t *a, bson_error_t *error)
+    ngx_http_feed_tl_model_authors_t *a, bson_error_t *error)
 {
     size_t                        i, k;
     ngx_http_feed_follows_page_t  fp;
@@ -297,7 +297,7 @@ ngx_http_feed_timeline_stored_authors(mongoc_client_t *client,
     fp.user = user;
     fp.among = a->authors;
     fp.namong = a->n;
-    fp.each = ngx_http_feed_timeline_stored_followee;
+    fp.each = ngx_http_feed_timeline_model_followee;
     fp.data = a;
 
     return ngx_http_feed_follows_page(client, database, &fp, error)
@@ -306,10 +306,10 @@ ngx_http_feed_timeline_stored_authors(mongoc_client_t *client,
 
 
 static ngx_int_t
-ngx_http_feed_timeline_stored_followee(void *data, ngx_http_feed_user_t *user,
+ngx_http_feed_timeline_model_followee(void *data, ngx_http_feed_user_t *user,
     int64_t created)
 {
-    ngx_http_feed_stored_authors_t  *a = data;
+    ngx_http_feed_tl_model_authors_t *a = data;
 
     size_t  k;
 
@@ -327,7 +327,7 @@ ngx_http_feed_timeline_stored_followee(void *data, ngx_http_feed_user_t *user,
 /* a post in flight is the user's timeline's: their own, or a followee's */
 
 static ngx_uint_t
-ngx_http_feed_timeline_stored_follows(ngx_http_feed_stored_authors_t *a,
+ngx_http_feed_timeline_model_follows(ngx_http_feed_tl_model_authors_t *a,
     ngx_http_feed_user_t *user, ngx_http_feed_posts_flight_t *post)
 {
     size_t  k;
@@ -349,7 +349,7 @@ ngx_http_feed_timeline_stored_follows(ngx_http_feed_stored_authors_t *a,
 /* the page's ids and the posts in flight (both newest first), merged */
 
 static void
-ngx_http_feed_timeline_stored_add(ngx_http_feed_timelines_page_t *tp,
+ngx_http_feed_timeline_model_add(ngx_http_feed_model_page_t *tp,
     ngx_http_feed_posts_flight_t *fl, size_t n)
 {
     size_t       i, k, m;
@@ -385,7 +385,7 @@ ngx_http_feed_timeline_stored_add(ngx_http_feed_timelines_page_t *tp,
  */
 
 static ngx_int_t
-ngx_http_feed_timeline_stored_make(mongoc_client_t *client,
+ngx_http_feed_timeline_model_make(mongoc_client_t *client,
     const char *database, ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_user_t *user, ngx_http_feed_posts_range_t *range,
     bson_t *items, bson_error_t *error)
@@ -393,14 +393,14 @@ ngx_http_feed_timeline_stored_make(mongoc_client_t *client,
     int64_t                          now;
     ngx_uint_t                       mine;
     bson_error_t                     err;
-    ngx_http_feed_timelines_conf_t   tc;
+    ngx_http_feed_model_conf_t       mc;
 
-    ngx_http_feed_timelines_conf(fmcf, &tc);
+    ngx_http_feed_model_conf(fmcf, &mc);
 
     now = ngx_http_feed_now_ms();
 
-    if (ngx_http_feed_timelines_begin(client, database, &tc, user, now,
-                                      &mine, error)
+    if (ngx_http_feed_model_begin(client, database, &mc, user, now,
+                                  &mine, error)
         != NGX_OK)
     {
         return NGX_ERROR;
@@ -411,8 +411,8 @@ ngx_http_feed_timeline_stored_make(mongoc_client_t *client,
         != NGX_OK)
     {
         if (mine) {
-            (void) ngx_http_feed_timelines_abandon(client, database, &tc,
-                                                   user, now, &err);
+            (void) ngx_http_feed_model_abandon(client, database, &mc,
+                                               user, now, &err);
         }
 
         return NGX_ERROR;
@@ -424,13 +424,13 @@ ngx_http_feed_timeline_stored_make(mongoc_client_t *client,
      */
 
     if (mine
-        && ngx_http_feed_timelines_fill(client, database, &tc, user, items,
-                                        bson_count_keys(items) < range->limit,
-                                        &err)
+        && ngx_http_feed_model_fill(client, database, &mc, user, items,
+                                    bson_count_keys(items) < range->limit,
+                                    &err)
            != NGX_OK)
     {
-        (void) ngx_http_feed_timelines_abandon(client, database, &tc, user,
-                                               now, &err);
+        (void) ngx_http_feed_model_abandon(client, database, &mc, user,
+                                           now, &err);
     }
 
     return NGX_OK;
@@ -444,27 +444,27 @@ ngx_http_feed_timeline_stored_make(mongoc_client_t *client,
  */
 
 static ngx_int_t
-ngx_http_feed_timeline_stored_page(mongoc_client_t *client,
+ngx_http_feed_timeline_model_page(mongoc_client_t *client,
     const char *database, ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_user_t *user, ngx_http_feed_posts_range_t *range,
-    ngx_http_feed_timelines_page_t *tp, bson_t *items, bson_error_t *error)
+    ngx_http_feed_model_page_t *tp, bson_t *items, bson_error_t *error)
 {
-    char                         bound[25];
-    bson_t                       kept, pulled, rest;
-    ngx_int_t                    rc;
-    ngx_http_feed_posts_range_t  below;
-    ngx_http_feed_stored_out_t   out;
+    char                          bound[25];
+    bson_t                        posts, pulled, rest;
+    ngx_int_t                     rc;
+    ngx_http_feed_posts_range_t   below;
+    ngx_http_feed_tl_model_out_t  out;
 
-    bson_init(&kept);
+    bson_init(&posts);
     bson_init(&pulled);
     bson_init(&rest);
 
-    rc = ngx_http_feed_posts_by_ids(client, database, tp->ids, tp->n, &kept,
+    rc = ngx_http_feed_posts_by_ids(client, database, tp->ids, tp->n, &posts,
                                     error);
 
     if (rc == NGX_OK && fmcf->pull_threshold) {
-        rc = ngx_http_feed_timeline_stored_pulled(client, database, user,
-                                                  range, &pulled, error);
+        rc = ngx_http_feed_timeline_model_pulled(client, database, user,
+                                                 range, &pulled, error);
     }
 
     if (rc != NGX_OK) {
@@ -478,8 +478,8 @@ ngx_http_feed_timeline_stored_page(mongoc_client_t *client,
     out.limit = range->limit;
     out.last[0] = '\0';
 
-    ngx_http_feed_timeline_stored_merge(&out, &kept, &pulled,
-                                        tp->whole ? NULL : bound);
+    ngx_http_feed_timeline_model_merge(&out, &posts, &pulled,
+                                       tp->whole ? NULL : bound);
 
     /* below the bound, fanout on read has the rest */
 
@@ -499,7 +499,7 @@ ngx_http_feed_timeline_stored_page(mongoc_client_t *client,
         rc = ngx_http_feed_timeline_source_read(client, database, user,
                                                 &below, &rest, error);
         if (rc == NGX_OK) {
-            ngx_http_feed_timeline_stored_merge(&out, &rest, NULL, NULL);
+            ngx_http_feed_timeline_model_merge(&out, &rest, NULL, NULL);
         }
     }
 
@@ -507,7 +507,7 @@ done:
 
     bson_destroy(&rest);
     bson_destroy(&pulled);
-    bson_destroy(&kept);
+    bson_destroy(&posts);
 
     return rc;
 }
@@ -516,7 +516,7 @@ done:
 /* the posts in range of the pull authors the user follows */
 
 static ngx_int_t
-ngx_http_feed_timeline_stored_pulled(mongoc_client_t *client,
+ngx_http_feed_timeline_model_pulled(mongoc_client_t *client,
     const char *database, ngx_http_feed_user_t *user,
     ngx_http_feed_posts_range_t *range, bson_t *items, bson_error_t *error)
 {
@@ -569,7 +569,7 @@ ngx_http_feed_timeline_stored_pulled(mongoc_client_t *client,
  */
 
 static void
-ngx_http_feed_timeline_stored_merge(ngx_http_feed_stored_out_t *out,
+ngx_http_feed_timeline_model_merge(ngx_http_feed_tl_model_out_t *out,
     const bson_t *a, const bson_t *b, const char *bound)
 {
     int          c;
@@ -579,9 +579,9 @@ ngx_http_feed_timeline_stored_merge(ngx_http_feed_stored_out_t *out,
     bson_iter_t  ita, itb;
 
     ha = bson_iter_init(&ita, a)
-         && ngx_http_feed_timeline_stored_next(&ita, &pa, &ia);
+         && ngx_http_feed_timeline_model_next(&ita, &pa, &ia);
     hb = b && bson_iter_init(&itb, b)
-         && ngx_http_feed_timeline_stored_next(&itb, &pb, &ib);
+         && ngx_http_feed_timeline_model_next(&itb, &pb, &ib);
 
     while ((ha || hb) && out->n < out->limit) {
         c = (ha && hb) ? ngx_strcmp(ia, ib) : (ha ? 1 : -1);
@@ -592,11 +592,11 @@ ngx_http_feed_timeline_stored_merge(ngx_http_feed_stored_out_t *out,
                 continue;
             }
 
-            ngx_http_feed_timeline_stored_append(out, &pa, ia);
-            ha = ngx_http_feed_timeline_stored_next(&ita, &pa, &ia);
+            ngx_http_feed_timeline_model_append(out, &pa, ia);
+            ha = ngx_http_feed_timeline_model_next(&ita, &pa, &ia);
 
             if (c == 0) {
-                hb = ngx_http_feed_timeline_stored_next(&itb, &pb, &ib);
+                hb = ngx_http_feed_timeline_model_next(&itb, &pb, &ib);
             }
 
         } else {
@@ -605,8 +605,8 @@ ngx_http_feed_timeline_stored_merge(ngx_http_feed_stored_out_t *out,
                 continue;
             }
 
-            ngx_http_feed_timeline_stored_append(out, &pb, ib);
-            hb = ngx_http_feed_timeline_stored_next(&itb, &pb, &ib);
+            ngx_http_feed_timeline_model_append(out, &pb, ib);
+            hb = ngx_http_feed_timeline_model_next(&itb, &pb, &ib);
         }
     }
 }
@@ -615,7 +615,7 @@ ngx_http_feed_timeline_stored_merge(ngx_http_feed_stored_out_t *out,
 /* the next post of a list, and its id */
 
 static ngx_uint_t
-ngx_http_feed_timeline_stored_next(bson_iter_t *it, bson_t *post,
+ngx_http_feed_timeline_model_next(bson_iter_t *it, bson_t *post,
     const char **id)
 {
     uint32_t        len;
@@ -643,7 +643,7 @@ ngx_http_feed_timeline_stored_next(bson_iter_t *it, bson_t *post,
 
 
 static void
-ngx_http_feed_timeline_stored_append(ngx_http_feed_stored_out_t *out,
+ngx_http_feed_timeline_model_append(ngx_http_feed_tl_model_out_t *out,
     const bson_t *post, const char *id)
 {
     char         key[16];

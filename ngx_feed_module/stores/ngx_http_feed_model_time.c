@@ -1,7 +1,7 @@
 
 /*
- * ngx_feed_module: the "time_buckets" model of the timelines kept in
- * MongoDB (Socialite's FanoutOnWriteTimeBuckets, seed 003): one document
+ * ngx_feed_module: the "time_buckets" model of the MongoDB timelines
+ * (Socialite's FanoutOnWriteTimeBuckets, seed 003): one document
  * per user per period of feed_timeline_bucket_time, the period of the
  * post's id, every follower written, whether they read or not.
  *
@@ -22,31 +22,57 @@
  */
 
 
-#include "ngx_http_feed_timelines_store.h"
+#include "ngx_http_feed_model.h"
 
 
-#define NGX_HTTP_FEED_TIMELINES_TIME   "timeline_time"
+#define NGX_HTTP_FEED_MODEL_TIME_COLL  "timeline_time"
 
 
-static ngx_int_t ngx_http_feed_timelines_time_bulk(mongoc_collection_t *coll,
+static ngx_int_t ngx_http_feed_model_time_add(mongoc_client_t *client,
+    const char *database, ngx_http_feed_model_conf_t *mc,
+    ngx_http_feed_user_t *users, size_t n, const bson_t *entry,
+    const bson_oid_t *id, bson_error_t *error);
+static ngx_int_t ngx_http_feed_model_time_bulk(mongoc_collection_t *coll,
     ngx_http_feed_user_t *users, size_t n, size_t *again, u_char *opened,
     int64_t t, const bson_t *update, const bson_oid_t *id,
     bson_error_t *error);
-static ngx_int_t ngx_http_feed_timelines_time_trim(mongoc_collection_t *coll,
-    ngx_http_feed_timelines_conf_t *tc, ngx_http_feed_user_t *users,
+static ngx_int_t ngx_http_feed_model_time_trim(mongoc_collection_t *coll,
+    ngx_http_feed_model_conf_t *mc, ngx_http_feed_user_t *users,
     size_t n, const u_char *opened, int64_t t, bson_error_t *error);
-static void ngx_http_feed_timelines_time_at(bson_oid_t *oid, time_t t);
-static ngx_int_t ngx_http_feed_timelines_time_bucket(const bson_t *doc,
+static ngx_int_t ngx_http_feed_model_time_read(mongoc_client_t *client,
+    const char *database, ngx_http_feed_model_conf_t *mc,
+    ngx_http_feed_user_t *user, ngx_http_feed_posts_range_t *range,
+    size_t want, ngx_http_feed_model_page_t *page, bson_error_t *error);
+static ngx_int_t ngx_http_feed_model_time_bucket(const bson_t *doc,
     ngx_http_feed_posts_range_t *range, size_t want,
-    ngx_http_feed_timelines_page_t *page);
+    ngx_http_feed_model_page_t *page);
+static ngx_int_t ngx_http_feed_model_time_begin(mongoc_client_t *client,
+    const char *database, ngx_http_feed_user_t *user, int64_t now,
+    ngx_uint_t *mine, bson_error_t *error);
+static ngx_int_t ngx_http_feed_model_time_remove(mongoc_client_t *client,
+    const char *database, const bson_oid_t *id, bson_error_t *error);
+static ngx_int_t ngx_http_feed_model_time_drop(mongoc_client_t *client,
+    const char *database, ngx_http_feed_user_t *user, bson_error_t *error);
 
 
 /* a user's buckets, newest first; the entries' ids, for deletes */
 
-ngx_http_feed_mongo_indexes_t  ngx_http_feed_timelines_time_indexes = {
-    NGX_HTTP_FEED_TIMELINES_TIME,
+static ngx_http_feed_mongo_indexes_t  ngx_http_feed_model_time_indexes = {
+    NGX_HTTP_FEED_MODEL_TIME_COLL,
     "[{\"key\": {\"_id.u\": 1, \"_id.t\": -1}, \"name\": \"user_period\"},"
     " {\"key\": {\"c.i\": 1}, \"name\": \"entries\"}]"
+};
+
+
+ngx_http_feed_model_ops_t  ngx_http_feed_model_time_ops = {
+    &ngx_http_feed_model_time_indexes,
+    ngx_http_feed_model_time_add,
+    ngx_http_feed_model_time_read,
+    ngx_http_feed_model_time_begin,
+    NULL,                                   /* fill: begin makes none */
+    NULL,                                   /* abandon */
+    ngx_http_feed_model_time_remove,
+    ngx_http_feed_model_time_drop
 };
 
 
@@ -58,46 +84,35 @@ ngx_http_feed_mongo_indexes_t  ngx_http_feed_timelines_time_indexes = {
  * post to the first and leave the second alone.
  */
 
-ngx_int_t
-ngx_http_feed_timelines_time_add(mongoc_client_t *client,
-    const char *database, ngx_http_feed_timelines_conf_t *tc,
+static ngx_int_t
+ngx_http_feed_model_time_add(mongoc_client_t *client,
+    const char *database, ngx_http_feed_model_conf_t *mc,
     ngx_http_feed_user_t *users, size_t n, const bson_t *entry,
-    bson_error_t *error)
+    const bson_oid_t *id, bson_error_t *error)
 {
     size_t                 i, m, *again;
     bson_t                 update, each;
     u_char                *opened;
     int64_t                t;
     ngx_int_t              rc;
-    bson_iter_t            it;
-    const bson_oid_t      *id;
     mongoc_collection_t   *coll;
     ngx_http_feed_user_t  *retry;
 
-    if (n == 0) {
-        return NGX_OK;
-    }
-
-    if (!bson_iter_init_find(&it, entry, "i") || !BSON_ITER_HOLDS_OID(&it)) {
-        return NGX_ERROR;
-    }
-
-    id = bson_iter_oid(&it);
-    t = (int64_t) bson_oid_get_time_t(id) / tc->bucket;
+    t = (int64_t) bson_oid_get_time_t(id) / mc->bucket;
 
     bson_init(&each);
     BSON_APPEND_DOCUMENT(&each, "0", entry);
     bson_init(&update);
-    ngx_http_feed_timelines_push(&update, &each, 0);
+    ngx_http_feed_model_push(&update, &each, 0);
 
     again = bson_malloc((n + 1) * sizeof(size_t));
     opened = bson_malloc0(n);
 
     coll = mongoc_client_get_collection(client, database,
-                                        NGX_HTTP_FEED_TIMELINES_TIME);
+                                        NGX_HTTP_FEED_MODEL_TIME_COLL);
 
-    rc = ngx_http_feed_timelines_time_bulk(coll, users, n, again, opened, t,
-                                           &update, id, error);
+    rc = ngx_http_feed_model_time_bulk(coll, users, n, again, opened, t,
+                                       &update, id, error);
 
     if (rc == NGX_AGAIN) {
         /* again[]: how many, then which */
@@ -108,14 +123,14 @@ ngx_http_feed_timelines_time_add(mongoc_client_t *client,
             retry[i] = users[again[i + 1]];
         }
 
-        rc = ngx_http_feed_timelines_time_bulk(coll, retry, m, NULL, NULL, t,
-                                               &update, id, error);
+        rc = ngx_http_feed_model_time_bulk(coll, retry, m, NULL, NULL, t,
+                                           &update, id, error);
         bson_free(retry);
     }
 
-    if (rc == NGX_OK && tc->keep) {
-        rc = ngx_http_feed_timelines_time_trim(coll, tc, users, n, opened, t,
-                                               error);
+    if (rc == NGX_OK && mc->keep) {
+        rc = ngx_http_feed_model_time_trim(coll, mc, users, n, opened, t,
+                                           error);
     }
 
     mongoc_collection_destroy(coll);
@@ -136,7 +151,7 @@ ngx_http_feed_timelines_time_add(mongoc_client_t *client,
  */
 
 static ngx_int_t
-ngx_http_feed_timelines_time_bulk(mongoc_collection_t *coll,
+ngx_http_feed_model_time_bulk(mongoc_collection_t *coll,
     ngx_http_feed_user_t *users, size_t n, size_t *again, u_char *opened,
     int64_t t, const bson_t *update, const bson_oid_t *id,
     bson_error_t *error)
@@ -147,7 +162,7 @@ ngx_http_feed_timelines_time_bulk(mongoc_collection_t *coll,
     bson_iter_t               it, e, f;
     mongoc_bulk_operation_t  *bulk;
 
-    bulk = ngx_http_feed_timelines_unordered(coll);
+    bulk = ngx_http_feed_model_unordered(coll);
 
     bson_init(&opts);
     BSON_APPEND_BOOL(&opts, "upsert", again ? true : false);
@@ -156,8 +171,8 @@ ngx_http_feed_timelines_time_bulk(mongoc_collection_t *coll,
 
     for (i = 0; ok && i < n; i++) {
         bson_init(&selector);
-        ngx_http_feed_timelines_bucket_id(&selector, "_id", &users[i], "t",
-                                          t);
+        ngx_http_feed_model_bucket_id(&selector, "_id", &users[i], "t",
+                                      t);
         BSON_APPEND_DOCUMENT_BEGIN(&selector, "c.i", &ne);
         BSON_APPEND_OID(&ne, "$ne", id);
         bson_append_document_end(&selector, &ne);
@@ -233,8 +248,8 @@ ngx_http_feed_timelines_time_bulk(mongoc_collection_t *coll,
  */
 
 static ngx_int_t
-ngx_http_feed_timelines_time_trim(mongoc_collection_t *coll,
-    ngx_http_feed_timelines_conf_t *tc, ngx_http_feed_user_t *users,
+ngx_http_feed_model_time_trim(mongoc_collection_t *coll,
+    ngx_http_feed_model_conf_t *mc, ngx_http_feed_user_t *users,
     size_t n, const u_char *opened, int64_t t, bson_error_t *error)
 {
     size_t       i, m;
@@ -246,7 +261,7 @@ ngx_http_feed_timelines_time_trim(mongoc_collection_t *coll,
         m += opened[i];
     }
 
-    if (m == 0 || t - (int64_t) tc->keep + 1 <= 0) {
+    if (m == 0 || t - (int64_t) mc->keep + 1 <= 0) {
         return NGX_OK;
     }
 
@@ -254,13 +269,12 @@ ngx_http_feed_timelines_time_trim(mongoc_collection_t *coll,
     mark = bson_malloc(n * sizeof(bson_oid_t));
 
     for (i = 0; i < n; i++) {
-        cut[i] = t - (int64_t) tc->keep + 1;
-        ngx_http_feed_timelines_time_at(&mark[i],
-                                        (time_t) (cut[i] * tc->bucket));
+        cut[i] = t - (int64_t) mc->keep + 1;
+        ngx_http_feed_model_oid_at(&mark[i], (time_t) (cut[i] * mc->bucket));
     }
 
-    rc = ngx_http_feed_timelines_trim(coll, "t", users, n, opened, cut, mark,
-                                      error);
+    rc = ngx_http_feed_model_trim(coll, "t", users, n, opened, cut, mark,
+                                  error);
 
     bson_free(mark);
     bson_free(cut);
@@ -274,11 +288,11 @@ ngx_http_feed_timelines_time_trim(mongoc_collection_t *coll,
  * the floor up are taken, or the floor's period is passed
  */
 
-ngx_int_t
-ngx_http_feed_timelines_time_read(mongoc_client_t *client,
-    const char *database, ngx_http_feed_timelines_conf_t *tc,
+static ngx_int_t
+ngx_http_feed_model_time_read(mongoc_client_t *client,
+    const char *database, ngx_http_feed_model_conf_t *mc,
     ngx_http_feed_user_t *user, ngx_http_feed_posts_range_t *range,
-    size_t want, ngx_http_feed_timelines_page_t *page, bson_error_t *error)
+    size_t want, ngx_http_feed_model_page_t *page, bson_error_t *error)
 {
     bson_t                filter, opts, sort, t;
     ngx_int_t             rc;
@@ -286,9 +300,9 @@ ngx_http_feed_timelines_time_read(mongoc_client_t *client,
     mongoc_cursor_t      *cursor;
     mongoc_collection_t  *coll;
 
-    rc = ngx_http_feed_timelines_bucket_page(client, database,
-                                             NGX_HTTP_FEED_TIMELINES_TIME, "t",
-                                             user, want, page, &coll, error);
+    rc = ngx_http_feed_model_bucket_page(client, database,
+                                         NGX_HTTP_FEED_MODEL_TIME_COLL, "t",
+                                         user, want, page, &coll, error);
 
     if (rc != NGX_OK) {
         return rc == NGX_DECLINED ? NGX_OK : NGX_ERROR;
@@ -301,12 +315,12 @@ ngx_http_feed_timelines_time_read(mongoc_client_t *client,
     BSON_APPEND_DOCUMENT_BEGIN(&filter, "_id.t", &t);
     BSON_APPEND_INT64(&t, "$gte",
                       (int64_t) bson_oid_get_time_t(&page->bound)
-                      / tc->bucket);
+                      / mc->bucket);
 
     if (range->max_id) {
         BSON_APPEND_INT64(&t, "$lte",
                           (int64_t) bson_oid_get_time_t(range->max_id)
-                          / tc->bucket);
+                          / mc->bucket);
     }
 
     bson_append_document_end(&filter, &t);
@@ -321,7 +335,7 @@ ngx_http_feed_timelines_time_read(mongoc_client_t *client,
     rc = NGX_OK;
 
     while (rc == NGX_OK && mongoc_cursor_next(cursor, &bucket)) {
-        rc = ngx_http_feed_timelines_time_bucket(bucket, range, want, page);
+        rc = ngx_http_feed_model_time_bucket(bucket, range, want, page);
     }
 
     rc = mongoc_cursor_error(cursor, error) ? NGX_ERROR : NGX_OK;
@@ -330,9 +344,9 @@ ngx_http_feed_timelines_time_read(mongoc_client_t *client,
     bson_destroy(&opts);
     bson_destroy(&filter);
 
-    if (rc == NGX_OK && tc->keep) {
-        rc = ngx_http_feed_timelines_bucket_recheck(coll, "t", user, page,
-                                                    error);
+    if (rc == NGX_OK && mc->keep) {
+        rc = ngx_http_feed_model_bucket_recheck(coll, "t", user, page,
+                                                error);
     }
 
     mongoc_collection_destroy(coll);
@@ -344,20 +358,20 @@ ngx_http_feed_timelines_time_read(mongoc_client_t *client,
 /* one bucket's entries, newest first; NGX_DONE: no older one wanted */
 
 static ngx_int_t
-ngx_http_feed_timelines_time_bucket(const bson_t *doc,
+ngx_http_feed_model_time_bucket(const bson_t *doc,
     ngx_http_feed_posts_range_t *range, size_t want,
-    ngx_http_feed_timelines_page_t *page)
+    ngx_http_feed_model_page_t *page)
 {
     size_t        n;
     ngx_int_t     rc;
     bson_oid_t   *all;
 
-    all = ngx_http_feed_timelines_ids(doc, &n);
+    all = ngx_http_feed_model_ids(doc, &n);
 
     rc = NGX_OK;
 
     while (n-- && rc == NGX_OK) {
-        rc = ngx_http_feed_timelines_take(page, &all[n], range, want);
+        rc = ngx_http_feed_model_take(page, &all[n], range, want);
     }
 
     bson_free(all);
@@ -366,64 +380,40 @@ ngx_http_feed_timelines_time_bucket(const bson_t *doc,
 }
 
 
-/*
- * The user's floor: set at their first read (reset: 0, an existing one is
- * kept), or moved to now (reset: 1, whom they follow changed)
- */
+/* a first read: the user's floor, from which the buckets hold every post */
 
-ngx_int_t
-ngx_http_feed_timelines_time_floor(mongoc_client_t *client,
-    const char *database, ngx_http_feed_user_t *user, ngx_uint_t reset,
+static ngx_int_t
+ngx_http_feed_model_time_begin(mongoc_client_t *client, const char *database,
+    ngx_http_feed_user_t *user, int64_t now, ngx_uint_t *mine,
     bson_error_t *error)
 {
-    return ngx_http_feed_timelines_bucket_floor(client, database,
-                                                NGX_HTTP_FEED_TIMELINES_TIME,
-                                                "t", user, reset, error);
-}
+    *mine = 0;
 
-
-/* the lowest id of a time "ahead" seconds from now: a floor */
-
-void
-ngx_http_feed_timelines_time_oid(bson_oid_t *oid, time_t ahead)
-{
-    ngx_http_feed_timelines_time_at(oid, time(NULL) + ahead);
-}
-
-
-/* the lowest id of a time */
-
-static void
-ngx_http_feed_timelines_time_at(bson_oid_t *oid, time_t at)
-{
-    uint8_t   data[12];
-    uint32_t  t;
-
-    t = (uint32_t) at;
-
-    ngx_memzero(data, sizeof(data));
-    data[0] = (uint8_t) (t >> 24);
-    data[1] = (uint8_t) (t >> 16);
-    data[2] = (uint8_t) (t >> 8);
-    data[3] = (uint8_t) t;
-
-    bson_oid_init_from_data(oid, data);
+    return ngx_http_feed_model_bucket_floor(client, database,
+                                            NGX_HTTP_FEED_MODEL_TIME_COLL,
+                                            "t", user, 0, error);
 }
 
 
 /* a deleted post out of every bucket */
 
-ngx_int_t
-ngx_http_feed_timelines_time_remove(mongoc_client_t *client,
+static ngx_int_t
+ngx_http_feed_model_time_remove(mongoc_client_t *client,
     const char *database, const bson_oid_t *id, bson_error_t *error)
 {
-    ngx_int_t             rc;
-    mongoc_collection_t  *coll;
+    return ngx_http_feed_model_delete_post(client, database,
+                                           NGX_HTTP_FEED_MODEL_TIME_COLL, id,
+                                           error);
+}
 
-    coll = mongoc_client_get_collection(client, database,
-                                        NGX_HTTP_FEED_TIMELINES_TIME);
-    rc = ngx_http_feed_timelines_pull(coll, id, error);
-    mongoc_collection_destroy(coll);
 
-    return rc;
+/* whom the user follows changed: their floor moved to now */
+
+static ngx_int_t
+ngx_http_feed_model_time_drop(mongoc_client_t *client, const char *database,
+    ngx_http_feed_user_t *user, bson_error_t *error)
+{
+    return ngx_http_feed_model_bucket_floor(client, database,
+                                            NGX_HTTP_FEED_MODEL_TIME_COLL,
+                                            "t", user, 1, error);
 }

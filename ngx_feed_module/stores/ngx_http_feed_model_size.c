@@ -1,7 +1,7 @@
 
 /*
- * ngx_feed_module: the "size_buckets" model of the timelines kept in
- * MongoDB (Socialite's FanoutOnWriteSizedBuckets, seed 003): each user's
+ * ngx_feed_module: the "size_buckets" model of the MongoDB timelines
+ * (Socialite's FanoutOnWriteSizedBuckets, seed 003): each user's
  * posts in buckets of at most feed_timeline_bucket_size entries, numbered
  * from 0, every follower written, whether they read or not.
  *
@@ -29,10 +29,10 @@
  */
 
 
-#include "ngx_http_feed_timelines_store.h"
+#include "ngx_http_feed_model.h"
 
 
-#define NGX_HTTP_FEED_TIMELINES_SIZE   "timeline_size"
+#define NGX_HTTP_FEED_MODEL_SIZE_COLL  "timeline_size"
 
 
 /* what a round knows of a follower */
@@ -44,54 +44,70 @@ typedef struct {
                                                opened, or -1 */
     bson_oid_t                    gone;     /* the newest id of the buckets
                                                to be trimmed */
-} ngx_http_feed_size_t;
+} ngx_http_feed_model_size_user_t;
 
 
 /* a page of followers being written */
 typedef struct {
-    ngx_http_feed_user_t           *users;
-    size_t                          n;
-    ngx_http_feed_timelines_key_t  *keys;
-    ngx_http_feed_size_t           *state;
-    u_char                         *pick;     /* those of a query */
-    const bson_t                   *entry;
-    const bson_oid_t               *id;
-    int64_t                         size;
-    mongoc_collection_t            *coll;
-} ngx_http_feed_size_page_t;
+    ngx_http_feed_user_t             *users;
+    size_t                            n;
+    ngx_http_feed_model_key_t        *keys;
+    ngx_http_feed_model_size_user_t  *state;
+    u_char                           *pick;     /* those of a query */
+    const bson_t                     *entry;
+    const bson_oid_t                 *id;
+    int64_t                           size;
+    mongoc_collection_t              *coll;
+} ngx_http_feed_model_size_page_t;
 
 
-static ngx_int_t ngx_http_feed_timelines_size_round(void *data,
+static ngx_int_t ngx_http_feed_model_size_add(mongoc_client_t *client,
+    const char *database, ngx_http_feed_model_conf_t *mc,
+    ngx_http_feed_user_t *users, size_t n, const bson_t *entry,
+    const bson_oid_t *id, bson_error_t *error);
+static ngx_int_t ngx_http_feed_model_size_round(void *data,
     bson_error_t *error);
-static ngx_int_t ngx_http_feed_timelines_size_state(
-    mongoc_collection_t *coll, ngx_http_feed_size_page_t *pg,
+static ngx_int_t ngx_http_feed_model_size_state(
+    mongoc_collection_t *coll, ngx_http_feed_model_size_page_t *pg,
     bson_error_t *error);
-static ngx_int_t ngx_http_feed_timelines_size_newest(
-    mongoc_collection_t *coll, ngx_http_feed_size_page_t *pg,
+static ngx_int_t ngx_http_feed_model_size_newest(
+    mongoc_collection_t *coll, ngx_http_feed_model_size_page_t *pg,
     bson_error_t *error);
-static ngx_int_t ngx_http_feed_timelines_size_scan(
+static ngx_int_t ngx_http_feed_model_size_scan(
     mongoc_collection_t *coll, const bson_t *filter, const bson_t *opts,
-    ngx_http_feed_size_page_t *pg, bson_error_t *error);
-static ngx_int_t ngx_http_feed_timelines_size_write(
-    mongoc_collection_t *coll, ngx_http_feed_size_page_t *pg,
+    ngx_http_feed_model_size_page_t *pg, bson_error_t *error);
+static ngx_int_t ngx_http_feed_model_size_write(
+    mongoc_collection_t *coll, ngx_http_feed_model_size_page_t *pg,
     bson_error_t *error);
-static ngx_int_t ngx_http_feed_timelines_size_push(
-    mongoc_bulk_operation_t *bulk, ngx_http_feed_size_page_t *pg, size_t i,
-    bson_error_t *error);
-static ngx_int_t ngx_http_feed_timelines_size_open(
+static ngx_int_t ngx_http_feed_model_size_push(
+    mongoc_bulk_operation_t *bulk, ngx_http_feed_model_size_page_t *pg,
+    size_t i, bson_error_t *error);
+static ngx_int_t ngx_http_feed_model_size_open(
     mongoc_bulk_operation_t *bulk, ngx_http_feed_user_t *user, int64_t s,
     bson_error_t *error);
-static ngx_int_t ngx_http_feed_timelines_size_trim(
-    ngx_http_feed_size_page_t *pg, ngx_uint_t keep, bson_error_t *error);
-static ngx_int_t ngx_http_feed_timelines_size_gone(
-    ngx_http_feed_size_page_t *pg, const int64_t *cut, bson_error_t *error);
-static ssize_t ngx_http_feed_timelines_size_whose(
-    ngx_http_feed_size_page_t *pg, const bson_t *doc, bson_iter_t *it);
-static void ngx_http_feed_timelines_size_bucket(const bson_t *doc,
+static ngx_int_t ngx_http_feed_model_size_trim(
+    ngx_http_feed_model_size_page_t *pg, ngx_uint_t keep, bson_error_t *error);
+static ngx_int_t ngx_http_feed_model_size_gone(
+    ngx_http_feed_model_size_page_t *pg, const int64_t *cut,
+    bson_error_t *error);
+static ssize_t ngx_http_feed_model_size_whose(
+    ngx_http_feed_model_size_page_t *pg, const bson_t *doc, bson_iter_t *it);
+static ngx_int_t ngx_http_feed_model_size_read(mongoc_client_t *client,
+    const char *database, ngx_http_feed_model_conf_t *mc,
+    ngx_http_feed_user_t *user, ngx_http_feed_posts_range_t *range,
+    size_t want, ngx_http_feed_model_page_t *page, bson_error_t *error);
+static void ngx_http_feed_model_size_bucket(const bson_t *doc,
     ngx_http_feed_posts_range_t *range, const bson_oid_t *bound,
     size_t want, bson_oid_t **ids, size_t *m);
-static int ngx_http_feed_timelines_size_cmp_oid(const void *a,
+static int ngx_http_feed_model_size_cmp_oid(const void *a,
     const void *b);
+static ngx_int_t ngx_http_feed_model_size_begin(mongoc_client_t *client,
+    const char *database, ngx_http_feed_user_t *user, int64_t now,
+    ngx_uint_t *mine, bson_error_t *error);
+static ngx_int_t ngx_http_feed_model_size_remove(mongoc_client_t *client,
+    const char *database, const bson_oid_t *id, bson_error_t *error);
+static ngx_int_t ngx_http_feed_model_size_drop(mongoc_client_t *client,
+    const char *database, ngx_http_feed_user_t *user, bson_error_t *error);
 
 
 /*
@@ -99,11 +115,23 @@ static int ngx_http_feed_timelines_size_cmp_oid(const void *a,
  * deletes), and their buckets by their newest id (for reads)
  */
 
-ngx_http_feed_mongo_indexes_t  ngx_http_feed_timelines_size_indexes = {
-    NGX_HTTP_FEED_TIMELINES_SIZE,
+static ngx_http_feed_mongo_indexes_t  ngx_http_feed_model_size_indexes = {
+    NGX_HTTP_FEED_MODEL_SIZE_COLL,
     "[{\"key\": {\"_id.u\": 1, \"n\": 1}, \"name\": \"user_open\"},"
     " {\"key\": {\"_id.u\": 1, \"h\": -1}, \"name\": \"user_newest\"},"
     " {\"key\": {\"c.i\": 1}, \"name\": \"entries\"}]"
+};
+
+
+ngx_http_feed_model_ops_t  ngx_http_feed_model_size_ops = {
+    &ngx_http_feed_model_size_indexes,
+    ngx_http_feed_model_size_add,
+    ngx_http_feed_model_size_read,
+    ngx_http_feed_model_size_begin,
+    NULL,                                   /* fill: begin makes none */
+    NULL,                                   /* abandon */
+    ngx_http_feed_model_size_remove,
+    ngx_http_feed_model_size_drop
 };
 
 
@@ -114,29 +142,20 @@ ngx_http_feed_mongo_indexes_t  ngx_http_feed_timelines_size_indexes = {
  * same post: the next one finds where things are.
  */
 
-ngx_int_t
-ngx_http_feed_timelines_size_add(mongoc_client_t *client,
-    const char *database, ngx_http_feed_timelines_conf_t *tc,
+static ngx_int_t
+ngx_http_feed_model_size_add(mongoc_client_t *client,
+    const char *database, ngx_http_feed_model_conf_t *mc,
     ngx_http_feed_user_t *users, size_t n, const bson_t *entry,
-    bson_error_t *error)
+    const bson_oid_t *id, bson_error_t *error)
 {
-    size_t                      i;
-    ngx_int_t                   rc;
-    bson_iter_t                 it;
-    ngx_http_feed_size_page_t   pg;
-
-    if (n == 0) {
-        return NGX_OK;
-    }
-
-    if (!bson_iter_init_find(&it, entry, "i") || !BSON_ITER_HOLDS_OID(&it)) {
-        return NGX_ERROR;
-    }
+    size_t                           i;
+    ngx_int_t                        rc;
+    ngx_http_feed_model_size_page_t  pg;
 
     pg.users = users;
     pg.n = n;
-    pg.keys = ngx_http_feed_timelines_keys(users, n);
-    pg.state = bson_malloc(n * sizeof(ngx_http_feed_size_t));
+    pg.keys = ngx_http_feed_model_keys(users, n);
+    pg.state = bson_malloc(n * sizeof(ngx_http_feed_model_size_user_t));
 
     /*
      * What any round opened, a round cut short by concurrent deliveries
@@ -148,17 +167,17 @@ ngx_http_feed_timelines_size_add(mongoc_client_t *client,
     }
     pg.pick = bson_malloc(n);
     pg.entry = entry;
-    pg.id = bson_iter_oid(&it);
-    pg.size = (int64_t) tc->size;
+    pg.id = id;
+    pg.size = (int64_t) mc->size;
 
     pg.coll = mongoc_client_get_collection(client, database,
-                                           NGX_HTTP_FEED_TIMELINES_SIZE);
+                                           NGX_HTTP_FEED_MODEL_SIZE_COLL);
 
-    rc = ngx_http_feed_timelines_rounds(ngx_http_feed_timelines_size_round,
-                                        &pg, "size buckets", error);
+    rc = ngx_http_feed_model_rounds(ngx_http_feed_model_size_round,
+                                    &pg, "size buckets", error);
 
-    if (rc == NGX_OK && tc->keep) {
-        rc = ngx_http_feed_timelines_size_trim(&pg, tc->keep, error);
+    if (rc == NGX_OK && mc->keep) {
+        rc = ngx_http_feed_model_size_trim(&pg, mc->keep, error);
     }
 
     mongoc_collection_destroy(pg.coll);
@@ -173,17 +192,17 @@ ngx_http_feed_timelines_size_add(mongoc_client_t *client,
 /* one round: where each user is, then the bulk */
 
 static ngx_int_t
-ngx_http_feed_timelines_size_round(void *data, bson_error_t *error)
+ngx_http_feed_model_size_round(void *data, bson_error_t *error)
 {
-    ngx_http_feed_size_page_t  *pg;
+    ngx_http_feed_model_size_page_t *pg;
 
     pg = data;
 
-    if (ngx_http_feed_timelines_size_state(pg->coll, pg, error) != NGX_OK) {
+    if (ngx_http_feed_model_size_state(pg->coll, pg, error) != NGX_OK) {
         return NGX_ERROR;
     }
 
-    return ngx_http_feed_timelines_size_write(pg->coll, pg, error);
+    return ngx_http_feed_model_size_write(pg->coll, pg, error);
 }
 
 
@@ -193,8 +212,8 @@ ngx_http_feed_timelines_size_round(void *data, bson_error_t *error)
  */
 
 static ngx_int_t
-ngx_http_feed_timelines_size_state(mongoc_collection_t *coll,
-    ngx_http_feed_size_page_t *pg, bson_error_t *error)
+ngx_http_feed_model_size_state(mongoc_collection_t *coll,
+    ngx_http_feed_model_size_page_t *pg, bson_error_t *error)
 {
     size_t      i, lost;
     bson_t      filter, or, clause, lt, opts, proj, c, m;
@@ -207,8 +226,8 @@ ngx_http_feed_timelines_size_state(mongoc_collection_t *coll,
     }
 
     bson_init(&filter);
-    ngx_http_feed_timelines_in(&filter, "_id.u", pg->users, pg->n, NULL,
-                               NULL);
+    ngx_http_feed_model_in(&filter, "_id.u", pg->users, pg->n, NULL,
+                           NULL);
 
     BSON_APPEND_ARRAY_BEGIN(&filter, "$or", &or);
     BSON_APPEND_DOCUMENT_BEGIN(&or, "0", &clause);
@@ -232,7 +251,7 @@ ngx_http_feed_timelines_size_state(mongoc_collection_t *coll,
     bson_append_document_end(&proj, &c);
     bson_append_document_end(&opts, &proj);
 
-    rc = ngx_http_feed_timelines_size_scan(coll, &filter, &opts, pg, error);
+    rc = ngx_http_feed_model_size_scan(coll, &filter, &opts, pg, error);
     bson_destroy(&opts);
     bson_destroy(&filter);
 
@@ -251,7 +270,7 @@ ngx_http_feed_timelines_size_state(mongoc_collection_t *coll,
         return NGX_OK;
     }
 
-    return ngx_http_feed_timelines_size_newest(coll, pg, error);
+    return ngx_http_feed_model_size_newest(coll, pg, error);
 }
 
 
@@ -261,17 +280,17 @@ ngx_http_feed_timelines_size_state(mongoc_collection_t *coll,
  */
 
 static ngx_int_t
-ngx_http_feed_timelines_size_newest(mongoc_collection_t *coll,
-    ngx_http_feed_size_page_t *pg, bson_error_t *error)
+ngx_http_feed_model_size_newest(mongoc_collection_t *coll,
+    ngx_http_feed_model_size_page_t *pg, bson_error_t *error)
 {
-    size_t                 i;
-    bson_t                 filter, ge, opts, proj;
-    ngx_int_t              rc;
-    ngx_http_feed_size_t  *f;
+    size_t                            i;
+    bson_t                            filter, ge, opts, proj;
+    ngx_int_t                         rc;
+    ngx_http_feed_model_size_user_t  *f;
 
     bson_init(&filter);
-    ngx_http_feed_timelines_in(&filter, "_id.u", pg->users, pg->n, pg->pick,
-                               NULL);
+    ngx_http_feed_model_in(&filter, "_id.u", pg->users, pg->n, pg->pick,
+                           NULL);
     BSON_APPEND_DOCUMENT_BEGIN(&filter, "_id.s", &ge);
     BSON_APPEND_INT64(&ge, "$gte", 0);
     bson_append_document_end(&filter, &ge);
@@ -281,7 +300,7 @@ ngx_http_feed_timelines_size_newest(mongoc_collection_t *coll,
     BSON_APPEND_INT32(&proj, "n", 1);
     bson_append_document_end(&opts, &proj);
 
-    rc = ngx_http_feed_timelines_size_scan(coll, &filter, &opts, pg, error);
+    rc = ngx_http_feed_model_size_scan(coll, &filter, &opts, pg, error);
     bson_destroy(&opts);
     bson_destroy(&filter);
 
@@ -307,22 +326,22 @@ ngx_http_feed_timelines_size_newest(mongoc_collection_t *coll,
  */
 
 static ngx_int_t
-ngx_http_feed_timelines_size_scan(mongoc_collection_t *coll,
-    const bson_t *filter, const bson_t *opts, ngx_http_feed_size_page_t *pg,
-    bson_error_t *error)
+ngx_http_feed_model_size_scan(mongoc_collection_t *coll,
+    const bson_t *filter, const bson_t *opts,
+    ngx_http_feed_model_size_page_t *pg, bson_error_t *error)
 {
-    int64_t                s;
-    ssize_t                k;
-    ngx_int_t              rc;
-    bson_iter_t            it, id;
-    const bson_t          *doc;
-    mongoc_cursor_t       *cursor;
-    ngx_http_feed_size_t  *f;
+    int64_t                           s;
+    ssize_t                           k;
+    ngx_int_t                         rc;
+    bson_iter_t                       it, id;
+    const bson_t                     *doc;
+    mongoc_cursor_t                  *cursor;
+    ngx_http_feed_model_size_user_t  *f;
 
     cursor = mongoc_collection_find_with_opts(coll, filter, opts, NULL);
 
     while (mongoc_cursor_next(cursor, &doc)) {
-        k = ngx_http_feed_timelines_size_whose(pg, doc, &it);
+        k = ngx_http_feed_model_size_whose(pg, doc, &it);
 
         if (k < 0 || !bson_iter_recurse(&it, &id)
             || !bson_iter_find(&id, "s")
@@ -357,7 +376,7 @@ ngx_http_feed_timelines_size_scan(mongoc_collection_t *coll,
  */
 
 static ssize_t
-ngx_http_feed_timelines_size_whose(ngx_http_feed_size_page_t *pg,
+ngx_http_feed_model_size_whose(ngx_http_feed_model_size_page_t *pg,
     const bson_t *doc, bson_iter_t *it)
 {
     uint32_t      len;
@@ -373,7 +392,7 @@ ngx_http_feed_timelines_size_whose(ngx_http_feed_size_page_t *pg,
 
     name = bson_iter_utf8(&id, &len);
 
-    return ngx_http_feed_timelines_key(pg->keys, pg->n, name, len);
+    return ngx_http_feed_model_key(pg->keys, pg->n, name, len);
 }
 
 
@@ -385,14 +404,14 @@ ngx_http_feed_timelines_size_whose(ngx_http_feed_size_page_t *pg,
  */
 
 static ngx_int_t
-ngx_http_feed_timelines_size_write(mongoc_collection_t *coll,
-    ngx_http_feed_size_page_t *pg, bson_error_t *error)
+ngx_http_feed_model_size_write(mongoc_collection_t *coll,
+    ngx_http_feed_model_size_page_t *pg, bson_error_t *error)
 {
-    size_t                    i;
-    int64_t                   ops, done;
-    ngx_int_t                 rc;
-    ngx_http_feed_size_t     *f;
-    mongoc_bulk_operation_t  *bulk;
+    size_t                            i;
+    int64_t                           ops, done;
+    ngx_int_t                         rc;
+    ngx_http_feed_model_size_user_t  *f;
+    mongoc_bulk_operation_t          *bulk;
 
     bulk = mongoc_collection_create_bulk_operation_with_opts(coll, NULL);
 
@@ -407,15 +426,15 @@ ngx_http_feed_timelines_size_write(mongoc_collection_t *coll,
         }
 
         if (f->n < 0) {
-            rc = ngx_http_feed_timelines_size_open(bulk, &pg->users[i], f->s,
-                                                   error);
+            rc = ngx_http_feed_model_size_open(bulk, &pg->users[i], f->s,
+                                               error);
             f->opened = ngx_max(f->opened, f->s);
             f->n = 0;
             ops++;
         }
 
         if (rc == NGX_OK) {
-            rc = ngx_http_feed_timelines_size_push(bulk, pg, i, error);
+            rc = ngx_http_feed_model_size_push(bulk, pg, i, error);
             ops += (f->n + 1 == pg->size) ? 2 : 1;
         }
     }
@@ -426,7 +445,7 @@ ngx_http_feed_timelines_size_write(mongoc_collection_t *coll,
     }
 
     /* two openings of a bucket at once: where things are, again */
-    rc = ngx_http_feed_timelines_bulk(bulk, &done, error);
+    rc = ngx_http_feed_model_bulk(bulk, &done, error);
     mongoc_bulk_operation_destroy(bulk);
 
     if (rc != NGX_OK) {
@@ -443,18 +462,19 @@ ngx_http_feed_timelines_size_write(mongoc_collection_t *coll,
  */
 
 static ngx_int_t
-ngx_http_feed_timelines_size_push(mongoc_bulk_operation_t *bulk,
-    ngx_http_feed_size_page_t *pg, size_t i, bson_error_t *error)
+ngx_http_feed_model_size_push(mongoc_bulk_operation_t *bulk,
+    ngx_http_feed_model_size_page_t *pg, size_t i, bson_error_t *error)
 {
-    bool                   ok;
-    bson_t                 selector, lt, ne, update, push, inc, max, min;
-    ngx_http_feed_size_t  *f;
+    bool                              ok;
+    bson_t                            selector, lt, ne, update;
+    bson_t                            push, inc, max, min;
+    ngx_http_feed_model_size_user_t  *f;
 
     f = &pg->state[i];
 
     bson_init(&selector);
-    ngx_http_feed_timelines_bucket_id(&selector, "_id", &pg->users[i], "s",
-                                      f->s);
+    ngx_http_feed_model_bucket_id(&selector, "_id", &pg->users[i], "s",
+                                  f->s);
     BSON_APPEND_DOCUMENT_BEGIN(&selector, "n", &lt);
     BSON_APPEND_INT64(&lt, "$lt", pg->size);
     bson_append_document_end(&selector, &lt);
@@ -492,8 +512,8 @@ ngx_http_feed_timelines_size_push(mongoc_bulk_operation_t *bulk,
 
     if (f->n + 1 == pg->size) {
         f->opened = ngx_max(f->opened, f->s + 1);
-        return ngx_http_feed_timelines_size_open(bulk, &pg->users[i],
-                                                 f->s + 1, error);
+        return ngx_http_feed_model_size_open(bulk, &pg->users[i],
+                                             f->s + 1, error);
     }
 
     return NGX_OK;
@@ -503,14 +523,14 @@ ngx_http_feed_timelines_size_push(mongoc_bulk_operation_t *bulk,
 /* a user's bucket s opened, empty, unless there (an upsert of its _id) */
 
 static ngx_int_t
-ngx_http_feed_timelines_size_open(mongoc_bulk_operation_t *bulk,
+ngx_http_feed_model_size_open(mongoc_bulk_operation_t *bulk,
     ngx_http_feed_user_t *user, int64_t s, bson_error_t *error)
 {
     bool    ok;
     bson_t  selector, update, set, opts;
 
     bson_init(&selector);
-    ngx_http_feed_timelines_bucket_id(&selector, "_id", user, "s", s);
+    ngx_http_feed_model_bucket_id(&selector, "_id", user, "s", s);
 
     bson_init(&update);
     BSON_APPEND_DOCUMENT_BEGIN(&update, "$setOnInsert", &set);
@@ -538,14 +558,14 @@ ngx_http_feed_timelines_size_open(mongoc_bulk_operation_t *bulk,
  */
 
 static ngx_int_t
-ngx_http_feed_timelines_size_trim(ngx_http_feed_size_page_t *pg,
+ngx_http_feed_model_size_trim(ngx_http_feed_model_size_page_t *pg,
     ngx_uint_t keep, bson_error_t *error)
 {
-    size_t                 i, m;
-    int64_t               *cut;
-    ngx_int_t              rc;
-    bson_oid_t            *mark;
-    ngx_http_feed_size_t  *f;
+    size_t                            i, m;
+    int64_t                          *cut;
+    ngx_int_t                         rc;
+    bson_oid_t                       *mark;
+    ngx_http_feed_model_size_user_t  *f;
 
     cut = bson_malloc(pg->n * sizeof(int64_t));
 
@@ -561,17 +581,17 @@ ngx_http_feed_timelines_size_trim(ngx_http_feed_size_page_t *pg,
         return NGX_OK;
     }
 
-    rc = ngx_http_feed_timelines_size_gone(pg, cut, error);
+    rc = ngx_http_feed_model_size_gone(pg, cut, error);
 
     if (rc == NGX_OK) {
         mark = bson_malloc(pg->n * sizeof(bson_oid_t));
 
         for (i = 0; i < pg->n; i++) {
-            ngx_http_feed_timelines_next(&pg->state[i].gone, &mark[i]);
+            ngx_http_feed_model_next(&pg->state[i].gone, &mark[i]);
         }
 
-        rc = ngx_http_feed_timelines_trim(pg->coll, "s", pg->users, pg->n,
-                                          pg->pick, cut, mark, error);
+        rc = ngx_http_feed_model_trim(pg->coll, "s", pg->users, pg->n,
+                                      pg->pick, cut, mark, error);
         bson_free(mark);
     }
 
@@ -588,7 +608,7 @@ ngx_http_feed_timelines_size_trim(ngx_http_feed_size_page_t *pg,
  */
 
 static ngx_int_t
-ngx_http_feed_timelines_size_gone(ngx_http_feed_size_page_t *pg,
+ngx_http_feed_model_size_gone(ngx_http_feed_model_size_page_t *pg,
     const int64_t *cut, bson_error_t *error)
 {
     char              key[16];
@@ -634,7 +654,7 @@ ngx_http_feed_timelines_size_gone(ngx_http_feed_size_page_t *pg,
     cursor = mongoc_collection_find_with_opts(pg->coll, &filter, &opts, NULL);
 
     while (mongoc_cursor_next(cursor, &doc)) {
-        k = ngx_http_feed_timelines_size_whose(pg, doc, &it);
+        k = ngx_http_feed_model_size_whose(pg, doc, &it);
 
         if (k < 0) {
             continue;
@@ -665,11 +685,11 @@ ngx_http_feed_timelines_size_gone(ngx_http_feed_size_page_t *pg,
  * the next can hold none of the want newest entries from the floor up
  */
 
-ngx_int_t
-ngx_http_feed_timelines_size_read(mongoc_client_t *client,
-    const char *database, ngx_http_feed_timelines_conf_t *tc,
+static ngx_int_t
+ngx_http_feed_model_size_read(mongoc_client_t *client,
+    const char *database, ngx_http_feed_model_conf_t *mc,
     ngx_http_feed_user_t *user, ngx_http_feed_posts_range_t *range,
-    size_t want, ngx_http_feed_timelines_page_t *page, bson_error_t *error)
+    size_t want, ngx_http_feed_model_page_t *page, bson_error_t *error)
 {
     size_t                m, i;
     bson_t                filter, opts, sort, h, l;
@@ -680,9 +700,9 @@ ngx_http_feed_timelines_size_read(mongoc_client_t *client,
     mongoc_cursor_t      *cursor;
     mongoc_collection_t  *coll;
 
-    rc = ngx_http_feed_timelines_bucket_page(client, database,
-                                             NGX_HTTP_FEED_TIMELINES_SIZE, "s",
-                                             user, want, page, &coll, error);
+    rc = ngx_http_feed_model_bucket_page(client, database,
+                                         NGX_HTTP_FEED_MODEL_SIZE_COLL, "s",
+                                         user, want, page, &coll, error);
 
     if (rc != NGX_OK) {
         return rc == NGX_DECLINED ? NGX_OK : NGX_ERROR;
@@ -729,14 +749,14 @@ ngx_http_feed_timelines_size_read(mongoc_client_t *client,
             break;
         }
 
-        ngx_http_feed_timelines_size_bucket(bucket, range, &page->bound,
-                                            want, &ids, &m);
+        ngx_http_feed_model_size_bucket(bucket, range, &page->bound,
+                                        want, &ids, &m);
     }
 
     rc = mongoc_cursor_error(cursor, error) ? NGX_ERROR : NGX_OK;
 
     for (i = 0; rc == NGX_OK && i < m; i++) {
-        if (ngx_http_feed_timelines_take(page, &ids[i], range, want)
+        if (ngx_http_feed_model_take(page, &ids[i], range, want)
             == NGX_DONE)
         {
             break;
@@ -748,9 +768,9 @@ ngx_http_feed_timelines_size_read(mongoc_client_t *client,
     bson_destroy(&opts);
     bson_destroy(&filter);
 
-    if (rc == NGX_OK && tc->keep) {
-        rc = ngx_http_feed_timelines_bucket_recheck(coll, "s", user, page,
-                                                    error);
+    if (rc == NGX_OK && mc->keep) {
+        rc = ngx_http_feed_model_bucket_recheck(coll, "s", user, page,
+                                                error);
     }
 
     mongoc_collection_destroy(coll);
@@ -765,14 +785,14 @@ ngx_http_feed_timelines_size_read(mongoc_client_t *client,
  */
 
 static void
-ngx_http_feed_timelines_size_bucket(const bson_t *doc,
+ngx_http_feed_model_size_bucket(const bson_t *doc,
     ngx_http_feed_posts_range_t *range, const bson_oid_t *bound,
     size_t want, bson_oid_t **ids, size_t *m)
 {
     size_t       n, i, k;
     bson_oid_t  *all, *to;
 
-    all = ngx_http_feed_timelines_ids(doc, &n);
+    all = ngx_http_feed_model_ids(doc, &n);
 
     if (n == 0) {
         return;
@@ -796,7 +816,7 @@ ngx_http_feed_timelines_size_bucket(const bson_t *doc,
 
     bson_free(all);
 
-    qsort(to, *m, sizeof(bson_oid_t), ngx_http_feed_timelines_size_cmp_oid);
+    qsort(to, *m, sizeof(bson_oid_t), ngx_http_feed_model_size_cmp_oid);
 
     for (i = 1, k = (*m ? 1 : 0); i < *m; i++) {
         if (!bson_oid_equal(&to[i], &to[k - 1])) {
@@ -811,41 +831,46 @@ ngx_http_feed_timelines_size_bucket(const bson_t *doc,
 /* ids newest first */
 
 static int
-ngx_http_feed_timelines_size_cmp_oid(const void *a, const void *b)
+ngx_http_feed_model_size_cmp_oid(const void *a, const void *b)
 {
     return bson_oid_compare((const bson_oid_t *) b, (const bson_oid_t *) a);
 }
 
 
-/*
- * The user's floor: set at their first read (reset: 0, an existing one is
- * kept), or moved to now (reset: 1) when they have one
- */
+/* a first read: the user's floor, from which the buckets hold every post */
 
-ngx_int_t
-ngx_http_feed_timelines_size_floor(mongoc_client_t *client,
-    const char *database, ngx_http_feed_user_t *user, ngx_uint_t reset,
+static ngx_int_t
+ngx_http_feed_model_size_begin(mongoc_client_t *client, const char *database,
+    ngx_http_feed_user_t *user, int64_t now, ngx_uint_t *mine,
     bson_error_t *error)
 {
-    return ngx_http_feed_timelines_bucket_floor(client, database,
-                                                NGX_HTTP_FEED_TIMELINES_SIZE,
-                                                "s", user, reset, error);
+    *mine = 0;
+
+    return ngx_http_feed_model_bucket_floor(client, database,
+                                            NGX_HTTP_FEED_MODEL_SIZE_COLL,
+                                            "s", user, 0, error);
 }
 
 
 /* a deleted post out of every bucket ("n" stays: a full one stays full) */
 
-ngx_int_t
-ngx_http_feed_timelines_size_remove(mongoc_client_t *client,
+static ngx_int_t
+ngx_http_feed_model_size_remove(mongoc_client_t *client,
     const char *database, const bson_oid_t *id, bson_error_t *error)
 {
-    ngx_int_t             rc;
-    mongoc_collection_t  *coll;
+    return ngx_http_feed_model_delete_post(client, database,
+                                           NGX_HTTP_FEED_MODEL_SIZE_COLL, id,
+                                           error);
+}
 
-    coll = mongoc_client_get_collection(client, database,
-                                        NGX_HTTP_FEED_TIMELINES_SIZE);
-    rc = ngx_http_feed_timelines_pull(coll, id, error);
-    mongoc_collection_destroy(coll);
 
-    return rc;
+/* whom the user follows changed: their floor moved to now */
+
+static ngx_int_t
+ngx_http_feed_model_size_drop(mongoc_client_t *client, const char *database,
+    ngx_http_feed_user_t *user, bson_error_t *error)
+{
+    return ngx_http_feed_model_bucket_floor(client, database,
+                                            NGX_HTTP_FEED_MODEL_SIZE_COLL,
+                                            "s", user, 1, error);
 }
