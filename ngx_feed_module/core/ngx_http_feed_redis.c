@@ -1,11 +1,9 @@
 
 /*
  * ngx_feed_module: a hiredis async context per worker, driven by the nginx
- * event loop.
+ * event loop (the glue: ngx_http_feed_redis_event.c).
  *
  * Ownership rules:
- *  - hiredis owns the socket: redisFree() closes it.  Our ngx_connection_t
- *    only carries the events; the cleanup hook frees it without closing.
  *  - hiredis owns the command callbacks: they cannot be cancelled, so a
  *    command lives in worker memory, not in a request pool, and a request
  *    that goes away only clears the command's handler (a tombstone).
@@ -18,13 +16,9 @@
  */
 
 
-#include "ngx_http_feed_redis.h"
-#include "ngx_http_feed_redis_cluster.h"
+#include "ngx_http_feed_redis_connection.h"
 
 
-#define NGX_HTTP_FEED_REDIS_BACKOFF_MIN  50
-#define NGX_HTTP_FEED_REDIS_BACKOFF_MAX  2000
-#define NGX_HTTP_FEED_REDIS_READY_MAX    4
 #define NGX_HTTP_FEED_REDIS_REDIRECTS    5
 
 
@@ -55,101 +49,9 @@ static ngx_http_feed_redis_retry_t  ngx_http_feed_redis_retries[] = {
 };
 
 
-typedef struct {
-    ngx_http_feed_redis_ready_pt  handler;
-    void                         *data;
-} ngx_http_feed_redis_ready_t;
-
-
-struct ngx_http_feed_redis_s {
-    redisAsyncContext            *ac;
-    ngx_http_feed_redis_conf_t   *conf;
-    ngx_log_t                    *log;
-    ngx_http_feed_redis_state_e   state;
-
-    ngx_event_t                   connect_timer;
-    ngx_event_t                   reconnect;
-    ngx_msec_t                    backoff;
-
-    /* timer events need a connection-like object for debug logging */
-    ngx_connection_t              dummy;
-
-    ngx_queue_t                   pending;
-    ngx_queue_t                   free;
-    ngx_uint_t                    npending;
-
-    unsigned                      connected_once:1;
-    unsigned                      counted:1;     /* in the node's gauge */
-    unsigned                      failing:1;
-
-    char                          error[128];
-
-    /* unique per redis-server process: tells a restart from a reconnect */
-    char                          run_id[48];
-
-    ngx_http_feed_redis_ready_t   ready[NGX_HTTP_FEED_REDIS_READY_MAX];
-    ngx_uint_t                    nready;
-
-    /* called when a graceful shutdown begins (the connection is "idle") */
-    ngx_http_feed_redis_ready_pt  on_exit;
-    void                         *on_exit_data;
-
-    /* hiredis's reply functions, but a reply a handler kept is not freed */
-    redisReplyObjectFunctions     fns;
-
-    /* a subscribed connection's messages go here, see subscribe() */
-    ngx_http_feed_redis_pt        on_message;
-    void                         *on_message_data;
-
-    /* a router has no connection: its cluster's nodes each have one */
-    ngx_http_feed_redis_cluster_t *cluster;
-
-    /* a router's: told of each copy's suffix that no master has now */
-    ngx_http_feed_redis_local_pt  on_retire;
-    void                         *on_retire_data;
-
-    /* a node: the router it works for */
-    ngx_http_feed_redis_t        *router;
-    unsigned                      exit_told:1;
-};
-
-
 /* what a node answers a script that touched a key of another node's */
 #define NGX_HTTP_FEED_REDIS_NON_LOCAL                                        \
     "ERR Script attempted to access a non local key"
-
-
-struct ngx_http_feed_redis_cmd_s {
-    ngx_queue_t                   queue;
-    ngx_http_feed_redis_t        *rd;
-    ngx_http_feed_redis_pt        handler;
-    void                         *data;
-    ngx_pool_cleanup_t           *cleanup;
-    ngx_event_t                   timer;
-
-    /* the request a command of ngx_http_feed_redis_send_r() is for */
-    ngx_http_request_t           *request;
-
-    /* a cluster node's command, kept to be sent again where redirected */
-    char                         *formatted;
-    size_t                        formatted_len;
-    ngx_uint_t                    redirects;
-
-    /*
-     * its keys' slot (NGX_HTTP_FEED_REDIS_SLOTS: none), and its pause
-     * before it is sent again to the slot's master (TRYAGAIN, CLUSTERDOWN)
-     */
-    ngx_uint_t                    slot;
-    ngx_event_t                   retry;
-    ngx_uint_t                    tries;
-    ngx_http_feed_redis_retry_e   reason;
-
-    /* a BLOCK command: the connection answers nothing else meanwhile */
-    unsigned                      blocking:1;
-
-    /* its first word, for the log: which command timed out */
-    u_char                        name[16];
-};
 
 
 static ngx_http_feed_redis_t *ngx_http_feed_redis_alloc(ngx_cycle_t *cycle,
@@ -190,14 +92,6 @@ static void ngx_http_feed_redis_login_reply(ngx_http_feed_redis_t *rd,
     redisReply *reply, const char *step);
 static void ngx_http_feed_redis_info_reply(void *data, redisReply *reply);
 static void ngx_http_feed_redis_ready(ngx_http_feed_redis_t *rd);
-
-static void ngx_http_feed_redis_add_read(void *data);
-static void ngx_http_feed_redis_del_read(void *data);
-static void ngx_http_feed_redis_add_write(void *data);
-static void ngx_http_feed_redis_del_write(void *data);
-static void ngx_http_feed_redis_ev_cleanup(void *data);
-static void ngx_http_feed_redis_read_handler(ngx_event_t *rev);
-static void ngx_http_feed_redis_write_handler(ngx_event_t *wev);
 
 static void ngx_http_feed_redis_free_reply(void *reply);
 static void ngx_http_feed_redis_held_cleanup(void *data);
@@ -638,7 +532,6 @@ ngx_http_feed_redis_last_error(ngx_http_feed_redis_t *rd)
 static void
 ngx_http_feed_redis_connect(ngx_http_feed_redis_t *rd)
 {
-    ngx_connection_t            *c;
     redisAsyncContext           *ac;
     ngx_http_feed_redis_conf_t  *conf;
 
@@ -670,26 +563,11 @@ ngx_http_feed_redis_connect(ngx_http_feed_redis_t *rd)
         return;
     }
 
-    c = ngx_get_connection(ac->c.fd, rd->log);
-    if (c == NULL) {
+    if (ngx_http_feed_redis_event_attach(rd, ac) != NGX_OK) {
         redisAsyncFree(ac);
         ngx_http_feed_redis_schedule(rd);
         return;
     }
-
-    c->data = ac;
-    c->log = rd->log;
-
-    /*
-     * nginx tells idle connections first when a graceful shutdown begins:
-     * that is how a connection that waits on Redis for long hears of it.
-     */
-
-    c->idle = (rd->on_exit != NULL);
-    c->read->log = rd->log;
-    c->write->log = rd->log;
-    c->read->handler = ngx_http_feed_redis_read_handler;
-    c->write->handler = ngx_http_feed_redis_write_handler;
 
     /* handlers may hold a reply rather than copy it: see hold_reply() */
 
@@ -700,12 +578,6 @@ ngx_http_feed_redis_connect(ngx_http_feed_redis_t *rd)
     }
 
     ac->data = rd;
-    ac->ev.data = c;
-    ac->ev.addRead = ngx_http_feed_redis_add_read;
-    ac->ev.delRead = ngx_http_feed_redis_del_read;
-    ac->ev.addWrite = ngx_http_feed_redis_add_write;
-    ac->ev.delWrite = ngx_http_feed_redis_del_write;
-    ac->ev.cleanup = ngx_http_feed_redis_ev_cleanup;
 
     /* rd tells the worker's connections apart in the debug log */
 
@@ -1129,129 +1001,6 @@ ngx_http_feed_redis_connect_timeout(ngx_event_t *ev)
                   "redis connect to %V timed out", &rd->conf->addr_text);
 
     ngx_http_feed_redis_drop(rd, "connect timed out");
-}
-
-
-/* event hooks: hiredis calls them often, they must be idempotent */
-
-static void
-ngx_http_feed_redis_add_read(void *data)
-{
-    ngx_connection_t  *c = data;
-
-    /*
-     * Level-triggered: hiredis reads at most 16 KiB per call, and an
-     * edge-triggered event would never fire again for the rest of a
-     * larger reply already in the socket buffer.
-     */
-
-    if (!c->read->active
-        && ngx_add_event(c->read, NGX_READ_EVENT, NGX_LEVEL_EVENT) != NGX_OK)
-    {
-        ngx_log_error(NGX_LOG_ERR, c->log, 0, "redis add read event failed");
-    }
-}
-
-
-static void
-ngx_http_feed_redis_del_read(void *data)
-{
-    ngx_connection_t  *c = data;
-
-    if (c->read->active) {
-        (void) ngx_del_event(c->read, NGX_READ_EVENT, NGX_LEVEL_EVENT);
-    }
-}
-
-
-static void
-ngx_http_feed_redis_add_write(void *data)
-{
-    ngx_connection_t  *c = data;
-
-    if (!c->write->active
-        && ngx_add_event(c->write, NGX_WRITE_EVENT, NGX_LEVEL_EVENT)
-           != NGX_OK)
-    {
-        ngx_log_error(NGX_LOG_ERR, c->log, 0, "redis add write event failed");
-    }
-}
-
-
-static void
-ngx_http_feed_redis_del_write(void *data)
-{
-    ngx_connection_t  *c = data;
-
-    if (c->write->active) {
-        (void) ngx_del_event(c->write, NGX_WRITE_EVENT, NGX_LEVEL_EVENT);
-    }
-}
-
-
-static void
-ngx_http_feed_redis_ev_cleanup(void *data)
-{
-    ngx_connection_t  *c = data;
-
-    ngx_http_feed_redis_del_read(c);
-    ngx_http_feed_redis_del_write(c);
-
-    if (c->read->posted) {
-        ngx_delete_posted_event(c->read);
-    }
-
-    if (c->write->posted) {
-        ngx_delete_posted_event(c->write);
-    }
-
-    /* hiredis closes the descriptor itself right after this hook */
-
-    ngx_free_connection(c);
-    c->fd = (ngx_socket_t) -1;
-}
-
-
-static void
-ngx_http_feed_redis_read_handler(ngx_event_t *rev)
-{
-    ngx_connection_t  *c = rev->data;
-
-    redisAsyncContext      *ac;
-    ngx_http_feed_redis_t  *rd;
-
-    ac = c->data;
-
-    if (c->close) {
-        /* ngx_close_idle_connections(): the worker is shutting down */
-
-        c->close = 0;
-        c->idle = 0;
-
-        rd = ac->data;
-
-        ngx_log_debug1(NGX_LOG_DEBUG_EVENT, c->log, 0,
-                       "feed redis %p told of the shutdown", rd);
-
-        if (rd->on_exit) {
-            rd->on_exit(rd, rd->on_exit_data);
-        }
-
-        if (!rev->ready) {
-            return;
-        }
-    }
-
-    redisAsyncHandleRead(ac);
-}
-
-
-static void
-ngx_http_feed_redis_write_handler(ngx_event_t *wev)
-{
-    ngx_connection_t  *c = wev->data;
-
-    redisAsyncHandleWrite(c->data);
 }
 
 
