@@ -1,10 +1,11 @@
 
 /*
  * ngx_feed_module: a Redis connection's insides, shared by the files that
- * make it: ngx_http_feed_redis.c (its life cycle and commands) and
- * ngx_http_feed_redis_event.c (its socket on nginx's events).  Only they
- * include it: the cluster's map and every layer above see the connection
- * through ngx_http_feed_redis.h.
+ * make it: ngx_http_feed_redis.c (its life cycle and commands),
+ * ngx_http_feed_redis_event.c (its socket on nginx's events) and
+ * ngx_http_feed_redis_redirect.c (a cluster node's commands sent again).
+ * Only they include it: the cluster's map and every layer above see the
+ * connection through ngx_http_feed_redis.h.
  */
 
 
@@ -113,9 +114,24 @@ struct ngx_http_feed_redis_cmd_s {
 };
 
 
+/* ngx_http_feed_redis.c */
+void ngx_http_feed_redis_reply(redisAsyncContext *ac, void *reply,
+    void *privdata);
+void ngx_http_feed_redis_cmd_done(ngx_http_feed_redis_cmd_t *cmd,
+    redisReply *reply);
+
 /* ngx_http_feed_redis_event.c */
 ngx_int_t ngx_http_feed_redis_event_attach(ngx_http_feed_redis_t *rd,
     redisAsyncContext *ac);
+
+/* ngx_http_feed_redis_redirect.c */
+ngx_int_t ngx_http_feed_redis_format(ngx_http_feed_redis_t *rd,
+    ngx_http_feed_redis_cmd_t *cmd, ngx_http_feed_redis_args_t *args);
+ngx_int_t ngx_http_feed_redis_redirected(ngx_http_feed_redis_cmd_t *cmd,
+    redisReply *reply);
+ngx_int_t ngx_http_feed_redis_retried(ngx_http_feed_redis_cmd_t *cmd,
+    redisReply *reply);
+void ngx_http_feed_redis_retry_handler(ngx_event_t *ev);
 
 
 #endif /* _NGX_HTTP_FEED_REDIS_CONNECTION_H_INCLUDED_ */
