@@ -1,8 +1,9 @@
 
 /*
  * ngx_feed_module: a Redis connection's insides, shared by the files that
- * make it: ngx_http_feed_redis.c (its life cycle and commands),
- * ngx_http_feed_redis_event.c (its socket on nginx's events) and
+ * make it: ngx_http_feed_redis.c (its life cycle),
+ * ngx_http_feed_redis_event.c (its socket on nginx's events),
+ * ngx_http_feed_redis_command.c (commands, their timers, replies held) and
  * ngx_http_feed_redis_redirect.c (a cluster node's commands sent again).
  * Only they include it: the cluster's map and every layer above see the
  * connection through ngx_http_feed_redis.h.
@@ -115,14 +116,19 @@ struct ngx_http_feed_redis_cmd_s {
 
 
 /* ngx_http_feed_redis.c */
-void ngx_http_feed_redis_reply(redisAsyncContext *ac, void *reply,
-    void *privdata);
-void ngx_http_feed_redis_cmd_done(ngx_http_feed_redis_cmd_t *cmd,
-    redisReply *reply);
+void ngx_http_feed_redis_drop(ngx_http_feed_redis_t *rd, const char *why);
 
 /* ngx_http_feed_redis_event.c */
 ngx_int_t ngx_http_feed_redis_event_attach(ngx_http_feed_redis_t *rd,
     redisAsyncContext *ac);
+
+/* ngx_http_feed_redis_command.c */
+void ngx_http_feed_redis_reply(redisAsyncContext *ac, void *reply,
+    void *privdata);
+void ngx_http_feed_redis_cmd_done(ngx_http_feed_redis_cmd_t *cmd,
+    redisReply *reply);
+void ngx_http_feed_redis_cmd_put(ngx_http_feed_redis_cmd_t *cmd);
+void ngx_http_feed_redis_free_reply(void *reply);
 
 /* ngx_http_feed_redis_redirect.c */
 ngx_int_t ngx_http_feed_redis_format(ngx_http_feed_redis_t *rd,
