@@ -22,6 +22,8 @@
  * (a run_id within its buffer, a post id of 24 bytes, a valid author).
  *
  * The module's files are included: these are their static functions.
+ * The free function and the held replies (ngx_http_feed_redis_command.c)
+ * are not static: they come from the module's archive.
  */
 
 

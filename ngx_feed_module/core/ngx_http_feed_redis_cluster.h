@@ -2,8 +2,9 @@
 /*
  * ngx_feed_module: a Redis Cluster behind one ngx_http_feed_redis_t (a
  * router): the slot map, a connection per master, redirections.  Only
- * ngx_http_feed_redis.c uses this: everything above the Redis layer sees
- * one client, whatever the topology.
+ * the connection's files use this (ngx_http_feed_redis_connection.h):
+ * everything above the Redis layer sees one client, whatever the
+ * topology.
  */
 
 
@@ -63,7 +64,7 @@ ngx_uint_t ngx_http_feed_redis_cluster_nodes(
     ngx_http_feed_redis_cluster_t *cl);
 
 
-/* ngx_http_feed_redis.c's side: a node's connection, the router's hooks */
+/* the connection's side: a node's connection, the router's hooks */
 ngx_msec_t ngx_http_feed_redis_blocked(ngx_http_feed_redis_t *rd);
 ngx_http_feed_redis_t *ngx_http_feed_redis_create_node(ngx_cycle_t *cycle,
     ngx_http_feed_redis_conf_t *conf, ngx_http_feed_redis_t *router);
