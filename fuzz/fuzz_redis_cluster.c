@@ -179,7 +179,7 @@ ngx_http_feed_fuzz_redirect(const uint8_t *data, size_t size)
 
     ngx_memcpy(err, data, size);
 
-    if (ngx_http_feed_redis_redirect(err, size, &rr) == NGX_OK) {
+    if (ngx_http_feed_redis_redirect_parse(err, size, &rr) == NGX_OK) {
 
         if (rr.slot >= NGX_HTTP_FEED_REDIS_SLOTS || rr.addr.port == 0
             || rr.addr.host.data < (u_char *) err

@@ -2,9 +2,9 @@
 /*
  * ngx_feed_module: social timelines at the edge.
  *
- * Directives, configuration and the worker's life cycle.  Each flow lives
- * in a file of its own; Redis and MongoDB plumbing in
- * ngx_http_feed_redis.c and ngx_http_feed_mongo.c.
+ * The wiring: directives, configuration and its defaults, the worker's
+ * life cycle.  Each flow lives in a file of its own in features/, over
+ * the stores/ and the core/ below them (docs/architecture.md).
  */
 
 

@@ -106,7 +106,7 @@ ngx_http_feed_redis_redirected(ngx_http_feed_redis_cmd_t *cmd,
         return NGX_DECLINED;
     }
 
-    if (ngx_http_feed_redis_redirect(reply->str, reply->len, &rr)
+    if (ngx_http_feed_redis_redirect_parse(reply->str, reply->len, &rr)
         != NGX_OK)
     {
         /* a script's key of a slot gone from this node: the map is old */

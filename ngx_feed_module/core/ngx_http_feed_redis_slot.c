@@ -100,7 +100,7 @@ ngx_http_feed_redis_slot_tag(ngx_uint_t slot, u_char *buf)
  */
 
 ngx_int_t
-ngx_http_feed_redis_redirect(const char *err, size_t len,
+ngx_http_feed_redis_redirect_parse(const char *err, size_t len,
     ngx_http_feed_redis_redirect_t *rr)
 {
     u_char  *p, *last, *space;

@@ -45,7 +45,7 @@ typedef ngx_int_t (*ngx_http_feed_redis_range_pt)(void *data,
 
 ngx_uint_t ngx_http_feed_redis_slot(const u_char *key, size_t len);
 size_t ngx_http_feed_redis_slot_tag(ngx_uint_t slot, u_char *buf);
-ngx_int_t ngx_http_feed_redis_redirect(const char *err, size_t len,
+ngx_int_t ngx_http_feed_redis_redirect_parse(const char *err, size_t len,
     ngx_http_feed_redis_redirect_t *rr);
 ngx_int_t ngx_http_feed_redis_slots_parse(redisReply *reply,
     ngx_http_feed_redis_range_pt handler, void *data);
