@@ -216,6 +216,9 @@ SKIP: {
             my ($sym, $type) = split;
             next unless defined $type;
 
+            # what the compiler adds (a sanitizer build's __odr_asan.*)
+            next if $sym =~ /^__|\./;
+
             if ($type eq 'U') {
                 push @{ $uses{$path} }, $sym;
 
