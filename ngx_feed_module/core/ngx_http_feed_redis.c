@@ -325,7 +325,7 @@ ngx_http_feed_redis_nodes(ngx_http_feed_redis_t *rd)
 
 /*
  * A cluster's node number n (1...) if it is a master: its address, and its
- * copies' suffix "{<tag>}" in buf (NGX_HTTP_FEED_REDIS_LOCAL_MAX bytes)
+ * copies' suffix "{<tag>}" in buf (NGX_HTTP_FEED_REDIS_TAG_COPY_MAX bytes)
  */
 
 ngx_http_feed_redis_conf_t *
@@ -374,7 +374,7 @@ ngx_http_feed_redis_node_of(ngx_http_feed_redis_t *rd, const u_char *key,
  */
 
 size_t
-ngx_http_feed_redis_local_key(ngx_http_feed_redis_t *rd, const u_char *key,
+ngx_http_feed_redis_tag_copy(ngx_http_feed_redis_t *rd, const u_char *key,
     size_t len, ngx_str_t *base, u_char *buf)
 {
     if (rd == NULL || rd->cluster == NULL) {
@@ -382,22 +382,22 @@ ngx_http_feed_redis_local_key(ngx_http_feed_redis_t *rd, const u_char *key,
         return base->len;
     }
 
-    return ngx_http_feed_redis_cluster_local(rd->cluster, key, len, base,
-                                             buf);
+    return ngx_http_feed_redis_cluster_tag_copy(rd->cluster, key, len, base,
+                                                buf);
 }
 
 
 /* each copy of base, one on each master; none for a single Redis */
 
 void
-ngx_http_feed_redis_local_keys(ngx_http_feed_redis_t *rd, ngx_str_t *base,
-    ngx_http_feed_redis_local_pt handler, void *data)
+ngx_http_feed_redis_tag_copies(ngx_http_feed_redis_t *rd, ngx_str_t *base,
+    ngx_http_feed_redis_tag_copy_pt handler, void *data)
 {
     if (rd == NULL || rd->cluster == NULL) {
         return;
     }
 
-    ngx_http_feed_redis_cluster_locals(rd->cluster, base, handler, data);
+    ngx_http_feed_redis_cluster_tag_copies(rd->cluster, base, handler, data);
 }
 
 
@@ -407,7 +407,7 @@ ngx_http_feed_redis_local_keys(ngx_http_feed_redis_t *rd, ngx_str_t *base,
  */
 
 size_t
-ngx_http_feed_redis_local_mark(ngx_http_feed_redis_t *rd, const u_char *key,
+ngx_http_feed_redis_tag_copy_mark(ngx_http_feed_redis_t *rd, const u_char *key,
     size_t len, u_char *buf)
 {
     if (rd == NULL || rd->cluster == NULL) {
@@ -615,14 +615,14 @@ ngx_http_feed_redis_router_ready(ngx_http_feed_redis_t *router)
 
 /*
  * On a cluster, the handler hears of the suffix of the copies ("{<tag>}",
- * ngx_http_feed_redis_local_keys()) of each tag that is no master's any
+ * ngx_http_feed_redis_tag_copies()) of each tag that is no master's any
  * more in this worker's map: it writes them no more.  Never for a single
  * Redis.
  */
 
 void
 ngx_http_feed_redis_on_retire(ngx_http_feed_redis_t *rd,
-    ngx_http_feed_redis_local_pt handler, void *data)
+    ngx_http_feed_redis_tag_copy_pt handler, void *data)
 {
     rd->on_retire = handler;
     rd->on_retire_data = data;

@@ -37,15 +37,15 @@ typedef void (*ngx_http_feed_redis_ready_pt)(ngx_http_feed_redis_t *rd,
  * the master's slots: a script reaches it wherever it runs.  The handler
  * is called with each copy's name (none for a single Redis).
  */
-typedef void (*ngx_http_feed_redis_local_pt)(void *data, u_char *key,
+typedef void (*ngx_http_feed_redis_tag_copy_pt)(void *data, u_char *key,
     size_t len);
 
 /* the nodes a cluster's map can name, masters and replicas */
 #define NGX_HTTP_FEED_REDIS_NODES_MAX  64
 
 /* the longest name of a copy, and the buffer a base's copy needs */
-#define NGX_HTTP_FEED_REDIS_LOCAL_MAX  64
-#define NGX_HTTP_FEED_REDIS_LOCAL_LEN(base)                                  \
+#define NGX_HTTP_FEED_REDIS_TAG_COPY_MAX  64
+#define NGX_HTTP_FEED_REDIS_TAG_COPY_LEN(base)                               \
     (sizeof(base) - 1 + 2 + NGX_INT_T_LEN)
 
 /*
@@ -178,7 +178,7 @@ ngx_int_t ngx_http_feed_redis_hold_reply(ngx_pool_t *pool, redisReply *reply);
 void ngx_http_feed_redis_on_exit(ngx_http_feed_redis_t *rd,
     ngx_http_feed_redis_ready_pt handler, void *data);
 void ngx_http_feed_redis_on_retire(ngx_http_feed_redis_t *rd,
-    ngx_http_feed_redis_local_pt handler, void *data);
+    ngx_http_feed_redis_tag_copy_pt handler, void *data);
 void ngx_http_feed_redis_stale(ngx_http_feed_redis_t *rd, const char *why);
 
 void ngx_http_feed_redis_scripts_init(void);
@@ -205,11 +205,11 @@ ngx_http_feed_redis_conf_t *ngx_http_feed_redis_master(
     ngx_http_feed_redis_t *rd, ngx_uint_t n, u_char *buf, size_t *len);
 ngx_uint_t ngx_http_feed_redis_node_of(ngx_http_feed_redis_t *rd,
     const u_char *key, size_t len);
-size_t ngx_http_feed_redis_local_key(ngx_http_feed_redis_t *rd,
+size_t ngx_http_feed_redis_tag_copy(ngx_http_feed_redis_t *rd,
     const u_char *key, size_t len, ngx_str_t *base, u_char *buf);
-void ngx_http_feed_redis_local_keys(ngx_http_feed_redis_t *rd,
-    ngx_str_t *base, ngx_http_feed_redis_local_pt handler, void *data);
-size_t ngx_http_feed_redis_local_mark(ngx_http_feed_redis_t *rd,
+void ngx_http_feed_redis_tag_copies(ngx_http_feed_redis_t *rd,
+    ngx_str_t *base, ngx_http_feed_redis_tag_copy_pt handler, void *data);
+size_t ngx_http_feed_redis_tag_copy_mark(ngx_http_feed_redis_t *rd,
     const u_char *key, size_t len, u_char *buf);
 
 

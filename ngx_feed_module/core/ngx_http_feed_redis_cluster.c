@@ -446,12 +446,12 @@ ngx_http_feed_redis_cluster_owner(ngx_http_feed_redis_cluster_t *cl,
 
 /*
  * The name of base's copy on the master of key's slot, "<base>{<tag>}",
- * made in buf (NGX_HTTP_FEED_REDIS_LOCAL_LEN(base) bytes); 0 when that
+ * made in buf (NGX_HTTP_FEED_REDIS_TAG_COPY_LEN(base) bytes); 0 when that
  * master is not known.
  */
 
 size_t
-ngx_http_feed_redis_cluster_local(ngx_http_feed_redis_cluster_t *cl,
+ngx_http_feed_redis_cluster_tag_copy(ngx_http_feed_redis_cluster_t *cl,
     const u_char *key, size_t len, ngx_str_t *base, u_char *buf)
 {
     ngx_uint_t  owner;
@@ -507,10 +507,10 @@ ngx_http_feed_redis_cluster_mark(ngx_http_feed_redis_cluster_t *cl,
 /* the names of base's copies, one on each master that has slots */
 
 void
-ngx_http_feed_redis_cluster_locals(ngx_http_feed_redis_cluster_t *cl,
-    ngx_str_t *base, ngx_http_feed_redis_local_pt handler, void *data)
+ngx_http_feed_redis_cluster_tag_copies(ngx_http_feed_redis_cluster_t *cl,
+    ngx_str_t *base, ngx_http_feed_redis_tag_copy_pt handler, void *data)
 {
-    u_char                      *p, buf[NGX_HTTP_FEED_REDIS_LOCAL_MAX];
+    u_char                      *p, buf[NGX_HTTP_FEED_REDIS_TAG_COPY_MAX];
     ngx_uint_t                   i;
     ngx_http_feed_redis_node_t  *node;
 
@@ -533,7 +533,7 @@ ngx_http_feed_redis_cluster_locals(ngx_http_feed_redis_cluster_t *cl,
 /*
  * Node number n (as ngx_http_feed_redis_cluster_owner() numbers them) when
  * it is a master with slots: its address, and its copies' suffix,
- * "{<tag>}" (buf: NGX_HTTP_FEED_REDIS_LOCAL_MAX bytes); NULL otherwise
+ * "{<tag>}" (buf: NGX_HTTP_FEED_REDIS_TAG_COPY_MAX bytes); NULL otherwise
  */
 
 ngx_http_feed_redis_conf_t *
@@ -991,7 +991,7 @@ ngx_http_feed_redis_cluster_apply(ngx_http_feed_redis_cluster_t *cl)
 
 /*
  * Each master's last slot, and its hash tag: keys named with it are the
- * master's own (ngx_http_feed_redis_cluster_local()).  Its last, not its
+ * master's own (ngx_http_feed_redis_cluster_tag_copy()).  Its last, not its
  * first: redis-cli --cluster reshard moves a master's slots from the
  * lowest up, so that the tag of a master giving slots stays until the
  * end, and of one taking lower slots does not move.  Made again only for

@@ -32,12 +32,12 @@ ngx_http_feed_redis_t *ngx_http_feed_redis_cluster_slot_master(
     ngx_http_feed_redis_cluster_t *cl, ngx_uint_t slot);
 ngx_uint_t ngx_http_feed_redis_cluster_owner(
     ngx_http_feed_redis_cluster_t *cl, const u_char *key, size_t len);
-size_t ngx_http_feed_redis_cluster_local(ngx_http_feed_redis_cluster_t *cl,
+size_t ngx_http_feed_redis_cluster_tag_copy(ngx_http_feed_redis_cluster_t *cl,
     const u_char *key, size_t len, ngx_str_t *base, u_char *buf);
 size_t ngx_http_feed_redis_cluster_mark(ngx_http_feed_redis_cluster_t *cl,
     const u_char *key, size_t len, u_char *buf);
-void ngx_http_feed_redis_cluster_locals(ngx_http_feed_redis_cluster_t *cl,
-    ngx_str_t *base, ngx_http_feed_redis_local_pt handler, void *data);
+void ngx_http_feed_redis_cluster_tag_copies(ngx_http_feed_redis_cluster_t *cl,
+    ngx_str_t *base, ngx_http_feed_redis_tag_copy_pt handler, void *data);
 ngx_http_feed_redis_t *ngx_http_feed_redis_cluster_redirect(
     ngx_http_feed_redis_cluster_t *cl, ngx_http_feed_redis_t *from,
     ngx_http_feed_redis_redirect_t *rr);

@@ -73,7 +73,7 @@ struct ngx_http_feed_redis_s {
     ngx_http_feed_redis_cluster_t *cluster;
 
     /* a router's: told of each copy's suffix that no master has now */
-    ngx_http_feed_redis_local_pt  on_retire;
+    ngx_http_feed_redis_tag_copy_pt  on_retire;
     void                         *on_retire_data;
 
     /* a node: the router it works for */

@@ -40,7 +40,7 @@
 
 /* the name of feed:deleting's copy on a cluster's node */
 #define NGX_HTTP_FEED_DELETING_LEN                                           \
-    NGX_HTTP_FEED_REDIS_LOCAL_LEN(NGX_HTTP_FEED_KEY_DELETING)
+    NGX_HTTP_FEED_REDIS_TAG_COPY_LEN(NGX_HTTP_FEED_KEY_DELETING)
 
 /* a script's two arguments about them: a copy's name and its mark */
 #define NGX_HTTP_FEED_DELETING_ARGS_LEN                                      \
@@ -643,7 +643,7 @@ ngx_http_feed_timeline_cache_copy_arg(ngx_http_feed_main_conf_t *fmcf,
     }
 
     ngx_http_feed_redis_call_arg(call, i, buf,
-        ngx_http_feed_redis_local_key(fmcf->redis_client,
+        ngx_http_feed_redis_tag_copy(fmcf->redis_client,
             (u_char *) call->argv[3 + key], call->argvlen[3 + key], &none,
             buf));
 }
@@ -1513,7 +1513,7 @@ ngx_http_feed_timeline_cache_deleting(ngx_http_feed_main_conf_t *fmcf,
         mark = &none;
     }
 
-    ngx_http_feed_redis_local_keys(fmcf->redis_client,
+    ngx_http_feed_redis_tag_copies(fmcf->redis_client,
                                    &ngx_http_feed_timeline_cache_deleting_key,
                                    ngx_http_feed_timeline_cache_deleting_copy,
                                    mark);
@@ -1564,14 +1564,14 @@ ngx_http_feed_timeline_cache_deleting_args(ngx_http_feed_main_conf_t *fmcf,
     size_t   len, mlen;
     u_char  *mark;
 
-    len = ngx_http_feed_redis_local_key(fmcf->redis_client,
+    len = ngx_http_feed_redis_tag_copy(fmcf->redis_client,
               (u_char *) call->argv[3 + key], call->argvlen[3 + key],
               &ngx_http_feed_timeline_cache_deleting_key, buf);
 
     ngx_http_feed_redis_call_arg(call, i, buf, len);
 
     mark = buf + len;
-    mlen = ngx_http_feed_redis_local_mark(fmcf->redis_client,
+    mlen = ngx_http_feed_redis_tag_copy_mark(fmcf->redis_client,
                (u_char *) call->argv[3 + key], call->argvlen[3 + key], mark);
 
     ngx_http_feed_redis_call_arg(call, i + 1, mark, mlen);
@@ -1688,7 +1688,7 @@ ngx_http_feed_timeline_cache_copies_got(void *data, redisReply *reply)
         return;
     }
 
-    ngx_http_feed_redis_local_keys(fmcf->redis_client,
+    ngx_http_feed_redis_tag_copies(fmcf->redis_client,
                                    &ngx_http_feed_timeline_cache_deleting_key,
                                    ngx_http_feed_timeline_cache_copy_make,
                                    reply);
@@ -1715,7 +1715,7 @@ ngx_http_feed_timeline_cache_copy_make(void *data, u_char *key, size_t len)
     const char                **argv;
     ngx_http_feed_redis_args_t  args;
 
-    rlen = ngx_http_feed_redis_local_mark(
+    rlen = ngx_http_feed_redis_tag_copy_mark(
                ngx_http_feed_timeline_cache_fmcf->redis_client, key, len,
                run);
 
@@ -1928,7 +1928,7 @@ ngx_http_feed_timeline_pull_copy(ngx_http_feed_main_conf_t *fmcf,
     char       key[NGX_HTTP_FEED_USER_KEY_LEN];
     ngx_str_t  none = ngx_string("");
 
-    return ngx_http_feed_redis_local_key(fmcf->redis_client, (u_char *) key,
+    return ngx_http_feed_redis_tag_copy(fmcf->redis_client, (u_char *) key,
                ngx_http_feed_timeline_cache_user_key(key,
                                                      NGX_HTTP_FEED_KEY_TIMELINE,
                                                      user),

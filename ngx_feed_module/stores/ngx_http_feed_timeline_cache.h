@@ -24,7 +24,7 @@
  * a cluster's master (ngx_http_feed_timeline_pull.c), the <copy> of their
  * keys (scripts/keys)
  */
-#define NGX_HTTP_FEED_PULL_COPY_LEN  NGX_HTTP_FEED_REDIS_LOCAL_LEN("")
+#define NGX_HTTP_FEED_PULL_COPY_LEN  NGX_HTTP_FEED_REDIS_TAG_COPY_LEN("")
 
 /* a value no other node or worker ever makes: versions, lock tokens */
 #define NGX_HTTP_FEED_NONCE_LEN    (3 * NGX_INT64_LEN)
@@ -152,7 +152,7 @@ size_t ngx_http_feed_timeline_cache_user_key(char *buf, const char *prefix,
 size_t ngx_http_feed_timeline_pull_copy(ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_user_t *user, u_char *buf);
 ngx_uint_t ngx_http_feed_timeline_pull_copies(
-    ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_redis_local_pt handler,
+    ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_redis_tag_copy_pt handler,
     void *data);
 ngx_int_t ngx_http_feed_timeline_pull_add(ngx_http_feed_main_conf_t *fmcf,
     ngx_str_t *copy, ngx_http_feed_user_t *author, ngx_str_t *entry,

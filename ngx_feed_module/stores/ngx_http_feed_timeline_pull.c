@@ -87,7 +87,7 @@ static ngx_int_t ngx_http_feed_timeline_pull_item(void *data,
 
 ngx_uint_t
 ngx_http_feed_timeline_pull_copies(ngx_http_feed_main_conf_t *fmcf,
-    ngx_http_feed_redis_local_pt handler, void *data)
+    ngx_http_feed_redis_tag_copy_pt handler, void *data)
 {
     ngx_uint_t  up;
     ngx_str_t   none = ngx_string("");
@@ -101,7 +101,7 @@ ngx_http_feed_timeline_pull_copies(ngx_http_feed_main_conf_t *fmcf,
         return 0;
     }
 
-    ngx_http_feed_redis_local_keys(fmcf->redis_client, &none, handler, data);
+    ngx_http_feed_redis_tag_copies(fmcf->redis_client, &none, handler, data);
 
     return ngx_http_feed_redis_masters(fmcf->redis_client, &up);
 }
@@ -328,9 +328,9 @@ ngx_http_feed_timeline_pull_mark(ngx_http_feed_main_conf_t *fmcf,
         return 0;
     }
 
-    return ngx_http_feed_redis_local_mark(fmcf->redis_client,
-                                          (u_char *) keys->deleting,
-                                          keys->deleting_len, keys->mark);
+    return ngx_http_feed_redis_tag_copy_mark(fmcf->redis_client,
+                                             (u_char *) keys->deleting,
+                                             keys->deleting_len, keys->mark);
 }
 
 

@@ -140,7 +140,7 @@ ngx_http_feed_timeline_watch_beat(ngx_event_t *ev)
 static void
 ngx_http_feed_timeline_watch_sync(ngx_http_feed_watch_set_t *ws)
 {
-    u_char                       buf[NGX_HTTP_FEED_REDIS_LOCAL_MAX];
+    u_char                       buf[NGX_HTTP_FEED_REDIS_TAG_COPY_MAX];
     ngx_str_t                    copy, *had, *addr;
     ngx_uint_t                   n;
     ngx_http_feed_watch_t       *w;
@@ -193,7 +193,7 @@ ngx_http_feed_timeline_watch_sync(ngx_http_feed_watch_set_t *ws)
 static ngx_http_feed_watch_t *
 ngx_http_feed_timeline_watch_of(ngx_http_feed_user_t *user, ngx_uint_t *n)
 {
-    u_char                       buf[NGX_HTTP_FEED_REDIS_LOCAL_MAX];
+    u_char                       buf[NGX_HTTP_FEED_REDIS_TAG_COPY_MAX];
     size_t                       len;
     ngx_str_t                   *copy, *addr;
     ngx_http_feed_watch_t       *w;
