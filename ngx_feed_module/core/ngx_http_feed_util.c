@@ -123,8 +123,11 @@ ngx_http_feed_read_whole_body(ngx_http_request_t *r, ngx_str_t *body)
     cl = r->request_body->bufs;
 
     if (cl->next == NULL && !cl->buf->in_file) {
-        body->data = cl->buf->pos;
-        body->len = cl->buf->last - cl->buf->pos;
+        if (cl->buf->last > cl->buf->pos) {
+            body->data = cl->buf->pos;
+            body->len = cl->buf->last - cl->buf->pos;
+        }
+
         return NGX_OK;
     }
 
@@ -153,7 +156,8 @@ ngx_http_feed_read_whole_body(ngx_http_request_t *r, ngx_str_t *body)
 
             p += n;
 
-        } else {
+        } else if (b->last > b->pos) {
+            /* a chunked body ends with an empty buffer, pos NULL */
             p = ngx_cpymem(p, b->pos, b->last - b->pos);
         }
     }
