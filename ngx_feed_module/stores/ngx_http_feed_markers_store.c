@@ -40,6 +40,9 @@ static ngx_int_t ngx_http_feed_markers_insert(mongoc_collection_t *coll,
 static ngx_int_t ngx_http_feed_markers_swap(mongoc_collection_t *coll,
     ngx_http_feed_marker_op_t *op, ngx_http_feed_marker_t *cur,
     bson_error_t *error);
+static ngx_int_t ngx_http_feed_markers_command(ngx_http_request_t *r,
+    ngx_http_feed_redis_t *rd, ngx_http_feed_user_t *user, ngx_uint_t read,
+    ngx_http_feed_redis_pt handler, void *data);
 static size_t ngx_http_feed_markers_key(char *buf,
     ngx_http_feed_user_t *user);
 
@@ -279,24 +282,7 @@ ngx_http_feed_markers_cache_lookup(ngx_http_request_t *r,
     ngx_http_feed_redis_t *rd, ngx_http_feed_user_t *user,
     ngx_http_feed_redis_pt handler, void *data)
 {
-    char                        key[sizeof(NGX_HTTP_FEED_KEY_MARKER) + 1
-                                    + NGX_HTTP_FEED_USER_MAX];
-    size_t                      argvlen[4];
-    const char                 *argv[4];
-    ngx_http_feed_redis_args_t  args;
-
-    if (ngx_http_feed_redis_run_id(rd) == NULL) {
-        return NGX_DECLINED;
-    }
-
-    ngx_http_feed_redis_args_init(&args, argv, argvlen);
-    ngx_http_feed_redis_args_lit(&args, "HMGET");
-    ngx_http_feed_redis_args_key(&args, key,
-                                 ngx_http_feed_markers_key(key, user));
-    ngx_http_feed_redis_args_lit(&args, "v");
-    ngx_http_feed_redis_args_lit(&args, "j");
-
-    return ngx_http_feed_redis_send_r(r, rd, handler, data, &args);
+    return ngx_http_feed_markers_command(r, rd, user, 1, handler, data);
 }
 
 
@@ -386,10 +372,24 @@ ngx_http_feed_markers_cache_drop(ngx_http_request_t *r,
     ngx_http_feed_redis_t *rd, ngx_http_feed_user_t *user,
     ngx_http_feed_redis_pt handler, void *data)
 {
+    return ngx_http_feed_markers_command(r, rd, user, 0, handler, data);
+}
+
+
+/*
+ * HMGET <key> v j (read) or DEL <key>: NGX_DECLINED when Redis is not
+ * connected
+ */
+
+static ngx_int_t
+ngx_http_feed_markers_command(ngx_http_request_t *r,
+    ngx_http_feed_redis_t *rd, ngx_http_feed_user_t *user, ngx_uint_t read,
+    ngx_http_feed_redis_pt handler, void *data)
+{
     char                        key[sizeof(NGX_HTTP_FEED_KEY_MARKER) + 1
                                     + NGX_HTTP_FEED_USER_MAX];
-    size_t                      argvlen[2];
-    const char                 *argv[2];
+    size_t                      argvlen[4];
+    const char                 *argv[4];
     ngx_http_feed_redis_args_t  args;
 
     if (ngx_http_feed_redis_run_id(rd) == NULL) {
@@ -397,9 +397,21 @@ ngx_http_feed_markers_cache_drop(ngx_http_request_t *r,
     }
 
     ngx_http_feed_redis_args_init(&args, argv, argvlen);
-    ngx_http_feed_redis_args_lit(&args, "DEL");
+
+    if (read) {
+        ngx_http_feed_redis_args_lit(&args, "HMGET");
+
+    } else {
+        ngx_http_feed_redis_args_lit(&args, "DEL");
+    }
+
     ngx_http_feed_redis_args_key(&args, key,
                                  ngx_http_feed_markers_key(key, user));
+
+    if (read) {
+        ngx_http_feed_redis_args_lit(&args, "v");
+        ngx_http_feed_redis_args_lit(&args, "j");
+    }
 
     return ngx_http_feed_redis_send_r(r, rd, handler, data, &args);
 }
