@@ -35,7 +35,9 @@ http {
     feed_mongo_timeout 2s;
 
     server {
-        listen 127.0.0.1:%%PORT_HTTP%%;
+        # reuseport: the kernel spreads the connections over both workers
+        listen 127.0.0.1:%%PORT_HTTP%% reuseport;
+        add_header X-Worker $pid always;
         location ~ ^/users/([^/]+)/timeline/marker$ {
             feed_timeline_marker $1;
         }
@@ -227,14 +229,21 @@ is_error(put('a b', { last_read_id => id(1) }), 400, 'invalid_user_id',
 
 # --------------------------------------------------------- workers, reload --
 
-my %seen;
-for (1 .. 20) {
+my (%seen, %workers);
+for (1 .. 40) {
     $r = get('ann');
+    $workers{ $r->{headers}{'x-worker'} // '' }++;
     $seen{ $r->{status} == 200 ? "$r->{json}{last_read_id} "
         . "$r->{json}{version}" : short($r) }++;
 }
-is_deeply([ keys %seen ], [ id(500) . ' 6' ], '20 GETs on 2 workers: one '
-    . 'marker') or diag(join("\n", keys %seen));
+is(scalar keys %workers, 2, '40 GETs: answered by both workers')
+    or diag(join(' ', keys %workers));
+is_deeply([ keys %seen ], [ id(500) . ' 6' ], '40 GETs: one marker')
+    or diag(join("\n", keys %seen));
+
+$r = $t->http('HEAD', uri('ann'));
+ok($r->{status} == 200 && ($r->{headers}{etag} // '') eq '6'
+    && $r->{body} eq '', 'HEAD: 200, ETag, no body') or diag(short($r));
 
 ok($t->reload, 'reload: new workers');
 is_marker(get('ann'), id(500), 6, 'GET after the reload');

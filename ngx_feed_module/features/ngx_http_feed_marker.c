@@ -53,7 +53,7 @@ static void ngx_http_feed_marker_cached(void *data, redisReply *reply);
 static ngx_int_t ngx_http_feed_marker_read(ngx_http_feed_marker_ctx_t *ctx);
 static void ngx_http_feed_marker_read_run(ngx_http_feed_mongo_task_t *t,
     mongoc_client_t *client);
-static ngx_int_t ngx_http_feed_marker_readed(ngx_http_request_t *r,
+static ngx_int_t ngx_http_feed_marker_found(ngx_http_request_t *r,
     void *data);
 static void ngx_http_feed_marker_body(ngx_http_request_t *r);
 static const ngx_http_feed_error_t *ngx_http_feed_marker_parse(
@@ -234,7 +234,7 @@ ngx_http_feed_marker_read(ngx_http_feed_marker_ctx_t *ctx)
 
     return ngx_http_feed_mongo_request(ctx->request,
                                        ngx_http_feed_marker_read_run,
-                                       ngx_http_feed_marker_readed, ctx,
+                                       ngx_http_feed_marker_found, ctx,
                                        NULL);
 }
 
@@ -260,7 +260,7 @@ ngx_http_feed_marker_read_run(ngx_http_feed_mongo_task_t *t,
 /* read from MongoDB: answered, and the copy filled back on a miss */
 
 static ngx_int_t
-ngx_http_feed_marker_readed(ngx_http_request_t *r, void *data)
+ngx_http_feed_marker_found(ngx_http_request_t *r, void *data)
 {
     ngx_http_feed_marker_ctx_t  *ctx = data;
 
