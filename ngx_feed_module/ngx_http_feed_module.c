@@ -17,6 +17,7 @@
 #include "ngx_http_feed_filters.h"
 #include "ngx_http_feed_post.h"
 #include "ngx_http_feed_timeline.h"
+#include "ngx_http_feed_marker.h"
 #include "ngx_http_feed_pull.h"
 #include "ngx_http_feed_fanout.h"
 #include "ngx_http_feed_status.h"
@@ -286,6 +287,13 @@ static ngx_command_t  ngx_http_feed_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
       &ngx_http_feed_timeline_handler },
+
+    { ngx_string("feed_timeline_marker"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_feed_handler_conf,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      &ngx_http_feed_marker_handler },
 
     { ngx_string("feed_timeline_source"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,

@@ -40,6 +40,7 @@ my %owner = (
     'posts'          => 'stores/ngx_http_feed_posts_store.c',
     'idempotency'    => 'stores/ngx_http_feed_idempotency_store.c',
     'cache_effects'  => 'stores/ngx_http_feed_effects_store.c',
+    'markers'        => 'stores/ngx_http_feed_markers_store.c',
     'timeline_cache' => 'stores/ngx_http_feed_model_cache.c',
     'timeline_time'  => 'stores/ngx_http_feed_model_time.c',
     'timeline_capped' => 'stores/ngx_http_feed_model_capped.c',

@@ -264,6 +264,39 @@ ask($t, 'timeline, bad since_id', 400, 'GET',
     '/users/oa.ann/timeline?since_id=zz');
 ask($t, 'timeline of a bad uid', 400, 'GET', "/users/$long_id/timeline");
 
+# ------------------------------------------------------------ read marker --
+
+my $mk = '/users/oa.ann/timeline/marker';
+ask_each($t,
+    [ 'marker, none yet', 404, 'GET', $mk ],
+    [ 'marker, none yet, HEAD', 404, 'HEAD', $mk ],
+    [ 'marker, first PUT', 200, 'PUT', $mk,
+        json_post('{"last_read_id": "' . $pid . '"}') ],
+    [ 'marker', 200, 'GET', $mk ],
+    [ 'marker, HEAD', 200, 'HEAD', $mk ],
+    [ 'marker, backwards', 200, 'PUT', $mk,
+        json_post('{"last_read_id": "' . $id0 . '"}') ],
+    [ 'marker, forced back', 200, 'PUT', $mk,
+        json_post('{"last_read_id": "' . $id0 . '", "force": true}') ],
+    [ 'marker, an old If-Match', 409, 'PUT', $mk,
+        json_post('{"last_read_id": "' . $pid . '"}', 'If-Match' => '1') ],
+    [ 'marker, If-Match', 200, 'PUT', $mk,
+        json_post('{"last_read_id": "' . $pid . '"}', 'If-Match' => '2') ],
+    [ 'marker, a bad If-Match', 400, 'PUT', $mk,
+        json_post('{"last_read_id": "' . $pid . '"}', 'If-Match' => 'x') ],
+    [ 'marker, not JSON', 400, 'PUT', $mk, json_post('{') ],
+    [ 'marker, a bad id', 400, 'PUT', $mk,
+        json_post('{"last_read_id": "x"}') ],
+    [ 'marker, force not a boolean', 400, 'PUT', $mk,
+        json_post('{"last_read_id": "' . $pid . '", "force": 1}') ],
+    [ 'marker, an unknown field', 400, 'PUT', $mk,
+        json_post('{"last_read_id": "' . $pid . '", "x": 1}') ],
+    [ 'marker, over 1024 bytes', 400, 'PUT', $mk,
+        json_post($JSON->encode({ last_read_id => $pid, x => 'x' x 1100 })) ],
+    [ 'marker, a request too large', 413, 'PUT', $mk,
+        json_post($JSON->encode({ last_read_id => $pid, x => 'x' x 70000 })) ],
+    [ 'marker of a bad uid', 400, 'GET', "/users/$long_id/timeline/marker" ]);
+
 # ----------------------------------------------- status, paths, methods --
 
 ask($t, 'status', 200, 'GET', '/status');
@@ -283,6 +316,7 @@ my %other = (
     "/users/oa.bob/posts/$pid" => 'GET',
     "/posts/$pid" => 'DELETE',
     '/users/oa.ann/timeline' => 'POST',
+    '/users/oa.ann/timeline/marker' => 'DELETE',
     '/status' => 'POST',
     '/metrics' => 'DELETE',
 );
@@ -356,6 +390,11 @@ ask($ti, "identity: the blocking author's posts", 403, 'GET',
 ask($ti, "identity: the blocking author's posts, HEAD", 403, 'HEAD',
     '/users/oa.ann/posts', %bob);
 ask($ti, 'identity: her own posts', 200, 'GET', '/users/oa.ann/posts', %ann);
+ask($ti, 'identity: a marker without one', 401, 'PUT',
+    '/users/oa.ann/timeline/marker', json_post('{"last_read_id": "' . $aid
+    . '"}'));
+ask($ti, 'identity: a marker as someone else', 403, 'GET',
+    '/users/oa.ann/timeline/marker', %bob);
 
 ask_each($ti,
     [ 'a follow', 204, 'PUT', '/users/oa.bob/following/oa.carol', %bob ],

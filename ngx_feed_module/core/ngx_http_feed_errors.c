@@ -60,6 +60,17 @@ ngx_http_feed_err(field, NGX_HTTP_BAD_REQUEST, "unknown_field",
 ngx_http_feed_err(field_twice, NGX_HTTP_BAD_REQUEST, "duplicate_field",
     "a field is given twice");
 
+ngx_http_feed_err(marker_id, NGX_HTTP_BAD_REQUEST, "invalid_last_read_id",
+    "last_read_id is a post id, 24 lowercase hexadecimal digits");
+ngx_http_feed_err(marker_force, NGX_HTTP_BAD_REQUEST, "invalid_force",
+    "force is true or false");
+ngx_http_feed_err(marker_field, NGX_HTTP_BAD_REQUEST, "unknown_field",
+    "only last_read_id and force may be given");
+ngx_http_feed_err(marker_size, NGX_HTTP_BAD_REQUEST, "request_too_large",
+    "the request is at most 1024 bytes");
+ngx_http_feed_err(if_match, NGX_HTTP_BAD_REQUEST, "invalid_if_match",
+    "If-Match is one version, a number as the marker's ETag gives it");
+
 ngx_http_feed_err(unauthorized, NGX_HTTP_UNAUTHORIZED, "unauthorized",
     "no authenticated user");
 ngx_http_feed_err(forbidden, NGX_HTTP_FORBIDDEN, "forbidden",
@@ -77,6 +88,11 @@ ngx_http_feed_err(no_user_post, NGX_HTTP_NOT_FOUND, "not_found",
 ngx_http_feed_err(key_post_gone, NGX_HTTP_NOT_FOUND, "not_found",
     "the post made with this Idempotency-Key was deleted");
 
+ngx_http_feed_err(no_marker, NGX_HTTP_NOT_FOUND, "not_found",
+    "this user has no read marker");
+
+ngx_http_feed_err(version_conflict, NGX_HTTP_CONFLICT, "version_conflict",
+    "the marker's version is not the one If-Match gives");
 ngx_http_feed_err(key_reused, NGX_HTTP_FEED_UNPROCESSABLE,
     "idempotency_key_reused",
     "this Idempotency-Key was used for another post within the hour");

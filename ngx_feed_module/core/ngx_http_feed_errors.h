@@ -48,6 +48,13 @@ extern const ngx_http_feed_error_t  ngx_http_feed_err_body_size;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_field;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_field_twice;
 
+/* a read marker's PUT */
+extern const ngx_http_feed_error_t  ngx_http_feed_err_marker_id;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_marker_force;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_marker_field;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_marker_size;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_if_match;
+
 /* who may write */
 extern const ngx_http_feed_error_t  ngx_http_feed_err_unauthorized;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_forbidden;
@@ -60,9 +67,11 @@ extern const ngx_http_feed_error_t  ngx_http_feed_err_blocked_reader;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_no_post;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_no_user_post;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_key_post_gone;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_no_marker;
 
 /* what conflicts with an earlier request */
 extern const ngx_http_feed_error_t  ngx_http_feed_err_key_reused;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_version_conflict;
 
 /* what cannot be done now, or at all */
 extern const ngx_http_feed_error_t  ngx_http_feed_err_db_busy;

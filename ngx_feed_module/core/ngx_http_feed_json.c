@@ -251,3 +251,44 @@ ngx_http_feed_json_posts(ngx_pool_t *pool, bson_t *items,
         }
     }
 }
+
+
+/*
+ * Exactly one JSON document and nothing after it: bson_init_from_json()
+ * alone would stop after the first of "{...}{...}".
+ */
+
+ngx_int_t
+ngx_http_feed_json_one(u_char *p, size_t len, bson_t *doc)
+{
+    int                 rc;
+    bson_t              extra;
+    bson_error_t        error;
+    bson_json_reader_t *reader;
+
+    reader = bson_json_data_reader_new(false, len);
+    if (reader == NULL) {
+        return NGX_ERROR;
+    }
+
+    bson_json_data_reader_ingest(reader, p, len);
+
+    bson_init(doc);
+
+    rc = bson_json_reader_read(reader, doc, &error);
+
+    if (rc == 1) {
+        bson_init(&extra);
+        rc = (bson_json_reader_read(reader, &extra, &error) == 0) ? 1 : -1;
+        bson_destroy(&extra);
+    }
+
+    bson_json_reader_destroy(reader);
+
+    if (rc != 1) {
+        bson_destroy(doc);
+        return NGX_DECLINED;
+    }
+
+    return NGX_OK;
+}

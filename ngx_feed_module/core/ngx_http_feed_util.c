@@ -102,6 +102,72 @@ ngx_http_feed_read_body(ngx_http_request_t *r,
 }
 
 
+/* the whole request body in one piece, in memory */
+
+ngx_int_t
+ngx_http_feed_read_whole_body(ngx_http_request_t *r, ngx_str_t *body)
+{
+    size_t        len;
+    u_char       *p;
+    ssize_t       n;
+    ngx_buf_t    *b;
+    ngx_chain_t  *cl;
+
+    body->len = 0;
+    body->data = (u_char *) "";
+
+    if (r->request_body == NULL || r->request_body->bufs == NULL) {
+        return NGX_OK;
+    }
+
+    cl = r->request_body->bufs;
+
+    if (cl->next == NULL && !cl->buf->in_file) {
+        if (cl->buf->last > cl->buf->pos) {
+            body->data = cl->buf->pos;
+            body->len = cl->buf->last - cl->buf->pos;
+        }
+
+        return NGX_OK;
+    }
+
+    len = 0;
+
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        len += ngx_buf_size(cl->buf);
+    }
+
+    p = ngx_pnalloc(r->pool, len);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    body->data = p;
+
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        b = cl->buf;
+
+        if (b->in_file) {
+            n = ngx_read_file(b->file, p, b->file_last - b->file_pos,
+                              b->file_pos);
+            if (n != b->file_last - b->file_pos) {
+                return NGX_ERROR;
+            }
+
+            p += n;
+
+        } else if (b->last > b->pos) {
+            /* a chunked body ends with an empty buffer, pos NULL */
+            p = ngx_cpymem(p, b->pos, b->last - b->pos);
+        }
+    }
+
+    body->len = p - body->data;
+
+    return NGX_OK;
+}
+
+
 /*
  * Finishes a request answered from a callback (a Redis reply, a thread
  * task): nginx's own events would not run the posted requests for us.

@@ -52,6 +52,8 @@ typedef struct {
 ngx_int_t ngx_http_feed_handler(ngx_http_request_t *r);
 ngx_int_t ngx_http_feed_read_body(ngx_http_request_t *r,
     ngx_http_client_body_handler_pt handler);
+ngx_int_t ngx_http_feed_read_whole_body(ngx_http_request_t *r,
+    ngx_str_t *body);
 void ngx_http_feed_finalize(ngx_http_request_t *r, ngx_int_t rc);
 ngx_int_t ngx_http_feed_last_reply(ngx_http_request_t *r,
     ngx_uint_t *waiting);

@@ -48,8 +48,6 @@ static ngx_int_t ngx_http_feed_post_author_start(ngx_http_request_t *r,
 
 static ngx_int_t ngx_http_feed_post_json_type(ngx_http_request_t *r);
 static void ngx_http_feed_post_body(ngx_http_request_t *r);
-static ngx_int_t ngx_http_feed_post_read(ngx_http_request_t *r,
-    ngx_str_t *body);
 static void ngx_http_feed_post_doc_cleanup(void *data);
 static ngx_int_t ngx_http_feed_post_store(ngx_http_request_t *r,
     ngx_http_feed_post_ctx_t *ctx);
@@ -210,7 +208,7 @@ ngx_http_feed_post_body(ngx_http_request_t *r)
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_feed_module);
 
-    if (ngx_http_feed_post_read(r, &body) != NGX_OK) {
+    if (ngx_http_feed_read_whole_body(r, &body) != NGX_OK) {
         ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
         return;
     }
@@ -270,68 +268,6 @@ ngx_http_feed_post_store(ngx_http_request_t *r, ngx_http_feed_post_ctx_t *ctx)
     return ngx_http_feed_mongo_request(r, ngx_http_feed_post_keyed_run,
                                        ngx_http_feed_post_keyed, &ctx->np,
                                        NULL);
-}
-
-
-/* the whole request body in one piece, in memory */
-
-static ngx_int_t
-ngx_http_feed_post_read(ngx_http_request_t *r, ngx_str_t *body)
-{
-    size_t        len;
-    u_char       *p;
-    ssize_t       n;
-    ngx_buf_t    *b;
-    ngx_chain_t  *cl;
-
-    body->len = 0;
-    body->data = (u_char *) "";
-
-    if (r->request_body == NULL || r->request_body->bufs == NULL) {
-        return NGX_OK;
-    }
-
-    cl = r->request_body->bufs;
-
-    if (cl->next == NULL && !cl->buf->in_file) {
-        body->data = cl->buf->pos;
-        body->len = cl->buf->last - cl->buf->pos;
-        return NGX_OK;
-    }
-
-    len = 0;
-
-    for (cl = r->request_body->bufs; cl; cl = cl->next) {
-        len += ngx_buf_size(cl->buf);
-    }
-
-    p = ngx_pnalloc(r->pool, len);
-    if (p == NULL) {
-        return NGX_ERROR;
-    }
-
-    body->data = p;
-
-    for (cl = r->request_body->bufs; cl; cl = cl->next) {
-        b = cl->buf;
-
-        if (b->in_file) {
-            n = ngx_read_file(b->file, p, b->file_last - b->file_pos,
-                              b->file_pos);
-            if (n != b->file_last - b->file_pos) {
-                return NGX_ERROR;
-            }
-
-            p += n;
-
-        } else {
-            p = ngx_cpymem(p, b->pos, b->last - b->pos);
-        }
-    }
-
-    body->len = p - body->data;
-
-    return NGX_OK;
 }
 
 

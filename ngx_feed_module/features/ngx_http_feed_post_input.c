@@ -11,10 +11,9 @@
 
 
 #include "ngx_http_feed_post.h"
+#include "ngx_http_feed_json.h"
 
 
-static ngx_int_t ngx_http_feed_post_json_one(u_char *p, size_t len,
-    bson_t *doc);
 static ngx_uint_t ngx_http_feed_post_dollar_key(u_char *p, size_t len);
 static ngx_int_t ngx_http_feed_post_check(ngx_http_feed_main_conf_t *fmcf,
     const bson_t *input, ngx_http_feed_error_t *err);
@@ -53,7 +52,7 @@ ngx_http_feed_post_parse(ngx_http_feed_main_conf_t *fmcf, u_char *p,
         return ngx_http_feed_post_fail(err, &ngx_http_feed_err_not_json);
     }
 
-    if (ngx_http_feed_post_json_one(p, len, &input) != NGX_OK) {
+    if (ngx_http_feed_json_one(p, len, &input) != NGX_OK) {
         return ngx_http_feed_post_fail(err, &ngx_http_feed_err_not_json);
     }
 
@@ -101,47 +100,6 @@ ngx_http_feed_post_doc(ngx_http_feed_post_new_t *np, const bson_t *content)
     }
 
     return doc;
-}
-
-
-/*
- * Exactly one JSON document and nothing after it: bson_init_from_json()
- * alone would stop after the first of "{...}{...}".
- */
-
-static ngx_int_t
-ngx_http_feed_post_json_one(u_char *p, size_t len, bson_t *doc)
-{
-    int                 rc;
-    bson_t              extra;
-    bson_error_t        error;
-    bson_json_reader_t *reader;
-
-    reader = bson_json_data_reader_new(false, len);
-    if (reader == NULL) {
-        return NGX_ERROR;
-    }
-
-    bson_json_data_reader_ingest(reader, p, len);
-
-    bson_init(doc);
-
-    rc = bson_json_reader_read(reader, doc, &error);
-
-    if (rc == 1) {
-        bson_init(&extra);
-        rc = (bson_json_reader_read(reader, &extra, &error) == 0) ? 1 : -1;
-        bson_destroy(&extra);
-    }
-
-    bson_json_reader_destroy(reader);
-
-    if (rc != 1) {
-        bson_destroy(doc);
-        return NGX_DECLINED;
-    }
-
-    return NGX_OK;
 }
 
 

@@ -1,0 +1,22 @@
+--[[
+  Caches a user's read marker (ngx_http_feed_markers_cache_set) unless the
+  cache already holds the same version or a newer one: versions come from
+  MongoDB and only grow, so a copy read before a later PUT, or a PUT's
+  copy that arrives after a later one's, never replaces a newer marker.
+
+  Input:
+    KEYS[1] marker            feed:mk:{<user>}
+
+    ARGV[1] version           the marker's, from MongoDB
+    ARGV[2] json              the answer of a GET, as it is sent
+    ARGV[3] ttl               seconds
+
+  Output:
+    1 when cached, 0 when the cache holds that version or a newer one
+]]
+
+local v = tonumber(redis.call('hget', KEYS[1], 'v'))
+if v and v >= tonumber(ARGV[1]) then return 0 end
+redis.call('hset', KEYS[1], 'v', ARGV[1], 'j', ARGV[2])
+redis.call('expire', KEYS[1], ARGV[3])
+return 1
