@@ -94,6 +94,8 @@ static void ngx_http_feed_timeline_bypass(ngx_http_feed_timeline_ctx_t *ctx);
 static void ngx_http_feed_timeline_bypass_done(
     ngx_http_feed_timeline_ctx_t *ctx);
 
+static void ngx_http_feed_timeline_fill(ngx_http_feed_timeline_ctx_t *ctx,
+    ngx_http_feed_timeline_next_pt next);
 static void ngx_http_feed_timeline_answer(ngx_http_feed_timeline_ctx_t *ctx);
 static ngx_int_t ngx_http_feed_timeline_send(
     ngx_http_feed_timeline_ctx_t *ctx);
@@ -1016,8 +1018,7 @@ ngx_http_feed_timeline_deep(ngx_http_feed_timeline_ctx_t *ctx)
 static void
 ngx_http_feed_timeline_deep_done(ngx_http_feed_timeline_ctx_t *ctx)
 {
-    ngx_int_t   rc;
-    ngx_uint_t  more;
+    ngx_int_t  rc;
 
     rc = ngx_http_feed_timeline_fallback_items(ctx);
 
@@ -1026,30 +1027,7 @@ ngx_http_feed_timeline_deep_done(ngx_http_feed_timeline_ctx_t *ctx)
         return;
     }
 
-    if (ngx_http_feed_timeline_fallback_add(ctx,
-                                            ctx->page.limit
-                                            - ctx->cached.nitems,
-                                            &more)
-        != NGX_OK)
-    {
-        ngx_http_feed_timeline_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
-        return;
-    }
-
-    ctx->cached.more = more;
-
-    rc = ngx_http_feed_timeline_fallback_more(ctx,
-                                              ngx_http_feed_timeline_deep_done);
-    if (rc == NGX_ERROR) {
-        ngx_http_feed_timeline_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
-        return;
-    }
-
-    if (rc == NGX_OK) {
-        return;
-    }
-
-    ngx_http_feed_timeline_answer(ctx);
+    ngx_http_feed_timeline_fill(ctx, ngx_http_feed_timeline_deep_done);
 }
 
 
@@ -1082,8 +1060,7 @@ ngx_http_feed_timeline_bypass(ngx_http_feed_timeline_ctx_t *ctx)
 static void
 ngx_http_feed_timeline_bypass_done(ngx_http_feed_timeline_ctx_t *ctx)
 {
-    ngx_int_t   rc;
-    ngx_uint_t  more;
+    ngx_int_t  rc;
 
     if (!ctx->items_ready) {
         rc = ngx_http_feed_timeline_fallback_items(ctx);
@@ -1100,6 +1077,23 @@ ngx_http_feed_timeline_bypass_done(ngx_http_feed_timeline_ctx_t *ctx)
         ngx_memzero(&ctx->cached, sizeof(ngx_http_feed_cached_t));
     }
 
+    ngx_http_feed_timeline_fill(ctx, ngx_http_feed_timeline_bypass_done);
+}
+
+
+/*
+ * The fallback's items added to the page; while the filters left it short
+ * and the fallback has more, it is asked again (next runs then), else the
+ * page is answered.
+ */
+
+static void
+ngx_http_feed_timeline_fill(ngx_http_feed_timeline_ctx_t *ctx,
+    ngx_http_feed_timeline_next_pt next)
+{
+    ngx_int_t   rc;
+    ngx_uint_t  more;
+
     if (ngx_http_feed_timeline_fallback_add(ctx,
                                             ctx->page.limit
                                             - ctx->cached.nitems,
@@ -1112,8 +1106,7 @@ ngx_http_feed_timeline_bypass_done(ngx_http_feed_timeline_ctx_t *ctx)
 
     ctx->cached.more = more;
 
-    rc = ngx_http_feed_timeline_fallback_more(ctx,
-                                        ngx_http_feed_timeline_bypass_done);
+    rc = ngx_http_feed_timeline_fallback_more(ctx, next);
     if (rc == NGX_ERROR) {
         ngx_http_feed_timeline_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
         return;
