@@ -54,7 +54,10 @@ local function unlock()
   end
 end
 if (redis.call('get', KEYS[3]) or '') ~= ARGV[5] then
+  -- the follows changed: what fanout queued for this rebuild was for the
+  -- follows of before, and the next rebuild must not merge it
   unlock()
+  redis.call('del', KEYS[4])
   return 0
 end
 if redis.call('exists', tl) == 0 then

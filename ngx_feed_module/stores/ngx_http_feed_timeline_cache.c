@@ -1092,6 +1092,10 @@ ngx_http_feed_timeline_cache_drop(ngx_http_request_t *r,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_KEY_PULL,
         keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_KEY_PULL],
         NGX_HTTP_FEED_KEY_PULL_AUTHORS, user);
+    ngx_http_feed_timeline_cache_key(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_KEY_QUEUE,
+        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_KEY_QUEUE],
+        NGX_HTTP_FEED_KEY_REBUILD_QUEUE, user);
 
     ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_DROP_ARG_TTL, ttl,
