@@ -295,6 +295,13 @@ static ngx_command_t  ngx_http_feed_commands[] = {
       0,
       &ngx_http_feed_marker_handler },
 
+    { ngx_string("feed_timeline_unread"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_feed_handler_conf,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      &ngx_http_feed_timeline_unread_handler },
+
     { ngx_string("feed_timeline_source"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
       ngx_http_feed_handler_conf,

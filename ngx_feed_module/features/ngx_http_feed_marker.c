@@ -64,8 +64,6 @@ static ngx_int_t ngx_http_feed_marker_stored(ngx_http_request_t *r,
     void *data);
 static void ngx_http_feed_marker_set(void *data, redisReply *reply);
 static void ngx_http_feed_marker_dropped(void *data, redisReply *reply);
-static ngx_int_t ngx_http_feed_marker_json(ngx_http_request_t *r,
-    ngx_http_feed_marker_t *m, ngx_str_t *json);
 static ngx_int_t ngx_http_feed_marker_send(ngx_http_request_t *r,
     ngx_str_t *json, int64_t version, const char *cache);
 
@@ -275,7 +273,7 @@ ngx_http_feed_marker_found(ngx_http_request_t *r, void *data)
     if (ctx->fmcf->redis_client && ngx_strcmp(ctx->cache, "MISS") == 0) {
         (void) ngx_http_feed_markers_cache_set(NULL, ctx->fmcf->redis_client,
                                                &ctx->op.user,
-                                               ctx->op.marker.version,
+                                               &ctx->op.marker,
                                                &ctx->json, NULL, NULL);
     }
 
@@ -468,8 +466,8 @@ ngx_http_feed_marker_stored(ngx_http_request_t *r, void *data)
     }
 
     rc = ngx_http_feed_markers_cache_set(r, ctx->fmcf->redis_client,
-                                         &ctx->op.user,
-                                         ctx->op.marker.version, &ctx->json,
+                                         &ctx->op.user, &ctx->op.marker,
+                                         &ctx->json,
                                          ngx_http_feed_marker_set, ctx);
     if (rc == NGX_ERROR) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -544,10 +542,11 @@ ngx_http_feed_marker_dropped(void *data, redisReply *reply)
 
 /*
  * {"last_read_id": "...", "updated_at": "2026-11-27T06:50:18.123Z",
- * "version": 3}
+ * "version": 3}: the answer, and the copy Redis keeps of it (also filled
+ * by unread counts, ngx_http_feed_timeline_unread.c)
  */
 
-static ngx_int_t
+ngx_int_t
 ngx_http_feed_marker_json(ngx_http_request_t *r, ngx_http_feed_marker_t *m,
     ngx_str_t *json)
 {

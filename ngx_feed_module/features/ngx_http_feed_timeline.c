@@ -11,6 +11,13 @@
  *           in one step, and every waiter reads the page from it;
  *   bypass  Redis is unavailable: the page comes from the fallback.
  *
+ * An unread count (feed_timeline_unread, ngx_http_feed_timeline_unread.c)
+ * is a read of the same machine whose script counts instead of reading a
+ * page: a miss rebuilds the cache as for a page, a bypass counts the
+ * fallback's posts newer than the marker.  Without the marker's copy in
+ * Redis, the marker is asked of MongoDB (marker) and the count asked
+ * again with it.
+ *
  * The fallback is an in-memory subrequest to an ordinary location,
  * "feed_timeline_source" (fanout on read from MongoDB) or proxy_pass; it
  * is asked, and its answer parsed, in ngx_http_feed_timeline_fallback.c.
@@ -25,6 +32,8 @@
  *   wait, poll -> local, read
  *   members -> lead | failed
  *   bypass -> filters (once) -> bypass | failed
+ *   bypass (a count) -> marker (once) -> bypass
+ *   read (a count) -> marker -> read
  *   lead -> lead (fewer posts) | warm
  *   warm -> local, read | rebuilt (answered from the rebuild, not cached)
  *   kept, hit, deep, bypass, rebuilt -> done
@@ -56,8 +65,6 @@
 
 static ngx_int_t ngx_http_feed_timeline_args(ngx_http_request_t *r,
     void *data, const ngx_http_feed_error_t **err);
-static ngx_int_t ngx_http_feed_timeline_start(ngx_http_request_t *r,
-    void *data);
 static void ngx_http_feed_timeline_move(ngx_http_feed_timeline_ctx_t *ctx,
     ngx_http_feed_timeline_state_e state);
 static void ngx_http_feed_timeline_count(ngx_http_feed_timeline_ctx_t *ctx);
@@ -103,6 +110,9 @@ static ngx_int_t ngx_http_feed_timeline_link(ngx_http_request_t *r,
     ngx_http_feed_page_t *page, char *next);
 static void ngx_http_feed_timeline_fail(ngx_http_feed_timeline_ctx_t *ctx,
     ngx_int_t rc);
+static void ngx_http_feed_timeline_marker(ngx_http_feed_timeline_ctx_t *ctx);
+static void ngx_http_feed_timeline_marker_done(
+    ngx_http_feed_timeline_ctx_t *ctx);
 static void ngx_http_feed_timeline_cleanup(void *data);
 
 
@@ -132,7 +142,7 @@ static ngx_str_t  ngx_http_feed_cache_statuses[] = {
 static char  *ngx_http_feed_timeline_states[] = {
     "start", "local", "read", "kept", "hit", "miss", "wait", "poll", "lead",
     "warm", "rebuilt", "deep", "bypass", "done", "failed", "pull", "members",
-    "filters"
+    "filters", "marker"
 };
 
 #endif
@@ -144,12 +154,28 @@ ngx_http_feed_timeline_args(ngx_http_request_t *r, void *data,
 {
     ngx_http_feed_timeline_ctx_t  *ctx = data;
 
-    return ngx_http_feed_page_args(r, NGX_HTTP_FEED_PAGE_CLIENT, &ctx->page,
-                                   err);
+    ngx_int_t                     rc;
+    const ngx_http_feed_error_t  *e;
+
+    rc = ngx_http_feed_page_args(r, NGX_HTTP_FEED_PAGE_CLIENT, &ctx->page,
+                                 err);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    /* the unread count is the user's own, as the read marker is */
+
+    ctx->unread = !ctx->page.has_max && !ctx->page.has_since
+                  && ngx_http_feed_authorize(r, &ctx->page.user, &e)
+                     == NGX_OK;
+
+    return NGX_OK;
 }
 
 
-static ngx_int_t
+/* the read of a page, or of an unread count (counting) */
+
+ngx_int_t
 ngx_http_feed_timeline_start(ngx_http_request_t *r, void *data)
 {
     ngx_http_feed_timeline_ctx_t  *ctx = data;
@@ -224,6 +250,10 @@ ngx_http_feed_timeline_move(ngx_http_feed_timeline_ctx_t *ctx,
         ngx_http_feed_timeline_members(ctx);
         return;
 
+    case NGX_HTTP_FEED_TL_MARKER:
+        ngx_http_feed_timeline_marker(ctx);
+        return;
+
     case NGX_HTTP_FEED_TL_LEAD:
         ngx_http_feed_timeline_lead(ctx);
         return;
@@ -233,6 +263,12 @@ ngx_http_feed_timeline_move(ngx_http_feed_timeline_ctx_t *ctx,
         return;
 
     case NGX_HTTP_FEED_TL_REBUILT:
+        if (ctx->counting) {
+            /* the rebuild holds no marker: the cache is asked again */
+            ngx_http_feed_timeline_reread(ctx);
+            return;
+        }
+
         ngx_http_feed_timeline_bypass_done(ctx);
         return;
 
@@ -312,12 +348,20 @@ ngx_http_feed_timeline_lookup(ngx_http_feed_timeline_ctx_t *ctx)
 
     ngx_http_feed_timeline_watch_mark(&ctx->page.user, &ctx->mark);
 
-    rc = ngx_http_feed_timeline_cache_read(ctx->request, ctx->fmcf,
-                                           &ctx->page, &ctx->have,
-                                           ctx->vouched,
-                                           ngx_http_feed_timeline_kept,
-                                           ngx_http_feed_timeline_read_done,
-                                           ctx);
+    if (ctx->counting) {
+        rc = ngx_http_feed_timeline_cache_unread(ctx->request, ctx->fmcf,
+                                                 &ctx->page.user,
+                                                 &ctx->marker,
+                                                 ngx_http_feed_timeline_read_done,
+                                                 ctx);
+    } else {
+        rc = ngx_http_feed_timeline_cache_read(ctx->request, ctx->fmcf,
+                                               &ctx->page, &ctx->have,
+                                               ctx->vouched, ctx->unread,
+                                               ngx_http_feed_timeline_kept,
+                                               ngx_http_feed_timeline_read_done,
+                                               ctx);
+    }
     if (rc == NGX_ERROR) {
         ngx_http_feed_timeline_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
         return;
@@ -440,6 +484,26 @@ ngx_http_feed_timeline_read_done(void *data, redisReply *reply)
 
     if (!ctx->cached.found) {
         ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_MISS);
+        return;
+    }
+
+    if (ctx->cached.counted) {
+        if (ctx->status == NGX_HTTP_FEED_CACHE_NONE) {
+            ctx->status = NGX_HTTP_FEED_CACHE_HIT;
+        }
+
+        if (ctx->cached.unread.len) {
+            ngx_http_feed_timeline_answer(ctx);
+            return;
+        }
+
+        if (ctx->marker.len == 0) {
+            ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_MARKER);
+            return;
+        }
+
+        /* the script counts from a marker it is given: a broken reply */
+        ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_BYPASS);
         return;
     }
 
@@ -1038,6 +1102,22 @@ ngx_http_feed_timeline_bypass(ngx_http_feed_timeline_ctx_t *ctx)
 {
     ctx->status = NGX_HTTP_FEED_CACHE_BYPASS;
 
+    if (ctx->counting) {
+        if (ctx->marker.len == 0) {
+            ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_MARKER);
+            return;
+        }
+
+        /* a count: the posts newer than the marker, up to a cache's worth */
+
+        ctx->page.limit = ctx->fmcf->cache_size;
+        ctx->page.has_since = (ctx->marker.len == 24);
+
+        if (ctx->page.has_since) {
+            ngx_memcpy(ctx->page.since_id, ctx->marker.data, 25);
+        }
+    }
+
     if (!ctx->filter_set.loaded) {
         ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_FILTERS);
         return;
@@ -1152,6 +1232,17 @@ ngx_http_feed_timeline_send(ngx_http_feed_timeline_ctx_t *ctx)
 
     if (r->connection->error) {
         return NGX_HTTP_CLIENT_CLOSED_REQUEST;
+    }
+
+    if (ctx->counting) {
+        return ngx_http_feed_timeline_unread_send(ctx);
+    }
+
+    if (ctx->cached.unread.len
+        && ngx_http_feed_add_header(r, "X-Feed-Unread", &ctx->cached.unread)
+           != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     if (ctx->cached.more && ctx->cached.nitems
@@ -1269,6 +1360,35 @@ ngx_http_feed_timeline_fail(ngx_http_feed_timeline_ctx_t *ctx, ngx_int_t rc)
 }
 
 
+/* a count without the marker's copy in Redis: the marker from MongoDB */
+
+static void
+ngx_http_feed_timeline_marker(ngx_http_feed_timeline_ctx_t *ctx)
+{
+    ngx_int_t  rc;
+
+    rc = ngx_http_feed_timeline_unread_marker(ctx,
+                                              ngx_http_feed_timeline_marker_done);
+    if (rc != NGX_OK) {
+        ngx_http_feed_timeline_fail(ctx, rc);
+    }
+}
+
+
+/* the marker known (ctx->marker): the count asked again with it */
+
+static void
+ngx_http_feed_timeline_marker_done(ngx_http_feed_timeline_ctx_t *ctx)
+{
+    if (ctx->status == NGX_HTTP_FEED_CACHE_BYPASS) {
+        ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_BYPASS);
+        return;
+    }
+
+    ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_READ);
+}
+
+
 /*
  * A read that ended, for feed_metrics: how the cache answered it, and the
  * rebuild it led.  A read that failed before the cache answered has no
@@ -1278,7 +1398,7 @@ ngx_http_feed_timeline_fail(ngx_http_feed_timeline_ctx_t *ctx, ngx_int_t rc)
 static void
 ngx_http_feed_timeline_count(ngx_http_feed_timeline_ctx_t *ctx)
 {
-    if (ctx->status != NGX_HTTP_FEED_CACHE_NONE) {
+    if (ctx->status != NGX_HTTP_FEED_CACHE_NONE && !ctx->counting) {
         ngx_http_feed_stat(timeline_reads[ctx->status], 1);
     }
 
@@ -1348,7 +1468,9 @@ ngx_http_feed_cache_status_variable(ngx_http_request_t *r,
     flcf = ngx_http_get_module_loc_conf(r->main, ngx_http_feed_module);
     ctx = ngx_http_get_module_ctx(r->main, ngx_http_feed_module);
 
-    if (ctx == NULL || flcf->handler != &ngx_http_feed_timeline_handler
+    if (ctx == NULL
+        || (flcf->handler != &ngx_http_feed_timeline_handler
+            && flcf->handler != &ngx_http_feed_timeline_unread_handler)
         || ctx->status == NGX_HTTP_FEED_CACHE_NONE)
     {
         v->not_found = 1;

@@ -20,6 +20,7 @@
 
 extern ngx_http_feed_handler_t  ngx_http_feed_timeline_handler;
 extern ngx_http_feed_handler_t  ngx_http_feed_timeline_source_handler;
+extern ngx_http_feed_handler_t  ngx_http_feed_timeline_unread_handler;
 
 
 ngx_int_t ngx_http_feed_timeline_init(void);

@@ -38,8 +38,11 @@ typedef enum {
     NGX_HTTP_FEED_TL_MEMBERS,       /* the rebuild asks which followees
                                        are pull authors, and the user's
                                        filters */
-    NGX_HTTP_FEED_TL_FILTERS        /* no cache: the user's filters are
+    NGX_HTTP_FEED_TL_FILTERS,       /* no cache: the user's filters are
                                        asked before the fallback */
+    NGX_HTTP_FEED_TL_MARKER         /* an unread count: the read marker
+                                       is asked of MongoDB, its copy not
+                                       being in Redis */
 } ngx_http_feed_timeline_state_e;
 
 
@@ -175,8 +178,28 @@ struct ngx_http_feed_timeline_ctx_s {
 
     /* the answer overflowed the fallback location's subrequest buffer */
     unsigned                        fb_broke:1;
+
+    /* an unread count (feed_timeline_unread), not a page */
+    unsigned                        counting:1;
+
+    /* a first page that answers the unread count too (X-Feed-Unread) */
+    unsigned                        unread:1;
+
+    /*
+     * Of a count: the read marker as MongoDB has it, for the script: "-"
+     * for none, else its id; empty while not asked
+     */
+    ngx_str_t                       marker;
+    u_char                          marker_id[25];
 };
 
+
+ngx_int_t ngx_http_feed_timeline_start(ngx_http_request_t *r, void *data);
+
+ngx_int_t ngx_http_feed_timeline_unread_marker(
+    ngx_http_feed_timeline_ctx_t *ctx, ngx_http_feed_timeline_next_pt next);
+ngx_int_t ngx_http_feed_timeline_unread_send(
+    ngx_http_feed_timeline_ctx_t *ctx);
 
 ngx_int_t ngx_http_feed_timeline_fallback_rebuild(
     ngx_http_feed_timeline_ctx_t *ctx, ngx_uint_t limit,

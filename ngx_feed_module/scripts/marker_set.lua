@@ -3,6 +3,9 @@
   cache already holds the same version or a newer one: versions come from
   MongoDB and only grow, so a copy read before a later PUT, or a PUT's
   copy that arrives after a later one's, never replaces a newer marker.
+  Version 0 is a user without a marker (json and last_read_id ''), as an
+  unread count found in MongoDB (docs/timeline.md#unread-counts): a GET
+  reads MongoDB for it, and the first PUT's copy replaces it.
 
   Input:
     KEYS[1] marker            feed:mk:{<user>}
@@ -10,6 +13,8 @@
     ARGV[1] version           the marker's, from MongoDB
     ARGV[2] json              the answer of a GET, as it is sent
     ARGV[3] ttl               seconds
+    ARGV[4] last_read_id      the marker's, read by the unread counts
+                              (lib/unread.lua)
 
   Output:
     1 when cached, 0 when the cache holds that version or a newer one
@@ -17,6 +22,6 @@
 
 local v = tonumber(redis.call('hget', KEYS[1], 'v'))
 if v and v >= tonumber(ARGV[1]) then return 0 end
-redis.call('hset', KEYS[1], 'v', ARGV[1], 'j', ARGV[2])
+redis.call('hset', KEYS[1], 'v', ARGV[1], 'j', ARGV[2], 'l', ARGV[4])
 redis.call('expire', KEYS[1], ARGV[3])
 return 1

@@ -12,6 +12,7 @@
     KEYS[6] filters       the authors the user does not see, feed:tlf:{user}
                           (lib/filtered.lua): a list without it is made
                           again, with it
+    KEYS[7] marker        the user's read marker's copy, feed:mk:{user}
 
     ARGV[1] limit         posts per page
     ARGV[2] max_id        only older posts ('' for none)
@@ -32,12 +33,15 @@
                           cluster, its copy on the user's node)
     ARGV[10] copy         the copy's mark for its node's run, '~<run>'
                           (lib/deleted.lua); '' on a single Redis
+    ARGV[11] unread       '1': a first page answers the unread count
+                          too (lib/unread.lua), when the user has a
+                          marker and its copy is in Redis
 
   Output, the first element the kind of reply:
     {0, locked}           MISSING: no timeline; locked 1 while being
                           rebuilt, 2 when a rebuild just failed
     {1, more, deep, last, version, ids, pulled, usec, lists, filters,
-     JSON...}
+     unread, JSON...}
                           PAGE: the page, each post's JSON; last: the id of
                           its last post, ids: theirs concatenated; pulled:
                           how many came from pull authors' lists, usec: the
@@ -45,7 +49,8 @@
                           merged and their lists' versions, {a1, v1, ...};
                           filters: when the page goes on past the end of
                           a trimmed list (deep), the authors the rest must
-                          leave out, {a1, a2, ...}
+                          leave out, {a1, a2, ...}; unread: the count
+                          ("<n>" or "<n>+", lib/unread.lua) or false
     {3, version, false, lists}
                           KEPT: the first page kept as answered (read by the
                           HGET sent just before this, in the same round
@@ -55,6 +60,9 @@
     {4, version, false, lists}
                           LOCAL: the worker's own copy is current
     {4, version}          LOCAL: the same, on the worker's word (vouched)
+                          KEPT and LOCAL end with the unread count when
+                          asked and known: {3|4, version, page|false,
+                          lists|false, unread}
     {5, author...}        PULL: these pull authors' lists are missing (a
                           Redis restart, or no post for a long time): they
                           are loaded from MongoDB, and the page read again
@@ -84,6 +92,7 @@
 ]]
 
 local MISSING, PAGE, KEPT, LOCAL, PULL = 0, 1, 3, 4, 5
+local ITEMS = 11
 -- @include keys
 -- @include end
 -- @include deleted
@@ -95,6 +104,9 @@ local ver = redis.call('get', KEYS[4])
 local mark, pull, lists = ver and string.sub(ver, -1), {}, {}
 local first = max == '' and since == ''
 local deleting = deleting_any(ARGV[9], ARGV[10])
+local embed, filtered = ARGV[5] == 'e', false
+-- @include filtered
+-- @include unread
 -- a list kept from another run of its node, which came back on older data
 -- (lib/deleted.lua): it may hold posts deleted or authors unfollowed
 -- since, that nothing else hides any more; made again, as one without its
@@ -125,7 +137,14 @@ if mark == 'P' and first and ARGV[8] == '1'
    and redis.call('exists', KEYS[5]) == 1
 then
   local kv = redis.call('hget', KEYS[3], 'v' .. ARGV[1])
-  if kv == ARGV[6] and current(kv) then return {LOCAL, kv} end
+  if kv == ARGV[6] and current(kv) then
+    -- the unread count only if kept for the copy's version (else read on)
+    local m, mv
+    if ARGV[11] == '1' then m, mv = unread_marker(KEYS[7], '') end
+    if not m or m == '' then return {LOCAL, kv} end
+    local u = unread_kept(string.match(kv, '^[^:]*'), mv)
+    if u then return {LOCAL, kv, false, false, u} end
+  end
 end
 if mark == 'P' then
   pull = redis.call('smembers', KEYS[5])
@@ -148,13 +167,22 @@ if #pull > 0 then
     ver, lists = ver .. '.' .. sig, more
   end
 end
+-- the unread count of a first page, for a user with a marker
+local function first_unread(nf)
+  if ARGV[11] ~= '1' then return false end
+  local m, mv = unread_marker(KEYS[7], '')
+  if not m or m == '' then return false end
+  filtered = (nf or redis.call('hlen', KEYS[6])) > 1
+  return unread(ver, mv, m, pull)
+end
 local kv = first and redis.call('hget', KEYS[3], 'v' .. ARGV[1])
 if kv and string.sub(kv, 1, #ver + 1) == ver .. ':' and current(kv) then
+  local u = first_unread()
   -- a plain user's replies stay as short as they were
-  local tail = #pull > 0 and {false, lists} or {}
+  local tail = (#pull > 0 or u) and {false, lists, u} or {}
   if ARGV[6] == '' then return {KEPT, kv, unpack(tail)} end
   if ARGV[6] == kv then return {LOCAL, kv, unpack(tail)} end
-  return {KEPT, kv, redis.call('hget', KEYS[3], ARGV[1]), lists}
+  return {KEPT, kv, redis.call('hget', KEYS[3], ARGV[1]), lists, u}
 end
 -- a list without its filters (evicted on their own, or made by an older
 -- version): made again; a kept page above was made with them
@@ -162,9 +190,7 @@ local nf = redis.call('hlen', KEYS[6])
 if nf == 0 then
   redis.call('del', tl, KEYS[3])
 end
-local embed = ARGV[5] == 'e'
-local filtered = nf > 1
--- @include filtered
+filtered = nf > 1
 -- @include merge
 local chunk = limit + 1
 local part = redis.call('lrange', tl, 0, chunk - 1)
@@ -177,7 +203,8 @@ if part[1] ~= END then
 end
 local out, got, n, pos = {PAGE, 0, 1, '',
                           ver .. ':' .. string.sub(part[1], 1, 24),
-                          '', 0, 0, lists, {}}, {}, 0, 0
+                          '', 0, 0, lists, {}, false}, {}, 0, 0
+if first then out[11] = first_unread(nf) end
 
 -- the authors the rest of a deep page must leave out
 local function deep_filters(res)
@@ -239,7 +266,7 @@ while true do
           return out
         end
         n = n + 1
-        out[10 + n] = json
+        out[ITEMS + n] = json
         out[4] = ids[i]
         got[n] = ids[i]
       end

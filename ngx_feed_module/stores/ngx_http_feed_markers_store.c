@@ -13,8 +13,11 @@
  * change, and a marker never moves back unless the PUT forces it.
  *
  * Redis holds a copy, the hash "feed:mk:{<user>}" {v: version, j: the
- * answer's JSON}, written only by scripts/marker_set.lua, which never
- * replaces a version with an older one (docs/timeline.md#read-marker).
+ * answer's JSON, l: last_read_id}, written only by scripts/marker_set.lua,
+ * which never replaces a version with an older one
+ * (docs/timeline.md#read-marker); version 0 says the user has none.  The
+ * timeline's scripts read it for unread counts (scripts/lib/unread.lua):
+ * the timeline cache names the key by ngx_http_feed_markers_cache_key().
  */
 
 
@@ -43,8 +46,6 @@ static ngx_int_t ngx_http_feed_markers_swap(mongoc_collection_t *coll,
 static ngx_int_t ngx_http_feed_markers_command(ngx_http_request_t *r,
     ngx_http_feed_redis_t *rd, ngx_http_feed_user_t *user, ngx_uint_t read,
     ngx_http_feed_redis_pt handler, void *data);
-static size_t ngx_http_feed_markers_key(char *buf,
-    ngx_http_feed_user_t *user);
 
 
 ngx_int_t
@@ -324,15 +325,19 @@ ngx_http_feed_markers_cache_parse(redisReply *reply, ngx_str_t *json,
 
 
 /*
- * The marker's copy, unless Redis has that version or a newer one.
- * NGX_DECLINED when Redis is not connected; r NULL: fire and forget.
+ * The marker's copy, unless Redis has that version or a newer one; m NULL
+ * and version 0 for a user without a marker (json empty).  NGX_DECLINED
+ * when Redis is not connected; r NULL: fire and forget.
  */
 
 ngx_int_t
 ngx_http_feed_markers_cache_set(ngx_http_request_t *r,
-    ngx_http_feed_redis_t *rd, ngx_http_feed_user_t *user, int64_t version,
-    ngx_str_t *json, ngx_http_feed_redis_pt handler, void *data)
+    ngx_http_feed_redis_t *rd, ngx_http_feed_user_t *user,
+    ngx_http_feed_marker_t *m, ngx_str_t *json,
+    ngx_http_feed_redis_pt handler, void *data)
 {
+    char                        id[25];
+    int64_t                     version;
     char                        key[sizeof(NGX_HTTP_FEED_KEY_MARKER) + 1
                                     + NGX_HTTP_FEED_USER_MAX];
     u_char                      value[NGX_INT64_LEN];
@@ -344,6 +349,14 @@ ngx_http_feed_markers_cache_set(ngx_http_request_t *r,
         return NGX_DECLINED;
     }
 
+    id[0] = '\0';
+    version = 0;
+
+    if (m) {
+        bson_oid_to_string(&m->last_read_id, id);
+        version = m->version;
+    }
+
     ngx_http_feed_redis_call_init(&call, &ngx_http_feed_script_marker_set,
                                   argv, argvlen,
                                   NGX_HTTP_FEED_SCRIPT_MARKER_SET_NKEYS,
@@ -351,7 +364,7 @@ ngx_http_feed_markers_cache_set(ngx_http_request_t *r,
 
     ngx_http_feed_redis_call_key(&call,
         NGX_HTTP_FEED_SCRIPT_MARKER_SET_KEY_MARKER,
-        key, ngx_http_feed_markers_key(key, user));
+        key, ngx_http_feed_markers_cache_key(key, user));
 
     ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_MARKER_SET_ARG_VERSION,
@@ -360,6 +373,8 @@ ngx_http_feed_markers_cache_set(ngx_http_request_t *r,
         NGX_HTTP_FEED_SCRIPT_MARKER_SET_ARG_JSON, json->data, json->len);
     ngx_http_feed_redis_call_lit(&call,
         NGX_HTTP_FEED_SCRIPT_MARKER_SET_ARG_TTL, NGX_HTTP_FEED_MARKERS_TTL);
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_MARKER_SET_ARG_LAST_READ_ID, id, ngx_strlen(id));
 
     return ngx_http_feed_redis_call(r, rd, &call, handler, data);
 }
@@ -406,7 +421,7 @@ ngx_http_feed_markers_command(ngx_http_request_t *r,
     }
 
     ngx_http_feed_redis_args_key(&args, key,
-                                 ngx_http_feed_markers_key(key, user));
+                                 ngx_http_feed_markers_cache_key(key, user));
 
     if (read) {
         ngx_http_feed_redis_args_lit(&args, "v");
@@ -427,10 +442,13 @@ ngx_http_feed_markers_cache_taken(redisReply *reply)
 }
 
 
-/* "feed:mk:{<user>}" */
+/*
+ * "feed:mk:{<user>}" in buf, of NGX_HTTP_FEED_USER_MAX + 16 bytes: also
+ * for the timeline's scripts, which read the copy
+ */
 
-static size_t
-ngx_http_feed_markers_key(char *buf, ngx_http_feed_user_t *user)
+size_t
+ngx_http_feed_markers_cache_key(char *buf, ngx_http_feed_user_t *user)
 {
     u_char  *p;
 

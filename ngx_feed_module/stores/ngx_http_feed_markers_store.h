@@ -52,12 +52,14 @@ ngx_int_t ngx_http_feed_markers_cache_lookup(ngx_http_request_t *r,
 ngx_int_t ngx_http_feed_markers_cache_parse(redisReply *reply,
     ngx_str_t *json, int64_t *version);
 ngx_int_t ngx_http_feed_markers_cache_set(ngx_http_request_t *r,
-    ngx_http_feed_redis_t *rd, ngx_http_feed_user_t *user, int64_t version,
-    ngx_str_t *json, ngx_http_feed_redis_pt handler, void *data);
+    ngx_http_feed_redis_t *rd, ngx_http_feed_user_t *user,
+    ngx_http_feed_marker_t *m, ngx_str_t *json,
+    ngx_http_feed_redis_pt handler, void *data);
 ngx_int_t ngx_http_feed_markers_cache_drop(ngx_http_request_t *r,
     ngx_http_feed_redis_t *rd, ngx_http_feed_user_t *user,
     ngx_http_feed_redis_pt handler, void *data);
 ngx_int_t ngx_http_feed_markers_cache_taken(redisReply *reply);
+size_t ngx_http_feed_markers_cache_key(char *buf, ngx_http_feed_user_t *user);
 
 
 #endif /* _NGX_HTTP_FEED_MARKERS_STORE_H_INCLUDED_ */

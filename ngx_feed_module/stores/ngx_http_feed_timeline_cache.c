@@ -36,6 +36,7 @@
 #include "ngx_http_feed_json.h"
 #include "ngx_http_feed_scripts.h"
 #include "ngx_http_feed_keys.h"
+#include "ngx_http_feed_markers_store.h"
 
 
 /* the name of feed:deleting's copy on a cluster's node */
@@ -67,13 +68,35 @@ typedef struct {
 } ngx_http_feed_timeline_retire_t;
 
 
+/*
+ * A call of timeline_read.lua or timeline_unread.lua, which take the same
+ * keys and arguments, and the buffers they are made in
+ */
+typedef struct {
+    ngx_http_feed_redis_call_t    call;
+    char                          keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_NKEYS]
+                                      [NGX_HTTP_FEED_USER_KEY_LEN];
+    size_t                        pages_len;
+    u_char                        limit[NGX_INT_T_LEN];
+    size_t                        limit_len;
+    u_char                        ttl[NGX_INT_T_LEN];
+    u_char                        deleting[NGX_HTTP_FEED_DELETING_ARGS_LEN];
+    u_char                        copy[NGX_HTTP_FEED_PULL_COPY_LEN];
+    size_t                        argvlen[
+                                      NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARGC];
+    const char                   *argv[
+                                      NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARGC];
+} ngx_http_feed_timeline_read_call_t;
+
+
 /* the kinds of reply of timeline_read.lua, its first element */
 typedef enum {
     NGX_HTTP_FEED_TIMELINE_READ_MISSING = 0,
     NGX_HTTP_FEED_TIMELINE_READ_PAGE = 1,
     NGX_HTTP_FEED_TIMELINE_READ_KEPT = 3,
     NGX_HTTP_FEED_TIMELINE_READ_LOCAL = 4,
-    NGX_HTTP_FEED_TIMELINE_READ_PULL = 5
+    NGX_HTTP_FEED_TIMELINE_READ_PULL = 5,
+    NGX_HTTP_FEED_TIMELINE_READ_UNREAD = 6      /* timeline_unread.lua */
 } ngx_http_feed_timeline_read_e;
 
 
@@ -84,6 +107,9 @@ enum {
     NGX_HTTP_FEED_TIMELINE_READ_KEPT_VERSION = 1,  /* KEPT, LOCAL */
     NGX_HTTP_FEED_TIMELINE_READ_KEPT_PAGE = 2,
     NGX_HTTP_FEED_TIMELINE_READ_KEPT_LISTS = 3,
+    NGX_HTTP_FEED_TIMELINE_READ_KEPT_UNREAD = 4,
+
+    NGX_HTTP_FEED_TIMELINE_READ_COUNT = 1,         /* UNREAD */
 
     NGX_HTTP_FEED_TIMELINE_READ_MORE = 1,          /* PAGE */
     NGX_HTTP_FEED_TIMELINE_READ_DEEP = 2,
@@ -94,7 +120,8 @@ enum {
     NGX_HTTP_FEED_TIMELINE_READ_USEC = 7,
     NGX_HTTP_FEED_TIMELINE_READ_LISTS = 8,
     NGX_HTTP_FEED_TIMELINE_READ_FILTERS = 9,
-    NGX_HTTP_FEED_TIMELINE_READ_ITEMS = 10
+    NGX_HTTP_FEED_TIMELINE_READ_UNREAD_COUNT = 10,
+    NGX_HTTP_FEED_TIMELINE_READ_ITEMS = 11
 };
 
 
@@ -112,6 +139,10 @@ typedef struct {
 } ngx_http_feed_timeline_cache_mark_t;
 
 
+static void ngx_http_feed_timeline_cache_read_call(
+    ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_timeline_read_call_t *rc,
+    ngx_http_feed_redis_script_t *script, ngx_http_feed_page_t *page,
+    ngx_str_t *have, ngx_uint_t vouched, ngx_str_t *unread);
 static ngx_int_t ngx_http_feed_timeline_cache_warm_items(
     ngx_http_request_t *r, ngx_http_feed_redis_call_t *call, bson_t *items);
 static ngx_int_t ngx_http_feed_timeline_cache_warm_item(void *data,
@@ -148,6 +179,9 @@ static ngx_int_t ngx_http_feed_timeline_cache_parse_kept(
     ngx_http_request_t *r, redisReply *reply, ngx_http_feed_cached_t *cached);
 static ngx_int_t ngx_http_feed_timeline_cache_parse_pull(
     ngx_http_request_t *r, redisReply *reply, ngx_http_feed_cached_t *cached);
+static ngx_int_t ngx_http_feed_timeline_cache_unread_count(
+    ngx_http_request_t *r, redisReply *reply, size_t i,
+    ngx_http_feed_cached_t *cached);
 static ngx_uint_t ngx_http_feed_timeline_cache_flag(redisReply *e);
 static ngx_uint_t ngx_http_feed_timeline_cache_int(redisReply *e);
 static void ngx_http_feed_timeline_cache_copy_arg(
@@ -200,84 +234,31 @@ ngx_http_feed_timeline_cache_init(ngx_http_feed_main_conf_t *fmcf)
 /*
  * The read script, preceded for a first page by a plain HGET of the page
  * kept as answered: both in one round trip; kept() gets the HGET's reply.
+ * unread: the first page answers the user's unread count too.
  */
 
 ngx_int_t
 ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_page_t *page,
-    ngx_str_t *have, ngx_uint_t vouched, ngx_http_feed_redis_pt kept,
-    ngx_http_feed_redis_pt handler, void *data)
+    ngx_str_t *have, ngx_uint_t vouched, ngx_uint_t unread,
+    ngx_http_feed_redis_pt kept, ngx_http_feed_redis_pt handler, void *data)
 {
-    char                        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_NKEYS]
-                                    [NGX_HTTP_FEED_USER_KEY_LEN];
-    u_char                      limit[NGX_INT_T_LEN], ttl[NGX_INT_T_LEN],
-                                deleting[NGX_HTTP_FEED_DELETING_ARGS_LEN],
-                                copy[NGX_HTTP_FEED_PULL_COPY_LEN];
-    size_t                      argvlen[
-                                    NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARGC];
-    size_t                      hgetlen[3], pages_len, limit_len;
-    ngx_http_feed_redis_args_t  args;
-    ngx_int_t                   rc;
-    const char                 *argv[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARGC];
-    const char                 *hget[3];
-    ngx_http_feed_redis_call_t  call;
+    size_t                            hgetlen[3];
+    ngx_int_t                         rc;
+    ngx_str_t                         arg;
+    const char                       *hget[3];
+    ngx_http_feed_redis_args_t        args;
+    ngx_http_feed_timeline_read_call_t  rc_call;
 
-    ngx_http_feed_redis_call_init(&call, &ngx_http_feed_script_timeline_read,
-                                  argv, argvlen,
-                                  NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_NKEYS,
-                                  NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_NARGS);
+    ngx_str_set(&arg, "1");
 
-    ngx_http_feed_timeline_cache_key(&call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_TIMELINE,
-        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_TIMELINE],
-        NGX_HTTP_FEED_KEY_TIMELINE, &page->user);
-    ngx_http_feed_timeline_cache_key(&call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_LOCK,
-        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_LOCK],
-        NGX_HTTP_FEED_KEY_REBUILD_LOCK, &page->user);
-    pages_len = ngx_http_feed_timeline_cache_key(&call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_PAGES,
-        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_PAGES],
-        NGX_HTTP_FEED_KEY_KEPT_PAGES, &page->user);
-    ngx_http_feed_timeline_cache_key(&call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_VERSION,
-        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_VERSION],
-        NGX_HTTP_FEED_KEY_TIMELINE_NONCE, &page->user);
-    ngx_http_feed_timeline_cache_key(&call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_PULL,
-        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_PULL],
-        NGX_HTTP_FEED_KEY_PULL_AUTHORS, &page->user);
-    ngx_http_feed_timeline_cache_key(&call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_FILTERS,
-        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_FILTERS],
-        NGX_HTTP_FEED_KEY_FILTERS, &page->user);
+    if (!unread) {
+        arg.len = 0;
+    }
 
-    limit_len = ngx_sprintf(limit, "%ui", page->limit) - limit;
-
-    ngx_http_feed_redis_call_arg(&call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_LIMIT, limit, limit_len);
-    ngx_http_feed_redis_call_arg(&call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_MAX_ID,
-        page->has_max ? page->max_id : "", page->has_max ? 24 : 0);
-    ngx_http_feed_redis_call_arg(&call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_SINCE_ID,
-        page->has_since ? page->since_id : "", page->has_since ? 24 : 0);
-    ngx_http_feed_redis_call_arg(&call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_TTL,
-        ttl, ngx_sprintf(ttl, "%T", fmcf->cache_ttl) - ttl);
-    ngx_http_feed_redis_call_arg(&call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_MODE,
-        fmcf->cache_embed ? "e" : "l", 1);
-    ngx_http_feed_redis_call_arg(&call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_HAVE, have->data, have->len);
-    ngx_http_feed_timeline_cache_copy_arg(fmcf, &call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_PULL_COPY, copy,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_TIMELINE);
-    ngx_http_feed_redis_call_arg(&call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_VOUCHED, vouched ? "1" : "", 1);
-    ngx_http_feed_timeline_cache_deleting_args(fmcf, &call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_DELETING, deleting,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_TIMELINE);
+    ngx_http_feed_timeline_cache_read_call(fmcf, &rc_call,
+                                           &ngx_http_feed_script_timeline_read,
+                                           page, have, vouched, &arg);
 
     /* with a copy of its own, the worker needs the page only if it changed */
 
@@ -285,8 +266,10 @@ ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
         ngx_http_feed_redis_args_init(&args, hget, hgetlen);
         ngx_http_feed_redis_args_lit(&args, "HGET");
         ngx_http_feed_redis_args_key(&args,
-            keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_PAGES], pages_len);
-        ngx_http_feed_redis_args_add(&args, limit, limit_len);
+            rc_call.keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_PAGES],
+            rc_call.pages_len);
+        ngx_http_feed_redis_args_add(&args, rc_call.limit,
+                                     rc_call.limit_len);
 
         rc = ngx_http_feed_redis_send_r(r, fmcf->redis_client, kept, data,
                                         &args);
@@ -295,8 +278,127 @@ ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
         }
     }
 
-    return ngx_http_feed_redis_call(r, fmcf->redis_client, &call, handler,
-                                    data);
+    return ngx_http_feed_redis_call(r, fmcf->redis_client, &rc_call.call,
+                                    handler, data);
+}
+
+
+/*
+ * The unread count of a user (timeline_unread.lua), whose keys and
+ * arguments are the read's: marker '' for the copy in Redis, "-" for no
+ * marker, or its id, as MongoDB has it.
+ */
+
+ngx_int_t
+ngx_http_feed_timeline_cache_unread(ngx_http_request_t *r,
+    ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
+    ngx_str_t *marker, ngx_http_feed_redis_pt handler, void *data)
+{
+    ngx_str_t                           none = ngx_string("");
+    ngx_http_feed_page_t                page;
+    ngx_http_feed_timeline_read_call_t  rc_call;
+
+    ngx_memzero(&page, sizeof(ngx_http_feed_page_t));
+    page.user = *user;
+
+    ngx_http_feed_timeline_cache_read_call(fmcf, &rc_call,
+        &ngx_http_feed_script_timeline_unread, &page, &none, 0, marker);
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "feed unread of \"%s\": counting, marker \"%V\"",
+                   user->data, marker);
+
+    return ngx_http_feed_redis_call(r, fmcf->redis_client, &rc_call.call,
+                                    handler, data);
+}
+
+
+/*
+ * The keys and arguments of timeline_read.lua, and of timeline_unread.lua,
+ * which takes them in the same places (its header says so)
+ */
+
+static void
+ngx_http_feed_timeline_cache_read_call(ngx_http_feed_main_conf_t *fmcf,
+    ngx_http_feed_timeline_read_call_t *rc, ngx_http_feed_redis_script_t *script,
+    ngx_http_feed_page_t *page, ngx_str_t *have, ngx_uint_t vouched,
+    ngx_str_t *unread)
+{
+    ngx_http_feed_redis_call_t  *call;
+
+    call = &rc->call;
+
+    ngx_http_feed_redis_call_init(call, script, rc->argv, rc->argvlen,
+                                  NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_NKEYS,
+                                  NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_NARGS);
+
+    ngx_http_feed_timeline_cache_key(call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_TIMELINE,
+        rc->keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_TIMELINE],
+        NGX_HTTP_FEED_KEY_TIMELINE, &page->user);
+    ngx_http_feed_timeline_cache_key(call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_LOCK,
+        rc->keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_LOCK],
+        NGX_HTTP_FEED_KEY_REBUILD_LOCK, &page->user);
+    rc->pages_len = ngx_http_feed_timeline_cache_key(call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_PAGES,
+        rc->keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_PAGES],
+        NGX_HTTP_FEED_KEY_KEPT_PAGES, &page->user);
+    ngx_http_feed_timeline_cache_key(call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_VERSION,
+        rc->keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_VERSION],
+        NGX_HTTP_FEED_KEY_TIMELINE_NONCE, &page->user);
+    ngx_http_feed_timeline_cache_key(call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_PULL,
+        rc->keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_PULL],
+        NGX_HTTP_FEED_KEY_PULL_AUTHORS, &page->user);
+    ngx_http_feed_timeline_cache_key(call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_FILTERS,
+        rc->keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_FILTERS],
+        NGX_HTTP_FEED_KEY_FILTERS, &page->user);
+
+    /* the markers store's key: the scripts read the marker's copy */
+
+    ngx_http_feed_redis_call_key(call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_MARKER,
+        rc->keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_MARKER],
+        ngx_http_feed_markers_cache_key(
+            rc->keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_MARKER],
+            &page->user));
+
+    rc->limit_len = page->limit
+                    ? (size_t) (ngx_sprintf(rc->limit, "%ui", page->limit)
+                                - rc->limit)
+                    : 0;
+
+    ngx_http_feed_redis_call_arg(call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_LIMIT, rc->limit,
+        rc->limit_len);
+    ngx_http_feed_redis_call_arg(call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_MAX_ID,
+        page->has_max ? page->max_id : "", page->has_max ? 24 : 0);
+    ngx_http_feed_redis_call_arg(call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_SINCE_ID,
+        page->has_since ? page->since_id : "", page->has_since ? 24 : 0);
+    ngx_http_feed_redis_call_arg(call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_TTL,
+        rc->ttl, ngx_sprintf(rc->ttl, "%T", fmcf->cache_ttl) - rc->ttl);
+    ngx_http_feed_redis_call_arg(call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_MODE,
+        fmcf->cache_embed ? "e" : "l", 1);
+    ngx_http_feed_redis_call_arg(call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_HAVE, have->data, have->len);
+    ngx_http_feed_timeline_cache_copy_arg(fmcf, call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_PULL_COPY, rc->copy,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_TIMELINE);
+    ngx_http_feed_redis_call_arg(call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_VOUCHED, vouched ? "1" : "", 1);
+    ngx_http_feed_timeline_cache_deleting_args(fmcf, call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_DELETING, rc->deleting,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_TIMELINE);
+    ngx_http_feed_redis_call_arg(call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_UNREAD, unread->data,
+        unread->len);
 }
 
 
@@ -444,6 +546,12 @@ ngx_http_feed_timeline_cache_parse(ngx_http_request_t *r, redisReply *reply,
     case NGX_HTTP_FEED_TIMELINE_READ_PULL:
         return ngx_http_feed_timeline_cache_parse_pull(r, reply, cached);
 
+    case NGX_HTTP_FEED_TIMELINE_READ_UNREAD:
+        cached->found = 1;
+        cached->counted = 1;
+        return ngx_http_feed_timeline_cache_unread_count(r, reply,
+                   NGX_HTTP_FEED_TIMELINE_READ_COUNT, cached);
+
     default:
         break;
     }
@@ -461,7 +569,8 @@ ngx_http_feed_timeline_cache_parse(ngx_http_request_t *r, redisReply *reply,
             && i != NGX_HTTP_FEED_TIMELINE_READ_PULLED
             && i != NGX_HTTP_FEED_TIMELINE_READ_USEC
             && i != NGX_HTTP_FEED_TIMELINE_READ_LISTS
-            && i != NGX_HTTP_FEED_TIMELINE_READ_FILTERS)
+            && i != NGX_HTTP_FEED_TIMELINE_READ_FILTERS
+            && i != NGX_HTTP_FEED_TIMELINE_READ_UNREAD_COUNT)
         {
             return NGX_DECLINED;
         }
@@ -499,6 +608,9 @@ ngx_http_feed_timeline_cache_parse(ngx_http_request_t *r, redisReply *reply,
         || ngx_http_feed_timeline_cache_filters(r,
                reply->element[NGX_HTTP_FEED_TIMELINE_READ_FILTERS],
                &cached->filters)
+           != NGX_OK
+        || ngx_http_feed_timeline_cache_unread_count(r, reply,
+               NGX_HTTP_FEED_TIMELINE_READ_UNREAD_COUNT, cached)
            != NGX_OK)
     {
         return NGX_ERROR;
@@ -560,7 +672,10 @@ ngx_http_feed_timeline_cache_parse_kept(ngx_http_request_t *r,
 
     if (ngx_http_feed_timeline_cache_lists(r, reply,
             NGX_HTTP_FEED_TIMELINE_READ_KEPT_LISTS, &cached->lists)
-        != NGX_OK)
+        != NGX_OK
+        || ngx_http_feed_timeline_cache_unread_count(r, reply,
+               NGX_HTTP_FEED_TIMELINE_READ_KEPT_UNREAD, cached)
+           != NGX_OK)
     {
         return NGX_ERROR;
     }
@@ -602,6 +717,51 @@ ngx_http_feed_timeline_cache_parse_pull(ngx_http_request_t *r,
         u->data[e->len] = '\0';
         u->len = e->len;
     }
+
+    return NGX_OK;
+}
+
+
+/*
+ * The unread count at element i, "<n>" or "<n>+" (lib/unread.lua), when
+ * the reply has one: copied, as the answer keeps it past the reply
+ */
+
+static ngx_int_t
+ngx_http_feed_timeline_cache_unread_count(ngx_http_request_t *r,
+    redisReply *reply, size_t i, ngx_http_feed_cached_t *cached)
+{
+    size_t       n;
+    redisReply  *e;
+
+    if (reply->elements <= i
+        || reply->element[i]->type != REDIS_REPLY_STRING)
+    {
+        return NGX_OK;
+    }
+
+    e = reply->element[i];
+
+    for (n = 0; n < e->len && e->str[n] >= '0' && e->str[n] <= '9'; n++) {
+        /* void */
+    }
+
+    if (n == 0 || n > NGX_INT_T_LEN
+        || (e->len != n && (e->len != n + 1 || e->str[n] != '+')))
+    {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "timeline script answered a malformed unread count "
+                      "\"%*s\"", ngx_min(e->len, 32), e->str);
+        return NGX_OK;
+    }
+
+    cached->unread.data = ngx_pnalloc(r->pool, e->len);
+    if (cached->unread.data == NULL) {
+        return NGX_ERROR;
+    }
+
+    cached->unread.len = e->len;
+    ngx_memcpy(cached->unread.data, e->str, e->len);
 
     return NGX_OK;
 }

@@ -86,6 +86,15 @@ typedef struct {
 
     /* of a deep page: the authors the rest leaves out */
     ngx_http_feed_filter_set_t    filters;
+
+    ngx_uint_t                    counted;    /* the reply is an unread
+                                                 count (timeline_unread.lua),
+                                                 no page */
+    ngx_str_t                     unread;     /* the unread count, "<n>" or
+                                                 "<n>+": none when asked of
+                                                 no first page, the user has
+                                                 no marker or its copy is
+                                                 not in Redis */
 } ngx_http_feed_cached_t;
 
 
@@ -96,8 +105,11 @@ ngx_int_t ngx_http_feed_timeline_cache_init(ngx_http_feed_main_conf_t *fmcf);
 
 ngx_int_t ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_page_t *page,
-    ngx_str_t *have, ngx_uint_t vouched, ngx_http_feed_redis_pt kept,
-    ngx_http_feed_redis_pt handler, void *data);
+    ngx_str_t *have, ngx_uint_t vouched, ngx_uint_t unread,
+    ngx_http_feed_redis_pt kept, ngx_http_feed_redis_pt handler, void *data);
+ngx_int_t ngx_http_feed_timeline_cache_unread(ngx_http_request_t *r,
+    ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
+    ngx_str_t *marker, ngx_http_feed_redis_pt handler, void *data);
 ngx_int_t ngx_http_feed_timeline_cache_parse(ngx_http_request_t *r,
     redisReply *reply, ngx_http_feed_cached_t *cached);
 ngx_int_t ngx_http_feed_timeline_cache_kept(ngx_str_t *page,

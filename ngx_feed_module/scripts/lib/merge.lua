@@ -145,7 +145,7 @@ local function merge(out, part, pull)
             break
           end
           n = n + 1
-          out[10 + n] = json
+          out[ITEMS + n] = json
           out[4] = c[i][1]
           got[n] = c[i][1]
           if c[i][3] then pulled_n = pulled_n + 1 end

@@ -1,0 +1,106 @@
+-- Unread counts (docs/timeline.md#unread-counts): the entries of a home
+-- timeline newer than the user's read marker, each once, less the posts
+-- being deleted and those of authors the user filters out, pull authors'
+-- posts merged in.  Needs tl, embed, deleting, filtered and hidden (the
+-- read's, lib/filtered.lua), END and deleted; the marker's copy is
+-- feed:mk:{user} {v: version, l: last_read_id ('' for no marker), j}.
+
+-- The entries of a list newer than the marker m ('' for none) that no
+-- other list gave (seen), less deleted ones and those hide() hides; and
+-- whether the list holds none as old as the marker and is trimmed (no
+-- END): what lies below its end is not known.  Read 32 entries, then
+-- twice as many each time up to 1000: a marker is usually near the head.
+local function unread_list(key, m, seen, hide, emb)
+  local pos, chunk, n = 0, 32, 0
+  while true do
+    local part = redis.call('lrange', key, pos, pos + chunk - 1)
+    local ids, ents, stop = {}, {}, false
+    for i = 1, #part do
+      local id = string.sub(part[i], 1, 24)
+      if id == END or id <= m then stop = true break end
+      if not seen[id] then
+        seen[id] = true
+        ids[#ids + 1], ents[#ents + 1] = id, part[i]
+      end
+    end
+    if #ids > 0 then
+      local dead, posts = {}, {}
+      if deleting then dead = deleted(ARGV[9], ids) end
+      if hide and not emb then
+        local keys = {}
+        for i = 1, #ids do keys[i] = key_post_json(ids[i]) end
+        posts = redis.call('mget', unpack(keys))
+      end
+      for i = 1, #ids do
+        local json = emb and string.sub(ents[i], 25) or posts[i]
+        if not dead[i] and not (hide and json and hide(json)) then
+          n = n + 1
+        end
+      end
+    end
+    if stop then return n, false end
+    if #part < chunk then return n, pos + #part > 0 end
+    pos = pos + #part
+    chunk = math.min(chunk * 2, 1000)
+  end
+end
+
+-- "<n>", or "<n>+" when a list is trimmed above the marker: the user's
+-- list, then each pull author's (embedded entries, by that author) that
+-- the user does not filter out
+local function unread_count(m, pull)
+  local hide = filtered and function(json) return hidden(KEYS[6], json) end
+  local seen = {}
+  local n, more = unread_list(tl, m, seen, hide, embed)
+  for k = 1, #pull do
+    if not (filtered and redis.call('hexists', KEYS[6], pull[k]) == 1) then
+      local c, t = unread_list(key_pull_list(ARGV[7], pull[k]), m, seen,
+                               nil, true)
+      n, more = n + c, more or t
+    end
+  end
+  return n .. (more and '+' or '')
+end
+
+-- The marker to count from: given ('-' for none, else its id, as MongoDB
+-- gave it), or the copy's, with its version; nil when the copy is not in
+-- Redis (or was written by a module without the field l).
+local function unread_marker(mk, given)
+  if given ~= '' then
+    return given == '-' and '' or given, nil
+  end
+  local c = redis.call('hmget', mk, 'v', 'l')
+  if not c[1] or not c[2] then return nil end
+  return c[2], c[1]
+end
+
+-- The count from the marker of version mv over the list of version lv
+-- (with its pull authors' lists' versions), as kept in the kept pages'
+-- hash (field u, "lv mv count"): good while neither version moves, as
+-- that hash goes with every change of the list that keeps its version (a
+-- push), and no post is being deleted (their entries are still in lists).
+local function unread_kept(lv, mv)
+  if deleting then return nil end
+  local key = lv .. ' ' .. mv .. ' '
+  local u = redis.call('hget', KEYS[3], 'u')
+  if u and string.sub(u, 1, #key) == key then
+    return string.sub(u, #key + 1)
+  end
+  return nil
+end
+
+-- The count from marker m of version mv (nil for a marker given, which
+-- is not kept) over the list of version lv and the pull authors
+local function unread(lv, mv, m, pull)
+  local u = mv and unread_kept(lv, mv)
+  if u then return u end
+  local key = mv and not deleting and lv .. ' ' .. mv .. ' '
+  u = unread_count(m, pull)
+  if key then
+    redis.call('hset', KEYS[3], 'u', key .. u)
+    if redis.call('ttl', KEYS[3]) < 0 then
+      redis.call('expire', KEYS[3], ARGV[4])
+    end
+  end
+  return u
+end

@@ -1,0 +1,87 @@
+--[[
+  Counts a user's unread posts (ngx_http_feed_timeline_cache_unread, for
+  GET /users/{uid}/timeline/unread): the entries of the home timeline
+  newer than the read marker, less the posts being deleted and those of
+  authors the user filters out, pull authors' posts merged in
+  (lib/unread.lua).  The keys and arguments are timeline_read.lua's, in
+  the same places (the libraries it shares with it name them so), the
+  page's unused; a missing list or pull authors' lists answer as its
+  read does, and are rebuilt or loaded by the same code.
+
+  Input:
+    KEYS[1] timeline      feed:tl:{user}
+    KEYS[2] lock          its rebuild lock, feed:lock:{user}
+    KEYS[3] pages         feed:tlp:{user}, where the count is kept
+    KEYS[4] version       the list's nonce, feed:tln:{user}
+    KEYS[5] pull          the pull authors the user follows, feed:tla:{user}
+    KEYS[6] filters       the authors the user does not see, feed:tlf:{user}
+    KEYS[7] marker        the read marker's copy, feed:mk:{user}
+
+    ARGV[1] limit         unused ('')
+    ARGV[2] max_id        unused ('')
+    ARGV[3] since_id      unused ('')
+    ARGV[4] ttl           seconds a read keeps the list alive
+    ARGV[5] mode          'e': embed mode, else link mode
+    ARGV[6] have          unused ('')
+    ARGV[7] pull_copy     the copy of the pull authors' lists, as a read's
+    ARGV[8] vouched       unused ('')
+    ARGV[9] deleting      the posts being deleted, as a read's
+    ARGV[10] copy         its mark, as a read's
+    ARGV[11] marker       '' the copy's; else as MongoDB has it (the copy
+                          is not in Redis): '-' for no marker, or its id
+
+  Output:
+    {0, locked}           MISSING: no timeline, as timeline_read.lua's
+    {5, author...}        PULL: these pull authors' lists are missing
+    {6, unread}           UNREAD: "<n>", or "<n>+" when a list is trimmed
+                          above the marker; false: the marker's copy is
+                          not in Redis, ask again with ARGV[11]
+]]
+
+local MISSING, PULL, UNREAD = 0, 5, 6
+-- @include keys
+-- @include end
+-- @include deleted
+-- @include pulled
+
+local tl = KEYS[1]
+local ver = redis.call('get', KEYS[4])
+local mark, pull = ver and string.sub(ver, -1), {}
+local deleting = deleting_any(ARGV[9], ARGV[10])
+local embed, filtered = ARGV[5] == 'e', false
+-- @include filtered
+-- @include unread
+
+local m, mv = unread_marker(KEYS[7], ARGV[11])
+if not m then return {UNREAD, false} end
+
+-- a list of another run, or without its version, pull authors or
+-- filters is made again, as timeline_read.lua does
+local run = run_of(ARGV[10])
+if ver and string.sub(ver, 1, #run) ~= run then
+  mark = nil
+end
+if mark == 'P' then
+  pull = redis.call('smembers', KEYS[5])
+end
+local nf = redis.call('hlen', KEYS[6])
+if (mark ~= 'P' and mark ~= 'N') or (mark == 'P' and #pull == 0)
+   or nf == 0
+then
+  redis.call('del', tl, KEYS[3])
+  ver, pull = nil, {}
+end
+local head = redis.call('lindex', tl, 0)
+if not head then
+  local l = redis.call('get', KEYS[2])
+  return {MISSING, l and (l == 'failed' and 2 or 1) or 0}
+end
+if #pull > 0 then
+  local sig, missing = pulled(pull, ARGV[7])
+  if not sig then return {PULL, unpack(missing)} end
+  ver = ver .. '.' .. sig
+end
+filtered = nf > 1
+-- a count is a read: the list lives on, an empty one only its own while
+if head ~= END then redis.call('expire', tl, ARGV[4]) end
+return {UNREAD, unread(ver, mv, m, pull)}
