@@ -1,0 +1,358 @@
+#!/usr/bin/perl
+
+# Unread counts: GET /users/{uid}/timeline/unread answers {"count", "more"},
+# the posts of the home timeline newer than the read marker, and first
+# pages of the timeline say the same in X-Feed-Unread.  With 2 workers,
+# feed_cache_local, a cache of 24 posts, a pull author (celeb), in link and
+# embed mode, against the posts as the test made them:
+#
+#   - no marker: everything the cache holds counts, no header;
+#   - a marker: the count, and the header on 12 first pages across both
+#     workers (MISS, then kept pages and worker copies: HIT), moves at once
+#     with the marker, with a new post (a push), a mute (of a pushed
+#     author and of the pull author), a block and a delete, each left out;
+#   - a trimmed cache: a marker older than its end counts what it holds,
+#     "more" ("24+" in the header); a marker inside it does not;
+#   - the marker's copy gone from Redis: the count reads MongoDB and fills
+#     the copy back (the header is left out until then); a user without a
+#     marker gets a copy saying so;
+#   - the list gone: the count rebuilds it (MISS), as a read does;
+#   - a reload: the same counts;
+#   - Redis errors (the marker's copy of the wrong type) and Redis down:
+#     the count from the fallback and MongoDB (BYPASS), pages without the
+#     header;
+#   - bad user ids 400, 405 with Allow, HEAD as GET, identity 401/403 (and
+#     no header on another user's timeline).
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use Test::More;
+use Time::HiRes qw(time sleep);
+use FeedTest;
+use FeedTest::Util qw(short rd post server_conf parallel enc is_error
+    node_counts node_moved);
+
+my $t = FeedTest->new;
+
+$t->start_redis;
+$t->start_mongo;
+
+my $MORE = <<'EOF';
+        location ~ ^/posts/([^/]+)$ { feed_post $1; }
+        location ~ ^/users/([^/]+)/blocks/([^/]+)$ { feed_block $1 $2; }
+        location ~ ^/users/([^/]+)/mutes/([^/]+)$ { feed_mute $1 $2; }
+        location ~ ^/users/([^/]+)/timeline/marker$ {
+            feed_timeline_marker $1;
+        }
+        location ~ ^/users/([^/]+)/timeline/unread$ {
+            feed_timeline_unread $1;
+            add_header X-Feed-Cache $feed_cache_status always;
+        }
+EOF
+
+my $CONF = <<'EOF';
+worker_processes 2;
+thread_pool feedtp threads=8;
+events { worker_connections 1024; }
+http {
+    %%FEED_BACKENDS%%
+    feed_redis_timeout 1s;
+    feed_mongo_timeout 2s;
+    feed_cache_mode @@MODE@@;
+    feed_cache_size 24;
+    feed_cache_local 1m;
+    feed_fanout on;
+    feed_fanout_block 100ms;
+    feed_pull_threshold 3;
+
+@@SERVER@@
+
+    server {
+        listen 127.0.0.1:%%PORT_HTTPID%%;
+        feed_identity $http_x_user;
+        location ~ ^/users/([^/]+)/timeline/unread$ {
+            feed_timeline_unread $1;
+        }
+        location ~ ^/users/([^/]+)/timeline$ { feed_timeline $1; }
+        location /_feed/timeline { internal; feed_timeline_source; }
+    }
+}
+EOF
+
+my $RUN = $$ . int(time);
+my $N = 0;
+
+sub conf {
+    my ($mode) = @_;
+    my $c = $CONF;
+    my $server = server_conf();
+    $server =~ s/^(\s*location = \/status)/$MORE$1/m;
+    $c =~ s/\@\@SERVER\@\@\n/$server/;
+    $c =~ s/\@\@MODE\@\@/$mode/;
+    return $c;
+}
+
+sub put { $t->http('PUT', $_[0])->{status} }
+
+sub mark {
+    my ($uid, $id) = @_;
+    return $t->http('PUT', "/users/$uid/timeline/marker",
+        body => enc({ last_read_id => $id, force => \1 }),
+        headers => { 'Content-Type' => 'application/json' })->{status};
+}
+
+sub unread { $t->get("/users/$_[0]/timeline/unread", @_[1 .. $#_]) }
+
+# the posts newer than $marker ('' none) of @$posts ([id, author]) whose
+# authors are not in @hidden
+sub want {
+    my ($posts, $marker, @hidden) = @_;
+    my %h = map { $_ => 1 } @hidden;
+    return scalar grep { $_->[0] gt $marker && !$h{ $_->[1] } } @$posts;
+}
+
+# the count answered, with its cache
+sub count_is {
+    my ($uid, $count, $more, $cache, $name) = @_;
+    local $Test::Builder::Level = $Test::Builder::Level + 1;
+    my $r = unread($uid);
+    my $j = $r->{json};
+    ok($r->{status} == 200 && ref $j eq 'HASH'
+        && defined $j->{count} && $j->{count} == $count
+        && !!$j->{more} == !!$more
+        && (!$cache || ($r->{headers}{'x-feed-cache'} // '') eq $cache),
+        "$name: {\"count\": $count, \"more\": " . ($more ? 'true' : 'false')
+        . '}' . ($cache ? ", $cache" : '')) or diag(short($r));
+    return $r;
+}
+
+# X-Feed-Unread of $n first pages, read 4 at a time (both workers): each
+# the same, $want (undef: none), and their caches
+sub headers_are {
+    my ($uid, $want, $name, %o) = @_;
+    local $Test::Builder::Level = $Test::Builder::Level + 1;
+    my @r = parallel($t, 4, map { [ 'GET',
+        "/users/$uid/timeline?limit=" . ($o{limit} || 5) ] } 1 .. 12);
+    my @bad = grep { $_->{status} != 200
+        || ($_->{headers}{'x-feed-unread'} // 'none') ne ($want // 'none')
+        } @r;
+    my %c;
+    $c{ $_->{headers}{'x-feed-cache'} // '' }++ for @r;
+    ok(!@bad, "$name: 12 first pages, X-Feed-Unread "
+        . ($want // 'none') . ' ('
+        . join(', ', map { "$_ x$c{$_}" } sort keys %c) . ')')
+        or diag(short($bad[0]) . ' unread '
+            . ($bad[0]{headers}{'x-feed-unread'} // 'none'));
+    return \%c;
+}
+
+# ------------------------------------------------------------ each mode --
+
+for my $mode (qw(link embed)) {
+    $N++;
+    my $u = sub { "$_[0]$N$RUN" };
+    my ($r, $celeb) = ($u->('r'), $u->('celeb'));
+    my @a = map { $u->("a$_") } 1 .. 3;
+
+    $t->write_conf(conf($mode));
+    $t->run('httpid');
+
+    my @bad = grep { put("/users/$_->[0]/following/$_->[1]") != 204 }
+        (map({ [$r, $_] } @a, $celeb),
+         map({ [$u->("p$_"), $celeb] } 1 .. 3));
+    ok(!@bad, "$mode: follows") or diag("@{ $bad[0] }");
+
+    # celeb's followers make them a pull author before they post
+    my @posts;
+    push @posts, [post($t, $celeb, 'turn'), $celeb];
+    ok($t->wait_for(5, sub {
+        (rd($t, 'SISMEMBER', "feed:tla:{$r}", $celeb) // 0) == 1
+        || !rd($t, 'EXISTS', "feed:tl:{$r}") }), "$mode: celeb turned");
+
+    # 16 more posts, the authors interleaved
+    for my $i (1 .. 4) {
+        for my $w (@a, $celeb) {
+            my $id = post($t, $w, "$w $i") or next;
+            push @posts, [$id, $w];
+        }
+    }
+    is(scalar @posts, 17, "$mode: 17 posts");
+
+    # ------------------------------------------------------ no marker --
+
+    count_is($r, 17, 0, 'MISS', "$mode: no marker: everything");
+    is(rd($t, 'HGET', "feed:mk:{$r}", 'v'), '0',
+        "$mode: the copy says: no marker");
+    ok((rd($t, 'SISMEMBER', "feed:tla:{$r}", $celeb) // 0) == 1,
+        "$mode: celeb is merged");
+    count_is($r, 17, 0, 'HIT', "$mode: no marker, again");
+    headers_are($r, undef, "$mode: no marker");
+
+    # ---------------------------------------------------------- marker --
+
+    my $m = $posts[6][0];
+    is(mark($r, $m), 200, "$mode: marker set");
+    my $n = want(\@posts, $m);
+    is($n, 10, "$mode: 10 posts newer than the marker");
+    count_is($r, $n, 0, 'HIT', "$mode: marker");
+    my $c = headers_are($r, $n, "$mode: marker");
+    ok($c->{HIT} && !$c->{MISS}, "$mode: marker: the reads were hits");
+    my $c0 = node_counts($t);
+    headers_are($r, $n, "$mode: marker, kept pages and workers' copies");
+    my $d = node_moved($t, $c0);
+    ok(($d->{'local_pages.answered'} // 0) > 0
+        && ($d->{'pull.vouched'} // 0) > 0,
+        "$mode: answered from workers' copies ($d->{'local_pages.answered'}"
+        . "), vouched for (" . ($d->{'pull.vouched'} // 0) . ')');
+    my $deep = $t->get("/users/$r/timeline?limit=5&max_id=$posts[-1][0]");
+    ok($deep->{status} == 200 && !$deep->{headers}{'x-feed-unread'},
+        "$mode: no header past the first page");
+
+    $m = $posts[12][0];
+    is(mark($r, $m), 200, "$mode: marker moved");
+    $n = want(\@posts, $m);
+    count_is($r, $n, 0, 'HIT', "$mode: marker moved: at once");
+    headers_are($r, $n, "$mode: marker moved: at once");
+
+    # a push: the kept pages go, the count with them
+    push @posts, [post($t, $a[0], 'new'), $a[0]];
+    $n = want(\@posts, $m);
+    ok($t->wait_for(5, sub { (unread($r)->{json}{count} // -1) == $n }),
+        "$mode: a new post counts");
+    headers_are($r, $n, "$mode: a new post");
+
+    # a post of the pull author: in their own list
+    push @posts, [post($t, $celeb, 'celeb new'), $celeb];
+    $n = want(\@posts, $m);
+    ok($t->wait_for(5, sub { (unread($r)->{json}{count} // -1) == $n }),
+        "$mode: a new post of the pull author counts");
+    headers_are($r, $n, "$mode: a new post of the pull author");
+
+    # ------------------------------------------------ filters, deletes --
+
+    is(put("/users/$r/mutes/$a[1]"), 204, "$mode: mute");
+    $n = want(\@posts, $m, $a[1]);
+    count_is($r, $n, 0, 'HIT', "$mode: mute: left out");
+    headers_are($r, $n, "$mode: mute");
+
+    is(put("/users/$r/mutes/$celeb"), 204, "$mode: mute the pull author");
+    $n = want(\@posts, $m, $a[1], $celeb);
+    count_is($r, $n, 0, '', "$mode: muted pull author: left out");
+    headers_are($r, $n, "$mode: muted pull author");
+
+    my $del = (grep { $_->[1] eq $a[0] && $_->[0] gt $m } @posts)[0];
+    is($t->http('DELETE', "/users/$a[0]/posts/$del->[0]")->{status}, 204,
+        "$mode: delete a post");
+    @posts = grep { $_->[0] ne $del->[0] } @posts;
+    $n = want(\@posts, $m, $a[1], $celeb);
+    ok($t->wait_for(5, sub { (unread($r)->{json}{count} // -1) == $n }),
+        "$mode: a deleted post is left out ($n)")
+        or diag(short(unread($r)));
+    headers_are($r, $n, "$mode: a deleted post");
+
+    is(put("/users/$r/blocks/$a[2]"), 204, "$mode: block");
+    $n = want(\@posts, $m, $a[1], $celeb, $a[2]);
+    count_is($r, $n, 0, '', "$mode: block: left out");
+    headers_are($r, $n, "$mode: block");
+
+    is($t->http('DELETE', "/users/$r/mutes/$a[1]")->{status}, 204,
+        "$mode: unmute");
+    $n = want(\@posts, $m, $celeb, $a[2]);
+    count_is($r, $n, 0, '', "$mode: unmute: back");
+
+    # -------------------------------------------- the list, the copy --
+
+    rd($t, 'DEL', "feed:tl:{$r}");
+    count_is($r, $n, 0, 'MISS', "$mode: the list gone: rebuilt");
+    rd($t, 'DEL', "feed:tl:{$r}");
+    $c = headers_are($r, $n, "$mode: the list gone, a page");
+    ok($c->{MISS}, "$mode: the list gone: a page's MISS has the header");
+
+    rd($t, 'DEL', "feed:mk:{$r}");
+    headers_are($r, undef, "$mode: the marker's copy gone: no header");
+    count_is($r, $n, 0, 'HIT', "$mode: the marker's copy gone: MongoDB");
+    ok($t->wait_for(5, sub {
+        (rd($t, 'HGET', "feed:mk:{$r}", 'l') // '') eq $m }),
+        "$mode: the copy filled back");
+    headers_are($r, $n, "$mode: the copy back");
+
+    my $z = $u->('z');
+    put("/users/$z/following/$a[0]");
+    rd($t, 'DEL', "feed:mk:{$z}");
+    count_is($z, want(\@posts, '', grep { $_ ne $a[0] } @a, $celeb), 0,
+        '', "$mode: a user without a marker");
+    is(rd($t, 'HGET', "feed:mk:{$z}", 'v'), '0',
+        "$mode: the copy says no marker");
+
+    # ------------------------------------------------- a trimmed cache --
+
+    my ($q, $w) = ($u->('q'), $u->('w'));
+    put("/users/$q/following/$w");
+    my @many;
+    push @many, [post($t, $w, "many $_"), $w] for 1 .. 30;
+    count_is($q, 24, 1, 'MISS', "$mode: trimmed, no marker: more");
+    is(mark($q, $many[1][0]), 200, "$mode: a marker past the cache");
+    count_is($q, 24, 1, 'HIT', "$mode: a marker past the cache: more");
+    headers_are($q, '24+', "$mode: a marker past the cache");
+    is(mark($q, $many[20][0]), 200, "$mode: a marker in the cache");
+    count_is($q, 9, 0, 'HIT', "$mode: a marker in the cache");
+    headers_are($q, 9, "$mode: a marker in the cache");
+
+    # ---------------------------------------------------------- reload --
+
+    ok($t->reload, "$mode: reload");
+    count_is($r, $n, 0, 'HIT', "$mode: after the reload");
+    headers_are($r, $n, "$mode: after the reload");
+
+    # ------------------------------------------------------ bad input --
+
+    my $b = unread('bad!user');
+    is_error($b, 400, 'invalid_user_id', "$mode: a bad user id");
+    $b = $t->http('POST', "/users/$r/timeline/unread");
+    ok($b->{status} == 405 && ($b->{headers}{allow} // '') eq 'GET, HEAD',
+        "$mode: POST: 405, Allow: GET, HEAD") or diag(short($b));
+    $b = $t->http('HEAD', "/users/$r/timeline/unread");
+    ok($b->{status} == 200 && $b->{body} eq ''
+        && ($b->{headers}{'x-feed-cache'} // '') eq 'HIT',
+        "$mode: HEAD: 200, no body") or diag(short($b));
+
+    # -------------------------------------------------------- identity --
+
+    my $id = $t->port('httpid');
+    $b = unread($r, port => $id);
+    is_error($b, 401, 'unauthorized', "$mode: identity: none");
+    $b = unread($r, port => $id, headers => { 'X-User' => $q });
+    is_error($b, 403, 'forbidden', "$mode: identity: another");
+    $b = unread($r, port => $id, headers => { 'X-User' => $r });
+    is($b->{json}{count}, $n, "$mode: identity: the user's own");
+    $b = $t->get("/users/$r/timeline", port => $id,
+        headers => { 'X-User' => $q });
+    ok($b->{status} == 200 && !exists $b->{headers}{'x-feed-unread'},
+        "$mode: identity: another's timeline, no header") or diag(short($b));
+    $b = $t->get("/users/$r/timeline", port => $id,
+        headers => { 'X-User' => $r });
+    is($b->{headers}{'x-feed-unread'}, $n,
+        "$mode: identity: the user's own timeline, the header");
+
+    # ------------------------------------------------ Redis errors, down --
+
+    rd($t, 'DEL', "feed:mk:{$r}");
+    rd($t, 'SET', "feed:mk:{$r}", 'not a hash');
+    count_is($r, $n, 0, 'BYPASS', "$mode: a Redis error: the fallback");
+    rd($t, 'DEL', "feed:mk:{$r}");
+
+    $t->stop_redis;
+    count_is($r, $n, 0, 'BYPASS', "$mode: Redis down: the fallback");
+    count_is($q, 9, 0, 'BYPASS', "$mode: Redis down: the other user");
+    $b = $t->get("/users/$r/timeline?limit=5");
+    ok($b->{status} == 200 && !exists $b->{headers}{'x-feed-unread'},
+        "$mode: Redis down: pages without the header") or diag(short($b));
+    $t->start_redis;
+
+    $t->stop;
+}
+
+$t->done;
