@@ -297,6 +297,20 @@ ask_each($t,
         json_post($JSON->encode({ last_read_id => $pid, x => 'x' x 70000 })) ],
     [ 'marker of a bad uid', 400, 'GET', "/users/$long_id/timeline/marker" ]);
 
+# ---------------------------------------------------------- unread counts --
+
+my $un = '/users/oa.ann/timeline/unread';
+ask_each($t,
+    [ 'unread', 200, 'GET', $un ],
+    [ 'unread, HEAD', 200, 'HEAD', $un ],
+    [ 'unread of a new user (MISS)', 200, 'GET',
+        '/users/oa.new2/timeline/unread' ],
+    [ 'unread of a bad uid', 400, 'GET', "/users/$long_id/timeline/unread" ]);
+$r = ask($t, 'timeline, first page, with a marker', 200, 'GET',
+    '/users/oa.ann/timeline?limit=2');
+like($r->{headers}{'x-feed-unread'} // '', qr/^\d+\+?$/,
+    'timeline with a marker: X-Feed-Unread') or diag(short($r));
+
 # ----------------------------------------------- status, paths, methods --
 
 ask($t, 'status', 200, 'GET', '/status');
@@ -317,6 +331,7 @@ my %other = (
     "/posts/$pid" => 'DELETE',
     '/users/oa.ann/timeline' => 'POST',
     '/users/oa.ann/timeline/marker' => 'DELETE',
+    '/users/oa.ann/timeline/unread' => 'PUT',
     '/status' => 'POST',
     '/metrics' => 'DELETE',
 );
@@ -346,6 +361,8 @@ ask($t, 'delete without Redis', 503, 'DELETE',
     "/users/oa.bob/posts/$posts{3}") if $posts{3};
 $r = ask($t, 'timeline without Redis', 200, 'GET', '/users/oa.ann/timeline');
 is($r->{headers}{'x-feed-cache'}, 'BYPASS', 'timeline without Redis: BYPASS');
+$r = ask($t, 'unread without Redis', 200, 'GET', $un);
+is($r->{headers}{'x-feed-cache'}, 'BYPASS', 'unread without Redis: BYPASS');
 
 $t->finish;
 
@@ -395,6 +412,12 @@ ask($ti, 'identity: a marker without one', 401, 'PUT',
     . '"}'));
 ask($ti, 'identity: a marker as someone else', 403, 'GET',
     '/users/oa.ann/timeline/marker', %bob);
+ask($ti, 'identity: an unread count without one', 401, 'GET',
+    '/users/oa.ann/timeline/unread');
+ask($ti, 'identity: an unread count as someone else', 403, 'GET',
+    '/users/oa.ann/timeline/unread', %bob);
+ask($ti, 'identity: an unread count', 200, 'GET',
+    '/users/oa.ann/timeline/unread', %ann);
 
 ask_each($ti,
     [ 'a follow', 204, 'PUT', '/users/oa.bob/following/oa.carol', %bob ],
