@@ -173,7 +173,8 @@ local function first_unread(nf)
   local m, mv = unread_marker(KEYS[7], '')
   if not m or m == '' then return false end
   filtered = (nf or redis.call('hlen', KEYS[6])) > 1
-  return unread(ver, mv, m, pull)
+  -- a pull author's list found gone: no count; the next read loads it
+  return unread(ver, mv, m, pull) or false
 end
 local kv = first and redis.call('hget', KEYS[3], 'v' .. ARGV[1])
 if kv and string.sub(kv, 1, #ver + 1) == ver .. ':' and current(kv) then

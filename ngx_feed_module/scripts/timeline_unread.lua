@@ -32,7 +32,8 @@
 
   Output:
     {0, locked}           MISSING: no timeline, as timeline_read.lua's
-    {5, author...}        PULL: these pull authors' lists are missing
+    {5, author...}        PULL: these pull authors' lists are missing (or
+                          the one found gone while counting)
     {6, unread}           UNREAD: "<n>", or "<n>+" when a list is trimmed
                           above the marker; false: the marker's copy is
                           not in Redis, ask again with ARGV[11]
@@ -84,4 +85,6 @@ end
 filtered = nf > 1
 -- a count is a read: the list lives on, an empty one only its own while
 if head ~= END then redis.call('expire', tl, ARGV[4]) end
-return {UNREAD, unread(ver, mv, m, pull)}
+local u, gone = unread(ver, mv, m, pull)
+if not u then return {PULL, gone} end
+return {UNREAD, u}

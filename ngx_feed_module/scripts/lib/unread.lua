@@ -8,12 +8,14 @@
 -- The entries of a list newer than the marker m ('' for none) that no
 -- other list gave (seen), less deleted ones and those hide() hides; and
 -- whether the list holds none as old as the marker and is trimmed (no
--- END): what lies below its end is not known.  Read 32 entries, then
--- twice as many each time up to 1000: a marker is usually near the head.
+-- END): what lies below its end is not known; nil when the list is gone
+-- (a pull author's, which is never empty).  Read 32 entries, then twice
+-- as many each time up to 1000: a marker is usually near the head.
 local function unread_list(key, m, seen, hide, emb)
   local pos, chunk, n = 0, 32, 0
   while true do
     local part = redis.call('lrange', key, pos, pos + chunk - 1)
+    if #part == 0 and pos == 0 then return nil end
     local ids, ents, stop = {}, {}, false
     for i = 1, #part do
       local id = string.sub(part[i], 1, 24)
@@ -47,7 +49,8 @@ end
 
 -- "<n>", or "<n>+" when a list is trimmed above the marker: the user's
 -- list, then each pull author's (embedded entries, by that author) that
--- the user does not filter out
+-- the user does not filter out.  nil and the author when a pull author's
+-- list is gone: its version goes too, and a read loads it (as merge's).
 local function unread_count(m, pull)
   local hide = filtered and function(json) return hidden(KEYS[6], json) end
   local seen = {}
@@ -56,6 +59,10 @@ local function unread_count(m, pull)
     if not (filtered and redis.call('hexists', KEYS[6], pull[k]) == 1) then
       local c, t = unread_list(key_pull_list(ARGV[7], pull[k]), m, seen,
                                nil, true)
+      if not c then
+        redis.call('del', key_pull_version(ARGV[7], pull[k]))
+        return nil, pull[k]
+      end
       n, more = n + c, more or t
     end
   end
@@ -90,12 +97,15 @@ local function unread_kept(lv, mv)
 end
 
 -- The count from marker m of version mv (nil for a marker given, which
--- is not kept) over the list of version lv and the pull authors
+-- is not kept) over the list of version lv and the pull authors; nil and
+-- the author whose list is gone
 local function unread(lv, mv, m, pull)
   local u = mv and unread_kept(lv, mv)
   if u then return u end
   local key = mv and not deleting and lv .. ' ' .. mv .. ' '
-  u = unread_count(m, pull)
+  local gone
+  u, gone = unread_count(m, pull)
+  if not u then return nil, gone end
   if key then
     redis.call('hset', KEYS[3], 'u', key .. u)
     if redis.call('ttl', KEYS[3]) < 0 then
