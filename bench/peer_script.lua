@@ -23,12 +23,12 @@ local tlp = "feed:tlp:{" .. uid .. "}"
 
 red:init_pipeline()
 red:hget(tlp, limit)
-red:evalsha(ngx.var.feed_read_sha, 6,
+red:evalsha(ngx.var.feed_read_sha, 7,
             "feed:tl:{" .. uid .. "}", "feed:lock:{" .. uid .. "}", tlp,
             "feed:tln:{" .. uid .. "}", "feed:tla:{" .. uid .. "}",
-            "feed:tlf:{" .. uid .. "}",
+            "feed:tlf:{" .. uid .. "}", "feed:mk:{" .. uid .. "}",
             limit, "", "", ngx.var.feed_ttl, ngx.var.feed_mode, "", "", "",
-            "feed:deleting", "")
+            "feed:deleting", "", "")
 local both = red:commit_pipeline()
 
 red:set_keepalive(10000, 64)
@@ -54,8 +54,8 @@ if res[1] == 3 and type(kept) == "string" then
 
 elseif res[1] == 1 then
     local items = {}
-    -- the posts' JSON follow the reply's first ten elements
-    for i = 11, #res do
+    -- the posts' JSON follow the reply's first eleven elements
+    for i = 12, #res do
         items[#items + 1] = res[i]
     end
 

@@ -25,8 +25,8 @@ Test::More->builder->no_ending(1);
 
 my $QUICK = $ENV{FEED_BENCH_QUICK};
 my %PHASES = map { $_ => 1 } split /,/,
-    $ENV{FEED_BENCH_PHASES} || '1,2,3,4,5,6,7,8,9';
-my $ALL = keys %PHASES == 9;
+    $ENV{FEED_BENCH_PHASES} || '1,2,3,4,5,6,7,8,9,10';
+my $ALL = keys %PHASES == 10;
 my $ROOT = FeedTest->root;
 my $DUR = $QUICK ? 1 : 5;
 my $CONNS = 32;
@@ -109,6 +109,12 @@ http {
         location ~ ^/users/([^/]+)/mutes/([^/]+)\$ { feed_mute \$1 \$2; }
         location ~ ^/users/([^/]+)/posts\$ { feed_posts \$1; }
         location ~ ^/users/([^/]+)/timeline\$ { feed_timeline \$1; }
+        location ~ ^/users/([^/]+)/timeline/marker\$ {
+            feed_timeline_marker \$1;
+        }
+        location ~ ^/users/([^/]+)/timeline/unread\$ {
+            feed_timeline_unread \$1;
+        }
         location ~ ^/c/users/([^/]+)/timeline\$ {
             feed_timeline \$1;
             add_header X-Feed-Cache \$feed_cache_status always;
@@ -1138,6 +1144,14 @@ if (phase(9)) {
     $result{filters} = bench_filters($t, \@authors, @authors * $per, $QUICK);
 }
 
+# ------------------------------------------------------ 10. read state --
+
+if (phase(10)) {
+    require "$FindBin::Bin/read_state.pl";
+    $result{read_state} = bench_read_state($t, \@authors, @authors * $per,
+                                           $QUICK);
+}
+
 # nginx stops gracefully, with nothing alarming in its log over the run
 
 my $stopped = $t->stop;
@@ -1486,6 +1500,12 @@ if (phase(9)) {
     my $cmd = $ALL ? 'make bench' : "FEED_BENCH_PHASES=$ENV{FEED_BENCH_PHASES}"
         . ($ENV{FEED_BENCH_WRITE} ? ' FEED_BENCH_WRITE=1' : '') . ' make bench';
     push @out, filters_report($result{filters}, $cmd, $date);
+}
+
+if (phase(10)) {
+    my $cmd = $ALL ? 'make bench' : "FEED_BENCH_PHASES=$ENV{FEED_BENCH_PHASES}"
+        . ($ENV{FEED_BENCH_WRITE} ? ' FEED_BENCH_WRITE=1' : '') . ' make bench';
+    push @out, read_state_report($result{read_state}, $cmd, $date);
 }
 
 my $report = join("\n", @out) . "\n";

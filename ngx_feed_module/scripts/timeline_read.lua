@@ -104,9 +104,7 @@ local ver = redis.call('get', KEYS[4])
 local mark, pull, lists = ver and string.sub(ver, -1), {}, {}
 local first = max == '' and since == ''
 local deleting = deleting_any(ARGV[9], ARGV[10])
-local embed, filtered = ARGV[5] == 'e', false
--- @include filtered
--- @include unread
+-- @include unread_kept
 -- a list kept from another run of its node, which came back on older data
 -- (lib/deleted.lua): it may hold posts deleted or authors unfollowed
 -- since, that nothing else hides any more; made again, as one without its
@@ -136,14 +134,13 @@ if mark == 'P' and first and ARGV[8] == '1'
    and string.sub(ARGV[6], 1, #ver + 1) == ver .. '.'
    and redis.call('exists', KEYS[5]) == 1
 then
-  local kv = redis.call('hget', KEYS[3], 'v' .. ARGV[1])
-  if kv == ARGV[6] and current(kv) then
-    -- the unread count only if kept for the copy's version (else read on)
-    local m, mv
-    if ARGV[11] == '1' then m, mv = unread_marker(KEYS[7], '') end
-    if not m or m == '' then return {LOCAL, kv} end
-    local u = unread_kept(string.match(kv, '^[^:]*'), mv)
-    if u then return {LOCAL, kv, false, false, u} end
+  local h = redis.call('hmget', KEYS[3], 'v' .. ARGV[1], 'u')
+  local kv, u = h[1], h[2]
+  -- with the unread count kept for the copy's version (else read on)
+  u = ARGV[11] == '1' and unread_kept(u, string.match(kv or '', '^[^:]*'))
+  if kv == ARGV[6] and u ~= nil and current(kv) then
+    if u == '-' or u == '?' or not u then return {LOCAL, kv} end
+    return {LOCAL, kv, false, false, u}
   end
 end
 if mark == 'P' then
@@ -167,18 +164,18 @@ if #pull > 0 then
     ver, lists = ver .. '.' .. sig, more
   end
 end
--- the unread count of a first page, for a user with a marker
-local function first_unread(nf)
-  if ARGV[11] ~= '1' then return false end
-  local m, mv = unread_marker(KEYS[7], '')
-  if not m or m == '' then return false end
-  filtered = (nf or redis.call('hlen', KEYS[6])) > 1
-  -- a pull author's list found gone: no count; the next read loads it
-  return unread(ver, mv, m, pull) or false
+local kv, u
+if first then
+  local h = redis.call('hmget', KEYS[3], 'v' .. ARGV[1], 'u')
+  kv, u = h[1], h[2]
 end
-local kv = first and redis.call('hget', KEYS[3], 'v' .. ARGV[1])
-if kv and string.sub(kv, 1, #ver + 1) == ver .. ':' and current(kv) then
-  local u = first_unread()
+-- a first page answers the unread count kept with it (lib/unread_kept.lua);
+-- one not kept is counted as the page is read, below
+u = ARGV[11] == '1' and unread_kept(u, ver)
+if kv and string.sub(kv, 1, #ver + 1) == ver .. ':' and u ~= nil
+   and current(kv)
+then
+  if u == '-' or u == '?' then u = false end
   -- a plain user's replies stay as short as they were
   local tail = (#pull > 0 or u) and {false, lists, u} or {}
   if ARGV[6] == '' then return {KEPT, kv, unpack(tail)} end
@@ -191,7 +188,10 @@ local nf = redis.call('hlen', KEYS[6])
 if nf == 0 then
   redis.call('del', tl, KEYS[3])
 end
-filtered = nf > 1
+local embed = ARGV[5] == 'e'
+local filtered = nf > 1
+-- @include filtered
+-- @include unread
 -- @include merge
 local chunk = limit + 1
 local part = redis.call('lrange', tl, 0, chunk - 1)
@@ -205,7 +205,7 @@ end
 local out, got, n, pos = {PAGE, 0, 1, '',
                           ver .. ':' .. string.sub(part[1], 1, 24),
                           '', 0, 0, lists, {}, false}, {}, 0, 0
-if first then out[11] = first_unread(nf) end
+if first and ARGV[11] == '1' then out[11] = unread_first(ver, pull) end
 
 -- the authors the rest of a deep page must leave out
 local function deep_filters(res)

@@ -49,12 +49,10 @@ local tl = KEYS[1]
 local ver = redis.call('get', KEYS[4])
 local mark, pull = ver and string.sub(ver, -1), {}
 local deleting = deleting_any(ARGV[9], ARGV[10])
+-- @include unread_kept
 local embed, filtered = ARGV[5] == 'e', false
 -- @include filtered
 -- @include unread
-
-local m, mv = unread_marker(KEYS[7], ARGV[11])
-if not m then return {UNREAD, false} end
 
 -- a list of another run, or without its version, pull authors or
 -- filters is made again, as timeline_read.lua does
@@ -85,6 +83,18 @@ end
 filtered = nf > 1
 -- a count is a read: the list lives on, an empty one only its own while
 if head ~= END then redis.call('expire', tl, ARGV[4]) end
-local u, gone = unread(ver, mv, m, pull)
-if not u then return {PULL, gone} end
-return {UNREAD, u}
+
+-- the count kept by a read or a count before, else counted from the
+-- marker (kept when it is the copy's)
+local c = ARGV[11] == '' and unread_kept(redis.call('hget', KEYS[3], 'u'),
+                                         ver)
+if c and c ~= '-' and c ~= '?' then return {UNREAD, c} end
+local m = unread_marker(KEYS[7], ARGV[11])
+if not m then return {UNREAD, false} end
+local ids
+c, ids = unread_count(m, pull)
+if not c then return {PULL, ids} end
+if ARGV[11] == '' then
+  unread_keep(ver, m == '' and '-' or c, m ~= '' and ids or nil)
+end
+return {UNREAD, c}

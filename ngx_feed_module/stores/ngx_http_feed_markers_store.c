@@ -44,7 +44,7 @@ static ngx_int_t ngx_http_feed_markers_swap(mongoc_collection_t *coll,
     ngx_http_feed_marker_op_t *op, ngx_http_feed_marker_t *cur,
     bson_error_t *error);
 static ngx_int_t ngx_http_feed_markers_command(ngx_http_request_t *r,
-    ngx_http_feed_redis_t *rd, ngx_http_feed_user_t *user, ngx_uint_t read,
+    ngx_http_feed_redis_t *rd, ngx_http_feed_user_t *user,
     ngx_http_feed_redis_pt handler, void *data);
 
 
@@ -283,7 +283,7 @@ ngx_http_feed_markers_cache_lookup(ngx_http_request_t *r,
     ngx_http_feed_redis_t *rd, ngx_http_feed_user_t *user,
     ngx_http_feed_redis_pt handler, void *data)
 {
-    return ngx_http_feed_markers_command(r, rd, user, 1, handler, data);
+    return ngx_http_feed_markers_command(r, rd, user, handler, data);
 }
 
 
@@ -380,25 +380,46 @@ ngx_http_feed_markers_cache_set(ngx_http_request_t *r,
 }
 
 
-/* the copy dropped, after a set Redis did not take */
+/*
+ * The copy dropped, after a set Redis did not take, and the unread count
+ * counted from it (scripts/marker_drop.lua).  NGX_DECLINED when Redis is
+ * not connected.
+ */
 
 ngx_int_t
 ngx_http_feed_markers_cache_drop(ngx_http_request_t *r,
     ngx_http_feed_redis_t *rd, ngx_http_feed_user_t *user,
     ngx_http_feed_redis_pt handler, void *data)
 {
-    return ngx_http_feed_markers_command(r, rd, user, 0, handler, data);
+    char                        key[sizeof(NGX_HTTP_FEED_KEY_MARKER) + 1
+                                    + NGX_HTTP_FEED_USER_MAX];
+    size_t                      argvlen[
+                                    NGX_HTTP_FEED_SCRIPT_MARKER_DROP_ARGC];
+    const char                 *argv[NGX_HTTP_FEED_SCRIPT_MARKER_DROP_ARGC];
+    ngx_http_feed_redis_call_t  call;
+
+    if (ngx_http_feed_redis_run_id(rd) == NULL) {
+        return NGX_DECLINED;
+    }
+
+    ngx_http_feed_redis_call_init(&call, &ngx_http_feed_script_marker_drop,
+                                  argv, argvlen,
+                                  NGX_HTTP_FEED_SCRIPT_MARKER_DROP_NKEYS,
+                                  NGX_HTTP_FEED_SCRIPT_MARKER_DROP_NARGS);
+
+    ngx_http_feed_redis_call_key(&call,
+        NGX_HTTP_FEED_SCRIPT_MARKER_DROP_KEY_MARKER,
+        key, ngx_http_feed_markers_cache_key(key, user));
+
+    return ngx_http_feed_redis_call(r, rd, &call, handler, data);
 }
 
 
-/*
- * HMGET <key> v j (read) or DEL <key>: NGX_DECLINED when Redis is not
- * connected
- */
+/* HMGET <key> v j: NGX_DECLINED when Redis is not connected */
 
 static ngx_int_t
 ngx_http_feed_markers_command(ngx_http_request_t *r,
-    ngx_http_feed_redis_t *rd, ngx_http_feed_user_t *user, ngx_uint_t read,
+    ngx_http_feed_redis_t *rd, ngx_http_feed_user_t *user,
     ngx_http_feed_redis_pt handler, void *data)
 {
     char                        key[sizeof(NGX_HTTP_FEED_KEY_MARKER) + 1
@@ -412,21 +433,11 @@ ngx_http_feed_markers_command(ngx_http_request_t *r,
     }
 
     ngx_http_feed_redis_args_init(&args, argv, argvlen);
-
-    if (read) {
-        ngx_http_feed_redis_args_lit(&args, "HMGET");
-
-    } else {
-        ngx_http_feed_redis_args_lit(&args, "DEL");
-    }
-
+    ngx_http_feed_redis_args_lit(&args, "HMGET");
     ngx_http_feed_redis_args_key(&args, key,
                                  ngx_http_feed_markers_cache_key(key, user));
-
-    if (read) {
-        ngx_http_feed_redis_args_lit(&args, "v");
-        ngx_http_feed_redis_args_lit(&args, "j");
-    }
+    ngx_http_feed_redis_args_lit(&args, "v");
+    ngx_http_feed_redis_args_lit(&args, "j");
 
     return ngx_http_feed_redis_send_r(r, rd, handler, data, &args);
 }

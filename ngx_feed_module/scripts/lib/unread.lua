@@ -6,12 +6,13 @@
 -- feed:mk:{user} {v: version, l: last_read_id ('' for no marker), j}.
 
 -- The entries of a list newer than the marker m ('' for none) that no
--- other list gave (seen), less deleted ones and those hide() hides; and
+-- other list gave (seen), less deleted ones and those hide() hides, their
+-- ids added to counted; and
 -- whether the list holds none as old as the marker and is trimmed (no
 -- END): what lies below its end is not known; nil when the list is gone
 -- (a pull author's, which is never empty).  Read 32 entries, then twice
 -- as many each time up to 1000: a marker is usually near the head.
-local function unread_list(key, m, seen, hide, emb)
+local function unread_list(key, m, seen, hide, emb, counted)
   local pos, chunk, n = 0, 32, 0
   while true do
     local part = redis.call('lrange', key, pos, pos + chunk - 1)
@@ -37,6 +38,7 @@ local function unread_list(key, m, seen, hide, emb)
         local json = emb and string.sub(ents[i], 25) or posts[i]
         if not dead[i] and not (hide and json and hide(json)) then
           n = n + 1
+          counted[#counted + 1] = ids[i]
         end
       end
     end
@@ -49,16 +51,17 @@ end
 
 -- "<n>", or "<n>+" when a list is trimmed above the marker: the user's
 -- list, then each pull author's (embedded entries, by that author) that
--- the user does not filter out.  nil and the author when a pull author's
--- list is gone: its version goes too, and a read loads it (as merge's).
+-- the user does not filter out; and the ids counted.  nil and the author
+-- when a pull author's list is gone: its version goes too, and a read
+-- loads it (as merge's).
 local function unread_count(m, pull)
   local hide = filtered and function(json) return hidden(KEYS[6], json) end
-  local seen = {}
-  local n, more = unread_list(tl, m, seen, hide, embed)
+  local seen, counted = {}, {}
+  local n, more = unread_list(tl, m, seen, hide, embed, counted)
   for k = 1, #pull do
     if not (filtered and redis.call('hexists', KEYS[6], pull[k]) == 1) then
       local c, t = unread_list(key_pull_list(ARGV[7], pull[k]), m, seen,
-                               nil, true)
+                               nil, true, counted)
       if not c then
         redis.call('del', key_pull_version(ARGV[7], pull[k]))
         return nil, pull[k]
@@ -66,51 +69,46 @@ local function unread_count(m, pull)
       n, more = n + c, more or t
     end
   end
-  return n .. (more and '+' or '')
+  return n .. (more and '+' or ''), counted
 end
 
 -- The marker to count from: given ('-' for none, else its id, as MongoDB
--- gave it), or the copy's, with its version; nil when the copy is not in
--- Redis (or was written by a module without the field l).
+-- gave it), or the copy's; nil when the copy is not in Redis (or was
+-- written by a module without the field l).
 local function unread_marker(mk, given)
   if given ~= '' then
-    return given == '-' and '' or given, nil
+    return given == '-' and '' or given
   end
   local c = redis.call('hmget', mk, 'v', 'l')
   if not c[1] or not c[2] then return nil end
-  return c[2], c[1]
+  return c[2]
 end
 
--- The count from the marker of version mv over the list of version lv
--- (with its pull authors' lists' versions), as kept in the kept pages'
--- hash (field u, "lv mv count"): good while neither version moves, as
--- that hash goes with every change of the list that keeps its version (a
--- push), and no post is being deleted (their entries are still in lists).
-local function unread_kept(lv, mv)
-  if deleting then return nil end
-  local key = lv .. ' ' .. mv .. ' '
-  local u = redis.call('hget', KEYS[3], 'u')
-  if u and string.sub(u, 1, #key) == key then
-    return string.sub(u, #key + 1)
+-- The count kept for the list of version lv (lib/unread_kept.lua), for
+-- the next reads, with the ids counted (ui; '*' past 1000: such a count
+-- is not kept while posts are being deleted): the kept pages' hash lives
+-- as long as the list keeps its version, and the marker's every change
+-- drops the field
+local function unread_keep(lv, c, ids)
+  ids = ids or {}
+  redis.call('hset', KEYS[3], 'u', lv .. ' ' .. c,
+             'ui', #ids > 1000 and '*' or table.concat(ids))
+  if redis.call('ttl', KEYS[3]) < 0 then
+    redis.call('expire', KEYS[3], ARGV[4])
   end
-  return nil
 end
 
--- The count from marker m of version mv (nil for a marker given, which
--- is not kept) over the list of version lv and the pull authors; nil and
--- the author whose list is gone
-local function unread(lv, mv, m, pull)
-  local u = mv and unread_kept(lv, mv)
-  if u then return u end
-  local key = mv and not deleting and lv .. ' ' .. mv .. ' '
-  local gone
-  u, gone = unread_count(m, pull)
-  if not u then return nil, gone end
-  if key then
-    redis.call('hset', KEYS[3], 'u', key .. u)
-    if redis.call('ttl', KEYS[3]) < 0 then
-      redis.call('expire', KEYS[3], ARGV[4])
-    end
+-- The count of a first page from the marker's copy, kept: false for no
+-- header (no marker, its copy not in Redis, a pull author's list found
+-- gone: the next read loads it)
+local function unread_first(lv, pull)
+  local m = unread_marker(KEYS[7], '')
+  local c, ids
+  if m and m ~= '' then
+    c, ids = unread_count(m, pull)
+    if not c then return false end
   end
-  return u
+  c = c or (m and '-' or '?')
+  unread_keep(lv, c, ids)
+  return c ~= '-' and c ~= '?' and c
 end
