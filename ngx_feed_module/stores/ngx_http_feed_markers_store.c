@@ -18,6 +18,8 @@
  * (docs/timeline.md#read-marker); version 0 says the user has none.  The
  * timeline's scripts read it for unread counts (scripts/lib/unread.lua):
  * the timeline cache names the key by ngx_http_feed_markers_cache_key().
+ * The count they keep is dropped with every change of the copy
+ * (marker_set.lua, marker_drop.lua).
  */
 
 
