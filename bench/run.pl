@@ -107,6 +107,7 @@ http {
         listen 127.0.0.1:%%PORT_HTTP%% backlog=4096;
         location ~ ^/users/([^/]+)/following/([^/]+)\$ { feed_follow \$1 \$2; }
         location ~ ^/users/([^/]+)/mutes/([^/]+)\$ { feed_mute \$1 \$2; }
+        location ~ ^/users/([^/]+)/hidden/([^/]+)\$ { feed_hide \$1 \$2; }
         location ~ ^/users/([^/]+)/posts\$ { feed_posts \$1; }
         location ~ ^/users/([^/]+)/timeline\$ { feed_timeline \$1; }
         location ~ ^/users/([^/]+)/timeline/marker\$ {

@@ -10,8 +10,8 @@
 #   - a marker: the count, and the header on 12 first pages across both
 #     workers (MISS, then kept pages and worker copies: HIT), moves at once
 #     with the marker, with a new post (a push), a mute (of a pushed
-#     author and of the pull author), a block, a post being deleted and a
-#     delete, each left out;
+#     author and of the pull author), a block, a hidden post, a post being
+#     deleted and a delete, each left out;
 #   - a trimmed cache: a marker older than its end counts what it holds,
 #     "more" ("24+" in the header); a marker inside it does not;
 #   - the marker's copy gone from Redis: the count kept with the first
@@ -46,6 +46,7 @@ my $MORE = <<'EOF';
         location ~ ^/posts/([^/]+)$ { feed_post $1; }
         location ~ ^/users/([^/]+)/blocks/([^/]+)$ { feed_block $1 $2; }
         location ~ ^/users/([^/]+)/mutes/([^/]+)$ { feed_mute $1 $2; }
+        location ~ ^/users/([^/]+)/hidden/([^/]+)$ { feed_hide $1 $2; }
         location ~ ^/users/([^/]+)/timeline/marker$ {
             feed_timeline_marker $1;
         }
@@ -288,6 +289,16 @@ for my $mode (qw(link embed)) {
         "$mode: unmute");
     $n = want(\@posts, $m, $celeb, $a[2]);
     count_is($r, $n, 0, '', "$mode: unmute: back");
+
+    # a hidden post (pushed): left out at once, back when shown
+    my $hid = (grep { $_->[1] eq $a[1] && $_->[0] gt $m } @posts)[0][0];
+    is(put("/users/$r/hidden/$hid"), 204, "$mode: hide a post");
+    count_is($r, $n - 1, 0, 'HIT', "$mode: a hidden post: left out");
+    headers_are($r, $n - 1, "$mode: a hidden post");
+    is($t->http('DELETE', "/users/$r/hidden/$hid")->{status}, 204,
+        "$mode: show it again");
+    count_is($r, $n, 0, 'HIT', "$mode: shown again: counted");
+    headers_are($r, $n, "$mode: shown again");
 
     # -------------------------------------------- the list, the copy --
 

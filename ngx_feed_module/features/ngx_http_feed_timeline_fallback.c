@@ -26,7 +26,7 @@ static ngx_int_t ngx_http_feed_timeline_fallback_broke(
     ngx_http_feed_timeline_ctx_t *ctx, ngx_http_request_t *sr);
 static void ngx_http_feed_timeline_fallback_wake(ngx_http_request_t *r);
 static ngx_uint_t ngx_http_feed_timeline_fallback_hidden(
-    ngx_http_feed_timeline_ctx_t *ctx, bson_t *post);
+    ngx_http_feed_timeline_ctx_t *ctx, bson_t *post, ngx_str_t *id);
 
 
 /* a page short of posts for the filters asks again at most so many times */
@@ -425,7 +425,7 @@ ngx_http_feed_timeline_fallback_add(ngx_http_feed_timeline_ctx_t *ctx,
             break;
         }
 
-        if (ngx_http_feed_timeline_fallback_hidden(ctx, &post)) {
+        if (ngx_http_feed_timeline_fallback_hidden(ctx, &post, &id)) {
             ngx_cpystrn((u_char *) ctx->fb_scanned, id.data, 25);
             ctx->fb_hidden++;
             continue;
@@ -466,18 +466,25 @@ ngx_http_feed_timeline_fallback_add(ngx_http_feed_timeline_ctx_t *ctx,
 }
 
 
-/* the post's author is one the user's filters leave out */
+/* the user hid the post, or its author is one the filters leave out */
 
 static ngx_uint_t
 ngx_http_feed_timeline_fallback_hidden(ngx_http_feed_timeline_ctx_t *ctx,
-    bson_t *post)
+    bson_t *post, ngx_str_t *id)
 {
     uint32_t      len;
     const char   *author;
     bson_iter_t   it;
 
-    if (ctx->filter_set.n == 0
-        || !bson_iter_init_find(&it, post, "author")
+    if (ctx->filter_set.n == 0) {
+        return 0;
+    }
+
+    if (ngx_http_feed_filter_set_hides(&ctx->filter_set, id->data, id->len)) {
+        return 1;
+    }
+
+    if (!bson_iter_init_find(&it, post, "author")
         || !BSON_ITER_HOLDS_UTF8(&it))
     {
         return 0;

@@ -1,17 +1,18 @@
 -- Unread counts (docs/timeline.md#unread-counts): the entries of a home
 -- timeline newer than the user's read marker, each once, less the posts
--- being deleted and those of authors the user filters out, pull authors'
--- posts merged in.  Needs tl, embed, deleting, filtered and hidden (the
--- read's, lib/filtered.lua), END and deleted; the marker's copy is
+-- being deleted, those the user hid and those of authors the user filters
+-- out, pull authors' posts merged in.  Needs tl, embed, deleting,
+-- filtered, hidden and hidden_posts (the read's, lib/filtered.lua), END
+-- and deleted; the marker's copy is
 -- feed:mk:{user} {v: version, l: last_read_id ('' for no marker), j}.
 
 -- The entries of a list newer than the marker m ('' for none) that no
--- other list gave (seen), less deleted ones and those hide() hides, their
--- ids added to counted; and
--- whether the list holds none as old as the marker and is trimmed (no
--- END): what lies below its end is not known; nil when the list is gone
--- (a pull author's, which is never empty).  Read 32 entries, then twice
--- as many each time up to 1000: a marker is usually near the head.
+-- other list gave (seen), less deleted and hidden ones and those hide()
+-- hides (by their authors), their ids added to counted; and whether the
+-- list holds none as old as the marker and is trimmed (no END): what lies
+-- below its end is not known; nil when the list is gone (a pull author's,
+-- which is never empty).  Read 32 entries, then twice as many each time
+-- up to 1000: a marker is usually near the head.
 local function unread_list(key, m, seen, hide, emb, counted)
   local pos, chunk, n = 0, 32, 0
   while true do
@@ -27,8 +28,9 @@ local function unread_list(key, m, seen, hide, emb, counted)
       end
     end
     if #ids > 0 then
-      local dead, posts = {}, {}
+      local dead, hid, posts = {}, {}, {}
       if deleting then dead = deleted(ARGV[9], ids) end
+      if filtered then hid = hidden_posts(KEYS[6], ids) end
       if hide and not emb then
         local keys = {}
         for i = 1, #ids do keys[i] = key_post_json(ids[i]) end
@@ -36,7 +38,9 @@ local function unread_list(key, m, seen, hide, emb, counted)
       end
       for i = 1, #ids do
         local json = emb and string.sub(ents[i], 25) or posts[i]
-        if not dead[i] and not (hide and json and hide(json)) then
+        if not dead[i] and not hid[i]
+           and not (hide and json and hide(json))
+        then
           n = n + 1
           counted[#counted + 1] = ids[i]
         end
