@@ -87,7 +87,7 @@ sub read_state_report {
         . '10`. Requests/s of the first page, limit 20 (the kept page or '
         . 'the worker copy), one worker, link mode: the median of '
         . "$res->{rounds} runs each, the two readers' runs alternating "
-        . '(each run\'s figure in brackets).', '',
+        . '(each run\'s in the last column).', '',
         '| read | req/s | p99 ms | runs |',
         '|---|---|---|---|',
         sprintf('| first page, no marker | %.0f | %s | %s |', $a->{rps},
