@@ -30,15 +30,18 @@ my ($seed) = $c->masters;
 my $seeds = '127.0.0.1:' . $c->port($seed) . ' cluster';
 
 my $server = FeedCluster::server_conf();
-$server =~ s/^(\s*location = \/status)/        location ~ ^\/users\/([^\/]+)\/mutes\/([^\/]+)\$ { feed_mute \$1 \$2; }
-        location ~ ^\/users\/([^\/]+)\/timeline\/marker\$ {
-            feed_timeline_marker \$1;
+my $MORE = <<'EOF';
+        location ~ ^/users/([^/]+)/mutes/([^/]+)$ { feed_mute $1 $2; }
+        location ~ ^/users/([^/]+)/timeline/marker$ {
+            feed_timeline_marker $1;
         }
-        location ~ ^\/users\/([^\/]+)\/timeline\/unread\$ {
-            feed_timeline_unread \$1;
-            add_header X-Feed-Cache \$feed_cache_status always;
+        location ~ ^/users/([^/]+)/timeline/unread$ {
+            feed_timeline_unread $1;
+            add_header X-Feed-Cache $feed_cache_status always;
         }
-$1/m or die "no place for the locations\n";
+EOF
+$server =~ s/^(\s*location = \/status)/$MORE$1/m
+    or die "no place for the locations\n";
 
 $t->write_conf(<<"EOF")->run;
 worker_processes 2;

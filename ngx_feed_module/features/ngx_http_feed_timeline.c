@@ -350,10 +350,9 @@ ngx_http_feed_timeline_lookup(ngx_http_feed_timeline_ctx_t *ctx)
 
     if (ctx->counting) {
         rc = ngx_http_feed_timeline_cache_unread(ctx->request, ctx->fmcf,
-                                                 &ctx->page.user,
-                                                 &ctx->marker,
-                                                 ngx_http_feed_timeline_read_done,
-                                                 ctx);
+                 &ctx->page.user, &ctx->marker,
+                 ngx_http_feed_timeline_read_done, ctx);
+
     } else {
         rc = ngx_http_feed_timeline_cache_read(ctx->request, ctx->fmcf,
                                                &ctx->page, &ctx->have,
@@ -1368,7 +1367,7 @@ ngx_http_feed_timeline_marker(ngx_http_feed_timeline_ctx_t *ctx)
     ngx_int_t  rc;
 
     rc = ngx_http_feed_timeline_unread_marker(ctx,
-                                              ngx_http_feed_timeline_marker_done);
+             ngx_http_feed_timeline_marker_done);
     if (rc != NGX_OK) {
         ngx_http_feed_timeline_fail(ctx, rc);
     }

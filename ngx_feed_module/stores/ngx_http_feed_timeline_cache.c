@@ -243,11 +243,11 @@ ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
     ngx_str_t *have, ngx_uint_t vouched, ngx_uint_t unread,
     ngx_http_feed_redis_pt kept, ngx_http_feed_redis_pt handler, void *data)
 {
-    size_t                            hgetlen[3];
-    ngx_int_t                         rc;
-    ngx_str_t                         arg;
-    const char                       *hget[3];
-    ngx_http_feed_redis_args_t        args;
+    size_t                              hgetlen[3];
+    ngx_int_t                           rc;
+    ngx_str_t                           arg;
+    const char                         *hget[3];
+    ngx_http_feed_redis_args_t          args;
     ngx_http_feed_timeline_read_call_t  rc_call;
 
     ngx_str_set(&arg, "1");
@@ -320,9 +320,9 @@ ngx_http_feed_timeline_cache_unread(ngx_http_request_t *r,
 
 static void
 ngx_http_feed_timeline_cache_read_call(ngx_http_feed_main_conf_t *fmcf,
-    ngx_http_feed_timeline_read_call_t *rc, ngx_http_feed_redis_script_t *script,
-    ngx_http_feed_page_t *page, ngx_str_t *have, ngx_uint_t vouched,
-    ngx_str_t *unread)
+    ngx_http_feed_timeline_read_call_t *rc,
+    ngx_http_feed_redis_script_t *script, ngx_http_feed_page_t *page,
+    ngx_str_t *have, ngx_uint_t vouched, ngx_str_t *unread)
 {
     ngx_http_feed_redis_call_t  *call;
 
