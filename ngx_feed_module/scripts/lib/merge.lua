@@ -108,10 +108,11 @@ local function merge(out, part, pull)
     local c, stop = next_ids(limit + 1 - n)
     if not c then return {PULL, stop} end
     local dead, keys, posts = {}, {}, {}
-    if deleting and #c > 0 then
+    if (deleting or seen) and #c > 0 then
       local ids = {}
       for i = 1, #c do ids[i] = c[i][1] end
-      dead = deleted(ARGV[9], ids)
+      if deleting then dead = deleted(ARGV[9], ids) end
+      if seen then seen_drop(seen, dead, ids) end
     end
     if not embed then
       for i = 1, #c do
