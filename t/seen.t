@@ -28,7 +28,7 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 use POSIX qw(ceil);
 use FeedTest;
-use FeedTest::Util qw(enc rd is_error short);
+use FeedTest::Util qw(enc rd is_error short seen_held);
 
 my $t = FeedTest->new;
 
@@ -82,28 +82,10 @@ sub seen {
         $o{port} ? (port => $o{port}) : ());
 }
 
-# the reader's filter, asked by the library the read scripts include
-my $scripts = $t->root . '/ngx_feed_module/scripts';
-my $LIB = `sh $scripts/keys2h -lua $scripts/keys key_seen_parts key_seen_bits`
-    . do {
-        local $/;
-        open my $f, '<', "$scripts/lib/seen.lua" or die;
-        <$f>;
-    };
-
 # how many of @$ids the reader's filters hold
 sub found {
     my ($user, $ids) = @_;
-    my $n = 0;
-    for (my $i = 0; $i < @$ids; $i += 1000) {
-        my @part = @$ids[$i .. ($i + 999 < $#$ids ? $i + 999 : $#$ids)];
-        $n += $t->redis('EVAL', $LIB . <<'EOF', 1, "feed:sn:{$user}", @part);
-local f, n = seen_of(KEYS[1], ARGV), 0
-for i = 1, #ARGV do if f[i] then n = n + 1 end end
-return n
-EOF
-    }
-    return $n;
+    return scalar keys %{ seen_held(sub { $t->redis(@_) }, $user, $ids) };
 }
 
 sub keys_of { [ sort @{ rd($t, 'KEYS', "feed:sn*{$_[0]}") || [] } ] }

@@ -22,7 +22,9 @@
 # Then rotation through reads (feed_seen_capacity 10): the ids of the
 # dropped generation are shown again.  Then each MongoDB timeline model
 # (feed_timeline_store): a walk after the cache is dropped leaves the
-# seen posts out, past the store's end too.
+# seen posts out, past the store's end too.  Then a Redis Cluster (three
+# masters, embed mode): readers of every master, their seen filters on
+# their timelines' node, walks with unseen=1, a miss.
 
 use strict;
 use warnings;
@@ -32,8 +34,9 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 use Time::HiRes qw(time sleep);
 use FeedTest;
-use FeedTest::Util qw(short rd post enc server_conf tl_page_problems tl_ids
-    parallel first_diff is_error);
+use FeedCluster;
+use FeedTest::Util qw(short rd post enc server_conf tl_walk tl_ids parallel
+    first_diff is_error seen_held);
 
 my $t = FeedTest->new;
 
@@ -97,25 +100,13 @@ sub seen {
         headers => { 'Content-Type' => 'application/json' })->{status};
 }
 
-# the reader's filters, asked by the library the read scripts include:
-# which of @$ids they hold
-my $scripts = $t->root . '/ngx_feed_module/scripts';
-my $LIB = `sh $scripts/keys2h -lua $scripts/keys key_seen_parts key_seen_bits`
-    . do {
-        local $/;
-        open my $f, '<', "$scripts/lib/seen.lua" or die;
-        <$f>;
-    };
+# the Redis that holds a user's keys: the single one, or a cluster's node
+my $redis_of = sub { my ($uid, @cmd) = @_; $t->redis(@cmd) };
 
+# which of @$ids the reader's filters hold
 sub held {
     my ($uid, $ids) = @_;
-    return {} unless @$ids;
-    my $f = $t->redis('EVAL', $LIB . <<'EOF', 1, "feed:sn:{$uid}", @$ids);
-local f, out = seen_of(KEYS[1], ARGV), {}
-for i = 1, #ARGV do if f[i] then out[#out + 1] = ARGV[i] end end
-return out
-EOF
-    return { map { $_ => 1 } @{ $f || [] } };
+    return seen_held(sub { $redis_of->($uid, @_) }, $uid, $ids);
 }
 
 # the posts a read with unseen=1 shows, newest first: @$posts (ids, oldest
@@ -139,40 +130,11 @@ sub unseen {
 # all of them, newest first
 sub all_of { [ reverse @{ $_[0] } ] }
 
-# every page with unseen=1 from the first, each reached by the Link of
-# the one before: the ids, the caches, the problems
-sub walk {
-    my ($uid, $limit) = @_;
-    my $w = { ids => [], caches => [], problems => [] };
-    my $uri = "/users/$uid/timeline?limit=$limit&unseen=1";
-    while (defined $uri) {
-        if (@{ $w->{caches} } >= 100) {
-            push @{ $w->{problems} }, 'more than 100 pages';
-            last;
-        }
-        my $r = $t->get($uri);
-        my @p = tl_page_problems($r, $uid, $limit);
-        push @p, "Link without unseen=1: $r->{headers}{link}"
-            if defined $r->{headers}{link}
-                && $r->{headers}{link} !~ /[?&]unseen=1[&>]/;
-        if (@p) {
-            push @{ $w->{problems} }, map { "$uri: $_" } @p;
-            last;
-        }
-        push @{ $w->{caches} }, $r->{headers}{'x-feed-cache'};
-        push @{ $w->{ids} }, @{ tl_ids($r) };
-        $uri = defined $r->{json}{next}
-            ? ($r->{headers}{link} =~ /<(?:https?:\/\/[^\/]+)?([^>]*)>/)[0]
-            : undef;
-    }
-    return $w;
-}
-
 # a walk: every unseen post once, in order, every page but the last full
 sub walk_is {
     my ($uid, $limit, $want, $name) = @_;
     local $Test::Builder::Level = $Test::Builder::Level + 1;
-    my $w = walk($uid, $limit);
+    my $w = tl_walk($t, $uid, $limit, unseen => 1, most => 100);
     my $n = scalar @{ $w->{ids} };
     ok(!@{ $w->{problems} }, "$name: pages well formed")
         or diag(join "\n", @{ $w->{problems} }[0 .. 2]);
@@ -434,6 +396,60 @@ for my $store (qw(cache time_buckets size_buckets capped)) {
     my $c = walk_is($r, 6, unseen($r, \@posts, \@seen, $store),
         "$store: after the cache is dropped: walk 6");
     ok($c->{MISS}, "$store: the walk began with a rebuild from the store");
+
+    $t->stop;
+}
+
+# ------------------------------------------------------ a Redis Cluster --
+
+{
+    $N++;
+    my $u = sub { "$_[0]$N$RUN" };
+    my $c = FeedCluster->start($t, masters => 3);
+    my $seeds = '127.0.0.1:' . $c->port(($c->masters)[0]) . ' cluster';
+    $redis_of = sub {
+        my ($uid, @cmd) = @_;
+        return $c->cmd($c->master_of("feed:tl:{$uid}"), @cmd);
+    };
+
+    # readers on every master
+    my @R = map { $u->("r$_") } 1 .. 9;
+    my ($node, $per) = $c->spread(@R);
+    is(scalar keys %$per, 3, 'cluster: readers on all three masters');
+    my @a = map { $u->("a$_") } 1 .. 2;
+
+    (my $conf = conf(mode => 'embed')) =~
+        s/%%FEED_BACKENDS%%/feed_redis $seeds;\n    %%FEED_MONGO%%/;
+    $t->write_conf($conf)->run('httpid');
+
+    my @bad = grep { put("/users/$_->[0]/following/$_->[1]") != 204 }
+        map { my $r = $_; map { [$r, $_] } @a } @R;
+    ok(!@bad, 'cluster: follows');
+    my @posts;
+    for my $i (1 .. 20) {
+        push @posts, map { post($t, $_, "$_ $i") } @a;
+    }
+    ok($t->wait_for(10, sub { !grep { (firsts($_, 1))[0][2]
+        !~ /^\Q$posts[-1]\E/ } @R }), 'cluster: fanned out to all');
+    firsts($_, 6) for @R;
+
+    for my $i (0 .. $#R) {
+        my $r = $R[$i];
+        my @seen = @posts[grep { ($_ + $i) % 3 == 0 } 0 .. $#posts];
+        is(seen($r, \@seen), 204, "cluster: $r seen");
+        ok($c->cmd($node->{$r}, 'EXISTS', "feed:sn:{$r}", "feed:snb0:{$r}")
+            == 2, "cluster: $r: the filters on its timeline's node");
+        my $want = unseen($r, \@posts, \@seen, "cluster: $r");
+        firsts_are($r, 1, $want, 'HIT', "cluster: $r: first pages");
+        my $w = walk_is($r, 7, $want, "cluster: $r: walk 7");
+        ok($w->{DEEP}, "cluster: $r: past the cache's end");
+        if ($i < 3) {
+            $c->cmd($node->{$r}, 'DEL', "feed:tl:{$r}");
+            my @f = firsts($r, 1, 1);
+            is("$f[0][1] $f[0][2]", 'MISS ' . join(' ', @$want[0 .. 9]),
+                "cluster: $r: a miss");
+        }
+    }
 
     $t->stop;
 }

@@ -144,9 +144,9 @@ ngx_http_feed_seen_body(ngx_http_request_t *r)
 static const ngx_http_feed_error_t *
 ngx_http_feed_seen_parse(ngx_http_feed_seen_ctx_t *ctx, ngx_str_t *body)
 {
-    u_char                       *q;
     bson_t                        doc;
     uint32_t                      len;
+    ngx_int_t                     rc;
     ngx_str_t                     id;
     bson_oid_t                    oid;
     bson_iter_t                   it;
@@ -156,33 +156,11 @@ ngx_http_feed_seen_parse(ngx_http_feed_seen_ctx_t *ctx, ngx_str_t *body)
         return &ngx_http_feed_err_seen_size;
     }
 
-    if (body->len == 0) {
-        return &ngx_http_feed_err_seen_json;
-    }
+    rc = ngx_http_feed_json_body(body, '[', &doc, &it);
 
-    if (!bson_utf8_validate((const char *) body->data, body->len, true)) {
-        return &ngx_http_feed_err_not_utf8;
-    }
-
-    for (q = body->data;
-         q < body->data + body->len
-         && (*q == ' ' || *q == '\t' || *q == '\r' || *q == '\n');
-         q++)
-    {
-        /* void */
-    }
-
-    /* libbson reads a top-level array as a document keyed "0", "1", ... */
-
-    if (q == body->data + body->len || *q != '['
-        || ngx_http_feed_json_one(body->data, body->len, &doc) != NGX_OK)
-    {
-        return &ngx_http_feed_err_seen_json;
-    }
-
-    if (!bson_iter_init(&it, &doc)) {
-        bson_destroy(&doc);
-        return &ngx_http_feed_err_seen_json;
+    if (rc != NGX_OK) {
+        return rc == NGX_ABORT ? &ngx_http_feed_err_not_utf8
+                               : &ngx_http_feed_err_seen_json;
     }
 
     err = NULL;

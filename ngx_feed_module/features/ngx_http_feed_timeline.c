@@ -11,6 +11,12 @@
  *           in one step, and every waiter reads the page from it;
  *   bypass  Redis is unavailable: the page comes from the fallback.
  *
+ * A read with ?unseen=1 leaves out the posts the reader saw (the seen
+ * store's filters): the read script skips them, kept pages and the
+ * worker's copies neither answer it nor are made of it, a page made from
+ * the fallback asks Redis about its posts first, and without Redis it is
+ * answered 503 (what the reader saw is nowhere else).
+ *
  * The fallback is an in-memory subrequest to an ordinary location,
  * "feed_timeline_source" (fanout on read from MongoDB) or proxy_pass; it
  * is asked, and its answer parsed, in ngx_http_feed_timeline_fallback.c.

@@ -37,35 +37,28 @@ ngx_http_feed_seen_add(ngx_http_request_t *r, ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_user_t *user, u_char *ids, ngx_uint_t n,
     ngx_http_feed_redis_pt handler, void *data)
 {
-    u_char     *p;
-    ngx_str_t   args[NGX_HTTP_FEED_SCRIPT_SEEN_ADD_NARGS];
+    u_char      *p;
+    ngx_str_t    args[NGX_HTTP_FEED_SCRIPT_SEEN_ADD_NARGS];
+    ngx_uint_t   i, value[NGX_HTTP_FEED_SCRIPT_SEEN_ADD_NARGS];
 
-    p = ngx_pnalloc(r->pool, 4 * NGX_INT_T_LEN);
+    value[NGX_HTTP_FEED_SCRIPT_SEEN_ADD_ARG_CAPACITY] = fmcf->seen_capacity;
+    value[NGX_HTTP_FEED_SCRIPT_SEEN_ADD_ARG_M] = fmcf->seen_bits;
+    value[NGX_HTTP_FEED_SCRIPT_SEEN_ADD_ARG_K] = fmcf->seen_hashes;
+
+    /* a reader who stops sending ids frees them, as one who stops reading */
+    value[NGX_HTTP_FEED_SCRIPT_SEEN_ADD_ARG_TTL] = (ngx_uint_t) fmcf->cache_ttl;
+
+    p = ngx_pnalloc(r->pool, NGX_HTTP_FEED_SCRIPT_SEEN_ADD_NARGS
+                             * NGX_INT_T_LEN);
     if (p == NULL) {
         return NGX_ERROR;
     }
 
-    args[NGX_HTTP_FEED_SCRIPT_SEEN_ADD_ARG_CAPACITY].data = p;
-    p = ngx_sprintf(p, "%ui", fmcf->seen_capacity);
-    args[NGX_HTTP_FEED_SCRIPT_SEEN_ADD_ARG_CAPACITY].len =
-        p - args[NGX_HTTP_FEED_SCRIPT_SEEN_ADD_ARG_CAPACITY].data;
-
-    args[NGX_HTTP_FEED_SCRIPT_SEEN_ADD_ARG_M].data = p;
-    p = ngx_sprintf(p, "%ui", fmcf->seen_bits);
-    args[NGX_HTTP_FEED_SCRIPT_SEEN_ADD_ARG_M].len =
-        p - args[NGX_HTTP_FEED_SCRIPT_SEEN_ADD_ARG_M].data;
-
-    args[NGX_HTTP_FEED_SCRIPT_SEEN_ADD_ARG_K].data = p;
-    p = ngx_sprintf(p, "%ui", fmcf->seen_hashes);
-    args[NGX_HTTP_FEED_SCRIPT_SEEN_ADD_ARG_K].len =
-        p - args[NGX_HTTP_FEED_SCRIPT_SEEN_ADD_ARG_K].data;
-
-    /* a reader who stops sending ids frees them, as one who stops reading */
-
-    args[NGX_HTTP_FEED_SCRIPT_SEEN_ADD_ARG_TTL].data = p;
-    p = ngx_sprintf(p, "%T", fmcf->cache_ttl);
-    args[NGX_HTTP_FEED_SCRIPT_SEEN_ADD_ARG_TTL].len =
-        p - args[NGX_HTTP_FEED_SCRIPT_SEEN_ADD_ARG_TTL].data;
+    for (i = 0; i < NGX_HTTP_FEED_SCRIPT_SEEN_ADD_NARGS; i++) {
+        args[i].data = p;
+        p = ngx_sprintf(p, "%ui", value[i]);
+        args[i].len = p - args[i].data;
+    }
 
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "feed seen of \"%s\": adding %ui ids", user->data, n);

@@ -25,7 +25,7 @@ our @EXPORT_OK = qw(
     post post_start post_end post_end_tagged
     rd tl_key copies copies_summary all_n group_info wait_settled
     tl_ids tl_walk node_counts node_moved node_moved_is node_acked
-    workers_up server_conf metrics_scrape metrics_val
+    workers_up server_conf metrics_scrape metrics_val seen_held
 );
 
 # the posts' stream and the fanout's consumer group (the defaults)
@@ -173,7 +173,7 @@ sub post_problems {
 sub tl_uri {
     my ($uid, %q) = @_;
     my @q = map { "$_=$q{$_}" }
-        grep { defined $q{$_} } qw(limit max_id since_id);
+        grep { defined $q{$_} } qw(limit max_id since_id unseen);
     return "/users/$uid/timeline" . (@q ? '?' . join('&', @q) : '');
 }
 
@@ -247,11 +247,12 @@ sub tl_ids {
 # the pages of $uid's home timeline from the first to the one whose next
 # is null, each reached by its predecessor's Link header: the ids and the
 # items (tag()ged) of all pages, X-Feed-Cache of each page, and the pages'
-# problems (tl_page_problems; more pages than $o{most}, 200 by default)
+# problems (tl_page_problems; more pages than $o{most}, 200 by default).
+# $o{unseen}: pages with unseen=1, whose Link must keep it
 sub tl_walk {
     my ($t, $uid, $limit, %o) = @_;
     my $w = { ids => [], items => [], caches => [], problems => [] };
-    my $uri = tl_uri($uid, limit => $limit);
+    my $uri = tl_uri($uid, limit => $limit, unseen => $o{unseen});
 
     while (defined $uri) {
         if (@{$w->{caches}} >= ($o{most} || 200)) {
@@ -260,6 +261,9 @@ sub tl_walk {
         }
         my $r = $t->get($uri);
         my @p = tl_page_problems($r, $uid, $limit);
+        push @p, "Link without unseen=1: $r->{headers}{link}"
+            if $o{unseen} && defined $r->{headers}{link}
+                && $r->{headers}{link} !~ /[?&]unseen=1[&>]/;
         if (@p) {
             push @{$w->{problems}}, map { "$uri: $_" } @p;
             last;
@@ -556,6 +560,25 @@ sub post {
 }
 
 # ------------------------------------------- Redis: fanout, cached lists --
+
+# which of @$ids the seen filters of $uid hold, asked with the library the
+# read scripts include (scripts/lib/seen.lua) by $redis->(@command): a
+# hash of those ids
+sub seen_held {
+    my ($redis, $uid, $ids) = @_;
+    return {} unless @$ids;
+    my $dir = FeedTest->root . '/ngx_feed_module/scripts';
+    my $lua = `sh $dir/keys2h -lua $dir/keys key_seen_parts key_seen_bits`;
+    open my $f, '<', "$dir/lib/seen.lua" or die "$dir/lib/seen.lua: $!\n";
+    $lua .= do { local $/; <$f> };
+    $lua .= <<'EOF';
+local f, out = seen_of(KEYS[1], ARGV), {}
+for i = 1, #ARGV do if f[i] then out[#out + 1] = ARGV[i] end end
+return out
+EOF
+    my $held = $redis->('EVAL', $lua, 1, "feed:sn:{$uid}", @$ids);
+    return { map { $_ => 1 } @{ $held || [] } };
+}
 
 # a Redis command's reply; undef on any error
 sub rd { my $t = shift; my @r = eval { $t->redis(@_) }; $@ ? undef : $r[0] }

@@ -1,0 +1,109 @@
+# bench/seen.pl: part 10 of make bench (bench/run.pl loads it), read
+# state: a page with ?unseen=1 for a reader who said they saw 10,000
+# posts, against a plain read of the same page from the list.
+#
+# A first page with unseen=1 is never the page kept as answered nor the
+# worker's copy (they hold what a plain read shows): the script reads the
+# list, and tests each candidate post against the reader's two Bloom
+# filters (a SHA1 and one BITFIELD per filter and call).  The plain read
+# compared is the same page read from the list (max_id past the newest
+# post, so no kept page answers it): what unseen=1 adds to a list read.
+# A third read has a fifth of the timeline's posts among the 10,000: the
+# script reads past them, in the same round trip.
+
+use strict;
+use warnings;
+
+my $SEEN = 10_000;
+
+# the readers' reads, side by side; nginx as start_nginx() left it
+sub bench_seen {
+    my ($t, $authors, $posts, $quick) = @_;
+    my %res = (seen => $quick ? 1_000 : $SEEN, posts => $posts);
+
+    start_nginx(mode => 'link');
+
+    for my $r ('sn0', 'snp') {
+        follow($r, $_) for @$authors;
+    }
+
+    # the timeline's posts, newest first, as a plain read of snp shows them
+    my $all = $t->get("/users/snp/timeline?limit=100&max_id=" . 'f' x 24);
+    die "part 10: $all->{status}\n" unless $all->{status} == 200;
+    my @ids = map { $_->{id} } @{ $all->{json}{items} };
+    my @fifth = @ids[grep { $_ % 5 == 2 } 0 .. $#ids];
+
+    # ids never posted, then (for snp) every fifth post of the timeline
+    my $t0 = time;
+    my $n = 0;
+    for my $r ('sn0', 'snp') {
+        my @seen = map { sprintf('%08x%016x', 0xfeed, $_) } 1 .. $res{seen};
+        splice(@seen, 0, scalar @fifth, @fifth) if $r eq 'snp';
+        while (my @part = splice(@seen, 0, 500)) {
+            my $s = $t->http('POST', "/users/$r/seen",
+                body => '[' . join(',', map { "\"$_\"" } @part) . ']',
+                headers => { 'Content-Type' => 'application/json' });
+            die "part 10: seen: $s->{status}\n" unless $s->{status} == 204;
+            $n++;
+        }
+    }
+    $res{seen_ms} = (time - $t0) * 1000 / $n;
+    $res{bytes} = $t->redis('STRLEN', 'feed:snb0:{sn0}');
+
+    my %urls = (
+        plain => '/users/sn0/timeline?limit=20&max_id=' . 'f' x 24,
+        unseen => '/users/sn0/timeline?limit=20&unseen=1',
+        past => '/users/snp/timeline?limit=20&unseen=1',
+    );
+
+    # the same page, plain and unseen: the same bytes
+    die "part 10: the unseen page differs from the plain one\n"
+        unless body($urls{plain}) eq body($urls{unseen});
+    my $past = $t->get($urls{past});
+    my %f = map { $_ => 1 } @fifth;
+    die "part 10: a post seen on the page read past them\n"
+        if grep { $f{ $_->{id} } } @{ $past->{json}{items} };
+
+    for my $read (sort keys %urls) {
+        body($urls{$read});
+        $res{$read} = wrk($urls{$read});
+    }
+
+    return \%res;
+}
+
+sub seen_report {
+    my ($res, $cmd, $date) = @_;
+    my @out;
+    my $base = $res->{plain}{rps} || 1;
+
+    push @out, '## 10. Read state', '',
+        '### Unseen only: a reader who saw 10,000 posts', '',
+        "Measured $date by `$cmd`. A reader follows five authors "
+        . "($res->{posts} posts) and sent $res->{seen} ids as seen (20 "
+        . 'requests of 500, ' . sprintf('%.1f', $res->{seen_ms})
+        . ' ms each; the filter of the generation: '
+        . "$res->{bytes} bytes). Requests/s of a page of 20, one worker, "
+        . 'link mode. The plain read is the same page read from the list '
+        . '(`max_id` past the newest post: no kept page answers it), the '
+        . 'same bytes as the unseen page; the last read has a fifth of '
+        . "the timeline's posts among the seen ids, and reads past them.",
+        '',
+        '| read | req/s | p99 ms | vs the plain list read |',
+        '|---|---|---|---|';
+
+    for my $read ('plain', 'unseen', 'past') {
+        my $r = $res->{$read};
+        push @out, sprintf('| %s | %.0f | %s | **%.2f** |',
+            { plain => 'plain, from the list (`max_id=ff..ff`)',
+              unseen => '`unseen=1`, none of the page seen',
+              past => '`unseen=1`, a fifth of the posts seen' }->{$read},
+            $r->{rps}, fmt_ms($r->{p99}), $r->{rps} / $base);
+    }
+
+    push @out, '', 'Target: `unseen=1` ≥ 0.8× a plain list read of the same '
+        . 'page (one round trip either way).', '';
+    return @out;
+}
+
+1;
