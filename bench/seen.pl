@@ -5,7 +5,7 @@
 # A first page with unseen=1 is never the page kept as answered nor the
 # worker's copy (they hold what a plain read shows): the script reads the
 # list, and tests each candidate post against the reader's two Bloom
-# filters (a SHA1 and one BITFIELD per filter and call).  The plain read
+# filters (a SHA1 per post, one GET per filter and call).  The plain read
 # compared is the same page read from the list (max_id past the newest
 # post, so no kept page answers it): what unseen=1 adds to a list read.
 # A third read has a fifth of the timeline's posts among the 10,000: the
@@ -64,9 +64,14 @@ sub bench_seen {
     die "part 10: a post seen on the page read past them\n"
         if grep { $f{ $_->{id} } } @{ $past->{json}{items} };
 
-    for my $read (sort keys %urls) {
-        body($urls{$read});
-        $res{$read} = wrk($urls{$read});
+    # three rounds, the reads in turn, the best of each kept: the machine
+    # is shared, and a read measured alone would take its load with it
+    for my $round (1 .. ($quick ? 1 : 3)) {
+        for my $read (sort keys %urls) {
+            body($urls{$read});
+            my $w = wrk($urls{$read});
+            $res{$read} = $w if !$res{$read} || $w->{rps} > $res{$read}{rps};
+        }
     }
 
     return \%res;
@@ -84,7 +89,8 @@ sub seen_report {
         . 'requests of 500, ' . sprintf('%.1f', $res->{seen_ms})
         . ' ms each; the filter of the generation: '
         . "$res->{bytes} bytes). Requests/s of a page of 20, one worker, "
-        . 'link mode. The plain read is the same page read from the list '
+        . 'link mode, the best of three rounds of the reads in turn. The '
+        . 'plain read is the same page read from the list '
         . '(`max_id` past the newest post: no kept page answers it), the '
         . 'same bytes as the unseen page; the last read has a fifth of '
         . "the timeline's posts among the seen ids, and reads past them.",

@@ -211,6 +211,27 @@ $t->stop;
     $t->stop;
 }
 
+# --------------------------------------- a filter over 64 KB: BITFIELD --
+
+# the reads test a filter of up to 64 KB read whole, a larger one bit by
+# bit with BITFIELD: 100,000 ids at 1% make 117 KB
+{
+    my $big = "big$RUN";
+    $t->write_conf(conf("feed_seen_capacity 100000;"));
+    $t->run('httpid');
+
+    my $in = ids(8, 1000);
+    ok(!grep({ seen($big, [ @$in[$_ * 500 .. $_ * 500 + 499] ])->{status}
+        != 204 } 0, 1), 'a filter of 117 KB: 1,000 ids');
+    ok(rd($t, 'HGET', "feed:sn:{$big}", 'm0') > 64 * 1024 * 8,
+        'a filter of 117 KB: over 64 KB');
+    is(found($big, $in), 1000, 'a filter of 117 KB: each one found');
+    is(found($big, ids(9, 1000)), 0,
+        'a filter of 117 KB: none of 1,000 others (a hundredth full)');
+
+    $t->stop;
+}
+
 # ----------------------------------------------------------- rotation --
 
 {
