@@ -88,12 +88,21 @@ sub found {
     return scalar keys %{ seen_held(sub { $t->redis(@_) }, $user, $ids) };
 }
 
+# nginx started: both workers' Redis connections up (a throwaway user's
+# POSTs answered 204, six in a row)
+sub run {
+    $t->run('httpid');
+    ok($t->wait_for(10, sub {
+        !grep { seen("ready$RUN", ids(99, 1))->{status} != 204 } 1 .. 6 }),
+        'the workers reach Redis');
+}
+
 sub keys_of { [ sort @{ rd($t, 'KEYS', "feed:sn*{$_[0]}") || [] } ] }
 
 # ------------------------------------------------------------- adding --
 
 $t->write_conf(conf());
-$t->run('httpid');
+run();
 
 my $ann = "ann$RUN";
 my $a1 = ids(1, 500);
@@ -184,7 +193,7 @@ $t->stop;
 {
     my $cy = "cy$RUN";
     $t->write_conf(conf());
-    $t->run('httpid');
+    run();
 
     my $all = ids(6, 10000);
     my @bad = grep { seen($cy, [ @$all[$_ * 500 .. $_ * 500 + 499] ])
@@ -218,7 +227,7 @@ $t->stop;
 {
     my $big = "big$RUN";
     $t->write_conf(conf("feed_seen_capacity 100000;"));
-    $t->run('httpid');
+    run();
 
     my $in = ids(8, 1000);
     ok(!grep({ seen($big, [ @$in[$_ * 500 .. $_ * 500 + 499] ])->{status}
@@ -237,7 +246,7 @@ $t->stop;
 {
     my $rot = "rot$RUN";
     $t->write_conf(conf("feed_seen_capacity 100;\n    feed_seen_error 2%;"));
-    $t->run('httpid');
+    run();
 
     my @gen = map { ids(10 + $_, 100) } 0 .. 3;
     my $m = ceil(-100 * log(0.02) / log(2) ** 2);
