@@ -1,7 +1,9 @@
 # bench/filters.pl: part 9 of make bench (bench/run.pl loads it), read
-# filters (blocks and mutes): the same reads by a reader who mutes nobody
-# and by one who mutes 1,000 authors, one of them among the five followed
-# (a fifth of the timeline's posts are hidden from that reader).
+# filters (blocks, mutes, hidden posts): the same reads by a reader who
+# filters nothing, by one who mutes 1,000 authors, one of them among the
+# five followed (a fifth of the timeline's posts are hidden from that
+# reader), and by one who hid 100 posts of the timeline (one in three of
+# its newest 300).
 #
 # The first page is the hot path: it is answered from the page kept in
 # Redis or the worker's own copy, made with the filters, so a filter costs
@@ -15,15 +17,17 @@ use warnings;
 use List::Util qw(sum);
 
 my $MUTED = 1_000;
+my $HIDDEN = 100;
 
 # the readers' reads, side by side; nginx as start_nginx() left it
 sub bench_filters {
     my ($t, $authors, $posts, $quick) = @_;
-    my %res = (muted => $quick ? 50 : $MUTED, posts => $posts);
+    my %res = (muted => $quick ? 50 : $MUTED, posts => $posts,
+               hidden => $quick ? 10 : $HIDDEN);
 
     start_nginx(mode => 'link');
 
-    for my $r ('fr0', 'frm') {
+    for my $r ('fr0', 'frm', 'frh') {
         follow($r, $_) for @$authors;
     }
 
@@ -34,7 +38,20 @@ sub bench_filters {
     die "part 9: " . scalar(@bad) . " mutes failed\n" if @bad;
     $res{mute_s} = time - $t0;
 
-    for my $r ('fr0', 'frm') {
+    # one post in three of the newest, from the second one on: the first
+    # page and the second each have posts hidden
+    my $all = $t->get("/users/frh/timeline?limit=100");
+    my @ids = map { $_->{id} } @{ $all->{json}{items} || [] };
+    push @ids, map { $_->{id} } @{ $t->get('/users/frh/timeline?limit=100'
+        . "&max_id=$ids[-1]")->{json}{items} || [] } for 1 .. 2;
+    my @hide = grep { defined } @ids[map { 1 + 3 * $_ } 0 .. $res{hidden} - 1];
+    die "part 9: only " . scalar(@hide) . " posts to hide\n"
+        if @hide < $res{hidden};
+    @bad = grep { $_->{status} != 204 }
+        map { $t->http('PUT', "/users/frh/hidden/$_") } @hide;
+    die "part 9: " . scalar(@bad) . " hides failed\n" if @bad;
+
+    for my $r ('fr0', 'frm', 'frh') {
         my $first = $t->get("/users/$r/timeline?limit=20");
         die "part 9: $r: $first->{status}\n" unless $first->{status} == 200;
         my $next = $first->{json}{next} or die "part 9: $r: no next\n";
@@ -49,6 +66,7 @@ sub bench_filters {
     }
 
     $res{filters} = $t->redis('HLEN', 'feed:tlf:{frm}') - 1;
+    $res{hidden_fields} = $t->redis('HLEN', 'feed:tlf:{frh}') - 1;
     return \%res;
 }
 
@@ -56,7 +74,8 @@ sub filters_report {
     my ($res, $cmd, $date) = @_;
     my @out;
 
-    push @out, '## 9. Read filters: a reader muting 1,000 authors', '',
+    push @out, '## 9. Read filters: a reader muting 1,000 authors, one '
+        . 'hiding 100 posts', '',
         "Measured $date by `$cmd`. Two readers follow the same five authors "
         . "($res->{posts} posts); one mutes nobody, the other mutes "
         . "$res->{muted} "
@@ -81,6 +100,28 @@ sub filters_report {
 
     push @out, '', 'Target: the first page ≥ 0.9× with the filters '
         . '(one round trip either way).', '';
+
+    push @out, "A third reader follows the same authors and hid "
+        . "$res->{hidden} posts of the timeline, one in three of its newest "
+        . "(the filter set: $res->{hidden_fields} fields). The first page "
+        . 'is still kept and copied; a page read from the list checks its '
+        . 'candidates with one HMGET.', '',
+        '| read | hiding nothing: req/s | p99 ms | hiding '
+        . "$res->{hidden}: req/s | p99 ms | ratio |",
+        '|---|---|---|---|---|---|';
+
+    for my $page ('first', 'second') {
+        my ($a, $b) = @{ $res->{$page} }{qw(fr0 frh)};
+        push @out, sprintf('| %s | %.0f | %s | %.0f | %s | **%.2f** |',
+            $page eq 'first'
+                ? 'first page, limit 20 (kept page or worker copy)'
+                : 'second page, limit 20 (max_id: the list is read)',
+            $a->{rps}, fmt_ms($a->{p99}), $b->{rps}, fmt_ms($b->{p99}),
+            $a->{rps} ? $b->{rps} / $a->{rps} : 0);
+    }
+
+    push @out, '', 'Target: the first page ≥ 0.95× with 100 hidden posts.',
+        '';
     return @out;
 }
 

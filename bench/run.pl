@@ -108,6 +108,7 @@ http {
         location ~ ^/users/([^/]+)/following/([^/]+)\$ { feed_follow \$1 \$2; }
         location ~ ^/users/([^/]+)/mutes/([^/]+)\$ { feed_mute \$1 \$2; }
         location ~ ^/users/([^/]+)/seen\$ { feed_seen \$1; }
+        location ~ ^/users/([^/]+)/hidden/([^/]+)\$ { feed_hide \$1 \$2; }
         location ~ ^/users/([^/]+)/posts\$ { feed_posts \$1; }
         location ~ ^/users/([^/]+)/timeline\$ { feed_timeline \$1; }
         location ~ ^/c/users/([^/]+)/timeline\$ {

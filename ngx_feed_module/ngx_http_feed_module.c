@@ -236,6 +236,20 @@ static ngx_command_t  ngx_http_feed_commands[] = {
       0,
       &ngx_http_feed_mutes_handler },
 
+    { ngx_string("feed_hide"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_TAKE2,
+      ngx_http_feed_handler_conf,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      &ngx_http_feed_hide_handler },
+
+    { ngx_string("feed_hidden"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_feed_handler_conf,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      &ngx_http_feed_hidden_handler },
+
     { ngx_string("feed_posts"),
       NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
       ngx_http_feed_handler_conf,
@@ -269,6 +283,13 @@ static ngx_command_t  ngx_http_feed_commands[] = {
       ngx_conf_set_num_slot,
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_feed_main_conf_t, filter_max),
+      &ngx_http_feed_follow_max_bounds },
+
+    { ngx_string("feed_hidden_max"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_feed_main_conf_t, hidden_max),
       &ngx_http_feed_follow_max_bounds },
 
     { ngx_string("feed_post_max_chars"),
@@ -995,6 +1016,7 @@ ngx_http_feed_main_conf_unset(ngx_http_feed_main_conf_t *fmcf)
     fmcf->post_max_chars = NGX_CONF_UNSET_UINT;
     fmcf->follow_max = NGX_CONF_UNSET_UINT;
     fmcf->filter_max = NGX_CONF_UNSET_UINT;
+    fmcf->hidden_max = NGX_CONF_UNSET_UINT;
     fmcf->post_data_max_size = NGX_CONF_UNSET_SIZE;
     fmcf->cache_size = NGX_CONF_UNSET_UINT;
     fmcf->pull_threshold = NGX_CONF_UNSET;
@@ -1033,6 +1055,7 @@ ngx_http_feed_main_conf_defaults(ngx_http_feed_main_conf_t *fmcf)
     ngx_conf_init_uint_value(fmcf->post_max_chars, 5000);
     ngx_conf_init_uint_value(fmcf->follow_max, 5000);
     ngx_conf_init_uint_value(fmcf->filter_max, 10000);
+    ngx_conf_init_uint_value(fmcf->hidden_max, 1000);
     ngx_conf_init_size_value(fmcf->post_data_max_size, 16384);
     ngx_conf_init_uint_value(fmcf->cache_size, 800);
 

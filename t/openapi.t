@@ -297,6 +297,22 @@ ask_each($t,
         json_post($JSON->encode({ last_read_id => $pid, x => 'x' x 70000 })) ],
     [ 'marker of a bad uid', 400, 'GET', "/users/$long_id/timeline/marker" ]);
 
+# ----------------------------------------------------------- hidden posts --
+
+my $hp = "/users/oa.ann/hidden/$pid";
+ask_each($t,
+    [ 'hide a post', 204, 'PUT', $hp ],
+    [ 'hide it again', 204, 'PUT', $hp ],
+    [ 'hide an absent post', 204, 'PUT', "/users/oa.ann/hidden/$id0" ],
+    [ 'hidden posts', 200, 'GET', '/users/oa.ann/hidden?limit=1' ],
+    [ 'hidden posts, HEAD', 200, 'HEAD', '/users/oa.ann/hidden' ],
+    [ 'hidden posts, a bad cursor', 400, 'GET',
+        '/users/oa.ann/hidden?cursor=%25' ],
+    [ 'hide a bad id', 400, 'PUT', '/users/oa.ann/hidden/x' ],
+    [ 'hide, a bad uid', 400, 'PUT', "/users/$long_id/hidden/$pid" ],
+    [ 'show it again', 204, 'DELETE', $hp ],
+    [ 'show, not hidden', 204, 'DELETE', $hp ]);
+
 # ------------------------------------------------------- seen, unseen --
 
 my $sn = '/users/oa.ann/seen';
@@ -345,6 +361,8 @@ my %other = (
     "/posts/$pid" => 'DELETE',
     '/users/oa.ann/timeline' => 'POST',
     '/users/oa.ann/timeline/marker' => 'DELETE',
+    "/users/oa.ann/hidden/$pid" => 'GET',
+    '/users/oa.ann/hidden' => 'POST',
     '/users/oa.ann/seen' => 'GET',
     '/status' => 'POST',
     '/metrics' => 'DELETE',
@@ -428,6 +446,10 @@ ask($ti, 'identity: a marker without one', 401, 'PUT',
     . '"}'));
 ask($ti, 'identity: a marker as someone else', 403, 'GET',
     '/users/oa.ann/timeline/marker', %bob);
+ask($ti, 'identity: hidden posts without one', 401, 'GET',
+    '/users/oa.ann/hidden');
+ask($ti, 'identity: hide as someone else', 403, 'PUT',
+    "/users/oa.ann/hidden/$aid", %bob);
 ask($ti, 'identity: seen without one', 401, 'POST', '/users/oa.ann/seen',
     json_post('[]'));
 ask($ti, 'identity: seen as someone else', 403, 'POST', '/users/oa.ann/seen',

@@ -36,7 +36,8 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 use Time::HiRes qw(time sleep);
 use FeedTest;
-use FeedTest::Util qw(short rd post server_conf tl_walk tl_ids parallel
+use FeedTest::Util qw(short rd post server_conf tl_walk tl_walk_is tl_firsts
+    tl_firsts_are tl_ids parallel
     first_diff);
 
 my $t = FeedTest->new;
@@ -97,53 +98,14 @@ sub visible {
     return [ map { $_->[0] } grep { !$h{ $_->[1] } } reverse @$posts ];
 }
 
-# a walk of every page: every visible post once, in order, every page
-# but the last full; the caches seen
-sub walk_is {
-    my ($uid, $limit, $want, $name) = @_;
-    local $Test::Builder::Level = $Test::Builder::Level + 1;
-    my $w = tl_walk($t, $uid, $limit, most => 100);
-    my $n = scalar @{ $w->{ids} };
-    ok(!@{ $w->{problems} }, "$name: pages well formed")
-        or diag(join "\n", @{ $w->{problems} }[0 .. 2]);
 
-    # full pages: as few as the posts need (the last one may be empty)
-    my $pages = @{ $w->{caches} };
-    my $full = int(($n + $limit - 1) / $limit);
-    ok($pages == $full || ($pages == $full + 1 && $n % $limit == 0),
-        "$name: $pages pages of $limit for $n posts, all full but the last");
-    is(join(' ', @{ $w->{ids} }), join(' ', @$want),
-        "$name: every visible post once, newest first ($n)")
-        or diag(first_diff($w->{ids}, $want) . '; pages: '
-            . join(', ', @{ $w->{caches} }));
-    my %c;
-    $c{$_}++ for @{ $w->{caches} };
-    return \%c;
-}
-
-# the first page, $n times: [status, cache, ids]
-sub firsts {
-    my ($uid, $n, $limit) = @_;
-    my @r = parallel($t, 4, map { [ 'GET',
-        "/users/$uid/timeline?limit=" . ($limit || 10) ] } 1 .. $n);
-    return map { [ $_->{status}, $_->{headers}{'x-feed-cache'} // '',
-        join(' ', @{ tl_ids($_) }), $_->{body} ] } @r;
-}
+sub walk_is { tl_walk_is($t, @_) }
+sub firsts { tl_firsts($t, @_) }
+sub firsts_are { tl_firsts_are($t, @_) }
 
 # the ids of one first page
 sub first_ids { (firsts($_[0], 1))[0][2] }
 
-sub firsts_are {
-    my ($uid, $want, $cache, $name) = @_;
-    local $Test::Builder::Level = $Test::Builder::Level + 1;
-    my $w = join ' ', grep { defined } @$want[0 .. 9];
-    my @bad = grep { $_->[0] != 200 || $_->[2] ne $w
-        || ($cache && $_->[1] ne $cache) } firsts($uid, 12);
-    ok(!@bad, "$name: 12 first pages of 10, "
-        . ($cache ? "$cache, " : '') . 'as visible')
-        or diag("got $bad[0][0] $bad[0][1] $bad[0][2]\nwant $w\n"
-            . substr($bad[0][3] // '', 0, 300));
-}
 
 # ------------------------------------------------------------ each mode --
 

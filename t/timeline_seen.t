@@ -35,8 +35,8 @@ use Test::More;
 use Time::HiRes qw(time sleep);
 use FeedTest;
 use FeedCluster;
-use FeedTest::Util qw(short rd post enc server_conf tl_walk tl_ids parallel
-    first_diff is_error seen_held);
+use FeedTest::Util qw(rd post enc server_conf tl_walk_is tl_firsts
+    tl_firsts_are tl_ids is_error seen_held);
 
 my $t = FeedTest->new;
 
@@ -130,46 +130,15 @@ sub unseen {
 # all of them, newest first
 sub all_of { [ reverse @{ $_[0] } ] }
 
-# a walk: every unseen post once, in order, every page but the last full
-sub walk_is {
-    my ($uid, $limit, $want, $name) = @_;
-    local $Test::Builder::Level = $Test::Builder::Level + 1;
-    my $w = tl_walk($t, $uid, $limit, unseen => 1, most => 100);
-    my $n = scalar @{ $w->{ids} };
-    ok(!@{ $w->{problems} }, "$name: pages well formed")
-        or diag(join "\n", @{ $w->{problems} }[0 .. 2]);
-    my $pages = @{ $w->{caches} };
-    my $full = int(($n + $limit - 1) / $limit);
-    ok($pages == $full || ($pages == $full + 1 && $n % $limit == 0),
-        "$name: $pages pages of $limit for $n posts, all full but the last");
-    is(join(' ', @{ $w->{ids} }), join(' ', @$want),
-        "$name: every unseen post once, newest first ($n)")
-        or diag(first_diff($w->{ids}, $want) . '; pages: '
-            . join(', ', @{ $w->{caches} }));
-    my %c;
-    $c{$_}++ for @{ $w->{caches} };
-    return \%c;
-}
+sub walk_is { tl_walk_is($t, @_, unseen => 1) }
 
 # the first page, $n times, plain or unseen: [status, cache, ids, body]
-sub firsts {
-    my ($uid, $n, $unseen) = @_;
-    my @r = parallel($t, 4, map { [ 'GET', "/users/$uid/timeline?limit=10"
-        . ($unseen ? '&unseen=1' : '') ] } 1 .. $n);
-    return map { [ $_->{status}, $_->{headers}{'x-feed-cache'} // '',
-        join(' ', @{ tl_ids($_) }), $_->{body} ] } @r;
-}
+sub firsts { tl_firsts($t, $_[0], $_[1], 10, $_[2] ? '&unseen=1' : '') }
 
 sub firsts_are {
-    my ($uid, $unseen, $want, $cache, $name) = @_;
+    my ($uid, $unseen, @rest) = @_;
     local $Test::Builder::Level = $Test::Builder::Level + 1;
-    my $w = join ' ', grep { defined } @$want[0 .. 9];
-    my @bad = grep { $_->[0] != 200 || $_->[2] ne $w
-        || ($cache && $_->[1] ne $cache) } firsts($uid, 12, $unseen);
-    ok(!@bad, "$name: 12 first pages of 10, "
-        . ($cache ? "$cache, " : '') . ($unseen ? 'unseen' : 'all'))
-        or diag("got $bad[0][0] $bad[0][1] $bad[0][2]\nwant $w\n"
-            . substr($bad[0][3] // '', 0, 300));
+    tl_firsts_are($t, $uid, @rest, $unseen ? '&unseen=1' : '');
 }
 
 # ------------------------------------------------------------ each mode --

@@ -118,6 +118,7 @@ typedef struct {
     ngx_uint_t                    post_max_chars;
     ngx_uint_t                    follow_max;
     ngx_uint_t                    filter_max;
+    ngx_uint_t                    hidden_max;
     size_t                        post_data_max_size;
 
     /* the fanout queue: its partitions' streams, posts routed by author */

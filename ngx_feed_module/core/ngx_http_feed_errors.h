@@ -100,6 +100,8 @@ extern const ngx_http_feed_error_t  ngx_http_feed_err_internal;
 #define NGX_HTTP_FEED_FILTER_MAX_CODE  "too_many_filters"
 #define NGX_HTTP_FEED_FILTER_MAX_TEXT                                       \
     "a user blocks and mutes at most %L users"
+#define NGX_HTTP_FEED_HIDDEN_MAX_CODE  "too_many_hidden"
+#define NGX_HTTP_FEED_HIDDEN_MAX_TEXT  "a user hides at most %L posts"
 
 
 ngx_int_t ngx_http_feed_error(ngx_http_request_t *r,

@@ -1,9 +1,11 @@
 
 /*
  * ngx_feed_module: a user's read filters in memory, a sorted array of
- * authors, for the pages made from the fallback's answer (a page past
- * the cache's end, a rebuild that could not be cached, no Redis).  The
- * cache filters its own pages in Redis (scripts/lib/filtered.lua).
+ * authors and of the posts the user hid ("#" and the post's id, as the
+ * cache's hash has them: no user id has a "#"), for the pages made from
+ * the fallback's answer (a page past the cache's end, a rebuild that
+ * could not be cached, no Redis).  The cache filters its own pages in
+ * Redis (scripts/lib/filtered.lua).
  */
 
 
@@ -53,6 +55,47 @@ ngx_http_feed_filter_set_add(ngx_http_feed_filter_set_t *f, u_char *data,
 }
 
 
+/* a hidden post, as "#<id>": the id's bytes are copied */
+
+ngx_int_t
+ngx_http_feed_filter_set_add_post(ngx_pool_t *pool,
+    ngx_http_feed_filter_set_t *f, u_char *id, size_t len)
+{
+    u_char  *p;
+
+    p = ngx_pnalloc(pool, len + 1);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    p[0] = '#';
+    ngx_memcpy(p + 1, id, len);
+
+    ngx_http_feed_filter_set_add(f, p, len + 1);
+
+    return NGX_OK;
+}
+
+
+/* the post of this id is one the user hid */
+
+ngx_uint_t
+ngx_http_feed_filter_set_hides(ngx_http_feed_filter_set_t *f, u_char *id,
+    size_t len)
+{
+    u_char  key[NGX_HTTP_FEED_FILTER_POST_LEN];
+
+    if (f->n == 0 || len + 1 > NGX_HTTP_FEED_FILTER_POST_LEN) {
+        return 0;
+    }
+
+    key[0] = '#';
+    ngx_memcpy(key + 1, id, len);
+
+    return ngx_http_feed_filter_set_has(f, key, len + 1);
+}
+
+
 void
 ngx_http_feed_filter_set_done(ngx_http_feed_filter_set_t *f)
 {
@@ -65,8 +108,8 @@ ngx_http_feed_filter_set_done(ngx_http_feed_filter_set_t *f)
 
 /*
  * The filters as the store gives them: "<kind><author>" separated by
- * spaces (ngx_http_feed_filters_of); an author under two kinds is in the
- * set twice, which changes nothing.
+ * spaces (ngx_http_feed_filters_of), "h<post id>" for a hidden post; an
+ * author under two kinds is in the set twice, which changes nothing.
  */
 
 ngx_int_t
@@ -99,9 +142,17 @@ ngx_http_feed_filter_set_tokens(ngx_pool_t *pool, ngx_str_t *tokens,
             p++;
         }
 
-        /* the kind, then the author */
+        /* the kind, then the author, or the hidden post's "#<id>" */
 
-        if (p - start > 1) {
+        if (p - start > 1 && *start == 'h') {
+            if (ngx_http_feed_filter_set_add_post(pool, f, start + 1,
+                                                  p - start - 1)
+                != NGX_OK)
+            {
+                return NGX_ERROR;
+            }
+
+        } else if (p - start > 1) {
             ngx_http_feed_filter_set_add(f, start + 1, p - start - 1);
         }
     }

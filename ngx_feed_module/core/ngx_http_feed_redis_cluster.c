@@ -943,11 +943,13 @@ ngx_http_feed_redis_cluster_range(void *data, ngx_uint_t first,
 static void
 ngx_http_feed_redis_cluster_apply(ngx_http_feed_redis_cluster_t *cl)
 {
-    ngx_uint_t  s, i, up, missing, was_mapped;
+    u_char      was[NGX_HTTP_FEED_REDIS_NODES_MAX];
+    ngx_uint_t  s, i, up, missing, was_mapped, back;
 
     missing = 0;
 
     for (i = 0; i < cl->nnodes; i++) {
+        was[i] = cl->nodes[i].master;
         cl->nodes[i].master = 0;
     }
 
@@ -978,12 +980,34 @@ ngx_http_feed_redis_cluster_apply(ngx_http_feed_redis_cluster_t *cl)
         }
     }
 
+    /*
+     * A node the map makes a master again whose connection stayed up (a
+     * seed, or a node with commands in flight, kept while it was a
+     * replica): no connection comes back to say so, and what waited for
+     * its slots' master (the fanout's group, after its read was lost with
+     * the old master) is told here
+     */
+
+    back = 0;
+
+    for (i = 0; i < cl->nnodes; i++) {
+        if (cl->nodes[i].master && !was[i] && cl->nodes[i].rd
+            && ngx_http_feed_redis_state(cl->nodes[i].rd)
+               == NGX_HTTP_FEED_REDIS_UP)
+        {
+            ngx_log_debug1(NGX_LOG_DEBUG_EVENT, cl->log, 0,
+                           "feed redis cluster: %V a master again, up",
+                           &cl->nodes[i].conf.addr_text);
+            back = 1;
+        }
+    }
+
     was_mapped = cl->mapped;
     cl->mapped = (missing == 0);
 
     ngx_http_feed_redis_cluster_make_run_id(cl);
 
-    if (cl->mapped && !was_mapped) {
+    if (cl->mapped && (!was_mapped || back)) {
         ngx_http_feed_redis_router_ready(cl->router);
     }
 }

@@ -39,6 +39,7 @@ static ngx_int_t ngx_http_feed_fanout_init_one(ngx_cycle_t *cycle,
 static void ngx_http_feed_fanout_ready(ngx_http_feed_redis_t *rd,
     void *data);
 static void ngx_http_feed_fanout_grouped(void *data, redisReply *reply);
+static void ngx_http_feed_fanout_again(ngx_http_feed_fanout_t *fo);
 static void ngx_http_feed_fanout_client_id(void *data, redisReply *reply);
 static void ngx_http_feed_fanout_stop(ngx_http_feed_redis_t *rd,
     void *data);
@@ -258,8 +259,28 @@ ngx_http_feed_fanout_ready(ngx_http_feed_redis_t *rd, void *data)
     ngx_http_feed_redis_args_lit(&args, "0");
     ngx_http_feed_redis_args_lit(&args, "MKSTREAM");
 
-    (void) ngx_http_feed_redis_send(rd, ngx_http_feed_fanout_grouped, fo,
-                                    &args);
+    /*
+     * Not sent (on a cluster, the stream's master is down or unmapped):
+     * asked again on the timer, as after an error reply; the ready hook
+     * may not come again for this master
+     */
+
+    if (ngx_http_feed_redis_send(rd, ngx_http_feed_fanout_grouped, fo, &args)
+        == NULL)
+    {
+        ngx_http_feed_fanout_again(fo);
+    }
+}
+
+
+/* the group asked again, or the next read sent, after a pause */
+
+static void
+ngx_http_feed_fanout_again(ngx_http_feed_fanout_t *fo)
+{
+    if (!fo->timer.timer_set && !ngx_exiting) {
+        ngx_add_timer(&fo->timer, NGX_HTTP_FEED_FANOUT_RETRY);
+    }
 }
 
 
@@ -269,6 +290,8 @@ ngx_http_feed_fanout_grouped(void *data, redisReply *reply)
     ngx_http_feed_fanout_t  *fo = data;
 
     if (reply == NULL) {
+        /* lost with its connection: asked again, whatever comes back */
+        ngx_http_feed_fanout_again(fo);
         return;
     }
 
@@ -284,9 +307,7 @@ ngx_http_feed_fanout_grouped(void *data, redisReply *reply)
         ngx_cpystrn((u_char *) fo->error, (u_char *) reply->str,
                     sizeof(fo->error));
 
-        if (!fo->timer.timer_set && !ngx_exiting) {
-            ngx_add_timer(&fo->timer, NGX_HTTP_FEED_FANOUT_RETRY);
-        }
+        ngx_http_feed_fanout_again(fo);
 
         return;
     }
@@ -298,6 +319,7 @@ ngx_http_feed_fanout_grouped(void *data, redisReply *reply)
     /* a read or claim sent meanwhile goes on (ngx_http_feed_fanout_ready) */
 
     fo->ready = 1;
+    fo->error[0] = '\0';
 
     ngx_http_feed_fanout_next(fo);
 }
@@ -509,10 +531,15 @@ ngx_http_feed_fanout_got(void *data, redisReply *reply)
     fo->reading = 0;
 
     if (reply == NULL) {
-        /* the connection is gone: the ready hook starts over */
+        /*
+         * The connection is gone: the ready hook starts over, and the
+         * timer too, in case no hook comes (a cluster's new master whose
+         * connection was up already)
+         */
         ngx_log_debug0(NGX_LOG_DEBUG_CORE, fo->log, 0,
                        "feed fanout read lost with the connection");
         fo->ready = 0;
+        ngx_http_feed_fanout_again(fo);
         return;
     }
 

@@ -1,11 +1,14 @@
 
 /*
- * ngx_feed_module: blocks and mutes, the graph side.
+ * ngx_feed_module: read filters, the graph side: blocks and mutes hide
+ * an author, a hidden post one post, all from one reader's timeline.
  *
  *   feed_block $user $target;   PUT blocks, DELETE unblocks: 204
  *   feed_mute $user $target;    PUT mutes, DELETE unmutes: 204
+ *   feed_hide $user $post;      PUT hides, DELETE shows again: 204
  *   feed_blocks $user;          GET whom $user blocks
  *   feed_mutes $user;           GET whom $user mutes
+ *   feed_hidden $user;          GET the posts $user hid (the user only)
  *
  * MongoDB holds the filters (ngx_http_feed_filters_store.c).  A block
  * also removes the follows between the two users, both ways, as unfollows
@@ -51,6 +54,8 @@ static ngx_int_t ngx_http_feed_block_args(ngx_http_request_t *r,
     void *data, const ngx_http_feed_error_t **err);
 static ngx_int_t ngx_http_feed_mute_args(ngx_http_request_t *r,
     void *data, const ngx_http_feed_error_t **err);
+static ngx_int_t ngx_http_feed_hide_args(ngx_http_request_t *r,
+    void *data, const ngx_http_feed_error_t **err);
 static ngx_int_t ngx_http_feed_filter_start(ngx_http_request_t *r,
     void *data);
 static void ngx_http_feed_filter_run(ngx_http_feed_mongo_task_t *t,
@@ -69,6 +74,8 @@ static ngx_int_t ngx_http_feed_filter_answer(ngx_http_request_t *r,
 static ngx_int_t ngx_http_feed_blocks_args(ngx_http_request_t *r,
     void *data, const ngx_http_feed_error_t **err);
 static ngx_int_t ngx_http_feed_mutes_args(ngx_http_request_t *r,
+    void *data, const ngx_http_feed_error_t **err);
+static ngx_int_t ngx_http_feed_hidden_args(ngx_http_request_t *r,
     void *data, const ngx_http_feed_error_t **err);
 static ngx_int_t ngx_http_feed_filters_list_start(ngx_http_request_t *r,
     void *data);
@@ -92,6 +99,14 @@ ngx_http_feed_handler_t  ngx_http_feed_mute_handler = {
     NULL
 };
 
+ngx_http_feed_handler_t  ngx_http_feed_hide_handler = {
+    NGX_HTTP_PUT|NGX_HTTP_DELETE, "PUT, DELETE", 0,
+    sizeof(ngx_http_feed_filters_ctx_t),
+    ngx_http_feed_hide_args,
+    ngx_http_feed_filter_start,
+    NULL
+};
+
 ngx_http_feed_handler_t  ngx_http_feed_blocks_handler = {
     NGX_HTTP_GET|NGX_HTTP_HEAD, "GET, HEAD", 0,
     sizeof(ngx_http_feed_filters_ctx_t),
@@ -104,6 +119,14 @@ ngx_http_feed_handler_t  ngx_http_feed_mutes_handler = {
     NGX_HTTP_GET|NGX_HTTP_HEAD, "GET, HEAD", 0,
     sizeof(ngx_http_feed_filters_ctx_t),
     ngx_http_feed_mutes_args,
+    ngx_http_feed_filters_list_start,
+    NULL
+};
+
+ngx_http_feed_handler_t  ngx_http_feed_hidden_handler = {
+    NGX_HTTP_GET|NGX_HTTP_HEAD, "GET, HEAD", 0,
+    sizeof(ngx_http_feed_filters_ctx_t),
+    ngx_http_feed_hidden_args,
     ngx_http_feed_filters_list_start,
     NULL
 };
@@ -137,6 +160,53 @@ ngx_http_feed_mute_args(ngx_http_request_t *r, void *data,
 }
 
 
+/*
+ * A hidden post: the user, then the post's id, then the identity.  The
+ * post need not exist: hiding a post deleted meanwhile is no error, and
+ * its id is only ever compared.  Stored as a filter whose "dst" is the
+ * post's id, which is a valid user id too.
+ */
+
+static ngx_int_t
+ngx_http_feed_hide_args(ngx_http_request_t *r, void *data,
+    const ngx_http_feed_error_t **err)
+{
+    ngx_http_feed_filters_ctx_t  *ctx = data;
+
+    ngx_int_t                  rc;
+    ngx_str_t                  value;
+    bson_oid_t                 oid;
+    ngx_http_feed_user_t      *post;
+    ngx_http_feed_loc_conf_t  *flcf;
+
+    flcf = ngx_http_get_module_loc_conf(r, ngx_http_feed_module);
+
+    ctx->change.filter.kind = NGX_HTTP_FEED_FILTER_HIDDEN;
+
+    rc = ngx_http_feed_get_user(r, flcf->user, &ctx->change.filter.src);
+    if (rc != NGX_OK) {
+        *err = &ngx_http_feed_err_user_id;
+        return rc;
+    }
+
+    if (ngx_http_complex_value(r, flcf->target, &value) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_feed_post_id(&value, &oid) != NGX_OK) {
+        *err = &ngx_http_feed_err_post_id;
+        return NGX_DECLINED;
+    }
+
+    post = &ctx->change.filter.dst;
+    ngx_memcpy(post->data, value.data, value.len);
+    post->data[value.len] = '\0';
+    post->len = value.len;
+
+    return ngx_http_feed_authorize(r, &ctx->change.filter.src, err);
+}
+
+
 static ngx_int_t
 ngx_http_feed_filter_start(ngx_http_request_t *r, void *data)
 {
@@ -149,7 +219,8 @@ ngx_http_feed_filter_start(ngx_http_request_t *r, void *data)
     op = &ctx->change.filter;
     op->want = (r->method == NGX_HTTP_PUT);
     op->now = ngx_http_feed_now_ms();
-    op->max = (int64_t) ctx->fmcf->filter_max;
+    op->max = (int64_t) (op->kind == NGX_HTTP_FEED_FILTER_HIDDEN
+                         ? ctx->fmcf->hidden_max : ctx->fmcf->filter_max);
 
     for (i = 0; i < 2; i++) {
         u = &ctx->change.unfollow[i];
@@ -358,6 +429,12 @@ ngx_http_feed_filter_answer(ngx_http_request_t *r,
         return ngx_http_feed_error(r, &ngx_http_feed_err_cache_pending);
     }
 
+    if (ch->filter.over && ch->filter.kind == NGX_HTTP_FEED_FILTER_HIDDEN) {
+        return ngx_http_feed_over_max(r, NGX_HTTP_FEED_HIDDEN_MAX_CODE,
+                                      NGX_HTTP_FEED_HIDDEN_MAX_TEXT,
+                                      ch->filter.max);
+    }
+
     if (ch->filter.over) {
         return ngx_http_feed_over_max(r, NGX_HTTP_FEED_FILTER_MAX_CODE,
                                       NGX_HTTP_FEED_FILTER_MAX_TEXT,
@@ -392,6 +469,27 @@ ngx_http_feed_mutes_args(ngx_http_request_t *r, void *data,
 }
 
 
+/* the posts a user hid are the user's own business, as the marker */
+
+static ngx_int_t
+ngx_http_feed_hidden_args(ngx_http_request_t *r, void *data,
+    const ngx_http_feed_error_t **err)
+{
+    ngx_http_feed_filters_ctx_t  *ctx = data;
+
+    ngx_int_t  rc;
+
+    ctx->list.kind = NGX_HTTP_FEED_FILTER_HIDDEN;
+
+    rc = ngx_http_feed_graph_list_parse(r, &ctx->list, err);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    return ngx_http_feed_authorize(r, &ctx->list.user, err);
+}
+
+
 /* the page and its count, both from MongoDB: filters are not cached */
 
 static ngx_int_t
@@ -418,5 +516,7 @@ ngx_http_feed_filters_listed(ngx_http_request_t *r, void *data)
 
     return ngx_http_feed_graph_list_send(r, op,
                                          op->kind == NGX_HTTP_FEED_FILTER_BLOCK
-                                         ? "blocks" : "mutes");
+                                         ? "blocks"
+                                         : op->kind == NGX_HTTP_FEED_FILTER_MUTE
+                                         ? "mutes" : "hidden posts");
 }

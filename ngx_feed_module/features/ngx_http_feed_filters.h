@@ -1,6 +1,6 @@
 
 /*
- * ngx_feed_module: blocks and mutes, the graph side.
+ * ngx_feed_module: blocks, mutes and hidden posts, the graph side.
  */
 
 
@@ -16,6 +16,8 @@ extern ngx_http_feed_handler_t  ngx_http_feed_block_handler;
 extern ngx_http_feed_handler_t  ngx_http_feed_mute_handler;
 extern ngx_http_feed_handler_t  ngx_http_feed_blocks_handler;
 extern ngx_http_feed_handler_t  ngx_http_feed_mutes_handler;
+extern ngx_http_feed_handler_t  ngx_http_feed_hide_handler;
+extern ngx_http_feed_handler_t  ngx_http_feed_hidden_handler;
 
 
 #endif /* _NGX_HTTP_FEED_FILTERS_H_INCLUDED_ */

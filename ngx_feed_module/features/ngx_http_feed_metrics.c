@@ -106,6 +106,8 @@ static ngx_str_t  ngx_http_feed_metrics_endpoints[NGX_HTTP_FEED_ENDPOINTS] = {
     ngx_string("feed_blocks"),
     ngx_string("feed_mute"),
     ngx_string("feed_mutes"),
+    ngx_string("feed_hide"),
+    ngx_string("feed_hidden"),
     ngx_string("feed_status"),
     ngx_string("feed_metrics"),
     ngx_null_string

@@ -28,7 +28,7 @@ static void ngx_http_feed_timeline_fallback_wake(ngx_http_request_t *r);
 static ngx_int_t ngx_http_feed_timeline_fallback_range(
     ngx_http_feed_timeline_ctx_t *ctx, ngx_str_t *id);
 static ngx_uint_t ngx_http_feed_timeline_fallback_hidden(
-    ngx_http_feed_timeline_ctx_t *ctx, bson_t *post);
+    ngx_http_feed_timeline_ctx_t *ctx, bson_t *post, ngx_str_t *id);
 
 
 /* a page short of posts for the filters asks again at most so many times */
@@ -519,7 +519,9 @@ ngx_http_feed_timeline_fallback_add(ngx_http_feed_timeline_ctx_t *ctx,
         seen = (ctx->fb_seen_ready && j < ctx->fb_seen_n && ctx->fb_seen[j]);
         j++;
 
-        if (seen || ngx_http_feed_timeline_fallback_hidden(ctx, &post)) {
+        if (seen
+            || ngx_http_feed_timeline_fallback_hidden(ctx, &post, &id))
+        {
             ngx_cpystrn((u_char *) ctx->fb_scanned, id.data, 25);
             ctx->fb_hidden++;
             continue;
@@ -560,18 +562,25 @@ ngx_http_feed_timeline_fallback_add(ngx_http_feed_timeline_ctx_t *ctx,
 }
 
 
-/* the post's author is one the user's filters leave out */
+/* the user hid the post, or its author is one the filters leave out */
 
 static ngx_uint_t
 ngx_http_feed_timeline_fallback_hidden(ngx_http_feed_timeline_ctx_t *ctx,
-    bson_t *post)
+    bson_t *post, ngx_str_t *id)
 {
     uint32_t      len;
     const char   *author;
     bson_iter_t   it;
 
-    if (ctx->filter_set.n == 0
-        || !bson_iter_init_find(&it, post, "author")
+    if (ctx->filter_set.n == 0) {
+        return 0;
+    }
+
+    if (ngx_http_feed_filter_set_hides(&ctx->filter_set, id->data, id->len)) {
+        return 1;
+    }
+
+    if (!bson_iter_init_find(&it, post, "author")
         || !BSON_ITER_HOLDS_UTF8(&it))
     {
         return 0;

@@ -1,7 +1,8 @@
 --[[
   A read filter of a user changed (ngx_http_feed_timeline_cache_filter):
   the author gains or loses one reason to be hidden from the user's
-  timeline (lib/filtered.lua), and is hidden while any reason remains.
+  timeline (lib/filtered.lua), and is hidden while any reason remains; or
+  a post the user hid is hidden, or shown again.
   The kept pages and workers' copies were made with the old filters: the
   list's version moves.  A rebuild that began before loaded the old
   filters from MongoDB: the follows version moves too, so it is answered
@@ -14,8 +15,9 @@
     KEYS[3] pages             feed:tlp:{user}
     KEYS[4] version           the list's nonce, feed:tln:{user}
 
-    ARGV[1] author            whose posts
-    ARGV[2] kind              'b' blocked, 'm' muted, 'B' blocked the user
+    ARGV[1] author            whose posts, or the post's id for kind 'h'
+    ARGV[2] kind              'b' blocked, 'm' muted, 'B' blocked the user,
+                              'h' the user hid the post
     ARGV[3] add               '1' to add the reason, '0' to take it back
     ARGV[4] ttl               seconds the follows version lives
     ARGV[5] nonce             the list's new version
@@ -29,16 +31,17 @@
 
 local f, bitv = KEYS[1], FILTER_BITS[ARGV[2]]
 if not bitv then return redis.error_reply('unknown filter kind') end
+local field = filter_field(ARGV[2], ARGV[1])
 if redis.call('exists', f) == 1 then
-  local old = tonumber(redis.call('hget', f, ARGV[1]) or '0')
+  local old = tonumber(redis.call('hget', f, field) or '0')
   local new = ARGV[3] == '1' and bit.bor(old, bitv)
               or bit.band(old, bit.bnot(bitv))
   -- the same filters (a PUT or DELETE repeated): nothing is stale
   if new == old then return 0 end
   if new == 0 then
-    redis.call('hdel', f, ARGV[1])
+    redis.call('hdel', f, field)
   else
-    redis.call('hset', f, ARGV[1], new)
+    redis.call('hset', f, field, new)
   end
 end
 redis.call('incr', KEYS[2])

@@ -79,9 +79,10 @@
   gets more ids than Lua can unpack, however deep max_id is.  The tail
   entry END (lib/end.lua) ends a complete list.
 
-  Posts of authors the user filters out (blocks, mutes) are skipped as
-  deleted ones are, and the page goes on until it is full: a user with no
-  filter pays one HLEN.  A page kept as answered was made with the
+  Posts of authors the user filters out (blocks, mutes), and posts the
+  user hid, are skipped as deleted ones are, and the page goes on until
+  it is full: a user with no filter pays one HLEN, one with filters one
+  HMGET of the hidden posts' fields per chunk.  A page kept as answered was made with the
   filters of its version (a filter's change moves the version).
 ]]
 
@@ -185,7 +186,8 @@ local out, got, n, pos = {PAGE, 0, 1, '',
                           ver .. ':' .. string.sub(part[1], 1, 24),
                           '', 0, 0, lists, {}}, {}, 0, 0
 
--- the authors the rest of a deep page must leave out
+-- the authors, and the posts hidden, the rest of a deep page must leave
+-- out
 local function deep_filters(res)
   if res[3] == 1 and filtered then
     local a = redis.call('hkeys', KEYS[6])
@@ -214,12 +216,13 @@ while true do
   end
   local n0 = n
   if #ids > 0 then
-    local dead = {}
+    local dead, hid = {}, {}
     if deleting then dead = deleted(ARGV[9], ids) end
+    if filtered then hid = hidden_posts(KEYS[6], ids) end
     if seen then seen_drop(seen, dead, ids) end
     local live, keys = {}, {}
     for i = 1, #ids do
-      if not dead[i] then
+      if not dead[i] and not hid[i] then
         live[#live + 1] = i
         keys[#keys + 1] = key_post_json(ids[i])
       end

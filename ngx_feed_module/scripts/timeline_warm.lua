@@ -33,7 +33,8 @@
                               (lib/deleted.lua); '' on a single Redis
     ARGV[11] filters          as the rebuild found them before asking for
                               the posts: "<kind><author>" separated by
-                              spaces, kind b, m or B (lib/filtered.lua)
+                              spaces, kind b, m or B, and "h<post id>"
+                              for a hidden post (lib/filtered.lua)
     ARGV[12...]               id, JSON pairs, newest first
 
   Output:
@@ -102,6 +103,7 @@ if redis.call('exists', tl) == 0 then
   redis.call('expire', KEYS[6], 2 * tonumber(ARGV[1]))
   local masks = {}
   for k, a in string.gmatch(ARGV[11], '(%S)(%S+)') do
+    a = filter_field(k, a)
     masks[a] = bit.bor(masks[a] or 0, FILTER_BITS[k] or 0)
   end
   local fields = {'', 1}

@@ -4,14 +4,15 @@
  * code that knows the "filters" collection: who blocks or mutes whom.
  *
  * A filter is {_id, src, dst, kind, created}: src blocks (kind "b") or
- * mutes ("m") dst since created.  A removed filter is deleted: a filter
+ * mutes ("m") dst since created, or hid ("h") the post whose id is dst.  A removed filter is deleted: a filter
  * added again is a new one, its created the time of the new add.  A block
  * also holds "c": 0 until its clean-up (the follows between the two, made
  * by the graph) is done, then 1; an add that finds c 0 (an earlier one was
  * interrupted) counts as a change, and its caller cleans up again.
  *
- * A user has at most feed_filter_max filters, blocks and mutes together:
- * checked before the add is written, and again after (concurrent adds),
+ * A user has at most feed_filter_max filters, blocks and mutes together,
+ * and feed_hidden_max hidden posts: checked before the add is written,
+ * and again after (concurrent adds),
  * where an add over the limit deletes itself, as follows do with
  * feed_follow_max (ngx_http_feed_follows_store.c).
  */
@@ -218,19 +219,32 @@ ngx_http_feed_filters_insert(mongoc_collection_t *filters,
 
 
 /*
- * feed_filter_max, before the add is written (written 0) and after
- * (1): NGX_DECLINED (and op->over) when past it
+ * feed_filter_max (blocks and mutes together) or feed_hidden_max, before
+ * the add is written (written 0) and after (1): NGX_DECLINED (and
+ * op->over) when past it
  */
 
 static ngx_int_t
 ngx_http_feed_filters_over(mongoc_collection_t *filters,
     ngx_http_feed_filter_op_t *op, ngx_uint_t written, bson_error_t *error)
 {
-    bson_t   filter;
+    bson_t   filter, in, kinds;
     int64_t  n;
 
     bson_init(&filter);
     BSON_APPEND_UTF8(&filter, "src", op->src.data);
+
+    if (op->kind == NGX_HTTP_FEED_FILTER_HIDDEN) {
+        BSON_APPEND_UTF8(&filter, "kind", "h");
+
+    } else {
+        BSON_APPEND_DOCUMENT_BEGIN(&filter, "kind", &in);
+        BSON_APPEND_ARRAY_BEGIN(&in, "$in", &kinds);
+        BSON_APPEND_UTF8(&kinds, "0", "b");
+        BSON_APPEND_UTF8(&kinds, "1", "m");
+        bson_append_array_end(&in, &kinds);
+        bson_append_document_end(&filter, &in);
+    }
 
     n = mongoc_collection_count_documents(filters, &filter, NULL, NULL, NULL,
                                           error);
@@ -492,8 +506,8 @@ ngx_http_feed_filters_of(mongoc_client_t *client, const char *database,
 
 
 /*
- * Whom user blocks and mutes, all of them: a user has at most
- * feed_filter_max; then who blocked user, the newest max only: anybody
+ * Whom user blocks and mutes, and the posts user hid, all of them: a user
+ * has at most feed_filter_max and feed_hidden_max; then who blocked user, the newest max only: anybody
  * may block anybody, so these have no bound of their own.  One query
  * each, in one batch each: a rebuild, or a read without Redis, waits for
  * them.
@@ -518,6 +532,7 @@ ngx_http_feed_filters_tokens(mongoc_client_t *client, const char *database,
     BSON_APPEND_ARRAY_BEGIN(&in, "$in", &projection);
     BSON_APPEND_UTF8(&projection, "0", "b");
     BSON_APPEND_UTF8(&projection, "1", "m");
+    BSON_APPEND_UTF8(&projection, "2", "h");
     bson_append_array_end(&in, &projection);
     bson_append_document_end(&filter, &in);
 
@@ -563,7 +578,7 @@ ngx_http_feed_filters_tokens(mongoc_client_t *client, const char *database,
 }
 
 
-/* whom user blocks or mutes, each with its kind */
+/* whom user blocks or mutes and the posts user hid, each with its kind */
 
 static ngx_int_t
 ngx_http_feed_filters_mine(mongoc_collection_t *filters, bson_t *filter,

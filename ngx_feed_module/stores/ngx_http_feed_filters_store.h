@@ -1,7 +1,8 @@
 
 /*
- * ngx_feed_module: the filters store, the only owner of blocks and mutes
- * in MongoDB: whom a user blocks or mutes, and who blocks them.
+ * ngx_feed_module: the filters store, the only owner of blocks, mutes and
+ * hidden posts in MongoDB: whom a user blocks or mutes, who blocks them,
+ * and which posts they hid.
  */
 
 
@@ -19,16 +20,18 @@
 #define NGX_HTTP_FEED_FILTER_BLOCK      'b'
 #define NGX_HTTP_FEED_FILTER_MUTE       'm'
 #define NGX_HTTP_FEED_FILTER_BLOCKED    'B'
+#define NGX_HTTP_FEED_FILTER_HIDDEN     'h'   /* dst is a post's id */
 
 
-/* a block or a mute added or removed, run in a thread */
+/* a block, a mute or a hidden post added or removed, run in a thread */
 typedef struct {
     ngx_http_feed_user_t          src;
     ngx_http_feed_user_t          dst;
-    u_char                        kind;       /* 'b' or 'm' */
+    u_char                        kind;       /* 'b', 'm' or 'h' */
     ngx_uint_t                    want;       /* 1: add, 0: remove */
     int64_t                       now;        /* ms since epoch */
-    int64_t                       max;        /* feed_filter_max */
+    int64_t                       max;        /* feed_filter_max, or
+                                                 feed_hidden_max for 'h' */
 
     /*
      * changed: the filter was added or removed now, or it is a block
@@ -64,8 +67,9 @@ ngx_int_t ngx_http_feed_filters_count(mongoc_client_t *client,
 /*
  * The authors whose posts user must not see, as space-separated tokens
  * "<kind><id>": kind 'b' (user blocked id), 'm' (user muted id), 'B' (id
- * blocked user); an author may appear under several kinds.  At most max
- * tokens of kind 'B' (newest first); all of kinds b and m.  *authors is
+ * blocked user); an author may appear under several kinds; and the posts
+ * user hid, kind 'h' and the post's id.  At most max tokens of kind 'B'
+ * (newest first); all of kinds b, m and h.  *authors is
  * bson_malloc'ed (NULL and *len 0 when none), as ngx_http_feed_pull_followed
  * in ngx_http_feed_pull.c returns its list.
  */

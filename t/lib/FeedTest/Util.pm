@@ -24,7 +24,8 @@ our @EXPORT_OK = qw(
     parallel failed_answers follow_each read_each none_failed
     post post_start post_end post_end_tagged
     rd tl_key copies copies_summary all_n group_info wait_settled
-    tl_ids tl_walk node_counts node_moved node_moved_is node_acked
+    tl_ids tl_walk tl_walk_is tl_firsts tl_firsts_are
+    node_counts node_moved node_moved_is node_acked
     workers_up server_conf metrics_scrape metrics_val seen_held
 );
 
@@ -276,6 +277,58 @@ sub tl_walk {
             : undef;
     }
     return $w;
+}
+
+# a walk of every page (tl_walk, with %o) checked: every post of @$want
+# once, in order, every page but the last full; the pages' X-Feed-Cache
+# counted
+sub tl_walk_is {
+    my ($t, $uid, $limit, $want, $name, %o) = @_;
+    local $Test::Builder::Level = $Test::Builder::Level + 1;
+    my $w = tl_walk($t, $uid, $limit, most => 100, %o);
+    my $n = scalar @{ $w->{ids} };
+    Test::More::ok(!@{ $w->{problems} }, "$name: pages well formed")
+        or Test::More::diag(join "\n", @{ $w->{problems} }[0 .. 2]);
+
+    # full pages: as few as the posts need (the last one may be empty)
+    my $pages = @{ $w->{caches} };
+    my $full = int(($n + $limit - 1) / $limit);
+    Test::More::ok($pages == $full
+        || ($pages == $full + 1 && $n % $limit == 0),
+        "$name: $pages pages of $limit for $n posts, all full but the last");
+    Test::More::is(join(' ', @{ $w->{ids} }), join(' ', @$want),
+        "$name: every visible post once, newest first ($n)")
+        or Test::More::diag(first_diff($w->{ids}, $want) . '; pages: '
+            . join(', ', map { $_ // '' } @{ $w->{caches} }));
+    my %c;
+    $c{$_ // ''}++ for @{ $w->{caches} };
+    return \%c;
+}
+
+# a user's first page, $n times, 4 at a time (both workers of a node),
+# $query added ('&unseen=1'): [status, X-Feed-Cache, ids, body] each
+sub tl_firsts {
+    my ($t, $uid, $n, $limit, $query) = @_;
+    my @r = parallel($t, 4, map { [ 'GET',
+        "/users/$uid/timeline?limit=" . ($limit || 10) . ($query // '') ] }
+        1 .. $n);
+    return map { [ $_->{status}, $_->{headers}{'x-feed-cache'} // '',
+        join(' ', @{ tl_ids($_) }), $_->{body} ] } @r;
+}
+
+# 12 first pages of 10 ($query added) are the newest of @$want, each
+# X-Feed-Cache $cache when given
+sub tl_firsts_are {
+    my ($t, $uid, $want, $cache, $name, $query) = @_;
+    local $Test::Builder::Level = $Test::Builder::Level + 1;
+    my $w = join ' ', grep { defined } @$want[0 .. 9];
+    my @bad = grep { $_->[0] != 200 || $_->[2] ne $w
+        || ($cache && $_->[1] ne $cache) }
+        tl_firsts($t, $uid, 12, 10, $query);
+    Test::More::ok(!@bad, "$name: 12 first pages of 10, "
+        . ($cache ? "$cache, " : '') . 'as visible')
+        or Test::More::diag("got $bad[0][0] $bad[0][1] $bad[0][2]\nwant $w\n"
+            . substr($bad[0][3] // '', 0, 300));
 }
 
 # the http server most tests run: the graph, posts, timelines (with
