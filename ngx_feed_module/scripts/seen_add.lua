@@ -82,7 +82,8 @@ end
 seen_bits(key_seen_bits(g, user), add, m, k, 'SET')
 redis.call('hset', seen, 'g', g, 'n', n)
 
-for _, key in ipairs({seen, key_seen_bits(0, user), key_seen_bits(1, user)}) do
+for _, key in ipairs({seen, key_seen_bits(0, user),
+                      key_seen_bits(1, user)}) do
   redis.call('expire', key, ARGV[4])
 end
 return {g, n}

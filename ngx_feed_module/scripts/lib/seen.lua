@@ -28,15 +28,22 @@ end
 
 -- Whether each of ids has its k bits, (h1 + i h2) mod m, set in the filter
 -- key of m bits; 'SET': sets them.  A test reads a filter of up to 64 KB
--- whole (one GET: 12 KB at the default sizes) and stops at an id's first
--- bit clear, most often the first or the second: a BITFIELD GET of every
--- bit costs Redis more than the GET of the whole filter.  Larger filters,
--- and sets, are BITFIELD calls of at most 1500 operations (Lua unpacks at
--- most 8000 values into one call).
+-- whole (one GET: 12 KB at the default sizes; once a call, for a read
+-- that goes on past posts seen) and stops at an id's first bit clear, most
+-- often the first or the second: a BITFIELD GET of every bit costs Redis
+-- more than the GET of the whole filter.  Larger filters, and sets, are
+-- BITFIELD calls of at most 1500 operations (Lua unpacks at most 8000
+-- values into one call).
+local seen_filters = {}
 local function seen_bits(key, ids, m, k, op)
   local r = {}
+  if op == 'SET' then seen_filters[key] = nil end
   if op == 'GET' and m <= 524288 then
-    local s = redis.call('get', key) or ''
+    local s = seen_filters[key]
+    if not s then
+      s = redis.call('get', key) or ''
+      seen_filters[key] = s
+    end
     for j = 1, #ids do
       local h1, h2 = seen_hash(ids[j])
       if h2 % m == 0 then h2 = h2 + 1 end
@@ -84,10 +91,15 @@ end
 -- flags[i]: ids[i] is in a live generation of the reader's filters (seen:
 -- their feed:sn key); nothing when the reader has none.  The older
 -- generation is asked only about the ids the current one lacks.
+local seen_state = {}
 local function seen_of(seen, ids)
   local flags = {}
   if #ids == 0 then return flags end
-  local f = redis.call('hmget', seen, 'g', 'm0', 'k0', 'm1', 'k1')
+  local f = seen_state[seen]
+  if not f then
+    f = redis.call('hmget', seen, 'g', 'm0', 'k0', 'm1', 'k1')
+    seen_state[seen] = f
+  end
   local g = tonumber(f[1])
   if not g then return flags end
   local user = key_seen_parts(seen)
