@@ -25,8 +25,8 @@ Test::More->builder->no_ending(1);
 
 my $QUICK = $ENV{FEED_BENCH_QUICK};
 my %PHASES = map { $_ => 1 } split /,/,
-    $ENV{FEED_BENCH_PHASES} || '1,2,3,4,5,6,7,8,9';
-my $ALL = keys %PHASES == 9;
+    $ENV{FEED_BENCH_PHASES} || '1,2,3,4,5,6,7,8,9,10';
+my $ALL = keys %PHASES == 10;
 my $ROOT = FeedTest->root;
 my $DUR = $QUICK ? 1 : 5;
 my $CONNS = 32;
@@ -107,6 +107,7 @@ http {
         listen 127.0.0.1:%%PORT_HTTP%% backlog=4096;
         location ~ ^/users/([^/]+)/following/([^/]+)\$ { feed_follow \$1 \$2; }
         location ~ ^/users/([^/]+)/mutes/([^/]+)\$ { feed_mute \$1 \$2; }
+        location ~ ^/users/([^/]+)/seen\$ { feed_seen \$1; }
         location ~ ^/users/([^/]+)/hidden/([^/]+)\$ { feed_hide \$1 \$2; }
         location ~ ^/users/([^/]+)/posts\$ { feed_posts \$1; }
         location ~ ^/users/([^/]+)/timeline\$ { feed_timeline \$1; }
@@ -1139,6 +1140,13 @@ if (phase(9)) {
     $result{filters} = bench_filters($t, \@authors, @authors * $per, $QUICK);
 }
 
+# ------------------------------------------- 10. read state: unseen --
+
+if (phase(10)) {
+    require "$FindBin::Bin/seen.pl";
+    $result{seen} = bench_seen($t, \@authors, @authors * $per, $QUICK);
+}
+
 # nginx stops gracefully, with nothing alarming in its log over the run
 
 my $stopped = $t->stop;
@@ -1487,6 +1495,12 @@ if (phase(9)) {
     my $cmd = $ALL ? 'make bench' : "FEED_BENCH_PHASES=$ENV{FEED_BENCH_PHASES}"
         . ($ENV{FEED_BENCH_WRITE} ? ' FEED_BENCH_WRITE=1' : '') . ' make bench';
     push @out, filters_report($result{filters}, $cmd, $date);
+}
+
+if (phase(10)) {
+    my $cmd = $ALL ? 'make bench' : "FEED_BENCH_PHASES=$ENV{FEED_BENCH_PHASES}"
+        . ($ENV{FEED_BENCH_WRITE} ? ' FEED_BENCH_WRITE=1' : '') . ' make bench';
+    push @out, seen_report($result{seen}, $cmd, $date);
 }
 
 my $report = join("\n", @out) . "\n";

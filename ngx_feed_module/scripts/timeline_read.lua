@@ -32,6 +32,8 @@
                           cluster, its copy on the user's node)
     ARGV[10] copy         the copy's mark for its node's run, '~<run>'
                           (lib/deleted.lua); '' on a single Redis
+    ARGV[11] unseen       '1': the page leaves out the posts the user saw
+                          (lib/seen.lua), and no kept page answers it
 
   Output, the first element the kind of reply:
     {0, locked}           MISSING: no timeline; locked 1 while being
@@ -94,7 +96,8 @@ local tl = KEYS[1]
 local limit, max, since = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 local ver = redis.call('get', KEYS[4])
 local mark, pull, lists = ver and string.sub(ver, -1), {}, {}
-local first = max == '' and since == ''
+-- kept pages hold what a plain read shows, not an unseen one
+local first = max == '' and since == '' and ARGV[11] ~= '1'
 local deleting = deleting_any(ARGV[9], ARGV[10])
 -- a list kept from another run of its node, which came back on older data
 -- (lib/deleted.lua): it may hold posts deleted or authors unfollowed
@@ -165,7 +168,10 @@ if nf == 0 then
 end
 local embed = ARGV[5] == 'e'
 local filtered = nf > 1
+-- the reader's filters of posts seen, for a page asked with unseen
+local seen = ARGV[11] == '1' and key_seen(key_timeline_parts(tl))
 -- @include filtered
+-- @include seen
 -- @include merge
 local chunk = limit + 1
 local part = redis.call('lrange', tl, 0, chunk - 1)
@@ -213,6 +219,7 @@ while true do
     local dead, hid = {}, {}
     if deleting then dead = deleted(ARGV[9], ids) end
     if filtered then hid = hidden_posts(KEYS[6], ids) end
+    if seen then seen_drop(seen, dead, ids) end
     local live, keys = {}, {}
     for i = 1, #ids do
       if not dead[i] and not hid[i] then

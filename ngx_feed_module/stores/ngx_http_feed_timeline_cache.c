@@ -278,10 +278,18 @@ ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
     ngx_http_feed_timeline_cache_deleting_args(fmcf, &call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_DELETING, deleting,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_TIMELINE);
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_UNSEEN,
+        page->unseen ? "1" : "", page->unseen ? 1 : 0);
 
-    /* with a copy of its own, the worker needs the page only if it changed */
+    /*
+     * with a copy of its own, the worker needs the page only if it
+     * changed; a page of unseen posts is never one kept
+     */
 
-    if (!page->has_max && !page->has_since && have->len == 0) {
+    if (!page->has_max && !page->has_since && have->len == 0
+        && !page->unseen)
+    {
         ngx_http_feed_redis_args_init(&args, hget, hgetlen);
         ngx_http_feed_redis_args_lit(&args, "HGET");
         ngx_http_feed_redis_args_key(&args,
