@@ -28,7 +28,7 @@ red:evalsha(ngx.var.feed_read_sha, 7,
             "feed:tln:{" .. uid .. "}", "feed:tla:{" .. uid .. "}",
             "feed:tlf:{" .. uid .. "}", "feed:mk:{" .. uid .. "}",
             limit, "", "", ngx.var.feed_ttl, ngx.var.feed_mode, "", "", "",
-            "feed:deleting", "", "")
+            "feed:deleting", "", "", "")
 local both = red:commit_pipeline()
 
 red:set_keepalive(10000, 64)

@@ -1,4 +1,4 @@
-# bench/read_state.pl: part 10 of make bench (bench/run.pl loads it), read
+# bench/read_state.pl: part 11 of make bench (bench/run.pl loads it), read
 # state: the same first page read by a reader without a read marker and
 # by one whose marker is 10 posts below the head, whose pages carry
 # X-Feed-Unread (docs/timeline.md#unread-counts); and the count itself,
@@ -38,21 +38,21 @@ sub bench_read_state {
     # the marker 10 posts below the head
     my $page = $t->get("/users/rsm/timeline?limit=11");
     my $items = $page->{json}{items} || [];
-    die "part 10: no page\n" unless @$items == 11;
+    die "part 11: no page\n" unless @$items == 11;
     my $m = $t->http('PUT', '/users/rsm/timeline/marker',
         headers => { 'Content-Type' => 'application/json' },
         body => qq({"last_read_id": "$items->[10]{id}"}));
-    die "part 10: marker: $m->{status}\n" unless $m->{status} == 200;
+    die "part 11: marker: $m->{status}\n" unless $m->{status} == 200;
 
     for my $r ('rs0', 'rsm') {
         my $first = $t->get($urls{$r});
-        die "part 10: $r: $first->{status}\n" unless $first->{status} == 200;
+        die "part 11: $r: $first->{status}\n" unless $first->{status} == 200;
         my $h = $first->{headers}{'x-feed-unread'};
-        die "part 10: $r: X-Feed-Unread " . ($h // 'none') . "\n"
+        die "part 11: $r: X-Feed-Unread " . ($h // 'none') . "\n"
             if $r eq 'rsm' ? ($h // '') ne '10' : defined $h;
     }
     my $u = $t->get('/users/rsm/timeline/unread');
-    die "part 10: unread: $u->{status} $u->{body}\n"
+    die "part 11: unread: $u->{status} $u->{body}\n"
         unless $u->{status} == 200 && $u->{json}{count} == 10;
 
     for my $round (1 .. $res{rounds}) {
@@ -80,7 +80,7 @@ sub read_state_report {
     my ($a, $b) = @{ $res->{first} }{qw(rs0 rsm)};
     my @out;
 
-    push @out, '## 10. Read state: a marker and the unread header', '',
+    push @out, '## 11. Read state: a marker and the unread header', '',
         "Measured $date by `$cmd`. Two readers follow the same five authors "
         . "($res->{posts} posts); one has no read marker, the other's is 10 "
         . 'posts below the head, and its first pages carry `X-Feed-Unread: '

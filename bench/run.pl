@@ -25,8 +25,8 @@ Test::More->builder->no_ending(1);
 
 my $QUICK = $ENV{FEED_BENCH_QUICK};
 my %PHASES = map { $_ => 1 } split /,/,
-    $ENV{FEED_BENCH_PHASES} || '1,2,3,4,5,6,7,8,9,10';
-my $ALL = keys %PHASES == 10;
+    $ENV{FEED_BENCH_PHASES} || '1,2,3,4,5,6,7,8,9,10,11';
+my $ALL = keys %PHASES == 11;
 my $ROOT = FeedTest->root;
 my $DUR = $QUICK ? 1 : 5;
 my $CONNS = 32;
@@ -107,6 +107,7 @@ http {
         listen 127.0.0.1:%%PORT_HTTP%% backlog=4096;
         location ~ ^/users/([^/]+)/following/([^/]+)\$ { feed_follow \$1 \$2; }
         location ~ ^/users/([^/]+)/mutes/([^/]+)\$ { feed_mute \$1 \$2; }
+        location ~ ^/users/([^/]+)/seen\$ { feed_seen \$1; }
         location ~ ^/users/([^/]+)/hidden/([^/]+)\$ { feed_hide \$1 \$2; }
         location ~ ^/users/([^/]+)/posts\$ { feed_posts \$1; }
         location ~ ^/users/([^/]+)/timeline\$ { feed_timeline \$1; }
@@ -1145,9 +1146,16 @@ if (phase(9)) {
     $result{filters} = bench_filters($t, \@authors, @authors * $per, $QUICK);
 }
 
-# ------------------------------------------------------ 10. read state --
+# ------------------------------------------- 10. read state: unseen --
 
 if (phase(10)) {
+    require "$FindBin::Bin/seen.pl";
+    $result{seen} = bench_seen($t, \@authors, @authors * $per, $QUICK);
+}
+
+# ---------------------------------------------- 11. read state: unread --
+
+if (phase(11)) {
     require "$FindBin::Bin/read_state.pl";
     $result{read_state} = bench_read_state($t, \@authors, @authors * $per,
                                            $QUICK);
@@ -1504,6 +1512,12 @@ if (phase(9)) {
 }
 
 if (phase(10)) {
+    my $cmd = $ALL ? 'make bench' : "FEED_BENCH_PHASES=$ENV{FEED_BENCH_PHASES}"
+        . ($ENV{FEED_BENCH_WRITE} ? ' FEED_BENCH_WRITE=1' : '') . ' make bench';
+    push @out, seen_report($result{seen}, $cmd, $date);
+}
+
+if (phase(11)) {
     my $cmd = $ALL ? 'make bench' : "FEED_BENCH_PHASES=$ENV{FEED_BENCH_PHASES}"
         . ($ENV{FEED_BENCH_WRITE} ? ' FEED_BENCH_WRITE=1' : '') . ' make bench';
     push @out, read_state_report($result{read_state}, $cmd, $date);

@@ -105,4 +105,4 @@ $(FUZZ_BIN)/%: $(FUZZ_DIR)/obj/fuzz_%.o $(FUZZ_DIR)/obj/ngx_http_feed_fuzz.o \
 	    -Wl,--start-group $(FUZZ_DIR)/libfeed.a $(FUZZ_DIR)/libngx.a \
 	    -Wl,--end-group \
 	    `pkg-config --libs hiredis libmongoc-1.0 libbson-1.0` \
-	    `cat $(FUZZ_DIR)/libngx.libs`
+	    `cat $(FUZZ_DIR)/libngx.libs` -lm

@@ -18,6 +18,7 @@
 #include "ngx_http_feed_post.h"
 #include "ngx_http_feed_timeline.h"
 #include "ngx_http_feed_marker.h"
+#include "ngx_http_feed_seen.h"
 #include "ngx_http_feed_pull.h"
 #include "ngx_http_feed_fanout.h"
 #include "ngx_http_feed_status.h"
@@ -25,6 +26,8 @@
 #include "ngx_http_feed_schema.h"
 #include "ngx_http_feed_model.h"
 #include "ngx_http_feed_keys.h"
+
+#include <math.h>
 
 
 static ngx_int_t ngx_http_feed_cluster_defaults(ngx_conf_t *cf,
@@ -48,6 +51,9 @@ static ngx_int_t ngx_http_feed_stream_partitions(ngx_conf_t *cf,
     ngx_http_feed_main_conf_t *fmcf);
 static char *ngx_http_feed_stream(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static char *ngx_http_feed_seen_error(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static void ngx_http_feed_seen_size(ngx_http_feed_main_conf_t *fmcf);
 
 static void *ngx_http_feed_create_main_conf(ngx_conf_t *cf);
 static char *ngx_http_feed_init_main_conf(ngx_conf_t *cf, void *conf);
@@ -117,6 +123,11 @@ static ngx_conf_num_bounds_t  ngx_http_feed_post_max_chars_bounds = {
 };
 
 static ngx_conf_num_bounds_t  ngx_http_feed_follow_max_bounds = {
+    ngx_conf_check_num_bounds, 1, 1000000
+};
+
+/* a generation of the seen filters: at most 1.2 MB of bits */
+static ngx_conf_num_bounds_t  ngx_http_feed_seen_capacity_bounds = {
     ngx_conf_check_num_bounds, 1, 1000000
 };
 
@@ -322,6 +333,27 @@ static ngx_command_t  ngx_http_feed_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
       &ngx_http_feed_timeline_unread_handler },
+
+    { ngx_string("feed_seen"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_feed_handler_conf,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      &ngx_http_feed_seen_handler },
+
+    { ngx_string("feed_seen_capacity"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_feed_main_conf_t, seen_capacity),
+      &ngx_http_feed_seen_capacity_bounds },
+
+    { ngx_string("feed_seen_error"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_feed_seen_error,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
 
     { ngx_string("feed_timeline_source"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
@@ -779,6 +811,69 @@ ngx_http_feed_stream_partitions(ngx_conf_t *cf,
 }
 
 
+/*
+ * feed_seen_error: a rate, "0.01" or "1%", kept in millionths.  Below
+ * 0.0082 a filter would need more than 10 bits per id.
+ */
+
+static char *
+ngx_http_feed_seen_error(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_feed_main_conf_t  *fmcf = conf;
+
+    size_t      len;
+    ngx_int_t   n;
+    ngx_str_t  *value;
+
+    if (fmcf->seen_error != NGX_CONF_UNSET_UINT) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+    len = value[1].len;
+
+    if (len > 1 && value[1].data[len - 1] == '%') {
+        n = ngx_atofp(value[1].data, len - 1, 4);
+
+    } else {
+        n = ngx_atofp(value[1].data, len, 6);
+    }
+
+    if (n < NGX_HTTP_FEED_SEEN_ERROR_MIN || n > 500000) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"%V\" must be a rate from 0.0082 (at most 10 "
+                           "bits per id) to 0.5, or 0.82%% to 50%%, "
+                           "not \"%V\"", &cmd->name, &value[1]);
+        return NGX_CONF_ERROR;
+    }
+
+    fmcf->seen_error = n;
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * A generation's filter for n ids and a rate p: m = ceil(-n ln p / ln2^2)
+ * bits, k = round(m / n ln 2) hashes, the optimum
+ */
+
+static void
+ngx_http_feed_seen_size(ngx_http_feed_main_conf_t *fmcf)
+{
+    double  n, p, m, k;
+
+    n = (double) fmcf->seen_capacity;
+    p = (double) fmcf->seen_error / 1000000;
+
+    m = ceil(-n * log(p) / (M_LN2 * M_LN2));
+    k = floor(m / n * M_LN2 + 0.5);
+
+    fmcf->seen_bits = (ngx_uint_t) m;
+    fmcf->seen_hashes = k < 1 ? 1 : (ngx_uint_t) k;
+}
+
+
 static char *
 ngx_http_feed_positive_sec(ngx_conf_t *cf, void *post, void *data)
 {
@@ -932,6 +1027,8 @@ ngx_http_feed_main_conf_unset(ngx_http_feed_main_conf_t *fmcf)
     fmcf->post_data_max_size = NGX_CONF_UNSET_SIZE;
     fmcf->cache_size = NGX_CONF_UNSET_UINT;
     fmcf->pull_threshold = NGX_CONF_UNSET;
+    fmcf->seen_capacity = NGX_CONF_UNSET_UINT;
+    fmcf->seen_error = NGX_CONF_UNSET_UINT;
     fmcf->cache_ttl = NGX_CONF_UNSET;
     fmcf->cache_empty_ttl = NGX_CONF_UNSET;
     fmcf->cache_embed = NGX_CONF_UNSET_UINT;
@@ -970,6 +1067,9 @@ ngx_http_feed_main_conf_defaults(ngx_http_feed_main_conf_t *fmcf)
     ngx_conf_init_uint_value(fmcf->cache_size, 800);
 
     ngx_conf_init_value(fmcf->pull_threshold, 10000);
+    ngx_conf_init_uint_value(fmcf->seen_capacity, 10000);
+    ngx_conf_init_uint_value(fmcf->seen_error, 10000);
+    ngx_http_feed_seen_size(fmcf);
     ngx_conf_init_value(fmcf->cache_ttl, 7 * 24 * 3600);
     ngx_conf_init_value(fmcf->cache_empty_ttl, 30);
 

@@ -168,6 +168,12 @@ my @bad = (
     [ 'feed_pull_threshold -5;',              qr/invalid feed_pull_threshold "-5"/ ],
     [ "feed_pull_threshold 5;\n    feed_pull_threshold 6;",
                                               qr/"feed_pull_threshold" directive is duplicate/ ],
+    (map { [ "feed_seen_error $_;",           qr/"feed_seen_error" must be a rate from 0.0082 \(at most 10 bits per id\) to 0.5, or 0.82% to 50%, not "\Q$_\E"/ ] }
+        '0.001', '0.8', 'x', '1', '0.5%', '%'),
+    [ "feed_seen_error 1%;\n    feed_seen_error 2%;",
+                                              qr/"feed_seen_error" directive is duplicate/ ],
+    [ 'feed_seen_capacity 0;',                qr/value must be between 1 and 1000000/ ],
+    [ 'feed_seen_capacity 1000001;',          qr/value must be between 1 and 1000000/ ],
 );
 
 for my $case (@bad) {
@@ -176,6 +182,16 @@ for my $case (@bad) {
     ($ok, $out) = $t->test_conf;
     ok(!$ok, "rejected: $line");
     like($out, qr/\[emerg\].*$re/, "message for: $line");
+}
+
+# the seen filters' sizes at their bounds
+
+for my $ok_line ("feed_seen_error 0.0082;\n    feed_seen_capacity 1000000;",
+    "feed_seen_error 50%;\n    feed_seen_capacity 1;")
+{
+    $t->write_conf(conf('', $ok_line));
+    ($ok, $out) = $t->test_conf;
+    ok($ok, "accepted: $ok_line") or diag($out);
 }
 
 # directives in the wrong context

@@ -146,6 +146,7 @@ isnt(lua2h("-- \@include keys\nreturn key_watch_heartbeat_parts('')\n"), 0,
 # each key made of its parts, and its parts read back, by Redis's Lua
 
 my %part = (user => 'ann', author => 'bob', id => '0' x 24, copy => '{7}',
+    gen => '1',
     pid => '123', msec => '456');
 
 my $t = FeedTest->new;

@@ -313,6 +313,34 @@ ask_each($t,
     [ 'show it again', 204, 'DELETE', $hp ],
     [ 'show, not hidden', 204, 'DELETE', $hp ]);
 
+# ------------------------------------------------------- seen, unseen --
+
+my $sn = '/users/oa.ann/seen';
+ask_each($t,
+    [ 'seen', 204, 'POST', $sn, json_post('["' . $pid . '"]') ],
+    [ 'seen, none', 204, 'POST', $sn, json_post('[]') ],
+    [ 'seen, not an array', 400, 'POST', $sn,
+        json_post('{"ids": ["' . $pid . '"]}') ],
+    [ 'seen, not an id', 400, 'POST', $sn, json_post('["x"]') ],
+    [ 'seen, 501 ids', 400, 'POST', $sn,
+        json_post($JSON->encode([ ($pid) x 501 ])) ],
+    [ 'seen, over 16384 bytes', 400, 'POST', $sn,
+        json_post($JSON->encode([ ($pid) x 700 ])) ],
+    [ 'seen, a request too large', 413, 'POST', $sn,
+        json_post($JSON->encode([ ($pid) x 3000 ])) ],
+    [ 'seen of a bad uid', 400, 'POST', "/users/$long_id/seen",
+        json_post('[]') ]);
+$r = ask($t, 'timeline, unseen', 200, 'GET',
+    '/users/oa.ann/timeline?limit=1&unseen=1');
+ok(!grep({ $_->{id} eq $pid } @{ ref $r->{json} eq 'HASH'
+    ? $r->{json}{items} : [] }), 'timeline, unseen: without the post seen');
+($link) = ($r->{headers}{link} // '') =~ /^<([^>]*)>/;
+ask($t, 'timeline, unseen, next page', 200, 'GET', $link)
+    if $link && $link =~ /unseen=1/;
+ask($t, 'timeline, unseen, HEAD', 200, 'HEAD',
+    '/users/oa.ann/timeline?unseen=1');
+ask($t, 'timeline, unseen=2', 400, 'GET', '/users/oa.ann/timeline?unseen=2');
+
 # ---------------------------------------------------------- unread counts --
 
 my $un = '/users/oa.ann/timeline/unread';
@@ -350,6 +378,7 @@ my %other = (
     '/users/oa.ann/timeline/unread' => 'PUT',
     "/users/oa.ann/hidden/$pid" => 'GET',
     '/users/oa.ann/hidden' => 'POST',
+    '/users/oa.ann/seen' => 'GET',
     '/status' => 'POST',
     '/metrics' => 'DELETE',
 );
@@ -378,6 +407,10 @@ $t->wait_for(5, sub {
 ask($t, 'delete without Redis', 503, 'DELETE',
     "/users/oa.bob/posts/$posts{3}") if $posts{3};
 $r = ask($t, 'timeline without Redis', 200, 'GET', '/users/oa.ann/timeline');
+ask($t, 'timeline, unseen, without Redis', 503, 'GET',
+    '/users/oa.ann/timeline?unseen=1');
+ask($t, 'seen without Redis', 503, 'POST', '/users/oa.ann/seen',
+    json_post('["' . $id0 . '"]'));
 is($r->{headers}{'x-feed-cache'}, 'BYPASS', 'timeline without Redis: BYPASS');
 $r = ask($t, 'unread without Redis', 200, 'GET', $un);
 is($r->{headers}{'x-feed-cache'}, 'BYPASS', 'unread without Redis: BYPASS');
@@ -440,6 +473,16 @@ ask($ti, 'identity: hidden posts without one', 401, 'GET',
     '/users/oa.ann/hidden');
 ask($ti, 'identity: hide as someone else', 403, 'PUT',
     "/users/oa.ann/hidden/$aid", %bob);
+ask($ti, 'identity: seen without one', 401, 'POST', '/users/oa.ann/seen',
+    json_post('[]'));
+ask($ti, 'identity: seen as someone else', 403, 'POST', '/users/oa.ann/seen',
+    json_post('[]', 'X-User' => 'oa.bob'));
+ask($ti, 'identity: unseen as someone else', 403, 'GET',
+    '/users/oa.ann/timeline?unseen=1', %bob);
+ask($ti, 'identity: unseen without one', 401, 'GET',
+    '/users/oa.ann/timeline?unseen=1');
+ask($ti, 'identity: unseen', 200, 'GET', '/users/oa.ann/timeline?unseen=1',
+    %ann);
 
 ask_each($ti,
     [ 'a follow', 204, 'PUT', '/users/oa.bob/following/oa.carol', %bob ],

@@ -213,6 +213,9 @@ for my $mode (qw(link embed)) {
     my $deep = $t->get("/users/$r/timeline?limit=5&max_id=$posts[-1][0]");
     ok($deep->{status} == 200 && !$deep->{headers}{'x-feed-unread'},
         "$mode: no header past the first page");
+    my $unseen = $t->get("/users/$r/timeline?limit=5&unseen=1");
+    ok($unseen->{status} == 200 && !$unseen->{headers}{'x-feed-unread'},
+        "$mode: no header on a page of unseen posts") or diag(short($unseen));
 
     $m = $posts[12][0];
     is(mark($r, $m), 200, "$mode: marker moved");

@@ -42,6 +42,9 @@ typedef struct {
     ngx_uint_t                    has_since;
     char                          max_id[25];
     char                          since_id[25];
+
+    /* ?unseen=1 of a timeline read: the posts the user saw left out */
+    ngx_uint_t                    unseen;
 } ngx_http_feed_page_t;
 
 

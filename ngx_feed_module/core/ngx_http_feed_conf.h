@@ -154,6 +154,16 @@ typedef struct {
     /* the push/pull hybrid: followers that make a pull author, 0: off */
     ngx_int_t                     pull_threshold;
 
+    /*
+     * The posts each reader saw (?unseen=1): ids a generation of the
+     * Bloom filter takes, its false positive rate in millionths, and
+     * what they make of a filter, its bits (m) and hashes (k)
+     */
+    ngx_uint_t                    seen_capacity;
+    ngx_uint_t                    seen_error;
+    ngx_uint_t                    seen_bits;
+    ngx_uint_t                    seen_hashes;
+
     unsigned                      redis_enabled:1;
     unsigned                      mongo_enabled:1;
     unsigned                      needs_mongo:1;
@@ -165,6 +175,10 @@ typedef struct {
     ngx_http_feed_redis_t        *redis_client;
     ngx_http_feed_mongo_t        *mongo_client;
 } ngx_http_feed_main_conf_t;
+
+
+/* the lowest feed_seen_error, in millionths: 10 bits per id at most */
+#define NGX_HTTP_FEED_SEEN_ERROR_MIN  8200
 
 
 typedef struct {

@@ -71,6 +71,17 @@ ngx_http_feed_err(marker_size, NGX_HTTP_BAD_REQUEST, "request_too_large",
 ngx_http_feed_err(if_match, NGX_HTTP_BAD_REQUEST, "invalid_if_match",
     "If-Match is one version, a number as the marker's ETag gives it");
 
+ngx_http_feed_err(seen_json, NGX_HTTP_BAD_REQUEST, "invalid_json",
+    "the request is a JSON array of post ids");
+ngx_http_feed_err(seen_id, NGX_HTTP_BAD_REQUEST, "invalid_post_id",
+    "post ids are strings of 24 lowercase hexadecimal digits");
+ngx_http_feed_err(seen_many, NGX_HTTP_BAD_REQUEST, "too_many_ids",
+    "the request has at most 500 post ids");
+ngx_http_feed_err(seen_size, NGX_HTTP_BAD_REQUEST, "request_too_large",
+    "the request is at most 16384 bytes");
+ngx_http_feed_err(unseen, NGX_HTTP_BAD_REQUEST, "invalid_unseen",
+    "unseen is 0 or 1");
+
 ngx_http_feed_err(unauthorized, NGX_HTTP_UNAUTHORIZED, "unauthorized",
     "no authenticated user");
 ngx_http_feed_err(forbidden, NGX_HTTP_FORBIDDEN, "forbidden",
@@ -109,6 +120,10 @@ ngx_http_feed_err(cache_pending, NGX_HTTP_SERVICE_UNAVAILABLE, "unavailable",
     "the change is stored, the cache has yet to take it: retry");
 ngx_http_feed_err(timeline_down, NGX_HTTP_SERVICE_UNAVAILABLE, "unavailable",
     "the timeline cannot be built now");
+ngx_http_feed_err(seen_down, NGX_HTTP_SERVICE_UNAVAILABLE, "unavailable",
+    "the cache is unavailable, nothing was kept: retry");
+ngx_http_feed_err(unseen_down, NGX_HTTP_SERVICE_UNAVAILABLE, "unavailable",
+    "what the user saw is unknown now: retry, or read without unseen");
 ngx_http_feed_err(internal, NGX_HTTP_INTERNAL_SERVER_ERROR, "internal",
     "internal error");
 

@@ -55,6 +55,13 @@ extern const ngx_http_feed_error_t  ngx_http_feed_err_marker_field;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_marker_size;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_if_match;
 
+/* the posts a reader saw, and reads without them */
+extern const ngx_http_feed_error_t  ngx_http_feed_err_seen_json;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_seen_id;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_seen_many;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_seen_size;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_unseen;
+
 /* who may write */
 extern const ngx_http_feed_error_t  ngx_http_feed_err_unauthorized;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_forbidden;
@@ -80,6 +87,8 @@ extern const ngx_http_feed_error_t  ngx_http_feed_err_db;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_cache_down;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_cache_pending;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_timeline_down;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_seen_down;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_unseen_down;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_internal;
 
 /* nginx has no reason phrase of its own for 422 */

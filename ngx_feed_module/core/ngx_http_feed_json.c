@@ -254,6 +254,52 @@ ngx_http_feed_json_posts(ngx_pool_t *pool, bson_t *items,
 
 
 /*
+ * A request's body that must be one JSON document, an object (open '{')
+ * or an array ('['; libbson reads it as a document keyed "0", "1", ...),
+ * and it an iterator on its members.  NGX_DECLINED when it is not that,
+ * NGX_ABORT when it is not UTF-8; doc is to be destroyed after NGX_OK.
+ */
+
+ngx_int_t
+ngx_http_feed_json_body(ngx_str_t *body, u_char open, bson_t *doc,
+    bson_iter_t *it)
+{
+    u_char  *q;
+
+    /* an empty body's data may be NULL, which libbson does not take */
+
+    if (body->len == 0) {
+        return NGX_DECLINED;
+    }
+
+    if (!bson_utf8_validate((const char *) body->data, body->len, true)) {
+        return NGX_ABORT;
+    }
+
+    for (q = body->data;
+         q < body->data + body->len
+         && (*q == ' ' || *q == '\t' || *q == '\r' || *q == '\n');
+         q++)
+    {
+        /* void */
+    }
+
+    if (q == body->data + body->len || *q != open
+        || ngx_http_feed_json_one(body->data, body->len, doc) != NGX_OK)
+    {
+        return NGX_DECLINED;
+    }
+
+    if (!bson_iter_init(it, doc)) {
+        bson_destroy(doc);
+        return NGX_DECLINED;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
  * Exactly one JSON document and nothing after it: bson_init_from_json()
  * alone would stop after the first of "{...}{...}".
  */

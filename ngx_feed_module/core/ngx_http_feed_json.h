@@ -33,6 +33,8 @@ typedef ngx_int_t (*ngx_http_feed_json_post_pt)(void *data, ngx_str_t *id,
 ngx_int_t ngx_http_feed_json_posts(ngx_pool_t *pool, bson_t *items,
     ngx_http_feed_json_post_pt each, void *data);
 ngx_int_t ngx_http_feed_json_one(u_char *p, size_t len, bson_t *doc);
+ngx_int_t ngx_http_feed_json_body(ngx_str_t *body, u_char open, bson_t *doc,
+    bson_iter_t *it);
 ngx_int_t ngx_http_feed_json_copy(ngx_pool_t *pool, const bson_t *doc,
     ngx_str_t *json);
 ngx_int_t ngx_http_feed_json_next_post(bson_iter_t *it, bson_t *post,

@@ -327,9 +327,9 @@ ngx_http_feed_marker_body(ngx_http_request_t *r)
 static const ngx_http_feed_error_t *
 ngx_http_feed_marker_parse(ngx_str_t *body, ngx_http_feed_marker_op_t *op)
 {
-    u_char                       *q;
     bson_t                        doc;
     uint32_t                      len;
+    ngx_int_t                     rc;
     ngx_str_t                     id;
     ngx_uint_t                    has_id, has_force;
     bson_iter_t                   it;
@@ -340,33 +340,11 @@ ngx_http_feed_marker_parse(ngx_str_t *body, ngx_http_feed_marker_op_t *op)
         return &ngx_http_feed_err_marker_size;
     }
 
-    /* an empty body's data may be NULL, which libbson does not take */
+    rc = ngx_http_feed_json_body(body, '{', &doc, &it);
 
-    if (body->len == 0) {
-        return &ngx_http_feed_err_not_json;
-    }
-
-    if (!bson_utf8_validate((const char *) body->data, body->len, true)) {
-        return &ngx_http_feed_err_not_utf8;
-    }
-
-    for (q = body->data;
-         q < body->data + body->len
-         && (*q == ' ' || *q == '\t' || *q == '\r' || *q == '\n');
-         q++)
-    {
-        /* void */
-    }
-
-    if (q == body->data + body->len || *q != '{'
-        || ngx_http_feed_json_one(body->data, body->len, &doc) != NGX_OK)
-    {
-        return &ngx_http_feed_err_not_json;
-    }
-
-    if (!bson_iter_init(&it, &doc)) {
-        bson_destroy(&doc);
-        return &ngx_http_feed_err_not_json;
+    if (rc != NGX_OK) {
+        return rc == NGX_ABORT ? &ngx_http_feed_err_not_utf8
+                               : &ngx_http_feed_err_not_json;
     }
 
     err = NULL;

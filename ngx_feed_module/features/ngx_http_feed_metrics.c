@@ -95,6 +95,7 @@ static ngx_str_t  ngx_http_feed_metrics_endpoints[NGX_HTTP_FEED_ENDPOINTS] = {
     ngx_string("feed_timeline"),
     ngx_string("feed_timeline_source"),
     ngx_string("feed_timeline_marker"),
+    ngx_string("feed_seen"),
     ngx_string("feed_posts"),
     ngx_string("feed_user_post"),
     ngx_string("feed_post"),

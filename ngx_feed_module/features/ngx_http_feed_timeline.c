@@ -18,6 +18,12 @@
  * Redis, the marker is asked of MongoDB (marker) and the count asked
  * again with it.
  *
+ * A read with ?unseen=1 leaves out the posts the reader saw (the seen
+ * store's filters): the read script skips them, kept pages and the
+ * worker's copies neither answer it nor are made of it, a page made from
+ * the fallback asks Redis about its posts first, and without Redis it is
+ * answered 503 (what the reader saw is nowhere else).
+ *
  * The fallback is an in-memory subrequest to an ordinary location,
  * "feed_timeline_source" (fanout on read from MongoDB) or proxy_pass; it
  * is asked, and its answer parsed, in ngx_http_feed_timeline_fallback.c.
@@ -45,6 +51,7 @@
 #include "ngx_http_feed_json.h"
 #include "ngx_http_feed_pull.h"
 #include "ngx_http_feed_filters_store.h"
+#include "ngx_http_feed_seen_store.h"
 
 
 #define NGX_HTTP_FEED_POLL     20
@@ -103,6 +110,12 @@ static void ngx_http_feed_timeline_bypass_done(
 
 static void ngx_http_feed_timeline_fill(ngx_http_feed_timeline_ctx_t *ctx,
     ngx_http_feed_timeline_next_pt next);
+static void ngx_http_feed_timeline_unseen(ngx_http_feed_timeline_ctx_t *ctx,
+    ngx_http_feed_timeline_next_pt next);
+static void ngx_http_feed_timeline_unseen_done(void *data,
+    redisReply *reply);
+static void ngx_http_feed_timeline_unseen_down(
+    ngx_http_feed_timeline_ctx_t *ctx);
 static void ngx_http_feed_timeline_answer(ngx_http_feed_timeline_ctx_t *ctx);
 static ngx_int_t ngx_http_feed_timeline_send(
     ngx_http_feed_timeline_ctx_t *ctx);
@@ -155,15 +168,34 @@ ngx_http_feed_timeline_args(ngx_http_request_t *r, void *data,
     ngx_http_feed_timeline_ctx_t  *ctx = data;
 
     ngx_int_t                     rc;
+    ngx_str_t                     value;
     const ngx_http_feed_error_t  *e;
 
     rc = ngx_http_feed_page_args(r, NGX_HTTP_FEED_PAGE_CLIENT, &ctx->page,
                                  err);
+
     if (rc != NGX_OK) {
         return rc;
     }
 
-    /* the unread count is the user's own, as the read marker is */
+    if (ngx_http_feed_arg(r, "unseen", &value) == NGX_OK) {
+        if (value.len != 1
+            || (value.data[0] != '0' && value.data[0] != '1'))
+        {
+            *err = &ngx_http_feed_err_unseen;
+            return NGX_DECLINED;
+        }
+
+        ctx->page.unseen = (value.data[0] == '1');
+    }
+
+    /* what a reader saw is theirs, as their read marker is */
+
+    if (ctx->page.unseen) {
+        return ngx_http_feed_authorize(r, &ctx->page.user, err);
+    }
+
+    /* so is the unread count, of a plain first page */
 
     ctx->unread = !ctx->page.has_max && !ctx->page.has_since
                   && ngx_http_feed_authorize(r, &ctx->page.user, &e)
@@ -306,7 +338,11 @@ ngx_http_feed_timeline_read(ngx_http_feed_timeline_ctx_t *ctx)
     ctx->have.len = 0;
     ctx->vouched = 0;
 
-    if (!ctx->page.has_max && !ctx->page.has_since && !ctx->no_local) {
+    /* a copy of a plain first page is not one with unseen posts only */
+
+    if (!ctx->page.has_max && !ctx->page.has_since && !ctx->no_local
+        && !ctx->page.unseen)
+    {
         copy = ngx_http_feed_timeline_local_get(&ctx->page.user,
                                                 ctx->page.limit, &lists);
 
@@ -1094,7 +1130,11 @@ ngx_http_feed_timeline_deep_done(ngx_http_feed_timeline_ctx_t *ctx)
 }
 
 
-/* no Redis: the page straight from the fallback, with the user's filters */
+/*
+ * No Redis: the page straight from the fallback, with the user's filters.
+ * What the user saw is only in Redis: a read with ?unseen=1 is answered
+ * 503 rather than with posts the user saw.
+ */
 
 static void
 ngx_http_feed_timeline_bypass(ngx_http_feed_timeline_ctx_t *ctx)
@@ -1115,6 +1155,11 @@ ngx_http_feed_timeline_bypass(ngx_http_feed_timeline_ctx_t *ctx)
         if (ctx->page.has_since) {
             ngx_memcpy(ctx->page.since_id, ctx->marker.data, 25);
         }
+    }
+
+    if (ctx->page.unseen) {
+        ngx_http_feed_timeline_unseen_down(ctx);
+        return;
     }
 
     if (!ctx->filter_set.loaded) {
@@ -1173,6 +1218,11 @@ ngx_http_feed_timeline_fill(ngx_http_feed_timeline_ctx_t *ctx,
     ngx_int_t   rc;
     ngx_uint_t  more;
 
+    if (ctx->page.unseen && !ctx->fb_seen_ready) {
+        ngx_http_feed_timeline_unseen(ctx, next);
+        return;
+    }
+
     if (ngx_http_feed_timeline_fallback_add(ctx,
                                             ctx->page.limit
                                             - ctx->cached.nitems,
@@ -1196,6 +1246,90 @@ ngx_http_feed_timeline_fill(ngx_http_feed_timeline_ctx_t *ctx,
     }
 
     ngx_http_feed_timeline_answer(ctx);
+}
+
+
+/*
+ * A read with ?unseen=1 makes a page of the fallback's answer (past the
+ * end of a trimmed cache, or a rebuild that could not be cached): which
+ * of its posts the user saw is asked of Redis first, all in one call, and
+ * the page leaves those out as it leaves out the filters' (a page left
+ * short asks the fallback again).  Without Redis, no page.
+ */
+
+static void
+ngx_http_feed_timeline_unseen(ngx_http_feed_timeline_ctx_t *ctx,
+    ngx_http_feed_timeline_next_pt next)
+{
+    u_char     *ids;
+    ngx_int_t   rc;
+
+    if (ngx_http_feed_timeline_fallback_ids(ctx, &ids) != NGX_OK) {
+        ngx_http_feed_timeline_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    ctx->fill_next = next;
+
+    if (ctx->fb_seen_n == 0) {
+        ctx->fb_seen_ready = 1;
+        ngx_http_feed_timeline_fill(ctx, next);
+        return;
+    }
+
+    rc = ngx_http_feed_seen_check(ctx->request, ctx->fmcf, &ctx->page.user,
+                                  ids, ctx->fb_seen_n,
+                                  ngx_http_feed_timeline_unseen_done, ctx);
+
+    if (rc == NGX_ERROR) {
+        ngx_http_feed_timeline_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
+
+    } else if (rc == NGX_DECLINED) {
+        ngx_http_feed_timeline_unseen_down(ctx);
+    }
+}
+
+
+static void
+ngx_http_feed_timeline_unseen_done(void *data, redisReply *reply)
+{
+    ngx_http_feed_timeline_ctx_t  *ctx = data;
+
+    if (ngx_http_feed_seen_flags(reply, ctx->fb_seen_n, ctx->fb_seen)
+        != NGX_OK)
+    {
+        ngx_http_feed_timeline_cache_error(reply);
+        ngx_http_feed_timeline_unseen_down(ctx);
+        return;
+    }
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
+                   "feed timeline of \"%s\": seen of %ui fallback posts "
+                   "known", ctx->page.user.data, ctx->fb_seen_n);
+
+    ctx->fb_seen_ready = 1;
+    ngx_http_feed_timeline_fill(ctx, ctx->fill_next);
+}
+
+
+/*
+ * 503 for a read with ?unseen=1 that cannot know what the user saw.  Its
+ * waiters, if it led a rebuild, go on on their own: their reads may not
+ * need Redis.
+ */
+
+static void
+ngx_http_feed_timeline_unseen_down(ngx_http_feed_timeline_ctx_t *ctx)
+{
+    ngx_http_request_t  *r;
+
+    r = ctx->request;
+
+    ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_FAILED);
+    ngx_http_feed_timeline_lead_done(ctx, NGX_OK);
+
+    ngx_http_feed_finalize(r, ngx_http_feed_error(r,
+                                  &ngx_http_feed_err_unseen_down));
 }
 
 
@@ -1292,7 +1426,7 @@ ngx_http_feed_timeline_send(ngx_http_feed_timeline_ctx_t *ctx)
     /* a first page read whole from the cache is kept as answered */
 
     if (ctx->cached.version.len && !ctx->cached.deep
-        && !ctx->page.has_max && !ctx->page.has_since)
+        && !ctx->page.has_max && !ctx->page.has_since && !ctx->page.unseen)
     {
         ngx_http_feed_timeline_cache_page(r, ctx->fmcf, &ctx->page,
                                           &ctx->cached, &body);
@@ -1302,7 +1436,10 @@ ngx_http_feed_timeline_send(ngx_http_feed_timeline_ctx_t *ctx)
 }
 
 
-/* Link: </users/u/timeline?limit=20&max_id=...[&since_id=...]>; rel="next" */
+/*
+ * Link: </users/u/timeline?limit=20&max_id=...[&since_id=...][&unseen=1]>;
+ * rel="next"
+ */
 
 static ngx_int_t
 ngx_http_feed_timeline_link(ngx_http_request_t *r, ngx_http_feed_page_t *page,
@@ -1312,7 +1449,8 @@ ngx_http_feed_timeline_link(ngx_http_request_t *r, ngx_http_feed_page_t *page,
     ngx_str_t   link;
 
     link.data = ngx_pnalloc(r->pool,
-                            sizeof("<?limit=&max_id=&since_id=>; rel=\"next\"")
+                            sizeof("<?limit=&max_id=&since_id=&unseen=1>; "
+                                   "rel=\"next\"")
                             + r->uri.len + NGX_INT_T_LEN + 2 * 24);
     if (link.data == NULL) {
         return NGX_ERROR;
@@ -1323,6 +1461,10 @@ ngx_http_feed_timeline_link(ngx_http_request_t *r, ngx_http_feed_page_t *page,
 
     if (page->has_since) {
         p = ngx_sprintf(p, "&since_id=%s", page->since_id);
+    }
+
+    if (page->unseen) {
+        p = ngx_cpymem(p, "&unseen=1", sizeof("&unseen=1") - 1);
     }
 
     p = ngx_cpymem(p, ">; rel=\"next\"", sizeof(">; rel=\"next\"") - 1);

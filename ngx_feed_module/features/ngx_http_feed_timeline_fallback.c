@@ -25,6 +25,8 @@ static ngx_int_t ngx_http_feed_timeline_fallback_done(ngx_http_request_t *sr,
 static ngx_int_t ngx_http_feed_timeline_fallback_broke(
     ngx_http_feed_timeline_ctx_t *ctx, ngx_http_request_t *sr);
 static void ngx_http_feed_timeline_fallback_wake(ngx_http_request_t *r);
+static ngx_int_t ngx_http_feed_timeline_fallback_range(
+    ngx_http_feed_timeline_ctx_t *ctx, ngx_str_t *id);
 static ngx_uint_t ngx_http_feed_timeline_fallback_hidden(
     ngx_http_feed_timeline_ctx_t *ctx, bson_t *post, ngx_str_t *id);
 
@@ -172,6 +174,8 @@ ngx_http_feed_timeline_fallback_ask(ngx_http_feed_timeline_ctx_t *ctx,
     ctx->fb_broke = 0;
     ctx->fb_done = 0;
     ctx->items_ready = 0;
+    ctx->fb_seen_ready = 0;
+    ctx->fb_seen_n = 0;
     ctx->fb_start = ngx_current_msec;
 
     if (ngx_http_subrequest(r, &flcf->fallback, &args, &sr, ps,
@@ -352,6 +356,93 @@ ngx_http_feed_timeline_fallback_items(ngx_http_feed_timeline_ctx_t *ctx)
 
 
 /*
+ * The ids of the answer's posts in the page's range, in order (as
+ * ngx_http_feed_timeline_fallback_add() meets them): those a read with
+ * ?unseen=1 asks Redis about.  Their number is fb_seen_n, and fb_seen
+ * the room for what Redis says of each.
+ */
+
+ngx_int_t
+ngx_http_feed_timeline_fallback_ids(ngx_http_feed_timeline_ctx_t *ctx,
+    u_char **ids)
+{
+    bson_t        post, list;
+    u_char       *p;
+    ngx_int_t     rc;
+    ngx_str_t     id;
+    ngx_uint_t    n;
+    bson_iter_t   it;
+
+    if (!bson_init_static(&list, ctx->fb_items, ctx->fb_items_len)
+        || !bson_iter_init(&it, &list))
+    {
+        return NGX_ERROR;
+    }
+
+    n = bson_count_keys(&list);
+
+    p = ngx_pnalloc(ctx->request->pool, 24 * n + 1);
+    ctx->fb_seen = ngx_pcalloc(ctx->request->pool, n + 1);
+
+    if (p == NULL || ctx->fb_seen == NULL) {
+        return NGX_ERROR;
+    }
+
+    *ids = p;
+    ctx->fb_seen_n = 0;
+
+    for ( ;; ) {
+        rc = ngx_http_feed_json_next_post(&it, &post, &id);
+
+        if (rc == NGX_DONE) {
+            break;
+        }
+
+        if (rc == NGX_DECLINED) {
+            continue;
+        }
+
+        rc = ngx_http_feed_timeline_fallback_range(ctx, &id);
+
+        if (rc == NGX_DONE) {
+            break;
+        }
+
+        if (rc == NGX_OK) {
+            p = ngx_cpymem(p, id.data, 24);
+            ctx->fb_seen_n++;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * Where a post of the fallback's answer is against the client's bounds:
+ * NGX_OK in them, NGX_DECLINED newer than max_id (skipped), NGX_DONE at
+ * or older than since_id (the answer's end)
+ */
+
+static ngx_int_t
+ngx_http_feed_timeline_fallback_range(ngx_http_feed_timeline_ctx_t *ctx,
+    ngx_str_t *id)
+{
+    if (ctx->page.has_max && ngx_strcmp(id->data, ctx->page.max_id) >= 0) {
+        return NGX_DECLINED;
+    }
+
+    if (ctx->page.has_since
+        && ngx_strcmp(id->data, ctx->page.since_id) <= 0)
+    {
+        return NGX_DONE;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
  * Appends up to max fallback items within the client's bounds to the page
  * (a rebuild's items are not bounded yet); more: there were others.  The
  * fallback may be any application: an item whose id is not a post id is
@@ -366,7 +457,7 @@ ngx_http_feed_timeline_fallback_add(ngx_http_feed_timeline_ctx_t *ctx,
     bson_t           post, list;
     ngx_int_t        rc;
     ngx_str_t       *items, id;
-    ngx_uint_t       n, skipped, answered;
+    ngx_uint_t       n, skipped, answered, j, seen;
     bson_iter_t      it;
 
     *more = 0;
@@ -400,6 +491,7 @@ ngx_http_feed_timeline_fallback_add(ngx_http_feed_timeline_ctx_t *ctx,
     }
 
     n = 0;
+    j = 0;
 
     for ( ;; ) {
         rc = ngx_http_feed_json_next_post(&it, &post, &id);
@@ -413,19 +505,23 @@ ngx_http_feed_timeline_fallback_add(ngx_http_feed_timeline_ctx_t *ctx,
             continue;
         }
 
-        if (ctx->page.has_max
-            && ngx_strcmp(id.data, ctx->page.max_id) >= 0)
-        {
+        rc = ngx_http_feed_timeline_fallback_range(ctx, &id);
+
+        if (rc == NGX_DECLINED) {
             continue;
         }
 
-        if (ctx->page.has_since
-            && ngx_strcmp(id.data, ctx->page.since_id) <= 0)
-        {
+        if (rc == NGX_DONE) {
             break;
         }
 
-        if (ngx_http_feed_timeline_fallback_hidden(ctx, &post, &id)) {
+        /* the user saw it (a read with ?unseen=1): left out as filtered */
+        seen = (ctx->fb_seen_ready && j < ctx->fb_seen_n && ctx->fb_seen[j]);
+        j++;
+
+        if (seen
+            || ngx_http_feed_timeline_fallback_hidden(ctx, &post, &id))
+        {
             ngx_cpystrn((u_char *) ctx->fb_scanned, id.data, 25);
             ctx->fb_hidden++;
             continue;

@@ -150,6 +150,16 @@ struct ngx_http_feed_timeline_ctx_s {
     char                            fb_scanned[25];
     ngx_uint_t                      refills;
 
+    /*
+     * A read with ?unseen=1: of the fallback's last answer, whether the
+     * user saw each of its posts in the page's range (fb_seen_n of them),
+     * as Redis told once it was asked (fb_seen_ready); and the step that
+     * goes on after
+     */
+    u_char                         *fb_seen;
+    ngx_uint_t                      fb_seen_n;
+    ngx_http_feed_timeline_next_pt  fill_next;
+
     /* when the rebuild this request leads, and its last fallback, began */
     ngx_msec_t                      rebuild_start;
     ngx_msec_t                      fb_start;
@@ -191,6 +201,9 @@ struct ngx_http_feed_timeline_ctx_s {
      */
     ngx_str_t                       marker;
     u_char                          marker_id[25];
+
+    /* fb_seen holds what Redis said of the last answer's posts */
+    unsigned                        fb_seen_ready:1;
 };
 
 
@@ -211,6 +224,8 @@ ngx_int_t ngx_http_feed_timeline_fallback_more(
     ngx_http_feed_timeline_ctx_t *ctx, ngx_http_feed_timeline_next_pt next);
 ngx_int_t ngx_http_feed_timeline_fallback_items(
     ngx_http_feed_timeline_ctx_t *ctx);
+ngx_int_t ngx_http_feed_timeline_fallback_ids(
+    ngx_http_feed_timeline_ctx_t *ctx, u_char **ids);
 ngx_int_t ngx_http_feed_timeline_fallback_add(ngx_http_feed_timeline_ctx_t *ctx,
     ngx_uint_t max, ngx_uint_t *more);
 

@@ -33,7 +33,9 @@
                           cluster, its copy on the user's node)
     ARGV[10] copy         the copy's mark for its node's run, '~<run>'
                           (lib/deleted.lua); '' on a single Redis
-    ARGV[11] unread       '1': a first page answers the unread count
+    ARGV[11] unseen       '1': the page leaves out the posts the user saw
+                          (lib/seen.lua), and no kept page answers it
+    ARGV[12] unread       '1': a first page answers the unread count
                           too (lib/unread.lua), when the user has a
                           marker and its copy is in Redis
 
@@ -103,7 +105,8 @@ local tl = KEYS[1]
 local limit, max, since = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 local ver = redis.call('get', KEYS[4])
 local mark, pull, lists = ver and string.sub(ver, -1), {}, {}
-local first = max == '' and since == ''
+-- kept pages hold what a plain read shows, not an unseen one
+local first = max == '' and since == '' and ARGV[11] ~= '1'
 local deleting = deleting_any(ARGV[9], ARGV[10])
 -- @include unread_kept
 -- a list kept from another run of its node, which came back on older data
@@ -138,7 +141,7 @@ then
   local h = redis.call('hmget', KEYS[3], 'v' .. ARGV[1], 'u')
   local kv, u = h[1], h[2]
   -- with the unread count kept for the copy's version (else read on)
-  u = ARGV[11] == '1' and unread_kept(u, string.match(kv or '', '^[^:]*'))
+  u = ARGV[12] == '1' and unread_kept(u, string.match(kv or '', '^[^:]*'))
   if kv == ARGV[6] and u ~= nil and current(kv) then
     if u == '-' or u == '?' or not u then return {LOCAL, kv} end
     return {LOCAL, kv, false, false, u}
@@ -172,7 +175,7 @@ if first then
 end
 -- a first page answers the unread count kept with it (lib/unread_kept.lua);
 -- one not kept is counted as the page is read, below
-u = ARGV[11] == '1' and unread_kept(u, ver)
+u = ARGV[12] == '1' and unread_kept(u, ver)
 if kv and string.sub(kv, 1, #ver + 1) == ver .. ':' and u ~= nil
    and current(kv)
 then
@@ -191,7 +194,10 @@ if nf == 0 then
 end
 local embed = ARGV[5] == 'e'
 local filtered = nf > 1
+-- the reader's filters of posts seen, for a page asked with unseen
+local seen = ARGV[11] == '1' and key_seen(key_timeline_parts(tl))
 -- @include filtered
+-- @include seen
 -- @include unread
 -- @include merge
 local chunk = limit + 1
@@ -206,7 +212,7 @@ end
 local out, got, n, pos = {PAGE, 0, 1, '',
                           ver .. ':' .. string.sub(part[1], 1, 24),
                           '', 0, 0, lists, {}, false}, {}, 0, 0
-if first and ARGV[11] == '1' then out[11] = unread_first(ver, pull) end
+if first and ARGV[12] == '1' then out[11] = unread_first(ver, pull) end
 
 -- the authors, and the posts hidden, the rest of a deep page must leave
 -- out
@@ -241,6 +247,7 @@ while true do
     local dead, hid = {}, {}
     if deleting then dead = deleted(ARGV[9], ids) end
     if filtered then hid = hidden_posts(KEYS[6], ids) end
+    if seen then seen_drop(seen, dead, ids) end
     local live, keys = {}, {}
     for i = 1, #ids do
       if not dead[i] and not hid[i] then

@@ -27,7 +27,8 @@
     ARGV[8] vouched       unused ('')
     ARGV[9] deleting      the posts being deleted, as a read's
     ARGV[10] copy         its mark, as a read's
-    ARGV[11] marker       '' the copy's; else as MongoDB has it (the copy
+    ARGV[11] unseen       unused ('')
+    ARGV[12] marker       '' the copy's; else as MongoDB has it (the copy
                           is not in Redis): '-' for no marker, or its id
 
   Output:
@@ -36,7 +37,7 @@
                           the one found gone while counting)
     {6, unread}           UNREAD: "<n>", or "<n>+" when a list is trimmed
                           above the marker; false: the marker's copy is
-                          not in Redis, ask again with ARGV[11]
+                          not in Redis, ask again with ARGV[12]
 ]]
 
 local MISSING, PULL, UNREAD = 0, 5, 6
@@ -86,15 +87,15 @@ if head ~= END then redis.call('expire', tl, ARGV[4]) end
 
 -- the count kept by a read or a count before, else counted from the
 -- marker (kept when it is the copy's)
-local c = ARGV[11] == '' and unread_kept(redis.call('hget', KEYS[3], 'u'),
+local c = ARGV[12] == '' and unread_kept(redis.call('hget', KEYS[3], 'u'),
                                          ver)
 if c and c ~= '-' and c ~= '?' then return {UNREAD, c} end
-local m = unread_marker(KEYS[7], ARGV[11])
+local m = unread_marker(KEYS[7], ARGV[12])
 if not m then return {UNREAD, false} end
 local ids
 c, ids = unread_count(m, pull)
 if not c then return {PULL, ids} end
-if ARGV[11] == '' then
+if ARGV[12] == '' then
   unread_keep(ver, m == '' and '-' or c, m ~= '' and ids or nil)
 end
 return {UNREAD, c}

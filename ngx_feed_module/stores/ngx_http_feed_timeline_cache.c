@@ -260,9 +260,14 @@ ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
                                            &ngx_http_feed_script_timeline_read,
                                            page, have, vouched, &arg);
 
-    /* with a copy of its own, the worker needs the page only if it changed */
+    /*
+     * with a copy of its own, the worker needs the page only if it
+     * changed; a page of unseen posts is never one kept
+     */
 
-    if (!page->has_max && !page->has_since && have->len == 0) {
+    if (!page->has_max && !page->has_since && have->len == 0
+        && !page->unseen)
+    {
         ngx_http_feed_redis_args_init(&args, hget, hgetlen);
         ngx_http_feed_redis_args_lit(&args, "HGET");
         ngx_http_feed_redis_args_key(&args,
@@ -396,6 +401,9 @@ ngx_http_feed_timeline_cache_read_call(ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_timeline_cache_deleting_args(fmcf, call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_DELETING, rc->deleting,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_TIMELINE);
+    ngx_http_feed_redis_call_arg(call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_UNSEEN,
+        page->unseen ? "1" : "", page->unseen ? 1 : 0);
     ngx_http_feed_redis_call_arg(call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_UNREAD, unread->data,
         unread->len);

@@ -108,7 +108,7 @@ local function merge(out, part, pull)
     local c, stop = next_ids(limit + 1 - n)
     if not c then return {PULL, stop} end
     local dead, keys, posts = {}, {}, {}
-    if (deleting or filtered) and #c > 0 then
+    if (deleting or filtered or seen) and #c > 0 then
       local ids = {}
       for i = 1, #c do ids[i] = c[i][1] end
       if deleting then dead = deleted(ARGV[9], ids) end
@@ -118,6 +118,7 @@ local function merge(out, part, pull)
         local hid = hidden_posts(KEYS[6], ids)
         for i = 1, #c do dead[i] = dead[i] or hid[i] end
       end
+      if seen then seen_drop(seen, dead, ids) end
     end
     if not embed then
       for i = 1, #c do

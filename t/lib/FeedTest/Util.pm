@@ -26,7 +26,7 @@ our @EXPORT_OK = qw(
     rd tl_key copies copies_summary all_n group_info wait_settled
     tl_ids tl_walk tl_walk_is tl_firsts tl_firsts_are
     node_counts node_moved node_moved_is node_acked
-    workers_up server_conf metrics_scrape metrics_val
+    workers_up server_conf metrics_scrape metrics_val seen_held
 );
 
 # the posts' stream and the fanout's consumer group (the defaults)
@@ -174,7 +174,7 @@ sub post_problems {
 sub tl_uri {
     my ($uid, %q) = @_;
     my @q = map { "$_=$q{$_}" }
-        grep { defined $q{$_} } qw(limit max_id since_id);
+        grep { defined $q{$_} } qw(limit max_id since_id unseen);
     return "/users/$uid/timeline" . (@q ? '?' . join('&', @q) : '');
 }
 
@@ -248,11 +248,12 @@ sub tl_ids {
 # the pages of $uid's home timeline from the first to the one whose next
 # is null, each reached by its predecessor's Link header: the ids and the
 # items (tag()ged) of all pages, X-Feed-Cache of each page, and the pages'
-# problems (tl_page_problems; more pages than $o{most}, 200 by default)
+# problems (tl_page_problems; more pages than $o{most}, 200 by default).
+# $o{unseen}: pages with unseen=1, whose Link must keep it
 sub tl_walk {
     my ($t, $uid, $limit, %o) = @_;
     my $w = { ids => [], items => [], caches => [], problems => [] };
-    my $uri = tl_uri($uid, limit => $limit);
+    my $uri = tl_uri($uid, limit => $limit, unseen => $o{unseen});
 
     while (defined $uri) {
         if (@{$w->{caches}} >= ($o{most} || 200)) {
@@ -261,6 +262,9 @@ sub tl_walk {
         }
         my $r = $t->get($uri);
         my @p = tl_page_problems($r, $uid, $limit);
+        push @p, "Link without unseen=1: $r->{headers}{link}"
+            if $o{unseen} && defined $r->{headers}{link}
+                && $r->{headers}{link} !~ /[?&]unseen=1[&>]/;
         if (@p) {
             push @{$w->{problems}}, map { "$uri: $_" } @p;
             last;
@@ -275,12 +279,13 @@ sub tl_walk {
     return $w;
 }
 
-# a walk of every page (tl_walk) checked: every post of @$want once, in
-# order, every page but the last full; the pages' X-Feed-Cache counted
+# a walk of every page (tl_walk, with %o) checked: every post of @$want
+# once, in order, every page but the last full; the pages' X-Feed-Cache
+# counted
 sub tl_walk_is {
-    my ($t, $uid, $limit, $want, $name) = @_;
+    my ($t, $uid, $limit, $want, $name, %o) = @_;
     local $Test::Builder::Level = $Test::Builder::Level + 1;
-    my $w = tl_walk($t, $uid, $limit, most => 100);
+    my $w = tl_walk($t, $uid, $limit, most => 100, %o);
     my $n = scalar @{ $w->{ids} };
     Test::More::ok(!@{ $w->{problems} }, "$name: pages well formed")
         or Test::More::diag(join "\n", @{ $w->{problems} }[0 .. 2]);
@@ -300,24 +305,26 @@ sub tl_walk_is {
     return \%c;
 }
 
-# a user's first page, $n times, 4 at a time (both workers of a node):
-# [status, X-Feed-Cache, ids, body] each
+# a user's first page, $n times, 4 at a time (both workers of a node),
+# $query added ('&unseen=1'): [status, X-Feed-Cache, ids, body] each
 sub tl_firsts {
-    my ($t, $uid, $n, $limit) = @_;
+    my ($t, $uid, $n, $limit, $query) = @_;
     my @r = parallel($t, 4, map { [ 'GET',
-        "/users/$uid/timeline?limit=" . ($limit || 10) ] } 1 .. $n);
+        "/users/$uid/timeline?limit=" . ($limit || 10) . ($query // '') ] }
+        1 .. $n);
     return map { [ $_->{status}, $_->{headers}{'x-feed-cache'} // '',
         join(' ', @{ tl_ids($_) }), $_->{body} ] } @r;
 }
 
-# 12 first pages of 10 are the newest of @$want, each X-Feed-Cache $cache
-# when given
+# 12 first pages of 10 ($query added) are the newest of @$want, each
+# X-Feed-Cache $cache when given
 sub tl_firsts_are {
-    my ($t, $uid, $want, $cache, $name) = @_;
+    my ($t, $uid, $want, $cache, $name, $query) = @_;
     local $Test::Builder::Level = $Test::Builder::Level + 1;
     my $w = join ' ', grep { defined } @$want[0 .. 9];
     my @bad = grep { $_->[0] != 200 || $_->[2] ne $w
-        || ($cache && $_->[1] ne $cache) } tl_firsts($t, $uid, 12);
+        || ($cache && $_->[1] ne $cache) }
+        tl_firsts($t, $uid, 12, 10, $query);
     Test::More::ok(!@bad, "$name: 12 first pages of 10, "
         . ($cache ? "$cache, " : '') . 'as visible')
         or Test::More::diag("got $bad[0][0] $bad[0][1] $bad[0][2]\nwant $w\n"
@@ -606,6 +613,25 @@ sub post {
 }
 
 # ------------------------------------------- Redis: fanout, cached lists --
+
+# which of @$ids the seen filters of $uid hold, asked with the library the
+# read scripts include (scripts/lib/seen.lua) by $redis->(@command): a
+# hash of those ids
+sub seen_held {
+    my ($redis, $uid, $ids) = @_;
+    return {} unless @$ids;
+    my $dir = FeedTest->root . '/ngx_feed_module/scripts';
+    my $lua = `sh $dir/keys2h -lua $dir/keys key_seen_parts key_seen_bits`;
+    open my $f, '<', "$dir/lib/seen.lua" or die "$dir/lib/seen.lua: $!\n";
+    $lua .= do { local $/; <$f> };
+    $lua .= <<'EOF';
+local f, out = seen_of(KEYS[1], ARGV), {}
+for i = 1, #ARGV do if f[i] then out[#out + 1] = ARGV[i] end end
+return out
+EOF
+    my $held = $redis->('EVAL', $lua, 1, "feed:sn:{$uid}", @$ids);
+    return { map { $_ => 1 } @{ $held || [] } };
+}
 
 # a Redis command's reply; undef on any error
 sub rd { my $t = shift; my @r = eval { $t->redis(@_) }; $@ ? undef : $r[0] }

@@ -1,0 +1,292 @@
+#!/usr/bin/perl
+
+# POST /users/{uid}/seen: the posts a reader saw, kept as Bloom filters in
+# Redis (scripts/lib/seen.lua), for reads with ?unseen=1 (their read paths
+# are t/timeline_seen.t).
+#
+#   - 204, and the ids are in the reader's filter: every one of them is
+#     found again (no false negative), in one script call;
+#   - bad input: not a JSON array, not ids, over 500 ids, an empty body, a
+#     body too large: 400 from the error table, nothing written; other
+#     methods 405; an empty array 204 and nothing written;
+#   - identity (feed_identity): another user 403, none 401, nothing
+#     written;
+#   - Redis down: 503 with Retry-After;
+#   - the false positive rate, on a filter filled to feed_seen_capacity
+#     (10,000 ids, 1%): measured on 5,000 ids never sent, within a loose
+#     bound around the configured rate; its memory at most 10 bits per id;
+#   - rotation (feed_seen_capacity 100): the generation before the
+#     current one is dropped when a new one starts, at most two live, and
+#     the ids of the dropped one are no longer found;
+#   (feed_seen_error and feed_seen_capacity out of range: t/config.t)
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use Test::More;
+use POSIX qw(ceil);
+use FeedTest;
+use FeedTest::Util qw(enc rd is_error short seen_held);
+
+my $t = FeedTest->new;
+
+$t->start_redis;
+$t->start_mongo;
+
+my $CONF = <<'EOF';
+worker_processes 2;
+%%FEED_THREAD_POOL%%
+events { worker_connections 256; }
+http {
+    %%FEED_BACKENDS%%
+    feed_redis_timeout 500ms;
+    feed_mongo_timeout 2s;
+    @@SEEN@@
+
+    server {
+        listen 127.0.0.1:%%PORT_HTTP%% reuseport;
+        location ~ ^/users/([^/]+)/seen$ { feed_seen $1; }
+    }
+
+    server {
+        listen 127.0.0.1:%%PORT_HTTPID%%;
+        feed_identity $http_x_user;
+        location ~ ^/users/([^/]+)/seen$ { feed_seen $1; }
+    }
+}
+EOF
+
+sub conf {
+    my ($seen) = @_;
+    (my $c = $CONF) =~ s/\@\@SEEN\@\@/$seen || ''/e;
+    return $c;
+}
+
+my $RUN = $$ . int(time);
+
+# distinct post ids: $tag (a number) keeps sets apart
+sub ids {
+    my ($tag, $n) = @_;
+    return [ map { sprintf('%08x%08x%08x', $RUN % 4294967296, $tag, $_) }
+        1 .. $n ];
+}
+
+sub seen {
+    my ($user, $body, %o) = @_;
+    return $t->http('POST', "/users/$user/seen",
+        body => ref $body ? enc($body) : $body,
+        headers => { 'Content-Type' => 'application/json',
+                     %{ $o{headers} || {} } },
+        $o{port} ? (port => $o{port}) : ());
+}
+
+# how many of @$ids the reader's filters hold
+sub found {
+    my ($user, $ids) = @_;
+    return scalar keys %{ seen_held(sub { $t->redis(@_) }, $user, $ids) };
+}
+
+# nginx started: both workers' Redis connections up (a throwaway user's
+# POSTs answered 204, six in a row)
+sub run {
+    $t->run('httpid');
+    ok($t->wait_for(10, sub {
+        !grep { seen("ready$RUN", ids(99, 1))->{status} != 204 } 1 .. 6 }),
+        'the workers reach Redis');
+}
+
+sub keys_of { [ sort @{ rd($t, 'KEYS', "feed:sn*{$_[0]}") || [] } ] }
+
+# ------------------------------------------------------------- adding --
+
+$t->write_conf(conf());
+run();
+
+my $ann = "ann$RUN";
+my $a1 = ids(1, 500);
+
+my $r = seen($ann, $a1);
+is($r->{status}, 204, '500 ids: 204') or diag(short($r));
+is(found($ann, $a1), 500, '500 ids: each one found');
+is(rd($t, 'HGET', "feed:sn:{$ann}", 'n'), 500, 'the generation took 500');
+is(seen($ann, $a1)->{status}, 204, 'the same 500 again: 204');
+is(rd($t, 'HGET', "feed:sn:{$ann}", 'n'), 500,
+    'and the generation did not take them twice');
+ok(rd($t, 'TTL', "feed:snb0:{$ann}") > 7 * 86400 - 100,
+    'the filter lives feed_cache_ttl');
+is(found($ann, ids(2, 500)), 0, 'ids never sent: none found (half empty)')
+    or diag('a filter that holds everything');
+
+# ---------------------------------------------------------- bad input --
+
+my $bob = "bob$RUN";
+my $big = '[' . join(', ', map { "\"$_\"" } @{ ids(3, 600) }) . ']';
+
+for my $case (
+    [ '', 'invalid_json', 'an empty body' ],
+    [ '{"ids": []}', 'invalid_json', 'an object' ],
+    [ '"' . ids(3, 1)->[0] . '"', 'invalid_json', 'a string' ],
+    [ '[1, 2]', 'invalid_post_id', 'numbers' ],
+    [ '["' . uc(ids(3, 1)->[0]) . '"]', 'invalid_post_id', 'uppercase' ],
+    [ '["abc"]', 'invalid_post_id', 'too short' ],
+    [ '[' . join(',', map { "\"$_\"" } @{ ids(3, 2) }) . ', null]',
+      'invalid_post_id', 'ids then null' ],
+    [ '[' . join(',', map { "\"$_\"" } @{ ids(3, 2) }) . ']]',
+      'invalid_json', 'not JSON' ],
+    [ enc(ids(3, 2)) . enc(ids(3, 2)), 'invalid_json', 'two arrays' ],
+    [ enc(ids(3, 501)), 'too_many_ids', '501 ids' ],
+    [ $big, 'request_too_large', 'over 16384 bytes' ],
+    [ "[\"\xff\"]", 'invalid_utf8', 'not UTF-8' ],
+) {
+    is_error(seen($bob, $case->[0]), 400, $case->[1], $case->[2]);
+}
+
+# chunked: the size is known only once read
+$r = $t->http('POST', "/users/$bob/seen",
+    raw => "POST /users/$bob/seen HTTP/1.1\r\nHost: localhost\r\n"
+    . "Connection: close\r\nContent-Type: application/json\r\n"
+    . "Transfer-Encoding: chunked\r\n\r\n"
+    . sprintf('%x', length $big) . "\r\n$big\r\n0\r\n\r\n");
+is_error($r, 400, 'request_too_large', 'chunked, over 16384 bytes');
+
+is_deeply(keys_of($bob), [], 'nothing written after the 400s');
+is(seen($bob, [])->{status}, 204, 'an empty array: 204');
+is_deeply(keys_of($bob), [], 'and nothing written');
+
+for my $m (qw(GET PUT DELETE)) {
+    $r = $t->http($m, "/users/$bob/seen");
+    is_error($r, 405, 'method_not_allowed', $m);
+    is($r->{headers}{allow}, 'POST', "$m: Allow");
+}
+
+# ----------------------------------------------------------- identity --
+
+my $ids4 = ids(4, 3);
+my $idp = $t->port('httpid');
+is_error(seen($bob, $ids4, port => $idp, headers => { 'X-User' => $ann }),
+    403, 'forbidden', 'as another user');
+is_error(seen($bob, $ids4, port => $idp), 401, 'unauthorized',
+    'without an identity');
+is_deeply(keys_of($bob), [], 'nothing written for them');
+is(seen($bob, $ids4, port => $idp, headers => { 'X-User' => $bob })
+    ->{status}, 204, 'as the user: 204');
+is(found($bob, $ids4), 3, 'as the user: kept');
+
+# --------------------------------------------------------- Redis down --
+
+$t->stop_redis;
+$r = seen($bob, ids(5, 3));
+is_error($r, 503, 'unavailable', 'Redis down');
+is($r->{headers}{'retry-after'}, '1', 'Redis down: Retry-After');
+$t->start_redis;
+ok($t->wait_for(10, sub { seen($bob, ids(5, 3))->{status} == 204 }),
+    'Redis back: 204');
+is(found($bob, ids(5, 3)), 3, 'Redis back: kept');
+
+$t->stop;
+
+# --------------------------------------- false positives, memory, default --
+
+# 10,000 ids, 1%: m = ceil(-n ln p / ln2^2) bits, k = round(m / n ln 2)
+{
+    my $cy = "cy$RUN";
+    $t->write_conf(conf());
+    run();
+
+    my $all = ids(6, 10000);
+    my @bad = grep { seen($cy, [ @$all[$_ * 500 .. $_ * 500 + 499] ])
+        ->{status} != 204 } 0 .. 19;
+    ok(!@bad, '10,000 ids in 20 requests: 204 each');
+
+    my $m = ceil(-10000 * log(0.01) / log(2) ** 2);
+    is(rd($t, 'HGET', "feed:sn:{$cy}", 'm0'), $m, "m = $m bits");
+    is(rd($t, 'HGET', "feed:sn:{$cy}", 'k0'), 7, 'k = 7 hashes');
+    is(rd($t, 'HGET', "feed:sn:{$cy}", 'g'), 0, 'one generation');
+    ok(rd($t, 'HGET', "feed:sn:{$cy}", 'n') > 9800,
+        'it took about all of them (those it already held are not counted)');
+    ok(rd($t, 'STRLEN', "feed:snb0:{$cy}") <= 10000 * 10 / 8,
+        'its memory: at most 10 bits per id');
+
+    is(found($cy, $all), 10000, 'no false negative in 10,000');
+
+    my $fp = found($cy, ids(7, 5000)) / 5000;
+    note(sprintf('false positive rate %.4f, configured 0.01', $fp));
+    ok($fp > 0.003 && $fp < 0.02,
+        sprintf('false positives: %.2f%% of 5,000 ids never sent, about '
+            . 'the configured 1%%', $fp * 100));
+
+    $t->stop;
+}
+
+# --------------------------------------- a filter over 64 KB: BITFIELD --
+
+# the reads test a filter of up to 64 KB read whole, a larger one bit by
+# bit with BITFIELD: 100,000 ids at 1% make 117 KB
+{
+    my $big = "big$RUN";
+    $t->write_conf(conf("feed_seen_capacity 100000;"));
+    run();
+
+    my $in = ids(8, 1000);
+    ok(!grep({ seen($big, [ @$in[$_ * 500 .. $_ * 500 + 499] ])->{status}
+        != 204 } 0, 1), 'a filter of 117 KB: 1,000 ids');
+    ok(rd($t, 'HGET', "feed:sn:{$big}", 'm0') > 64 * 1024 * 8,
+        'a filter of 117 KB: over 64 KB');
+    is(found($big, $in), 1000, 'a filter of 117 KB: each one found');
+    is(found($big, ids(9, 1000)), 0,
+        'a filter of 117 KB: none of 1,000 others (a hundredth full)');
+
+    $t->stop;
+}
+
+# ----------------------------------------------------------- rotation --
+
+{
+    my $rot = "rot$RUN";
+    $t->write_conf(conf("feed_seen_capacity 100;\n    feed_seen_error 2%;"));
+    run();
+
+    my @gen = map { ids(10 + $_, 100) } 0 .. 3;
+    my $m = ceil(-100 * log(0.02) / log(2) ** 2);
+
+    is(seen($rot, $gen[0])->{status}, 204, 'rotation: 100 ids');
+    is(rd($t, 'HGET', "feed:sn:{$rot}", 'm0'), $m, "rotation: m = $m");
+    is(seen($rot, $gen[1])->{status}, 204, 'rotation: 100 more');
+    is(rd($t, 'HGET', "feed:sn:{$rot}", 'g'), 1,
+        'rotation: the second generation began');
+    is(found($rot, [ @{ $gen[0] }, @{ $gen[1] } ]), 200,
+        'rotation: both generations found');
+
+    # a third generation, in place of the first
+    is(seen($rot, [ @{ $gen[2] }[0 .. 49] ])->{status}, 204,
+        'rotation: 50 more');
+    is(rd($t, 'HGET', "feed:sn:{$rot}", 'g'), 0,
+        'rotation: a third generation, where the first was');
+    ok(found($rot, $gen[0]) < 10,
+        'rotation: the first generation dropped: its ids gone (but false '
+        . 'positives)');
+    is(found($rot, [ @{ $gen[1] }, @{ $gen[2] }[0 .. 49] ]), 150,
+        'rotation: the two live generations found');
+
+    # 100 at once: the third fills, a fourth starts within the same call
+    is(seen($rot, [ @{ $gen[2] }[50 .. 99], @{ $gen[3] }[0 .. 49] ])
+        ->{status}, 204, 'rotation: 100 more, in one call');
+    is(rd($t, 'HGET', "feed:sn:{$rot}", 'g'), 1,
+        'rotation: a fourth generation began within the call');
+    my $n = rd($t, 'HGET', "feed:sn:{$rot}", 'n');
+    ok($n >= 45 && $n <= 55, "rotation: it took about 50 ($n: the third "
+        . 'took those it did not seem to hold already)');
+    ok(found($rot, $gen[1]) < 10, 'rotation: the second generation dropped');
+    is(found($rot, [ @{ $gen[2] }, @{ $gen[3] }[0 .. 49] ]), 150,
+        'rotation: the third and fourth found');
+    is_deeply(keys_of($rot), [ "feed:sn:{$rot}", "feed:snb0:{$rot}",
+        "feed:snb1:{$rot}" ], 'rotation: at most two generations live');
+    ok(rd($t, 'STRLEN', "feed:snb$_:{$rot}") <= ceil($m / 8),
+        "rotation: generation $_ at most m bits") for 0, 1;
+
+    $t->stop;
+}
+
+$t->done;
