@@ -212,7 +212,11 @@ end
 local out, got, n, pos = {PAGE, 0, 1, '',
                           ver .. ':' .. string.sub(part[1], 1, 24),
                           '', 0, 0, lists, {}, false}, {}, 0, 0
-if first and ARGV[12] == '1' then out[11] = unread_first(ver, pull) end
+-- (not kept for an empty timeline: its list lives feed_cache_empty_ttl,
+-- and nothing of it outlives that)
+if first and ARGV[12] == '1' then
+  out[11] = unread_first(ver, pull, part[1] ~= END)
+end
 
 -- the authors, and the posts hidden, the rest of a deep page must leave
 -- out

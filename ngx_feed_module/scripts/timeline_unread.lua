@@ -95,7 +95,7 @@ if not m then return {UNREAD, false} end
 local ids
 c, ids = unread_count(m, pull)
 if not c then return {PULL, ids} end
-if ARGV[12] == '' then
+if ARGV[12] == '' and head ~= END then
   unread_keep(ver, m == '' and '-' or c, m ~= '' and ids or nil)
 end
 return {UNREAD, c}

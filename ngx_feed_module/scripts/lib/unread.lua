@@ -102,10 +102,10 @@ local function unread_keep(lv, c, ids)
   end
 end
 
--- The count of a first page from the marker's copy, kept: false for no
--- header (no marker, its copy not in Redis, a pull author's list found
--- gone: the next read loads it)
-local function unread_first(lv, pull)
+-- The count of a first page from the marker's copy, kept when keep (not
+-- for an empty timeline): false for no header (no marker, its copy not in
+-- Redis, a pull author's list found gone: the next read loads it)
+local function unread_first(lv, pull, keep)
   local m = unread_marker(KEYS[7], '')
   local c, ids
   if m and m ~= '' then
@@ -113,6 +113,6 @@ local function unread_first(lv, pull)
     if not c then return false end
   end
   c = c or (m and '-' or '?')
-  unread_keep(lv, c, ids)
+  if keep then unread_keep(lv, c, ids) end
   return c ~= '-' and c ~= '?' and c
 end
