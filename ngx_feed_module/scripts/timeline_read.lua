@@ -90,8 +90,9 @@
   Posts of authors the user filters out (blocks, mutes), and posts the
   user hid, are skipped as deleted ones are, and the page goes on until
   it is full: a user with no filter pays one HLEN, one with filters one
-  HMGET of the hidden posts' fields per chunk.  A page kept as answered was made with the
-  filters of its version (a filter's change moves the version).
+  HMGET of the hidden posts' fields per chunk.  A page kept as answered
+  was made with the filters of its version (a filter's change moves the
+  version).
 ]]
 
 local MISSING, PAGE, KEPT, LOCAL, PULL = 0, 1, 3, 4, 5

@@ -4,8 +4,9 @@
  * code that knows the "filters" collection: who blocks or mutes whom.
  *
  * A filter is {_id, src, dst, kind, created}: src blocks (kind "b") or
- * mutes ("m") dst since created, or hid ("h") the post whose id is dst.  A removed filter is deleted: a filter
- * added again is a new one, its created the time of the new add.  A block
+ * mutes ("m") dst since created, or hid ("h") the post whose id is dst.
+ * A removed filter is deleted: a filter added again is a new one, its
+ * created the time of the new add.  A block
  * also holds "c": 0 until its clean-up (the follows between the two, made
  * by the graph) is done, then 1; an add that finds c 0 (an earlier one was
  * interrupted) counts as a change, and its caller cleans up again.
@@ -507,8 +508,9 @@ ngx_http_feed_filters_of(mongoc_client_t *client, const char *database,
 
 /*
  * Whom user blocks and mutes, and the posts user hid, all of them: a user
- * has at most feed_filter_max and feed_hidden_max; then who blocked user, the newest max only: anybody
- * may block anybody, so these have no bound of their own.  One query
+ * has at most feed_filter_max and feed_hidden_max; then who blocked user,
+ * the newest max only: anybody may block anybody, so these have no bound
+ * of their own.  One query
  * each, in one batch each: a rebuild, or a read without Redis, waits for
  * them.
  */
