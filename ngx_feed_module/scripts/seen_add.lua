@@ -26,15 +26,17 @@
 
 local seen, cap = KEYS[1], tonumber(ARGV[1])
 local user = key_seen_parts(seen)
-local s = redis.call('hmget', seen, 'g', 'n', 'm0', 'k0', 'm1', 'k1')
+local s = redis.call('hmget', seen, 'g', 'n', 'm0', 'k0', 'm1', 'k1', 'h0',
+                     'h1')
 local g, n = tonumber(s[1]), tonumber(s[2]) or 0
 
--- a generation made with the sizes configured now
+-- a generation made with the sizes configured now, and the hash scheme of
+-- this version (lib/seen.lua)
 local function start(gen)
   redis.call('del', key_seen_bits(gen, user))
   redis.call('hset', seen, 'g', gen, 'n', 0, 'm' .. gen, ARGV[2],
-             'k' .. gen, ARGV[3])
-  s[3 + 2 * gen], s[4 + 2 * gen] = ARGV[2], ARGV[3]
+             'k' .. gen, ARGV[3], 'h' .. gen, SEEN_SCHEME)
+  s[3 + 2 * gen], s[4 + 2 * gen], s[7 + gen] = ARGV[2], ARGV[3], SEEN_SCHEME
 end
 
 if not g or not tonumber(s[3 + 2 * g]) then
@@ -54,9 +56,12 @@ for i = 5, #ARGV do
   end
 end
 
--- a generation's bits and hashes
+-- a generation's bits, hashes and hash scheme: one made before schemes
+-- were recorded goes on with the SHA1 it was made with, until it rotates
+-- out
 local function gen_size(gen)
-  return tonumber(s[3 + 2 * gen]), tonumber(s[4 + 2 * gen])
+  return tonumber(s[3 + 2 * gen]), tonumber(s[4 + 2 * gen]),
+         s[7 + gen] or '1'
 end
 
 -- an id the current generation holds (or seems to: a false positive,
@@ -64,22 +69,22 @@ end
 -- again; past a rotation within the call, the new generation takes all
 -- the rest: an id tested against the older one would live a generation
 -- less than it should
-local m, k = gen_size(g)
-local has = seen_bits(key_seen_bits(g, user), ids, m, k, 'GET')
+local m, k, h = gen_size(g)
+local has = seen_bits(key_seen_bits(g, user), ids, m, k, 'GET', h)
 local add, rotated = {}, false
 for i = 1, #ids do
   if rotated or not has[i] then
     if n == cap then
-      seen_bits(key_seen_bits(g, user), add, m, k, 'SET')
+      seen_bits(key_seen_bits(g, user), add, m, k, 'SET', h)
       add, g, n, rotated = {}, 1 - g, 0, true
       start(g)
-      m, k = gen_size(g)
+      m, k, h = gen_size(g)
     end
     add[#add + 1] = ids[i]
     n = n + 1
   end
 end
-seen_bits(key_seen_bits(g, user), add, m, k, 'SET')
+seen_bits(key_seen_bits(g, user), add, m, k, 'SET', h)
 redis.call('hset', seen, 'g', g, 'n', n)
 
 for _, key in ipairs({seen, key_seen_bits(0, user),

@@ -5,13 +5,14 @@
  * One Bloom filter per generation and reader, made of plain bit strings
  * by the scripts (scripts/lib/seen.lua; Debian's Redis has no Bloom
  * module): "feed:sn:{<user>}" the state (current generation, how many
- * ids it took, each generation's size), "feed:snb<gen>:{<user>}" the
- * bits.  A generation takes feed_seen_capacity ids, then the next one
- * starts and the one before it is dropped: at most two live.  A post is
- * seen while the generation that took it lives (no false negative), and
- * a post never sent is taken for seen with at most feed_seen_error (a
- * false positive).  All keys are in the user's hash tag, so that one
- * script reaches them on a Redis Cluster.
+ * ids it took, each generation's size and hash scheme),
+ * "feed:snb<gen>:{<user>}" the bits.  A generation takes
+ * feed_seen_capacity ids, then the next one starts and the one before it
+ * is dropped: at most two live.  A post is seen while the generation
+ * that took it lives (no false negative), and a post never sent is taken
+ * for seen with at most feed_seen_error (a false positive).  All keys
+ * are in the user's hash tag, so that one script reaches them on a Redis
+ * Cluster.
  */
 
 
