@@ -19,6 +19,10 @@
 #     fills the copy back (the header is left out until then); a user
 #     without a marker gets a copy saying so;
 #   - the list gone: the count rebuilds it (MISS), as a read does;
+#   - a marker PUT whose copy Redis refused (out of memory: 503, the copy
+#     and the count kept with it dropped, scripts/marker_drop.lua): no
+#     first page nor count answers the old count, during the fault or
+#     after it; the new count once the copy is back;
 #   - a reload: the same counts;
 #   - Redis errors (the marker's copy of the wrong type) and Redis down:
 #     the count from the fallback and MongoDB (BYPASS), pages without the
@@ -150,6 +154,22 @@ sub headers_are {
         or diag(short($bad[0]) . ' unread '
             . ($bad[0]{headers}{'x-feed-unread'} // 'none'));
     return \%c;
+}
+
+# first pages @r after the marker moved from a count $old to $new: each
+# 200, its X-Feed-Unread $new or none (the marker's copy not back yet),
+# never $old
+sub stale_none {
+    my ($old, $new, $name, @r) = @_;
+    local $Test::Builder::Level = $Test::Builder::Level + 1;
+    my @bad = grep { $_->{status} != 200
+        || ($_->{headers}{'x-feed-unread'} // $new) ne $new } @r;
+    my %h;
+    $h{ $_->{headers}{'x-feed-unread'} // 'none' }++ for @r;
+    ok(!@bad, "$name: X-Feed-Unread $new or none, never $old ("
+        . join(', ', map { "$_ x$h{$_}" } sort keys %h) . ')')
+        or diag(short($bad[0]) . ' unread '
+            . ($bad[0]{headers}{'x-feed-unread'} // 'none'));
 }
 
 # ------------------------------------------------------------ each mode --
@@ -348,6 +368,46 @@ for my $mode (qw(link embed)) {
     is(mark($q, $many[20][0]), 200, "$mode: a marker in the cache");
     count_is($q, 9, 0, 'HIT', "$mode: a marker in the cache");
     headers_are($q, 9, "$mode: a marker in the cache");
+
+    # ------------------------------- a marker PUT whose copy Redis refused --
+
+    # out of memory (noeviction), Redis takes no write but deletes: the
+    # PUT is stored in MongoDB and answered 503, its copy dropped, and the
+    # count kept with the first pages, counted from the marker before,
+    # with it.  No first page nor count answers that old count again.
+    headers_are($r, $n, "$mode: before the refused PUT: the count kept");
+    my @newer = sort { $a->[0] cmp $b->[0] }
+        grep { $_->[0] gt $m && $_->[1] ne $celeb && $_->[1] ne $a[2] }
+        @posts;
+    my $m2 = $newer[0][0];
+    my $n2 = want(\@posts, $m2, $celeb, $a[2]);
+    ok($n2 != $n, "$mode: the refused marker counts $n2, the old one $n");
+
+    rd($t, 'CONFIG', 'SET', 'maxmemory-policy', 'noeviction');
+    rd($t, 'CONFIG', 'SET', 'maxmemory', '1');
+    my $ref = $t->http('PUT', "/users/$r/timeline/marker",
+        body => enc({ last_read_id => $m2, force => \1 }),
+        headers => { 'Content-Type' => 'application/json' });
+    is_error($ref, 503, 'unavailable', "$mode: PUT, Redis out of memory");
+    my @oom = parallel($t, 4,
+        map { [ 'GET', "/users/$r/timeline?limit=5" ] } 1 .. 8);
+    rd($t, 'CONFIG', 'SET', 'maxmemory', '0');
+    stale_none($n, $n2, "$mode: out of memory, first pages", @oom);
+
+    stale_none($n, $n2, "$mode: after the refused PUT, first pages",
+        parallel($t, 4,
+            map { [ 'GET', "/users/$r/timeline?limit=5" ] } 1 .. 12));
+    count_is($r, $n2, 0, '', "$mode: after the refused PUT: the new count");
+    ok($t->wait_for(5, sub {
+        ($t->get("/users/$r/timeline?limit=5")->{headers}{'x-feed-unread'}
+            // '') eq $n2 }), "$mode: after the refused PUT: the header back");
+    headers_are($r, $n2, "$mode: after the refused PUT");
+
+    is(mark($r, $m2), 200, "$mode: its retry: 200");
+    count_is($r, $n2, 0, 'HIT', "$mode: its retry: the count");
+    is(mark($r, $m), 200, "$mode: the marker back");
+    count_is($r, $n, 0, 'HIT', "$mode: the marker back: the count");
+    headers_are($r, $n, "$mode: the marker back");
 
     # ---------------------------------------------------------- reload --
 
