@@ -39,7 +39,8 @@ use Time::HiRes qw(time sleep);
 use FeedTest;
 use FeedCluster;
 use FeedTest::Util qw(rd post enc server_conf tl_walk_is tl_firsts
-    tl_firsts_are tl_ids is_error seen_held node_counts statuses);
+    tl_firsts_are tl_ids is_error seen_held node_counts statuses
+    workers_up);
 
 my $t = FeedTest->new;
 
@@ -272,7 +273,10 @@ for my $mode (qw(link embed)) {
         '200 BYPASS', "$mode: Redis down: a plain read");
     $t->start_redis;
 
-    # a Redis started again empty: the filters went with it
+    # a Redis started again empty: the filters went with it.  Both
+    # workers connected again first: the POST below may reach either
+    ok($t->wait_for(15, sub { workers_up($t, 2) }),
+        "$mode: Redis back: both workers connected again");
     ok($t->wait_for(10, sub {
         $t->get("/users/$r/timeline?limit=10&unseen=1")->{status} == 200 }),
         "$mode: Redis back: unseen reads answered");
