@@ -9,7 +9,10 @@
 #   - follows, a post and the followers' timelines read through it, the
 #     followers' timelines on all three masters: MISS, then HIT with the
 #     post; a post made then is fanned out to every master's followers,
-#     once, in embed mode; a delete leaves every timeline.
+#     once, in embed mode; a delete leaves every timeline;
+#   - the read state of a follower on each master: a hidden post, the
+#     read marker, unread counts and X-Feed-Unread, seen posts and
+#     unseen=1.
 #
 # No replica set runs here: feed_mongo_uri is the MongoDB stand-in's (or
 # FEED_TEST_MONGO_URI's) address instead of the file's.  Only the port of
@@ -23,7 +26,7 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 use FeedTest;
 use FeedTest::Util qw(short statuses tl_ids follow_each read_each
-    none_failed post);
+    none_failed post read_state_is);
 use FeedCluster;
 
 my $t = FeedTest->new;
@@ -90,5 +93,16 @@ is($t->http('DELETE', "/users/cauthor/posts/$p2")->{status}, 204,
     'a delete');
 @r = reads();
 is(summary_of(@r), "12 x 200 HIT [$p1]", 'no timeline shows it');
+
+# the read state of a follower on each master (its keys there); the
+# writes' burst refilled first (10 a second)
+sleep 2.1;
+my @ids = ((reverse map { post($t, 'cauthor', "more $_") } 1, 2), $p1);
+ok($t->wait_for(10, sub { !grep { $c->in_list($_, $ids[0]) != 1 } @F }),
+    'two more posts fanned out');
+for my $m (sort keys %$per) {
+    my ($f) = grep { $node->{$_} eq $m } @F;
+    read_state_is($t, $f, \@ids, "read state of $f, on $m");
+}
 
 $t->done;

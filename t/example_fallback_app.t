@@ -14,6 +14,8 @@
 #     end come from it (DEEP, asked with max_id), and walking the pages
 #     visits every post once, in order; a post made later reaches the
 #     cached timeline by fanout;
+#   - the read state: a hidden post, the read marker, unread counts and
+#     X-Feed-Unread, seen posts and unseen=1;
 #   - the application gone: a miss answers 503 with Retry-After, hits go
 #     on.
 #
@@ -29,7 +31,7 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
 use FeedTest;
-use FeedTest::Util qw(short tag tl_ids tl_walk summary post);
+use FeedTest::Util qw(short tag tl_ids tl_walk summary post read_state_is);
 
 my $t = FeedTest->new;
 my $APP_LOG = $t->dir . '/app.out';
@@ -155,6 +157,11 @@ $r = $t->wait_for(5, sub {
 is((tl_ids($r)->[0] // '') . ' ' . ($r->{headers}{'x-feed-cache'} // ''),
     ($new // 'none') . ' HIT', 'a new post delivered by fanout')
     or diag(short($r));
+
+# the read state: a hidden post, the read marker, unread counts, seen
+# posts; the writes' burst refilled first (10 a second)
+sleep 2.1;
+read_state_is($t, 'reader', [ $new // 'none', @want[0 .. 1] ], 'read state');
 
 # the application gone: a miss is 503, hits go on
 $t->stop_proc('app');

@@ -1,10 +1,12 @@
 #!/usr/bin/perl
 
-# conf/nginx.conf as shipped, on real Redis and MongoDB: the API works;
-# every request nginx itself rejects (a malformed request line, bad
-# headers, a URI or headers too large) is answered with its 4xx and the
-# JSON error body, never nginx's HTML page or a 500; its rate limits answer
-# 429 with the JSON error and Retry-After past their bursts.
+# conf/nginx.conf as shipped, on real Redis and MongoDB: the API works
+# (the graph, posts, timelines, blocks and mutes, and the read state:
+# hidden posts, the read marker, unread counts, seen posts); every
+# request nginx itself rejects (a malformed request line, bad headers, a
+# URI or headers too large) is answered with its 4xx and the JSON error
+# body, never nginx's HTML page or a 500; its rate limits answer 429 with
+# the JSON error and Retry-After past their bursts.
 
 use strict;
 use warnings;
@@ -13,7 +15,8 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
 use FeedTest;
-use FeedTest::Util qw(short is_error follow_each none_failed post parallel);
+use FeedTest::Util qw(short is_error follow_each none_failed post parallel
+    tl_ids read_state_is);
 use Time::HiRes qw(time sleep);
 
 my $t = FeedTest->new;
@@ -54,6 +57,13 @@ is_error($t->http('PUT', '/users/sx/following/sa'), 403, 'blocked',
     'a follow of a blocking user');
 is($t->http('DELETE', "/users/sa/$_/sx")->{status}, 204, "DELETE $_")
     for qw(blocks mutes);
+
+# read state: hidden posts, the read marker, unread counts, seen posts
+my @ids = ((reverse map { post($t, 'sb', "more $_") } 1, 2), $id);
+ok($t->wait_for(5, sub {
+    (tl_ids($t->get('/users/sa/timeline?limit=3'))->[0] // '')
+        eq ($ids[0] // 'none') }), 'two more posts in the timeline');
+read_state_is($t, 'sa', \@ids, 'read state');
 
 is_error($t->get('/no/such/thing'), 404, 'not_found', 'unknown path');
 is_error($t->get('/_error/400'), 404, 'not_found', 'error page asked directly');

@@ -19,7 +19,7 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 use Time::HiRes qw(time sleep);
 use FeedTest;
-use FeedTest::Util qw(short enc json_int is_error);
+use FeedTest::Util qw(short enc json_int is_error statuses);
 
 my $t = FeedTest->new;
 
@@ -42,6 +42,7 @@ http {
             feed_timeline_marker $1;
         }
         location = /metrics { feed_metrics; }
+        location = /status { feed_status; }
     }
 
     server {
@@ -99,6 +100,14 @@ sub is_marker {
 }
 
 # --------------------------------------------------------------- round trip --
+
+# both workers on Redis first: on a busy machine a worker's first commands
+# (its connect, the scripts loaded) can take longer than the 500 ms above,
+# and the first PUT would be a 503 that the client is told to retry
+ok($t->wait_for(15, sub {
+    my $st = statuses($t);
+    keys %$st == 2 && !grep { !$_->{redis}{up} } values %$st;
+}), 'both workers reached Redis');
 
 is_error(get('ann'), 404, 'not_found', 'GET without a marker');
 

@@ -3,8 +3,9 @@
 # Reads with ?unseen=1 leave out the posts the reader saw (POST
 # /users/{uid}/seen, t/seen.t), on every read path, and pages stay full
 # with exact cursors.  With 2 workers, feed_cache_local, a cache of 24
-# posts (pages past it are DEEP), a pull author (celeb), in link and embed
-# mode:
+# posts (pages past it are DEEP), a pull author (celeb, turned after the
+# reader's timeline was cached: its later posts are in its list only,
+# merged by every read), in link and embed mode:
 #
 #   - the first page kept in Redis and in both workers' copies: unseen
 #     first pages are read from the list (HIT), without the posts seen,
@@ -24,7 +25,9 @@
 # (feed_timeline_store): a walk after the cache is dropped leaves the
 # seen posts out, past the store's end too.  Then a Redis Cluster (three
 # masters, embed mode): readers of every master, their seen filters on
-# their timelines' node, walks with unseen=1, a miss.
+# their timelines' node, walks with unseen=1 (limits 7 and 4) over two
+# pushed authors and a pull author merged from each master's copy of its
+# list, the seen posts of each among them, a miss.
 
 use strict;
 use warnings;
@@ -36,7 +39,8 @@ use Time::HiRes qw(time sleep);
 use FeedTest;
 use FeedCluster;
 use FeedTest::Util qw(rd post enc server_conf tl_walk_is tl_firsts
-    tl_firsts_are tl_ids is_error seen_held);
+    tl_firsts_are tl_ids is_error seen_held node_counts statuses
+    workers_up);
 
 my $t = FeedTest->new;
 
@@ -157,17 +161,31 @@ for my $mode (qw(link embed)) {
          map({ [$u->("p$_"), $celeb] } 1 .. 3));
     ok(!@bad, "$mode: follows") or diag("@{ $bad[0] }");
 
-    # 50 posts, the authors interleaved (the reader's own among them)
-    my @posts;
+    # 50 posts, the authors interleaved (the reader's own among them);
+    # the reader's timeline cached (empty) before celeb's first post, which
+    # turns celeb to pull: celeb's later posts are in celeb's list only,
+    # merged by the reader's reads
+    tl_firsts($t, $r, 1, 10, '');
+    my (@posts, %pulled);
     for my $i (1 .. 10) {
         for my $w (@a, $celeb, $r) {
             my $id = post($t, $w, "$w $i") or next;
             push @posts, $id;
+            $pulled{$id} = 1 if $w eq $celeb && $i > 1;
         }
+        next if $i > 1;
+        ok($t->wait_for(5, sub {
+            (node_counts($t)->{'pull.to_pull'} // 0) == 1 }),
+            "$mode: celeb is a pull author");
     }
     is(scalar @posts, 50, "$mode: 50 posts");
+    my $in = join(' ', @{ rd($t, 'LRANGE', "feed:tl:{$r}", 0, -1) || [] });
+    ok(!grep({ index($in, $_) >= 0 } keys %pulled),
+        "$mode: celeb's later posts not pushed to the reader");
 
     # the first page kept, in Redis and in both workers' copies
+    ok($t->wait_for(5, sub { (firsts($r, 1))[0][2] =~ /^\Q$posts[-1]\E/ }),
+        "$mode: fanned out");
     firsts_are($r, 0, all_of(\@posts), '', "$mode: before");
     ok($t->wait_for(5, sub {
         (rd($t, 'SISMEMBER', "feed:tla:{$r}", $celeb) // 0) == 1 }),
@@ -255,7 +273,10 @@ for my $mode (qw(link embed)) {
         '200 BYPASS', "$mode: Redis down: a plain read");
     $t->start_redis;
 
-    # a Redis started again empty: the filters went with it
+    # a Redis started again empty: the filters went with it.  Both
+    # workers connected again first: the POST below may reach either
+    ok($t->wait_for(15, sub { workers_up($t, 2) }),
+        "$mode: Redis back: both workers connected again");
     ok($t->wait_for(10, sub {
         $t->get("/users/$r/timeline?limit=10&unseen=1")->{status} == 200 }),
         "$mode: Redis back: unseen reads answered");
@@ -371,6 +392,10 @@ for my $store (qw(cache time_buckets size_buckets capped)) {
 
 # ------------------------------------------------------ a Redis Cluster --
 
+# two pushed authors and a pull author (celeb, 15 followers past
+# feed_pull_threshold 12), whose posts each master merges from its own
+# copy of celeb's list: the seen ones among them are left out too
+
 {
     $N++;
     my $u = sub { "$_[0]$N$RUN" };
@@ -386,33 +411,53 @@ for my $store (qw(cache time_buckets size_buckets capped)) {
     my ($node, $per) = $c->spread(@R);
     is(scalar keys %$per, 3, 'cluster: readers on all three masters');
     my @a = map { $u->("a$_") } 1 .. 2;
+    my $celeb = $u->('celeb');
 
-    (my $conf = conf(mode => 'embed')) =~
+    (my $conf = conf(mode => 'embed', pull => 12)) =~
         s/%%FEED_BACKENDS%%/feed_redis $seeds;\n    %%FEED_MONGO%%/;
     $t->write_conf($conf)->run('httpid');
+    ok($t->wait_for(10, sub { FeedCluster::mapped(statuses($t), 2, 3) }),
+        'cluster: every worker maps the cluster');
 
     my @bad = grep { put("/users/$_->[0]/following/$_->[1]") != 204 }
-        map { my $r = $_; map { [$r, $_] } @a } @R;
-    ok(!@bad, 'cluster: follows');
-    my @posts;
-    for my $i (1 .. 20) {
-        push @posts, map { post($t, $_, "$_ $i") } @a;
+        (map({ my $r = $_; map { [$r, $_] } @a, $celeb } @R),
+         map({ [$u->("x$_"), $celeb] } 1 .. 6));
+    ok(!@bad, 'cluster: follows') or diag("@{ $bad[0] }");
+    # the readers' timelines cached (empty) before celeb's first post,
+    # which turns celeb to pull: each reader merges celeb's list from then
+    # on, and celeb's later posts are listed only, in no reader's list
+    firsts($_, 1) for @R;
+    my @posts = map { post($t, $_, "$_ 1") } @a, $celeb;
+    ok($t->wait_for(5, sub { (node_counts($t)->{'pull.to_pull'} // 0) == 1 }),
+        'cluster: celeb is a pull author');
+    my %pulled;
+    for my $i (2 .. 20) {
+        push @posts, map { post($t, $_, "$_ $i") } @a, $celeb;
+        $pulled{ $posts[-1] } = 1;
     }
     ok($t->wait_for(10, sub { !grep { (firsts($_, 1))[0][2]
         !~ /^\Q$posts[-1]\E/ } @R }), 'cluster: fanned out to all');
     firsts($_, 6) for @R;
+    ok(!grep({ my $r = $_; !$c->cmd($node->{$r}, 'SISMEMBER',
+        "feed:tla:{$r}", $celeb) || grep { $c->in_list($r, $_) } keys %pulled
+        } @R),
+        'cluster: celeb merged by every reader, its posts not pushed');
 
     for my $i (0 .. $#R) {
         my $r = $R[$i];
-        my @seen = @posts[grep { ($_ + $i) % 3 == 0 } 0 .. $#posts];
+        # every fourth post: each author's, celeb's listed posts among them
+        my @seen = @posts[grep { ($_ + $i) % 4 == 0 } 0 .. $#posts];
         is(seen($r, \@seen), 204, "cluster: $r seen");
         ok($c->cmd($node->{$r}, 'EXISTS', "feed:sn:{$r}", "feed:snb0:{$r}")
             == 2, "cluster: $r: the filters on its timeline's node");
+        ok(scalar(grep { $pulled{$_} } @seen) >= 4,
+            "cluster: $r: pulled posts among those seen");
         my $want = unseen($r, \@posts, \@seen, "cluster: $r");
         firsts_are($r, 1, $want, 'HIT', "cluster: $r: first pages");
         my $w = walk_is($r, 7, $want, "cluster: $r: walk 7");
         ok($w->{DEEP}, "cluster: $r: past the cache's end");
         if ($i < 3) {
+            walk_is($r, 4, $want, "cluster: $r: walk 4");
             $c->cmd($node->{$r}, 'DEL', "feed:tl:{$r}");
             my @f = firsts($r, 1, 1);
             is("$f[0][1] $f[0][2]", 'MISS ' . join(' ', @$want[0 .. 9]),

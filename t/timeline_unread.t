@@ -19,7 +19,14 @@
 #     fills the copy back (the header is left out until then); a user
 #     without a marker gets a copy saying so;
 #   - the list gone: the count rebuilds it (MISS), as a read does;
-#   - a reload: the same counts;
+#   - a marker PUT whose copy Redis refused (out of memory: 503, the copy
+#     and the count kept with it dropped, scripts/marker_drop.lua): no
+#     first page nor count answers the old count, during the fault or
+#     after it; the new count once the copy is back;
+#   - a reload: the same counts; a reload (SIGHUP) with first pages,
+#     counts and a marker's PUT held on the old workers: old and new
+#     workers answer the same counts, a marker moved by an old worker
+#     counted by the new ones and the other way round;
 #   - Redis errors (the marker's copy of the wrong type) and Redis down:
 #     the count from the fallback and MongoDB (BYPASS), pages without the
 #     header;
@@ -33,6 +40,8 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
 use Time::HiRes qw(time sleep);
+use IO::Select;
+use IO::Socket::INET;
 use FeedTest;
 use FeedTest::Util qw(short rd post server_conf parallel enc is_error
     node_counts node_moved);
@@ -93,6 +102,13 @@ sub conf {
     my $c = $CONF;
     my $server = server_conf();
     $server =~ s/^(\s*location = \/status)/$MORE$1/m;
+    # which worker answered: X-Worker, in the locations with headers of
+    # their own too
+    my $w = 'add_header X-Worker $pid always;';
+    $server =~ s/(add_header X-Feed-Cache \$feed_cache_status always;)/$1
+            $w/g;
+    $server =~ s/^(\s*listen 127\.0\.0\.1:%%PORT_HTTP%% reuseport;)/$1
+        $w/m or die "no listen\n";
     $c =~ s/\@\@SERVER\@\@\n/$server/;
     $c =~ s/\@\@MODE\@\@/$mode/;
     return $c;
@@ -150,6 +166,98 @@ sub headers_are {
         or diag(short($bad[0]) . ' unread '
             . ($bad[0]{headers}{'x-feed-unread'} // 'none'));
     return \%c;
+}
+
+# first pages @r after the marker moved from a count $old to $new: each
+# 200, its X-Feed-Unread $new or none (the marker's copy not back yet),
+# never $old
+sub stale_none {
+    my ($old, $new, $name, @r) = @_;
+    local $Test::Builder::Level = $Test::Builder::Level + 1;
+    my @bad = grep { $_->{status} != 200
+        || ($_->{headers}{'x-feed-unread'} // $new) ne $new } @r;
+    my %h;
+    $h{ $_->{headers}{'x-feed-unread'} // 'none' }++ for @r;
+    ok(!@bad, "$name: X-Feed-Unread $new or none, never $old ("
+        . join(', ', map { "$_ x$h{$_}" } sort keys %h) . ')')
+        or diag(short($bad[0]) . ' unread '
+            . ($bad[0]{headers}{'x-feed-unread'} // 'none'));
+}
+
+# ------------------------------------------- requests held on a worker --
+
+# a request held by the worker that took its connection: HEAD /status
+# first, answered (its X-Worker names the worker), then $method $uri
+# pipelined but for the blank line that ends its header: the worker waits
+# for it, through a reload (a request under way keeps an old worker).
+# held_end() sends the rest, and answers as $t->http does
+sub held {
+    my ($method, $uri, $body) = @_;
+    $body //= '';
+    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:'
+        . $t->port('http'), Proto => 'tcp', Timeout => 10)
+        or return { pid => '', error => "connect: $!" };
+    $s->syswrite("HEAD /status HTTP/1.1\r\nHost: localhost\r\n\r\n"
+        . "$method $uri HTTP/1.1\r\nHost: localhost\r\n"
+        . "Connection: close\r\n" . (length $body
+            ? "Content-Type: application/json\r\n"
+              . 'Content-Length: ' . length($body) . "\r\n" : ''));
+    my ($head, $sel) = ('', IO::Select->new($s));
+    while ($head !~ /\r\n\r\n/ && $sel->can_read(10)) {
+        $s->sysread(my $b, 4096) or last;
+        $head .= $b;
+    }
+    my ($pid) = $head =~ /^X-Worker: (\d+)\r$/mi;
+    return { sock => $s, pid => $pid // '', rest => "\r\n$body" };
+}
+
+sub held_end {
+    my ($h) = @_;
+    return { status => 0, headers => {}, error => $h->{error} }
+        unless $h->{sock};
+    $h->{sock}->syswrite($h->{rest});
+    return $t->http_end({ sock => $h->{sock}, start => time,
+        timeout => 10 });
+}
+
+# a held first page ($what 'page') or count ('count') answered by one of
+# the workers of %$pids, with $want unread
+sub held_is {
+    my ($h, $what, $want, $pids, $name) = @_;
+    local $Test::Builder::Level = $Test::Builder::Level + 1;
+    my $res = held_end($h);
+    my $got = $what eq 'page' ? $res->{headers}{'x-feed-unread'}
+        : ref $res->{json} eq 'HASH' ? $res->{json}{count} : undef;
+    ok($res->{status} == 200 && $pids->{ $res->{headers}{'x-worker'} // '' }
+        && ($got // 'none') eq $want, "$name: $want, by the worker that "
+        . "held it ($h->{pid})") or diag(short($res) . ' x-worker '
+            . ($res->{headers}{'x-worker'} // 'none') . ' unread '
+            . ($got // 'none'));
+}
+
+# 12 first pages and 12 counts, 4 at a time: each $want, each answered
+# by a worker of %$pids, and all of them answering
+sub workers_count {
+    my ($uid, $want, $pids, $name) = @_;
+    local $Test::Builder::Level = $Test::Builder::Level + 1;
+    my @r = parallel($t, 4, map { ([ 'GET', "/users/$uid/timeline?limit=5" ],
+        [ 'GET', "/users/$uid/timeline/unread" ]) } 1 .. 12);
+    my (%by, @bad);
+    for my $i (0 .. $#r) {
+        my $res = $r[$i];
+        my $got = $i % 2 == 0 ? $res->{headers}{'x-feed-unread'}
+            : ref $res->{json} eq 'HASH' ? $res->{json}{count} : undef;
+        my $w = $res->{headers}{'x-worker'} // '';
+        $by{$w}++;
+        push @bad, $res if $res->{status} != 200 || !$pids->{$w}
+            || ($got // 'none') ne $want;
+    }
+    ok(!@bad && keys %by == keys %$pids, "$name: 12 first pages and 12 "
+        . "counts, $want, by the workers "
+        . join(' ', map { "$_ x$by{$_}" } sort keys %by))
+        or diag(@bad ? short($bad[0]) . ' x-worker '
+            . ($bad[0]{headers}{'x-worker'} // 'none') . ' unread '
+            . ($bad[0]{headers}{'x-feed-unread'} // 'none') : 'workers');
 }
 
 # ------------------------------------------------------------ each mode --
@@ -349,11 +457,106 @@ for my $mode (qw(link embed)) {
     count_is($q, 9, 0, 'HIT', "$mode: a marker in the cache");
     headers_are($q, 9, "$mode: a marker in the cache");
 
+    # ------------------------------- a marker PUT whose copy Redis refused --
+
+    # out of memory (noeviction), Redis takes no write but deletes: the
+    # PUT is stored in MongoDB and answered 503, its copy dropped, and the
+    # count kept with the first pages, counted from the marker before,
+    # with it.  No first page nor count answers that old count again.
+    headers_are($r, $n, "$mode: before the refused PUT: the count kept");
+    my @newer = sort { $a->[0] cmp $b->[0] }
+        grep { $_->[0] gt $m && $_->[1] ne $celeb && $_->[1] ne $a[2] }
+        @posts;
+    my $m2 = $newer[0][0];
+    my $n2 = want(\@posts, $m2, $celeb, $a[2]);
+    ok($n2 != $n, "$mode: the refused marker counts $n2, the old one $n");
+
+    rd($t, 'CONFIG', 'SET', 'maxmemory-policy', 'noeviction');
+    rd($t, 'CONFIG', 'SET', 'maxmemory', '1');
+    my $ref = $t->http('PUT', "/users/$r/timeline/marker",
+        body => enc({ last_read_id => $m2, force => \1 }),
+        headers => { 'Content-Type' => 'application/json' });
+    is_error($ref, 503, 'unavailable', "$mode: PUT, Redis out of memory");
+    my @oom = parallel($t, 4,
+        map { [ 'GET', "/users/$r/timeline?limit=5" ] } 1 .. 8);
+    rd($t, 'CONFIG', 'SET', 'maxmemory', '0');
+    stale_none($n, $n2, "$mode: out of memory, first pages", @oom);
+
+    stale_none($n, $n2, "$mode: after the refused PUT, first pages",
+        parallel($t, 4,
+            map { [ 'GET', "/users/$r/timeline?limit=5" ] } 1 .. 12));
+    count_is($r, $n2, 0, '', "$mode: after the refused PUT: the new count");
+    ok($t->wait_for(5, sub {
+        ($t->get("/users/$r/timeline?limit=5")->{headers}{'x-feed-unread'}
+            // '') eq $n2 }), "$mode: after the refused PUT: the header back");
+    headers_are($r, $n2, "$mode: after the refused PUT");
+
+    is(mark($r, $m2), 200, "$mode: its retry: 200");
+    count_is($r, $n2, 0, 'HIT', "$mode: its retry: the count");
+    is(mark($r, $m), 200, "$mode: the marker back");
+    count_is($r, $n, 0, 'HIT', "$mode: the marker back: the count");
+    headers_are($r, $n, "$mode: the marker back");
+
     # ---------------------------------------------------------- reload --
 
     ok($t->reload, "$mode: reload");
     count_is($r, $n, 0, 'HIT', "$mode: after the reload");
     headers_are($r, $n, "$mode: after the reload");
+
+    # a reload (SIGHUP) with requests under way on the old workers: they
+    # answer them after the new workers started, a marker moved by an old
+    # worker is counted by the new ones, and one moved by a new worker by
+    # the old ones
+    ok($n >= 2, "$mode: $n unread, 2 markers more to move to");
+    my ($ma, $mb) = map { $_->[0] } @newer[0, 1];
+    my %h = (page1 => held('GET', "/users/$r/timeline?limit=5"),
+        count1 => held('GET', "/users/$r/timeline/unread"),
+        put => held('PUT', "/users/$r/timeline/marker",
+            enc({ last_read_id => $ma, force => \1 })),
+        page2 => held('GET', "/users/$r/timeline?limit=5"),
+        count2 => held('GET', "/users/$r/timeline/unread"));
+    my %old = map { $_ => 1 } $t->worker_pids;
+    ok(!grep({ !$old{ $_->{pid} } } values %h), "$mode: 5 requests held "
+        . 'by the workers (' . join(' ', map { $_->{pid} } values %h) . ')');
+    $t->signal('nginx', 'HUP');
+    my %new;
+    ok($t->wait_for(10, sub {
+        %new = map { $_ => 1 } grep { !$old{$_} } $t->worker_pids;
+        keys %new == 2 }), "$mode: SIGHUP: two new workers");
+    # the master tells the old workers to shut down 100 ms after it
+    # started the new ones: then they take no connection
+    my %held = map { $_->{pid} => 1 } values %h;
+    ok($t->wait_for(10, sub { !grep { `ps -o args= -p $_` !~ /shutting down/ }
+        keys %held }), "$mode: the old workers holding requests shut down");
+
+    workers_count($r, $n, \%new, "$mode: reloaded, the new workers");
+    held_is($h{page1}, 'page', $n, \%held, "$mode: an old worker's page");
+    held_is($h{count1}, 'count', $n, \%held,
+        "$mode: an old worker's count");
+
+    my $res = held_end($h{put});
+    ok($res->{status} == 200 && $held{ $res->{headers}{'x-worker'} // '' }
+        && ($res->{json}{last_read_id} // '') eq $ma,
+        "$mode: an old worker moves the marker") or diag(short($res));
+    my $na = want(\@posts, $ma, $celeb, $a[2]);
+    workers_count($r, $na, \%new, "$mode: moved by an old worker, the new");
+
+    $res = $t->http('PUT', "/users/$r/timeline/marker",
+        body => enc({ last_read_id => $mb, force => \1 }),
+        headers => { 'Content-Type' => 'application/json' });
+    ok($res->{status} == 200 && $new{ $res->{headers}{'x-worker'} // '' },
+        "$mode: a new worker moves the marker") or diag(short($res));
+    my $nb = want(\@posts, $mb, $celeb, $a[2]);
+    held_is($h{page2}, 'page', $nb, \%held,
+        "$mode: moved by a new worker, an old worker's page");
+    held_is($h{count2}, 'count', $nb, \%held,
+        "$mode: moved by a new worker, an old worker's count");
+    workers_count($r, $nb, \%new, "$mode: moved by a new worker, the new");
+    ok($t->wait_for(10, sub { !grep { $old{$_} } $t->worker_pids }),
+        "$mode: the old workers gone once their requests are answered");
+
+    is(mark($r, $m), 200, "$mode: the marker back");
+    count_is($r, $n, 0, 'HIT', "$mode: the marker back: the count");
 
     # ------------------------------------------------------ bad input --
 

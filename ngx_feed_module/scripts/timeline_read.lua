@@ -97,28 +97,28 @@
 
 local MISSING, PAGE, KEPT, LOCAL, PULL = 0, 1, 3, 4, 5
 local ITEMS = 11
--- @include keys
--- @include end
+-- only what the hot path needs comes first: every function a script
+-- defines is made again at each call, before it runs (about 0.1 µs each)
 -- @include deleted
--- @include pulled
 
 local tl = KEYS[1]
-local limit, max, since = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 local ver = redis.call('get', KEYS[4])
-local mark, pull, lists = ver and string.sub(ver, -1), {}, {}
 -- kept pages hold what a plain read shows, not an unseen one
-local first = max == '' and since == '' and ARGV[11] ~= '1'
+local first = ARGV[2] == '' and ARGV[3] == '' and ARGV[11] ~= '1'
 local deleting = deleting_any(ARGV[9], ARGV[10])
 -- @include unread_kept
 -- a list kept from another run of its node, which came back on older data
 -- (lib/deleted.lua): it may hold posts deleted or authors unfollowed
 -- since, that nothing else hides any more; made again, as one without its
 -- version, and its kept pages with it
-local run = run_of(ARGV[10])
-if ver and string.sub(ver, 1, #run) ~= run then
-  redis.call('del', tl, KEYS[3])
-  ver, mark = nil, nil
+if ver and ARGV[10] ~= '' then
+  local run = run_of(ARGV[10])
+  if string.sub(ver, 1, #run) ~= run then
+    redis.call('del', tl, KEYS[3])
+    ver = nil
+  end
 end
+local mark = ver and string.sub(ver, -1)
 
 -- a first page kept as answered is current (kv: its version) when none of
 -- its posts is being deleted; its list lives on
@@ -135,19 +135,55 @@ local function current(kv)
   return redis.call('expire', tl, ARGV[4]) == 1
 end
 
-if mark == 'P' and first and ARGV[8] == '1'
-   and string.sub(ARGV[6], 1, #ver + 1) == ver .. '.'
-   and redis.call('exists', KEYS[5]) == 1
-then
-  local h = redis.call('hmget', KEYS[3], 'v' .. ARGV[1], 'u')
-  local kv, u = h[1], h[2]
-  -- with the unread count kept for the copy's version (else read on)
-  u = ARGV[12] == '1' and unread_kept(u, string.match(kv or '', '^[^:]*'))
-  if kv == ARGV[6] and u ~= nil and current(kv) then
-    if u == '-' or u == '?' or not u then return {LOCAL, kv} end
-    return {LOCAL, kv, false, false, u}
+-- The hot path: a first page kept for the list's version (lv), and the
+-- unread count kept with it when asked (lib/unread_kept.lua; one not kept
+-- is counted as the page is read, below).  kv: the kept page's version;
+-- the worker's copy (ARGV[6]) is current when it is kv.  A user who
+-- follows pull authors has their lists' versions in lv: only a copy the
+-- worker vouches for answers here (its own word for the lists), else the
+-- lists are read below.  Answers, or nil to read on.
+local function kept(lv, kv, u, lists)
+  if not kv or string.sub(kv, 1, #lv + 1) ~= lv .. ':' then return nil end
+  if mark == 'P' and not lists and ARGV[6] ~= kv then return nil end
+  if ARGV[12] == '1' then
+    u = unread_kept(u, lv)
+    if u == nil then return nil end
+    if u == '-' or u == '?' then u = false end
+  else
+    u = false
   end
+  if not current(kv) then return nil end
+  if ARGV[6] == kv then
+    if lists then return {LOCAL, kv, false, lists, u} end
+    if u then return {LOCAL, kv, false, false, u} end
+    return {LOCAL, kv}
+  end
+  -- a plain user's replies stay as short as they were
+  if ARGV[6] == '' then
+    if lists or u then return {KEPT, kv, false, lists or {}, u} end
+    return {KEPT, kv}
+  end
+  return {KEPT, kv, redis.call('hget', KEYS[3], ARGV[1]), lists or {}, u}
 end
+
+local h
+if first and (mark == 'N'
+              or (mark == 'P' and ARGV[8] == '1'
+                  and string.sub(ARGV[6], 1, #ver + 1) == ver .. '.'
+                  and redis.call('exists', KEYS[5]) == 1))
+then
+  h = redis.call('hmget', KEYS[3], 'v' .. ARGV[1], 'u')
+  local res = kept(mark == 'N' and ver
+                   or string.match(h[1] or '', '^[^:]*'), h[1], h[2])
+  if res then return res end
+end
+
+-- @include keys
+-- @include end
+-- @include pulled
+
+local limit, max, since = tonumber(ARGV[1]), ARGV[2], ARGV[3]
+local pull, lists = {}, {}
 if mark == 'P' then
   pull = redis.call('smembers', KEYS[5])
 end
@@ -169,23 +205,12 @@ if #pull > 0 then
     ver, lists = ver .. '.' .. sig, more
   end
 end
-local kv, u
-if first then
-  local h = redis.call('hmget', KEYS[3], 'v' .. ARGV[1], 'u')
-  kv, u = h[1], h[2]
-end
--- a first page answers the unread count kept with it (lib/unread_kept.lua);
--- one not kept is counted as the page is read, below
-u = ARGV[12] == '1' and unread_kept(u, ver)
-if kv and string.sub(kv, 1, #ver + 1) == ver .. ':' and u ~= nil
-   and current(kv)
-then
-  if u == '-' or u == '?' then u = false end
-  -- a plain user's replies stay as short as they were
-  local tail = (#pull > 0 or u) and {false, lists, u} or {}
-  if ARGV[6] == '' then return {KEPT, kv, unpack(tail)} end
-  if ARGV[6] == kv then return {LOCAL, kv, unpack(tail)} end
-  return {KEPT, kv, redis.call('hget', KEYS[3], ARGV[1]), lists, u}
+-- a pull user's first page kept for the lists' versions (a plain user's
+-- was asked above)
+if first and #pull > 0 then
+  h = h or redis.call('hmget', KEYS[3], 'v' .. ARGV[1], 'u')
+  local res = kept(ver, h[1], h[2], lists)
+  if res then return res end
 end
 -- a list without its filters (evicted on their own, or made by an older
 -- version): made again; a kept page above was made with them

@@ -27,6 +27,7 @@ our @EXPORT_OK = qw(
     tl_ids tl_walk tl_walk_is tl_firsts tl_firsts_are
     node_counts node_moved node_moved_is node_acked
     workers_up server_conf metrics_scrape metrics_val seen_held
+    read_state_is
 );
 
 # the posts' stream and the fanout's consumer group (the defaults)
@@ -610,6 +611,72 @@ sub post {
     my ($t, $uid, $body, %o) = @_;
     local $Test::Builder::Level = $Test::Builder::Level + 1;
     return post_end($t, post_start($t, $uid, $body), "post by $uid", %o);
+}
+
+# ------------------------------------------------------------ read state --
+
+# the read-state locations of conf/nginx.conf (docs/timeline.md), on a
+# configuration of conf/: $uid hides its newest post (left out of the
+# first page, in its list) and shows it again; sets its read marker at
+# the third newest (GET answers it); GET .../unread counts 2, and a first
+# page says X-Feed-Unread: 2; sends the newest as seen (a page with
+# unseen=1 begins with the second, a plain one with it).  @$ids: the
+# newest posts of $uid's home timeline, newest first, at least 3, none
+# hidden nor seen, and no marker yet.  %o: port, and headers for every
+# request (an identity).  A location missing answers 404: each step fails.
+sub read_state_is {
+    my ($t, $uid, $ids, $name, %o) = @_;
+    local $Test::Builder::Level = $Test::Builder::Level + 1;
+    my $req = sub {
+        my ($method, $uri, $body) = @_;
+        my %h = (%{ $o{headers} || {} },
+            defined $body ? ('Content-Type' => 'application/json') : ());
+        return $t->http($method, $uri, headers => \%h,
+            defined $body ? (body => enc($body)) : (),
+            $o{port} ? (port => $o{port}) : ());
+    };
+    my $first = sub {
+        my $r = $req->('GET', "/users/$uid/timeline?limit=3$_[0]");
+        return ($r, $r->{status} == 200 ? tl_ids($r)->[0] // '' : '');
+    };
+    my ($new, $mark) = @$ids[0, 2];
+    my ($r, $top);
+
+    $r = $req->('PUT', "/users/$uid/hidden/$new");
+    ($top) = ($first->(''))[1];
+    my $l = $req->('GET', "/users/$uid/hidden");
+    my $listed = ref $l->{json} eq 'HASH' && ref $l->{json}{items} eq 'ARRAY'
+        && grep { ref $_ eq 'HASH' && ($_->{id} // '') eq $new }
+            @{ $l->{json}{items} };
+    ok($r->{status} == 204 && $top eq $ids->[1] && $l->{status} == 200
+        && $listed, "$name: a hidden post left out, in the list")
+        or diag(short($r) . "\nfirst $top\n" . short($l));
+    $r = $req->('DELETE', "/users/$uid/hidden/$new");
+    ($top) = ($first->(''))[1];
+    ok($r->{status} == 204 && $top eq $new, "$name: shown again")
+        or diag(short($r) . "\nfirst $top");
+
+    $r = $req->('PUT', "/users/$uid/timeline/marker",
+        { last_read_id => $mark, force => JSON::PP::true });
+    my $g = $req->('GET', "/users/$uid/timeline/marker");
+    ok($r->{status} == 200 && $g->{status} == 200
+        && ($g->{json}{last_read_id} // '') eq $mark,
+        "$name: the read marker set, and read") or diag(short($r) . "\n"
+            . short($g));
+    $r = $req->('GET', "/users/$uid/timeline/unread");
+    ok($r->{status} == 200 && ref $r->{json} eq 'HASH'
+        && ($r->{json}{count} // -1) == 2 && defined $r->{json}{more}
+        && !$r->{json}{more}, "$name: 2 unread") or diag(short($r));
+    ($r) = $first->('');
+    is($r->{headers}{'x-feed-unread'}, 2, "$name: X-Feed-Unread: 2")
+        or diag(short($r));
+
+    $r = $req->('POST', "/users/$uid/seen", [ $new ]);
+    ($top) = ($first->('&unseen=1'))[1];
+    my ($plain) = ($first->(''))[1];
+    ok($r->{status} == 204 && $top eq $ids->[1] && $plain eq $new,
+        "$name: a post seen, left out of an unseen=1 page only")
+        or diag(short($r) . "\nunseen first $top, plain first $plain");
 }
 
 # ------------------------------------------- Redis: fanout, cached lists --
