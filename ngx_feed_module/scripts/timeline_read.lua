@@ -65,6 +65,8 @@
                           KEPT and LOCAL end with the unread count when
                           asked and known: {3|4, version, page|false,
                           lists|false, unread}
+    {7, version, unread}  LOCAL with the unread count and no lists: as
+                          short a reply as can be, as for a plain user
     {5, author...}        PULL: these pull authors' lists are missing (a
                           Redis restart, or no post for a long time): they
                           are loaded from MongoDB, and the page read again
@@ -95,7 +97,7 @@
   version).
 ]]
 
-local MISSING, PAGE, KEPT, LOCAL, PULL = 0, 1, 3, 4, 5
+local MISSING, PAGE, KEPT, LOCAL, PULL, COUNTED = 0, 1, 3, 4, 5, 7
 local ITEMS = 11
 -- only what the hot path needs comes first: every function a script
 -- defines is made again at each call, before it runs (about 0.1 µs each)
@@ -155,7 +157,7 @@ local function kept(lv, kv, u, lists)
   if not current(kv) then return nil end
   if ARGV[6] == kv then
     if lists then return {LOCAL, kv, false, lists, u} end
-    if u then return {LOCAL, kv, false, false, u} end
+    if u then return {COUNTED, kv, u} end
     return {LOCAL, kv}
   end
   -- a plain user's replies stay as short as they were

@@ -96,7 +96,8 @@ typedef enum {
     NGX_HTTP_FEED_TIMELINE_READ_KEPT = 3,
     NGX_HTTP_FEED_TIMELINE_READ_LOCAL = 4,
     NGX_HTTP_FEED_TIMELINE_READ_PULL = 5,
-    NGX_HTTP_FEED_TIMELINE_READ_UNREAD = 6      /* timeline_unread.lua */
+    NGX_HTTP_FEED_TIMELINE_READ_UNREAD = 6,     /* timeline_unread.lua */
+    NGX_HTTP_FEED_TIMELINE_READ_COUNTED = 7     /* LOCAL, with the count */
 } ngx_http_feed_timeline_read_e;
 
 
@@ -108,6 +109,8 @@ enum {
     NGX_HTTP_FEED_TIMELINE_READ_KEPT_PAGE = 2,
     NGX_HTTP_FEED_TIMELINE_READ_KEPT_LISTS = 3,
     NGX_HTTP_FEED_TIMELINE_READ_KEPT_UNREAD = 4,
+
+    NGX_HTTP_FEED_TIMELINE_READ_COUNTED_UNREAD = 2, /* COUNTED */
 
     NGX_HTTP_FEED_TIMELINE_READ_COUNT = 1,         /* UNREAD */
 
@@ -549,6 +552,7 @@ ngx_http_feed_timeline_cache_parse(ngx_http_request_t *r, redisReply *reply,
 
     case NGX_HTTP_FEED_TIMELINE_READ_KEPT:
     case NGX_HTTP_FEED_TIMELINE_READ_LOCAL:
+    case NGX_HTTP_FEED_TIMELINE_READ_COUNTED:
         return ngx_http_feed_timeline_cache_parse_kept(r, reply, cached);
 
     case NGX_HTTP_FEED_TIMELINE_READ_PULL:
@@ -668,7 +672,22 @@ ngx_http_feed_timeline_cache_parse_kept(ngx_http_request_t *r,
     cached->found = 1;
     cached->kept = 1;
     cached->local = (reply->element[0]->integer
-                     == NGX_HTTP_FEED_TIMELINE_READ_LOCAL);
+                     != NGX_HTTP_FEED_TIMELINE_READ_KEPT);
+
+    /* the worker's copy is current, and the count is all there is to it */
+
+    if (reply->element[0]->integer == NGX_HTTP_FEED_TIMELINE_READ_COUNTED) {
+        if (ngx_http_feed_timeline_cache_unread_count(r, reply,
+                NGX_HTTP_FEED_TIMELINE_READ_COUNTED_UNREAD, cached)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        return ngx_http_feed_timeline_cache_copy(r,
+                   reply->element[NGX_HTTP_FEED_TIMELINE_READ_KEPT_VERSION],
+                   &cached->version);
+    }
 
     if (reply->elements > NGX_HTTP_FEED_TIMELINE_READ_KEPT_PAGE) {
         page = reply->element[NGX_HTTP_FEED_TIMELINE_READ_KEPT_PAGE];
