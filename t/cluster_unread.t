@@ -6,8 +6,10 @@
 # the first pages' X-Feed-Unread count the posts newer than each marker,
 # on each node, the pull author's posts merged from the copy of the
 # reader's node; a mute changes one reader's count only, at once; a new
-# post of the pull author counts for every reader.  The count and the
-# header on a single Redis: t/timeline_unread.t.
+# post of the pull author counts for every reader; a marker PUT whose
+# copy the reader's node refused (out of memory: 503) leaves no first page
+# with the old count.  The count and the header on a single Redis:
+# t/timeline_unread.t.
 
 use strict;
 use warnings;
@@ -18,7 +20,7 @@ use Test::More;
 use Time::HiRes qw(time sleep);
 use FeedTest;
 use FeedTest::Util qw(short statuses follow_each parallel none_failed post
-    enc);
+    enc is_error);
 use FeedCluster;
 
 my $t = FeedTest->new;
@@ -137,5 +139,57 @@ ok($t->wait_for(10, sub {
     !grep { ($u[$_]{json}{count} // -1) != $want{ $R[$_] } } 0 .. 8 }),
     'a new post of the pull author counts for every reader');
 counts_are(\%want, 'a new post of the pull author');
+
+# a marker PUT whose copy the reader's node refused: out of memory
+# (noeviction), the node takes no write but deletes, the PUT is stored in
+# MongoDB and answered 503, its copy and the count kept with the first
+# pages dropped (scripts/marker_drop.lua, on that node).  No first page
+# answers the old count again; the new one once the copy is back.
+
+my $r = $R[1];
+my ($m2) = sort grep { $_ gt $m } map { $_->[0] } @posts;
+my ($old, $new) = ($want{$r}, want($m2));
+ok($new != $old, "the refused marker counts $new, the one before $old");
+
+sub firsts {
+    my ($n) = @_;
+    return parallel($t, 4,
+        map { [ 'GET', "/users/$r/timeline?limit=5" ] } 1 .. $n);
+}
+
+sub stale_none {
+    my ($name, @res) = @_;
+    local $Test::Builder::Level = $Test::Builder::Level + 1;
+    my @bad = grep { $_->{status} != 200
+        || ($_->{headers}{'x-feed-unread'} // $new) ne $new } @res;
+    ok(!@bad, "$name: X-Feed-Unread $new or none, never $old")
+        or diag(short($bad[0]) . ' unread '
+            . ($bad[0]{headers}{'x-feed-unread'} // 'none'));
+}
+
+my $at = $node->{$r};
+$c->cmd($at, 'CONFIG', 'SET', 'maxmemory-policy', 'noeviction');
+$c->cmd($at, 'CONFIG', 'SET', 'maxmemory', '1');
+is_error($t->http('PUT', "/users/$r/timeline/marker",
+        body => enc({ last_read_id => $m2, force => \1 }),
+        headers => { 'Content-Type' => 'application/json' }),
+    503, 'unavailable', 'a marker PUT, its node out of memory');
+my @oom = firsts(8);
+$c->cmd($at, 'CONFIG', 'SET', 'maxmemory', '0');
+stale_none('out of memory, first pages', @oom);
+stale_none('after the refused PUT, first pages', firsts(12));
+
+my $u = $t->get("/users/$r/timeline/unread");
+is($u->{status} . ' ' . ($u->{json}{count} // ''), "200 $new",
+    'after the refused PUT: the new count');
+ok($t->wait_for(5, sub {
+    ($t->get("/users/$r/timeline?limit=5")->{headers}{'x-feed-unread'}
+        // '') eq $new }), 'after the refused PUT: the header back');
+
+is($t->http('PUT', "/users/$r/timeline/marker",
+        body => enc({ last_read_id => $m, force => \1 }),
+        headers => { 'Content-Type' => 'application/json' })->{status},
+    200, 'the marker back');
+counts_are(\%want, 'the marker back');
 
 $t->done;
