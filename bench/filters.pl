@@ -78,6 +78,20 @@ sub bench_filters {
     return \%res;
 }
 
+# the first and second pages' rows of a table: the reader fr0 against $who
+sub filters_rows {
+    my ($res, $who) = @_;
+    return map {
+        my ($a, $b) = @{ $res->{$_} }{ 'fr0', $who };
+        sprintf('| %s | %.0f | %s | %.0f | %s | **%.2f** |',
+            $_ eq 'first'
+                ? 'first page, limit 20 (kept page or worker copy)'
+                : 'second page, limit 20 (max_id: the list is read)',
+            $a->{rps}, fmt_ms($a->{p99}), $b->{rps}, fmt_ms($b->{p99}),
+            $a->{rps} ? $b->{rps} / $a->{rps} : 0);
+    } 'first', 'second';
+}
+
 sub filters_report {
     my ($res, $cmd, $date) = @_;
     my @out;
@@ -96,15 +110,7 @@ sub filters_report {
         . "$res->{muted}: req/s | p99 ms | ratio |",
         '|---|---|---|---|---|---|';
 
-    for my $page ('first', 'second') {
-        my ($a, $b) = @{ $res->{$page} }{qw(fr0 frm)};
-        push @out, sprintf('| %s | %.0f | %s | %.0f | %s | **%.2f** |',
-            $page eq 'first'
-                ? 'first page, limit 20 (kept page or worker copy)'
-                : 'second page, limit 20 (max_id: the list is read)',
-            $a->{rps}, fmt_ms($a->{p99}), $b->{rps}, fmt_ms($b->{p99}),
-            $a->{rps} ? $b->{rps} / $a->{rps} : 0);
-    }
+    push @out, filters_rows($res, 'frm');
 
     push @out, '', 'Target: the first page ≥ 0.9× with the filters '
         . '(one round trip either way).', '';
@@ -119,15 +125,7 @@ sub filters_report {
         . "$res->{hidden}: req/s | p99 ms | ratio |",
         '|---|---|---|---|---|---|';
 
-    for my $page ('first', 'second') {
-        my ($a, $b) = @{ $res->{$page} }{qw(fr0 frh)};
-        push @out, sprintf('| %s | %.0f | %s | %.0f | %s | **%.2f** |',
-            $page eq 'first'
-                ? 'first page, limit 20 (kept page or worker copy)'
-                : 'second page, limit 20 (max_id: the list is read)',
-            $a->{rps}, fmt_ms($a->{p99}), $b->{rps}, fmt_ms($b->{p99}),
-            $a->{rps} ? $b->{rps} / $a->{rps} : 0);
-    }
+    push @out, filters_rows($res, 'frh');
 
     push @out, '', 'Target: the first page ≥ 0.95× with 100 hidden posts.',
         '';
