@@ -446,6 +446,13 @@ static ngx_command_t  ngx_http_feed_commands[] = {
       offsetof(ngx_http_feed_main_conf_t, cache_local),
       NULL },
 
+    { ngx_string("feed_cache_tracking"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_feed_main_conf_t, cache_tracking),
+      NULL },
+
     { ngx_string("feed_cache_lock_timeout"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_conf_set_msec_slot,
@@ -1039,6 +1046,7 @@ ngx_http_feed_main_conf_unset(ngx_http_feed_main_conf_t *fmcf)
     fmcf->timeline_bucket_keep = NGX_CONF_UNSET_UINT;
     fmcf->cache_lock_timeout = NGX_CONF_UNSET_MSEC;
     fmcf->cache_local = NGX_CONF_UNSET_SIZE;
+    fmcf->cache_tracking = NGX_CONF_UNSET;
     fmcf->fanout = NGX_CONF_UNSET;
     fmcf->fanout_batch = NGX_CONF_UNSET_UINT;
     fmcf->fanout_page = NGX_CONF_UNSET_UINT;
@@ -1095,6 +1103,7 @@ ngx_http_feed_main_conf_defaults(ngx_http_feed_main_conf_t *fmcf)
     ngx_conf_init_msec_value(fmcf->cache_lock_timeout,
                              2 * fmcf->mongo.timeout + 1000);
     ngx_conf_init_size_value(fmcf->cache_local, 16 * 1024 * 1024);
+    ngx_conf_init_value(fmcf->cache_tracking, 1);
     ngx_conf_init_value(fmcf->fanout, 0);
     ngx_conf_init_uint_value(fmcf->fanout_batch, 16);
     ngx_conf_init_uint_value(fmcf->fanout_page, 5000);

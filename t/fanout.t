@@ -240,18 +240,18 @@ start_nginx('link', 800);
         or diag($JSON->encode(rd($t, 'XINFO', 'GROUPS', $STREAM) // 'none'));
 
     # three connections per worker: one blocked in XREADGROUP, one
-    # subscribed to the pull authors' versions (feed_pull_threshold is on)
+    # subscribed to what the copies of first pages depend on (the watch)
     my ($n, $blocked, $subs, $list) = (0, 0, 0, '');
     $t->wait_for(5, sub {
         $list = rd($t, 'CLIENT', 'LIST') // '';
         my @c = grep { !/cmd=client\|list/ } split /\n/, $list;
         $n = @c;
         $blocked = grep { /flags=\S*b/ && /cmd=xreadgroup/ } @c;
-        $subs = grep { /cmd=subscribe/ && /sub=2 / } @c;
+        $subs = grep { /cmd=subscribe/ && /sub=4 / } @c;
         $n == 9 && $blocked == 3 && $subs == 3;
     });
     is($n, 9, 'CLIENT LIST: 3 Redis connections per worker') or diag($list);
-    is($subs, 3, 'CLIENT LIST: one per worker subscribed to 2 channels')
+    is($subs, 3, 'CLIENT LIST: one per worker subscribed to 4 channels')
         or diag($list);
     is($blocked, 3, 'CLIENT LIST: one per worker blocked in XREADGROUP')
         or diag($list);

@@ -151,6 +151,9 @@ typedef struct {
     ngx_msec_t                    cache_lock_timeout;
     size_t                        cache_local;
 
+    /* first pages answered from the worker's copy with no Redis command */
+    ngx_flag_t                    cache_tracking;
+
     /* the push/pull hybrid: followers that make a pull author, 0: off */
     ngx_int_t                     pull_threshold;
 

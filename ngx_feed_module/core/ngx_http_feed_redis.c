@@ -22,6 +22,10 @@
 #include "ngx_http_feed_redis_connection.h"
 
 
+
+ngx_uint_t  ngx_http_feed_redis_connects;
+ngx_uint_t  ngx_http_feed_redis_resends;
+
 static ngx_http_feed_redis_t *ngx_http_feed_redis_alloc(ngx_cycle_t *cycle,
     ngx_http_feed_redis_conf_t *conf);
 static ngx_http_feed_redis_t *ngx_http_feed_redis_create_router(
@@ -592,6 +596,8 @@ ngx_http_feed_redis_ready(ngx_http_feed_redis_t *rd)
     ngx_log_debug3(NGX_LOG_DEBUG_EVENT, rd->log, 0,
                    "feed redis %p ready, run_id %s, %ui hooks", rd,
                    rd->run_id, rd->nready);
+
+    ngx_http_feed_redis_connects++;
 
     for (i = 0; i < rd->nready; i++) {
         rd->ready[i].handler(rd, rd->ready[i].data);

@@ -148,6 +148,15 @@ typedef struct {
     ngx_http_feed_redis_call_arg(call, i, s, sizeof("" s) - 1)
 
 
+/*
+ * How many connections were made ready, and how many commands were sent
+ * again (redirected or retried), since the worker started: what Redis
+ * tracks for a connection (CLIENT TRACKING) is lost with it.
+ */
+extern ngx_uint_t  ngx_http_feed_redis_connects;
+extern ngx_uint_t  ngx_http_feed_redis_resends;
+
+
 char *ngx_http_feed_redis_conf(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 

@@ -134,6 +134,7 @@ ngx_http_feed_redis_redirected(ngx_http_feed_redis_cmd_t *cmd,
                    rr.ask ? "asked" : "moved", to, rr.slot);
 
     cmd->redirects++;
+    ngx_http_feed_redis_resends++;
 
     if (rr.ask) {
         ngx_http_feed_stat(redis_asked, 1);
@@ -281,6 +282,7 @@ ngx_http_feed_redis_retry_later(ngx_http_feed_redis_cmd_t *cmd)
     }
 
     cmd->tries++;
+    ngx_http_feed_redis_resends++;
 
     /* on the node where it waits: destroy() deletes it with the command */
     cmd->retry.data = &cmd->rd->dummy;

@@ -29,6 +29,7 @@ typedef enum {
     NGX_HTTP_FEED_CACHE_MISS,
     NGX_HTTP_FEED_CACHE_DEEP,
     NGX_HTTP_FEED_CACHE_BYPASS,
+    NGX_HTTP_FEED_CACHE_LOCAL,            /* a hit with no Redis command */
     NGX_HTTP_FEED_CACHE_STATUSES          /* how many, not a status */
 } ngx_http_feed_cache_status_e;
 
@@ -82,6 +83,7 @@ typedef struct {
     ngx_atomic_t                  mongo_tasks;
     ngx_atomic_t                  mongo_errors;
     ngx_atomic_t                  local_answers;
+    ngx_atomic_t                  local_hits;
     ngx_atomic_t                  fanout_consumed;
     ngx_atomic_t                  fanout_deliveries;
     ngx_atomic_t                  fanout_acked;

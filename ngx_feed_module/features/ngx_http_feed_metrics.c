@@ -117,7 +117,7 @@ static ngx_str_t  ngx_http_feed_metrics_endpoints[NGX_HTTP_FEED_ENDPOINTS] = {
 /* indexed by ngx_http_feed_cache_status_e, NONE (0) not printed */
 
 static char  *ngx_http_feed_metrics_caches[NGX_HTTP_FEED_CACHE_STATUSES] = {
-    NULL, "HIT", "MISS", "DEEP", "BYPASS"
+    NULL, "HIT", "MISS", "DEEP", "BYPASS", "LOCAL"
 };
 
 
@@ -180,6 +180,9 @@ static ngx_http_feed_metric_t  ngx_http_feed_metrics_counters[] = {
     ngx_http_feed_metric("feed_local_pages_answered_total", "counter",
         "Timeline reads answered with a worker's kept page.",
         local_answers),
+    ngx_http_feed_metric("feed_local_hits_total", "counter",
+        "Timeline reads answered with a worker's kept page and no Redis "
+        "command.", local_hits),
     ngx_http_feed_metric("feed_posts_created_total", "counter",
         "Posts stored.", posts_created),
     ngx_http_feed_metric("feed_posts_deleted_total", "counter",

@@ -16,6 +16,7 @@
 #include "ngx_http_feed_outbox.h"
 #include "ngx_http_feed_json.h"
 #include "ngx_http_feed_redis.h"
+#include "ngx_http_feed_timeline_cache.h"
 
 
 typedef struct ngx_http_feed_post_ctx_s  ngx_http_feed_post_ctx_t;
@@ -38,6 +39,9 @@ struct ngx_http_feed_post_ctx_s {
 
     /* Redis did not take the entry's writes: the outbox has them */
     ngx_uint_t                    unsent;
+
+    /* a delete's answer waits until no worker answers a copy without it */
+    ngx_event_t                   settle;
 };
 
 
@@ -61,6 +65,7 @@ static ngx_int_t ngx_http_feed_post_enqueue(ngx_http_feed_post_ctx_t *ctx,
 static void ngx_http_feed_post_enqueued(void *data, ngx_uint_t sent);
 static ngx_int_t ngx_http_feed_post_created(ngx_http_feed_post_ctx_t *ctx);
 static ngx_int_t ngx_http_feed_post_gone(ngx_http_feed_post_ctx_t *ctx);
+static void ngx_http_feed_post_settled(ngx_event_t *ev);
 
 static ngx_int_t ngx_http_feed_post_list_args(ngx_http_request_t *r,
     ngx_http_feed_post_op_t *op, const ngx_http_feed_error_t **err);
@@ -697,5 +702,37 @@ ngx_http_feed_post_gone(ngx_http_feed_post_ctx_t *ctx)
                                    &ngx_http_feed_err_cache_pending);
     }
 
+    /*
+     * Workers answer their copies of first pages without asking Redis
+     * while they heard a heartbeat lately (the watch): the delete, told
+     * on the same channels before, has been heard by every one that still
+     * answers so once that time passed, here or on another node
+     */
+
+    if (ctx->fmcf->cache_local && ctx->fmcf->cache_tracking) {
+        ctx->settle.handler = ngx_http_feed_post_settled;
+        ctx->settle.data = ctx;
+        ctx->settle.log = ctx->request->connection->log;
+
+        ngx_add_timer(&ctx->settle, NGX_HTTP_FEED_LOCAL_SETTLE);
+        ctx->request->main->count++;
+
+        return NGX_DONE;
+    }
+
     return ngx_http_feed_no_content(ctx->request);
+}
+
+
+static void
+ngx_http_feed_post_settled(ngx_event_t *ev)
+{
+    ngx_http_feed_post_ctx_t  *ctx = ev->data;
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
+                   "feed delete of a post of \"%s\": settled",
+                   ctx->op.author.data);
+
+    ngx_http_feed_finalize(ctx->request,
+                           ngx_http_feed_no_content(ctx->request));
 }

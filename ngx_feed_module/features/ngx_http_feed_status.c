@@ -525,6 +525,8 @@ ngx_http_feed_status_node(bson_t *doc)
     BSON_APPEND_INT64(&part, "bytes", (int64_t) gauges.local_bytes);
     BSON_APPEND_INT64(&part, "pages", (int64_t) gauges.local_pages);
     BSON_APPEND_INT64(&part, "answered", (int64_t) st->local_answers);
+    BSON_APPEND_INT64(&part, "answered_without_redis",
+                      (int64_t) st->local_hits);
     bson_append_document_end(&sub, &part);
 
     if (ngx_http_feed_status_effects(&sub, st) != NGX_OK) {

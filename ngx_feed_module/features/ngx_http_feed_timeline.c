@@ -75,6 +75,12 @@ static ngx_int_t ngx_http_feed_timeline_args(ngx_http_request_t *r,
 static void ngx_http_feed_timeline_move(ngx_http_feed_timeline_ctx_t *ctx,
     ngx_http_feed_timeline_state_e state);
 static void ngx_http_feed_timeline_count(ngx_http_feed_timeline_ctx_t *ctx);
+static ngx_int_t ngx_http_feed_timeline_local_hit(
+    ngx_http_feed_timeline_ctx_t *ctx, ngx_str_t *lists);
+static void ngx_http_feed_timeline_local_found(
+    ngx_http_feed_timeline_ctx_t *ctx);
+static ngx_msec_t ngx_http_feed_timeline_refresh(
+    ngx_http_feed_main_conf_t *fmcf);
 static void ngx_http_feed_timeline_read(ngx_http_feed_timeline_ctx_t *ctx);
 static void ngx_http_feed_timeline_lookup(ngx_http_feed_timeline_ctx_t *ctx);
 static void ngx_http_feed_timeline_kept(void *data, redisReply *reply);
@@ -141,12 +147,20 @@ ngx_http_feed_handler_t  ngx_http_feed_timeline_handler = {
 };
 
 
+/*
+ * ms a worker's copy is answered at most without a read that keeps its
+ * list alive (and feed_cache_ttl / 4 when that is shorter)
+ */
+#define NGX_HTTP_FEED_LOCAL_REFRESH  60000
+
+
 static ngx_str_t  ngx_http_feed_cache_statuses[] = {
     ngx_null_string,
     ngx_string("HIT"),
     ngx_string("MISS"),
     ngx_string("DEEP"),
-    ngx_string("BYPASS")
+    ngx_string("BYPASS"),
+    ngx_string("LOCAL")
 };
 
 
@@ -337,6 +351,7 @@ ngx_http_feed_timeline_read(ngx_http_feed_timeline_ctx_t *ctx)
     ctx->kept.len = 0;
     ctx->have.len = 0;
     ctx->vouched = 0;
+    ngx_memzero(&ctx->track, sizeof(ngx_http_feed_local_track_t));
 
     /* a copy of a plain first page is not one with unseen posts only */
 
@@ -344,7 +359,8 @@ ngx_http_feed_timeline_read(ngx_http_feed_timeline_ctx_t *ctx)
         && !ctx->page.unseen)
     {
         copy = ngx_http_feed_timeline_local_get(&ctx->page.user,
-                                                ctx->page.limit, &lists);
+                                                ctx->page.limit, &lists,
+                                                &ctx->track);
 
         nl = copy.len ? ngx_strlchr(copy.data, copy.data + copy.len, '\n')
                       : NULL;
@@ -367,11 +383,115 @@ ngx_http_feed_timeline_read(ngx_http_feed_timeline_ctx_t *ctx)
 
             ctx->vouched = ngx_http_feed_timeline_watch_vouch(&ctx->page.user,
                                                                &lists);
+
+            if (ngx_http_feed_timeline_local_hit(ctx, &lists) == NGX_OK) {
+                return;
+            }
         }
     }
 
     ngx_http_feed_timeline_move(ctx, ctx->have.len ? NGX_HTTP_FEED_TL_LOCAL
                                                    : NGX_HTTP_FEED_TL_READ);
+}
+
+
+/*
+ * The hit that costs Redis nothing: the worker's copy, while the watch of
+ * the user's node vouches that none of its keys changed since a read
+ * found it current, nor any pull author's list it was merged from
+ * (ctx->vouched), and a read kept the list alive lately.  NGX_DECLINED:
+ * Redis is asked.
+ */
+
+static ngx_int_t
+ngx_http_feed_timeline_local_hit(ngx_http_feed_timeline_ctx_t *ctx,
+    ngx_str_t *lists)
+{
+    ngx_http_feed_local_track_t  *t = &ctx->track;
+
+    if (ctx->counting || !ctx->fmcf->cache_tracking
+        || (lists->len && !ctx->vouched)
+        || (ctx->unread && !t->counted)
+        || ngx_current_msec - t->refreshed >= ngx_http_feed_timeline_refresh(
+                                                   ctx->fmcf)
+        || !ngx_http_feed_timeline_watch_tracks(&ctx->page.user, &t->mark))
+    {
+        return NGX_DECLINED;
+    }
+
+    ctx->cached.found = 1;
+    ctx->cached.kept = 1;
+    ctx->cached.local = 1;
+    ctx->cached.version = ctx->have;
+    ctx->cached.lists.len = 0;
+    ctx->cached.unread.len = 0;
+
+    if (ctx->unread && t->unread_len) {
+        ctx->cached.unread.data = ngx_pnalloc(ctx->request->pool,
+                                              t->unread_len);
+        if (ctx->cached.unread.data == NULL) {
+            return NGX_DECLINED;
+        }
+
+        ngx_memcpy(ctx->cached.unread.data, t->unread, t->unread_len);
+        ctx->cached.unread.len = t->unread_len;
+    }
+
+    if (ngx_http_feed_timeline_kept_page(ctx) != NGX_OK) {
+        return NGX_DECLINED;
+    }
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
+                   "feed timeline of \"%s\": the worker's copy, vouched",
+                   ctx->page.user.data);
+
+    ngx_http_feed_stat(local_hits, 1);
+    ctx->status = NGX_HTTP_FEED_CACHE_LOCAL;
+    ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_KEPT);
+
+    return NGX_OK;
+}
+
+
+/*
+ * A read found the worker's copy current, or made it: how, for the hits
+ * that follow.  A read Redis does not track keeps the list alive.
+ */
+
+static void
+ngx_http_feed_timeline_local_found(ngx_http_feed_timeline_ctx_t *ctx)
+{
+    ngx_http_feed_local_track_t  t;
+
+    ngx_memzero(&t, sizeof(ngx_http_feed_local_track_t));
+
+    t.mark = ctx->mark;
+    t.refreshed = ctx->mark.stamp ? 0 : ngx_current_msec;
+    t.counted = ctx->unread;
+
+    if (ctx->cached.unread.len > sizeof(t.unread)) {
+        t.counted = 0;
+
+    } else if (ctx->cached.unread.len) {
+        ngx_memcpy(t.unread, ctx->cached.unread.data, ctx->cached.unread.len);
+        t.unread_len = ctx->cached.unread.len;
+    }
+
+    ngx_http_feed_timeline_local_track(&ctx->page.user, ctx->page.limit,
+                                       &ctx->cached.version, &t);
+}
+
+
+/*
+ * How long the worker's copy is answered without a read that keeps the
+ * list alive: a tracked read leaves its TTL alone
+ */
+
+static ngx_msec_t
+ngx_http_feed_timeline_refresh(ngx_http_feed_main_conf_t *fmcf)
+{
+    return ngx_min((ngx_msec_t) fmcf->cache_ttl * 1000 / 4,
+                   NGX_HTTP_FEED_LOCAL_REFRESH);
 }
 
 
@@ -384,6 +504,20 @@ ngx_http_feed_timeline_lookup(ngx_http_feed_timeline_ctx_t *ctx)
 
     ngx_http_feed_timeline_watch_mark(&ctx->page.user, &ctx->mark);
 
+    /*
+     * The read of a first page the worker has a copy of has Redis track
+     * its keys, unless the list needs its TTL kept alive: then it is read
+     * as before, and the next read is tracked
+     */
+
+    if (!ctx->counting && ctx->fmcf->cache_tracking && ctx->have.len
+        && ngx_current_msec - ctx->track.refreshed
+           < ngx_http_feed_timeline_refresh(ctx->fmcf))
+    {
+        (void) ngx_http_feed_timeline_watch_track(&ctx->page.user,
+                                                  &ctx->mark);
+    }
+
     if (ctx->counting) {
         rc = ngx_http_feed_timeline_cache_unread(ctx->request, ctx->fmcf,
                  &ctx->page.user, &ctx->marker,
@@ -393,6 +527,7 @@ ngx_http_feed_timeline_lookup(ngx_http_feed_timeline_ctx_t *ctx)
         rc = ngx_http_feed_timeline_cache_read(ctx->request, ctx->fmcf,
                                                &ctx->page, &ctx->have,
                                                ctx->vouched, ctx->unread,
+                                               ctx->mark.stamp != 0,
                                                ngx_http_feed_timeline_kept,
                                                ngx_http_feed_timeline_read_done,
                                                ctx);
@@ -442,7 +577,7 @@ ngx_http_feed_timeline_kept_page(ngx_http_feed_timeline_ctx_t *ctx)
 
     if (ctx->cached.local) {
         copy = ngx_http_feed_timeline_local_get(&ctx->page.user,
-                                                ctx->page.limit, NULL);
+                                                ctx->page.limit, NULL, NULL);
         if (copy.len == 0) {
             return NGX_DECLINED;
         }
@@ -551,6 +686,10 @@ ngx_http_feed_timeline_read_done(void *data, redisReply *reply)
     if (ctx->cached.kept && ngx_http_feed_timeline_kept_page(ctx) != NGX_OK) {
         ngx_http_feed_timeline_reread(ctx);
         return;
+    }
+
+    if (ctx->cached.kept) {
+        ngx_http_feed_timeline_local_found(ctx);
     }
 
     if (ctx->status == NGX_HTTP_FEED_CACHE_NONE) {

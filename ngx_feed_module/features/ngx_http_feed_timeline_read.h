@@ -115,8 +115,13 @@ struct ngx_http_feed_timeline_ctx_s {
     /* the version of the worker's own copy of it, when it has one */
     ngx_str_t                       have;
 
-    /* where the worker's watch of pull authors' lists was at the read */
+    /*
+     * Where the worker's watch of its node was at the read (with the
+     * read's stamp when Redis tracks its keys), and how the worker's copy
+     * of the first page was last found current
+     */
     ngx_http_feed_watch_mark_t      mark;
+    ngx_http_feed_local_track_t     track;
 
     /* the pull authors the user follows, as the rebuild found them */
     ngx_str_t                       pull;

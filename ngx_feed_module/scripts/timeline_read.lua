@@ -38,6 +38,12 @@
     ARGV[12] unread       '1': a first page answers the unread count
                           too (lib/unread.lua), when the user has a
                           marker and its copy is in Redis
+    ARGV[13] tracked      '1': Redis tracks this call's keys for the
+                          worker, which answers its copy of the first page
+                          without asking while none of them changes: a
+                          kept page found current leaves the list's TTL
+                          alone (a change of a key tracked), the worker
+                          sends a read without it now and then
 
   Output, the first element the kind of reply:
     {0, locked}           MISSING: no timeline; locked 1 while being
@@ -133,6 +139,9 @@ local function current(kv)
       local d = deleted(ARGV[9], ids)
       for i = 1, #d do if d[i] then return false end end
     end
+  end
+  if ARGV[13] == '1' then
+    return redis.call('exists', tl) == 1
   end
   return redis.call('expire', tl, ARGV[4]) == 1
 end

@@ -130,7 +130,8 @@ enum {
 
 /*
  * The writes of a delete, whose replies go to the delete's handler (none
- * for fanout's own), and the mark's two commands, made again for copies
+ * for fanout's own), and the mark's two commands, made again for copies,
+ * with the delete's message to the workers' watches (none for fanout's)
  */
 typedef struct {
     ngx_http_request_t           *r;
@@ -139,6 +140,7 @@ typedef struct {
     ngx_uint_t                    sent;
     ngx_uint_t                    unsent;
     ngx_http_feed_redis_args_t   *write[2];
+    ngx_http_feed_redis_args_t   *told;
 } ngx_http_feed_timeline_cache_mark_t;
 
 
@@ -244,7 +246,8 @@ ngx_int_t
 ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_page_t *page,
     ngx_str_t *have, ngx_uint_t vouched, ngx_uint_t unread,
-    ngx_http_feed_redis_pt kept, ngx_http_feed_redis_pt handler, void *data)
+    ngx_uint_t tracked, ngx_http_feed_redis_pt kept,
+    ngx_http_feed_redis_pt handler, void *data)
 {
     size_t                              hgetlen[3];
     ngx_int_t                           rc;
@@ -284,6 +287,32 @@ ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
         if (rc != NGX_OK) {
             return rc;
         }
+    }
+
+    /*
+     * Redis tracks the keys of the script that comes next on the same
+     * connection (OPTIN), and tells the watch when one changes; the script
+     * then leaves the list's TTL alone, which would change a key it
+     * tracks: the worker's reads keep it alive (the timeline's
+     * NGX_HTTP_FEED_LOCAL_REFRESH)
+     */
+
+    if (tracked) {
+        ngx_http_feed_redis_args_init(&args, hget, hgetlen);
+        ngx_http_feed_redis_args_lit(&args, "CLIENT");
+        ngx_http_feed_redis_args_lit(&args, "CACHING");
+        ngx_http_feed_redis_args_lit(&args, "yes");
+        ngx_http_feed_redis_args_route(&args,
+            rc_call.keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_TIMELINE],
+            rc_call.call.argvlen[3
+                             + NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_TIMELINE]);
+
+        (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL,
+                                        &args);
+
+        ngx_http_feed_redis_call_lit(&rc_call.call,
+                                     NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_TRACKED,
+                                     "1");
     }
 
     return ngx_http_feed_redis_call(r, fmcf->redis_client, &rc_call.call,
@@ -410,6 +439,8 @@ ngx_http_feed_timeline_cache_read_call(ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_redis_call_arg(call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_UNREAD, unread->data,
         unread->len);
+    ngx_http_feed_redis_call_arg(call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_TRACKED, "", 0);
 }
 
 
@@ -1638,11 +1669,13 @@ ngx_http_feed_timeline_cache_deleting(ngx_http_feed_main_conf_t *fmcf,
     const char *id, ngx_uint_t done, ngx_http_feed_timeline_cache_mark_t *m)
 {
     u_char                      score[NGX_INT64_LEN + 1],
-                                now[NGX_INT64_LEN + 1];
-    size_t                      argvlen[5], targvlen[4];
+                                now[NGX_INT64_LEN + 1],
+                                channel[NGX_HTTP_FEED_WATCH_CHANNEL_LEN];
+    size_t                      argvlen[5], targvlen[4], pargvlen[3];
     int64_t                     ms;
-    const char                           *argv[5], *targv[4];
-    ngx_http_feed_redis_args_t            args, trim;
+    ngx_str_t                   single = ngx_string("");
+    const char                           *argv[5], *targv[4], *pargv[3];
+    ngx_http_feed_redis_args_t            args, trim, tell;
     ngx_http_feed_timeline_cache_mark_t  *mark, none;
 
     ms = ngx_http_feed_now_ms();
@@ -1682,10 +1715,26 @@ ngx_http_feed_timeline_cache_deleting(ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_redis_args_add(&trim, now,
                                  ngx_sprintf(now, "(%L", ms) - now);
 
+    /*
+     * The workers' copies of first pages may hold the post: their watches
+     * hear it, after the mark, on the node that has it (a message is
+     * heard in order with those published on the same node)
+     */
+
+    ngx_http_feed_redis_args_init(&tell, pargv, pargvlen);
+    ngx_http_feed_redis_args_lit(&tell, "PUBLISH");
+    ngx_http_feed_redis_args_key(&tell, channel,
+        ngx_http_feed_watch_deletes_channel(&single, channel));
+    ngx_http_feed_redis_args_add(&tell, id, 24);
+
     /* the trim only forgets marks no read needs: it may be lost */
 
     ngx_http_feed_timeline_cache_mark_send(m, &args);
     (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, &trim);
+
+    if (m) {
+        ngx_http_feed_timeline_cache_mark_send(m, &tell);
+    }
 
     /*
      * On a cluster, the same on each master's copy, which the reads of
@@ -1695,12 +1744,14 @@ ngx_http_feed_timeline_cache_deleting(ngx_http_feed_main_conf_t *fmcf,
     if (m) {
         m->write[0] = &args;
         m->write[1] = &trim;
+        m->told = &tell;
         mark = m;
 
     } else {
         none.handler = NULL;
         none.write[0] = &args;
         none.write[1] = &trim;
+        none.told = NULL;
         mark = &none;
     }
 
@@ -1719,6 +1770,8 @@ ngx_http_feed_timeline_cache_deleting_copy(void *data, u_char *key,
 {
     ngx_http_feed_timeline_cache_mark_t  *m = data;
 
+    u_char                       channel[NGX_HTTP_FEED_WATCH_CHANNEL_LEN];
+    ngx_str_t                    copy;
     ngx_uint_t                   i;
     ngx_http_feed_redis_args_t  *w;
 
@@ -1733,6 +1786,21 @@ ngx_http_feed_timeline_cache_deleting_copy(void *data, u_char *key,
     (void) ngx_http_feed_redis_send(
                ngx_http_feed_timeline_cache_fmcf->redis_client, NULL, NULL,
                m->write[1]);
+
+    if (m->told == NULL) {
+        return;
+    }
+
+    /* the copy's name ends with its "{<tag>}": so does its channel's */
+
+    copy.data = key + ngx_http_feed_timeline_cache_deleting_key.len;
+    copy.len = len - ngx_http_feed_timeline_cache_deleting_key.len;
+
+    w = m->told;
+    w->argv[w->key] = (const char *) channel;
+    w->argvlen[w->key] = ngx_http_feed_watch_deletes_channel(&copy, channel);
+
+    ngx_http_feed_timeline_cache_mark_send(m->handler ? m : NULL, w);
 }
 
 

@@ -40,7 +40,33 @@ typedef struct {
                                                  node on a cluster */
     ngx_uint_t                    era;
     ngx_uint_t                    skipped;
+    uint64_t                      stamp;      /* of a read Redis tracks the
+                                                 keys of, 0 for others
+                                                 (ngx_http_feed_timeline_
+                                                 track.c) */
 } ngx_http_feed_watch_mark_t;
+
+
+/*
+ * How a worker's copy of a first page was last found current: the mark
+ * of the read that did, when the read last kept the list alive, and the
+ * unread count it answered
+ */
+typedef struct {
+    ngx_http_feed_watch_mark_t    mark;
+    ngx_msec_t                    refreshed;
+    u_char                        unread[NGX_INT_T_LEN + 1];
+    size_t                        unread_len;
+    unsigned                      counted:1;  /* the read asked the count */
+} ngx_http_feed_local_track_t;
+
+
+/*
+ * ms a delete's answer waits: a worker answers its copies without asking
+ * Redis only while its last heartbeat heard was sent less than 300 ms ago
+ * (the watch), and its clock may lag a little
+ */
+#define NGX_HTTP_FEED_LOCAL_SETTLE  400
 
 
 /* what the cache answered for a page */
@@ -106,7 +132,8 @@ ngx_int_t ngx_http_feed_timeline_cache_init(ngx_http_feed_main_conf_t *fmcf);
 ngx_int_t ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_page_t *page,
     ngx_str_t *have, ngx_uint_t vouched, ngx_uint_t unread,
-    ngx_http_feed_redis_pt kept, ngx_http_feed_redis_pt handler, void *data);
+    ngx_uint_t tracked, ngx_http_feed_redis_pt kept,
+    ngx_http_feed_redis_pt handler, void *data);
 ngx_int_t ngx_http_feed_timeline_cache_unread(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
     ngx_str_t *marker, ngx_http_feed_redis_pt handler, void *data);
@@ -188,11 +215,26 @@ void ngx_http_feed_timeline_watch_mark(ngx_http_feed_user_t *user,
 void ngx_http_feed_timeline_watch_learn(ngx_str_t *lists,
     ngx_http_feed_watch_mark_t *m);
 ngx_int_t ngx_http_feed_timeline_watch_status(bson_t *doc);
+ngx_uint_t ngx_http_feed_timeline_watch_track(ngx_http_feed_user_t *user,
+    ngx_http_feed_watch_mark_t *m);
+ngx_uint_t ngx_http_feed_timeline_watch_tracks(ngx_http_feed_user_t *user,
+    ngx_http_feed_watch_mark_t *m);
+
+ngx_int_t ngx_http_feed_track_init(ngx_cycle_t *cycle);
+void ngx_http_feed_track_exit(void);
+uint64_t ngx_http_feed_track_stamp(void);
+void ngx_http_feed_track_changed(u_char *user, size_t len);
+void ngx_http_feed_track_all(const char *why);
+ngx_uint_t ngx_http_feed_track_current(ngx_http_feed_user_t *user,
+    uint64_t stamp);
+ngx_uint_t ngx_http_feed_track_lost(void);
 
 void ngx_http_feed_timeline_local_init(size_t max);
 void ngx_http_feed_timeline_local_exit(void);
 ngx_str_t ngx_http_feed_timeline_local_get(ngx_http_feed_user_t *user,
-    ngx_uint_t limit, ngx_str_t *lists);
+    ngx_uint_t limit, ngx_str_t *lists, ngx_http_feed_local_track_t *track);
+void ngx_http_feed_timeline_local_track(ngx_http_feed_user_t *user,
+    ngx_uint_t limit, ngx_str_t *version, ngx_http_feed_local_track_t *track);
 void ngx_http_feed_timeline_local_put(ngx_http_feed_user_t *user,
     ngx_uint_t limit, ngx_str_t *page, ngx_str_t *lists);
 ngx_int_t ngx_http_feed_timeline_local_status(bson_t *doc);

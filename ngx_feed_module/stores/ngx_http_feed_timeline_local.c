@@ -26,6 +26,9 @@ typedef struct {
                                                was merged from, with their
                                                versions, "author version\n"
                                                each (see the watch) */
+    ngx_http_feed_local_track_t   track;    /* when it was found current,
+                                               for the answers made of it
+                                               without asking Redis */
 } ngx_http_feed_timeline_local_t;
 
 
@@ -89,13 +92,14 @@ ngx_http_feed_timeline_local_exit(void)
 /*
  * The copy of a user's first page of this limit, "version\nnext\nJSON",
  * or an empty string; lists (unless NULL): the pull authors' lists it was
- * merged from.  They stay valid until the next call of put: a request
- * that needs them after waiting copies them.
+ * merged from; track (unless NULL): when it was found current.  They stay
+ * valid until the next call of put: a request that needs them after
+ * waiting copies them.
  */
 
 ngx_str_t
 ngx_http_feed_timeline_local_get(ngx_http_feed_user_t *user,
-    ngx_uint_t limit, ngx_str_t *lists)
+    ngx_uint_t limit, ngx_str_t *lists, ngx_http_feed_local_track_t *track)
 {
     u_char                            buf[NGX_HTTP_FEED_LOCAL_KEY_LEN];
     uint32_t                          hash;
@@ -125,7 +129,54 @@ ngx_http_feed_timeline_local_get(ngx_http_feed_user_t *user,
         *lists = lp->lists;
     }
 
+    if (track) {
+        *track = lp->track;
+    }
+
     return lp->page;
+}
+
+
+/*
+ * A read found the copy of this version current (a copy of another
+ * version is left as it is): how, for the answers made of it without
+ * asking Redis.  A read that kept nothing alive leaves the time the last
+ * one did.
+ */
+
+void
+ngx_http_feed_timeline_local_track(ngx_http_feed_user_t *user,
+    ngx_uint_t limit, ngx_str_t *version, ngx_http_feed_local_track_t *track)
+{
+    u_char                           buf[NGX_HTTP_FEED_LOCAL_KEY_LEN];
+    uint32_t                         hash;
+    ngx_msec_t                       refreshed;
+    ngx_str_t                        key;
+    ngx_http_feed_timeline_local_t  *lp;
+
+    if (ngx_http_feed_timeline_locals.max == 0) {
+        return;
+    }
+
+    hash = ngx_http_feed_timeline_local_key(buf, user, limit, &key);
+
+    lp = ngx_http_feed_timeline_local_find(&key, hash);
+
+    if (lp == NULL || lp->page.len <= version->len
+        || lp->page.data[version->len] != '\n'
+        || ngx_memcmp(lp->page.data, version->data, version->len) != 0)
+    {
+        return;
+    }
+
+    refreshed = track->refreshed ? track->refreshed : lp->track.refreshed;
+    lp->track = *track;
+    lp->track.refreshed = refreshed;
+
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "feed local copy of \"%V\" current, stamp %uL, %s",
+                   &key, track->mark.stamp,
+                   track->mark.stamp ? "tracked" : "not tracked");
 }
 
 
@@ -179,6 +230,7 @@ ngx_http_feed_timeline_local_put(ngx_http_feed_user_t *user,
     lp->page.len = page->len;
     lp->lists.data = ngx_cpymem(lp->page.data, page->data, page->len);
     lp->lists.len = lists->len;
+    ngx_memzero(&lp->track, sizeof(ngx_http_feed_local_track_t));
 
     if (lists->len) {
         ngx_memcpy(lp->lists.data, lists->data, lists->len);
@@ -210,6 +262,8 @@ ngx_http_feed_timeline_local_status(bson_t *doc)
     BSON_APPEND_INT64(&sub, "pages", (int64_t) ls->pages);
     BSON_APPEND_INT64(&sub, "answered",
                       (int64_t) ngx_http_feed_stats.local_answers);
+    BSON_APPEND_INT64(&sub, "answered_without_redis",
+                      (int64_t) ngx_http_feed_stats.local_hits);
 
     return bson_append_document_end(doc, &sub) ? NGX_OK : NGX_ERROR;
 }

@@ -31,6 +31,16 @@
  * and no message about that author was passed over meanwhile (messages
  * about authors nobody asked about are not kept): otherwise the version
  * could be older than one heard and dropped.
+ *
+ * The same connection hears what Redis tracks for the worker: the main
+ * connection to the watch's node turns CLIENT TRACKING on, its
+ * invalidations sent here (REDIRECT, OPTIN: only the reads of first pages
+ * ask to be tracked, with CLIENT CACHING yes), and so are the deletes of
+ * posts ("feed:dlc").  Both go to ngx_http_feed_timeline_track.c, and the
+ * heartbeat that vouches for the pull authors' versions vouches for them
+ * too: a copy of a first page is answered without any command while the
+ * watch of its node tracks, heard a heartbeat less than 300 ms ago, and
+ * heard nothing of its user since the read that found it current.
  */
 
 
@@ -45,6 +55,11 @@
 
 /* the authors of the last messages passed over, for learn() */
 #define NGX_HTTP_FEED_WATCH_SKIPPED    256
+
+/* its channels: the pull lists', its own, invalidations, deletes */
+#define NGX_HTTP_FEED_WATCH_CHANNELS   4
+
+#define NGX_HTTP_FEED_WATCH_INVALIDATE  "__redis__:invalidate"
 
 /* a subscription that hears no heartbeat for this long is made again */
 #define NGX_HTTP_FEED_WATCH_DEAF       3000
@@ -105,6 +120,26 @@ struct ngx_http_feed_watch_s {
     size_t                        own_len;
 
     ngx_uint_t                    messages;
+
+    /* where deletes are published, "feed:dlc<copy>" */
+    u_char                        deletes[NGX_HTTP_FEED_WATCH_CHANNEL_LEN];
+    size_t                        deletes_len;
+
+    /*
+     * Tracking: the subscribed connection's id, the main connection's
+     * CLIENT TRACKING sent (its reply awaited) or on since that stamp
+     */
+    int64_t                       client;
+    ngx_http_feed_redis_cmd_t    *asking;
+    ngx_http_feed_redis_cmd_t    *turning;
+    uint64_t                      tracking_stamp;
+    ngx_uint_t                    tracking_lost;
+    ngx_uint_t                    tracking_era;
+    unsigned                      tracking:1;
+    unsigned                      refused:1;  /* told in the log once */
+
+    ngx_uint_t                    invalidations;
+    ngx_uint_t                    deleted;
 };
 
 
@@ -129,6 +164,13 @@ static ngx_uint_t ngx_http_feed_timeline_watch_valid(u_char *version,
     size_t len);
 static void ngx_http_feed_timeline_watch_forget(ngx_http_feed_watch_t *w,
     ngx_str_t *author, uint32_t hash);
+static void ngx_http_feed_timeline_watch_client(void *data,
+    redisReply *reply);
+static void ngx_http_feed_timeline_watch_track_on(ngx_http_feed_watch_t *w);
+static void ngx_http_feed_timeline_watch_tracking(void *data,
+    redisReply *reply);
+static void ngx_http_feed_timeline_watch_invalidated(ngx_http_feed_watch_t *w,
+    redisReply *payload);
 static ngx_int_t ngx_http_feed_timeline_watch_line(u_char **pos,
     u_char *last, ngx_str_t *author, ngx_str_t *version);
 
@@ -146,6 +188,19 @@ size_t
 ngx_http_feed_watch_channel(ngx_str_t *copy, u_char *buf)
 {
     return ngx_sprintf(buf, NGX_HTTP_FEED_KEY_PULL_CHANNEL "%V", copy) - buf;
+}
+
+
+/*
+ * Where a delete of a post is told: "feed:dlc", on a cluster with a
+ * master's copy's "{<tag>}" (buf: NGX_HTTP_FEED_WATCH_CHANNEL_LEN)
+ */
+
+size_t
+ngx_http_feed_watch_deletes_channel(ngx_str_t *copy, u_char *buf)
+{
+    return ngx_sprintf(buf, NGX_HTTP_FEED_KEY_DELETE_CHANNEL "%V", copy)
+           - buf;
 }
 
 
@@ -200,6 +255,8 @@ ngx_http_feed_watch_create(ngx_cycle_t *cycle,
     ngx_memcpy(w->copy, copy->data, copy->len);
 
     w->channel_len = ngx_http_feed_watch_channel(copy, w->channel);
+    w->deletes_len = ngx_http_feed_watch_deletes_channel(copy, w->deletes);
+    w->client = -1;
     w->own_len = ngx_sprintf(w->own,
                              NGX_HTTP_FEED_KEY_WATCH_HEARTBEAT "%P-%M%V",
                              ngx_pid, ngx_current_msec, copy)
@@ -234,6 +291,11 @@ ngx_http_feed_watch_destroy(ngx_http_feed_watch_t *w)
 {
     ngx_http_feed_timeline_watch_reset(w, "gone", 1);
 
+    if (w->asking) {
+        ngx_http_feed_redis_cancel(w->asking);
+        w->asking = NULL;
+    }
+
     ngx_http_feed_redis_destroy(w->rd);
     ngx_free(w);
 }
@@ -262,14 +324,32 @@ ngx_http_feed_timeline_watch_ready(ngx_http_feed_redis_t *rd, void *data)
 {
     ngx_http_feed_watch_t  *w = data;
 
-    const char                 *argv[3];
-    size_t                      argvlen[3];
+    const char                 *argv[NGX_HTTP_FEED_WATCH_CHANNELS + 1];
+    size_t                      argvlen[NGX_HTTP_FEED_WATCH_CHANNELS + 1];
     ngx_http_feed_redis_args_t  args;
+
+    /* its id, for the main connection's CLIENT TRACKING REDIRECT */
+
+    w->client = -1;
+
+    if (w->asking) {
+        ngx_http_feed_redis_cancel(w->asking);
+    }
+
+    ngx_http_feed_redis_args_init(&args, argv, argvlen);
+    ngx_http_feed_redis_args_lit(&args, "CLIENT");
+    ngx_http_feed_redis_args_lit(&args, "ID");
+
+    w->asking = ngx_http_feed_redis_send(rd,
+                                         ngx_http_feed_timeline_watch_client,
+                                         w, &args);
 
     ngx_http_feed_redis_args_init(&args, argv, argvlen);
     ngx_http_feed_redis_args_lit(&args, "SUBSCRIBE");
     ngx_http_feed_redis_args_add(&args, w->channel, w->channel_len);
     ngx_http_feed_redis_args_add(&args, w->own, w->own_len);
+    ngx_http_feed_redis_args_lit(&args, NGX_HTTP_FEED_WATCH_INVALIDATE);
+    ngx_http_feed_redis_args_add(&args, w->deletes, w->deletes_len);
 
     if (ngx_http_feed_redis_subscribe(rd, ngx_http_feed_timeline_watch_message,
                                       w, &args)
@@ -326,7 +406,24 @@ ngx_http_feed_timeline_watch_message(void *data, redisReply *reply)
         return;
     }
 
+    if ((size_t) channel->len == sizeof(NGX_HTTP_FEED_WATCH_INVALIDATE) - 1
+        && ngx_strncmp(channel->str, NGX_HTTP_FEED_WATCH_INVALIDATE,
+                       channel->len) == 0)
+    {
+        ngx_http_feed_timeline_watch_invalidated(w, payload);
+        return;
+    }
+
     if (payload->type != REDIS_REPLY_STRING) {
+        return;
+    }
+
+    if ((size_t) channel->len == w->deletes_len
+        && ngx_strncmp(channel->str, w->deletes, w->deletes_len) == 0)
+    {
+        /* a post being deleted may be in any copy */
+        w->deleted++;
+        ngx_http_feed_track_all("a post deleted");
         return;
     }
 
@@ -440,7 +537,8 @@ ngx_http_feed_watch_vouch(ngx_http_feed_watch_t *w, ngx_str_t *lists)
     ngx_str_t                      author, version;
     ngx_http_feed_watch_author_t  *a;
 
-    if (lists->len == 0 || w->channels < 2 || !w->heard
+    if (lists->len == 0 || w->channels < NGX_HTTP_FEED_WATCH_CHANNELS
+        || !w->heard
         || (ngx_msec_int_t) (ngx_current_msec - w->echo)
            > NGX_HTTP_FEED_WATCH_FRESH)
     {
@@ -477,7 +575,7 @@ void
 ngx_http_feed_watch_mark(ngx_http_feed_watch_t *w,
     ngx_http_feed_watch_mark_t *m)
 {
-    if (w->channels < 2) {
+    if (w->channels < NGX_HTTP_FEED_WATCH_CHANNELS) {
         m->era = 0;
         m->skipped = 0;
         return;
@@ -593,10 +691,13 @@ ngx_http_feed_watch_count(ngx_http_feed_watch_t *w,
     }
 
     c->watches++;
-    c->subscribed += (w->channels >= 2);
+    c->subscribed += (w->channels >= NGX_HTTP_FEED_WATCH_CHANNELS);
     c->authors += w->authors;
     c->messages += w->messages;
     c->passed_over += w->skipped;
+    c->tracking += w->tracking;
+    c->invalidations += w->invalidations;
+    c->deleted += w->deleted;
 }
 
 
@@ -615,7 +716,7 @@ ngx_http_feed_watch_beat(ngx_http_feed_watch_t *w)
     size_t                      argvlen[3];
     ngx_http_feed_redis_args_t  args;
 
-    if (w->channels >= 2
+    if (w->channels >= NGX_HTTP_FEED_WATCH_CHANNELS
         && ngx_http_feed_redis_state(w->fmcf->redis_client)
            == NGX_HTTP_FEED_REDIS_UP
         && (ngx_msec_int_t) (ngx_current_msec - (w->heard ? w->echo
@@ -633,7 +734,19 @@ ngx_http_feed_watch_beat(ngx_http_feed_watch_t *w)
         ngx_http_feed_redis_reconnect(w->rd, "no heartbeat heard");
     }
 
-    if (w->channels >= 2) {
+    /* tracking lost with a connection made again: turned on again */
+
+    if (w->tracking && w->tracking_lost != ngx_http_feed_track_lost()) {
+        w->tracking = 0;
+    }
+
+    if (w->channels >= NGX_HTTP_FEED_WATCH_CHANNELS && w->client >= 0
+        && !w->tracking && w->turning == NULL)
+    {
+        ngx_http_feed_timeline_watch_track_on(w);
+    }
+
+    if (w->channels >= NGX_HTTP_FEED_WATCH_CHANNELS) {
         ngx_http_feed_redis_args_init(&args, argv, argvlen);
         ngx_http_feed_redis_args_lit(&args, "PUBLISH");
         ngx_http_feed_redis_args_key(&args, w->own, w->own_len);
@@ -676,7 +789,204 @@ ngx_http_feed_timeline_watch_reset(ngx_http_feed_watch_t *w, const char *why,
     if (lost) {
         w->channels = 0;
         w->heard = 0;
+        w->tracking = 0;
+
+        if (w->turning) {
+            ngx_http_feed_redis_cancel(w->turning);
+            w->turning = NULL;
+        }
     }
+}
+
+
+/* the subscribed connection's id, asked before it subscribes */
+
+static void
+ngx_http_feed_timeline_watch_client(void *data, redisReply *reply)
+{
+    ngx_http_feed_watch_t  *w = data;
+
+    w->asking = NULL;
+
+    if (reply == NULL || reply->type != REDIS_REPLY_INTEGER) {
+        return;
+    }
+
+    w->client = reply->integer;
+
+    ngx_log_debug1(NGX_LOG_DEBUG_CORE, w->log, 0,
+                   "feed watch: client id %L", w->client);
+}
+
+
+/*
+ * The main connection to the watch's node tracks the keys of the reads
+ * that ask it (OPTIN), its invalidations sent to the watch's connection.
+ * Tracking off first: a connection that tracked for an older watch's
+ * connection forgets what it tracked.  The reads sent after these are
+ * tracked: the watch vouches for copies read after its stamp.
+ */
+
+static void
+ngx_http_feed_timeline_watch_track_on(ngx_http_feed_watch_t *w)
+{
+    u_char                      id[NGX_INT64_LEN];
+    const char                 *argv[6];
+    size_t                      argvlen[6];
+    ngx_http_feed_redis_args_t  args;
+
+    ngx_http_feed_redis_args_init(&args, argv, argvlen);
+    ngx_http_feed_redis_args_lit(&args, "CLIENT");
+    ngx_http_feed_redis_args_lit(&args, "TRACKING");
+    ngx_http_feed_redis_args_lit(&args, "off");
+    ngx_http_feed_redis_args_route(&args, w->own, w->own_len);
+
+    (void) ngx_http_feed_redis_send(w->fmcf->redis_client, NULL, NULL,
+                                    &args);
+
+    ngx_http_feed_redis_args_init(&args, argv, argvlen);
+    ngx_http_feed_redis_args_lit(&args, "CLIENT");
+    ngx_http_feed_redis_args_lit(&args, "TRACKING");
+    ngx_http_feed_redis_args_lit(&args, "on");
+    ngx_http_feed_redis_args_lit(&args, "REDIRECT");
+    ngx_http_feed_redis_args_add(&args, id,
+                                 ngx_sprintf(id, "%L", w->client) - id);
+    ngx_http_feed_redis_args_lit(&args, "OPTIN");
+    ngx_http_feed_redis_args_route(&args, w->own, w->own_len);
+
+    w->tracking_lost = ngx_http_feed_track_lost();
+    w->tracking_era = w->era;
+    w->tracking_stamp = ngx_http_feed_track_stamp();
+
+    w->turning = ngx_http_feed_redis_send(w->fmcf->redis_client,
+                                          ngx_http_feed_timeline_watch_tracking,
+                                          w, &args);
+
+    ngx_log_debug2(NGX_LOG_DEBUG_CORE, w->log, 0,
+                   "feed watch: tracking to client %L, stamp %uL",
+                   w->client, w->tracking_stamp);
+}
+
+
+static void
+ngx_http_feed_timeline_watch_tracking(void *data, redisReply *reply)
+{
+    ngx_http_feed_watch_t  *w = data;
+
+    w->turning = NULL;
+
+    if (reply == NULL) {
+        return;
+    }
+
+    if (reply->type != REDIS_REPLY_STATUS) {
+        if (!w->refused) {
+            ngx_log_error(NGX_LOG_WARN, w->log, 0,
+                          "feed watch: redis refused CLIENT TRACKING: %*s, "
+                          "every read asks redis",
+                          (size_t) reply->len, reply->str);
+            w->refused = 1;
+        }
+
+        return;
+    }
+
+    /* the subscription or the connections changed meanwhile: again */
+
+    if (w->tracking_era != w->era
+        || w->tracking_lost != ngx_http_feed_track_lost())
+    {
+        return;
+    }
+
+    w->tracking = 1;
+
+    ngx_log_debug1(NGX_LOG_DEBUG_CORE, w->log, 0,
+                   "feed watch: tracking on, stamp %uL", w->tracking_stamp);
+}
+
+
+/*
+ * Keys Redis stopped tracking because they changed, or NULL: all of them
+ * (FLUSHALL, FLUSHDB).  A key named "feed:<kind>:{<user>}" is a user's.
+ */
+
+static void
+ngx_http_feed_timeline_watch_invalidated(ngx_http_feed_watch_t *w,
+    redisReply *payload)
+{
+    u_char      *p, *last, *open;
+    size_t       i;
+    redisReply  *key;
+
+    w->invalidations++;
+
+    if (payload->type != REDIS_REPLY_ARRAY) {
+        ngx_http_feed_track_all("redis flushed");
+        return;
+    }
+
+    for (i = 0; i < payload->elements; i++) {
+        key = payload->element[i];
+
+        if (key->type != REDIS_REPLY_STRING) {
+            continue;
+        }
+
+        p = (u_char *) key->str;
+        last = p + key->len;
+
+        open = ngx_strlchr(p, last, '{');
+        if (open == NULL) {
+            continue;
+        }
+
+        p = ngx_strlchr(open + 1, last, '}');
+        if (p == NULL) {
+            continue;
+        }
+
+        ngx_http_feed_track_changed(open + 1, p - open - 1);
+    }
+}
+
+
+/*
+ * Whether a copy found current by a read with this mark is still: the
+ * watch tracked for that read, heard a heartbeat lately, and heard
+ * nothing of its user since.
+ */
+
+ngx_uint_t
+ngx_http_feed_watch_tracks(ngx_http_feed_watch_t *w,
+    ngx_http_feed_user_t *user, ngx_http_feed_watch_mark_t *m)
+{
+    if (!w->tracking || m->era != w->era || m->stamp <= w->tracking_stamp
+        || w->channels < NGX_HTTP_FEED_WATCH_CHANNELS || !w->heard
+        || (ngx_msec_int_t) (ngx_current_msec - w->echo)
+           > NGX_HTTP_FEED_WATCH_FRESH)
+    {
+        return 0;
+    }
+
+    return ngx_http_feed_track_current(user, m->stamp);
+}
+
+
+/* a read that the watch's node will track: its stamp in the mark */
+
+ngx_uint_t
+ngx_http_feed_watch_track(ngx_http_feed_watch_t *w,
+    ngx_http_feed_watch_mark_t *m)
+{
+    if (!w->tracking || m->era != w->era) {
+        m->stamp = 0;
+        return 0;
+    }
+
+    m->stamp = ngx_http_feed_track_stamp();
+
+    return m->stamp != 0;
 }
 
 

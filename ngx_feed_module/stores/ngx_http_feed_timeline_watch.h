@@ -31,6 +31,9 @@ typedef struct {
     ngx_uint_t                    authors;
     ngx_uint_t                    messages;
     ngx_uint_t                    passed_over;
+    ngx_uint_t                    tracking;
+    ngx_uint_t                    invalidations;
+    ngx_uint_t                    deleted;
 } ngx_http_feed_watch_counts_t;
 
 
@@ -50,6 +53,11 @@ void ngx_http_feed_watch_learn(ngx_http_feed_watch_t *w, ngx_str_t *lists,
     ngx_http_feed_watch_mark_t *m);
 void ngx_http_feed_watch_count(ngx_http_feed_watch_t *w,
     ngx_http_feed_watch_counts_t *c);
+size_t ngx_http_feed_watch_deletes_channel(ngx_str_t *copy, u_char *buf);
+ngx_uint_t ngx_http_feed_watch_track(ngx_http_feed_watch_t *w,
+    ngx_http_feed_watch_mark_t *m);
+ngx_uint_t ngx_http_feed_watch_tracks(ngx_http_feed_watch_t *w,
+    ngx_http_feed_user_t *user, ngx_http_feed_watch_mark_t *m);
 
 
 #endif /* _NGX_HTTP_FEED_TIMELINE_WATCH_H_INCLUDED_ */

@@ -45,10 +45,18 @@ ngx_http_feed_timeline_watch_init(ngx_cycle_t *cycle,
     ngx_str_t                   none = ngx_string("");
     ngx_http_feed_watch_set_t  *ws;
 
-    if (fmcf->redis_client == NULL || fmcf->pull_threshold == 0
-        || fmcf->cache_local == 0)
-    {
+    /*
+     * Copies of first pages are vouched for by the watches: of the pull
+     * authors' lists they were merged from, and of the user's own keys
+     * when Redis tracks them (ngx_http_feed_timeline_track.c)
+     */
+
+    if (fmcf->redis_client == NULL || fmcf->cache_local == 0) {
         return NGX_OK;
+    }
+
+    if (fmcf->cache_tracking && ngx_http_feed_track_init(cycle) != NGX_OK) {
+        return NGX_ERROR;
     }
 
     ws = ngx_pcalloc(cycle->pool, sizeof(ngx_http_feed_watch_set_t));
@@ -105,6 +113,8 @@ ngx_http_feed_timeline_watch_exit(void)
     }
 
     ngx_http_feed_watch_set = NULL;
+
+    ngx_http_feed_track_exit();
 }
 
 
@@ -280,6 +290,58 @@ ngx_http_feed_timeline_watch_mark(ngx_http_feed_user_t *user,
 }
 
 
+/*
+ * A first page's read that Redis will track the keys of: its stamp in
+ * the mark (made by mark() just before), or 0 when the watch of the user's
+ * node does not track now
+ */
+
+ngx_uint_t
+ngx_http_feed_timeline_watch_track(ngx_http_feed_user_t *user,
+    ngx_http_feed_watch_mark_t *m)
+{
+    ngx_uint_t              n;
+    ngx_http_feed_watch_t  *w;
+
+    m->stamp = 0;
+
+    w = ngx_http_feed_timeline_watch_of(user, &n);
+
+    if (w == NULL || n != m->node) {
+        return 0;
+    }
+
+    return ngx_http_feed_watch_track(w, m);
+}
+
+
+/*
+ * Whether a copy found current by the read of this mark still is, by
+ * the word of the watch of the user's node: then it is answered without
+ * asking Redis
+ */
+
+ngx_uint_t
+ngx_http_feed_timeline_watch_tracks(ngx_http_feed_user_t *user,
+    ngx_http_feed_watch_mark_t *m)
+{
+    ngx_uint_t              n;
+    ngx_http_feed_watch_t  *w;
+
+    if (m->stamp == 0) {
+        return 0;
+    }
+
+    w = ngx_http_feed_timeline_watch_of(user, &n);
+
+    if (w == NULL || n != m->node) {
+        return 0;
+    }
+
+    return ngx_http_feed_watch_tracks(w, user, m);
+}
+
+
 /* the versions a read's reply saw, learned by its node's watch */
 
 void
@@ -336,6 +398,10 @@ ngx_http_feed_timeline_watch_status(bson_t *doc)
     BSON_APPEND_INT64(&sub, "authors", (int64_t) c.authors);
     BSON_APPEND_INT64(&sub, "messages", (int64_t) c.messages);
     BSON_APPEND_INT64(&sub, "passed_over", (int64_t) c.passed_over);
+    BSON_APPEND_BOOL(&sub, "tracking",
+                     c.watches > 0 && c.tracking == c.watches);
+    BSON_APPEND_INT64(&sub, "invalidations", (int64_t) c.invalidations);
+    BSON_APPEND_INT64(&sub, "deletes", (int64_t) c.deleted);
 
     if (ws->fmcf->redis.cluster) {
         BSON_APPEND_INT64(&sub, "watches", (int64_t) c.watches);

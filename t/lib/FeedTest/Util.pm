@@ -209,7 +209,7 @@ sub tl_page_problems {
 
     my $cache = $r->{headers}{'x-feed-cache'} // '';
     push @p, "X-Feed-Cache '$cache'"
-        unless $cache =~ /^(HIT|MISS|DEEP|BYPASS)$/;
+        unless $cache =~ /^(HIT|MISS|DEEP|BYPASS|LOCAL)$/;
 
     if (!exists $j->{next}) {
         push @p, 'no next field';
