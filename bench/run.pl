@@ -8,6 +8,7 @@
 # FEED_BENCH_PHASES=1,4: only those parts (not written to docs/ either,
 # unless FEED_BENCH_WRITE=1: then only their sections are replaced there).
 # FEED_BENCH_PULL=1000,100000: part 6's authors (their followers).
+# FEED_BENCH_PHASES=12: local hits (bench/local_hits.pl, issue 30).
 
 use strict;
 use warnings;
@@ -25,8 +26,8 @@ Test::More->builder->no_ending(1);
 
 my $QUICK = $ENV{FEED_BENCH_QUICK};
 my %PHASES = map { $_ => 1 } split /,/,
-    $ENV{FEED_BENCH_PHASES} || '1,2,3,4,5,6,7,8,9,10,11';
-my $ALL = keys %PHASES == 11;
+    $ENV{FEED_BENCH_PHASES} || '1,2,3,4,5,6,7,8,9,10,11,12';
+my $ALL = keys %PHASES == 12;
 my $ROOT = FeedTest->root;
 my $DUR = $QUICK ? 1 : 5;
 my $CONNS = 32;
@@ -110,6 +111,9 @@ http {
         location ~ ^/users/([^/]+)/seen\$ { feed_seen \$1; }
         location ~ ^/users/([^/]+)/hidden/([^/]+)\$ { feed_hide \$1 \$2; }
         location ~ ^/users/([^/]+)/posts\$ { feed_posts \$1; }
+        location ~ ^/users/([^/]+)/posts/([^/]+)\$ {
+            feed_user_post \$1 \$2;
+        }
         location ~ ^/users/([^/]+)/timeline\$ { feed_timeline \$1; }
         location ~ ^/users/([^/]+)/timeline/marker\$ {
             feed_timeline_marker \$1;
@@ -241,6 +245,7 @@ if (phase(1)) {
         $sha ||= read_sha();
         start_nginx(mode => $mode);
 
+        my @rows;
         for my $limit (20, 50) {
             my $url = "/users/reader/timeline?limit=$limit";
             my $mine = body($url);
@@ -253,13 +258,32 @@ if (phase(1)) {
             print $fh $mine;
             close $fh;
 
+            # the module's reads answered with no Redis command (local
+            # hits, feed_cache_tracking on, the default)
+            my $s0 = status_json();
             my $m = wrk($url);
+            my $s1 = status_json();
+            $m->{local} = ($s1->{local_pages}{answered_without_redis} // 0)
+                - ($s0->{local_pages}{answered_without_redis} // 0);
             my $l = wrk("/lua/reader/timeline?limit=$limit");
             my $ls = wrk("/luas/reader/timeline?limit=$limit");
             my $s = wrk("/static/t$limit.json");
 
-            push @table, [ "hit, limit $limit, $mode", length($mine), $m, $l,
-                           $s, $ls ];
+            push @rows, [ "hit, limit $limit, $mode", length($mine), $m, $l,
+                          $s, $ls, $mine ];
+        }
+
+        # the same reads with one round trip each (feed_cache_tracking
+        # off: the read script checks the worker's copy), the "before"
+        start_nginx(mode => $mode, extra => 'feed_cache_tracking off;');
+        for my $row (@rows) {
+            my ($limit) = $row->[0] =~ /limit (\d+)/;
+            my $url = "/users/reader/timeline?limit=$limit";
+            die "tracking off: the module's answer differs\n"
+                unless body($url) eq pop @$row;
+            body($url) for 1 .. 2;
+            push @$row, wrk($url);
+            push @table, $row;
         }
     }
 
@@ -1161,12 +1185,21 @@ if (phase(11)) {
                                            $QUICK);
 }
 
+# ------------------------------------------------------ 12. local hits --
+
+if (phase(12)) {
+    require "$FindBin::Bin/local_hits.pl";
+    $result{local_hits} = bench_local_hits($t, \@authors, @authors * $per,
+        $QUICK, { conns => $CONNS, dur => $DUR });
+}
+
 # nginx stops gracefully, with nothing alarming in its log over the run
 
 my $stopped = $t->stop;
 $t->cleanup;
-my @bad = $t->bad_log_lines;
-my @sanitizer = $t->sanitizer_reports;
+my @bad = ($t->bad_log_lines, @{ $result{local_hits}{bad} || [] });
+my @sanitizer = ($t->sanitizer_reports,
+    @{ $result{local_hits}{sanitizer} || [] });
 
 # -------------------------------------------------------------- report --
 
@@ -1195,25 +1228,43 @@ if (phase(1)) {
         . "(`bench/peer_script.lua`: the same Redis work as the module, so "
         . "only "
         . "the nginx side differs). Every answer was checked byte for byte "
-        . "against the module's.", '',
-        '| read | bytes | module req/s | p50 | p99 | Lua req/s | p50 | p99 '
+        . "against the module's. The module runs with local hits "
+        . "(`feed_cache_tracking on`, the default: a worker answers its "
+        . "copy of a first page with no Redis command while Redis tracks "
+        . "its keys; \"without Redis\": the share of its reads answered so, "
+        . "`local_pages.answered_without_redis` in `feed_status`), then "
+        . "with `feed_cache_tracking off` (one round trip a read, the "
+        . "script checking the copy: \"tracking off\"), in the same "
+        . "pass; part 12 has their Redis cost.", '',
+        '| read | bytes | module req/s | p50 | p99 | without Redis '
+        . '| tracking off req/s | p99 | Lua req/s | p50 | p99 '
         . '| static req/s | **module/Lua** | **module/static** '
-        . '| Lua+script req/s | module/Lua+script |',
-        '|---|---|---|---|---|---|---|---|---|---|---|---|---|';
+        . '| **tracking off/static** | Lua+script req/s '
+        . '| module/Lua+script |',
+        '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|';
 
+    my $low;
     for my $row (@table) {
-        my ($name, $bytes, $m, $l, $s, $ls) = @$row;
-        push @out, sprintf('| %s | %d | %.0f | %s | %s | %.0f | %s | %s | %.0f '
-            . '| **%.2f** | **%.2f** | %.0f | %.2f |', $name, $bytes,
-            $m->{rps}, fmt_ms($m->{p50}), fmt_ms($m->{p99}),
+        my ($name, $bytes, $m, $l, $s, $ls, $off) = @$row;
+        my $ratio = $s->{rps} ? $m->{rps} / $s->{rps} : 0;
+        $low = $ratio if !defined $low || $ratio < $low;
+        push @out, sprintf('| %s | %d | %.0f | %s | %s | %.0f%% | %.0f | %s '
+            . '| %.0f | %s | %s | %.0f '
+            . '| **%.2f** | **%.2f** | **%.2f** | %.0f | %.2f |', $name,
+            $bytes, $m->{rps}, fmt_ms($m->{p50}), fmt_ms($m->{p99}),
+            100 * min(1, ($m->{local} // 0) / ($m->{requests} || 1)),
+            $off->{rps}, fmt_ms($off->{p99}),
             $l->{rps}, fmt_ms($l->{p50}), fmt_ms($l->{p99}), $s->{rps},
-            $l->{rps} ? $m->{rps} / $l->{rps} : 0,
-            $s->{rps} ? $m->{rps} / $s->{rps} : 0,
+            $l->{rps} ? $m->{rps} / $l->{rps} : 0, $ratio,
+            $s->{rps} ? $off->{rps} / $s->{rps} : 0,
             $ls->{rps}, $ls->{rps} ? $m->{rps} / $ls->{rps} : 0);
     }
 
     push @out, '',
-        'Targets: module ≥ 2.0× the Lua peer, ≥ 0.6× static.', '';
+        'Targets: module ≥ 2.0× the Lua peer, ≥ 0.6× static; with local '
+        . 'hits ≥ 1.0× static (issue 30): '
+        . (($low // 0) >= 1.0 ? '**met**' : '**not met**')
+        . sprintf(' (%.2f at the lowest).', $low // 0), '';
 }
 
 if (phase(2)) {
@@ -1521,6 +1572,12 @@ if (phase(11)) {
     my $cmd = $ALL ? 'make bench' : "FEED_BENCH_PHASES=$ENV{FEED_BENCH_PHASES}"
         . ($ENV{FEED_BENCH_WRITE} ? ' FEED_BENCH_WRITE=1' : '') . ' make bench';
     push @out, read_state_report($result{read_state}, $cmd, $date);
+}
+
+if (phase(12)) {
+    my $cmd = $ALL ? 'make bench' : "FEED_BENCH_PHASES=$ENV{FEED_BENCH_PHASES}"
+        . ($ENV{FEED_BENCH_WRITE} ? ' FEED_BENCH_WRITE=1' : '') . ' make bench';
+    push @out, local_hits_report($result{local_hits}, $cmd, $date);
 }
 
 my $report = join("\n", @out) . "\n";

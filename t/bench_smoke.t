@@ -31,7 +31,8 @@ is($rc, 0, 'bench/run exits 0') or diag($out =~ /^(sanitizer report: .*)/ms
 
 for my $h ('## 1. Hot path', '## 2. The event loop', '## 3. Stampede',
     '## 4. Fanout', '## 5. Memory', '## 6. Pull authors',
-    '## 8. Timelines kept in MongoDB', '## 9. Read filters')
+    '## 8. Timelines kept in MongoDB', '## 9. Read filters',
+    '## 12. Local hits')
 {
     like($out, qr/^\Q$h\E/m, "prints \"$h\"");
 }
@@ -71,6 +72,15 @@ my @hot = $out =~ /^\| (?:first|deep) \| (?:0|5|20) \| \d+ \| [\d, ]+ \| \*\*(\d
 is(scalar(@hot), 6, 'hot path rows: first and deep pages, 0, 5, 20 pull authors');
 ok(!grep({ $_ == 0 } @hot), 'the module answered in every pull hot path run');
 like($out, qr/for 2 posts: 40 sightings, 0 missed/, 'every follower saw the pulled posts');
+# part 12: local hits, round trips and the static file measured, and the
+# probe saw every post and every delete
+my @local = $out =~ /^\| (?:20|50) \| module, local hits \(tracking on\) \| \d+ \| [\d, ]+ \| \*\*(\d+)\*\*/mg;
+is(scalar(@local), 2, 'part 12: local hit rows, limit 20 and 50');
+ok(!grep({ $_ == 0 } @local), 'part 12: the module answered in every run');
+like($out, qr/^\| one \| post → visible \| 2 \| [^|]+ \| [^|]+ \| [^|]+ \| 0 \|/m,
+    'part 12: both posts seen on one node');
+like($out, qr/^\| two \(A → B\) \| delete → gone \| 2 \| [^|]+ \| [^|]+ \| [^|]+ \| 0 \|/m,
+    'part 12: both deletes seen on the second node');
 is(md5($DOC), $before, 'docs/benchmarks.md left alone');
 
 done_testing;
