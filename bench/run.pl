@@ -1218,8 +1218,14 @@ push @out, "# Benchmarks", '',
     . "wrk -t1 -c$CONNS, ${DUR} s per run, on the same machine.", '';
 
 if (phase(1)) {
+    # run alone, the part says when and how (the file's header is of the
+    # last whole run)
+    my $cmd = "FEED_BENCH_PHASES=" . ($ENV{FEED_BENCH_PHASES} // '')
+        . ($ENV{FEED_BENCH_WRITE} ? ' FEED_BENCH_WRITE=1' : '') . ' make bench';
     push @out, "## 1. Hot path: a timeline read from the cache", '',
-        "Requests/s and latency (ms) of the same page, answered by: the "
+        ($ALL ? '' : "Measured $date by `$cmd`, wrk -t1 -c$CONNS, $DUR s "
+            . 'a run. ')
+        . "Requests/s and latency (ms) of the same page, answered by: the "
         . "module; "
         . "the OpenResty-style peer (`bench/peer.lua`: lua-resty-redis with "
         . "keepalive, plain commands pipelined, the logic in Lua, on the same "
