@@ -464,8 +464,9 @@ sub local_hits_report {
     for my $which (qw(one two)) {
         my $p = $res->{$which} or next;
         my $ld = $p->{load};
-        my $lshare = $ld->{requests}
-            ? sprintf('%.1f%%', 100 * $ld->{local} / $ld->{requests}) : '-';
+        my $lshare = $ld->{requests} ? sprintf('%.1f%%',
+            100 * min(1, $ld->{local} / $ld->{requests})) : '-';
+        $ok{$which}{share} = $lshare;
         my $seen = join(', ', map { "$_ $p->{seen}{$_}" }
             sort keys %{ $p->{seen} });
         my $nodes = $which eq 'one' ? 'one' : 'two (A → B)';
@@ -484,6 +485,8 @@ sub local_hits_report {
         $ok{$which}{visible} = @v && !$p->{missed}
             && lh_pct(99, @v) <= 300;
         $ok{$which}{gone} = @g && !$p->{not_gone} && lh_pct(99, @g) <= 300;
+        $ok{$which}{p99v} = fmt_ms(lh_pct(99, @v));
+        $ok{$which}{p99g} = fmt_ms(lh_pct(99, @g));
         $ok{$which}{after} = !$p->{after_204} && !$p->{again};
     }
 
@@ -498,14 +501,18 @@ sub local_hits_report {
                   2 * ($res->{$_}{n} // 0) } qw(one two))), '',
         'Targets (issue 30):', '',
         '- post → visible on a hot reader\'s first page, p99 ≤ 300 ms, '
-        . 'copies served the whole time: ' . lh_met($ok{one}{visible}) . '.',
+        . 'copies served the whole time: ' . lh_met($ok{one}{visible})
+        . " (p99 $ok{one}{p99v} ms; the load's reads answered without "
+        . "Redis meanwhile: $ok{one}{share}).",
         '- delete → gone, p99 ≤ 300 ms: ' . lh_met($ok{one}{gone})
-        . '; never served after the delete\'s 204: '
+        . " (p99 $ok{one}{p99g} ms); never served after the delete's 204: "
         . lh_met($ok{one}{after}) . '.',
         '- two nodes, a change through A seen on B\'s hits within the same '
-        . 'bound: posts ' . lh_met($ok{two}{visible}) . ', deletes '
-        . lh_met($ok{two}{gone}) . ', never after the 204 '
-        . lh_met($ok{two}{after}) . '.', '';
+        . 'bound: posts ' . lh_met($ok{two}{visible})
+        . " (p99 $ok{two}{p99v} ms), deletes " . lh_met($ok{two}{gone})
+        . " (p99 $ok{two}{p99g} ms), never after the 204 "
+        . lh_met($ok{two}{after}) . " (B's load answered without Redis: "
+        . "$ok{two}{share}).", '';
 
     return @out;
 }
