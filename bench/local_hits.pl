@@ -177,7 +177,6 @@ sub lh_probe {
         my $t0 = time;
         my $sel = IO::Select->new($h->{sock});
         my ($gone, $t204, $end) = (undef, undef, $t0 + 5);
-        my $after = 0;
         while (time < $end) {
             if (!defined $t204 && $sel->can_read(0)) {
                 my $d = $writer->http_end($h);
