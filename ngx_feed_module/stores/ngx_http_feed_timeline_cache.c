@@ -465,6 +465,7 @@ ngx_http_feed_timeline_cache_page(ngx_http_request_t *r,
     ngx_str_t                   kept;
     const char                 *argv[NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_ARGC];
     ngx_http_feed_redis_call_t  call;
+    ngx_http_feed_local_track_t track;
 
     len = cached->version.len + 1 + NGX_HTTP_FEED_NONCE_LEN + body->len
           + 24 + 2;
@@ -546,6 +547,15 @@ ngx_http_feed_timeline_cache_page(ngx_http_request_t *r,
 
     ngx_http_feed_timeline_local_put(&page->user, page->limit, &kept,
                                      &cached->lists);
+
+    /* the read that made the page kept its list alive */
+
+    ngx_memzero(&track, sizeof(ngx_http_feed_local_track_t));
+    track.refreshed = ngx_current_msec;
+    kept.len = vlen;
+
+    ngx_http_feed_timeline_local_track(&page->user, page->limit, &kept,
+                                       &track);
 }
 
 

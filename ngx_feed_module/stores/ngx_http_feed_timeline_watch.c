@@ -962,6 +962,7 @@ ngx_http_feed_watch_tracks(ngx_http_feed_watch_t *w,
     ngx_http_feed_user_t *user, ngx_http_feed_watch_mark_t *m)
 {
     if (!w->tracking || m->era != w->era || m->stamp <= w->tracking_stamp
+        || w->tracking_lost != ngx_http_feed_track_lost()
         || w->channels < NGX_HTTP_FEED_WATCH_CHANNELS || !w->heard
         || (ngx_msec_int_t) (ngx_current_msec - w->echo)
            > NGX_HTTP_FEED_WATCH_FRESH)
@@ -973,13 +974,19 @@ ngx_http_feed_watch_tracks(ngx_http_feed_watch_t *w,
 }
 
 
-/* a read that the watch's node will track: its stamp in the mark */
+/*
+ * A read that the watch's node will track: its stamp in the mark.  Not
+ * after a connection was made again, until the watch turned tracking on
+ * again on it (the next heartbeat).
+ */
 
 ngx_uint_t
 ngx_http_feed_watch_track(ngx_http_feed_watch_t *w,
     ngx_http_feed_watch_mark_t *m)
 {
-    if (!w->tracking || m->era != w->era) {
+    if (!w->tracking || m->era != w->era
+        || w->tracking_lost != ngx_http_feed_track_lost())
+    {
         m->stamp = 0;
         return 0;
     }
