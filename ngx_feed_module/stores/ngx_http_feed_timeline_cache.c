@@ -251,6 +251,7 @@ ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
 {
     size_t                              hgetlen[3];
     ngx_int_t                           rc;
+    ngx_uint_t                          i;
     ngx_str_t                           arg;
     const char                         *hget[3];
     ngx_http_feed_redis_args_t          args;
@@ -298,21 +299,20 @@ ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
      */
 
     if (tracked) {
+        i = NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_TIMELINE;
+
         ngx_http_feed_redis_args_init(&args, hget, hgetlen);
         ngx_http_feed_redis_args_lit(&args, "CLIENT");
         ngx_http_feed_redis_args_lit(&args, "CACHING");
         ngx_http_feed_redis_args_lit(&args, "yes");
-        ngx_http_feed_redis_args_route(&args,
-            rc_call.keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_TIMELINE],
-            rc_call.call.argvlen[3
-                             + NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_TIMELINE]);
+        ngx_http_feed_redis_args_route(&args, rc_call.keys[i],
+                                       rc_call.call.argvlen[3 + i]);
 
         (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL,
                                         &args);
 
         ngx_http_feed_redis_call_lit(&rc_call.call,
-                                     NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_TRACKED,
-                                     "1");
+            NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_TRACKED, "1");
     }
 
     return ngx_http_feed_redis_call(r, fmcf->redis_client, &rc_call.call,
