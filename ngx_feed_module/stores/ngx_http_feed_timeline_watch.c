@@ -423,7 +423,14 @@ ngx_http_feed_timeline_watch_message(void *data, redisReply *reply)
     {
         /* a post being deleted may be in any copy */
         w->deleted++;
-        ngx_http_feed_track_all("a post deleted");
+
+        if (payload->len == 24) {
+            ngx_http_feed_track_deleted((u_char *) payload->str);
+
+        } else {
+            ngx_http_feed_track_all("a post deleted");
+        }
+
         return;
     }
 
