@@ -747,7 +747,8 @@ ngx_http_feed_watch_beat(ngx_http_feed_watch_t *w)
         w->tracking = 0;
     }
 
-    if (w->channels >= NGX_HTTP_FEED_WATCH_CHANNELS && w->client >= 0
+    if (w->fmcf->cache_tracking
+        && w->channels >= NGX_HTTP_FEED_WATCH_CHANNELS && w->client >= 0
         && !w->tracking && w->turning == NULL)
     {
         ngx_http_feed_timeline_watch_track_on(w);
