@@ -41,27 +41,29 @@ my $c = FeedCluster->start($t, masters => 3, replicas => 1);
 my $stream = $c->master_of('feed:posts');
 my $seeds = '127.0.0.1:' . $c->port($stream) . ' cluster';
 
+# the cluster tests' server, with /metrics, mutes, and the worker that
+# answered each read
 my $server = FeedCluster::server_conf();
-$server =~ s{^(\s*)(location = /status .*)$}
-    {$1$2\n$1location = /metrics { feed_metrics; }}m
+my $more = 'location = /metrics { feed_metrics; }
+        location ~ ^/users/([^/]+)/mutes/([^/]+)$ { feed_mute $1 $2; }';
+$server =~ s{^(\s*)(location = /status .*)$}{$1$2\n$1$more}m
     or die "no /status in server_conf()\n";
-$server =~ s{^(\s*)(location = /status .*)$}
-    {$1$2\n$1location ~ ^/users/([^/]+)/mutes/([^/]+)\$ { feed_mute \$1 \$2; }}m;
-# which worker answered a read
 $server =~ s{^(\s*)(add_header X-Feed-Cache .*)$}
     {$1$2\n$1add_header X-Worker \$pid always;}m
     or die "no X-Feed-Cache in server_conf()\n";
 
-$t->write_conf(<<"EOF")->run;
+my $mongo = $t->mongo_uri;
+my $CONF = <<"EOF";
 worker_processes 2;
 %%FEED_THREAD_POOL%%
 events { worker_connections 256; }
 http {
     feed_redis $seeds;
     feed_redis_timeout 1s;
-    %%FEED_MONGO%%
+    feed_mongo_uri "$mongo";
+    feed_thread_pool feedtp;
     feed_mongo_timeout 2s;
-    feed_fanout on;
+    feed_fanout \@\@FANOUT\@\@;
     feed_fanout_block 500ms;
     feed_fanout_claim_idle 2s;
     feed_cache_local 1m;
@@ -71,8 +73,20 @@ $server
 }
 EOF
 
-ok($t->wait_for(10, sub { FeedCluster::mapped(statuses($t), 2, 3) }),
-    'every worker maps the cluster');
+# the node of most tests; a second one without a fanout consumer, for a
+# delete nobody takes out of the lists yet
+my $t2 = FeedTest->new;
+$t2->port('http') == $_ and die "port taken twice\n"
+    for values %{$t->{ports}};
+(my $conf = $CONF) =~ s/\@\@FANOUT\@\@/on/;
+$t->write_conf($conf)->run;
+($conf = $CONF) =~ s/\@\@FANOUT\@\@/off/;
+$t2->write_conf($conf)->run;
+
+for my $n ([ 'first', $t ], [ 'second', $t2 ]) {
+    ok($t->wait_for(10, sub { FeedCluster::mapped(statuses($n->[1]), 2, 3) }),
+        "the $n->[0] node's workers map the cluster");
+}
 
 # ------------------------------------------------------------- helpers --
 
@@ -88,10 +102,12 @@ my @ONE = map { $one{$_} } sort keys %one;
 
 # each user's first page of 5, $n times each: [user, status, cache, ids,
 # worker]
+our $AT = $t;    # the node read_all() asks
+
 sub read_all {
     my ($n, @users) = @_;
     my @u = map { my $u = $_; ($u) x $n } @users;
-    my @res = parallel($t, 48, map { [ 'GET', "/users/$_/timeline?limit=5" ] }
+    my @res = parallel($AT, 48, map { [ 'GET', "/users/$_/timeline?limit=5" ] }
         @u);
     return map { [ $u[$_], $res[$_]{status},
         $res[$_]{headers}{'x-feed-cache'} // '',
@@ -309,6 +325,40 @@ ok($last < 0, "delete: never shown after its 204 (reads: $caches)")
 ok(warm(10, @R), 'delete: LOCAL again');
 is(join("\n", stale(1, @R)), '', 'delete: LOCAL without it');
 
+# ------------------------------ a delete not out of the lists yet --
+
+# the second node's copies, answered LOCAL, of a post made on the first;
+# the first node (the only fanout consumer) stopped; a delete made on the
+# second stays in the lists, and only what the watches heard of it (each
+# master's feed:dlc) keeps the copies from showing it
+{
+    local $AT = $t2;
+    ok(warm(10, @R), 'second node: every reader LOCAL');
+    my $p = post_seen('a', 'second node: a post made on the first', @R);
+    ok($t->wait_for(5, sub { !grep { !$c->in_list($_, $p) } @R }),
+        'second node: the post in every list');
+    ok(warm(10, @R), 'second node: LOCAL again, with the post');
+
+    my @first = ($t->pid('nginx'), $t->worker_pids);
+    kill 'STOP', @first;
+    my $d = $t2->http('DELETE', "/users/a/posts/$p");
+    my $at = time;
+    is($d->{status}, 204, 'second node: the post deleted, the first node '
+        . 'stopped');
+    @posts = grep { $_ ne $p } @posts;
+    my ($last, $caches) = last_wrong($at, 1, sub { !grep { $_ eq $p }
+        @{$_[0][3]} }, @R);
+    my $listed = grep { $c->in_list($_, $p) } @R;
+    kill 'CONT', @first;
+    ok($last < 0, "second node: never shown after its 204 (reads: $caches)")
+        or diag(sprintf 'last shown %.0f ms after the 204', $last * 1000);
+    is($listed, 12, 'second node: all the while in every list');
+    ok($t->wait_for(5, sub { !grep { $c->in_list($_, $p) } @R }),
+        'first node going again: out of every list');
+    ok(warm(10, @R), 'second node: LOCAL again');
+    is(join("\n", stale(1, @R)), '', 'second node: LOCAL without it');
+}
+
 # ------------------------------------------ follow, unfollow and mute --
 
 # the first pages of @ONE (a reader of each master) after each change,
@@ -448,4 +498,5 @@ unlike($t->error_log, qr/CROSSSLOT|refused CLIENT TRACKING/,
 
 diag(sprintf 'run time so far %.1f s', time - $t0);
 
+$t2->finish;
 $t->done;
