@@ -2,21 +2,33 @@
 
 # Local hits on a real Redis Cluster (three masters, each with a replica):
 # first pages answered from the worker's copy without any Redis command
-# while each master's watch hears what Redis tracks (issue 30).
+# while each master's watch hears what Redis tracks (issue 30).  Two nginx
+# nodes of two workers: the first with the fanout consumers, the second
+# without.
 #
-#   - warm: readers on all three masters answered LOCAL, and then no
-#     Redis command at all on any node but the watches' heartbeats
-#     (INFO commandstats after CONFIG RESETSTAT);
-#   - /status: every worker's watches (one per master) track;
+#   - warm: readers of all three masters answered LOCAL, and meanwhile no
+#     node ran a command any read sends (INFO commandstats after CONFIG
+#     RESETSTAT: the watches' heartbeats, replication's own and the
+#     fanout consumers' only); /status and /metrics count those hits;
+#   - /status: every worker's three watches track, the main connection to
+#     each master has CLIENT TRACKING on;
 #   - a post fanned out to readers of all three masters is on every first
-#     page within 300 ms; a delete is never shown after its 204; a follow,
-#     an unfollow, a mute are seen by the next read; a pull author's post
-#     (feed_pull_threshold) is seen within 300 ms;
-#   - CLUSTER FAILOVER of a master: its readers are shown no stale page,
-#     and answered LOCAL again, tracked on the promoted master;
-#   - a reader's slot moved to another master: its pages stay right, no
-#     copy tracked on the old node answers LOCAL, and LOCAL resumes,
-#     tracked on the new one.
+#     page within 300 ms of its 201, on either node; a delete is never
+#     shown after its 204, even while no fanout took it out of the lists
+#     (the first node stopped: only each master's feed:dlc tells the
+#     second node's copies); a follow, an unfollow, a mute, an unmute are
+#     on the next read; a pull author's post within 300 ms;
+#   - CLUSTER FAILOVER of a master: a change made at once on the promoted
+#     master makes each worker ask Redis (the old master, now its replica,
+#     tells of the keys it tracked), a post and a delete right after are
+#     never stale, and its readers are LOCAL again, tracked on the
+#     promoted master (a change there makes each worker ask Redis);
+#   - a reader's slot moved to another master: each worker's first read
+#     after the move asks Redis, the pages stay right, and LOCAL resumes,
+#     tracked on the new master (a change there makes each worker ask);
+#   - a master that refuses CLIENT TRACKING (ACL): /status says not every
+#     watch tracks, its readers get round trips with the right page, the
+#     others stay LOCAL; allowed again, all are LOCAL.
 
 use strict;
 use warnings;
@@ -222,14 +234,15 @@ sub reads_counted {
 }
 
 # the commands of %$s no read sends: the watches' heartbeats (PUBLISH),
-# replication's own (REPLCONF, PING), and on the queue's master the
-# fanout consumers' (their XREADGROUP blocks feed_fanout_block)
+# the workers' asks of the map (CLUSTER SLOTS, every 10 s), replication's
+# own (REPLCONF, PING), and on the queue's master the fanout consumers'
+# (their XREADGROUP blocks feed_fanout_block)
 my %FANOUT = map { $_ => 1 } qw(xreadgroup xautoclaim xinfo|consumers);
 
 sub not_background {
     my ($s) = @_;
     return join ', ', map { my $m = $_; map { "$m $_=$s->{$m}{$_}" }
-        grep { !/^(publish|replconf|ping)$/
+        grep { !/^(publish|cluster\|slots|replconf|ping)$/
             && !($m eq $stream && $FANOUT{$_}) } sort keys %{$s->{$m}} }
         sort keys %$s;
 }
@@ -515,6 +528,36 @@ post_seen('a', 'moved: a post after the move', \@R);
 
 unlike($t->error_log, qr/CROSSSLOT|refused CLIENT TRACKING/,
     'no command across slots, no tracking refused');
+
+# ------------------------------------ 5. a master refuses tracking --
+
+# its main connections killed, the workers turn tracking on again on
+# every master: on one it is refused (ACL), so its readers are answered
+# with a round trip, /status says not every watch tracks; allowed again,
+# it tracks at the next heartbeat and its readers are LOCAL again
+my ($deaf) = sort $c->masters;
+my @deafs = grep { $c->master_of("feed:tl:{$_}") eq $deaf } @R;
+my @hear = grep { $c->master_of("feed:tl:{$_}") ne $deaf } @R;
+ok(warm(10, @R), 'refused: every reader LOCAL before');
+$c->cmd($deaf, 'ACL', 'SETUSER', 'default', '-client|tracking');
+$c->cmd($deaf, 'CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes');
+
+ok($t->wait_for(5, sub { my $st = statuses($t);
+    keys %$st == 2 && !grep { $_->{pull}{watch}{tracking} } values %$st }),
+    "refused: status: not every watch tracks, in each worker, once $deaf "
+    . 'refuses CLIENT TRACKING');
+ok(warm(10, @hear), 'refused: the other masters\' readers LOCAL again');
+my @seen = map { @{[ read_all(4, @deafs) ]} } 1 .. 5;
+is(join("\n", map { line($_) } grep { $_->[2] eq 'LOCAL' || $_->[1] != 200
+    || !is_want($_) } @seen), '', "refused: $deaf\'s readers answered with "
+    . 'a round trip, the page right: ' . scalar(@seen) . ' reads');
+like($t->error_log, qr/feed watch: redis refused CLIENT TRACKING/,
+    'refused: told in the log');
+
+$c->cmd($deaf, 'ACL', 'SETUSER', 'default', '+client|tracking');
+ok($t->wait_for(5, \&tracking_all), 'allowed again: status: each '
+    . 'worker\'s 3 watches track');
+ok(warm(10, @R), "allowed again: every reader LOCAL, $deaf\'s too");
 
 diag(sprintf 'run time so far %.1f s', time - $t0);
 
