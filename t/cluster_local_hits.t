@@ -26,6 +26,8 @@
 #   - a reader's slot moved to another master: each worker's first read
 #     after the move asks Redis, the pages stay right, and LOCAL resumes,
 #     tracked on the new master (a change there makes each worker ask);
+#   - a master's clients killed: once the connections are made again, a
+#     change there makes each worker ask Redis;
 #   - a master that refuses CLIENT TRACKING (ACL): /status says not every
 #     watch tracks, its readers get round trips with the right page, the
 #     others stay LOCAL; allowed again, all are LOCAL.
@@ -538,7 +540,16 @@ unlike($t->error_log, qr/CROSSSLOT|refused CLIENT TRACKING/,
 my ($deaf) = sort $c->masters;
 my @deafs = grep { $c->master_of("feed:tl:{$_}") eq $deaf } @R;
 my @hear = grep { $c->master_of("feed:tl:{$_}") ne $deaf } @R;
-ok(warm(10, @R), 'refused: every reader LOCAL before');
+# first, its clients killed: tracking ends with its connections, Redis
+# forgets what they tracked, and no copy read before is answered LOCAL
+ok(warm(10, @R), 'reconnect: every reader LOCAL before');
+$c->cmd($deaf, 'CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes');
+sleep 0.5;
+is(touched_asks($deaf, $deafs[0]), '', "reconnect: the connections to "
+    . "$deaf made again, a change of $deafs[0]\'s list there makes each "
+    . 'worker ask Redis');
+ok(warm(10, @R), 'reconnect: every reader LOCAL again');
+
 $c->cmd($deaf, 'ACL', 'SETUSER', 'default', '-client|tracking');
 $c->cmd($deaf, 'CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes');
 
