@@ -218,7 +218,9 @@ ok(warm(15, @R), 'warm: every reader\'s first page LOCAL, on three '
 is(join("\n", stale(2, @R)), '', 'warm: the pages right');
 
 my $c0 = node_counts($t);
-my $m0 = metrics_val(metrics_scrape($t), 'feed_local_hits_total');
+my $scrape = metrics_scrape($t);
+my $m0 = metrics_val($scrape, 'feed_local_hits_total');
+my $l0 = metrics_val($scrape, 'feed_timeline_reads_total', cache => 'LOCAL');
 
 # reads of @users for $secs (40 at a time) between CONFIG RESETSTAT and
 # INFO commandstats on every node: (the reads, { node => { command =>
@@ -281,8 +283,12 @@ is(scalar(grep { ($s->{$_}{publish} // 0) >= 10 } $c->masters), 3,
 ok(node_counts($t)->{'local_pages.answered_without_redis'}
     - ($c0->{'local_pages.answered_without_redis'} // 0) >= $n,
     'status: local_pages.answered_without_redis counts them');
-ok(metrics_val(metrics_scrape($t), 'feed_local_hits_total') - ($m0 // 0)
-    >= $n, 'metrics: feed_local_hits_total counts them');
+$scrape = metrics_scrape($t);
+ok((metrics_val($scrape, 'feed_local_hits_total') // 0) - ($m0 // 0) >= $n,
+    'metrics: feed_local_hits_total counts them');
+ok((metrics_val($scrape, 'feed_timeline_reads_total', cache => 'LOCAL')
+    // 0) - ($l0 // 0) >= $n,
+    'metrics: feed_timeline_reads_total{cache="LOCAL"} counts them');
 
 # --------------------------------------------- 2. what changes is seen --
 
