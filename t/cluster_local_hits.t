@@ -23,6 +23,9 @@
 #     tells of the keys it tracked), a post and a delete right after are
 #     never stale, and its readers are LOCAL again, tracked on the
 #     promoted master (a change there makes each worker ask Redis);
+#   - the promoted master killed, the old one promoted again: a post made
+#     meanwhile is on every page 300 ms after it is in the reader's list,
+#     and LOCAL resumes, tracked on the old master;
 #   - a reader's slot moved to another master: each worker's first read
 #     after the move asks Redis, the pages stay right, and LOCAL resumes,
 #     tracked on the new master (a change there makes each worker ask);
@@ -510,6 +513,30 @@ ok($tries <= 3, "failover: $victim\'s readers LOCAL, no command on any "
     . "node (try $tries)");
 is(touched_asks($promoted, $theirs[0]), '', "failover: a change of "
     . "$theirs[0]\'s list on $promoted makes each worker ask Redis");
+
+# ------------------------------------- 3b. the new master killed --
+
+# $promoted killed: $victim, its replica now, promoted again after the
+# cluster's node timeout; a post made meanwhile reaches its readers' lists
+# once it is; no page lacks it 300 ms after it is listed, and its readers
+# are LOCAL again, tracked on $victim
+ok(warm(10, @R), 'kill: every reader LOCAL before');
+$t->stop_proc($promoted, 'KILL');
+my $killed = time;
+my $p3 = post($t, 'a', 'while a master is down');
+push @posts, $p3;
+my $w = wrong_reads($killed, 6, \&is_want, $p3, @R);
+ok($w->{late} < 0.3, 'kill: no page lacks the post 300 ms after it is in '
+    . "the reader's list (reads: $w->{caches})")
+    or diag(join "\n", ends(@{$w->{wrong}}));
+ok($c->wait_ok(10) && $c->master_of("feed:tl:{$theirs[0]}") eq $victim,
+    "kill: $victim master again");
+ok($t->wait_for(10, sub { !grep { !$c->in_list($_, $p3) } @R }),
+    'kill: the post in every list');
+is(join("\n", stale(2, @R)), '', 'kill: every page right');
+ok(warm(15, @R), "kill: every reader LOCAL again, $victim\'s too");
+is(touched_asks($victim, $theirs[0]), '', "kill: a change of "
+    . "$theirs[0]\'s list on $victim makes each worker ask Redis");
 
 # ---------------------------------------------------- 4. a slot moved --
 
