@@ -8,8 +8,9 @@
 #
 #   - warm: readers of all three masters answered LOCAL, and meanwhile no
 #     node ran a command any read sends (INFO commandstats after CONFIG
-#     RESETSTAT: the watches' heartbeats, replication's own and the
-#     fanout consumers' only); /status and /metrics count those hits;
+#     RESETSTAT: the watches' heartbeats, the asks of the map,
+#     replication's own and the fanout consumers' only); /status and
+#     /metrics count those hits;
 #   - /status: every worker's three watches track, the main connection to
 #     each master has CLIENT TRACKING on;
 #   - a post fanned out to readers of all three masters is on every first
@@ -603,7 +604,7 @@ ok($t->wait_for(5, \&tracking_all), 'allowed again: status: each '
     . 'worker\'s 3 watches track');
 ok(warm(10, @R), "allowed again: every reader LOCAL, $deaf\'s too");
 
-diag(sprintf 'run time so far %.1f s', time - $t0);
+diag(sprintf 'run time %.1f s', time - $t0);
 
 $t2->finish;
 $t->done;
