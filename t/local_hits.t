@@ -18,7 +18,7 @@
 #     the change, and LOCAL answers resume, right: a post of a followed
 #     author (fanned out), a delete, a follow, an unfollow, a block, a
 #     mute, a hidden post, the read marker moved (X-Feed-Unread), a pull
-#     author's post;
+#     author's post, and a delete of it after its list went;
 #   - faults: a reload (new workers answer right, LOCAL again); the watch's
 #     connection killed (CLIENT KILL TYPE pubsub: a post right after it
 #     shown within 300 ms); the subscription stalled (the proxy holds
@@ -588,6 +588,18 @@ for my $mode (qw(link embed)) {
 
     post_is("$mode: a post of pull author $P", $R, $P, pull => 1);
     ok(rd($t, 'EXISTS', "feed:pl:{$P}"), "$mode: $P still pull");
+
+    # the pull author's list gone (expired, evicted), then a post of
+    # theirs deleted: taken out of no list
+    {
+        my $gone = $BY{$P}[-1];
+        change_is("$mode: a delete while the author's list is gone", $R,
+            sub {
+                $t->redis('DEL', "feed:pl:{$P}", "feed:pv:{$P}");
+                http_ok($t, 'DELETE', "/users/$P/posts/$gone", 204)
+                    and $DEL{$gone} = 1;
+            }, at_once => 1);
+    }
 
     # ------------------------------------------------------ 3. faults --
 
