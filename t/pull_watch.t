@@ -276,6 +276,14 @@ none_failed(\@bad, 'setup: the reader\'s timeline read');
     is(subscribed_clients(), 1, 'hot: CLIENT LIST: one client subscribed '
         . 'to 4 channels (the worker\'s)');
 
+    # feed_cache_tracking off: no connection tracks keys (flag t)
+    my @tracking = grep { /\bflags=\S*t/ }
+        split /\n/, $t->redis('CLIENT', 'LIST');
+    is(scalar @tracking, 0, 'hot: CLIENT LIST: no client tracking keys')
+        or diag("@tracking");
+    ok(JSON::PP::is_bool($w->{tracking}) && !$w->{tracking},
+        'hot: watch.tracking false');
+
     my $c0 = calls();
     my ($v, @bad) = (vouched());
     for my $i (1 .. 50) {

@@ -76,7 +76,7 @@ static void ngx_http_feed_timeline_move(ngx_http_feed_timeline_ctx_t *ctx,
     ngx_http_feed_timeline_state_e state);
 static void ngx_http_feed_timeline_count(ngx_http_feed_timeline_ctx_t *ctx);
 static ngx_int_t ngx_http_feed_timeline_local_hit(
-    ngx_http_feed_timeline_ctx_t *ctx, ngx_str_t *lists);
+    ngx_http_feed_timeline_ctx_t *ctx, ngx_str_t *page, ngx_str_t *lists);
 static void ngx_http_feed_timeline_local_found(
     ngx_http_feed_timeline_ctx_t *ctx);
 static ngx_msec_t ngx_http_feed_timeline_refresh(
@@ -346,7 +346,7 @@ static void
 ngx_http_feed_timeline_read(ngx_http_feed_timeline_ctx_t *ctx)
 {
     u_char     *nl;
-    ngx_str_t   copy, lists;
+    ngx_str_t   copy, page, lists;
 
     ctx->kept.len = 0;
     ctx->have.len = 0;
@@ -366,6 +366,7 @@ ngx_http_feed_timeline_read(ngx_http_feed_timeline_ctx_t *ctx)
                       : NULL;
 
         if (nl) {
+            page = copy;
             copy.len = nl - copy.data;
             ctx->have.len = copy.len;
             ctx->have.data = ngx_pstrdup(ctx->request->pool, &copy);
@@ -384,7 +385,9 @@ ngx_http_feed_timeline_read(ngx_http_feed_timeline_ctx_t *ctx)
             ctx->vouched = ngx_http_feed_timeline_watch_vouch(&ctx->page.user,
                                                                &lists);
 
-            if (ngx_http_feed_timeline_local_hit(ctx, &lists) == NGX_OK) {
+            if (ngx_http_feed_timeline_local_hit(ctx, &page, &lists)
+                == NGX_OK)
+            {
                 return;
             }
         }
@@ -405,8 +408,9 @@ ngx_http_feed_timeline_read(ngx_http_feed_timeline_ctx_t *ctx)
 
 static ngx_int_t
 ngx_http_feed_timeline_local_hit(ngx_http_feed_timeline_ctx_t *ctx,
-    ngx_str_t *lists)
+    ngx_str_t *page, ngx_str_t *lists)
 {
+    uint64_t                      searched;
     ngx_http_feed_local_track_t  *t = &ctx->track;
 
     if (ctx->counting || !ctx->fmcf->cache_tracking
@@ -417,6 +421,25 @@ ngx_http_feed_timeline_local_hit(ngx_http_feed_timeline_ctx_t *ctx,
         || !ngx_http_feed_timeline_watch_tracks(&ctx->page.user, &t->mark))
     {
         return NGX_DECLINED;
+    }
+
+    /*
+     * Posts deleted since: the copy must not have any (a count answered
+     * with it may have counted one: none must have been deleted)
+     */
+
+    if (ngx_http_feed_track_deletes((ctx->unread && t->unread_len) ? NULL
+                                                                  : page,
+                                    t->searched, &searched)
+        != NGX_OK)
+    {
+        return NGX_DECLINED;
+    }
+
+    if (searched > t->searched) {
+        ngx_http_feed_timeline_local_searched(&ctx->page.user,
+                                              ctx->page.limit, &ctx->have,
+                                              searched);
     }
 
     ctx->cached.found = 1;

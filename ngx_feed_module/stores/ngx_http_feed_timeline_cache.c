@@ -251,6 +251,7 @@ ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
 {
     size_t                              hgetlen[3];
     ngx_int_t                           rc;
+    ngx_uint_t                          i;
     ngx_str_t                           arg;
     const char                         *hget[3];
     ngx_http_feed_redis_args_t          args;
@@ -298,21 +299,20 @@ ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
      */
 
     if (tracked) {
+        i = NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_TIMELINE;
+
         ngx_http_feed_redis_args_init(&args, hget, hgetlen);
         ngx_http_feed_redis_args_lit(&args, "CLIENT");
         ngx_http_feed_redis_args_lit(&args, "CACHING");
         ngx_http_feed_redis_args_lit(&args, "yes");
-        ngx_http_feed_redis_args_route(&args,
-            rc_call.keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_TIMELINE],
-            rc_call.call.argvlen[3
-                             + NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_TIMELINE]);
+        ngx_http_feed_redis_args_route(&args, rc_call.keys[i],
+                                       rc_call.call.argvlen[3 + i]);
 
         (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL,
                                         &args);
 
         ngx_http_feed_redis_call_lit(&rc_call.call,
-                                     NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_TRACKED,
-                                     "1");
+            NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_TRACKED, "1");
     }
 
     return ngx_http_feed_redis_call(r, fmcf->redis_client, &rc_call.call,
@@ -465,6 +465,7 @@ ngx_http_feed_timeline_cache_page(ngx_http_request_t *r,
     ngx_str_t                   kept;
     const char                 *argv[NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_ARGC];
     ngx_http_feed_redis_call_t  call;
+    ngx_http_feed_local_track_t track;
 
     len = cached->version.len + 1 + NGX_HTTP_FEED_NONCE_LEN + body->len
           + 24 + 2;
@@ -546,6 +547,15 @@ ngx_http_feed_timeline_cache_page(ngx_http_request_t *r,
 
     ngx_http_feed_timeline_local_put(&page->user, page->limit, &kept,
                                      &cached->lists);
+
+    /* the read that made the page kept its list alive */
+
+    ngx_memzero(&track, sizeof(ngx_http_feed_local_track_t));
+    track.refreshed = ngx_current_msec;
+    kept.len = vlen;
+
+    ngx_http_feed_timeline_local_track(&page->user, page->limit, &kept,
+                                       &track);
 }
 
 

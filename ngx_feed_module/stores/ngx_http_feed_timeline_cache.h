@@ -54,6 +54,8 @@ typedef struct {
  */
 typedef struct {
     ngx_http_feed_watch_mark_t    mark;
+    uint64_t                      searched;   /* for deleted posts, up to
+                                                 this stamp */
     ngx_msec_t                    refreshed;
     u_char                        unread[NGX_INT_T_LEN + 1];
     size_t                        unread_len;
@@ -225,6 +227,9 @@ void ngx_http_feed_track_exit(void);
 uint64_t ngx_http_feed_track_stamp(void);
 void ngx_http_feed_track_changed(u_char *user, size_t len);
 void ngx_http_feed_track_all(const char *why);
+void ngx_http_feed_track_deleted(u_char *id);
+ngx_int_t ngx_http_feed_track_deletes(ngx_str_t *page, uint64_t stamp,
+    uint64_t *checked);
 ngx_uint_t ngx_http_feed_track_current(ngx_http_feed_user_t *user,
     uint64_t stamp);
 ngx_uint_t ngx_http_feed_track_lost(void);
@@ -235,6 +240,8 @@ ngx_str_t ngx_http_feed_timeline_local_get(ngx_http_feed_user_t *user,
     ngx_uint_t limit, ngx_str_t *lists, ngx_http_feed_local_track_t *track);
 void ngx_http_feed_timeline_local_track(ngx_http_feed_user_t *user,
     ngx_uint_t limit, ngx_str_t *version, ngx_http_feed_local_track_t *track);
+void ngx_http_feed_timeline_local_searched(ngx_http_feed_user_t *user,
+    ngx_uint_t limit, ngx_str_t *version, uint64_t stamp);
 void ngx_http_feed_timeline_local_put(ngx_http_feed_user_t *user,
     ngx_uint_t limit, ngx_str_t *page, ngx_str_t *lists);
 ngx_int_t ngx_http_feed_timeline_local_status(bson_t *doc);

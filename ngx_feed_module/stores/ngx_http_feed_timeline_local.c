@@ -172,6 +172,7 @@ ngx_http_feed_timeline_local_track(ngx_http_feed_user_t *user,
     refreshed = track->refreshed ? track->refreshed : lp->track.refreshed;
     lp->track = *track;
     lp->track.refreshed = refreshed;
+    lp->track.searched = track->mark.stamp;
 
     ngx_log_debug3(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
                    "feed local copy of \"%V\" current, stamp %uL, %s",
@@ -242,6 +243,33 @@ ngx_http_feed_timeline_local_put(ngx_http_feed_user_t *user,
     ls->pages++;
     ngx_http_feed_gauge(local_bytes, size);
     ngx_http_feed_gauge(local_pages, 1);
+}
+
+
+/* the copy of this version was searched for posts deleted up to stamp */
+
+void
+ngx_http_feed_timeline_local_searched(ngx_http_feed_user_t *user,
+    ngx_uint_t limit, ngx_str_t *version, uint64_t stamp)
+{
+    u_char                           buf[NGX_HTTP_FEED_LOCAL_KEY_LEN];
+    uint32_t                         hash;
+    ngx_str_t                        key;
+    ngx_http_feed_timeline_local_t  *lp;
+
+    hash = ngx_http_feed_timeline_local_key(buf, user, limit, &key);
+
+    lp = ngx_http_feed_timeline_local_find(&key, hash);
+
+    if (lp == NULL || lp->page.len <= version->len
+        || lp->page.data[version->len] != '\n'
+        || ngx_memcmp(lp->page.data, version->data, version->len) != 0
+        || lp->track.searched >= stamp)
+    {
+        return;
+    }
+
+    lp->track.searched = stamp;
 }
 
 

@@ -15,13 +15,25 @@
  * Users share NGX_HTTP_FEED_TRACK_SLOTS slots by a hash of their name: a
  * change of one of them makes the others' copies ask Redis once, never
  * answer stale.  Stamps only grow, and a worker makes fewer than 2^64.
+ *
+ * A post deleted may be in any copy: the last NGX_HTTP_FEED_TRACK_DELETES
+ * ids deleted are kept with their stamps, and a copy is searched for
+ * those deleted after it was last searched; one that has a deleted post,
+ * or that was last searched before the oldest kept, asks Redis.
  */
 
 
 #include "ngx_http_feed_timeline_cache.h"
 
 
-#define NGX_HTTP_FEED_TRACK_SLOTS  65536
+#define NGX_HTTP_FEED_TRACK_SLOTS    65536
+#define NGX_HTTP_FEED_TRACK_DELETES  256
+
+
+typedef struct {
+    u_char                        id[25];   /* NUL-terminated */
+    uint64_t                      stamp;
+} ngx_http_feed_track_delete_t;
 
 
 typedef struct {
@@ -29,6 +41,11 @@ typedef struct {
     uint64_t                      now;      /* the last stamp taken */
     uint64_t                      all;      /* the last change of all */
     ngx_uint_t                    lost;     /* tracking lost, how often */
+
+    /* the last posts deleted, a ring: next is where the next one goes */
+    ngx_http_feed_track_delete_t  deletes[NGX_HTTP_FEED_TRACK_DELETES];
+    ngx_uint_t                    next;
+    ngx_uint_t                    ndeletes;
 
     /* the Redis layer's counters when last looked at */
     ngx_uint_t                    connects;
@@ -119,6 +136,91 @@ ngx_http_feed_track_all(const char *why)
 
     ngx_log_debug1(NGX_LOG_DEBUG_CORE, ngx_cycle->log, 0,
                    "feed track: everything changed, %s", why);
+}
+
+
+/* a post deleted (its id, 24 hex digits): copies that have it ask Redis */
+
+void
+ngx_http_feed_track_deleted(u_char *id)
+{
+    ngx_http_feed_track_t         *t = &ngx_http_feed_track;
+    ngx_http_feed_track_delete_t  *d;
+
+    if (t->slots == NULL) {
+        return;
+    }
+
+    d = &t->deletes[t->next];
+    ngx_memcpy(d->id, id, 24);
+    d->id[24] = '\0';
+    d->stamp = ++t->now;
+
+    t->next = (t->next + 1) % NGX_HTTP_FEED_TRACK_DELETES;
+
+    if (t->ndeletes < NGX_HTTP_FEED_TRACK_DELETES) {
+        t->ndeletes++;
+    }
+
+    ngx_log_debug2(NGX_LOG_DEBUG_CORE, ngx_cycle->log, 0,
+                   "feed track: post %*s deleted", (size_t) 24, id);
+}
+
+
+/*
+ * Whether a copy (its bytes) searched for deleted posts up to stamp
+ * has none of those deleted since: NGX_OK, and *checked the stamp it is
+ * now searched up to; NGX_DECLINED: it has one, or more were deleted
+ * since than the worker keeps.  page NULL: any post deleted since is one
+ * (an unread count may have counted it).
+ */
+
+ngx_int_t
+ngx_http_feed_track_deletes(ngx_str_t *page, uint64_t stamp,
+    uint64_t *checked)
+{
+    ngx_uint_t                     i, n;
+    ngx_http_feed_track_t         *t = &ngx_http_feed_track;
+    ngx_http_feed_track_delete_t  *d;
+
+    *checked = stamp;
+
+    if (t->slots == NULL || t->ndeletes == 0) {
+        return NGX_OK;
+    }
+
+    n = t->ndeletes;
+    i = (t->next + NGX_HTTP_FEED_TRACK_DELETES - 1)
+        % NGX_HTTP_FEED_TRACK_DELETES;
+
+    if (t->deletes[i].stamp <= stamp) {
+        return NGX_OK;
+    }
+
+    *checked = t->deletes[i].stamp;
+
+    /* newest first, back to the first one after stamp */
+
+    while (n--) {
+        d = &t->deletes[i];
+
+        if (d->stamp <= stamp) {
+            return NGX_OK;
+        }
+
+        if (page == NULL
+            || ngx_strnstr(page->data, (char *) d->id, page->len) != NULL)
+        {
+            return NGX_DECLINED;
+        }
+
+        i = (i + NGX_HTTP_FEED_TRACK_DELETES - 1)
+            % NGX_HTTP_FEED_TRACK_DELETES;
+    }
+
+    /* the ring is full and all of it is newer: older ones are forgotten */
+
+    return t->ndeletes < NGX_HTTP_FEED_TRACK_DELETES ? NGX_OK : NGX_DECLINED;
 }
 
 

@@ -423,7 +423,14 @@ ngx_http_feed_timeline_watch_message(void *data, redisReply *reply)
     {
         /* a post being deleted may be in any copy */
         w->deleted++;
-        ngx_http_feed_track_all("a post deleted");
+
+        if (payload->len == 24) {
+            ngx_http_feed_track_deleted((u_char *) payload->str);
+
+        } else {
+            ngx_http_feed_track_all("a post deleted");
+        }
+
         return;
     }
 
@@ -740,7 +747,8 @@ ngx_http_feed_watch_beat(ngx_http_feed_watch_t *w)
         w->tracking = 0;
     }
 
-    if (w->channels >= NGX_HTTP_FEED_WATCH_CHANNELS && w->client >= 0
+    if (w->fmcf->cache_tracking
+        && w->channels >= NGX_HTTP_FEED_WATCH_CHANNELS && w->client >= 0
         && !w->tracking && w->turning == NULL)
     {
         ngx_http_feed_timeline_watch_track_on(w);
@@ -962,6 +970,7 @@ ngx_http_feed_watch_tracks(ngx_http_feed_watch_t *w,
     ngx_http_feed_user_t *user, ngx_http_feed_watch_mark_t *m)
 {
     if (!w->tracking || m->era != w->era || m->stamp <= w->tracking_stamp
+        || w->tracking_lost != ngx_http_feed_track_lost()
         || w->channels < NGX_HTTP_FEED_WATCH_CHANNELS || !w->heard
         || (ngx_msec_int_t) (ngx_current_msec - w->echo)
            > NGX_HTTP_FEED_WATCH_FRESH)
@@ -973,13 +982,19 @@ ngx_http_feed_watch_tracks(ngx_http_feed_watch_t *w,
 }
 
 
-/* a read that the watch's node will track: its stamp in the mark */
+/*
+ * A read that the watch's node will track: its stamp in the mark.  Not
+ * after a connection was made again, until the watch turned tracking on
+ * again on it (the next heartbeat).
+ */
 
 ngx_uint_t
 ngx_http_feed_watch_track(ngx_http_feed_watch_t *w,
     ngx_http_feed_watch_mark_t *m)
 {
-    if (!w->tracking || m->era != w->era) {
+    if (!w->tracking || m->era != w->era
+        || w->tracking_lost != ngx_http_feed_track_lost())
+    {
         m->stamp = 0;
         return 0;
     }
