@@ -32,8 +32,10 @@
 #     both workers in turn: Redis evicts their tracked keys (invalidations),
 #     a pull author's post reaches every page, and then a post each hides
 #     (keys Redis no longer tracks) is gone from every page;
-#   - two nodes: a post and a delete made through node A seen on node B's
-#     hits within 300 ms, the delete never after A's 204;
+#   - two nodes (B without fanout): a post and a delete made through node
+#     A seen on node B's hits within 300 ms, the delete never after A's
+#     204; node A's workers stopped (SIGSTOP: no list changes), a delete
+#     made through B never on B's hits after its 204 (feed:dlc);
 #   - the TTL (after a reload with feed_cache_ttl 4s: the refresh interval
 #     1 s): a reader read only by hits for 6 s never gets a MISS, and the
 #     list's TTL never runs out;
@@ -89,7 +91,7 @@ http {
     feed_mongo_timeout 3s;
     feed_cache_mode %%MODE%%;
     feed_cache_ttl %%TTL%%;
-    feed_fanout on;
+    feed_fanout %%FANOUT%%;
     feed_fanout_block 200ms;
     feed_fanout_claim_idle 2s;
     feed_pull_threshold 3;
@@ -128,8 +130,9 @@ http {
 EOF
 
 sub conf {
-    my ($mode, $redis, $ttl, $more) = @_;
+    my ($mode, $redis, $ttl, $more, $fanout) = @_;
     (my $c = $CONF) =~ s/%%MODE%%/$mode/;
+    $c =~ s/%%FANOUT%%/$fanout || 'on'/e;
     $c =~ s/%%MORE%%/$more || ''/e;
     $c =~ s/%%TTL%%/$ttl || '7d'/e;
     $c =~ s/%%PORT_REDIS_NODE%%/%%PORT_\U$redis\E%%/;
@@ -743,13 +746,36 @@ for my $mode (qw(link embed)) {
     {
         my $name = "$mode: two nodes";
         $u->stop;
-        start_node($u, $mode, 'redis', "$name: node B");
+
+        # node B does no fanout: node A's workers write every list
+        $u->write_conf(conf($mode, 'redis', undef, undef, 'off'))->run;
+        ok($u->wait_for(10, sub {
+            my $st = statuses($u);
+            keys %$st == 2 && !grep { !($_->{redis}{up}
+                && $_->{pull}{watch}{subscribed}) } values %$st;
+        }), "$name: node B (no fanout): both workers up, subscribed");
         pages_ok($u, $R, "$name: node B", 4);
         post_is("$name: a post through A, read on B", $R, $A, node => $u);
         my $gone = $BY{$A}[-1];
         change_is("$name: a delete through A, read on B", $R, sub {
             http_ok($t, 'DELETE', "/users/$A/posts/$gone", 204)
                 and $DEL{$gone} = 1 }, node => $u, at_once => 1);
+
+        # node A's workers stopped: a delete made through B is taken out
+        # of no list; only its word on feed:dlc keeps B's copies from
+        # showing it after the 204
+        post_is("$name: another post through A, read on B", $R, $A,
+            node => $u);
+        $gone = $BY{$A}[-1];
+        my @wa = $t->worker_pids;
+        change_is("$name: node A stopped, a delete through B", $R, sub {
+            kill 'STOP', @wa;
+            http_ok($u, 'DELETE', "/users/$A/posts/$gone", 204)
+                and $DEL{$gone} = 1 }, node => $u, at_once => 1);
+        kill 'CONT', @wa;
+        ok($t->wait_for(10, sub { watching($t) }), "$name: node A's "
+            . 'workers again');
+        pages_ok($t, $R, "$name: node A", 4);
         $u->stop;
     }
 
