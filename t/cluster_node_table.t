@@ -5,7 +5,8 @@
 # again and again, one after the other, as when their pods restart with
 # new addresses, 30 times each (90 addresses, the table holds 64).  After
 # each move, once the workers have followed, every follower's timeline
-# hits, on every master (no BYPASS: every slot has its master); after each
+# hits in Redis, on every master (no BYPASS: every slot has its master;
+# feed_cache_tracking off, so that no read is a local hit); after each
 # round of three:
 #
 #   - a post is made and deleted: 201, then 204;
@@ -52,6 +53,10 @@ http {
     feed_fanout_block 500ms;
     feed_fanout_claim_idle 1s;
     feed_cache_local 1m;
+    # every read a round trip: a hit shows the worker reached the master
+    # at its new address (a local hit answers from the copy, and one right
+    # after a move may come before the worker heard its connection close)
+    feed_cache_tracking off;
     feed_pull_threshold 100;
 
 @{[ FeedCluster::server_conf() ]}

@@ -1,15 +1,15 @@
 #!/usr/bin/perl
 
 # Unread counts on a Redis Cluster (three masters): readers on every
-# master, each with a read marker, follow two authors and a pull author
-# (whose list each master keeps a copy of).  GET .../timeline/unread and
-# the first pages' X-Feed-Unread count the posts newer than each marker,
-# on each node, the pull author's posts merged from the copy of the
-# reader's node; a mute changes one reader's count only, at once; a new
-# post of the pull author counts for every reader; a marker PUT whose
-# copy the reader's node refused (out of memory: 503) leaves no first page
-# with the old count.  The count and the header on a single Redis:
-# t/timeline_unread.t.
+# master (three on each, their names picked so), each with a read marker,
+# follow two authors and a pull author (whose list each master keeps a
+# copy of).  GET .../timeline/unread and the first pages' X-Feed-Unread
+# count the posts newer than each marker, on each node, the pull author's
+# posts merged from the copy of the reader's node; a mute changes one
+# reader's count only, at once; a new post of the pull author counts for
+# every reader; a marker PUT whose copy the reader's node refused (out of
+# memory: 503) leaves no first page with the old count.  The count and the
+# header on a single Redis: t/timeline_unread.t.
 
 use strict;
 use warnings;
@@ -69,11 +69,22 @@ ok($t->wait_for(10, sub { FeedCluster::mapped(statuses($t), 2, 3) }),
     'every worker maps the cluster');
 
 my $RUN = $$ . int(time);
-my @R = map { "r$_.$RUN" } 1 .. 9;
 my ($a1, $a2, $celeb) = map { "$_.$RUN" } qw(a1 a2 celeb);
 
+# nine readers, three on each master: the names r1.$RUN, r2.$RUN, ... in
+# order, each taken while its timeline's master has fewer than three (nine
+# names drawn at random can all land on two masters)
+my (@R, %taken);
+for my $i (1 .. 200) {
+    last if @R == 9;
+    my $name = "r$i.$RUN";
+    next if $taken{ $c->master_of("feed:tl:{$name}") }++ >= 3;
+    push @R, $name;
+}
+
 my ($node, $per) = $c->spread(@R);
-is(scalar keys %$per, 3, 'the readers are on all three masters: '
+ok(@R == 9 && keys %$per == 3 && !grep({ $_ != 3 } values %$per),
+    'the readers are on all three masters, three on each: '
     . join(' ', map { "$_=$per->{$_}" } sort keys %$per));
 
 none_failed([ follow_each($t, $_, @R) ], "9 follows of $_")

@@ -12,25 +12,27 @@
 #     small1 (3 followers) and small2 (1) stay pushed; the reader follows
 #     all four and posts too: every walk of its pages following next, for
 #     limits 1 to 7, 20 and 100, visits every post once, newest first,
-#     each identical to its 201, HIT first and DEEP past the cache;
+#     each identical to its 201, a hit first (HIT, or LOCAL: the worker's
+#     copy) and DEEP past the cache;
 #     later posts of pbig and pfifty reach no cached list (0 deliveries);
 #   - a post by pbig is on the first page of its 200 cached followers
 #     within 1 s of its 201, with no fanout delivery, listed once;
 #   - since_id pages and first pages read again and again (kept pages, the
 #     workers' own copies) show a new pulled post as soon as it is listed;
 #   - a pulled post deleted: in no follower's next read;
-#   - MongoDB down: cached first pages (HIT) still right, pull.authors null;
+#   - MongoDB down: cached first pages (hits) still right, pull.authors null;
 #   - unfollow of a pull author: their posts gone from the reader's next
 #     read; follow again: back, and new ones too;
 #   - a reload (SIGHUP) while posting, then a Redis restart (no
 #     persistence: caches and pull lists gone, rebuilt; pull.loads);
 #   - embed mode gives the same answers as link mode;
 #   - with feed_cache_size 800 every list is whole: every page of every
-#     walk is a HIT, merged; an old pulled post, also in rebuilt lists,
-#     deleted; pbig's list expired, or evicted alone: loaded again; the
-#     reader's own list expired; 250 more pulled posts and 100 pushed:
-#     long walks, pages between max_id and since_id; 30 posts while first
-#     pages are read: none stale once they are listed.
+#     walk is a hit (HIT, or LOCAL for a first page), merged; an old
+#     pulled post, also in rebuilt lists, deleted; pbig's list expired, or
+#     evicted alone: loaded again; the reader's own list expired; 250 more
+#     pulled posts and 100 pushed: long walks, pages between max_id and
+#     since_id; 30 posts while first pages are read: none stale once they
+#     are listed.
 #
 # The switches (crossing the threshold up and down, feed_pull_threshold
 # off) are in t/pull_switch.t.
@@ -47,7 +49,8 @@ use FeedTest;
 use FeedTest::Util qw(short summary tl_uri tl_page_problems post_start
     post_end_tagged parallel follow_each read_each none_failed copies
     copies_summary all_n wait_settled tl_walk tl_ids node_counts node_moved
-    node_moved_is node_acked workers_up statuses json_int server_conf);
+    node_moved_is node_acked workers_up statuses json_int server_conf
+    is_hit $HIT);
 
 plan(skip_all => 'the MongoDB stand-in needed: a fresh database, its '
     . 'command log') if FeedTest::real_mongo();
@@ -182,8 +185,9 @@ sub runs {
 }
 
 # $u's pages, limit $limit, following next: every post once, in order,
-# each as its 201; o{deep} => some page DEEP; o{first}, o{all} => the
-# X-Feed-Cache of the first page, of every page.  Returns the walk
+# each as its 201; o{deep} => some page DEEP; o{first}, o{all} => a
+# pattern the X-Feed-Cache of the first page, of every page matches
+# ($HIT: a hit, from Redis or the worker's copy).  Returns the walk
 sub walk_ok {
     my ($name, $u, $limit, %o) = @_;
     local $Test::Builder::Level = $Test::Builder::Level + 1;
@@ -195,11 +199,15 @@ sub walk_ok {
         if !@p && $JSON->encode($w->{items})
             ne $JSON->encode([ map { $TAG{$_} } @$want ]);
     my $caches = join ', ', map { "$_->[0] x$_->[1]" } runs($w->{caches});
-    push @p, "first page $w->{caches}[0], want $o{first}"
-        if $o{first} && ($w->{caches}[0] // '') ne $o{first};
+    push @p, "first page " . ($w->{caches}[0] // '-') . ", want $o{first}"
+        if $o{first} && ($w->{caches}[0] // '') !~ $o{first};
     push @p, 'no page DEEP' if $o{deep} && $caches !~ /DEEP/;
-    push @p, "not every page $o{all}"
-        if $o{all} && $caches !~ /^$o{all} x\d+$/;
+    push @p, "not every page $o{all}: $caches"
+        if $o{all} && grep { ($_ // '') !~ $o{all} } @{ $w->{caches} };
+    # a worker answers only first pages from its copy
+    push @p, "a page past the first LOCAL: $caches"
+        if grep { ($_ // '') eq 'LOCAL' }
+            @{ $w->{caches} }[1 .. $#{ $w->{caches} }];
     ok(!@p, "$name: $u, limit $limit: " . scalar(@$want) . ' posts once, '
         . 'newest first, as created (' . scalar(@{ $w->{caches} })
         . " pages: $caches)") or diag(join "\n", @p);
@@ -212,7 +220,8 @@ sub first_pages_bad {
     return pages_bad(20, undef, @users);
 }
 
-# the same for pages of $limit, each with X-Feed-Cache $cache unless undef
+# the same for pages of $limit, each with an X-Feed-Cache that matches
+# $cache unless undef
 sub pages_bad {
     my ($limit, $cache, @users) = @_;
     my @res = parallel($t, 50,
@@ -226,7 +235,7 @@ sub pages_bad {
             if !@p && "@{ tl_ids($r) }" ne "@$want";
         push @p, "X-Feed-Cache $r->{headers}{'x-feed-cache'}"
             if !@p && defined $cache
-                && $r->{headers}{'x-feed-cache'} ne $cache;
+                && $r->{headers}{'x-feed-cache'} !~ $cache;
         push @bad, "$users[$i]: @p" if @p;
     }
     return @bad;
@@ -315,12 +324,12 @@ read_all('setup', $R, @F);
         or diag("$in[0]: " . copies_summary(copies($t, $in[0], $R, @F)));
 
     for my $limit (1 .. 7) {
-        walk_ok('paged', $R, $limit, first => 'HIT', deep => 1);
+        walk_ok('paged', $R, $limit, first => $HIT, deep => 1);
     }
     walk_ok('paged', $R, $_) for 20, 100;
-    walk_ok('paged', $F[0], 3, first => 'HIT', deep => 1);
+    walk_ok('paged', $F[0], 3, first => $HIT, deep => 1);
     walk_ok('paged', $F[1], 5);
-    walk_ok('paged', $F[99], 2, first => 'HIT');
+    walk_ok('paged', $F[99], 2, first => $HIT);
 
     my $d = node_moved($t, $c0);
     ok($d->{'pull.reads'} > 0 && $d->{'pull.pulled'} > 0
@@ -387,8 +396,9 @@ read_all('setup', $R, @F);
         . 'followers: the post first on every cached follower\'s page '
         . 'within %d s of its 201 (%d of 200, the last after %.3fs)',
         $within, scalar(keys %seen), ($last // time) - $t201));
-    is(join(', ', map { "$_ x$how{$_}" } sort keys %how),
-        'HIT x' . ($how{HIT} // 0), '200 followers: every read a HIT');
+    # hits, from Redis or the worker's copy
+    ok(!grep({ !is_hit($_) } keys %how), '200 followers: every read a hit: '
+        . join(', ', map { "$_ x$how{$_}" } sort keys %how));
 
     node_acked($t, $c0, 1, '200 followers');
     node_moved_is($t, $c0, { 'fanout.deliveries' => 0, 'pull.listed' => 1 },
@@ -500,9 +510,9 @@ read_all('setup', $R, @F);
 # cached timelines need no MongoDB, pull authors or not
 {
     $t->stop_mongo;
-    my @bad = pages_bad(5, 'HIT', $R, @F);
+    my @bad = pages_bad(5, $HIT, $R, @F);
     ok(!@bad, 'mongodb down: the first pages of 5 of the reader and the 200 '
-        . 'followers, HIT, as the model has them')
+        . 'followers, hits, as the model has them')
         or diag(scalar(@bad) . " wrong, first: $bad[0]");
     my $j = $t->get('/status')->{json} // {};
     ok(ref $j->{pull} eq 'HASH' && exists $j->{pull}{authors}
@@ -527,7 +537,7 @@ read_all('setup', $R, @F);
     walk_ok('follow again', $R, 6, deep => 1);
     $id = mypost($PA, 'after the reader followed again');
     first_within_1s('follow again', $R, $id, time, 5);
-    walk_ok('follow again', $R, 4, first => 'HIT');
+    walk_ok('follow again', $R, 4, first => $HIT);
 }
 
 # ---------------------------------------------- reload while posting --
@@ -547,7 +557,7 @@ read_all('setup', $R, @F);
     my $id2 = mypost($PA, 'after the reload');
     node_acked($t, $c0, 6, 'reload');
 
-    walk_ok('reload', $R, 5, first => 'HIT', deep => 1);
+    walk_ok('reload', $R, 5, first => $HIT, deep => 1);
     walk_ok('reload', $F[0], 7);
     my @bad = first_pages_bad(@F, $R);
     ok(!@bad, 'reload: every first page as the model has it')
@@ -612,7 +622,7 @@ read_all('embed', $R, @F);
         is($JSON->encode($w->{items}), $JSON->encode($LINK{$limit}{items}),
             "embed: limit $limit: the same posts as in link mode");
     }
-    my $w = walk_ok('embed', $F[0], 4, first => 'HIT');
+    my $w = walk_ok('embed', $F[0], 4, first => $HIT);
     is($JSON->encode($w->{items}), $JSON->encode($LINK{f001}{items}),
         'embed: f001: the same posts as in link mode');
 
@@ -625,7 +635,7 @@ read_all('embed', $R, @F);
     my @bad = first_pages_bad(@F, $R);
     ok(!@bad, 'embed: every first page with it')
         or diag(scalar(@bad) . " wrong, first: $bad[0]");
-    walk_ok('embed', $R, 3, first => 'HIT', deep => 1);
+    walk_ok('embed', $R, 3, first => $HIT, deep => 1);
 
     remove('embed', $PA, $id);
     my ($res) = read_each($t, $R, @F);
@@ -646,15 +656,15 @@ start_nginx('link', 800);
 read_all('cache 800', $R, @F[0, 1, 99]);
 
 {
-    walk_ok('cache 800', $R, $_, all => 'HIT') for 1 .. 7, 20, 100;
-    walk_ok('cache 800', $_, 3, all => 'HIT') for @F[0, 1, 99];
+    walk_ok('cache 800', $R, $_, all => $HIT) for 1 .. 7, 20, 100;
+    walk_ok('cache 800', $_, 3, all => $HIT) for @F[0, 1, 99];
     my $c0 = node_counts($t);
     mypost($_, "cache 800: by $_") for $PA, $S1, $PB, $R, $PA;
     node_acked($t, $c0, 5, 'cache 800');
     node_moved_is($t, $c0, { 'fanout.deliveries' => 3 + 1,
         'pull.listed' => 3 }, 'cache 800');
-    walk_ok('cache 800, 5 more posts', $R, $_, all => 'HIT') for 2, 7;
-    walk_ok('cache 800, 5 more posts', $F[0], 4, all => 'HIT');
+    walk_ok('cache 800, 5 more posts', $R, $_, all => $HIT) for 2, 7;
+    walk_ok('cache 800, 5 more posts', $F[0], 4, all => $HIT);
 
     # an old post of pbig's, in the reader's rebuilt list and in pbig's
     my $old = (grep { !$DEL{$_} } @{ $BY{$PA} })[3];
@@ -662,7 +672,7 @@ read_all('cache 800', $R, @F[0, 1, 99]);
     ok(all_n($c, 1), 'cache 800: an old post of pbig\'s in the rebuilt '
         . 'lists') or diag(copies_summary($c));
     remove('cache 800', $PA, $old);
-    walk_ok('cache 800, deleted', $_, 5, all => 'HIT') for $R, @F[0, 99];
+    walk_ok('cache 800, deleted', $_, 5, all => $HIT) for $R, @F[0, 99];
     wait_settled($t, 'cache 800, deleted');
     $c = copies($t, $old, $R, @F[0, 99]);
     ok(all_n($c, 0), 'cache 800: the deleted post gone from those lists')
@@ -674,10 +684,10 @@ read_all('cache 800', $R, @F[0, 1, 99]);
     # pbig's list and its version expired: loaded again at the next read
     $c0 = node_counts($t);
     $t->redis('DEL', "feed:pl:{$PA}", "feed:pv:{$PA}");
-    walk_ok('cache 800, pbig\'s list expired', $R, 6, all => 'HIT');
+    walk_ok('cache 800, pbig\'s list expired', $R, 6, all => $HIT);
     node_moved_is($t, $c0, { 'pull.loads' => 1 },
         'cache 800, pbig\'s list expired');
-    walk_ok('cache 800, pbig\'s list expired', $F[99], 3, all => 'HIT');
+    walk_ok('cache 800, pbig\'s list expired', $F[99], 3, all => $HIT);
 
     # the list alone gone (evicted under maxmemory), its version left
     $c0 = node_counts($t);
@@ -689,7 +699,7 @@ read_all('cache 800', $R, @F[0, 1, 99]);
     # the reader's own list expired (its pull authors' set outlives it)
     $t->redis('DEL', "feed:tl:{$R}");
     walk_ok('cache 800, the reader\'s list expired', $R, 7, first => 'MISS');
-    walk_ok('cache 800, the reader\'s list expired', $R, 5, all => 'HIT');
+    walk_ok('cache 800, the reader\'s list expired', $R, 5, all => $HIT);
 }
 
 # ------------------------------------------------ long lists, merged --
@@ -708,8 +718,8 @@ read_all('cache 800', $R, @F[0, 1, 99]);
     node_moved_is($t, $c0, { 'fanout.deliveries' => 100,
         'pull.listed' => 250 }, 'long lists');
 
-    walk_ok('long lists', $R, $_, all => 'HIT') for 7, 33, 100;
-    walk_ok('long lists', $F[0], 50, all => 'HIT');
+    walk_ok('long lists', $R, $_, all => $HIT) for 7, 33, 100;
+    walk_ok('long lists', $F[0], 50, all => $HIT);
 
     # pages between max_id and since_id, anywhere in the reader's timeline
     my $all = want($R);
@@ -751,7 +761,7 @@ read_all('cache 800', $R, @F[0, 1, 99]);
     }
     node_acked($t, $c0, 30, 'storm');
     for my $i (1 .. 10) {
-        push @bad, map { "read $i: $_" } pages_bad(5, 'HIT', ($R, $F[0]) x 4);
+        push @bad, map { "read $i: $_" } pages_bad(5, $HIT, ($R, $F[0]) x 4);
     }
     ok(!@bad, "storm: after $reads reads meanwhile, 80 first pages, each "
         . 'with every post') or diag(scalar(@bad) . " wrong, first: $bad[0]");

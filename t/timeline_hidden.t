@@ -9,10 +9,11 @@
 #   - posts hidden while the timeline is cached and its first page kept
 #     in Redis and in both workers' copies: one on the first page, one
 #     further in the cache, one past its end, one of the pull author, one
-#     of the reader's own: the next reads are HITs (no rebuild) without
-#     them, full; cursor walks (limit 7, then 5) visit every other post
-#     once across the cache's end (HIT, then DEEP);
-#   - a DELETE: the post is back at the next reads, a HIT;
+#     of the reader's own: the next reads are hits (HIT, or LOCAL: a
+#     worker's copy; no rebuild) without them, full; cursor walks (limit
+#     7, then 5) visit every other post once across the cache's end (hits,
+#     then DEEP);
+#   - a DELETE: the post is back at the next reads, a hit;
 #   - the filters lost from Redis: the list is made again (MISS) with the
 #     hidden posts from MongoDB; readers waiting for one rebuild;
 #   - Redis down (BYPASS): the hidden posts come from MongoDB;
@@ -33,7 +34,7 @@ use Time::HiRes qw(time sleep);
 use FeedTest;
 use FeedTest::Util qw(short rd post server_conf tl_walk tl_walk_is tl_firsts
     tl_firsts_are tl_ids parallel
-    first_diff is_error);
+    first_diff is_error $HIT);
 
 my $t = FeedTest->new;
 
@@ -172,12 +173,13 @@ for my $case (['link', 3], ['embed', 3], ['link', 'off'], ['embed', 'off']) {
         "$mode: hidden: in the cached filter set");
     ok(!rd($t, 'EXISTS', "feed:tlp:{$r}"),
         "$mode: hidden: the kept pages are gone");
-    firsts_are($r, visible(\@posts, @hid), 'HIT',
+    firsts_are($r, visible(\@posts, @hid), $HIT,
         "$mode: hidden, at once, no rebuild");
 
     my $c = walk_is($r, 7, visible(\@posts, @hid), "$mode: walk 7");
-    ok($c->{HIT} && $c->{DEEP}, "$mode: walk: HIT, then DEEP past the "
-        . 'cache: ' . join(', ', map { "$_ x$c->{$_}" } sort keys %$c));
+    ok(($c->{HIT} || $c->{LOCAL}) && $c->{DEEP}, "$mode: walk: hits, then "
+        . 'DEEP past the cache: '
+        . join(', ', map { "$_ x$c->{$_}" } sort keys %$c));
     walk_is($r, 5, visible(\@posts, @hid), "$mode: walk 5");
 
     # a page that begins right before a hidden post, and one of since_id
@@ -207,7 +209,7 @@ for my $case (['link', 3], ['embed', 3], ['link', 'off'], ['embed', 'off']) {
     ok(!defined rd($t, 'HGET', "feed:tlf:{$r}", "#$first"),
         "$mode: shown: out of the cached filter set");
     @hid = grep { $_ ne $first } @hid;
-    firsts_are($r, visible(\@posts, @hid), 'HIT',
+    firsts_are($r, visible(\@posts, @hid), $HIT,
         "$mode: shown, at once, no rebuild");
 
     # ------------------------------------------ filters lost, list kept --
@@ -247,8 +249,8 @@ for my $case (['link', 3], ['embed', 3], ['link', 'off'], ['embed', 'off']) {
     is($t->http_retried('PUT', "/users/$r/hidden/$ids[0]")->{status}, 204,
         "$mode: Redis back: the retry completes it");
     firsts($r, 4);
-    firsts_are($r, visible(\@posts, @hid, $ids[0]), 'HIT',
-        "$mode: Redis back: hidden, a HIT");
+    firsts_are($r, visible(\@posts, @hid, $ids[0]), $HIT,
+        "$mode: Redis back: hidden, a hit");
 
     $t->stop;
 }

@@ -7,7 +7,8 @@
 # rebuild.  Now:
 #
 #   - the cache is made of as many posts as fit (a warning says to raise
-#     the buffer); the first read is a 200 MISS, the next ones HITs, and a
+#     the buffer); the first read is a 200 MISS, the next ones hits (HIT,
+#     or LOCAL once a read came after the rebuild: the worker's copy), and a
 #     walk over all pages shows every post once (past the cache's end
 #     from the fallback, page by page);
 #   - readers waiting for that rebuild get the same pages;
@@ -22,7 +23,7 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 use Time::HiRes qw(time sleep);
 use FeedTest;
-use FeedTest::Util qw(short post tl_uri tl_page_problems rd);
+use FeedTest::Util qw(short post tl_uri tl_page_problems rd $HIT);
 
 my $t = FeedTest->new;
 
@@ -103,7 +104,8 @@ my $n = rd($t, 'LLEN', "feed:tl:{$READER}") // 0;
 ok($n > 0 && $n < 100, "the cache holds what fitted ($n entries)");
 
 my $r = $t->get(tl_uri($READER));
-is($r->{headers}{'x-feed-cache'}, 'HIT', 'the next read: HIT')
+# a hit: HIT, or LOCAL when one of the three came after the rebuild
+like($r->{headers}{'x-feed-cache'} // '', $HIT, 'the next read: a hit')
     or diag(short($r));
 
 # every post once, past the cache's end too

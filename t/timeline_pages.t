@@ -13,8 +13,11 @@
 #   - an older post delivered into the middle, and a delete fanned out,
 #     make the kept page stale;
 #   - the workers' own copies (feed_cache_local): reads answer them
-#     without the page crossing the network; a post deleted while it is in
-#     every copy (fanout off, so the list keeps it) is never shown again;
+#     without the page crossing the network, with feed_cache_tracking off
+#     (each read a round trip whose script finds the copy current: HIT)
+#     and on (local hits, no Redis command: LOCAL); a post deleted while
+#     it is in every copy (fanout off, so the list keeps it) is never
+#     shown again;
 #     a tiny feed_cache_local keeps answers right while copies come and go;
 #   - through a proxy that delays every byte to and from Redis by 50 ms,
 #     deliveries land between a read's script and the storing of its page:
@@ -51,6 +54,7 @@ http {
     feed_fanout @@FANOUT@@;
     feed_fanout_block 200ms;
     feed_cache_local @@LOCAL@@;
+    feed_cache_tracking @@TRACKING@@;
 
 @@SERVER@@
 }
@@ -111,20 +115,24 @@ sub locals {
     return values %by;
 }
 
-# $n reads of a user's first page: the distinct answers, how many were not
-# 200 HIT, and how many bytes Redis sent meanwhile
+# $n reads of a user's first page: the distinct answers, how many were
+# 200 of each X-Feed-Cache ('HIT', 'LOCAL'; 'other' for the rest), and how
+# many bytes Redis sent meanwhile
 sub reads {
     my ($uid, $n) = @_;
     my $h0 = sent();
-    my (%bodies, $bad);
+    my (%bodies, %how);
     for (1 .. $n) {
         my $r = read_tl($uid);
-        $bad++ unless $r->{status} == 200
-            && ($r->{headers}{'x-feed-cache'} // '') eq 'HIT';
+        my $c = $r->{headers}{'x-feed-cache'} // '';
+        $how{ $r->{status} == 200 && $c =~ /^(HIT|LOCAL)$/ ? $c : 'other' }++;
         $bodies{ $r->{body} // '' }++;
     }
-    return ([ keys %bodies ], $bad // 0, sent() - $h0);
+    return ([ keys %bodies ], \%how, sent() - $h0);
 }
+
+# the reads' tally, as text
+sub how { my ($h) = @_; join ', ', map { "$_ x$h->{$_}" } sort keys %$h }
 
 sub start_nginx {
     my ($mode, $redis, %o) = @_;
@@ -132,6 +140,7 @@ sub start_nginx {
     $conf =~ s/\@\@REDIS\@\@/$redis/g;
     $conf =~ s/\@\@FANOUT\@\@/$o{fanout} || 'on'/ge;
     $conf =~ s/\@\@LOCAL\@\@/$o{local} || '16m'/ge;
+    $conf =~ s/\@\@TRACKING\@\@/$o{tracking} || 'on'/ge;
     $t->write_conf($conf);
     $t->run;
 }
@@ -223,45 +232,68 @@ for my $mode (qw(link embed)) {
 
     # without fanout, so that a deleted post stays in the list: a worker's
     # copy made before the delete must not be answered once a page without
-    # it was kept (same list, another page)
-    $t->stop;
-    start_nginx($mode, $t->port('redis'), fanout => 'off');
-    rd($t, 'DEL', "feed:tl:{$reader}", "feed:tlp:{$reader}");
-    is(read_tl($reader)->{status}, 200, "$mode: rebuilt, fanout off");
+    # it was kept (same list, another page).  Tracking off: each read is a
+    # round trip whose script finds the worker's copy current (HIT), the
+    # page not sent; on: local hits, no Redis command at all (LOCAL)
+    for my $tracking (qw(off on)) {
+        my $tm = "$mode, tracking $tracking";
+        $t->stop;
+        start_nginx($mode, $t->port('redis'), fanout => 'off',
+            tracking => $tracking);
+        rd($t, 'DEL', "feed:tl:{$reader}", "feed:tlp:{$reader}");
+        is(read_tl($reader)->{status}, 200, "$tm: rebuilt, fanout off");
 
-    my $answered0 = 0;
-    $answered0 += $_->{answered} for locals();
-    my ($bodies, $bad, $sent) = reads($reader, 40);
-    is(scalar(@$bodies), 1, "$mode: 40 reads, one answer");
-    is($bad, 0, "$mode: all 200 HIT");
-    my $len = length($bodies->[0]);
-    ok($sent < 40 * $len / 2, "$mode: the workers answered their own copies "
-        . "(Redis sent $sent bytes for 40 reads of $len bytes)");
+        my ($answered0, $without0) = (0, 0);
+        for (locals()) {
+            $answered0 += $_->{answered};
+            $without0 += $_->{answered_without_redis};
+        }
+        my ($bodies, $how, $sent) = reads($reader, 40);
+        is(scalar(@$bodies), 1, "$tm: 40 reads, one answer");
+        if ($tracking eq 'off') {
+            is(how($how), 'HIT x40', "$tm: all 200 HIT (round trips)");
+        } else {
+            # each worker's first read a round trip that Redis tracks (HIT),
+            # then its copy (LOCAL) while the watch vouches for it
+            ok(!$how->{other} && ($how->{LOCAL} // 0) >= 20,
+                "$tm: all 200 hits, most LOCAL: " . how($how));
+        }
+        my $len = length($bodies->[0]);
+        ok($sent < 40 * $len / 2, "$tm: the workers answered their own copies "
+            . "(Redis sent $sent bytes for 40 reads of $len bytes)");
 
-    my @locals = locals();
-    my $answered = -$answered0;
-    $answered += $_->{answered} for @locals;
-    is(scalar(@locals), 2, "$mode: feed_status of both workers");
-    ok($answered >= 30 && $answered <= 40,
-        "$mode: feed_status: $answered of 40 reads answered from copies");
-    ok(!grep({ $_->{pages} < 1 || $_->{bytes} < $len
-            || $_->{max_bytes} != 16 * 1024 * 1024 } @locals),
-        "$mode: feed_status: each worker holds the page, within 16m")
-        or diag(explain(\@locals));
+        my @locals = locals();
+        my ($answered, $without) = (-$answered0, -$without0);
+        for (@locals) {
+            $answered += $_->{answered};
+            $without += $_->{answered_without_redis};
+        }
+        is(scalar(@locals), 2, "$tm: feed_status of both workers");
+        ok($answered >= 30 && $answered <= 40,
+            "$tm: feed_status: $answered of 40 reads answered from copies");
+        is($without, $how->{LOCAL} // 0, "$tm: feed_status: answered without "
+            . 'Redis: the LOCAL reads');
+        ok(!grep({ $_->{pages} < 1 || $_->{bytes} < $len
+                || $_->{max_bytes} != 16 * 1024 * 1024 } @locals),
+            "$tm: feed_status: each worker holds the page, within 16m")
+            or diag(explain(\@locals));
 
-    my $x = (ids({ status => 200, json => $JSON->decode($bodies->[0]) }))[1];
-    $r = $t->http('DELETE', "/users/$author/posts/$x");
-    is($r->{status}, 204, "$mode: delete of a post in every copy")
-        or diag(short($r));
-    @posts = grep { $_ ne $x } @posts;
+        my $x = (ids({ status => 200,
+            json => $JSON->decode($bodies->[0]) }))[1];
+        $r = $t->http('DELETE', "/users/$author/posts/$x");
+        is($r->{status}, 204, "$tm: delete of a post in every copy")
+            or diag(short($r));
+        @posts = grep { $_ ne $x } @posts;
 
-    ($bodies, $bad) = reads($reader, 40);
-    my @shown = grep { index($_, $x) >= 0 } @$bodies;
-    ok(!@shown, "$mode: 40 reads after it, never the deleted post")
-        or diag(substr($shown[0], 0, 300));
-    is_deeply([ map { [ ids({ status => 200,
-            json => eval { $JSON->decode($_) } }) ] } @$bodies ],
-        [ [ reverse sort @posts ] ], "$mode: one answer, every other post");
+        ($bodies) = reads($reader, 40);
+        my @shown = grep { index($_, $x) >= 0 } @$bodies;
+        ok(!@shown, "$tm: 40 reads after it, never the deleted post")
+            or diag(substr($shown[0], 0, 300));
+        is_deeply([ map { [ ids({ status => 200,
+                json => eval { $JSON->decode($_) } }) ] } @$bodies ],
+            [ [ reverse sort @posts ] ],
+            "$tm: one answer, every other post");
+    }
 
     # a worker's memory for copies, tiny: they come and go, answers stay
     $t->stop;

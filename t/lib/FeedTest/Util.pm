@@ -17,8 +17,8 @@ use Test::More;
 use Time::HiRes ();
 
 our @EXPORT_OK = qw(
-    $STREAM $GROUP
-    short enc now_ms is_str json_int tag dupes summary first_diff
+    $STREAM $GROUP $HIT
+    short enc is_hit now_ms is_str json_int tag dupes summary first_diff
     is_error post_problems tl_uri tl_page_problems
     status_all statuses fsum
     parallel failed_answers follow_each read_each none_failed
@@ -33,6 +33,11 @@ our @EXPORT_OK = qw(
 # the posts' stream and the fanout's consumer group (the defaults)
 our $STREAM = 'feed:posts';
 our $GROUP = 'feed';
+
+# a hit: from Redis (HIT) or from the worker's copy that Redis tracks
+# (LOCAL, feed_cache_tracking); tests that mean the round trip itself say
+# HIT, or turn tracking off
+our $HIT = qr/^(?:HIT|LOCAL)\z/;
 
 my $OID = qr/^[0-9a-f]{24}\z/;
 
@@ -60,6 +65,13 @@ sub short {
 }
 
 sub enc { $JSON->encode($_[0]) }
+
+# true when a response (or its X-Feed-Cache value) is a hit: HIT or LOCAL
+sub is_hit {
+    my ($r) = @_;
+    my $v = ref $r ? $r->{headers}{'x-feed-cache'} : $r;
+    return defined $v && $v =~ $HIT;
+}
 
 sub now_ms { Time::HiRes::time() * 1000 }
 
@@ -318,16 +330,18 @@ sub tl_firsts {
 }
 
 # 12 first pages of 10 ($query added) are the newest of @$want, each
-# X-Feed-Cache $cache when given
+# X-Feed-Cache $cache when given: a string, or a pattern ($HIT: hits)
 sub tl_firsts_are {
     my ($t, $uid, $want, $cache, $name, $query) = @_;
     local $Test::Builder::Level = $Test::Builder::Level + 1;
     my $w = join ' ', grep { defined } @$want[0 .. 9];
     my @bad = grep { $_->[0] != 200 || $_->[2] ne $w
-        || ($cache && $_->[1] ne $cache) }
+        || ($cache && (ref $cache ? $_->[1] !~ $cache : $_->[1] ne $cache)) }
         tl_firsts($t, $uid, 12, 10, $query);
-    Test::More::ok(!@bad, "$name: 12 first pages of 10, "
-        . ($cache ? "$cache, " : '') . 'as visible')
+    my $label = !$cache ? '' : ref $cache
+        ? ($cache == $HIT ? 'hits' : "$cache") . ', ' : "$cache, ";
+    Test::More::ok(!@bad, "$name: 12 first pages of 10, $label"
+        . 'as visible')
         or Test::More::diag("got $bad[0][0] $bad[0][1] $bad[0][2]\nwant $w\n"
             . substr($bad[0][3] // '', 0, 300));
 }
