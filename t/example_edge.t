@@ -131,8 +131,10 @@ sub curl {
 my $https = 'https://127.0.0.1:' . $t->port('https');
 my $tr = FeedTest::parse_response(curl('--http1.1', '-i', '-H',
     "Authorization: $TOKEN{alice}", "$https/users/alice/timeline"));
-is("$tr->{status} " . ($tr->{headers}{'x-feed-cache'} // '') . " @{
-    tl_ids($tr) }", "200 HIT $id", 'the timeline over TLS')
+# a hit: from Redis, or from the copy of a worker that read it twice
+like("$tr->{status} " . ($tr->{headers}{'x-feed-cache'} // '') . " @{
+    tl_ids($tr) }", qr/^200 (?:HIT|LOCAL) \Q$id\E\z/,
+    'the timeline over TLS')
     or diag(short($tr));
 is(curl('--http2', '-o', '/dev/null', '-w', '%{http_version}',
     "$https/users/alice/timeline"), '2', 'HTTP/2 over TLS');
