@@ -76,7 +76,10 @@ static void ngx_http_feed_timeline_move(ngx_http_feed_timeline_ctx_t *ctx,
     ngx_http_feed_timeline_state_e state);
 static void ngx_http_feed_timeline_count(ngx_http_feed_timeline_ctx_t *ctx);
 static ngx_int_t ngx_http_feed_timeline_local_hit(
-    ngx_http_feed_timeline_ctx_t *ctx, ngx_str_t *page, ngx_str_t *lists);
+    ngx_http_feed_timeline_ctx_t *ctx, ngx_str_t *page, ngx_str_t *version,
+    ngx_str_t *lists);
+static ngx_int_t ngx_http_feed_timeline_kept_copy(
+    ngx_http_feed_timeline_ctx_t *ctx, ngx_str_t *copy);
 static void ngx_http_feed_timeline_local_found(
     ngx_http_feed_timeline_ctx_t *ctx);
 static ngx_msec_t ngx_http_feed_timeline_refresh(
@@ -368,14 +371,6 @@ ngx_http_feed_timeline_read(ngx_http_feed_timeline_ctx_t *ctx)
         if (nl) {
             page = copy;
             copy.len = nl - copy.data;
-            ctx->have.len = copy.len;
-            ctx->have.data = ngx_pstrdup(ctx->request->pool, &copy);
-
-            if (ctx->have.data == NULL) {
-                ngx_http_feed_timeline_fail(ctx,
-                                            NGX_HTTP_INTERNAL_SERVER_ERROR);
-                return;
-            }
 
             /*
              * merged from pull authors' lists: the worker may know that
@@ -385,9 +380,18 @@ ngx_http_feed_timeline_read(ngx_http_feed_timeline_ctx_t *ctx)
             ctx->vouched = ngx_http_feed_timeline_watch_vouch(&ctx->page.user,
                                                                &lists);
 
-            if (ngx_http_feed_timeline_local_hit(ctx, &page, &lists)
+            if (ngx_http_feed_timeline_local_hit(ctx, &page, &copy, &lists)
                 == NGX_OK)
             {
+                return;
+            }
+
+            ctx->have.len = copy.len;
+            ctx->have.data = ngx_pstrdup(ctx->request->pool, &copy);
+
+            if (ctx->have.data == NULL) {
+                ngx_http_feed_timeline_fail(ctx,
+                                            NGX_HTTP_INTERNAL_SERVER_ERROR);
                 return;
             }
         }
@@ -402,13 +406,14 @@ ngx_http_feed_timeline_read(ngx_http_feed_timeline_ctx_t *ctx)
  * The hit that costs Redis nothing: the worker's copy, while the watch of
  * the user's node vouches that none of its keys changed since a read
  * found it current, nor any pull author's list it was merged from
- * (ctx->vouched), and a read kept the list alive lately.  NGX_DECLINED:
- * Redis is asked.
+ * (ctx->vouched), and a read kept the list alive lately.  page: the copy,
+ * version: its version (both the worker's, valid until a copy is put).
+ * NGX_DECLINED: Redis is asked.
  */
 
 static ngx_int_t
 ngx_http_feed_timeline_local_hit(ngx_http_feed_timeline_ctx_t *ctx,
-    ngx_str_t *page, ngx_str_t *lists)
+    ngx_str_t *page, ngx_str_t *version, ngx_str_t *lists)
 {
     uint64_t                      searched;
     ngx_http_feed_local_track_t  *t = &ctx->track;
@@ -438,14 +443,14 @@ ngx_http_feed_timeline_local_hit(ngx_http_feed_timeline_ctx_t *ctx,
 
     if (searched > t->searched) {
         ngx_http_feed_timeline_local_searched(&ctx->page.user,
-                                              ctx->page.limit, &ctx->have,
+                                              ctx->page.limit, version,
                                               searched);
     }
 
     ctx->cached.found = 1;
     ctx->cached.kept = 1;
     ctx->cached.local = 1;
-    ctx->cached.version = ctx->have;
+    ctx->cached.version = *version;
     ctx->cached.lists.len = 0;
     ctx->cached.unread.len = 0;
 
@@ -460,9 +465,13 @@ ngx_http_feed_timeline_local_hit(ngx_http_feed_timeline_ctx_t *ctx,
         ctx->cached.unread.len = t->unread_len;
     }
 
-    if (ngx_http_feed_timeline_kept_page(ctx) != NGX_OK) {
+    if (ngx_http_feed_timeline_kept_copy(ctx, page) != NGX_OK) {
         return NGX_DECLINED;
     }
+
+    /* the version as the request holds it: the worker's copy may go */
+
+    ctx->cached.version.data = ctx->kept.data;
 
     ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
                    "feed timeline of \"%s\": the worker's copy, vouched",
@@ -605,26 +614,7 @@ ngx_http_feed_timeline_kept_page(ngx_http_feed_timeline_ctx_t *ctx)
             return NGX_DECLINED;
         }
 
-        ctx->kept.data = ngx_pstrdup(ctx->request->pool, &copy);
-        if (ctx->kept.data == NULL) {
-            return NGX_ERROR;
-        }
-
-        ctx->kept.len = copy.len;
-
-        if (ngx_http_feed_timeline_cache_kept(&ctx->kept, &ctx->cached)
-            != NGX_OK)
-        {
-            return NGX_DECLINED;
-        }
-
-        ngx_http_feed_stat(local_answers, 1);
-
-        if (ctx->vouched && ctx->cached.lists.len == 0) {
-            ngx_http_feed_stat(pull_vouched, 1);
-        }
-
-        return NGX_OK;
+        return ngx_http_feed_timeline_kept_copy(ctx, &copy);
     }
 
     if (ctx->cached.page.len) {
@@ -639,6 +629,38 @@ ngx_http_feed_timeline_kept_page(ngx_http_feed_timeline_ctx_t *ctx)
 
     ngx_http_feed_timeline_local_put(&ctx->page.user, ctx->page.limit,
                                      &ctx->kept, &ctx->cached.lists);
+
+    return NGX_OK;
+}
+
+
+/*
+ * The worker's own copy of the page, current: taken into the request (the
+ * copy may go while the answer is being sent)
+ */
+
+static ngx_int_t
+ngx_http_feed_timeline_kept_copy(ngx_http_feed_timeline_ctx_t *ctx,
+    ngx_str_t *copy)
+{
+    ctx->kept.data = ngx_pstrdup(ctx->request->pool, copy);
+    if (ctx->kept.data == NULL) {
+        return NGX_ERROR;
+    }
+
+    ctx->kept.len = copy->len;
+
+    if (ngx_http_feed_timeline_cache_kept(&ctx->kept, &ctx->cached)
+        != NGX_OK)
+    {
+        return NGX_DECLINED;
+    }
+
+    ngx_http_feed_stat(local_answers, 1);
+
+    if (ctx->vouched && ctx->cached.lists.len == 0) {
+        ngx_http_feed_stat(pull_vouched, 1);
+    }
 
     return NGX_OK;
 }

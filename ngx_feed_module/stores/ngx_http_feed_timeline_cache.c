@@ -1742,7 +1742,9 @@ ngx_http_feed_timeline_cache_deleting(ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_timeline_cache_mark_send(m, &args);
     (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, &trim);
 
-    if (m) {
+    /* a cluster's watches hear their masters' copies' channels only */
+
+    if (m && !fmcf->redis.cluster) {
         ngx_http_feed_timeline_cache_mark_send(m, &tell);
     }
 
