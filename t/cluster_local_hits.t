@@ -569,8 +569,9 @@ unlike($t->error_log, qr/CROSSSLOT|refused CLIENT TRACKING/,
 
 # its main connections killed, the workers turn tracking on again on
 # every master: on one it is refused (ACL), so its readers are answered
-# with a round trip, /status says not every watch tracks; allowed again,
-# it tracks at the next heartbeat and its readers are LOCAL again
+# with a round trip, /status says not every watch tracks, and the workers
+# ask it again once a second; allowed again, it tracks within a second and
+# its readers are LOCAL again
 my ($deaf) = sort $c->masters;
 my @deafs = grep { $c->master_of("feed:tl:{$_}") eq $deaf } @R;
 my @hear = grep { $c->master_of("feed:tl:{$_}") ne $deaf } @R;
@@ -598,6 +599,15 @@ is(join("\n", map { line($_) } grep { $_->[2] eq 'LOCAL' || $_->[1] != 200
     . 'a round trip, the page right: ' . scalar(@seen) . ' reads');
 like($t->error_log, qr/feed watch: redis refused CLIENT TRACKING/,
     'refused: told in the log');
+# asked again once a second, not at each heartbeat (every 100 ms): two
+# CLIENT TRACKING a try (off, on), 4 workers, about 3 tries in 2 s
+$c->cmd($deaf, 'CONFIG', 'RESETSTAT');
+sleep 2;
+my ($calls, $rejected) = ($c->cmd($deaf, 'INFO', 'commandstats') // '')
+    =~ /cmdstat_client\|tracking:calls=(\d+),.*?rejected_calls=(\d+)/;
+my $tries = ($calls // 0) + ($rejected // 0);
+ok($tries > 0 && $tries <= 40, "refused: CLIENT TRACKING asked again "
+    . "about once a second per worker ($tries in 2 s)");
 
 $c->cmd($deaf, 'ACL', 'SETUSER', 'default', '+client|tracking');
 ok($t->wait_for(5, \&tracking_all), 'allowed again: status: each '

@@ -61,6 +61,9 @@
 
 #define NGX_HTTP_FEED_WATCH_INVALIDATE  "__redis__:invalidate"
 
+/* ms between the tries of CLIENT TRACKING on a node that refused it */
+#define NGX_HTTP_FEED_WATCH_RETRY      1000
+
 /* a subscription that hears no heartbeat for this long is made again */
 #define NGX_HTTP_FEED_WATCH_DEAF       3000
 
@@ -137,6 +140,7 @@ struct ngx_http_feed_watch_s {
     ngx_uint_t                    tracking_era;
     unsigned                      tracking:1;
     unsigned                      refused:1;  /* told in the log once */
+    ngx_msec_t                    refused_at; /* the last refusal */
 
     ngx_uint_t                    invalidations;
     ngx_uint_t                    deleted;
@@ -747,9 +751,16 @@ ngx_http_feed_watch_beat(ngx_http_feed_watch_t *w)
         w->tracking = 0;
     }
 
+    /*
+     * tracking turned on; on a node that refused it, again after a second,
+     * not at each heartbeat
+     */
+
     if (w->fmcf->cache_tracking
         && w->channels >= NGX_HTTP_FEED_WATCH_CHANNELS && w->client >= 0
-        && !w->tracking && w->turning == NULL)
+        && !w->tracking && w->turning == NULL
+        && (!w->refused
+            || ngx_current_msec - w->refused_at >= NGX_HTTP_FEED_WATCH_RETRY))
     {
         ngx_http_feed_timeline_watch_track_on(w);
     }
@@ -888,6 +899,8 @@ ngx_http_feed_timeline_watch_tracking(void *data, redisReply *reply)
     }
 
     if (reply->type != REDIS_REPLY_STATUS) {
+        w->refused_at = ngx_current_msec;
+
         if (!w->refused) {
             ngx_log_error(NGX_LOG_WARN, w->log, 0,
                           "feed watch: redis refused CLIENT TRACKING: %*s, "
