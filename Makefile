@@ -47,8 +47,8 @@ ASAN_CONFIGURE = \
     --with-cc-opt="$(ASAN_FLAGS) -DNGX_HTTP_FEED_EXACT_ALLOC=1" \
     --with-ld-opt="$(ASAN_FLAGS) -Wl,-z,nodelete"
 
-.PHONY: all deps asan-deps openapi-deps deb-deps build build-asan run test \
-        test-asan bench chaos deb clean FORCE
+.PHONY: all deps asan-deps openapi-deps sse-deps browser-deps deb-deps build \
+        build-asan run test test-asan bench chaos deb clean FORCE
 
 include fuzz/fuzz.mk
 
@@ -77,6 +77,23 @@ openapi-deps: deps
 	         && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error >/dev/null \
 	         && cp package-lock.json node_modules/.feed-lock \
 	         && echo "installed $(OPENAPI)/node_modules"; }
+
+# the npm eventsource client of the streaming tests (t/js/sse_client.mjs,
+# t/lib/FeedTest/SSE.pm): npm ci into t/js/node_modules (not in git), again
+# only when package-lock.json is not the one installed
+SSE_JS := t/js
+
+sse-deps: deps
+	@cmp -s $(SSE_JS)/package-lock.json $(SSE_JS)/node_modules/.feed-lock \
+	    || { cd $(SSE_JS) && rm -f node_modules/.feed-lock \
+	         && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error >/dev/null \
+	         && cp package-lock.json node_modules/.feed-lock \
+	         && echo "installed $(SSE_JS)/node_modules"; }
+
+# Debian's Chromium, the browser of the streaming tests (FeedTest::SSE::
+# browser, headless): for the tests only, so not in tools/deps' own list
+browser-deps: deps
+	@FEED_EXTRA_PKGS="chromium" sh tools/deps
 
 # configure once against a private copy of Debian's nginx source tree,
 # with the exact flags of Debian's binary, so the module's ABI matches;
@@ -130,12 +147,12 @@ $(ASAN_MODULE): $(ASAN_BUILD)/nginx/objs/Makefile $(SOURCES)
 run: build
 	@bash tools/run
 
-test: build openapi-deps
+test: build openapi-deps sse-deps browser-deps
 	prove -j$(PROVE_JOBS) -r t/
 
 # the whole suite with the sanitizer build; any sanitizer report fails the
 # test file whose nginx wrote it (t/lib/FeedTest.pm)
-test-asan: build-asan openapi-deps
+test-asan: build-asan openapi-deps sse-deps browser-deps
 	FEED_MODULE=$(ASAN_MODULE) FEED_TEST_ASAN=1 prove -j$(ASAN_PROVE_JOBS) -r t/
 
 bench: build
