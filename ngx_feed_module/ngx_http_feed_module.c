@@ -17,6 +17,7 @@
 #include "ngx_http_feed_filters.h"
 #include "ngx_http_feed_post.h"
 #include "ngx_http_feed_timeline.h"
+#include "ngx_http_feed_stream.h"
 #include "ngx_http_feed_marker.h"
 #include "ngx_http_feed_seen.h"
 #include "ngx_http_feed_pull.h"
@@ -44,6 +45,8 @@ static ngx_int_t ngx_http_feed_add_variables(ngx_conf_t *cf);
 static char *ngx_http_feed_handler_conf(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_feed_location(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_feed_stream_conf(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_feed_pull_threshold(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
@@ -326,6 +329,34 @@ static ngx_command_t  ngx_http_feed_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
       &ngx_http_feed_marker_handler },
+
+    { ngx_string("feed_timeline_stream"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_feed_stream_conf,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      &ngx_http_feed_stream_handler },
+
+    { ngx_string("feed_stream_max"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_feed_main_conf_t, stream_max),
+      NULL },
+
+    { ngx_string("feed_stream_heartbeat"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_feed_loc_conf_t, stream_heartbeat),
+      &ngx_http_feed_positive_msec_p },
+
+    { ngx_string("feed_stream_buffer"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_size_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_feed_loc_conf_t, stream_buffer),
+      NULL },
 
     { ngx_string("feed_timeline_unread"),
       NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
@@ -655,6 +686,26 @@ ngx_http_feed_handler_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     fmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_feed_module);
     fmcf->needs_mongo = 1;
+
+    return NGX_CONF_OK;
+}
+
+
+/* feed_timeline_stream: the workers keep readers of streamed timelines */
+
+static char *
+ngx_http_feed_stream_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    char                       *rv;
+    ngx_http_feed_main_conf_t  *fmcf;
+
+    rv = ngx_http_feed_handler_conf(cf, cmd, conf);
+    if (rv != NGX_CONF_OK) {
+        return rv;
+    }
+
+    fmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_feed_module);
+    fmcf->live = 1;
 
     return NGX_CONF_OK;
 }
@@ -1047,6 +1098,7 @@ ngx_http_feed_main_conf_unset(ngx_http_feed_main_conf_t *fmcf)
     fmcf->cache_lock_timeout = NGX_CONF_UNSET_MSEC;
     fmcf->cache_local = NGX_CONF_UNSET_SIZE;
     fmcf->cache_tracking = NGX_CONF_UNSET;
+    fmcf->stream_max = NGX_CONF_UNSET_UINT;
     fmcf->fanout = NGX_CONF_UNSET;
     fmcf->fanout_batch = NGX_CONF_UNSET_UINT;
     fmcf->fanout_page = NGX_CONF_UNSET_UINT;
@@ -1104,6 +1156,7 @@ ngx_http_feed_main_conf_defaults(ngx_http_feed_main_conf_t *fmcf)
                              2 * fmcf->mongo.timeout + 1000);
     ngx_conf_init_size_value(fmcf->cache_local, 16 * 1024 * 1024);
     ngx_conf_init_value(fmcf->cache_tracking, 1);
+    ngx_conf_init_uint_value(fmcf->stream_max, 10000);
     ngx_conf_init_value(fmcf->fanout, 0);
     ngx_conf_init_uint_value(fmcf->fanout_batch, 16);
     ngx_conf_init_uint_value(fmcf->fanout_page, 5000);
@@ -1229,6 +1282,9 @@ ngx_http_feed_create_loc_conf(ngx_conf_t *cf)
      *     flcf->fallback = { 0, NULL };
      */
 
+    flcf->stream_heartbeat = NGX_CONF_UNSET_MSEC;
+    flcf->stream_buffer = NGX_CONF_UNSET_SIZE;
+
     return flcf;
 }
 
@@ -1245,6 +1301,10 @@ ngx_http_feed_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
     ngx_conf_merge_str_value(conf->fallback, prev->fallback,
                              "/_feed/timeline");
+    ngx_conf_merge_msec_value(conf->stream_heartbeat, prev->stream_heartbeat,
+                              15000);
+    ngx_conf_merge_size_value(conf->stream_buffer, prev->stream_buffer,
+                              64 * 1024);
 
     /*
      * handler, user and target belong to the location's own handler
@@ -1312,7 +1372,9 @@ ngx_http_feed_init_process(ngx_cycle_t *cycle)
     ngx_http_feed_timeline_local_init(fmcf->cache_local);
     ngx_http_feed_pull_init();
 
-    if (ngx_http_feed_timeline_watch_init(cycle, fmcf) != NGX_OK) {
+    if (ngx_http_feed_timeline_watch_init(cycle, fmcf) != NGX_OK
+        || ngx_http_feed_stream_users_init(fmcf) != NGX_OK)
+    {
         return NGX_ERROR;
     }
 
@@ -1355,6 +1417,7 @@ ngx_http_feed_exit_process(ngx_cycle_t *cycle)
     ngx_http_feed_outbox_exit();
     ngx_http_feed_effects_sweep_exit();
     ngx_http_feed_fanout_exit();
+    ngx_http_feed_stream_users_exit();
     ngx_http_feed_timeline_watch_exit();
     ngx_http_feed_timeline_local_exit();
 

@@ -154,6 +154,9 @@ typedef struct {
     /* first pages answered from the worker's copy with no Redis command */
     ngx_flag_t                    cache_tracking;
 
+    /* live timelines (feed_timeline_stream): streams per worker at most */
+    ngx_uint_t                    stream_max;
+
     /* the push/pull hybrid: followers that make a pull author, 0: off */
     ngx_int_t                     pull_threshold;
 
@@ -170,6 +173,7 @@ typedef struct {
     unsigned                      redis_enabled:1;
     unsigned                      mongo_enabled:1;
     unsigned                      needs_mongo:1;
+    unsigned                      live:1;     /* a location streams */
 
     /* the node's counters, for feed_status */
     ngx_shm_zone_t               *stats_zone;
@@ -196,6 +200,10 @@ typedef struct {
 
     /* where a timeline is built when the cache cannot answer */
     ngx_str_t                     fallback;
+
+    /* a live timeline's heartbeat, and what its client may leave unread */
+    ngx_msec_t                    stream_heartbeat;
+    size_t                        stream_buffer;
 } ngx_http_feed_loc_conf_t;
 
 

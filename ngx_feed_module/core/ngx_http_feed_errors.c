@@ -81,6 +81,8 @@ ngx_http_feed_err(seen_size, NGX_HTTP_BAD_REQUEST, "request_too_large",
     "the request is at most 16384 bytes");
 ngx_http_feed_err(unseen, NGX_HTTP_BAD_REQUEST, "invalid_unseen",
     "unseen is 0 or 1");
+ngx_http_feed_err(event_id, NGX_HTTP_BAD_REQUEST, "invalid_post_id",
+    "Last-Event-ID is a post id, 24 lowercase hexadecimal digits");
 
 ngx_http_feed_err(unauthorized, NGX_HTTP_UNAUTHORIZED, "unauthorized",
     "no authenticated user");
@@ -124,6 +126,10 @@ ngx_http_feed_err(seen_down, NGX_HTTP_SERVICE_UNAVAILABLE, "unavailable",
     "the cache is unavailable, nothing was kept: retry");
 ngx_http_feed_err(unseen_down, NGX_HTTP_SERVICE_UNAVAILABLE, "unavailable",
     "what the user saw is unknown now: retry, or read without unseen");
+ngx_http_feed_err(streams_full, NGX_HTTP_SERVICE_UNAVAILABLE, "unavailable",
+    "too many live streams here now: retry");
+ngx_http_feed_err(stream_down, NGX_HTTP_SERVICE_UNAVAILABLE, "unavailable",
+    "live timelines need the cache (feed_redis)");
 ngx_http_feed_err(internal, NGX_HTTP_INTERNAL_SERVER_ERROR, "internal",
     "internal error");
 

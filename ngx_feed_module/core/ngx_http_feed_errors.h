@@ -61,6 +61,7 @@ extern const ngx_http_feed_error_t  ngx_http_feed_err_seen_id;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_seen_many;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_seen_size;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_unseen;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_event_id;
 
 /* who may write */
 extern const ngx_http_feed_error_t  ngx_http_feed_err_unauthorized;
@@ -89,6 +90,8 @@ extern const ngx_http_feed_error_t  ngx_http_feed_err_cache_pending;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_timeline_down;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_seen_down;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_unseen_down;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_streams_full;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_stream_down;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_internal;
 
 /* nginx has no reason phrase of its own for 422 */

@@ -17,7 +17,7 @@
 
 
 /* feed_metrics' label values, ngx_http_feed_metrics.c names them */
-#define NGX_HTTP_FEED_ENDPOINTS       20    /* one per location directive */
+#define NGX_HTTP_FEED_ENDPOINTS       21    /* one per location directive */
 #define NGX_HTTP_FEED_CODES           5     /* 1xx to 5xx */
 #define NGX_HTTP_FEED_BUCKETS         13    /* the last one is +Inf */
 

@@ -110,6 +110,7 @@ static ngx_str_t  ngx_http_feed_metrics_endpoints[NGX_HTTP_FEED_ENDPOINTS] = {
     ngx_string("feed_hidden"),
     ngx_string("feed_status"),
     ngx_string("feed_metrics"),
+    ngx_string("feed_timeline_stream"),
     ngx_null_string
 };
 

@@ -16,6 +16,7 @@
 #include "ngx_http_feed_timeline_cache.h"
 #include "ngx_http_feed_authors_store.h"
 #include "ngx_http_feed_pull.h"
+#include "ngx_http_feed_stream.h"
 #include "ngx_http_feed_util.h"
 
 
@@ -238,6 +239,7 @@ ngx_http_feed_status_send(ngx_http_feed_status_ctx_t *ctx)
         || ngx_http_feed_status_mongo(ctx, &doc) != NGX_OK
         || ngx_http_feed_status_fanout(ctx, &doc) != NGX_OK
         || ngx_http_feed_timeline_local_status(&doc) != NGX_OK
+        || ngx_http_feed_stream_status(&doc) != NGX_OK
         || ngx_http_feed_pull_status(&doc, ctx->fmcf, ctx->pull_authors)
            != NGX_OK
         || ngx_http_feed_status_node(&doc) != NGX_OK)

@@ -675,7 +675,7 @@ ngx_http_feed_timeline_read_done(void *data, redisReply *reply)
 
     ngx_int_t  rc;
 
-    rc = ngx_http_feed_timeline_cache_parse(ctx->request, reply,
+    rc = ngx_http_feed_timeline_cache_parse(ctx->request->pool, reply,
                                             &ctx->cached);
 
     if (rc == NGX_ERROR) {

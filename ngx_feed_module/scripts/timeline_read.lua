@@ -44,6 +44,10 @@
                           kept page found current leaves the list's TTL
                           alone (a change of a key tracked), the worker
                           sends a read without it now and then
+    ARGV[14] fresh        '1': the page is read from the list, never a
+                          kept one (a live stream's read, which needs each
+                          post's JSON and id); tracked, it leaves the
+                          list's TTL alone too
 
   Output, the first element the kind of reply:
     {0, locked}           MISSING: no timeline; locked 1 while being
@@ -113,6 +117,7 @@ local tl = KEYS[1]
 local ver = redis.call('get', KEYS[4])
 -- kept pages hold what a plain read shows, not an unseen one
 local first = ARGV[2] == '' and ARGV[3] == '' and ARGV[11] ~= '1'
+              and ARGV[14] ~= '1'
 local deleting = deleting_any(ARGV[9], ARGV[10])
 -- @include unread_kept
 -- a list kept from another run of its node, which came back on older data
@@ -243,7 +248,7 @@ if #part == 0 then
   local l = redis.call('get', KEYS[2])
   return {MISSING, l and (l == 'failed' and 2 or 1) or 0}
 end
-if part[1] ~= END then
+if part[1] ~= END and not (ARGV[14] == '1' and ARGV[13] == '1') then
   redis.call('expire', tl, ARGV[4])
 end
 local out, got, n, pos = {PAGE, 0, 1, '',

@@ -31,6 +31,7 @@
     ARGV[12] marker       '' the copy's; else as MongoDB has it (the copy
                           is not in Redis): '-' for no marker, or its id
     ARGV[13] tracked      unused ('')
+    ARGV[14] fresh        unused ('')
 
   Output:
     {0, locked}           MISSING: no timeline, as timeline_read.lua's

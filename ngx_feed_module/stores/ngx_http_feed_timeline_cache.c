@@ -144,6 +144,8 @@ typedef struct {
 } ngx_http_feed_timeline_cache_mark_t;
 
 
+static void ngx_http_feed_timeline_cache_caching(
+    ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_timeline_read_call_t *rc);
 static void ngx_http_feed_timeline_cache_read_call(
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_timeline_read_call_t *rc,
     ngx_http_feed_redis_script_t *script, ngx_http_feed_page_t *page,
@@ -181,22 +183,22 @@ static void ngx_http_feed_timeline_cache_deleting(
 static void ngx_http_feed_timeline_cache_mark_send(
     ngx_http_feed_timeline_cache_mark_t *m, ngx_http_feed_redis_args_t *args);
 static ngx_int_t ngx_http_feed_timeline_cache_parse_kept(
-    ngx_http_request_t *r, redisReply *reply, ngx_http_feed_cached_t *cached);
+    ngx_pool_t *pool, redisReply *reply, ngx_http_feed_cached_t *cached);
 static ngx_int_t ngx_http_feed_timeline_cache_parse_pull(
-    ngx_http_request_t *r, redisReply *reply, ngx_http_feed_cached_t *cached);
+    ngx_pool_t *pool, redisReply *reply, ngx_http_feed_cached_t *cached);
 static ngx_int_t ngx_http_feed_timeline_cache_unread_count(
-    ngx_http_request_t *r, redisReply *reply, size_t i,
+    ngx_pool_t *pool, redisReply *reply, size_t i,
     ngx_http_feed_cached_t *cached);
 static ngx_uint_t ngx_http_feed_timeline_cache_flag(redisReply *e);
 static ngx_uint_t ngx_http_feed_timeline_cache_int(redisReply *e);
 static void ngx_http_feed_timeline_cache_copy_arg(
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_redis_call_t *call,
     ngx_uint_t i, u_char *buf, ngx_uint_t key);
-static ngx_int_t ngx_http_feed_timeline_cache_lists(ngx_http_request_t *r,
+static ngx_int_t ngx_http_feed_timeline_cache_lists(ngx_pool_t *pool,
     redisReply *reply, size_t i, ngx_str_t *lists);
-static ngx_int_t ngx_http_feed_timeline_cache_filters(ngx_http_request_t *r,
+static ngx_int_t ngx_http_feed_timeline_cache_filters(ngx_pool_t *pool,
     redisReply *e, ngx_http_feed_filter_set_t *filters);
-static ngx_int_t ngx_http_feed_timeline_cache_copy(ngx_http_request_t *r,
+static ngx_int_t ngx_http_feed_timeline_cache_copy(ngx_pool_t *pool,
     redisReply *e, ngx_str_t *to);
 static size_t ngx_http_feed_timeline_cache_key(
     ngx_http_feed_redis_call_t *call, ngx_uint_t i, char *buf,
@@ -251,7 +253,6 @@ ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
 {
     size_t                              hgetlen[3];
     ngx_int_t                           rc;
-    ngx_uint_t                          i;
     ngx_str_t                           arg;
     const char                         *hget[3];
     ngx_http_feed_redis_args_t          args;
@@ -299,24 +300,78 @@ ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
      */
 
     if (tracked) {
-        i = NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_TIMELINE;
-
-        ngx_http_feed_redis_args_init(&args, hget, hgetlen);
-        ngx_http_feed_redis_args_lit(&args, "CLIENT");
-        ngx_http_feed_redis_args_lit(&args, "CACHING");
-        ngx_http_feed_redis_args_lit(&args, "yes");
-        ngx_http_feed_redis_args_route(&args, rc_call.keys[i],
-                                       rc_call.call.argvlen[3 + i]);
-
-        (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL,
-                                        &args);
-
-        ngx_http_feed_redis_call_lit(&rc_call.call,
-            NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_TRACKED, "1");
+        ngx_http_feed_timeline_cache_caching(fmcf, &rc_call);
     }
 
     return ngx_http_feed_redis_call(r, fmcf->redis_client, &rc_call.call,
                                     handler, data);
+}
+
+
+/*
+ * A page read from the list itself, each post's JSON and id, never a page
+ * kept as answered: a live stream's (ngx_http_feed_stream_users.c), for
+ * the worker, not for a request.  tracked: Redis tracks the keys it reads
+ * for the watch of the user's node (CLIENT CACHING yes first), and the
+ * read leaves the list's TTL alone, as a local hit's does; an untracked
+ * one keeps the list alive as every read does.
+ */
+
+ngx_int_t
+ngx_http_feed_timeline_cache_fresh(ngx_http_feed_main_conf_t *fmcf,
+    ngx_http_feed_page_t *page, ngx_uint_t tracked,
+    ngx_http_feed_redis_pt handler, void *data)
+{
+    ngx_str_t                           none, have;
+    ngx_http_feed_timeline_read_call_t  rc_call;
+
+    ngx_str_null(&none);
+    ngx_str_null(&have);
+
+    ngx_http_feed_timeline_cache_read_call(fmcf, &rc_call,
+                                           &ngx_http_feed_script_timeline_read,
+                                           page, &have, 0, &none);
+
+    ngx_http_feed_redis_call_lit(&rc_call.call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_FRESH, "1");
+
+    if (tracked) {
+        ngx_http_feed_timeline_cache_caching(fmcf, &rc_call);
+    }
+
+    return ngx_http_feed_redis_call(NULL, fmcf->redis_client, &rc_call.call,
+                                    handler, data);
+}
+
+
+/*
+ * Redis tracks the keys of the call that comes next on the same
+ * connection (OPTIN): CLIENT CACHING yes on the connection to the user's
+ * node, then the call says it is tracked
+ */
+
+static void
+ngx_http_feed_timeline_cache_caching(ngx_http_feed_main_conf_t *fmcf,
+    ngx_http_feed_timeline_read_call_t *rc)
+{
+    size_t                      argvlen[3];
+    ngx_uint_t                  i;
+    const char                 *argv[3];
+    ngx_http_feed_redis_args_t  args;
+
+    i = NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_TIMELINE;
+
+    ngx_http_feed_redis_args_init(&args, argv, argvlen);
+    ngx_http_feed_redis_args_lit(&args, "CLIENT");
+    ngx_http_feed_redis_args_lit(&args, "CACHING");
+    ngx_http_feed_redis_args_lit(&args, "yes");
+    ngx_http_feed_redis_args_route(&args, rc->keys[i],
+                                   rc->call.argvlen[3 + i]);
+
+    (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, &args);
+
+    ngx_http_feed_redis_call_lit(&rc->call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_TRACKED, "1");
 }
 
 
@@ -441,6 +496,8 @@ ngx_http_feed_timeline_cache_read_call(ngx_http_feed_main_conf_t *fmcf,
         unread->len);
     ngx_http_feed_redis_call_arg(call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_TRACKED, "", 0);
+    ngx_http_feed_redis_call_arg(call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_FRESH, "", 0);
 }
 
 
@@ -562,7 +619,7 @@ ngx_http_feed_timeline_cache_page(ngx_http_request_t *r,
 /* the page as Redis answered it, kept by the request, not copied */
 
 ngx_int_t
-ngx_http_feed_timeline_cache_parse(ngx_http_request_t *r, redisReply *reply,
+ngx_http_feed_timeline_cache_parse(ngx_pool_t *pool, redisReply *reply,
     ngx_http_feed_cached_t *cached)
 {
     size_t       i;
@@ -594,15 +651,15 @@ ngx_http_feed_timeline_cache_parse(ngx_http_request_t *r, redisReply *reply,
     case NGX_HTTP_FEED_TIMELINE_READ_KEPT:
     case NGX_HTTP_FEED_TIMELINE_READ_LOCAL:
     case NGX_HTTP_FEED_TIMELINE_READ_COUNTED:
-        return ngx_http_feed_timeline_cache_parse_kept(r, reply, cached);
+        return ngx_http_feed_timeline_cache_parse_kept(pool, reply, cached);
 
     case NGX_HTTP_FEED_TIMELINE_READ_PULL:
-        return ngx_http_feed_timeline_cache_parse_pull(r, reply, cached);
+        return ngx_http_feed_timeline_cache_parse_pull(pool, reply, cached);
 
     case NGX_HTTP_FEED_TIMELINE_READ_UNREAD:
         cached->found = 1;
         cached->counted = 1;
-        return ngx_http_feed_timeline_cache_unread_count(r, reply,
+        return ngx_http_feed_timeline_cache_unread_count(pool, reply,
                    NGX_HTTP_FEED_TIMELINE_READ_COUNT, cached);
 
     default:
@@ -613,7 +670,7 @@ ngx_http_feed_timeline_cache_parse(ngx_http_request_t *r, redisReply *reply,
         return NGX_DECLINED;
     }
 
-    if (ngx_http_feed_redis_hold_reply(r->pool, reply) != NGX_OK) {
+    if (ngx_http_feed_redis_hold_reply(pool, reply) != NGX_OK) {
         return NGX_ERROR;
     }
 
@@ -648,21 +705,21 @@ ngx_http_feed_timeline_cache_parse(ngx_http_request_t *r, redisReply *reply,
     cached->merge_us = ngx_http_feed_timeline_cache_int(
                            reply->element[NGX_HTTP_FEED_TIMELINE_READ_USEC]);
 
-    if (ngx_http_feed_timeline_cache_copy(r,
+    if (ngx_http_feed_timeline_cache_copy(pool,
             reply->element[NGX_HTTP_FEED_TIMELINE_READ_VERSION],
             &cached->version)
         != NGX_OK
-        || ngx_http_feed_timeline_cache_copy(r,
+        || ngx_http_feed_timeline_cache_copy(pool,
                reply->element[NGX_HTTP_FEED_TIMELINE_READ_IDS], &cached->ids)
            != NGX_OK
-        || ngx_http_feed_timeline_cache_lists(r, reply,
+        || ngx_http_feed_timeline_cache_lists(pool, reply,
                NGX_HTTP_FEED_TIMELINE_READ_LISTS, &cached->lists)
            != NGX_OK
-        || ngx_http_feed_timeline_cache_filters(r,
+        || ngx_http_feed_timeline_cache_filters(pool,
                reply->element[NGX_HTTP_FEED_TIMELINE_READ_FILTERS],
                &cached->filters)
            != NGX_OK
-        || ngx_http_feed_timeline_cache_unread_count(r, reply,
+        || ngx_http_feed_timeline_cache_unread_count(pool, reply,
                NGX_HTTP_FEED_TIMELINE_READ_UNREAD_COUNT, cached)
            != NGX_OK)
     {
@@ -675,14 +732,14 @@ ngx_http_feed_timeline_cache_parse(ngx_http_request_t *r, redisReply *reply,
         return NGX_OK;
     }
 
-    cached->items = ngx_palloc(r->pool,
+    cached->items = ngx_palloc(pool,
                                cached->nitems * sizeof(ngx_str_t));
     if (cached->items == NULL) {
         return NGX_ERROR;
     }
 
     for (i = 0; i < cached->nitems; i++) {
-        if (ngx_http_feed_timeline_cache_copy(r,
+        if (ngx_http_feed_timeline_cache_copy(pool,
                 reply->element[NGX_HTTP_FEED_TIMELINE_READ_ITEMS + i],
                 &cached->items[i])
             != NGX_OK)
@@ -698,14 +755,14 @@ ngx_http_feed_timeline_cache_parse(ngx_http_request_t *r, redisReply *reply,
 /* a page kept as answered is current: the worker's own copy, or this */
 
 static ngx_int_t
-ngx_http_feed_timeline_cache_parse_kept(ngx_http_request_t *r,
+ngx_http_feed_timeline_cache_parse_kept(ngx_pool_t *pool,
     redisReply *reply, ngx_http_feed_cached_t *cached)
 {
     redisReply  *page;
 
     if (reply->element[NGX_HTTP_FEED_TIMELINE_READ_KEPT_VERSION]->type
         != REDIS_REPLY_STRING
-        || ngx_http_feed_redis_hold_reply(r->pool, reply) != NGX_OK)
+        || ngx_http_feed_redis_hold_reply(pool, reply) != NGX_OK)
     {
         return NGX_DECLINED;
     }
@@ -718,14 +775,14 @@ ngx_http_feed_timeline_cache_parse_kept(ngx_http_request_t *r,
     /* the worker's copy is current, and the count is all there is to it */
 
     if (reply->element[0]->integer == NGX_HTTP_FEED_TIMELINE_READ_COUNTED) {
-        if (ngx_http_feed_timeline_cache_unread_count(r, reply,
+        if (ngx_http_feed_timeline_cache_unread_count(pool, reply,
                 NGX_HTTP_FEED_TIMELINE_READ_COUNTED_UNREAD, cached)
             != NGX_OK)
         {
             return NGX_ERROR;
         }
 
-        return ngx_http_feed_timeline_cache_copy(r,
+        return ngx_http_feed_timeline_cache_copy(pool,
                    reply->element[NGX_HTTP_FEED_TIMELINE_READ_KEPT_VERSION],
                    &cached->version);
     }
@@ -734,21 +791,21 @@ ngx_http_feed_timeline_cache_parse_kept(ngx_http_request_t *r,
         page = reply->element[NGX_HTTP_FEED_TIMELINE_READ_KEPT_PAGE];
 
         if (page->type == REDIS_REPLY_STRING) {
-            (void) ngx_http_feed_timeline_cache_copy(r, page, &cached->page);
+            (void) ngx_http_feed_timeline_cache_copy(pool, page, &cached->page);
         }
     }
 
-    if (ngx_http_feed_timeline_cache_lists(r, reply,
+    if (ngx_http_feed_timeline_cache_lists(pool, reply,
             NGX_HTTP_FEED_TIMELINE_READ_KEPT_LISTS, &cached->lists)
         != NGX_OK
-        || ngx_http_feed_timeline_cache_unread_count(r, reply,
+        || ngx_http_feed_timeline_cache_unread_count(pool, reply,
                NGX_HTTP_FEED_TIMELINE_READ_KEPT_UNREAD, cached)
            != NGX_OK)
     {
         return NGX_ERROR;
     }
 
-    return ngx_http_feed_timeline_cache_copy(r,
+    return ngx_http_feed_timeline_cache_copy(pool,
                reply->element[NGX_HTTP_FEED_TIMELINE_READ_KEPT_VERSION],
                &cached->version);
 }
@@ -757,7 +814,7 @@ ngx_http_feed_timeline_cache_parse_kept(ngx_http_request_t *r,
 /* the pull authors whose lists are missing: loaded, then read again */
 
 static ngx_int_t
-ngx_http_feed_timeline_cache_parse_pull(ngx_http_request_t *r,
+ngx_http_feed_timeline_cache_parse_pull(ngx_pool_t *pool,
     redisReply *reply, ngx_http_feed_cached_t *cached)
 {
     size_t                 i;
@@ -765,7 +822,7 @@ ngx_http_feed_timeline_cache_parse_pull(ngx_http_request_t *r,
     ngx_http_feed_user_t  *u;
 
     cached->found = 1;
-    cached->pull = ngx_palloc(r->pool, (reply->elements - 1)
+    cached->pull = ngx_palloc(pool, (reply->elements - 1)
                                        * sizeof(ngx_http_feed_user_t));
     if (cached->pull == NULL) {
         return NGX_ERROR;
@@ -796,7 +853,7 @@ ngx_http_feed_timeline_cache_parse_pull(ngx_http_request_t *r,
  */
 
 static ngx_int_t
-ngx_http_feed_timeline_cache_unread_count(ngx_http_request_t *r,
+ngx_http_feed_timeline_cache_unread_count(ngx_pool_t *pool,
     redisReply *reply, size_t i, ngx_http_feed_cached_t *cached)
 {
     size_t       n;
@@ -817,13 +874,13 @@ ngx_http_feed_timeline_cache_unread_count(ngx_http_request_t *r,
     if (n == 0 || n > NGX_INT_T_LEN
         || (e->len != n && (e->len != n + 1 || e->str[n] != '+')))
     {
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+        ngx_log_error(NGX_LOG_ERR, pool->log, 0,
                       "timeline script answered a malformed unread count "
                       "\"%*s\"", ngx_min(e->len, 32), e->str);
         return NGX_OK;
     }
 
-    cached->unread.data = ngx_pnalloc(r->pool, e->len);
+    cached->unread.data = ngx_pnalloc(pool, e->len);
     if (cached->unread.data == NULL) {
         return NGX_ERROR;
     }
@@ -933,7 +990,7 @@ ngx_http_feed_timeline_cache_kept(ngx_str_t *page,
  */
 
 static ngx_int_t
-ngx_http_feed_timeline_cache_lists(ngx_http_request_t *r, redisReply *reply,
+ngx_http_feed_timeline_cache_lists(ngx_pool_t *pool, redisReply *reply,
     size_t i, ngx_str_t *lists)
 {
     u_char      *p;
@@ -963,7 +1020,7 @@ ngx_http_feed_timeline_cache_lists(ngx_http_request_t *r, redisReply *reply,
         len += a->len + 1 + v->len + 1;
     }
 
-    p = ngx_pnalloc(r->pool, len);
+    p = ngx_pnalloc(pool, len);
     if (p == NULL) {
         return NGX_ERROR;
     }
@@ -992,7 +1049,7 @@ ngx_http_feed_timeline_cache_lists(ngx_http_request_t *r, redisReply *reply,
  */
 
 static ngx_int_t
-ngx_http_feed_timeline_cache_filters(ngx_http_request_t *r, redisReply *e,
+ngx_http_feed_timeline_cache_filters(ngx_pool_t *pool, redisReply *e,
     ngx_http_feed_filter_set_t *filters)
 {
     size_t  j;
@@ -1001,7 +1058,7 @@ ngx_http_feed_timeline_cache_filters(ngx_http_request_t *r, redisReply *e,
         return NGX_OK;
     }
 
-    if (ngx_http_feed_filter_set_init(r->pool, filters, e->elements)
+    if (ngx_http_feed_filter_set_init(pool, filters, e->elements)
         != NGX_OK)
     {
         return NGX_ERROR;
@@ -1024,7 +1081,7 @@ ngx_http_feed_timeline_cache_filters(ngx_http_request_t *r, redisReply *e,
 /* the reply is kept by the request: its strings are used where they are */
 
 static ngx_int_t
-ngx_http_feed_timeline_cache_copy(ngx_http_request_t *r, redisReply *e,
+ngx_http_feed_timeline_cache_copy(ngx_pool_t *pool, redisReply *e,
     ngx_str_t *to)
 {
     to->len = e->len;

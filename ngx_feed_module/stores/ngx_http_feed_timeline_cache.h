@@ -126,6 +126,20 @@ typedef struct {
 } ngx_http_feed_cached_t;
 
 
+/*
+ * What the watches heard, told to whoever asked (the live streams'
+ * readers, a layer above): a key of a user that holds or hides entries
+ * changed (not a kept page, a lock or a read marker), everything may
+ * have, a post was deleted (its id), a pull author's list changed
+ */
+typedef struct {
+    void                        (*changed)(u_char *user, size_t len);
+    void                        (*all)(const char *why);
+    void                        (*deleted)(u_char *id);
+    void                        (*author)(u_char *author, size_t len);
+} ngx_http_feed_track_hooks_t;
+
+
 extern ngx_str_t  ngx_http_feed_timeline_cache_deleting_key;
 
 
@@ -136,10 +150,13 @@ ngx_int_t ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
     ngx_str_t *have, ngx_uint_t vouched, ngx_uint_t unread,
     ngx_uint_t tracked, ngx_http_feed_redis_pt kept,
     ngx_http_feed_redis_pt handler, void *data);
+ngx_int_t ngx_http_feed_timeline_cache_fresh(ngx_http_feed_main_conf_t *fmcf,
+    ngx_http_feed_page_t *page, ngx_uint_t tracked,
+    ngx_http_feed_redis_pt handler, void *data);
 ngx_int_t ngx_http_feed_timeline_cache_unread(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
     ngx_str_t *marker, ngx_http_feed_redis_pt handler, void *data);
-ngx_int_t ngx_http_feed_timeline_cache_parse(ngx_http_request_t *r,
+ngx_int_t ngx_http_feed_timeline_cache_parse(ngx_pool_t *pool,
     redisReply *reply, ngx_http_feed_cached_t *cached);
 ngx_int_t ngx_http_feed_timeline_cache_kept(ngx_str_t *page,
     ngx_http_feed_cached_t *cached);
@@ -225,7 +242,10 @@ ngx_uint_t ngx_http_feed_timeline_watch_tracks(ngx_http_feed_user_t *user,
 ngx_int_t ngx_http_feed_track_init(ngx_cycle_t *cycle);
 void ngx_http_feed_track_exit(void);
 uint64_t ngx_http_feed_track_stamp(void);
-void ngx_http_feed_track_changed(u_char *user, size_t len);
+void ngx_http_feed_track_hook(ngx_http_feed_track_hooks_t *hooks);
+void ngx_http_feed_track_changed(u_char *user, size_t len, ngx_str_t *key);
+void ngx_http_feed_track_author(u_char *author, size_t len);
+ngx_uint_t ngx_http_feed_track_is_deleted(u_char *id);
 void ngx_http_feed_track_all(const char *why);
 void ngx_http_feed_track_deleted(u_char *id);
 ngx_int_t ngx_http_feed_track_deletes(ngx_str_t *page, uint64_t stamp,

@@ -24,6 +24,7 @@
 
 
 #include "ngx_http_feed_timeline_cache.h"
+#include "ngx_http_feed_keys.h"
 
 
 #define NGX_HTTP_FEED_TRACK_SLOTS    65536
@@ -56,7 +57,17 @@ typedef struct {
 static void ngx_http_feed_track_sync(void);
 
 
-static ngx_http_feed_track_t  ngx_http_feed_track;
+static ngx_http_feed_track_t         ngx_http_feed_track;
+
+/* who else hears what changed: the live streams' readers */
+static ngx_http_feed_track_hooks_t  *ngx_http_feed_track_hooks;
+
+
+void
+ngx_http_feed_track_hook(ngx_http_feed_track_hooks_t *hooks)
+{
+    ngx_http_feed_track_hooks = hooks;
+}
 
 
 ngx_int_t
@@ -105,9 +116,36 @@ ngx_http_feed_track_stamp(void)
 /* a key of this user changed ("feed:<kind>:{<user>}" names its user) */
 
 void
-ngx_http_feed_track_changed(u_char *user, size_t len)
+ngx_http_feed_track_changed(u_char *user, size_t len, ngx_str_t *key)
 {
+    ngx_uint_t              i;
     ngx_http_feed_track_t  *t = &ngx_http_feed_track;
+
+    /*
+     * Kept pages, the rebuild lock and the read marker change no entry:
+     * a read that keeps a page would otherwise make every reader of the
+     * user's streams read again
+     */
+
+    static ngx_str_t  quiet[] = {
+        ngx_string(NGX_HTTP_FEED_KEY_KEPT_PAGES),
+        ngx_string(NGX_HTTP_FEED_KEY_REBUILD_LOCK),
+        ngx_string(NGX_HTTP_FEED_KEY_MARKER)
+    };
+
+    for (i = 0; ngx_http_feed_track_hooks; i++) {
+
+        if (i == sizeof(quiet) / sizeof(ngx_str_t)) {
+            ngx_http_feed_track_hooks->changed(user, len);
+            break;
+        }
+
+        if (key->len > quiet[i].len
+            && ngx_strncmp(key->data, quiet[i].data, quiet[i].len) == 0)
+        {
+            break;
+        }
+    }
 
     if (t->slots == NULL) {
         return;
@@ -128,6 +166,10 @@ ngx_http_feed_track_all(const char *why)
 {
     ngx_http_feed_track_t  *t = &ngx_http_feed_track;
 
+    if (ngx_http_feed_track_hooks) {
+        ngx_http_feed_track_hooks->all(why);
+    }
+
     if (t->slots == NULL) {
         return;
     }
@@ -139,6 +181,35 @@ ngx_http_feed_track_all(const char *why)
 }
 
 
+/* a pull author's list changed: only the streams' readers care here */
+
+void
+ngx_http_feed_track_author(u_char *author, size_t len)
+{
+    if (ngx_http_feed_track_hooks) {
+        ngx_http_feed_track_hooks->author(author, len);
+    }
+}
+
+
+/* whether a post was deleted lately (the last ones kept, see above) */
+
+ngx_uint_t
+ngx_http_feed_track_is_deleted(u_char *id)
+{
+    ngx_uint_t              i;
+    ngx_http_feed_track_t  *t = &ngx_http_feed_track;
+
+    for (i = 0; i < t->ndeletes; i++) {
+        if (ngx_memcmp(t->deletes[i].id, id, 24) == 0) {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
 /* a post deleted (its id, 24 hex digits): copies that have it ask Redis */
 
 void
@@ -146,6 +217,10 @@ ngx_http_feed_track_deleted(u_char *id)
 {
     ngx_http_feed_track_t         *t = &ngx_http_feed_track;
     ngx_http_feed_track_delete_t  *d;
+
+    if (ngx_http_feed_track_hooks) {
+        ngx_http_feed_track_hooks->deleted(id);
+    }
 
     if (t->slots == NULL) {
         return;

@@ -482,6 +482,9 @@ ngx_http_feed_timeline_watch_changed(ngx_http_feed_watch_t *w,
         return;
     }
 
+    /* the readers of live streams merged from it read again */
+    ngx_http_feed_track_author(author.data, author.len);
+
     hash = ngx_crc32_short(author.data, author.len);
 
     a = ngx_http_feed_timeline_watch_find(w, author.data, author.len, hash);
@@ -938,6 +941,7 @@ ngx_http_feed_timeline_watch_invalidated(ngx_http_feed_watch_t *w,
 {
     u_char      *p, *last, *open;
     size_t       i;
+    ngx_str_t    name;
     redisReply  *key;
 
     w->invalidations++;
@@ -967,7 +971,10 @@ ngx_http_feed_timeline_watch_invalidated(ngx_http_feed_watch_t *w,
             continue;
         }
 
-        ngx_http_feed_track_changed(open + 1, p - open - 1);
+        name.data = (u_char *) key->str;
+        name.len = key->len;
+
+        ngx_http_feed_track_changed(open + 1, p - open - 1, &name);
     }
 }
 

@@ -48,10 +48,13 @@ ngx_http_feed_timeline_watch_init(ngx_cycle_t *cycle,
     /*
      * Copies of first pages are vouched for by the watches: of the pull
      * authors' lists they were merged from, and of the user's own keys
-     * when Redis tracks them (ngx_http_feed_timeline_track.c)
+     * when Redis tracks them (ngx_http_feed_timeline_track.c); so are the
+     * reads of live streams
      */
 
-    if (fmcf->redis_client == NULL || fmcf->cache_local == 0) {
+    if (fmcf->redis_client == NULL
+        || (fmcf->cache_local == 0 && !fmcf->live))
+    {
         return NGX_OK;
     }
 

@@ -1,0 +1,96 @@
+
+/*
+ * ngx_feed_module: live home timelines, "feed_timeline_stream" (Server-Sent
+ * Events): the requests and what they are sent (ngx_http_feed_stream.c),
+ * and the worker's readers, one per user streamed whatever the number of
+ * their streams, that read what changed (ngx_http_feed_stream_users.c).
+ */
+
+
+#ifndef _NGX_HTTP_FEED_STREAM_H_INCLUDED_
+#define _NGX_HTTP_FEED_STREAM_H_INCLUDED_
+
+
+#include "ngx_http_feed_conf.h"
+#include "ngx_http_feed_redis.h"
+#include "ngx_http_feed_util.h"
+#include "ngx_http_feed_timeline_cache.h"
+
+
+/*
+ * The entries of a timeline a stream follows: the newest of them, read
+ * again at each change, tell what came (an entry not there before) and
+ * what went (one there before and no longer)
+ */
+#define NGX_HTTP_FEED_STREAM_WINDOW   20
+
+/* entries a resumed stream is sent at most before it is told to reset */
+#define NGX_HTTP_FEED_STREAM_BACKLOG  NGX_HTTP_FEED_LIMIT_MAX
+
+/* entries gone at once past which a stream is told to reset */
+#define NGX_HTTP_FEED_STREAM_GONE_MAX  10
+
+
+typedef struct ngx_http_feed_stream_user_s  ngx_http_feed_stream_user_t;
+
+
+/* a live stream: the request's context */
+typedef struct {
+    ngx_http_request_t           *request;
+    ngx_http_feed_main_conf_t    *fmcf;
+
+    ngx_http_feed_user_t          user;
+
+    /*
+     * The entry to resume after, "" for none: newer ones are sent first;
+     * then the newest entry sent
+     */
+    char                          since[25];
+
+    /* the oldest entry sent, "" for none: deletes from there on are told */
+    char                          oldest[25];
+
+    ngx_queue_t                   queue;      /* in its user's streams */
+    ngx_queue_t                   all;        /* in the worker's streams */
+    ngx_http_feed_stream_user_t  *su;
+
+    /* what resuming it read, until it is sent (its user's read's pool) */
+    void                         *backlog;
+
+    /* output: buffers in flight and free, bytes not yet sent */
+    ngx_chain_t                  *free;
+    ngx_chain_t                  *busy;
+    size_t                        unsent;
+    size_t                        buffer;
+    ngx_msec_t                    written;
+    ngx_msec_t                    heartbeat;
+    ngx_int_t                     end_rc;
+
+    unsigned                      live:1;     /* past its backlog */
+    unsigned                      joined:1;
+    unsigned                      ended:1;
+} ngx_http_feed_stream_t;
+
+
+extern ngx_http_feed_handler_t  ngx_http_feed_stream_handler;
+
+
+/* ngx_http_feed_stream.c */
+void ngx_http_feed_stream_update(ngx_http_feed_stream_t *s, u_char *id,
+    ngx_str_t *json);
+void ngx_http_feed_stream_delete(ngx_http_feed_stream_t *s, u_char *id);
+void ngx_http_feed_stream_reset(ngx_http_feed_stream_t *s,
+    const char *reason);
+ngx_uint_t ngx_http_feed_stream_count(void);
+void ngx_http_feed_stream_tick(void);
+void ngx_http_feed_stream_exit(void);
+
+/* ngx_http_feed_stream_users.c */
+ngx_int_t ngx_http_feed_stream_users_init(ngx_http_feed_main_conf_t *fmcf);
+void ngx_http_feed_stream_users_exit(void);
+ngx_int_t ngx_http_feed_stream_join(ngx_http_feed_stream_t *s);
+void ngx_http_feed_stream_leave(ngx_http_feed_stream_t *s);
+ngx_int_t ngx_http_feed_stream_status(bson_t *doc);
+
+
+#endif /* _NGX_HTTP_FEED_STREAM_H_INCLUDED_ */
