@@ -9,6 +9,8 @@
 #     is started again on the same port; the package reconnects by itself
 #     with Last-Event-ID (the id of the post it got: nginx's access log
 #     says) and gets exactly the two posts, oldest first, then a live one;
+#   - the package across a reload of nginx: the old workers end their
+#     streams, it reconnects to the new ones; each post once, in order;
 #   - headless Chromium (FeedTest::SSE::browser): a page served by the same
 #     nginx (same origin), whose EventSource gets a post made after it
 #     reported 'open', with the post's id as lastEventId and the post's
@@ -186,6 +188,44 @@ SKIP: {
     is(join("\n", map { /last-event-id=(\S*)/ ? ($1 eq '-' ? '(none)' : $1) : '?' }
         @log), "(none)\n$p1", 'node: Last-Event-ID: none, then the post it '
         . 'got before the cut') or diag(join "\n", @log);
+}
+
+# ------------------------------- (a2) the npm eventsource, a reload --
+
+# nginx reloaded: the old workers end their streams at their next tick,
+# the package reconnects to the new ones with Last-Event-ID; every post
+# made around it reaches it once, in order
+SKIP: {
+    my $why = FeedTest::SSE::node_missing();
+    if ($why) {
+        fail("npm eventsource: $why");
+        skip $why, 4;
+    }
+
+    my $n = FeedTest::SSE::node_client(
+        url => "http://127.0.0.1:$port/users/ann/timeline/stream",
+        seconds => 30, dir => $dir);
+    my $opens = sub { scalar grep { $_->{type} eq 'open' } @_ };
+    ok($n->wait_for(sub { $opens->(@_) >= 1 }, 10), 'reload: node open')
+        or diag($n->stderr);
+    sleep 0.5;
+    my @p = (post($t, 'bob', 'before the reload'));
+    ok($n->wait_for(sub { grep { ($_->{id} // '') eq $p[0] } @_ }, 5),
+        'reload: a post live');
+
+    ok($t->reload(15), 'reload: new workers');
+    push @p, map { post($t, 'bob', "around the reload $_") } 1 .. 2;
+    ok($n->wait_for(sub { $opens->(@_) >= 2 }, 15),
+        'reload: the package reconnected') or diag(explain([ $n->lines ]));
+    sleep 0.5;
+    push @p, post($t, 'bob', 'after the reload');
+    $n->wait_for(sub { grep { ($_->{id} // '') eq $p[-1] } @_ }, 5);
+    my @ids = map { $_->{id} } grep { $_->{type} eq 'update' } $n->lines;
+    is("@ids", "@p", 'reload: each post once, in order, across the two '
+        . 'connections') or diag(explain([ $n->lines ]));
+    $n->kill;
+    ok($t->wait_for(15, sub { statuses($t) && keys %{ statuses($t) } == 2 }),
+        'reload: both new workers answer');
 }
 
 # ------------------------------------------------ (b) headless Chromium --

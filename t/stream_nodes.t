@@ -13,6 +13,11 @@
 #     posts on the reader's streams of both nodes;
 #   - a pull author (feed_pull_threshold 3, 4 followers) posting: an update
 #     within 2 s on the streams of its followers, both nodes;
+#   - a pull author's post deleted through node B: "delete" on every
+#     stream; an unmute through node B: the author's posts back on the
+#     reader's streams of both nodes, as updates without an id;
+#   - a stream of node A resumed on node B with its Last-Event-ID: the
+#     posts it missed, oldest first, then live;
 #   - the plain reads are unaffected: a first page read after the streams'
 #     events, on either node, is HIT or LOCAL, and as the model has it;
 #   - neither node logs an [alert] (FeedTest::finish).
@@ -388,6 +393,70 @@ $got = collect(5, sub { my ($k, $ev) = @_;
     $S{$k}{reader} ne 'r4' || grep { $_ eq $pa } update_ids($ev) });
 is(join(' ', update_ids($got->{'B:r4'})), $pa,
     'a post made through node A: on node B\'s stream');
+
+# a pull author's post deleted through node B: every stream told
+my $cdel = $BY{celeb}[-1];
+is($B->http('DELETE', "/users/celeb/posts/$cdel")->{status}, 204,
+    'a pull author\'s post deleted through node B');
+$DEL{$cdel} = 1;
+$got = collect(5, sub { grep { $_->{event} eq 'delete' } @{ $_[1] } });
+for my $k (sort keys %S) {
+    is(join(', ', map { ev_str($_) } @{ $got->{$k} }), "delete $cdel",
+        "$k: the pull author's post: delete");
+}
+
+# unmuted through node B: a2's posts back on r3's streams of both nodes,
+# as updates without an id (older than what the streams sent)
+@a2 = grep { !$DEL{$_} } @{ $BY{a2} };
+is($B->http('DELETE', '/users/r3/mutes/a2')->{status}, 204,
+    'r3 unmutes a2 through node B');
+delete $MUTED{r3}{a2};
+$got = collect(5, sub {
+    my ($k, $ev) = @_;
+    return 1 unless $S{$k}{reader} eq 'r3';
+    return update_ids($ev) >= @a2;
+});
+for my $k (qw(A:r3 B:r3)) {
+    is(join(' ', sort(update_ids($got->{$k}))), join(' ', sort @a2),
+        "$k: an update of each of a2's " . scalar(@a2) . ' posts')
+        or diag(join ', ', map { ev_str($_) } @{ $got->{$k} });
+    ok(!grep({ defined $_->{id} } @{ $got->{$k} }), "$k: without an id "
+        . '(older than what the stream sent)');
+}
+for my $k (sort grep { $S{$_}{reader} ne 'r3' } keys %S) {
+    is(scalar @{ $got->{$k} }, 0, "$k: not told")
+        or diag(join ', ', map { ev_str($_) } @{ $got->{$k} });
+}
+reads_right('after the unmute', 'r3');
+
+# a stream of node A closed, resumed on node B with its Last-Event-ID
+my $leid = $S{'A:r2'}{sse}->last_id;
+ok($leid, "A:r2's Last-Event-ID: $leid");
+$S{'A:r2'}{sse}->close;
+delete $S{'A:r2'};
+my @away = map { mypost($A, 'a1', "a1 while r2 away $_") } 1 .. 2;
+push @made, @away;
+ok($A->wait_for(5, sub { (page_ids($A, 'r2'))[0] eq want_ids('r2') }),
+    'two posts of a1 made through node A while r2 was away');
+$got = collect(3, sub { my ($k, $ev) = @_; $S{$k}{reader} ne 'r1'
+    || update_ids($ev) >= 2 });
+my $rs = FeedTest::SSE->open(port => $B->port('http'),
+    path => '/users/r2/timeline/stream', timeout => 10,
+    headers => { 'Last-Event-ID' => $leid });
+is($rs->status, 200, 'r2 resumes on node B with it');
+my @back;
+while (my $e = $rs->next_event(timeout => 3)) {
+    push @back, $e;
+    last if @back == 2;
+}
+is(join(' ', map { "$_->{event} " . ($_->{id} // '-') } @back),
+    join(' ', map { "update $_" } @away),
+    'node B: the two posts it missed, oldest first, with their ids');
+my $l2 = mypost($A, 'a3', 'a3 live for r2');
+my $e = $rs->next_event(timeout => 3);
+is($e && "$e->{event} " . ($e->{id} // '-'), "update $l2",
+    'then live: a post made through node A');
+$rs->close;
 
 # every stream still open: heartbeats
 my @ended = grep { $S{$_}{sse}->ended } sort keys %S;
