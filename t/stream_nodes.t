@@ -18,6 +18,10 @@
 #     reader's streams of both nodes, as updates without an id;
 #   - a stream of node A resumed on node B with its Last-Event-ID: the
 #     posts it missed, oldest first, then live;
+#   - the watches' subscriptions killed: a post made right after, of the
+#     pull author and of a pushed one, on the followers' streams within
+#     2 s; Redis restarted (every list gone): every stream told reset, and
+#     once the timelines are read, posts live again on both nodes;
 #   - the plain reads are unaffected: a first page read after the streams'
 #     events, on either node, is HIT or LOCAL, and as the model has it;
 #   - neither node logs an [alert] (FeedTest::finish).
@@ -457,6 +461,70 @@ my $e = $rs->next_event(timeout => 3);
 is($e && "$e->{event} " . ($e->{id} // '-'), "update $l2",
     'then live: a post made through node A');
 $rs->close;
+
+# within $secs, each stream of the followers of $au (all: celeb) that got
+# $id as an update: name => seconds
+sub arrival {
+    my ($id, $au, $secs) = @_;
+    my $t0 = time;
+    my %at;
+    my @want = grep { my $r = $S{$_}{reader};
+        grep { $_ eq $au } @{ $FOL{$r} } } keys %S;
+    my $got = collect($secs, sub {
+        my ($k, $ev) = @_;
+        $at{$k} //= time - $t0 if grep { $_ eq $id } update_ids($ev);
+        return defined $at{$k} || !grep { $_ eq $k } @want;
+    });
+    return (\%at, [ sort @want ], $got);
+}
+
+sub arrived_ok {
+    my ($name, $id, $au, $secs, $within) = @_;
+    my ($at, $want, $got) = arrival($id, $au, $secs);
+    for my $k (@$want) {
+        ok(defined $at->{$k} && $at->{$k} < $within, "$name: on $k within "
+            . "$within s (" . (defined $at->{$k}
+            ? sprintf('%.2fs', $at->{$k}) : 'never') . ')')
+            or diag(join ', ', map { ev_str($_) } @{ $got->{$k} });
+    }
+}
+
+# the watches' connections killed (both nodes'): a post made right after,
+# of a pull author (its wake-up comes through the watch's channel) and of
+# a pushed one, reaches the streams of their followers within 2 s
+my $killed = eval { $A->redis('CLIENT', 'KILL', 'TYPE', 'pubsub') } // 0;
+ok($killed >= 4, "the watches' subscriptions killed ($killed)");
+arrived_ok('killed watches, a pull author\'s post',
+    mypost($B, 'celeb', 'right after the kill'), 'celeb', 5, 2);
+arrived_ok('killed watches, a pushed author\'s post',
+    mypost($B, 'a3', 'right after the kill'), 'a3', 5, 2);
+ok($A->wait_for(10, sub { up($A) && up($B) }), 'the watches track again');
+
+# Redis restarted (no persistence: every list gone): every stream told
+# reset; each reader's timeline read (as a client told so does) on node A:
+# then live again, both nodes
+$A->stop_redis;
+$A->start_redis;
+$got = collect(10, sub { grep { $_->{event} eq 'reset' } @{ $_[1] } });
+for my $k (sort keys %S) {
+    my @r = grep { $_->{event} eq 'reset' } @{ $got->{$k} };
+    is(@r ? $r[0]{data} : '', '{"reason":"gone"}',
+        "Redis restarted: $k told reset (gone)")
+        or diag(join ', ', map { ev_str($_) } @{ $got->{$k} });
+}
+ok($A->wait_for(15, sub { up($A) && up($B) }),
+    'Redis restarted: both nodes\' workers up, their watches tracking');
+for my $r (sort keys %FOL) {
+    ok($A->wait_for(10, sub { (page_ids($A, $r))[0] eq want_ids($r) }),
+        "Redis restarted: $r\'s timeline read, as the model has it");
+}
+sleep 1.5;
+collect(0, sub { 1 });
+arrived_ok('Redis restarted, a pull author\'s post',
+    mypost($B, 'celeb', 'after the restart'), 'celeb', 8, 3);
+arrived_ok('Redis restarted, a pushed author\'s post',
+    mypost($B, 'a2', 'after the restart'), 'a2', 8, 3);
+reads_right('after the restart', $_) for qw(r1 r3 r4);
 
 # every stream still open: heartbeats
 my @ended = grep { $S{$_}{sse}->ended } sort keys %S;
