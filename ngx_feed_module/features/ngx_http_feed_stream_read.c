@@ -243,6 +243,10 @@ ngx_http_feed_stream_user_replied(ngx_http_feed_stream_user_t *su)
 
         su->broken = 1;
         su->failed_at = ngx_current_msec;
+
+        /* long polls read the timeline themselves, and rebuild it */
+        ngx_http_feed_stream_user_wake(su, NULL);
+
         ngx_http_feed_stream_user_done(su);
         return;
     }
@@ -251,6 +255,11 @@ ngx_http_feed_stream_user_replied(ngx_http_feed_stream_user_t *su)
 
     ngx_http_feed_stream_user_diff(su);
     ngx_http_feed_stream_user_keep(su);
+
+    if (p->nitems) {
+        ngx_http_feed_stream_user_wake(su, p->ids.data);
+    }
+
     ngx_http_feed_stream_user_done(su);
 }
 

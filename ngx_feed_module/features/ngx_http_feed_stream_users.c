@@ -51,6 +51,10 @@
 #define NGX_HTTP_FEED_STREAM_SETTLE   50
 
 
+static ngx_http_feed_stream_user_t *ngx_http_feed_stream_user_get(
+    ngx_http_feed_user_t *user);
+static void ngx_http_feed_stream_user_release(
+    ngx_http_feed_stream_user_t *su);
 static ngx_http_feed_stream_user_t *ngx_http_feed_stream_user_find(
     ngx_http_feed_user_t *user);
 static void ngx_http_feed_stream_users_settled(ngx_event_t *ev);
@@ -78,7 +82,7 @@ ngx_http_feed_stream_users_init(ngx_http_feed_main_conf_t *fmcf)
 {
     ngx_http_feed_stream_users_t  *us;
 
-    if (!fmcf->live || fmcf->redis_client == NULL) {
+    if (fmcf->redis_client == NULL) {
         return NGX_OK;
     }
 
@@ -161,47 +165,16 @@ ngx_http_feed_stream_users_exit(void)
 ngx_int_t
 ngx_http_feed_stream_join(ngx_http_feed_stream_t *s)
 {
-    size_t                         len;
-    ngx_http_feed_stream_user_t   *su;
-    ngx_http_feed_stream_users_t  *us = ngx_http_feed_stream_users;
+    ngx_http_feed_stream_user_t  *su;
 
-    if (us == NULL) {
-        return NGX_DECLINED;
-    }
-
-    su = ngx_http_feed_stream_user_find(&s->user);
-
+    su = ngx_http_feed_stream_user_get(&s->user);
     if (su == NULL) {
-        su = ngx_calloc(sizeof(ngx_http_feed_stream_user_t), ngx_cycle->log);
-        if (su == NULL) {
-            return NGX_ERROR;
-        }
-
-        len = s->user.len;
-
-        su->user = s->user;
-        su->sn.str.data = (u_char *) su->user.data;
-        su->sn.str.len = len;
-        su->sn.node.key = ngx_crc32_short(su->sn.str.data, len);
-
-        ngx_queue_init(&su->streams);
-        ngx_queue_init(&su->wanted);
-        ngx_rbtree_insert(&us->rbtree, &su->sn.node);
-        ngx_queue_insert_tail(&us->all, &su->all);
-
-        us->users++;
-
-        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
-                       "feed stream: reader of \"%s\" made", su->user.data);
+        return NGX_ERROR;
     }
 
     ngx_queue_insert_tail(&su->streams, &s->queue);
     s->su = su;
     s->joined = 1;
-
-    if (!us->tick.timer_set) {
-        ngx_add_timer(&us->tick, NGX_HTTP_FEED_STREAM_TICK);
-    }
 
     ngx_http_feed_stream_user_want(su);
 
@@ -214,9 +187,6 @@ ngx_http_feed_stream_join(ngx_http_feed_stream_t *s)
 void
 ngx_http_feed_stream_leave(ngx_http_feed_stream_t *s)
 {
-    ngx_http_feed_stream_user_t   *su = s->su;
-    ngx_http_feed_stream_users_t  *us = ngx_http_feed_stream_users;
-
     if (!s->joined) {
         return;
     }
@@ -229,7 +199,161 @@ ngx_http_feed_stream_leave(ngx_http_feed_stream_t *s)
         s->backlog = NULL;
     }
 
-    if (!ngx_queue_empty(&su->streams) || us == NULL) {
+    ngx_http_feed_stream_user_release(s->su);
+}
+
+
+/*
+ * A long poll waits for the user's reader to read an entry newer than
+ * its since_id: at the reader's next read, and at each one after a change
+ */
+
+ngx_int_t
+ngx_http_feed_stream_wait(ngx_http_feed_stream_waiter_t *w,
+    ngx_http_feed_user_t *user)
+{
+    ngx_http_feed_stream_user_t  *su;
+
+    su = ngx_http_feed_stream_user_get(user);
+    if (su == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_queue_insert_tail(&su->waiters, &w->queue);
+    w->su = su;
+    ngx_http_feed_stream_users->waiters++;
+
+    ngx_http_feed_stream_user_want(su);
+
+    return NGX_OK;
+}
+
+
+void
+ngx_http_feed_stream_unwait(ngx_http_feed_stream_waiter_t *w)
+{
+    ngx_http_feed_stream_user_t  *su = w->su;
+
+    if (su == NULL) {
+        return;
+    }
+
+    w->su = NULL;
+    ngx_queue_remove(&w->queue);
+    ngx_http_feed_stream_users->waiters--;
+
+    ngx_http_feed_stream_user_release(su);
+}
+
+
+/*
+ * The reader read: waiters for entries older than newest (NULL: all of
+ * them, the list cannot be read) are woken, out of its waiters first, as
+ * a waiter woken may wait again at once
+ */
+
+void
+ngx_http_feed_stream_user_wake(ngx_http_feed_stream_user_t *su,
+    u_char *newest)
+{
+    ngx_queue_t                     woken, *q, *next;
+    ngx_http_feed_stream_waiter_t  *w;
+
+    ngx_queue_init(&woken);
+
+    for (q = ngx_queue_head(&su->waiters);
+         q != ngx_queue_sentinel(&su->waiters);
+         q = next)
+    {
+        next = ngx_queue_next(q);
+        w = ngx_queue_data(q, ngx_http_feed_stream_waiter_t, queue);
+
+        if (newest && ngx_memcmp(newest, w->since, 24) <= 0) {
+            continue;
+        }
+
+        ngx_queue_remove(q);
+        ngx_queue_insert_tail(&woken, q);
+    }
+
+    while (!ngx_queue_empty(&woken)) {
+        q = ngx_queue_head(&woken);
+        ngx_queue_remove(q);
+
+        w = ngx_queue_data(q, ngx_http_feed_stream_waiter_t, queue);
+        w->su = NULL;
+        ngx_http_feed_stream_users->waiters--;
+
+        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                       "feed stream: a wait for \"%s\" is over",
+                       su->user.data);
+
+        w->handler(w->data);
+    }
+
+    ngx_http_feed_stream_user_release(su);
+}
+
+
+/* the user's reader, made when it is the first stream or wait of theirs */
+
+static ngx_http_feed_stream_user_t *
+ngx_http_feed_stream_user_get(ngx_http_feed_user_t *user)
+{
+    ngx_http_feed_stream_user_t   *su;
+    ngx_http_feed_stream_users_t  *us = ngx_http_feed_stream_users;
+
+    if (us == NULL) {
+        return NULL;
+    }
+
+    if (!us->tick.timer_set) {
+        ngx_add_timer(&us->tick, NGX_HTTP_FEED_STREAM_TICK);
+    }
+
+    su = ngx_http_feed_stream_user_find(user);
+    if (su) {
+        return su;
+    }
+
+    su = ngx_calloc(sizeof(ngx_http_feed_stream_user_t), ngx_cycle->log);
+    if (su == NULL) {
+        return NULL;
+    }
+
+    su->user = *user;
+    su->sn.str.data = (u_char *) su->user.data;
+    su->sn.str.len = user->len;
+    su->sn.node.key = ngx_crc32_short(su->sn.str.data, user->len);
+
+    ngx_queue_init(&su->streams);
+    ngx_queue_init(&su->waiters);
+    ngx_queue_init(&su->wanted);
+    ngx_rbtree_insert(&us->rbtree, &su->sn.node);
+    ngx_queue_insert_tail(&us->all, &su->all);
+
+    us->users++;
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "feed stream: reader of \"%s\" made", su->user.data);
+
+    return su;
+}
+
+
+/*
+ * The reader goes with its last stream or wait: at once, or at the reply
+ * of its read under way
+ */
+
+static void
+ngx_http_feed_stream_user_release(ngx_http_feed_stream_user_t *su)
+{
+    ngx_http_feed_stream_users_t  *us = ngx_http_feed_stream_users;
+
+    if (!ngx_queue_empty(&su->streams) || !ngx_queue_empty(&su->waiters)
+        || us == NULL || su->gone)
+    {
         return;
     }
 
@@ -335,13 +459,28 @@ ngx_http_feed_stream_users_settled(ngx_event_t *ev)
 static void
 ngx_http_feed_stream_users_timer(ngx_event_t *ev)
 {
-    ngx_queue_t                   *q;
+    ngx_queue_t                   *q, *next;
     ngx_http_feed_stream_user_t   *su;
     ngx_http_feed_stream_users_t  *us = ngx_http_feed_stream_users;
 
     ngx_http_feed_stream_tick();
 
     if (ngx_exiting) {
+
+        /* long polls are answered now, with what there is */
+
+        for (q = ngx_queue_head(&us->all);
+             q != ngx_queue_sentinel(&us->all);
+             q = next)
+        {
+            next = ngx_queue_next(q);
+            su = ngx_queue_data(q, ngx_http_feed_stream_user_t, all);
+
+            if (!ngx_queue_empty(&su->waiters)) {
+                ngx_http_feed_stream_user_wake(su, NULL);
+            }
+        }
+
         return;
     }
 
@@ -357,7 +496,7 @@ ngx_http_feed_stream_users_timer(ngx_event_t *ev)
         }
     }
 
-    if (ngx_http_feed_stream_count()) {
+    if (ngx_http_feed_stream_count() || us->waiters) {
         ngx_add_timer(&us->tick, NGX_HTTP_FEED_STREAM_TICK);
     }
 }

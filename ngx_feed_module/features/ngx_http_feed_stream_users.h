@@ -27,6 +27,7 @@ struct ngx_http_feed_stream_user_s {
     ngx_str_node_t                sn;         /* by the user's name */
     ngx_http_feed_user_t          user;
     ngx_queue_t                   streams;
+    ngx_queue_t                   waiters;    /* long polls */
     ngx_queue_t                   all;        /* the worker's readers */
     ngx_queue_t                   wanted;     /* to be read */
 
@@ -73,6 +74,7 @@ typedef struct {
     ngx_connection_t              dummy;
     ngx_uint_t                    users;
     ngx_uint_t                    reads;
+    ngx_uint_t                    waiters;
 } ngx_http_feed_stream_users_t;
 
 
@@ -80,6 +82,8 @@ extern ngx_http_feed_stream_users_t  *ngx_http_feed_stream_users;
 
 
 void ngx_http_feed_stream_user_want(ngx_http_feed_stream_user_t *su);
+void ngx_http_feed_stream_user_wake(ngx_http_feed_stream_user_t *su,
+    u_char *newest);
 ngx_msec_t ngx_http_feed_stream_keep_alive(ngx_http_feed_main_conf_t *fmcf);
 
 /* ngx_http_feed_stream_read.c */
