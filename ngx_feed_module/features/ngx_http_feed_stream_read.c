@@ -70,6 +70,7 @@ ngx_http_feed_stream_user_read(ngx_http_feed_stream_user_t *su)
     su->pending = 0;
 
     ngx_http_feed_stream_users->reads++;
+    ngx_http_feed_stat(stream_reads, 1);
 
     for (q = ngx_queue_head(&su->streams);
          q != ngx_queue_sentinel(&su->streams);

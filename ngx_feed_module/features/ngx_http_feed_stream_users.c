@@ -222,6 +222,7 @@ ngx_http_feed_stream_wait(ngx_http_feed_stream_waiter_t *w,
     ngx_queue_insert_tail(&su->waiters, &w->queue);
     w->su = su;
     ngx_http_feed_stream_users->waiters++;
+    ngx_http_feed_gauge(waits, 1);
 
     ngx_http_feed_stream_user_want(su);
 
@@ -241,6 +242,7 @@ ngx_http_feed_stream_unwait(ngx_http_feed_stream_waiter_t *w)
     w->su = NULL;
     ngx_queue_remove(&w->queue);
     ngx_http_feed_stream_users->waiters--;
+    ngx_http_feed_gauge(waits, -1);
 
     ngx_http_feed_stream_user_release(su);
 }
@@ -283,6 +285,7 @@ ngx_http_feed_stream_user_wake(ngx_http_feed_stream_user_t *su,
         w = ngx_queue_data(q, ngx_http_feed_stream_waiter_t, queue);
         w->su = NULL;
         ngx_http_feed_stream_users->waiters--;
+        ngx_http_feed_gauge(waits, -1);
 
         ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
                        "feed stream: a wait for \"%s\" is over",
