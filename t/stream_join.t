@@ -9,11 +9,17 @@
 #   - a stream that resumes (Last-Event-ID) and joins while the reader's
 #     read is under way: the posts after its point, oldest first, as when
 #     it joins a reader at rest; not a reset "gap" (its point is in the
-#     list);
+#     list).  Fails: its backlog is asked only by a read that starts with
+#     it (ngx_http_feed_stream_read.c, ngx_http_feed_stream_user_read), but
+#     the read under way goes on to ngx_http_feed_stream_user_diff, which
+#     makes every stream not live resume, this one without a backlog:
+#     ngx_http_feed_stream_user_resume answers "gap";
 #   - a user without a list (never read): the first stream is told reset
 #     ("gone"); a second stream that joins the same reader afterwards must
 #     be told too: a post made before the timeline is read is then neither
-#     sent to it nor covered by a reset, lost without a word.
+#     sent to it nor covered by a reset, lost without a word.  Fails:
+#     ngx_http_feed_stream_user_replied tells the streams only when the
+#     reader was not broken yet ("once").
 
 use strict;
 use warnings;
