@@ -22,6 +22,9 @@
 #     pull author and of a pushed one, on the followers' streams within
 #     2 s; Redis restarted (every list gone): every stream told reset, and
 #     once the timelines are read, posts live again on both nodes;
+#   - node A reaches Redis through t/lib/tcp_proxy.pl in "hold" mode: its
+#     watches stalled, posts made through node B reach its streams all the
+#     same, within 2.5 s;
 #   - the plain reads are unaffected: a first page read after the streams'
 #     events, on either node, is HIT or LOCAL, and as the model has it;
 #   - neither node logs an [alert] (FeedTest::finish).
@@ -47,6 +50,8 @@ my $B = FeedTest->new;      # node B: the posts, some streams
 
 $A->start_redis;
 $A->start_mongo;
+my $PROXY = 'redishold';
+$A->start_proxy($PROXY, $A->port('redis'), 0, 'hold');
 $A->port('http');
 $B->set_port($_, $A->port($_)) for qw(redis mongo);
 $B->port('http') == $_ and die "port taken twice\n" for values %{$A->{ports}};
@@ -56,7 +61,7 @@ worker_processes 2;
 thread_pool feedtp threads=4;
 events { worker_connections 1024; }
 http {
-    feed_redis 127.0.0.1:%%PORT_REDIS%%;
+    feed_redis 127.0.0.1:%%PORT_REDIS_NODE%%;
     feed_redis_timeout 3s;
     %%FEED_MONGO%%
     feed_mongo_timeout 3s;
@@ -92,8 +97,11 @@ http {
 }
 EOF
 
-$A->write_conf($CONF)->run;
-$B->write_conf($CONF)->run;
+# node A through the proxy in "hold" mode, node B straight
+(my $conf = $CONF) =~ s/%%PORT_REDIS_NODE%%/%%PORT_REDISHOLD%%/;
+$A->write_conf($conf)->run;
+($conf = $CONF) =~ s/%%PORT_REDIS_NODE%%/%%PORT_REDIS%%/;
+$B->write_conf($conf)->run;
 
 sub up {
     my ($n) = @_;
@@ -499,6 +507,22 @@ arrived_ok('killed watches, a pull author\'s post',
 arrived_ok('killed watches, a pushed author\'s post',
     mypost($B, 'a3', 'right after the kill'), 'a3', 5, 2);
 ok($A->wait_for(10, sub { up($A) && up($B) }), 'the watches track again');
+
+# node A's watches stalled (the proxy holds Redis's bytes to their
+# subscriptions): its workers hear of no change, and cannot vouch for
+# their readers' last reads once 300 ms pass without a heartbeat: they
+# read each second; posts made through node B right after the stall
+# reach node A's streams all the same, within 2.5 s
+my $pg = $A->pid($PROXY);
+kill 'USR1', -$pg;
+arrived_ok('node A\'s watches stalled, a pull author\'s post',
+    mypost($B, 'celeb', 'while stalled'), 'celeb', 5, 2.5);
+arrived_ok('node A\'s watches stalled, a pushed author\'s post',
+    mypost($B, 'a1', 'while stalled'), 'a1', 5, 2.5);
+kill 'USR2', -$pg;
+ok($A->wait_for(10, sub { up($A) }), 'relayed again: node A\'s watches '
+    . 'track');
+reads_right('after the stall', $_) for qw(r1 r3);
 
 # Redis restarted (no persistence: every list gone): every stream told
 # reset; each reader's timeline read (as a client told so does) on node A:
