@@ -235,15 +235,21 @@ ngx_http_feed_stream_user_replied(ngx_http_feed_stream_user_t *su)
         /*
          * No list (expired, evicted, flushed), or pull authors' lists
          * missing: a read of the timeline makes them again.  The streams
-         * are told to read it, once; the reader asks again each second.
+         * are told to read it, once; the reader asks again after a
+         * second, then twice as long each time up to half a minute (a
+         * client that never reads must not cost a read a second).
          */
 
         if (!su->broken) {
             ngx_http_feed_stream_user_resets(su, "gone");
+            su->backoff = 0;
         }
 
         su->broken = 1;
         su->failed_at = ngx_current_msec;
+        su->backoff = su->backoff ? ngx_min(2 * su->backoff,
+                                            NGX_HTTP_FEED_STREAM_BACKOFF)
+                                  : NGX_HTTP_FEED_STREAM_RETRY;
 
         /* long polls read the timeline themselves, and rebuild it */
         ngx_http_feed_stream_user_wake(su, NULL);

@@ -40,8 +40,6 @@
 /* ms between the checks of every reader */
 #define NGX_HTTP_FEED_STREAM_TICK     1000
 
-/* ms before a reader whose read failed, or found no list, reads again */
-#define NGX_HTTP_FEED_STREAM_RETRY    1000
 
 /*
  * ms a reader waits after a change before it reads: the fanout delivers a
@@ -513,7 +511,11 @@ ngx_http_feed_stream_user_due(ngx_http_feed_stream_user_t *su)
     ngx_str_t                  lists;
     ngx_http_feed_main_conf_t  *fmcf = ngx_http_feed_stream_users->fmcf;
 
-    if (su->failed || su->broken) {
+    if (su->broken) {
+        return ngx_current_msec - su->failed_at >= su->backoff;
+    }
+
+    if (su->failed) {
         return ngx_current_msec - su->failed_at
                >= NGX_HTTP_FEED_STREAM_RETRY;
     }

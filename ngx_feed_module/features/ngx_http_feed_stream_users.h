@@ -14,6 +14,14 @@
 #include "ngx_http_feed_timeline_watch.h"
 
 
+/*
+ * ms before a reader whose read failed reads again, and before one that
+ * found no list does, at first (twice as long each time, up to BACKOFF)
+ */
+#define NGX_HTTP_FEED_STREAM_RETRY    1000
+#define NGX_HTTP_FEED_STREAM_BACKOFF  30000
+
+
 /* a since_id read of a stream that resumes, in its reader's round trip */
 typedef struct {
     ngx_http_feed_stream_user_t  *su;
@@ -44,6 +52,7 @@ struct ngx_http_feed_stream_user_s {
     ngx_http_feed_watch_mark_t    next;       /* of the read under way */
     ngx_msec_t                    kept_alive;
     ngx_msec_t                    failed_at;
+    ngx_msec_t                    backoff;    /* while its list is missing */
     ngx_msec_t                    wanted_at;
 
     /* the round trip under way: its pool, replies awaited, the window */
