@@ -9,6 +9,8 @@
 # unless FEED_BENCH_WRITE=1: then only their sections are replaced there).
 # FEED_BENCH_PULL=1000,100000: part 6's authors (their followers).
 # FEED_BENCH_PHASES=12: local hits (bench/local_hits.pl, issue 30).
+# FEED_BENCH_PHASES=13: live timelines (bench/stream.pl, issue 31);
+# FEED_BENCH_STREAMS=10000: how many streams.
 
 use strict;
 use warnings;
@@ -26,8 +28,8 @@ Test::More->builder->no_ending(1);
 
 my $QUICK = $ENV{FEED_BENCH_QUICK};
 my %PHASES = map { $_ => 1 } split /,/,
-    $ENV{FEED_BENCH_PHASES} || '1,2,3,4,5,6,7,8,9,10,11,12';
-my $ALL = keys %PHASES == 12;
+    $ENV{FEED_BENCH_PHASES} || '1,2,3,4,5,6,7,8,9,10,11,12,13';
+my $ALL = keys %PHASES == 13;
 my $ROOT = FeedTest->root;
 my $DUR = $QUICK ? 1 : 5;
 my $CONNS = 32;
@@ -89,9 +91,9 @@ EOF
 load_module /usr/lib/nginx/modules/ndk_http_module.so;
 load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;
 worker_processes 1;
-worker_rlimit_nofile 16384;
+worker_rlimit_nofile 20000;
 thread_pool feedtp threads=16;
-events { worker_connections 8192; }
+events { worker_connections 16000; }
 http {
     lua_package_path "/usr/share/lua/5.1/?.lua;;";
     feed_redis $redis;
@@ -102,7 +104,8 @@ http {
     feed_cache_mode $mode;
     feed_fanout on;
     feed_fanout_page 200000;
-    feed_fanout_block 200ms;$pull$extra
+    feed_fanout_block 200ms;
+    feed_stream_max 15000;$pull$extra
 
     server {
         listen 127.0.0.1:%%PORT_HTTP%% backlog=4096;
@@ -115,6 +118,9 @@ http {
             feed_user_post \$1 \$2;
         }
         location ~ ^/users/([^/]+)/timeline\$ { feed_timeline \$1; }
+        location ~ ^/users/([^/]+)/timeline/stream\$ {
+            feed_timeline_stream \$1;
+        }
         location ~ ^/users/([^/]+)/timeline/marker\$ {
             feed_timeline_marker \$1;
         }
@@ -1193,6 +1199,31 @@ if (phase(12)) {
         $QUICK, { conns => $CONNS, dur => $DUR });
 }
 
+# ---------------------------------------------------- 13. live timelines --
+
+if (phase(13)) {
+    require "$FindBin::Bin/stream.pl";
+    my $n = $ENV{FEED_BENCH_STREAMS} || ($QUICK ? 1000 : 10_000);
+
+    # star's followers in a stand-in of their own, as part 4 does
+
+    $t->stop;
+    $t->start_mongo(name => 'mongostr', args => ['--no-unique']);
+    $t->stop_mongo('mongostr');
+    system("$dir/seed", "$dir/mongostr-db/standin-data.bson", 'feed', 'star',
+        $n) == 0 or die "seed failed\n";
+    $t->start_mongo(name => 'mongostr', args => ['--no-unique']);
+    start_nginx(mode => 'link', mongo => 'mongostr', mongo_timeout => '60s',
+        pull => 'off');
+
+    $result{stream} = bench_stream($t, $dir, $n,
+        { conns => $CONNS, dur => $DUR });
+
+    $t->redis('FLUSHALL');
+    $t->stop;
+    $t->stop_mongo('mongostr');
+}
+
 # nginx stops gracefully, with nothing alarming in its log over the run
 
 my $stopped = $t->stop;
@@ -1584,6 +1615,12 @@ if (phase(12)) {
     my $cmd = $ALL ? 'make bench' : "FEED_BENCH_PHASES=$ENV{FEED_BENCH_PHASES}"
         . ($ENV{FEED_BENCH_WRITE} ? ' FEED_BENCH_WRITE=1' : '') . ' make bench';
     push @out, local_hits_report($result{local_hits}, $cmd, $date);
+}
+
+if (phase(13)) {
+    my $cmd = $ALL ? 'make bench' : "FEED_BENCH_PHASES=$ENV{FEED_BENCH_PHASES}"
+        . ($ENV{FEED_BENCH_WRITE} ? ' FEED_BENCH_WRITE=1' : '') . ' make bench';
+    push @out, stream_report($result{stream}, $cmd, $date);
 }
 
 my $report = join("\n", @out) . "\n";

@@ -32,7 +32,7 @@ is($rc, 0, 'bench/run exits 0') or diag($out =~ /^(sanitizer report: .*)/ms
 for my $h ('## 1. Hot path', '## 2. The event loop', '## 3. Stampede',
     '## 4. Fanout', '## 5. Memory', '## 6. Pull authors',
     '## 8. Timelines kept in MongoDB', '## 9. Read filters',
-    '## 12. Local hits')
+    '## 12. Local hits', '## 13. Live timelines')
 {
     like($out, qr/^\Q$h\E/m, "prints \"$h\"");
 }
@@ -81,6 +81,9 @@ like($out, qr/^\| one \| post → visible \| 2 \| [^|]+ \| [^|]+ \| [^|]+ \| 0 \
     'part 12: both posts seen on one node');
 like($out, qr/^\| two \(A → B\) \| delete → gone \| 2 \| [^|]+ \| [^|]+ \| [^|]+ \| 0 \|/m,
     'part 12: both deletes seen on the second node');
+# part 13: every stream got the post, both rounds
+my @got = $out =~ /^\| [12] \| [^\n]* \| (\d+) of 1000 \|$/mg;
+is("@got", '1000 1000', 'part 13: the post reached all 1000 streams, twice');
 is(md5($DOC), $before, 'docs/benchmarks.md left alone');
 
 done_testing;

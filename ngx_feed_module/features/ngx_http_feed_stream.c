@@ -134,7 +134,6 @@ ngx_http_feed_stream_start(ngx_http_request_t *r, void *data)
     ngx_http_feed_stream_t  *s = data;
 
     ngx_int_t                  rc;
-    ngx_str_t                  first;
     ngx_pool_cleanup_t        *cln;
     ngx_http_feed_loc_conf_t  *flcf;
 
@@ -191,10 +190,11 @@ ngx_http_feed_stream_start(ngx_http_request_t *r, void *data)
     r->read_event_handler = ngx_http_test_reading;
     r->write_event_handler = ngx_http_feed_stream_writer;
 
-    /* the header goes out now, not with the first event */
-
-    ngx_str_set(&first, ":\n\n");
-    ngx_http_feed_stream_write(s, &first, 1);
+    /*
+     * The header goes out when the stream is live (its reader's next
+     * read, ngx_http_feed_stream_opened()): a client that sees the stream
+     * open is sent every post after that
+     */
 
     return NGX_DONE;
 }
@@ -293,6 +293,25 @@ ngx_http_feed_stream_update(ngx_http_feed_stream_t *s, u_char *id,
 
     ngx_http_feed_stat(stream_updates, 1);
     ngx_http_feed_stream_write(s, parts, n);
+}
+
+
+/*
+ * The stream is live (or cannot be yet, Redis failing): its header goes
+ * out now if no event took it out before
+ */
+
+void
+ngx_http_feed_stream_opened(ngx_http_feed_stream_t *s)
+{
+    ngx_str_t  first;
+
+    if (s->opened) {
+        return;
+    }
+
+    ngx_str_set(&first, ":\n\n");
+    ngx_http_feed_stream_write(s, &first, 1);
 }
 
 
@@ -397,6 +416,7 @@ ngx_http_feed_stream_write(ngx_http_feed_stream_t *s, ngx_str_t *parts,
     b->tag = (ngx_buf_tag_t) &ngx_http_feed_module;
 
     s->written = ngx_current_msec;
+    s->opened = 1;
 
     rc = ngx_http_output_filter(r, cl);
 
@@ -523,10 +543,10 @@ ngx_http_feed_stream_tick(void)
 
 
 /*
- * A stream ends: out of its reader and of the worker's streams now, its
- * request finished at the next turn of the event loop (whoever ended it
- * may still look at it).  NGX_OK: the end of the response is sent, the
- * connection may be kept; else it is closed.
+ * A stream ends: it is sent nothing more; it leaves its reader and the
+ * worker's streams, and its request is finished, at the next turn of the
+ * event loop (whoever ended it may be walking them).  NGX_OK: the end of
+ * the response is sent, the connection may be kept; else it is closed.
  */
 
 static void
@@ -540,8 +560,6 @@ ngx_http_feed_stream_end(ngx_http_feed_stream_t *s, ngx_int_t rc)
 
     s->ended = 1;
     s->end_rc = rc;
-
-    ngx_http_feed_stream_unlink(s);
 
     r->write_event_handler = ngx_http_feed_stream_finish;
     ngx_post_event(r->connection->write, &ngx_posted_events);
@@ -561,6 +579,8 @@ ngx_http_feed_stream_finish(ngx_http_request_t *r)
                    s->end_rc);
 
     r->write_event_handler = ngx_http_request_empty_handler;
+
+    ngx_http_feed_stream_unlink(s);
 
     if (s->end_rc != NGX_OK) {
         ngx_http_finalize_request(r, NGX_ERROR);

@@ -67,6 +67,7 @@ typedef struct {
     ngx_int_t                     end_rc;
 
     unsigned                      live:1;     /* past its backlog */
+    unsigned                      opened:1;   /* its header went out */
     unsigned                      joined:1;
     unsigned                      ended:1;
 } ngx_http_feed_stream_t;
@@ -93,6 +94,7 @@ extern ngx_http_feed_handler_t  ngx_http_feed_stream_handler;
 /* ngx_http_feed_stream.c */
 void ngx_http_feed_stream_update(ngx_http_feed_stream_t *s, u_char *id,
     ngx_str_t *json);
+void ngx_http_feed_stream_opened(ngx_http_feed_stream_t *s);
 void ngx_http_feed_stream_delete(ngx_http_feed_stream_t *s, u_char *id);
 void ngx_http_feed_stream_reset(ngx_http_feed_stream_t *s,
     const char *reason);

@@ -25,6 +25,8 @@ static void ngx_http_feed_stream_user_backlog_done(void *data,
 static void ngx_http_feed_stream_user_window_done(void *data,
     redisReply *reply);
 static void ngx_http_feed_stream_user_replied(ngx_http_feed_stream_user_t *su);
+static void ngx_http_feed_stream_user_resets_new(
+    ngx_http_feed_stream_user_t *su, const char *reason);
 static void ngx_http_feed_stream_user_resets(
     ngx_http_feed_stream_user_t *su, const char *reason);
 static void ngx_http_feed_stream_user_diff(ngx_http_feed_stream_user_t *su);
@@ -243,6 +245,9 @@ ngx_http_feed_stream_user_replied(ngx_http_feed_stream_user_t *su)
         if (!su->broken) {
             ngx_http_feed_stream_user_resets(su, "gone");
             su->backoff = 0;
+
+        } else {
+            ngx_http_feed_stream_user_resets_new(su, "gone");
         }
 
         su->broken = 1;
@@ -268,6 +273,29 @@ ngx_http_feed_stream_user_replied(ngx_http_feed_stream_user_t *su)
     }
 
     ngx_http_feed_stream_user_done(su);
+}
+
+
+/* the streams that joined since, not live yet, are told too */
+
+static void
+ngx_http_feed_stream_user_resets_new(ngx_http_feed_stream_user_t *su,
+    const char *reason)
+{
+    ngx_queue_t             *q;
+    ngx_http_feed_stream_t  *s;
+
+    for (q = ngx_queue_head(&su->streams);
+         q != ngx_queue_sentinel(&su->streams);
+         q = ngx_queue_next(q))
+    {
+        s = ngx_queue_data(q, ngx_http_feed_stream_t, queue);
+
+        if (!s->live) {
+            s->live = 1;
+            ngx_http_feed_stream_reset(s, reason);
+        }
+    }
 }
 
 
@@ -358,7 +386,14 @@ ngx_http_feed_stream_user_diff(ngx_http_feed_stream_user_t *su)
         s = ngx_queue_data(q, ngx_http_feed_stream_t, queue);
 
         if (!s->live) {
+            if (s->since[0] && s->backlog == NULL) {
+                /* joined during this read: its backlog at the next */
+                su->again = 1;
+                continue;
+            }
+
             ngx_http_feed_stream_user_resume(su, s);
+            ngx_http_feed_stream_opened(s);
             continue;
         }
 
@@ -540,6 +575,17 @@ ngx_http_feed_stream_user_done(ngx_http_feed_stream_user_t *su)
 
     if (su->failed) {
         su->failed_at = ngx_current_msec;
+
+        /* no client waits for Redis to see its stream open */
+
+        for (q = ngx_queue_head(&su->streams);
+             q != ngx_queue_sentinel(&su->streams);
+             q = ngx_queue_next(q))
+        {
+            ngx_http_feed_stream_opened(
+                ngx_queue_data(q, ngx_http_feed_stream_t, queue));
+        }
+
         return;
     }
 

@@ -1,0 +1,267 @@
+# bench/stream.pl: part 13 of make bench (bench/run.pl loads it), live
+# timelines (issue 31): what streams cost a worker and what they get.
+#
+# One nginx worker, link mode, every post pushed (no pull): an author,
+# "star", with N followers (10,000; FEED_BENCH_STREAMS), each with a cached
+# timeline of 20 of star's posts.  Streams are held by client processes of
+# 1,000 sockets each, which note when each stream gets its first update.
+#
+#   - memory: the worker's RSS and PSS (smaps_rollup) before and after N
+#     idle streams, one per follower: per stream, nginx's request included,
+#     the worker's reader of each user too;
+#   - hits: wrk on a reader's first page (a LOCAL hit) with and without
+#     the N streams open on the same worker, alternately, two rounds;
+#   - delivery: star posts while the N streams are open: for each stream,
+#     the time from the post's 201 to its update event (p50, p99, max);
+#   - fanout: the module's own delivery rate for that post (its first batch
+#     to its last reply, /status) with the N streams open and without,
+#     alternately, two rounds each.
+
+use strict;
+use warnings;
+
+use IO::Socket::INET;
+use IO::Select;
+use List::Util qw(sum max min);
+use Time::HiRes qw(time sleep);
+use POSIX qw(WNOHANG);
+
+# the worker's memory: VmRSS, and Pss and Private_Dirty of smaps_rollup, KB
+sub st_mem {
+    my ($pid) = @_;
+    my %m;
+    open my $fh, '<', "/proc/$pid/status" or return {};
+    while (<$fh>) { $m{rss} = $1 if /^VmRSS:\s+(\d+)/ }
+    close $fh;
+    if (open $fh, '<', "/proc/$pid/smaps_rollup") {
+        while (<$fh>) {
+            $m{pss} = $1 if /^Pss:\s+(\d+)/;
+            $m{dirty} = $1 if /^Private_Dirty:\s+(\d+)/;
+        }
+        close $fh;
+    }
+    return \%m;
+}
+
+sub st_worker {
+    my ($t) = @_;
+    my $j = $t->get('/status', timeout => 60)->{json} or die "no /status\n";
+    return $j;
+}
+
+# a client process holding streams $from..$to (users f<i>): it notes the
+# time of each stream's first update; SIGTERM makes it write them and exit
+sub st_client {
+    my ($port, $from, $to, $file) = @_;
+
+    my $pid = fork() // die "fork: $!\n";
+    return $pid if $pid;
+
+    my (%sock, %first, %buf);
+    my $sel = IO::Select->new;
+    my $done = 0;
+    local $SIG{TERM} = sub { $done = 1 };
+
+    for my $i ($from .. $to) {
+        my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port",
+            Proto => 'tcp') or next;
+        $s->blocking(0);
+        syswrite($s, "GET /users/f$i/timeline/stream HTTP/1.1\r\n"
+            . "Host: bench\r\nAccept: text/event-stream\r\n\r\n");
+        $sock{fileno $s} = [$s, $i];
+        $sel->add($s);
+    }
+
+    open my $ready, '>', "$file.ready";
+    close $ready;
+
+    while (!$done) {
+        if (!$sel->count) {
+            sleep 0.2;
+            next;
+        }
+        for my $s ($sel->can_read(0.2)) {
+            my $n = sysread($s, my $b, 65536);
+            my $e = $sock{fileno $s} or next;
+            if (!$n) {
+                $sel->remove($s);
+                next;
+            }
+            next if $first{$e->[1]};
+            $buf{$e->[1]} .= $b;
+            $first{$e->[1]} = time if $buf{$e->[1]} =~ /event: update/;
+            delete $buf{$e->[1]} if $first{$e->[1]};
+        }
+    }
+
+    open my $out, '>', $file or exit 1;
+    print $out "$_ $first{$_}\n" for keys %first;
+    close $out;
+    exit 0;
+}
+
+# $n streams in processes of 1,000, once the worker holds them all
+sub st_open {
+    my ($t, $dir, $n) = @_;
+    my @c;
+    for (my $from = 1; $from <= $n; $from += 1000) {
+        my $to = min($from + 999, $n);
+        my $file = "$dir/stream-client-$from";
+        unlink $file, "$file.ready";
+        push @c, { pid => st_client($t->port('http'), $from, $to, $file),
+                   file => $file };
+    }
+    $t->wait_for(120, sub { !grep { !-e "$_->{file}.ready" } @c })
+        or die "stream clients not ready\n";
+    $t->wait_for(120, sub {
+        my $st = st_worker($t)->{streams} || {};
+        ($st->{streams} // 0) >= $n;
+    }) or die "part 13: the worker does not hold $n streams\n";
+    return \@c;
+}
+
+# the clients' first updates, {user index => time}, as they stop
+sub st_close {
+    my ($t, $clients, $n) = @_;
+    my %first;
+    kill 'TERM', $_->{pid} for @$clients;
+    for my $c (@$clients) {
+        waitpid($c->{pid}, 0);
+        open my $fh, '<', $c->{file} or next;
+        while (<$fh>) { $first{$1} = $2 if /^(\d+) ([\d.]+)$/ }
+        close $fh;
+    }
+    $t->wait_for(60, sub {
+        ((st_worker($t)->{streams} || {})->{streams} // 1) == 0 });
+    return \%first;
+}
+
+# star's post, and what the fanout says of it
+sub st_post_fanout {
+    my ($t, $body) = @_;
+    my $d0 = st_worker($t)->{fanout}{deliveries} // 0;
+    my $id = st_post($t, $body);
+    my $t201 = time;
+    my $n = $t->{st_n};
+    $t->wait_for(120, sub {
+        (st_worker($t)->{fanout}{deliveries} // 0) - $d0 >= $n
+    }) or die "part 13: the fanout did not deliver\n";
+    my $fs = st_worker($t)->{fanout};
+    my $ms = $fs->{last_post_ms} || 1;
+    return { id => $id, t201 => $t201,
+             rate => ($fs->{last_post_deliveries} // 0) / ($ms / 1000) };
+}
+
+sub st_post {
+    my ($t, $body) = @_;
+    my $r = $t->http('POST', '/users/star/posts',
+        headers => { 'Content-Type' => 'application/json' },
+        body => qq({"body": "$body"}), timeout => 60);
+    die "post: $r->{status}\n" unless $r->{status} == 201;
+    return $r->{json}{id};
+}
+
+sub st_pct {
+    my ($v, $p) = @_;
+    return undef unless @$v;
+    return $v->[min($#$v, int(@$v * $p))];
+}
+
+sub bench_stream {
+    my ($t, $dir, $n, $o) = @_;
+
+    $t->{st_n} = $n;
+    my %r = (n => $n);
+
+    # every follower's timeline cached (the fanout only delivers to them),
+    # 20 posts each, and a reader's first page a LOCAL hit
+
+    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:'
+        . $t->port('redis')) or die "redis: $!\n";
+    my $req = '';
+    for my $i (1 .. $n) {
+        my $k = "feed:tl:{f$i}";
+        $req .= "*3\r\n\$5\r\nRPUSH\r\n\$" . length($k) . "\r\n$k\r\n"
+            . "\$24\r\n000000000000000000000000\r\n";
+    }
+    print $s $req;
+    <$s> for 1 .. $n;
+
+    st_post_fanout($t, "warm $_") for 1 .. 20;
+
+    my $url = '/users/f1/timeline';
+    $t->get($url) for 1 .. 3;
+
+    my $pid = st_worker($t)->{pid};
+
+    # memory, hits and delivery, with and without the streams, twice
+
+    for my $round (1, 2) {
+        sleep 1;
+        my $m0 = st_mem($pid);
+        push @{ $r{hits_without} }, main::wrk($url, %$o)->{rps};
+        push @{ $r{fanout_without} }, st_post_fanout($t, "plain $round")
+            ->{rate};
+
+        my $c = st_open($t, $dir, $n);
+        sleep 2;
+        my $m1 = st_mem($pid);
+        push @{ $r{mem} }, { map { $_ => (($m1->{$_} // 0)
+            - ($m0->{$_} // 0)) * 1024 / $n } qw(rss pss dirty) };
+
+        push @{ $r{hits_with} }, main::wrk($url, %$o)->{rps};
+
+        # the clients note each stream's first update: this post's
+        my $p = st_post_fanout($t, "live $round");
+        push @{ $r{fanout_with} }, $p->{rate};
+        $t->wait_for(30, sub {
+            my $m = $t->get('/metrics', timeout => 60)->{body} // '';
+            my ($u) = $m =~ /^feed_stream_events_total\{event="update"\} (\d+)/m;
+            ($u // 0) >= $n * $round;
+        });
+        my $first = st_close($t, $c, $n);
+        my @d = sort { $a <=> $b }
+            map { max(0, ($first->{$_} - $p->{t201}) * 1000) } keys %$first;
+        push @{ $r{delivery} }, { got => scalar(@d), p50 => st_pct(\@d, 0.5),
+            p99 => st_pct(\@d, 0.99), max => $d[-1] };
+    }
+
+    $r{reads} = st_worker($t)->{streams}{reads};
+    return \%r;
+}
+
+sub st_mean { @_ ? sum(@_) / @_ : 0 }
+
+sub stream_report {
+    my ($r, $cmd, $date) = @_;
+    my @o;
+    my $n = $r->{n};
+
+    push @o, '## 13. Live timelines', '',
+        "Measured $date by `$cmd` (bench/stream.pl): one worker, link "
+        . "mode, $n streams of $n followers of one author, each with 20 "
+        . 'posts cached; streams held by client processes of 1,000 '
+        . 'sockets each on the same machine.', '';
+
+    push @o, '| round | memory per idle stream (RSS / PSS / private dirty) '
+        . '| hits without / with the streams | ratio | fanout without / '
+        . 'with (deliveries/s) | ratio | 201 → event p50 / p99 / max '
+        . '| streams that got it |', '|---|---|---|---|---|---|---|---|';
+    for my $i (0 .. $#{ $r->{mem} }) {
+        my $m = $r->{mem}[$i];
+        my $d = $r->{delivery}[$i];
+        push @o, sprintf('| %d | %.0f / %.0f / %.0f B | %.0f / %.0f req/s '
+            . '| %.2f× | %.0f / %.0f | %.2f× | %.0f / %.0f / %.0f ms '
+            . '| %d of %d |', $i + 1, $m->{rss}, $m->{pss}, $m->{dirty},
+            $r->{hits_without}[$i], $r->{hits_with}[$i],
+            $r->{hits_with}[$i] / ($r->{hits_without}[$i] || 1),
+            $r->{fanout_without}[$i], $r->{fanout_with}[$i],
+            $r->{fanout_with}[$i] / ($r->{fanout_without}[$i] || 1),
+            $d->{p50} // -1, $d->{p99} // -1, $d->{max} // -1, $d->{got},
+            $n);
+    }
+    push @o, '';
+    return @o;
+}
+
+1;
