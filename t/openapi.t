@@ -22,6 +22,7 @@ use JSON::PP ();
 use Test::More;
 use Time::HiRes qw(sleep);
 use FeedTest;
+use FeedTest::SSE;
 use FeedTest::Util qw(short);
 
 my $ROOT = FeedTest->root;
@@ -355,6 +356,29 @@ $r = ask($t, 'timeline, first page, with a marker', 200, 'GET',
 like($r->{headers}{'x-feed-unread'} // '', qr/^\d+\+?$/,
     'timeline with a marker: X-Feed-Unread') or diag(short($r));
 
+# ------------------------------------------- live timelines, long polls --
+
+{
+    my $s = FeedTest::SSE->open(port => $t->port('http'),
+        path => '/users/oa.ann/timeline/stream');
+    is($s->status, 200, 'stream: 200');
+    record('stream', 'GET', '/users/oa.ann/timeline/stream',
+        { status => $s->status, headers => $s->headers, body => '' });
+    $s->close;
+}
+ask_each($t,
+    [ 'stream, bad since_id', 400, 'GET',
+        '/users/oa.ann/timeline/stream?since_id=nope' ],
+    [ 'stream, bad Last-Event-ID', 400, 'GET',
+        '/users/oa.ann/timeline/stream',
+        headers => { 'Last-Event-ID' => 'nope' } ],
+    [ 'stream of a bad uid', 400, 'GET',
+        "/users/$long_id/timeline/stream" ],
+    [ 'timeline, a long poll answered at once', 200, 'GET',
+        '/users/oa.ann/timeline?since_id=' . ('0' x 24) . '&wait=5' ],
+    [ 'timeline, wait=61', 400, 'GET',
+        '/users/oa.ann/timeline?since_id=' . ('0' x 24) . '&wait=61' ]);
+
 # ----------------------------------------------- status, paths, methods --
 
 ask($t, 'status', 200, 'GET', '/status');
@@ -376,6 +400,7 @@ my %other = (
     '/users/oa.ann/timeline' => 'POST',
     '/users/oa.ann/timeline/marker' => 'DELETE',
     '/users/oa.ann/timeline/unread' => 'PUT',
+    '/users/oa.ann/timeline/stream' => 'POST',
     "/users/oa.ann/hidden/$pid" => 'GET',
     '/users/oa.ann/hidden' => 'POST',
     '/users/oa.ann/seen' => 'GET',

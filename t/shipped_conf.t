@@ -15,6 +15,7 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
 use FeedTest;
+use FeedTest::SSE;
 use FeedTest::Util qw(short is_error follow_each none_failed post parallel
     tl_ids read_state_is);
 use Time::HiRes qw(time sleep);
@@ -67,6 +68,28 @@ read_state_is($t, 'sa', \@ids, 'read state');
 
 is_error($t->get('/no/such/thing'), 404, 'not_found', 'unknown path');
 is_error($t->get('/_error/400'), 404, 'not_found', 'error page asked directly');
+
+# the live timeline and a long poll: the shipped locations
+{
+    my $s = FeedTest::SSE->open(port => $t->port('http'),
+        path => '/users/sa/timeline/stream');
+    is($s->status, 200, 'GET /users/sa/timeline/stream: 200');
+    is($s->header('x-accel-buffering'), 'no', 'not buffered by proxies');
+    my $h = $t->http_start('GET',
+        "/users/sa/timeline?since_id=$ids[0]&wait=20", timeout => 30);
+    sleep 0.3;
+    my $live = post($t, 'sb', 'live');
+    my $ev;
+    for (1 .. 5) {
+        $ev = $s->next_event(timeout => 3) or last;
+        last if $ev->{event} eq 'update';
+    }
+    is($ev && $ev->{id}, $live, 'the stream: the new post as an update');
+    my $w = $t->http_end($h);
+    is(join(' ', map { $_->{id} } @{$w->{json}{items} || []}), $live // '',
+        'the long poll: answered with the new post');
+    $s->close;
+}
 
 # ------------------------------------------------- what nginx itself rejects --
 

@@ -63,6 +63,7 @@ http {
         }
         location /_feed/timeline { internal; feed_timeline_source; }
         location = /status { feed_status; }
+        location = /metrics { feed_metrics; }
     }
 }
 EOF2
@@ -141,6 +142,13 @@ is($st->{streams}, 2, 'status: 2 streams');
 is($st->{readers}, 1, 'one reader');
 ok($st->{reads} - $reads <= 2, 'the reader read once or twice for both')
     or diag("reads: $reads -> $st->{reads}");
+my $m = $t->get('/metrics')->{body};
+like($m, qr/^feed_streams 2$/m, 'metrics: feed_streams 2');
+like($m, qr/^feed_stream_events_total\{event="update"\} [2-9]$/m,
+    'metrics: the updates counted');
+like($m, qr/^feed_stream_reads_total [1-9]/m, 'metrics: the reads counted');
+is($t->get('/status')->{json}{node}{streams}{streams}, 2,
+    'status: node streams 2');
 my ($item) = grep { $_->{id} eq $p1 } items('ann', 5);
 is_deeply(FeedTest::json_decode($e[0]{data}), $item,
     'data: the post as the timeline has it');

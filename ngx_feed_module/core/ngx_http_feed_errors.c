@@ -81,6 +81,8 @@ ngx_http_feed_err(seen_size, NGX_HTTP_BAD_REQUEST, "request_too_large",
     "the request is at most 16384 bytes");
 ngx_http_feed_err(unseen, NGX_HTTP_BAD_REQUEST, "invalid_unseen",
     "unseen is 0 or 1");
+ngx_http_feed_err(wait, NGX_HTTP_BAD_REQUEST, "invalid_wait",
+    "wait is 0 to 60 seconds, with since_id");
 ngx_http_feed_err(event_id, NGX_HTTP_BAD_REQUEST, "invalid_post_id",
     "Last-Event-ID is a post id, 24 lowercase hexadecimal digits");
 

@@ -62,6 +62,7 @@ extern const ngx_http_feed_error_t  ngx_http_feed_err_seen_many;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_seen_size;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_unseen;
 extern const ngx_http_feed_error_t  ngx_http_feed_err_event_id;
+extern const ngx_http_feed_error_t  ngx_http_feed_err_wait;
 
 /* who may write */
 extern const ngx_http_feed_error_t  ngx_http_feed_err_unauthorized;

@@ -143,6 +143,8 @@ ngx_http_feed_gauges_sum(ngx_http_feed_gauges_t *sum)
 
         sum->local_bytes += g->local_bytes;
         sum->local_pages += g->local_pages;
+        sum->streams += g->streams;
+        sum->waits += g->waits;
     }
 }
 
@@ -195,4 +197,6 @@ ngx_http_feed_gauges_zero(ngx_http_feed_gauges_t *g)
 
     g->local_bytes = 0;
     g->local_pages = 0;
+    g->streams = 0;
+    g->waits = 0;
 }

@@ -99,6 +99,18 @@ typedef struct {
     ngx_atomic_t                  pull_to_push;
     ngx_atomic_t                  pull_vouched;
 
+    /*
+     * Live timelines: events sent (updates, deletes, resets), streams
+     * refused (feed_stream_max) and let go (a client too slow), the
+     * readers' round trips
+     */
+    ngx_atomic_t                  stream_updates;
+    ngx_atomic_t                  stream_deletes;
+    ngx_atomic_t                  stream_resets;
+    ngx_atomic_t                  stream_refused;
+    ngx_atomic_t                  stream_dropped;
+    ngx_atomic_t                  stream_reads;
+
     ngx_atomic_t                  responses[NGX_HTTP_FEED_ENDPOINTS]
                                       [NGX_HTTP_FEED_CODES];
     ngx_atomic_t                  timeline_reads
@@ -141,6 +153,8 @@ typedef struct {
                                       [NGX_HTTP_FEED_REDIS_STATES];
     ngx_atomic_t                  local_bytes;
     ngx_atomic_t                  local_pages;
+    ngx_atomic_t                  streams;
+    ngx_atomic_t                  waits;
 } ngx_http_feed_gauges_t;
 
 

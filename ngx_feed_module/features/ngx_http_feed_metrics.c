@@ -184,6 +184,14 @@ static ngx_http_feed_metric_t  ngx_http_feed_metrics_counters[] = {
     ngx_http_feed_metric("feed_local_hits_total", "counter",
         "Timeline reads answered with a worker's kept page and no Redis "
         "command.", local_hits),
+    ngx_http_feed_metric("feed_streams_refused_total", "counter",
+        "Live timelines refused past feed_stream_max.", stream_refused),
+    ngx_http_feed_metric("feed_streams_dropped_total", "counter",
+        "Live timelines closed for a client too slow to read them.",
+        stream_dropped),
+    ngx_http_feed_metric("feed_stream_reads_total", "counter",
+        "Reads of streamed timelines, one for all streams and long polls of "
+        "a user in a worker.", stream_reads),
     ngx_http_feed_metric("feed_posts_created_total", "counter",
         "Posts stored.", posts_created),
     ngx_http_feed_metric("feed_posts_deleted_total", "counter",
@@ -212,6 +220,10 @@ static ngx_http_feed_metric_t  ngx_http_feed_metrics_gauges[] = {
         local_bytes),
     ngx_http_feed_metric_gauge("feed_local_pages",
         "First pages the live workers keep as answered.", local_pages),
+    ngx_http_feed_metric_gauge("feed_streams",
+        "Live timelines open (Server-Sent Events).", streams),
+    ngx_http_feed_metric_gauge("feed_timeline_waits",
+        "Long polls waiting for a post.", waits),
 
     { NULL, NULL, NULL, 0 }
 };
@@ -536,7 +548,7 @@ ngx_http_feed_metrics_requests(ngx_buf_t *b, ngx_http_feed_stats_t *st)
 
 /*
  * The other labeled counters: reads by cache status, cluster retries by
- * reason
+ * reason, live timelines' events by kind
  */
 
 static void
@@ -565,6 +577,16 @@ ngx_http_feed_metrics_labeled(ngx_buf_t *b, ngx_http_feed_stats_t *st)
                                ngx_http_feed_redis_retry_name(i),
                                st->redis_retried[i]);
     }
+
+    ngx_http_feed_metrics_family(b, "feed_stream_events_total", "counter",
+        "Live timelines' events sent, by kind.");
+
+    b->last = ngx_slprintf(b->last, b->end,
+                           "feed_stream_events_total{event=\"update\"} %uA\n"
+                           "feed_stream_events_total{event=\"delete\"} %uA\n"
+                           "feed_stream_events_total{event=\"reset\"} %uA\n",
+                           st->stream_updates, st->stream_deletes,
+                           st->stream_resets);
 }
 
 

@@ -531,6 +531,11 @@ ngx_http_feed_status_node(bson_t *doc)
                       (int64_t) st->local_hits);
     bson_append_document_end(&sub, &part);
 
+    BSON_APPEND_DOCUMENT_BEGIN(&sub, "streams", &part);
+    BSON_APPEND_INT64(&part, "streams", (int64_t) gauges.streams);
+    BSON_APPEND_INT64(&part, "waits", (int64_t) gauges.waits);
+    bson_append_document_end(&sub, &part);
+
     if (ngx_http_feed_status_effects(&sub, st) != NGX_OK) {
         return NGX_ERROR;
     }

@@ -143,6 +143,8 @@ ngx_http_feed_stream_start(ngx_http_request_t *r, void *data)
                       "feed stream refused: %ui streams in this worker, "
                       "feed_stream_max", ngx_http_feed_nstreams);
 
+        ngx_http_feed_stat(stream_refused, 1);
+
         return ngx_http_feed_error(r, &ngx_http_feed_err_streams_full);
     }
 
@@ -177,6 +179,8 @@ ngx_http_feed_stream_start(ngx_http_request_t *r, void *data)
     if (ngx_http_feed_nstreams++ == 0) {
         ngx_queue_init(&ngx_http_feed_streams);
     }
+
+    ngx_http_feed_gauge(streams, 1);
 
     ngx_queue_insert_tail(&ngx_http_feed_streams, &s->all);
 
@@ -287,6 +291,7 @@ ngx_http_feed_stream_update(ngx_http_feed_stream_t *s, u_char *id,
     ngx_str_set(&parts[n], "\n\n");
     n++;
 
+    ngx_http_feed_stat(stream_updates, 1);
     ngx_http_feed_stream_write(s, parts, n);
 }
 
@@ -301,6 +306,7 @@ ngx_http_feed_stream_delete(ngx_http_feed_stream_t *s, u_char *id)
     parts[1].len = 24;
     ngx_str_set(&parts[2], "\n\n");
 
+    ngx_http_feed_stat(stream_deletes, 1);
     ngx_http_feed_stream_write(s, parts, 3);
 }
 
@@ -318,6 +324,7 @@ ngx_http_feed_stream_reset(ngx_http_feed_stream_t *s, const char *reason)
     parts[1].len = ngx_strlen(reason);
     ngx_str_set(&parts[2], "\"}\n\n");
 
+    ngx_http_feed_stat(stream_resets, 1);
     ngx_http_feed_stream_write(s, parts, 3);
 }
 
@@ -354,6 +361,8 @@ ngx_http_feed_stream_write(ngx_http_feed_stream_t *s, ngx_str_t *parts,
                       "feed stream of \"%s\" closed: the client left "
                       "%uz bytes unread, feed_stream_buffer",
                       s->user.data, s->unsent);
+
+        ngx_http_feed_stat(stream_dropped, 1);
 
         ngx_http_feed_stream_end(s, NGX_ERROR);
         return;
@@ -467,6 +476,8 @@ ngx_http_feed_stream_writer(ngx_http_request_t *r)
                       "feed stream of \"%s\" closed: the client read "
                       "nothing for send_timeout", s->user.data);
 
+        ngx_http_feed_stat(stream_dropped, 1);
+
         ngx_http_feed_stream_end(s, NGX_ERROR);
         return;
     }
@@ -574,6 +585,8 @@ ngx_http_feed_stream_unlink(ngx_http_feed_stream_t *s)
     ngx_http_feed_stream_leave(s);
     ngx_queue_remove(&s->all);
     ngx_http_feed_nstreams--;
+
+    ngx_http_feed_gauge(streams, -1);
 }
 
 

@@ -72,6 +72,21 @@ typedef struct {
 } ngx_http_feed_stream_t;
 
 
+/*
+ * A request waiting for entries newer than since (a long poll, ?wait=):
+ * handler(data) is called once, out of the reader's waiters, when the
+ * user's reader reads a newer one, when it cannot read the list, or when
+ * the worker shuts down
+ */
+typedef struct {
+    ngx_queue_t                   queue;
+    ngx_http_feed_stream_user_t  *su;
+    char                          since[25];
+    void                        (*handler)(void *data);
+    void                         *data;
+} ngx_http_feed_stream_waiter_t;
+
+
 extern ngx_http_feed_handler_t  ngx_http_feed_stream_handler;
 
 
@@ -90,6 +105,9 @@ ngx_int_t ngx_http_feed_stream_users_init(ngx_http_feed_main_conf_t *fmcf);
 void ngx_http_feed_stream_users_exit(void);
 ngx_int_t ngx_http_feed_stream_join(ngx_http_feed_stream_t *s);
 void ngx_http_feed_stream_leave(ngx_http_feed_stream_t *s);
+ngx_int_t ngx_http_feed_stream_wait(ngx_http_feed_stream_waiter_t *w,
+    ngx_http_feed_user_t *user);
+void ngx_http_feed_stream_unwait(ngx_http_feed_stream_waiter_t *w);
 ngx_int_t ngx_http_feed_stream_status(bson_t *doc);
 
 

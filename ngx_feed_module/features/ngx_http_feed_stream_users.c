@@ -34,15 +34,12 @@
  */
 
 
-#include "ngx_http_feed_stream.h"
-#include "ngx_http_feed_timeline_watch.h"
+#include "ngx_http_feed_stream_users.h"
 
 
 /* ms between the checks of every reader */
 #define NGX_HTTP_FEED_STREAM_TICK     1000
 
-/* ms before a reader whose read failed, or found no list, reads again */
-#define NGX_HTTP_FEED_STREAM_RETRY    1000
 
 /*
  * ms a reader waits after a change before it reads: the fanout delivers a
@@ -52,102 +49,23 @@
 #define NGX_HTTP_FEED_STREAM_SETTLE   50
 
 
-/* a since_id read of a stream that resumes, in its reader's round trip */
-typedef struct {
-    ngx_http_feed_stream_user_t  *su;
-    ngx_http_feed_stream_t       *stream;     /* NULL when it went away */
-    ngx_http_feed_cached_t        cached;
-    unsigned                      failed:1;
-} ngx_http_feed_stream_backlog_t;
-
-
-struct ngx_http_feed_stream_user_s {
-    ngx_str_node_t                sn;         /* by the user's name */
-    ngx_http_feed_user_t          user;
-    ngx_queue_t                   streams;
-    ngx_queue_t                   all;        /* the worker's readers */
-    ngx_queue_t                   wanted;     /* to be read */
-
-    /* the last read: its ids newest first, and the oldest when full */
-    u_char                        ids[NGX_HTTP_FEED_STREAM_WINDOW * 24];
-    ngx_uint_t                    nids;
-    u_char                        floor[24];
-
-    /* the pull authors it was merged from, "author version\n" each */
-    u_char                       *lists;
-    size_t                        lists_len;
-
-    ngx_http_feed_watch_mark_t    mark;       /* of the last read */
-    ngx_http_feed_watch_mark_t    next;       /* of the read under way */
-    ngx_msec_t                    kept_alive;
-    ngx_msec_t                    failed_at;
-    ngx_msec_t                    wanted_at;
-
-    /* the round trip under way: its pool, replies awaited, the window */
-    ngx_pool_t                   *pool;
-    ngx_uint_t                    pending;
-    ngx_http_feed_cached_t        page;
-
-    unsigned                      full:1;     /* more entries than ids */
-    unsigned                      ready:1;    /* read once */
-    unsigned                      reading:1;
-    unsigned                      again:1;
-    unsigned                      queued:1;
-    unsigned                      failed:1;
-    unsigned                      broken:1;   /* its list is missing */
-    unsigned                      window_ok:1;
-    unsigned                      gone:1;     /* no stream left */
-};
-
-
-typedef struct {
-    ngx_http_feed_main_conf_t    *fmcf;
-    ngx_rbtree_t                  rbtree;
-    ngx_rbtree_node_t             sentinel;
-    ngx_queue_t                   all;
-    ngx_queue_t                   wanted;
-    ngx_event_t                   settle;
-    ngx_event_t                   tick;
-    ngx_connection_t              dummy;
-    ngx_uint_t                    users;
-    ngx_uint_t                    reads;
-} ngx_http_feed_stream_users_t;
-
-
+static ngx_http_feed_stream_user_t *ngx_http_feed_stream_user_get(
+    ngx_http_feed_user_t *user);
+static void ngx_http_feed_stream_user_release(
+    ngx_http_feed_stream_user_t *su);
 static ngx_http_feed_stream_user_t *ngx_http_feed_stream_user_find(
     ngx_http_feed_user_t *user);
-static void ngx_http_feed_stream_user_want(ngx_http_feed_stream_user_t *su);
 static void ngx_http_feed_stream_users_settled(ngx_event_t *ev);
 static void ngx_http_feed_stream_users_timer(ngx_event_t *ev);
-static void ngx_http_feed_stream_user_read(ngx_http_feed_stream_user_t *su);
-static ngx_int_t ngx_http_feed_stream_user_backlog(
-    ngx_http_feed_stream_user_t *su, ngx_http_feed_stream_t *s);
-static void ngx_http_feed_stream_user_backlog_done(void *data,
-    redisReply *reply);
-static void ngx_http_feed_stream_user_window_done(void *data,
-    redisReply *reply);
-static void ngx_http_feed_stream_user_replied(ngx_http_feed_stream_user_t *su);
-static void ngx_http_feed_stream_user_resets(
-    ngx_http_feed_stream_user_t *su, const char *reason);
-static void ngx_http_feed_stream_user_diff(ngx_http_feed_stream_user_t *su);
-static void ngx_http_feed_stream_user_resume(ngx_http_feed_stream_user_t *su,
-    ngx_http_feed_stream_t *s);
-static void ngx_http_feed_stream_user_keep(ngx_http_feed_stream_user_t *su);
-static void ngx_http_feed_stream_user_done(ngx_http_feed_stream_user_t *su);
-static void ngx_http_feed_stream_user_free(ngx_http_feed_stream_user_t *su);
 static ngx_uint_t ngx_http_feed_stream_user_due(
     ngx_http_feed_stream_user_t *su);
-static ngx_msec_t ngx_http_feed_stream_keep_alive(
-    ngx_http_feed_main_conf_t *fmcf);
-static ngx_uint_t ngx_http_feed_stream_has(u_char *ids, ngx_uint_t n,
-    u_char *id);
 static void ngx_http_feed_stream_hook_changed(u_char *user, size_t len);
 static void ngx_http_feed_stream_hook_all(const char *why);
 static void ngx_http_feed_stream_hook_deleted(u_char *id);
 static void ngx_http_feed_stream_hook_author(u_char *author, size_t len);
 
 
-static ngx_http_feed_stream_users_t  *ngx_http_feed_stream_users;
+ngx_http_feed_stream_users_t  *ngx_http_feed_stream_users;
 
 static ngx_http_feed_track_hooks_t  ngx_http_feed_stream_hooks = {
     ngx_http_feed_stream_hook_changed,
@@ -162,7 +80,7 @@ ngx_http_feed_stream_users_init(ngx_http_feed_main_conf_t *fmcf)
 {
     ngx_http_feed_stream_users_t  *us;
 
-    if (!fmcf->live || fmcf->redis_client == NULL) {
+    if (fmcf->redis_client == NULL) {
         return NGX_OK;
     }
 
@@ -245,47 +163,16 @@ ngx_http_feed_stream_users_exit(void)
 ngx_int_t
 ngx_http_feed_stream_join(ngx_http_feed_stream_t *s)
 {
-    size_t                         len;
-    ngx_http_feed_stream_user_t   *su;
-    ngx_http_feed_stream_users_t  *us = ngx_http_feed_stream_users;
+    ngx_http_feed_stream_user_t  *su;
 
-    if (us == NULL) {
-        return NGX_DECLINED;
-    }
-
-    su = ngx_http_feed_stream_user_find(&s->user);
-
+    su = ngx_http_feed_stream_user_get(&s->user);
     if (su == NULL) {
-        su = ngx_calloc(sizeof(ngx_http_feed_stream_user_t), ngx_cycle->log);
-        if (su == NULL) {
-            return NGX_ERROR;
-        }
-
-        len = s->user.len;
-
-        su->user = s->user;
-        su->sn.str.data = (u_char *) su->user.data;
-        su->sn.str.len = len;
-        su->sn.node.key = ngx_crc32_short(su->sn.str.data, len);
-
-        ngx_queue_init(&su->streams);
-        ngx_queue_init(&su->wanted);
-        ngx_rbtree_insert(&us->rbtree, &su->sn.node);
-        ngx_queue_insert_tail(&us->all, &su->all);
-
-        us->users++;
-
-        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
-                       "feed stream: reader of \"%s\" made", su->user.data);
+        return NGX_ERROR;
     }
 
     ngx_queue_insert_tail(&su->streams, &s->queue);
     s->su = su;
     s->joined = 1;
-
-    if (!us->tick.timer_set) {
-        ngx_add_timer(&us->tick, NGX_HTTP_FEED_STREAM_TICK);
-    }
 
     ngx_http_feed_stream_user_want(su);
 
@@ -298,9 +185,6 @@ ngx_http_feed_stream_join(ngx_http_feed_stream_t *s)
 void
 ngx_http_feed_stream_leave(ngx_http_feed_stream_t *s)
 {
-    ngx_http_feed_stream_user_t   *su = s->su;
-    ngx_http_feed_stream_users_t  *us = ngx_http_feed_stream_users;
-
     if (!s->joined) {
         return;
     }
@@ -313,7 +197,164 @@ ngx_http_feed_stream_leave(ngx_http_feed_stream_t *s)
         s->backlog = NULL;
     }
 
-    if (!ngx_queue_empty(&su->streams) || us == NULL) {
+    ngx_http_feed_stream_user_release(s->su);
+}
+
+
+/*
+ * A long poll waits for the user's reader to read an entry newer than
+ * its since_id: at the reader's next read, and at each one after a change
+ */
+
+ngx_int_t
+ngx_http_feed_stream_wait(ngx_http_feed_stream_waiter_t *w,
+    ngx_http_feed_user_t *user)
+{
+    ngx_http_feed_stream_user_t  *su;
+
+    su = ngx_http_feed_stream_user_get(user);
+    if (su == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_queue_insert_tail(&su->waiters, &w->queue);
+    w->su = su;
+    ngx_http_feed_stream_users->waiters++;
+    ngx_http_feed_gauge(waits, 1);
+
+    ngx_http_feed_stream_user_want(su);
+
+    return NGX_OK;
+}
+
+
+void
+ngx_http_feed_stream_unwait(ngx_http_feed_stream_waiter_t *w)
+{
+    ngx_http_feed_stream_user_t  *su = w->su;
+
+    if (su == NULL) {
+        return;
+    }
+
+    w->su = NULL;
+    ngx_queue_remove(&w->queue);
+    ngx_http_feed_stream_users->waiters--;
+    ngx_http_feed_gauge(waits, -1);
+
+    ngx_http_feed_stream_user_release(su);
+}
+
+
+/*
+ * The reader read: waiters for entries older than newest (NULL: all of
+ * them, the list cannot be read) are woken, out of its waiters first, as
+ * a waiter woken may wait again at once
+ */
+
+void
+ngx_http_feed_stream_user_wake(ngx_http_feed_stream_user_t *su,
+    u_char *newest)
+{
+    ngx_queue_t                     woken, *q, *next;
+    ngx_http_feed_stream_waiter_t  *w;
+
+    ngx_queue_init(&woken);
+
+    for (q = ngx_queue_head(&su->waiters);
+         q != ngx_queue_sentinel(&su->waiters);
+         q = next)
+    {
+        next = ngx_queue_next(q);
+        w = ngx_queue_data(q, ngx_http_feed_stream_waiter_t, queue);
+
+        if (newest && ngx_memcmp(newest, w->since, 24) <= 0) {
+            continue;
+        }
+
+        ngx_queue_remove(q);
+        ngx_queue_insert_tail(&woken, q);
+    }
+
+    while (!ngx_queue_empty(&woken)) {
+        q = ngx_queue_head(&woken);
+        ngx_queue_remove(q);
+
+        w = ngx_queue_data(q, ngx_http_feed_stream_waiter_t, queue);
+        w->su = NULL;
+        ngx_http_feed_stream_users->waiters--;
+        ngx_http_feed_gauge(waits, -1);
+
+        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                       "feed stream: a wait for \"%s\" is over",
+                       su->user.data);
+
+        w->handler(w->data);
+    }
+
+    ngx_http_feed_stream_user_release(su);
+}
+
+
+/* the user's reader, made when it is the first stream or wait of theirs */
+
+static ngx_http_feed_stream_user_t *
+ngx_http_feed_stream_user_get(ngx_http_feed_user_t *user)
+{
+    ngx_http_feed_stream_user_t   *su;
+    ngx_http_feed_stream_users_t  *us = ngx_http_feed_stream_users;
+
+    if (us == NULL) {
+        return NULL;
+    }
+
+    if (!us->tick.timer_set) {
+        ngx_add_timer(&us->tick, NGX_HTTP_FEED_STREAM_TICK);
+    }
+
+    su = ngx_http_feed_stream_user_find(user);
+    if (su) {
+        return su;
+    }
+
+    su = ngx_calloc(sizeof(ngx_http_feed_stream_user_t), ngx_cycle->log);
+    if (su == NULL) {
+        return NULL;
+    }
+
+    su->user = *user;
+    su->sn.str.data = (u_char *) su->user.data;
+    su->sn.str.len = user->len;
+    su->sn.node.key = ngx_crc32_short(su->sn.str.data, user->len);
+
+    ngx_queue_init(&su->streams);
+    ngx_queue_init(&su->waiters);
+    ngx_queue_init(&su->wanted);
+    ngx_rbtree_insert(&us->rbtree, &su->sn.node);
+    ngx_queue_insert_tail(&us->all, &su->all);
+
+    us->users++;
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "feed stream: reader of \"%s\" made", su->user.data);
+
+    return su;
+}
+
+
+/*
+ * The reader goes with its last stream or wait: at once, or at the reply
+ * of its read under way
+ */
+
+static void
+ngx_http_feed_stream_user_release(ngx_http_feed_stream_user_t *su)
+{
+    ngx_http_feed_stream_users_t  *us = ngx_http_feed_stream_users;
+
+    if (!ngx_queue_empty(&su->streams) || !ngx_queue_empty(&su->waiters)
+        || us == NULL || su->gone)
+    {
         return;
     }
 
@@ -355,7 +396,7 @@ ngx_http_feed_stream_user_find(ngx_http_feed_user_t *user)
 
 /* to be read NGX_HTTP_FEED_STREAM_SETTLE ms from now, or after its read */
 
-static void
+void
 ngx_http_feed_stream_user_want(ngx_http_feed_stream_user_t *su)
 {
     ngx_http_feed_stream_users_t  *us = ngx_http_feed_stream_users;
@@ -419,13 +460,28 @@ ngx_http_feed_stream_users_settled(ngx_event_t *ev)
 static void
 ngx_http_feed_stream_users_timer(ngx_event_t *ev)
 {
-    ngx_queue_t                   *q;
+    ngx_queue_t                   *q, *next;
     ngx_http_feed_stream_user_t   *su;
     ngx_http_feed_stream_users_t  *us = ngx_http_feed_stream_users;
 
     ngx_http_feed_stream_tick();
 
     if (ngx_exiting) {
+
+        /* long polls are answered now, with what there is */
+
+        for (q = ngx_queue_head(&us->all);
+             q != ngx_queue_sentinel(&us->all);
+             q = next)
+        {
+            next = ngx_queue_next(q);
+            su = ngx_queue_data(q, ngx_http_feed_stream_user_t, all);
+
+            if (!ngx_queue_empty(&su->waiters)) {
+                ngx_http_feed_stream_user_wake(su, NULL);
+            }
+        }
+
         return;
     }
 
@@ -441,7 +497,7 @@ ngx_http_feed_stream_users_timer(ngx_event_t *ev)
         }
     }
 
-    if (ngx_http_feed_stream_count()) {
+    if (ngx_http_feed_stream_count() || us->waiters) {
         ngx_add_timer(&us->tick, NGX_HTTP_FEED_STREAM_TICK);
     }
 }
@@ -455,7 +511,11 @@ ngx_http_feed_stream_user_due(ngx_http_feed_stream_user_t *su)
     ngx_str_t                  lists;
     ngx_http_feed_main_conf_t  *fmcf = ngx_http_feed_stream_users->fmcf;
 
-    if (su->failed || su->broken) {
+    if (su->broken) {
+        return ngx_current_msec - su->failed_at >= su->backoff;
+    }
+
+    if (su->failed) {
         return ngx_current_msec - su->failed_at
                >= NGX_HTTP_FEED_STREAM_RETRY;
     }
@@ -481,7 +541,7 @@ ngx_http_feed_stream_user_due(ngx_http_feed_stream_user_t *su)
 
 /* ms an untracked read keeps the list alive for, as a local hit's */
 
-static ngx_msec_t
+ngx_msec_t
 ngx_http_feed_stream_keep_alive(ngx_http_feed_main_conf_t *fmcf)
 {
     ngx_msec_t  ttl;
@@ -489,533 +549,6 @@ ngx_http_feed_stream_keep_alive(ngx_http_feed_main_conf_t *fmcf)
     ttl = (ngx_msec_t) fmcf->cache_ttl * 1000 / 4;
 
     return ngx_min(ttl, 60000);
-}
-
-
-/*
- * The round trip: a since_id read per stream that resumes, then the
- * window, tracked when the watch of the user's node can (and the list was
- * kept alive lately), all pipelined on the user's node's connection.
- */
-
-static void
-ngx_http_feed_stream_user_read(ngx_http_feed_stream_user_t *su)
-{
-    ngx_int_t                   rc;
-    ngx_uint_t                  tracked;
-    ngx_queue_t                *q;
-    ngx_http_feed_page_t        page;
-    ngx_http_feed_stream_t     *s;
-    ngx_http_feed_main_conf_t  *fmcf = ngx_http_feed_stream_users->fmcf;
-
-    if (su->reading) {
-        su->again = 1;
-        return;
-    }
-
-    su->pool = ngx_create_pool(NGX_DEFAULT_POOL_SIZE, ngx_cycle->log);
-    if (su->pool == NULL) {
-        su->failed = 1;
-        su->failed_at = ngx_current_msec;
-        return;
-    }
-
-    su->reading = 1;
-    su->again = 0;
-    su->failed = 0;
-    su->window_ok = 0;
-    su->pending = 0;
-
-    ngx_http_feed_stream_users->reads++;
-
-    for (q = ngx_queue_head(&su->streams);
-         q != ngx_queue_sentinel(&su->streams);
-         q = ngx_queue_next(q))
-    {
-        s = ngx_queue_data(q, ngx_http_feed_stream_t, queue);
-
-        if (!s->live && s->since[0] && s->backlog == NULL) {
-            if (ngx_http_feed_stream_user_backlog(su, s) != NGX_OK) {
-                su->failed = 1;
-            }
-        }
-    }
-
-    ngx_memzero(&page, sizeof(ngx_http_feed_page_t));
-    page.user = su->user;
-    page.limit = NGX_HTTP_FEED_STREAM_WINDOW;
-
-    ngx_http_feed_timeline_watch_mark(&su->user, &su->next);
-
-    tracked = 0;
-
-    if (fmcf->cache_tracking
-        && ngx_current_msec - su->kept_alive
-           < ngx_http_feed_stream_keep_alive(fmcf))
-    {
-        tracked = ngx_http_feed_timeline_watch_track(&su->user, &su->next);
-    }
-
-    if (!tracked) {
-        su->next.stamp = 0;
-    }
-
-    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
-                   "feed stream: reading \"%s\", tracked %ui",
-                   su->user.data, tracked);
-
-    rc = ngx_http_feed_timeline_cache_fresh(fmcf, &page, tracked,
-             ngx_http_feed_stream_user_window_done, su);
-
-    if (rc == NGX_OK) {
-        su->pending++;
-
-        if (!tracked) {
-            su->kept_alive = ngx_current_msec;
-        }
-
-    } else {
-        su->failed = 1;
-    }
-
-    if (su->pending == 0) {
-        ngx_http_feed_stream_user_done(su);
-    }
-}
-
-
-static ngx_int_t
-ngx_http_feed_stream_user_backlog(ngx_http_feed_stream_user_t *su,
-    ngx_http_feed_stream_t *s)
-{
-    ngx_int_t                        rc;
-    ngx_http_feed_page_t             page;
-    ngx_http_feed_stream_backlog_t  *b;
-
-    b = ngx_pcalloc(su->pool, sizeof(ngx_http_feed_stream_backlog_t));
-    if (b == NULL) {
-        return NGX_ERROR;
-    }
-
-    b->su = su;
-    b->stream = s;
-
-    ngx_memzero(&page, sizeof(ngx_http_feed_page_t));
-    page.user = su->user;
-    page.limit = NGX_HTTP_FEED_STREAM_BACKLOG;
-    page.has_since = 1;
-    ngx_memcpy(page.since_id, s->since, 25);
-
-    rc = ngx_http_feed_timeline_cache_fresh(ngx_http_feed_stream_users->fmcf,
-             &page, 0, ngx_http_feed_stream_user_backlog_done, b);
-    if (rc != NGX_OK) {
-        return NGX_ERROR;
-    }
-
-    s->backlog = (void *) b;
-    su->pending++;
-
-    return NGX_OK;
-}
-
-
-static void
-ngx_http_feed_stream_user_backlog_done(void *data, redisReply *reply)
-{
-    ngx_http_feed_stream_backlog_t  *b = data;
-
-    ngx_http_feed_stream_user_t  *su = b->su;
-
-    if (ngx_http_feed_timeline_cache_parse(su->pool, reply, &b->cached)
-        != NGX_OK)
-    {
-        b->failed = 1;
-    }
-
-    su->pending--;
-    ngx_http_feed_stream_user_replied(su);
-}
-
-
-static void
-ngx_http_feed_stream_user_window_done(void *data, redisReply *reply)
-{
-    ngx_http_feed_stream_user_t  *su = data;
-
-    if (ngx_http_feed_timeline_cache_parse(su->pool, reply, &su->page)
-        == NGX_OK)
-    {
-        su->window_ok = 1;
-    }
-
-    su->pending--;
-    ngx_http_feed_stream_user_replied(su);
-}
-
-
-/* a reply of the round trip: the last one sends what changed */
-
-static void
-ngx_http_feed_stream_user_replied(ngx_http_feed_stream_user_t *su)
-{
-    ngx_http_feed_cached_t  *p = &su->page;
-
-    if (su->pending) {
-        return;
-    }
-
-    if (su->gone) {
-        ngx_http_feed_stream_user_free(su);
-        return;
-    }
-
-    if (su->failed || !su->window_ok || p->counted
-        || p->nitems * 24 != p->ids.len)
-    {
-        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
-                       "feed stream: read of \"%s\" failed", su->user.data);
-        su->failed = 1;
-        ngx_http_feed_stream_user_done(su);
-        return;
-    }
-
-    if (!p->found || p->npull) {
-
-        /*
-         * No list (expired, evicted, flushed), or pull authors' lists
-         * missing: a read of the timeline makes them again.  The streams
-         * are told to read it, once; the reader asks again each second.
-         */
-
-        if (!su->broken) {
-            ngx_http_feed_stream_user_resets(su, "gone");
-        }
-
-        su->broken = 1;
-        su->failed_at = ngx_current_msec;
-        ngx_http_feed_stream_user_done(su);
-        return;
-    }
-
-    su->broken = 0;
-
-    ngx_http_feed_stream_user_diff(su);
-    ngx_http_feed_stream_user_keep(su);
-    ngx_http_feed_stream_user_done(su);
-}
-
-
-/* every stream of the reader is told to read its timeline again */
-
-static void
-ngx_http_feed_stream_user_resets(ngx_http_feed_stream_user_t *su,
-    const char *reason)
-{
-    ngx_queue_t             *q, *next;
-    ngx_http_feed_stream_t  *s;
-
-    for (q = ngx_queue_head(&su->streams);
-         q != ngx_queue_sentinel(&su->streams);
-         q = next)
-    {
-        next = ngx_queue_next(q);
-        s = ngx_queue_data(q, ngx_http_feed_stream_t, queue);
-
-        s->live = 1;
-        ngx_http_feed_stream_reset(s, reason);
-    }
-}
-
-
-/*
- * What changed since the last read, sent to the live streams: a delete
- * per entry gone (a reset past NGX_HTTP_FEED_STREAM_GONE_MAX), then an
- * update per entry come, oldest first.  An entry older than the last
- * read's oldest, when that read was full, came into view only because
- * others went; a post deleted lately is not one come, whatever a read
- * sent before its delete says.  Streams not live yet get their backlog
- * instead.  The first read of a reader only learns where the timeline is.
- */
-
-static void
-ngx_http_feed_stream_user_diff(ngx_http_feed_stream_user_t *su)
-{
-    u_char                  *ids, *id, *floor,
-                            *gone[NGX_HTTP_FEED_STREAM_WINDOW];
-    ngx_uint_t               i, j, n, ngone, ncome,
-                             come[NGX_HTTP_FEED_STREAM_WINDOW];
-    ngx_queue_t             *q, *next;
-    ngx_http_feed_stream_t  *s;
-    ngx_http_feed_cached_t  *p = &su->page;
-
-    ids = p->ids.data;
-    n = ngx_min(p->nitems, NGX_HTTP_FEED_STREAM_WINDOW);
-    floor = n ? ids + (n - 1) * 24 : NULL;
-
-    ncome = 0;
-    ngone = 0;
-
-    for (i = 0; su->ready && i < n; i++) {
-        id = ids + i * 24;
-
-        if (ngx_http_feed_stream_has(su->ids, su->nids, id)
-            || (su->full && ngx_memcmp(id, su->floor, 24) <= 0)
-            || ngx_http_feed_track_is_deleted(id))
-        {
-            continue;
-        }
-
-        come[ncome++] = i;
-    }
-
-    for (i = 0; su->ready && i < su->nids; i++) {
-        id = su->ids + i * 24;
-
-        if (ngx_http_feed_stream_has(ids, n, id)
-            || (p->more && ngx_memcmp(id, floor, 24) <= 0))
-        {
-            continue;
-        }
-
-        gone[ngone++] = id;
-    }
-
-    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
-                   "feed stream: \"%s\" read, %ui come, %ui gone",
-                   su->user.data, ncome, ngone);
-
-    for (q = ngx_queue_head(&su->streams);
-         q != ngx_queue_sentinel(&su->streams);
-         q = next)
-    {
-        next = ngx_queue_next(q);
-        s = ngx_queue_data(q, ngx_http_feed_stream_t, queue);
-
-        if (!s->live) {
-            ngx_http_feed_stream_user_resume(su, s);
-            continue;
-        }
-
-        if (ngone > NGX_HTTP_FEED_STREAM_GONE_MAX) {
-            ngx_http_feed_stream_reset(s, "changed");
-
-        } else {
-            for (j = 0; j < ngone && !s->ended; j++) {
-                ngx_http_feed_stream_delete(s, gone[j]);
-            }
-        }
-
-        for (j = ncome; j > 0 && !s->ended; j--) {
-            ngx_http_feed_stream_update(s, ids + come[j - 1] * 24,
-                                        &p->items[come[j - 1]]);
-        }
-    }
-}
-
-
-/* an entry of a backlog: its id and JSON */
-typedef struct {
-    u_char                       *id;
-    ngx_str_t                    *json;
-} ngx_http_feed_stream_entry_t;
-
-
-static ngx_int_t
-ngx_http_feed_stream_entry_cmp(const void *one, const void *two)
-{
-    const ngx_http_feed_stream_entry_t  *a = one, *b = two;
-
-    return ngx_memcmp(a->id, b->id, 24);
-}
-
-
-/*
- * A stream goes live: when it resumes, it is first sent the entries newer
- * than its point, from its since_id read and from the window read after
- * it (what landed in between), oldest first, each once.  A point older
- * than the list holds, or with more entries since than a page, makes it
- * read its timeline again instead.
- */
-
-static void
-ngx_http_feed_stream_user_resume(ngx_http_feed_stream_user_t *su,
-    ngx_http_feed_stream_t *s)
-{
-    u_char                          *id;
-    ngx_uint_t                       i, n;
-    ngx_http_feed_cached_t          *c, *p = &su->page;
-    ngx_http_feed_stream_entry_t     entries[NGX_HTTP_FEED_STREAM_BACKLOG
-                                             + NGX_HTTP_FEED_STREAM_WINDOW];
-    ngx_http_feed_stream_backlog_t  *b;
-
-    b = s->backlog;
-    s->backlog = NULL;
-    s->live = 1;
-
-    if (!s->since[0]) {
-        return;
-    }
-
-    c = b ? &b->cached : NULL;
-
-    if (c == NULL || b->failed || !c->found || c->deep || c->more
-        || c->npull || c->counted || c->nitems * 24 != c->ids.len
-        || c->nitems > NGX_HTTP_FEED_STREAM_BACKLOG)
-    {
-        ngx_http_feed_stream_reset(s, "gap");
-        return;
-    }
-
-    n = 0;
-
-    for (i = 0; i < c->nitems; i++) {
-        entries[n].id = c->ids.data + i * 24;
-        entries[n].json = &c->items[i];
-        n++;
-    }
-
-    for (i = 0; i < p->nitems && i < NGX_HTTP_FEED_STREAM_WINDOW; i++) {
-        id = p->ids.data + i * 24;
-
-        if (ngx_memcmp(id, s->since, 24) <= 0) {
-            break;
-        }
-
-        if (!ngx_http_feed_stream_has(c->ids.data, c->nitems, id)) {
-            entries[n].id = id;
-            entries[n].json = &p->items[i];
-            n++;
-        }
-    }
-
-    ngx_sort(entries, n, sizeof(ngx_http_feed_stream_entry_t),
-             ngx_http_feed_stream_entry_cmp);
-
-    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
-                   "feed stream: \"%s\" resumes with %ui entries",
-                   su->user.data, n);
-
-    for (i = 0; i < n && !s->ended; i++) {
-        ngx_http_feed_stream_update(s, entries[i].id, entries[i].json);
-    }
-}
-
-
-/* the read is the reader's last: its ids, and how the worker vouches */
-
-static void
-ngx_http_feed_stream_user_keep(ngx_http_feed_stream_user_t *su)
-{
-    u_char                  *lists;
-    ngx_uint_t               n;
-    ngx_http_feed_cached_t  *p = &su->page;
-
-    n = ngx_min(p->nitems, NGX_HTTP_FEED_STREAM_WINDOW);
-
-    ngx_memcpy(su->ids, p->ids.data, n * 24);
-    su->nids = n;
-    su->full = p->more && n > 0;
-
-    if (n) {
-        ngx_memcpy(su->floor, su->ids + (n - 1) * 24, 24);
-    }
-
-    su->ready = 1;
-    su->mark = su->next;
-
-    if (p->lists.len == su->lists_len
-        && (p->lists.len == 0
-            || ngx_memcmp(p->lists.data, su->lists, p->lists.len) == 0))
-    {
-        return;
-    }
-
-    lists = NULL;
-
-    if (p->lists.len) {
-        lists = ngx_alloc(p->lists.len, ngx_cycle->log);
-        if (lists == NULL) {
-            /* vouched for by nothing: read again at the next check */
-            su->mark.stamp = 0;
-            return;
-        }
-
-        ngx_memcpy(lists, p->lists.data, p->lists.len);
-    }
-
-    ngx_free(su->lists);
-    su->lists = lists;
-    su->lists_len = p->lists.len;
-}
-
-
-/* the round trip is over: its pool goes, and a change meanwhile reads */
-
-static void
-ngx_http_feed_stream_user_done(ngx_http_feed_stream_user_t *su)
-{
-    ngx_queue_t             *q;
-    ngx_http_feed_stream_t  *s;
-
-    if (su->pool) {
-        ngx_destroy_pool(su->pool);
-        su->pool = NULL;
-    }
-
-    ngx_memzero(&su->page, sizeof(ngx_http_feed_cached_t));
-
-    su->reading = 0;
-
-    if (su->gone) {
-        ngx_http_feed_stream_user_free(su);
-        return;
-    }
-
-    for (q = ngx_queue_head(&su->streams);
-         q != ngx_queue_sentinel(&su->streams);
-         q = ngx_queue_next(q))
-    {
-        s = ngx_queue_data(q, ngx_http_feed_stream_t, queue);
-        s->backlog = NULL;
-    }
-
-    if (su->failed) {
-        su->failed_at = ngx_current_msec;
-        return;
-    }
-
-    if (su->again) {
-        ngx_http_feed_stream_user_want(su);
-    }
-}
-
-
-static void
-ngx_http_feed_stream_user_free(ngx_http_feed_stream_user_t *su)
-{
-    if (su->pool) {
-        ngx_destroy_pool(su->pool);
-    }
-
-    ngx_free(su->lists);
-    ngx_free(su);
-}
-
-
-/* whether id is one of n ids (24 hex digits each, one after another) */
-
-static ngx_uint_t
-ngx_http_feed_stream_has(u_char *ids, ngx_uint_t n, u_char *id)
-{
-    ngx_uint_t  i;
-
-    for (i = 0; i < n; i++) {
-        if (ngx_memcmp(ids + i * 24, id, 24) == 0) {
-            return 1;
-        }
-    }
-
-    return 0;
 }
 
 

@@ -84,7 +84,6 @@ static void ngx_http_feed_timeline_local_found(
     ngx_http_feed_timeline_ctx_t *ctx);
 static ngx_msec_t ngx_http_feed_timeline_refresh(
     ngx_http_feed_main_conf_t *fmcf);
-static void ngx_http_feed_timeline_read(ngx_http_feed_timeline_ctx_t *ctx);
 static void ngx_http_feed_timeline_lookup(ngx_http_feed_timeline_ctx_t *ctx);
 static void ngx_http_feed_timeline_kept(void *data, redisReply *reply);
 static ngx_int_t ngx_http_feed_timeline_kept_page(
@@ -191,6 +190,11 @@ ngx_http_feed_timeline_args(ngx_http_request_t *r, void *data,
     rc = ngx_http_feed_page_args(r, NGX_HTTP_FEED_PAGE_CLIENT, &ctx->page,
                                  err);
 
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    rc = ngx_http_feed_timeline_wait_args(r, ctx, err);
     if (rc != NGX_OK) {
         return rc;
     }
@@ -345,7 +349,7 @@ ngx_http_feed_timeline_move(ngx_http_feed_timeline_ctx_t *ctx,
  * the script need not send the page when that copy is still current.
  */
 
-static void
+void
 ngx_http_feed_timeline_read(ngx_http_feed_timeline_ctx_t *ctx)
 {
     u_char     *nl;
@@ -1525,8 +1529,22 @@ ngx_http_feed_timeline_unseen_down(ngx_http_feed_timeline_ctx_t *ctx)
 static void
 ngx_http_feed_timeline_answer(ngx_http_feed_timeline_ctx_t *ctx)
 {
-    ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_DONE);
     ngx_http_feed_timeline_lead_done(ctx, NGX_OK);
+
+    /* a long poll with nothing newer waits for it, not counted yet */
+
+    if (ngx_http_feed_timeline_hold(ctx) == NGX_OK) {
+        return;
+    }
+
+    ngx_http_feed_timeline_answer_now(ctx);
+}
+
+
+void
+ngx_http_feed_timeline_answer_now(ngx_http_feed_timeline_ctx_t *ctx)
+{
+    ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_DONE);
     ngx_http_feed_finalize(ctx->request, ngx_http_feed_timeline_send(ctx));
 }
 
@@ -1771,6 +1789,8 @@ ngx_http_feed_timeline_cleanup(void *data)
     if (ctx->fb_doc) {
         bson_destroy(ctx->fb_doc);
     }
+
+    ngx_http_feed_timeline_wait_cleanup(ctx);
 }
 
 

@@ -12,6 +12,7 @@
 
 
 #include "ngx_http_feed_timeline.h"
+#include "ngx_http_feed_stream.h"
 
 
 /* the states of a read; ngx_http_feed_timeline.c says how they follow */
@@ -209,10 +210,27 @@ struct ngx_http_feed_timeline_ctx_s {
 
     /* fb_seen holds what Redis said of the last answer's posts */
     unsigned                        fb_seen_ready:1;
+
+    /*
+     * A long poll (?wait=, ngx_http_feed_timeline_wait.c): ms it waits at
+     * most for a post newer than since_id, until when, how
+     */
+    ngx_msec_t                      wait;
+    ngx_event_t                     wait_ev;
+    ngx_http_feed_stream_waiter_t   waiter;
+    unsigned                        waited:1;
 };
 
 
 ngx_int_t ngx_http_feed_timeline_start(ngx_http_request_t *r, void *data);
+void ngx_http_feed_timeline_read(ngx_http_feed_timeline_ctx_t *ctx);
+void ngx_http_feed_timeline_answer_now(ngx_http_feed_timeline_ctx_t *ctx);
+
+/* ngx_http_feed_timeline_wait.c */
+ngx_int_t ngx_http_feed_timeline_wait_args(ngx_http_request_t *r,
+    ngx_http_feed_timeline_ctx_t *ctx, const ngx_http_feed_error_t **err);
+ngx_int_t ngx_http_feed_timeline_hold(ngx_http_feed_timeline_ctx_t *ctx);
+void ngx_http_feed_timeline_wait_cleanup(ngx_http_feed_timeline_ctx_t *ctx);
 
 ngx_int_t ngx_http_feed_timeline_unread_marker(
     ngx_http_feed_timeline_ctx_t *ctx, ngx_http_feed_timeline_next_pt next);

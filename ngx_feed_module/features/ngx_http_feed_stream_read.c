@@ -1,0 +1,579 @@
+
+/*
+ * ngx_feed_module: a reader's round trip (ngx_http_feed_stream_users.c
+ * says when): the since_id reads of the streams that resume, then the
+ * window, pipelined on the connection to the user's node, in a pool of
+ * the round trip's own.  Its replies tell each stream what came and what
+ * went.
+ */
+
+
+#include "ngx_http_feed_stream_users.h"
+
+
+/* an entry of a backlog: its id and JSON */
+typedef struct {
+    u_char                       *id;
+    ngx_str_t                    *json;
+} ngx_http_feed_stream_entry_t;
+
+
+static ngx_int_t ngx_http_feed_stream_user_backlog(
+    ngx_http_feed_stream_user_t *su, ngx_http_feed_stream_t *s);
+static void ngx_http_feed_stream_user_backlog_done(void *data,
+    redisReply *reply);
+static void ngx_http_feed_stream_user_window_done(void *data,
+    redisReply *reply);
+static void ngx_http_feed_stream_user_replied(ngx_http_feed_stream_user_t *su);
+static void ngx_http_feed_stream_user_resets(
+    ngx_http_feed_stream_user_t *su, const char *reason);
+static void ngx_http_feed_stream_user_diff(ngx_http_feed_stream_user_t *su);
+static ngx_int_t ngx_http_feed_stream_entry_cmp(const void *one,
+    const void *two);
+static void ngx_http_feed_stream_user_resume(ngx_http_feed_stream_user_t *su,
+    ngx_http_feed_stream_t *s);
+static void ngx_http_feed_stream_user_keep(ngx_http_feed_stream_user_t *su);
+static void ngx_http_feed_stream_user_done(ngx_http_feed_stream_user_t *su);
+
+
+/*
+ * The round trip: a since_id read per stream that resumes, then the
+ * window, tracked when the watch of the user's node can (and the list was
+ * kept alive lately), all pipelined on the user's node's connection.
+ */
+
+void
+ngx_http_feed_stream_user_read(ngx_http_feed_stream_user_t *su)
+{
+    ngx_int_t                   rc;
+    ngx_uint_t                  tracked;
+    ngx_queue_t                *q;
+    ngx_http_feed_page_t        page;
+    ngx_http_feed_stream_t     *s;
+    ngx_http_feed_main_conf_t  *fmcf = ngx_http_feed_stream_users->fmcf;
+
+    if (su->reading) {
+        su->again = 1;
+        return;
+    }
+
+    su->pool = ngx_create_pool(NGX_DEFAULT_POOL_SIZE, ngx_cycle->log);
+    if (su->pool == NULL) {
+        su->failed = 1;
+        su->failed_at = ngx_current_msec;
+        return;
+    }
+
+    su->reading = 1;
+    su->failed = 0;
+    su->window_ok = 0;
+    su->pending = 0;
+
+    ngx_http_feed_stream_users->reads++;
+    ngx_http_feed_stat(stream_reads, 1);
+
+    for (q = ngx_queue_head(&su->streams);
+         q != ngx_queue_sentinel(&su->streams);
+         q = ngx_queue_next(q))
+    {
+        s = ngx_queue_data(q, ngx_http_feed_stream_t, queue);
+
+        if (!s->live && s->since[0] && s->backlog == NULL) {
+            if (ngx_http_feed_stream_user_backlog(su, s) != NGX_OK) {
+                su->failed = 1;
+            }
+        }
+    }
+
+    ngx_memzero(&page, sizeof(ngx_http_feed_page_t));
+    page.user = su->user;
+    page.limit = NGX_HTTP_FEED_STREAM_WINDOW;
+
+    ngx_http_feed_timeline_watch_mark(&su->user, &su->next);
+
+    tracked = fmcf->cache_tracking
+              && ngx_http_feed_timeline_watch_track(&su->user, &su->next);
+
+    /*
+     * A read that keeps the list alive is not tracked (its EXPIRE would
+     * tell the watch of itself): the next one is, at once
+     */
+
+    if (tracked
+        && ngx_current_msec - su->kept_alive
+           >= ngx_http_feed_stream_keep_alive(fmcf))
+    {
+        tracked = 0;
+        su->again = 1;
+    }
+
+    if (!tracked) {
+        su->next.stamp = 0;
+    }
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "feed stream: reading \"%s\", tracked %ui",
+                   su->user.data, tracked);
+
+    rc = ngx_http_feed_timeline_cache_fresh(fmcf, &page, tracked,
+             ngx_http_feed_stream_user_window_done, su);
+
+    if (rc == NGX_OK) {
+        su->pending++;
+
+        if (!tracked) {
+            su->kept_alive = ngx_current_msec;
+        }
+
+    } else {
+        su->failed = 1;
+    }
+
+    if (su->pending == 0) {
+        ngx_http_feed_stream_user_done(su);
+    }
+}
+
+
+static ngx_int_t
+ngx_http_feed_stream_user_backlog(ngx_http_feed_stream_user_t *su,
+    ngx_http_feed_stream_t *s)
+{
+    ngx_int_t                        rc;
+    ngx_http_feed_page_t             page;
+    ngx_http_feed_stream_backlog_t  *b;
+
+    b = ngx_pcalloc(su->pool, sizeof(ngx_http_feed_stream_backlog_t));
+    if (b == NULL) {
+        return NGX_ERROR;
+    }
+
+    b->su = su;
+    b->stream = s;
+
+    ngx_memzero(&page, sizeof(ngx_http_feed_page_t));
+    page.user = su->user;
+    page.limit = NGX_HTTP_FEED_STREAM_BACKLOG;
+    page.has_since = 1;
+    ngx_memcpy(page.since_id, s->since, 25);
+
+    rc = ngx_http_feed_timeline_cache_fresh(ngx_http_feed_stream_users->fmcf,
+             &page, 0, ngx_http_feed_stream_user_backlog_done, b);
+    if (rc != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    s->backlog = (void *) b;
+    su->pending++;
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_feed_stream_user_backlog_done(void *data, redisReply *reply)
+{
+    ngx_http_feed_stream_backlog_t  *b = data;
+
+    ngx_http_feed_stream_user_t  *su = b->su;
+
+    if (ngx_http_feed_timeline_cache_parse(su->pool, reply, &b->cached)
+        != NGX_OK)
+    {
+        b->failed = 1;
+    }
+
+    su->pending--;
+    ngx_http_feed_stream_user_replied(su);
+}
+
+
+static void
+ngx_http_feed_stream_user_window_done(void *data, redisReply *reply)
+{
+    ngx_http_feed_stream_user_t  *su = data;
+
+    if (ngx_http_feed_timeline_cache_parse(su->pool, reply, &su->page)
+        == NGX_OK)
+    {
+        su->window_ok = 1;
+    }
+
+    su->pending--;
+    ngx_http_feed_stream_user_replied(su);
+}
+
+
+/* a reply of the round trip: the last one sends what changed */
+
+static void
+ngx_http_feed_stream_user_replied(ngx_http_feed_stream_user_t *su)
+{
+    ngx_http_feed_cached_t  *p = &su->page;
+
+    if (su->pending) {
+        return;
+    }
+
+    if (su->gone) {
+        ngx_http_feed_stream_user_free(su);
+        return;
+    }
+
+    if (su->failed || !su->window_ok || p->counted
+        || p->nitems * 24 != p->ids.len)
+    {
+        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                       "feed stream: read of \"%s\" failed", su->user.data);
+        su->failed = 1;
+        ngx_http_feed_stream_user_done(su);
+        return;
+    }
+
+    if (!p->found || p->npull) {
+
+        /*
+         * No list (expired, evicted, flushed), or pull authors' lists
+         * missing: a read of the timeline makes them again.  The streams
+         * are told to read it, once; the reader asks again after a
+         * second, then twice as long each time up to half a minute (a
+         * client that never reads must not cost a read a second).
+         */
+
+        if (!su->broken) {
+            ngx_http_feed_stream_user_resets(su, "gone");
+            su->backoff = 0;
+        }
+
+        su->broken = 1;
+        su->failed_at = ngx_current_msec;
+        su->backoff = su->backoff ? ngx_min(2 * su->backoff,
+                                            NGX_HTTP_FEED_STREAM_BACKOFF)
+                                  : NGX_HTTP_FEED_STREAM_RETRY;
+
+        /* long polls read the timeline themselves, and rebuild it */
+        ngx_http_feed_stream_user_wake(su, NULL);
+
+        ngx_http_feed_stream_user_done(su);
+        return;
+    }
+
+    su->broken = 0;
+
+    ngx_http_feed_stream_user_diff(su);
+    ngx_http_feed_stream_user_keep(su);
+
+    if (p->nitems) {
+        ngx_http_feed_stream_user_wake(su, p->ids.data);
+    }
+
+    ngx_http_feed_stream_user_done(su);
+}
+
+
+/* every stream of the reader is told to read its timeline again */
+
+static void
+ngx_http_feed_stream_user_resets(ngx_http_feed_stream_user_t *su,
+    const char *reason)
+{
+    ngx_queue_t             *q, *next;
+    ngx_http_feed_stream_t  *s;
+
+    for (q = ngx_queue_head(&su->streams);
+         q != ngx_queue_sentinel(&su->streams);
+         q = next)
+    {
+        next = ngx_queue_next(q);
+        s = ngx_queue_data(q, ngx_http_feed_stream_t, queue);
+
+        s->live = 1;
+        ngx_http_feed_stream_reset(s, reason);
+    }
+}
+
+
+/*
+ * What changed since the last read, sent to the live streams: a delete
+ * per entry gone (a reset past NGX_HTTP_FEED_STREAM_GONE_MAX), then an
+ * update per entry come, oldest first.  An entry older than the last
+ * read's oldest, when that read was full, came into view only because
+ * others went; a post deleted lately is not one come, whatever a read
+ * sent before its delete says.  Streams not live yet get their backlog
+ * instead.  The first read of a reader only learns where the timeline is.
+ */
+
+static void
+ngx_http_feed_stream_user_diff(ngx_http_feed_stream_user_t *su)
+{
+    u_char                  *ids, *id, *floor,
+                            *gone[NGX_HTTP_FEED_STREAM_WINDOW];
+    ngx_uint_t               i, j, n, ngone, ncome,
+                             come[NGX_HTTP_FEED_STREAM_WINDOW];
+    ngx_queue_t             *q, *next;
+    ngx_http_feed_stream_t  *s;
+    ngx_http_feed_cached_t  *p = &su->page;
+
+    ids = p->ids.data;
+    n = ngx_min(p->nitems, NGX_HTTP_FEED_STREAM_WINDOW);
+    floor = n ? ids + (n - 1) * 24 : NULL;
+
+    ncome = 0;
+    ngone = 0;
+
+    for (i = 0; su->ready && i < n; i++) {
+        id = ids + i * 24;
+
+        if (ngx_http_feed_stream_has(su->ids, su->nids, id)
+            || (su->full && ngx_memcmp(id, su->floor, 24) <= 0)
+            || ngx_http_feed_track_is_deleted(id))
+        {
+            continue;
+        }
+
+        come[ncome++] = i;
+    }
+
+    for (i = 0; su->ready && i < su->nids; i++) {
+        id = su->ids + i * 24;
+
+        if (ngx_http_feed_stream_has(ids, n, id)
+            || (p->more && ngx_memcmp(id, floor, 24) <= 0))
+        {
+            continue;
+        }
+
+        gone[ngone++] = id;
+    }
+
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "feed stream: \"%s\" read, %ui come, %ui gone",
+                   su->user.data, ncome, ngone);
+
+    for (q = ngx_queue_head(&su->streams);
+         q != ngx_queue_sentinel(&su->streams);
+         q = next)
+    {
+        next = ngx_queue_next(q);
+        s = ngx_queue_data(q, ngx_http_feed_stream_t, queue);
+
+        if (!s->live) {
+            ngx_http_feed_stream_user_resume(su, s);
+            continue;
+        }
+
+        if (ngone > NGX_HTTP_FEED_STREAM_GONE_MAX) {
+            ngx_http_feed_stream_reset(s, "changed");
+
+        } else {
+            for (j = 0; j < ngone && !s->ended; j++) {
+                ngx_http_feed_stream_delete(s, gone[j]);
+            }
+        }
+
+        for (j = ncome; j > 0 && !s->ended; j--) {
+            ngx_http_feed_stream_update(s, ids + come[j - 1] * 24,
+                                        &p->items[come[j - 1]]);
+        }
+    }
+}
+
+
+static ngx_int_t
+ngx_http_feed_stream_entry_cmp(const void *one, const void *two)
+{
+    const ngx_http_feed_stream_entry_t  *a = one, *b = two;
+
+    return ngx_memcmp(a->id, b->id, 24);
+}
+
+
+/*
+ * A stream goes live: when it resumes, it is first sent the entries newer
+ * than its point, from its since_id read and from the window read after
+ * it (what landed in between), oldest first, each once.  A point older
+ * than the list holds, or with more entries since than a page, makes it
+ * read its timeline again instead.
+ */
+
+static void
+ngx_http_feed_stream_user_resume(ngx_http_feed_stream_user_t *su,
+    ngx_http_feed_stream_t *s)
+{
+    u_char                          *id;
+    ngx_uint_t                       i, n;
+    ngx_http_feed_cached_t          *c, *p = &su->page;
+    ngx_http_feed_stream_entry_t     entries[NGX_HTTP_FEED_STREAM_BACKLOG
+                                             + NGX_HTTP_FEED_STREAM_WINDOW];
+    ngx_http_feed_stream_backlog_t  *b;
+
+    b = s->backlog;
+    s->backlog = NULL;
+    s->live = 1;
+
+    if (!s->since[0]) {
+        return;
+    }
+
+    c = b ? &b->cached : NULL;
+
+    if (c == NULL || b->failed || !c->found || c->deep || c->more
+        || c->npull || c->counted || c->nitems * 24 != c->ids.len
+        || c->nitems > NGX_HTTP_FEED_STREAM_BACKLOG)
+    {
+        ngx_http_feed_stream_reset(s, "gap");
+        return;
+    }
+
+    n = 0;
+
+    for (i = 0; i < c->nitems; i++) {
+        entries[n].id = c->ids.data + i * 24;
+        entries[n].json = &c->items[i];
+        n++;
+    }
+
+    for (i = 0; i < p->nitems && i < NGX_HTTP_FEED_STREAM_WINDOW; i++) {
+        id = p->ids.data + i * 24;
+
+        if (ngx_memcmp(id, s->since, 24) <= 0) {
+            break;
+        }
+
+        if (!ngx_http_feed_stream_has(c->ids.data, c->nitems, id)) {
+            entries[n].id = id;
+            entries[n].json = &p->items[i];
+            n++;
+        }
+    }
+
+    ngx_sort(entries, n, sizeof(ngx_http_feed_stream_entry_t),
+             ngx_http_feed_stream_entry_cmp);
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "feed stream: \"%s\" resumes with %ui entries",
+                   su->user.data, n);
+
+    for (i = 0; i < n && !s->ended; i++) {
+        ngx_http_feed_stream_update(s, entries[i].id, entries[i].json);
+    }
+}
+
+
+/* the read is the reader's last: its ids, and how the worker vouches */
+
+static void
+ngx_http_feed_stream_user_keep(ngx_http_feed_stream_user_t *su)
+{
+    u_char                  *lists;
+    ngx_uint_t               n;
+    ngx_http_feed_cached_t  *p = &su->page;
+
+    n = ngx_min(p->nitems, NGX_HTTP_FEED_STREAM_WINDOW);
+
+    ngx_memcpy(su->ids, p->ids.data, n * 24);
+    su->nids = n;
+    su->full = p->more && n > 0;
+
+    if (n) {
+        ngx_memcpy(su->floor, su->ids + (n - 1) * 24, 24);
+    }
+
+    su->ready = 1;
+    su->mark = su->next;
+
+    if (p->lists.len == su->lists_len
+        && (p->lists.len == 0
+            || ngx_memcmp(p->lists.data, su->lists, p->lists.len) == 0))
+    {
+        return;
+    }
+
+    lists = NULL;
+
+    if (p->lists.len) {
+        lists = ngx_alloc(p->lists.len, ngx_cycle->log);
+        if (lists == NULL) {
+            /* vouched for by nothing: read again at the next check */
+            su->mark.stamp = 0;
+            return;
+        }
+
+        ngx_memcpy(lists, p->lists.data, p->lists.len);
+    }
+
+    ngx_free(su->lists);
+    su->lists = lists;
+    su->lists_len = p->lists.len;
+}
+
+
+/* the round trip is over: its pool goes, and a change meanwhile reads */
+
+static void
+ngx_http_feed_stream_user_done(ngx_http_feed_stream_user_t *su)
+{
+    ngx_queue_t             *q;
+    ngx_http_feed_stream_t  *s;
+
+    if (su->pool) {
+        ngx_destroy_pool(su->pool);
+        su->pool = NULL;
+    }
+
+    ngx_memzero(&su->page, sizeof(ngx_http_feed_cached_t));
+
+    su->reading = 0;
+
+    if (su->gone) {
+        ngx_http_feed_stream_user_free(su);
+        return;
+    }
+
+    for (q = ngx_queue_head(&su->streams);
+         q != ngx_queue_sentinel(&su->streams);
+         q = ngx_queue_next(q))
+    {
+        s = ngx_queue_data(q, ngx_http_feed_stream_t, queue);
+        s->backlog = NULL;
+    }
+
+    if (su->failed) {
+        su->failed_at = ngx_current_msec;
+        return;
+    }
+
+    if (su->again) {
+        su->again = 0;
+        ngx_http_feed_stream_user_want(su);
+    }
+}
+
+
+void
+ngx_http_feed_stream_user_free(ngx_http_feed_stream_user_t *su)
+{
+    if (su->pool) {
+        ngx_destroy_pool(su->pool);
+    }
+
+    ngx_free(su->lists);
+    ngx_free(su);
+}
+
+
+/* whether id is one of n ids (24 hex digits each, one after another) */
+
+ngx_uint_t
+ngx_http_feed_stream_has(u_char *ids, ngx_uint_t n, u_char *id)
+{
+    ngx_uint_t  i;
+
+    for (i = 0; i < n; i++) {
+        if (ngx_memcmp(ids + i * 24, id, 24) == 0) {
+            return 1;
+        }
+    }
+
+    return 0;
+}
