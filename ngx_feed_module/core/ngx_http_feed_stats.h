@@ -88,6 +88,7 @@ typedef struct {
     ngx_atomic_t                  fanout_deliveries;
     ngx_atomic_t                  fanout_acked;
     ngx_atomic_t                  fanout_claims;
+    ngx_atomic_t                  fanout_retried;
     ngx_atomic_t                  fanout_failures;
     ngx_atomic_t                  fanout_skipped;
     ngx_atomic_t                  pull_listed;

@@ -27,6 +27,9 @@
 
 
 #define NGX_HTTP_FEED_FANOUT_RETRY   500
+
+/* ms before a consumer reads its own failed entries again, at first */
+#define NGX_HTTP_FEED_FANOUT_OWN_RETRY  1000
 #define NGX_HTTP_FEED_FANOUT_WINDOW  4
 
 /* nodes told apart when batches are ordered by node (a cluster's 64) */
@@ -46,6 +49,8 @@ static void ngx_http_feed_fanout_stop(ngx_http_feed_redis_t *rd,
 static void ngx_http_feed_fanout_tick(ngx_event_t *ev);
 static void ngx_http_feed_fanout_next(ngx_http_feed_fanout_t *fo);
 static void ngx_http_feed_fanout_read(ngx_http_feed_fanout_t *fo);
+static void ngx_http_feed_fanout_read_own(ngx_http_feed_fanout_t *fo);
+static void ngx_http_feed_fanout_retry_own(ngx_http_feed_fanout_t *fo);
 static void ngx_http_feed_fanout_claim(ngx_http_feed_fanout_t *fo);
 static void ngx_http_feed_fanout_got(void *data, redisReply *reply);
 static ngx_uint_t ngx_http_feed_fanout_start_all(ngx_http_feed_fanout_t *fo,
@@ -413,6 +418,14 @@ ngx_http_feed_fanout_next(ngx_http_feed_fanout_t *fo)
         return;
     }
 
+    if (fo->retry_own
+        && (ngx_msec_int_t) (ngx_current_msec - fo->retry_at) >= 0)
+    {
+        fo->retry_own = 0;
+        ngx_http_feed_fanout_read_own(fo);
+        return;
+    }
+
     if (ngx_current_msec - fo->last_claim
         >= fo->fmcf->fanout_claim_idle / 2)
     {
@@ -467,6 +480,52 @@ ngx_http_feed_fanout_read(ngx_http_feed_fanout_t *fo)
                    "feed fanout read sent, blocking %M ms", fmcf->fanout_block);
 
     fo->reading = 1;
+}
+
+
+/*
+ * The consumer's own pending entries, from the first (ID 0): those that
+ * failed, once nothing is in flight; at once, without blocking
+ */
+
+static void
+ngx_http_feed_fanout_read_own(ngx_http_feed_fanout_t *fo)
+{
+    u_char                      count[NGX_INT_T_LEN];
+    size_t                      argvlen[9];
+    const char                 *argv[9];
+    ngx_http_feed_redis_args_t  args;
+    ngx_http_feed_main_conf_t  *fmcf;
+
+    fmcf = fo->fmcf;
+
+    ngx_http_feed_redis_args_init(&args, argv, argvlen);
+    ngx_http_feed_redis_args_lit(&args, "XREADGROUP");
+    ngx_http_feed_redis_args_lit(&args, "GROUP");
+    ngx_http_feed_redis_args_add(&args, fmcf->fanout_group.data,
+                                 fmcf->fanout_group.len);
+    ngx_http_feed_redis_args_add(&args, fo->consumer, fo->consumer_len);
+    ngx_http_feed_redis_args_lit(&args, "COUNT");
+    ngx_http_feed_redis_args_add(&args, count,
+                                 ngx_sprintf(count, "%ui", fmcf->fanout_batch)
+                                 - count);
+    ngx_http_feed_redis_args_lit(&args, "STREAMS");
+    ngx_http_feed_redis_args_key(&args, fo->stream->data, fo->stream->len);
+    ngx_http_feed_redis_args_lit(&args, "0");
+
+    if (ngx_http_feed_redis_send(fo->rd, ngx_http_feed_fanout_got, fo, &args)
+        == NULL)
+    {
+        fo->retry_own = 1;
+        ngx_add_timer(&fo->timer, NGX_HTTP_FEED_FANOUT_RETRY);
+        return;
+    }
+
+    ngx_log_debug0(NGX_LOG_DEBUG_CORE, fo->log, 0,
+                   "feed fanout: its own pending entries read again");
+
+    fo->reading = 1;
+    fo->reading_own = 1;
 }
 
 
@@ -525,10 +584,13 @@ ngx_http_feed_fanout_got(void *data, redisReply *reply)
 {
     ngx_http_feed_fanout_t  *fo = data;
 
-    ngx_uint_t   n;
+    ngx_uint_t   n, own;
     redisReply  *entries;
 
     fo->reading = 0;
+
+    own = fo->reading_own;
+    fo->reading_own = 0;
 
     if (reply == NULL) {
         /*
@@ -576,6 +638,10 @@ ngx_http_feed_fanout_got(void *data, redisReply *reply)
         return;
     }
 
+    if (own && entries && entries->type == REDIS_REPLY_ARRAY) {
+        ngx_http_feed_stat(fanout_retried, entries->elements);
+    }
+
     ngx_log_debug1(NGX_LOG_DEBUG_CORE, fo->log, 0,
                    "feed fanout got %uz entries",
                    (entries && entries->type == REDIS_REPLY_ARRAY)
@@ -588,6 +654,11 @@ ngx_http_feed_fanout_got(void *data, redisReply *reply)
     }
 
     if (n == 0) {
+        if (own) {
+            /* none of its own left: the next failure waits a second */
+            fo->retry_backoff = 0;
+        }
+
         ngx_http_feed_fanout_next(fo);
     }
 }
@@ -1291,7 +1362,30 @@ ngx_http_feed_fanout_fail(ngx_http_feed_fanout_entry_t *fe, const char *why)
 
     ngx_http_feed_stat(fanout_failures, 1);
 
+    ngx_http_feed_fanout_retry_own(fe->fo);
     ngx_http_feed_fanout_free(fe);
+}
+
+
+/* the consumer reads its own failed entries again, soon */
+
+static void
+ngx_http_feed_fanout_retry_own(ngx_http_feed_fanout_t *fo)
+{
+    if (fo->retry_own) {
+        return;
+    }
+
+    fo->retry_backoff = fo->retry_backoff
+                        ? ngx_min(2 * fo->retry_backoff,
+                                  fo->fmcf->fanout_claim_idle / 2)
+                        : NGX_HTTP_FEED_FANOUT_OWN_RETRY;
+    fo->retry_own = 1;
+    fo->retry_at = ngx_current_msec + fo->retry_backoff;
+
+    if (!fo->timer.timer_set) {
+        ngx_add_timer(&fo->timer, fo->retry_backoff);
+    }
 }
 
 
@@ -1355,6 +1449,7 @@ ngx_http_feed_fanout_status(bson_t *doc)
         BSON_APPEND_INT64(&sub, "deliveries", (int64_t) st->fanout_deliveries);
         BSON_APPEND_INT64(&sub, "acked", (int64_t) st->fanout_acked);
         BSON_APPEND_INT64(&sub, "claims", (int64_t) st->fanout_claims);
+        BSON_APPEND_INT64(&sub, "retried", (int64_t) st->fanout_retried);
         BSON_APPEND_INT64(&sub, "failures", (int64_t) st->fanout_failures);
         BSON_APPEND_INT64(&sub, "skipped", (int64_t) st->fanout_skipped);
         BSON_APPEND_INT64(&sub, "in_flight", (int64_t) active);

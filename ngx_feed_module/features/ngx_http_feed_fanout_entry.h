@@ -36,6 +36,17 @@ typedef struct {
     ngx_uint_t                    active;
     ngx_msec_t                    last_claim;
 
+    /*
+     * An entry of its own failed (a connection lost, scripts flushed):
+     * its pending entries are read again at retry_at, a second after the
+     * first failure and twice as long each time they fail again, rather
+     * than claimed back after feed_fanout_claim_idle
+     */
+    ngx_msec_t                    retry_at;
+    ngx_msec_t                    retry_backoff;
+    unsigned                      retry_own:1;
+    unsigned                      reading_own:1;
+
     /* the entries in flight, whose hold is renewed (fanout_lease.c) */
     ngx_queue_t                   flight;
     ngx_event_t                   lease;

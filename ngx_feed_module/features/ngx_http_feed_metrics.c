@@ -173,6 +173,9 @@ static ngx_http_feed_metric_t  ngx_http_feed_metrics_counters[] = {
     ngx_http_feed_metric("feed_fanout_claims_total", "counter",
         "Fanout queue entries claimed from idle consumers.",
         fanout_claims),
+    ngx_http_feed_metric("feed_fanout_retried_total", "counter",
+        "Fanout queue entries a consumer read again from its own pending "
+        "ones after they failed.", fanout_retried),
     ngx_http_feed_metric("feed_fanout_failures_total", "counter",
         "Fanout entries that failed and are retried.", fanout_failures),
     ngx_http_feed_metric("feed_fanout_skipped_total", "counter",

@@ -519,6 +519,7 @@ ngx_http_feed_status_node(bson_t *doc)
     BSON_APPEND_INT64(&part, "deliveries", (int64_t) st->fanout_deliveries);
     BSON_APPEND_INT64(&part, "acked", (int64_t) st->fanout_acked);
     BSON_APPEND_INT64(&part, "claims", (int64_t) st->fanout_claims);
+    BSON_APPEND_INT64(&part, "retried", (int64_t) st->fanout_retried);
     BSON_APPEND_INT64(&part, "failures", (int64_t) st->fanout_failures);
     BSON_APPEND_INT64(&part, "skipped", (int64_t) st->fanout_skipped);
     bson_append_document_end(&sub, &part);
