@@ -91,7 +91,7 @@ EOF
 load_module /usr/lib/nginx/modules/ndk_http_module.so;
 load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;
 worker_processes 1;
-worker_rlimit_nofile 20000;
+worker_rlimit_nofile 16384;
 thread_pool feedtp threads=16;
 events { worker_connections 16000; }
 http {
@@ -138,6 +138,7 @@ http {
         }
         location /static/ { alias $dir/static/; default_type application/json; }
         location = /status { feed_status; }
+        location = /metrics { feed_metrics; }
 $lua
     }
 }

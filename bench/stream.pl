@@ -24,7 +24,7 @@ use IO::Socket::INET;
 use IO::Select;
 use List::Util qw(sum max min);
 use Time::HiRes qw(time sleep);
-use POSIX qw(WNOHANG);
+use POSIX ();
 
 # the worker's memory: VmRSS, and Pss and Private_Dirty of smaps_rollup, KB
 sub st_mem {
@@ -45,9 +45,14 @@ sub st_mem {
 
 sub st_worker {
     my ($t) = @_;
-    my $j = $t->get('/status', timeout => 60)->{json} or die "no /status\n";
+    my $r = $t->get('/status', timeout => 60);
+    my $j = $r->{json}
+        or die "part 13: no /status: $r->{status} "
+               . ($r->{error} // substr($r->{body} // '', 0, 200)) . "\n";
     return $j;
 }
+
+sub st_note { print STDERR "part 13: @_\n" if $ENV{FEED_BENCH_DEBUG} }
 
 # a client process holding streams $from..$to (users f<i>): it notes the
 # time of each stream's first update; SIGTERM makes it write them and exit
@@ -60,7 +65,12 @@ sub st_client {
     my (%sock, %first, %buf);
     my $sel = IO::Select->new;
     my $done = 0;
+    my $parent = getppid();
     local $SIG{TERM} = sub { $done = 1 };
+
+    # nothing of the bench's output held: it ends when its parent does
+    open STDOUT, '>', '/dev/null';
+    open STDERR, '>', '/dev/null';
 
     for my $i ($from .. $to) {
         my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port",
@@ -76,6 +86,7 @@ sub st_client {
     close $ready;
 
     while (!$done) {
+        POSIX::_exit(0) if getppid() != $parent;
         if (!$sel->count) {
             sleep 0.2;
             next;
@@ -94,10 +105,28 @@ sub st_client {
         }
     }
 
-    open my $out, '>', $file or exit 1;
+    # what is still on its way is read (events sent before the TERM)
+    my $end = time + 1;
+    while ($sel->count && time < $end) {
+        my @r = $sel->can_read(0.2) or last;
+        for my $s (@r) {
+            my $n = sysread($s, my $b, 65536);
+            my $e = $sock{fileno $s} or next;
+            if (!$n) {
+                $sel->remove($s);
+                next;
+            }
+            next if $first{$e->[1]};
+            $buf{$e->[1]} .= $b;
+            $first{$e->[1]} = time if $buf{$e->[1]} =~ /event: update/;
+        }
+    }
+
+    # _exit: the bench's harness, forked with it, must not stop nginx
+    open my $out, '>', $file or POSIX::_exit(1);
     print $out "$_ $first{$_}\n" for keys %first;
     close $out;
-    exit 0;
+    POSIX::_exit(0);
 }
 
 # $n streams in processes of 1,000, once the worker holds them all
@@ -173,19 +202,26 @@ sub bench_stream {
     $t->{st_n} = $n;
     my %r = (n => $n);
 
-    # every follower's timeline cached (the fanout only delivers to them),
-    # 20 posts each, and a reader's first page a LOCAL hit
+    # every follower's timeline cached (the fanout only delivers to them)
+    # as a rebuild leaves it: the list (here its end alone), its version
+    # (a nonce, "N": no pull author) and its filters (none), 20 posts each
+    # once star posted; and a reader's first page a LOCAL hit
 
     my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:'
         . $t->port('redis')) or die "redis: $!\n";
     my $req = '';
+    my $cmd = sub {
+        my $c = '*' . scalar(@_) . "\r\n";
+        $c .= '$' . length($_) . "\r\n$_\r\n" for @_;
+        return $c;
+    };
     for my $i (1 .. $n) {
-        my $k = "feed:tl:{f$i}";
-        $req .= "*3\r\n\$5\r\nRPUSH\r\n\$" . length($k) . "\r\n$k\r\n"
-            . "\$24\r\n000000000000000000000000\r\n";
+        $req .= $cmd->('RPUSH', "feed:tl:{f$i}", '0' x 24)
+            . $cmd->('SET', "feed:tln:{f$i}", "bench$i" . 'N')
+            . $cmd->('HSET', "feed:tlf:{f$i}", '', '1');
     }
     print $s $req;
-    <$s> for 1 .. $n;
+    <$s> for 1 .. 3 * $n;
 
     st_post_fanout($t, "warm $_") for 1 .. 20;
 
@@ -197,13 +233,16 @@ sub bench_stream {
     # memory, hits and delivery, with and without the streams, twice
 
     for my $round (1, 2) {
+        st_note("round $round");
         sleep 1;
         my $m0 = st_mem($pid);
         push @{ $r{hits_without} }, main::wrk($url, %$o)->{rps};
         push @{ $r{fanout_without} }, st_post_fanout($t, "plain $round")
             ->{rate};
 
+        st_note('opening the streams');
         my $c = st_open($t, $dir, $n);
+        st_note('open');
         sleep 2;
         my $m1 = st_mem($pid);
         push @{ $r{mem} }, { map { $_ => (($m1->{$_} // 0)
@@ -212,7 +251,9 @@ sub bench_stream {
         push @{ $r{hits_with} }, main::wrk($url, %$o)->{rps};
 
         # the clients note each stream's first update: this post's
+        st_note('posting');
         my $p = st_post_fanout($t, "live $round");
+        st_note('posted');
         push @{ $r{fanout_with} }, $p->{rate};
         $t->wait_for(30, sub {
             my $m = $t->get('/metrics', timeout => 60)->{body} // '';

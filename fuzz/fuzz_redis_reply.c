@@ -118,7 +118,7 @@ ngx_http_feed_fuzz_reply(ngx_http_feed_redis_t *rd, redisReply *reply)
 
     r = ngx_http_feed_fuzz_request();
 
-    if (ngx_http_feed_timeline_cache_parse(r, reply, &cached) == NGX_OK
+    if (ngx_http_feed_timeline_cache_parse(r->pool, reply, &cached) == NGX_OK
         && cached.kept)
     {
         /*

@@ -472,3 +472,14 @@ ngx_http_feed_markers_cache_key(char *buf, ngx_http_feed_user_t *user)
 
     return p - (u_char *) buf;
 }
+
+
+/* whether a Redis key is a marker's copy (a change a timeline shows not) */
+
+ngx_uint_t
+ngx_http_feed_markers_is_cache_key(ngx_str_t *key)
+{
+    return key->len > sizeof(NGX_HTTP_FEED_KEY_MARKER) - 1
+           && ngx_strncmp(key->data, NGX_HTTP_FEED_KEY_MARKER,
+                          sizeof(NGX_HTTP_FEED_KEY_MARKER) - 1) == 0;
+}

@@ -60,6 +60,7 @@ ngx_int_t ngx_http_feed_markers_cache_drop(ngx_http_request_t *r,
     ngx_http_feed_redis_pt handler, void *data);
 ngx_int_t ngx_http_feed_markers_cache_taken(redisReply *reply);
 size_t ngx_http_feed_markers_cache_key(char *buf, ngx_http_feed_user_t *user);
+ngx_uint_t ngx_http_feed_markers_is_cache_key(ngx_str_t *key);
 
 
 #endif /* _NGX_HTTP_FEED_MARKERS_STORE_H_INCLUDED_ */

@@ -309,6 +309,33 @@ ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
 
 
 /*
+ * Whether a change of this key leaves the user's entries as they were: a
+ * kept page, the rebuild lock, the read marker's copy
+ */
+
+ngx_uint_t
+ngx_http_feed_timeline_cache_quiet(ngx_str_t *key)
+{
+    ngx_uint_t  i;
+
+    static ngx_str_t  quiet[] = {
+        ngx_string(NGX_HTTP_FEED_KEY_KEPT_PAGES),
+        ngx_string(NGX_HTTP_FEED_KEY_REBUILD_LOCK)
+    };
+
+    for (i = 0; i < sizeof(quiet) / sizeof(ngx_str_t); i++) {
+        if (key->len > quiet[i].len
+            && ngx_strncmp(key->data, quiet[i].data, quiet[i].len) == 0)
+        {
+            return 1;
+        }
+    }
+
+    return ngx_http_feed_markers_is_cache_key(key);
+}
+
+
+/*
  * A page read from the list itself, each post's JSON and id, never a page
  * kept as answered: a live stream's (ngx_http_feed_stream_users.c), for
  * the worker, not for a request.  tracked: Redis tracks the keys it reads

@@ -150,6 +150,7 @@ ngx_int_t ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
     ngx_str_t *have, ngx_uint_t vouched, ngx_uint_t unread,
     ngx_uint_t tracked, ngx_http_feed_redis_pt kept,
     ngx_http_feed_redis_pt handler, void *data);
+ngx_uint_t ngx_http_feed_timeline_cache_quiet(ngx_str_t *key);
 ngx_int_t ngx_http_feed_timeline_cache_fresh(ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_page_t *page, ngx_uint_t tracked,
     ngx_http_feed_redis_pt handler, void *data);

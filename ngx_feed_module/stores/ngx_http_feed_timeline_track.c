@@ -24,7 +24,6 @@
 
 
 #include "ngx_http_feed_timeline_cache.h"
-#include "ngx_http_feed_keys.h"
 
 
 #define NGX_HTTP_FEED_TRACK_SLOTS    65536
@@ -118,7 +117,6 @@ ngx_http_feed_track_stamp(void)
 void
 ngx_http_feed_track_changed(u_char *user, size_t len, ngx_str_t *key)
 {
-    ngx_uint_t              i;
     ngx_http_feed_track_t  *t = &ngx_http_feed_track;
 
     /*
@@ -127,24 +125,10 @@ ngx_http_feed_track_changed(u_char *user, size_t len, ngx_str_t *key)
      * user's streams read again
      */
 
-    static ngx_str_t  quiet[] = {
-        ngx_string(NGX_HTTP_FEED_KEY_KEPT_PAGES),
-        ngx_string(NGX_HTTP_FEED_KEY_REBUILD_LOCK),
-        ngx_string(NGX_HTTP_FEED_KEY_MARKER)
-    };
-
-    for (i = 0; ngx_http_feed_track_hooks; i++) {
-
-        if (i == sizeof(quiet) / sizeof(ngx_str_t)) {
-            ngx_http_feed_track_hooks->changed(user, len);
-            break;
-        }
-
-        if (key->len > quiet[i].len
-            && ngx_strncmp(key->data, quiet[i].data, quiet[i].len) == 0)
-        {
-            break;
-        }
+    if (ngx_http_feed_track_hooks
+        && !ngx_http_feed_timeline_cache_quiet(key))
+    {
+        ngx_http_feed_track_hooks->changed(user, len);
     }
 
     if (t->slots == NULL) {
