@@ -85,13 +85,12 @@ sub st_client {
     open my $ready, '>', "$file.ready";
     close $ready;
 
-    while (!$done) {
-        POSIX::_exit(0) if getppid() != $parent;
-        if (!$sel->count) {
-            sleep 0.2;
-            next;
-        }
-        for my $s ($sel->can_read(0.2)) {
+    # reads what is there, noting each stream's first update; false when
+    # nothing came in $wait seconds
+    my $read = sub {
+        my ($wait) = @_;
+        my @r = $sel->can_read($wait) or return 0;
+        for my $s (@r) {
             my $n = sysread($s, my $b, 65536);
             my $e = $sock{fileno $s} or next;
             if (!$n) {
@@ -103,24 +102,21 @@ sub st_client {
             $first{$e->[1]} = time if $buf{$e->[1]} =~ /event: update/;
             delete $buf{$e->[1]} if $first{$e->[1]};
         }
+        return 1;
+    };
+
+    while (!$done) {
+        POSIX::_exit(0) if getppid() != $parent;
+        if (!$sel->count) {
+            sleep 0.2;
+            next;
+        }
+        $read->(0.2);
     }
 
     # what is still on its way is read (events sent before the TERM)
     my $end = time + 1;
-    while ($sel->count && time < $end) {
-        my @r = $sel->can_read(0.2) or last;
-        for my $s (@r) {
-            my $n = sysread($s, my $b, 65536);
-            my $e = $sock{fileno $s} or next;
-            if (!$n) {
-                $sel->remove($s);
-                next;
-            }
-            next if $first{$e->[1]};
-            $buf{$e->[1]} .= $b;
-            $first{$e->[1]} = time if $buf{$e->[1]} =~ /event: update/;
-        }
-    }
+    while ($sel->count && time < $end && $read->(0.2)) { }
 
     # _exit: the bench's harness, forked with it, must not stop nginx
     open my $out, '>', $file or POSIX::_exit(1);
