@@ -11,6 +11,14 @@
 #include "ngx_http_feed_stream_users.h"
 
 
+/*
+ * A round trip's pool: the replies stay hiredis's, it holds their index
+ * (a reader reads at once with thousands of others when a post reaches
+ * their users)
+ */
+#define NGX_HTTP_FEED_STREAM_POOL  2048
+
+
 /* an entry of a backlog: its id and JSON */
 typedef struct {
     u_char                       *id;
@@ -59,7 +67,7 @@ ngx_http_feed_stream_user_read(ngx_http_feed_stream_user_t *su)
         return;
     }
 
-    su->pool = ngx_create_pool(NGX_DEFAULT_POOL_SIZE, ngx_cycle->log);
+    su->pool = ngx_create_pool(NGX_HTTP_FEED_STREAM_POOL, ngx_cycle->log);
     if (su->pool == NULL) {
         su->failed = 1;
         su->failed_at = ngx_current_msec;
