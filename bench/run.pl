@@ -1214,11 +1214,12 @@ if (phase(13)) {
     system("$dir/seed", "$dir/mongostr-db/standin-data.bson", 'feed', 'star',
         $n) == 0 or die "seed failed\n";
     $t->start_mongo(name => 'mongostr', args => ['--no-unique']);
-    start_nginx(mode => 'link', mongo => 'mongostr', mongo_timeout => '60s',
-        pull => 'off');
+    my %nginx = (mode => 'link', mongo => 'mongostr',
+        mongo_timeout => '60s', pull => 'off');
+    start_nginx(%nginx);
 
     $result{stream} = bench_stream($t, $dir, $n,
-        { conns => $CONNS, dur => $DUR });
+        { conns => $CONNS, dur => $DUR, nginx => \%nginx });
 
     $t->redis('FLUSHALL');
     $t->stop;

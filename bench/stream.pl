@@ -186,6 +186,16 @@ sub st_post {
     return $r->{json}{id};
 }
 
+# Redis's EVALSHA calls and CPU seconds so far
+sub st_redis {
+    my ($t) = @_;
+    my $s = $t->redis('INFO', 'cpu', 'commandstats');
+    my ($e) = $s =~ /^cmdstat_evalsha:calls=(\d+)/m;
+    my ($u) = $s =~ /^used_cpu_user:([\d.]+)/m;
+    my ($y) = $s =~ /^used_cpu_sys:([\d.]+)/m;
+    return { evalsha => $e // 0, cpu => ($u // 0) + ($y // 0) };
+}
+
 sub st_pct {
     my ($v, $p) = @_;
     return undef unless @$v;
@@ -230,6 +240,12 @@ sub bench_stream {
 
     for my $round (1, 2) {
         st_note("round $round");
+
+        # a fresh worker each round: memory freed by the last is reused,
+        # and would hide what the streams take
+        main::start_nginx(%{ $o->{nginx} }) if $round > 1;
+        $t->get($url) for 1 .. 3;
+        $pid = st_worker($t)->{pid};
         sleep 1;
         my $m0 = st_mem($pid);
         push @{ $r{hits_without} }, main::wrk($url, %$o)->{rps};
@@ -248,6 +264,7 @@ sub bench_stream {
 
         # the clients note each stream's first update: this post's
         st_note('posting');
+        my $r0 = st_redis($t);
         my $p = st_post_fanout($t, "live $round");
         st_note('posted');
         push @{ $r{fanout_with} }, $p->{rate};
@@ -256,6 +273,10 @@ sub bench_stream {
             my ($u) = $m =~ /^feed_stream_events_total\{event="update"\} (\d+)/m;
             ($u // 0) >= $n * $round;
         });
+        my $r1 = st_redis($t);
+        push @{ $r{redis} }, {
+            reads => $r1->{evalsha} - $r0->{evalsha},
+            us => ($r1->{cpu} - $r0->{cpu}) * 1e6 };
         my $first = st_close($t, $c, $n);
         my @d = sort { $a <=> $b }
             map { max(0, ($first->{$_} - $p->{t201}) * 1000) } keys %$first;
@@ -283,19 +304,22 @@ sub stream_report {
     push @o, '| round | memory per idle stream (RSS / PSS / private dirty) '
         . '| hits without / with the streams | ratio | fanout without / '
         . 'with (deliveries/s) | ratio | 201 → event p50 / p99 / max '
-        . '| streams that got it |', '|---|---|---|---|---|---|---|---|';
+        . '| streams that got it | Redis for the post: EVALSHA, CPU |',
+        '|---|---|---|---|---|---|---|---|---|';
     for my $i (0 .. $#{ $r->{mem} }) {
         my $m = $r->{mem}[$i];
         my $d = $r->{delivery}[$i];
+        my $rd = $r->{redis}[$i];
         push @o, sprintf('| %d | %.0f / %.0f / %.0f B | %.0f / %.0f req/s '
             . '| %.2f× | %.0f / %.0f | %.2f× | %.0f / %.0f / %.0f ms '
-            . '| %d of %d |', $i + 1, $m->{rss}, $m->{pss}, $m->{dirty},
+            . '| %d of %d | %d, %.0f ms |', $i + 1, $m->{rss}, $m->{pss},
+            $m->{dirty},
             $r->{hits_without}[$i], $r->{hits_with}[$i],
             $r->{hits_with}[$i] / ($r->{hits_without}[$i] || 1),
             $r->{fanout_without}[$i], $r->{fanout_with}[$i],
             $r->{fanout_with}[$i] / ($r->{fanout_without}[$i] || 1),
             $d->{p50} // -1, $d->{p99} // -1, $d->{max} // -1, $d->{got},
-            $n);
+            $n, $rd->{reads}, $rd->{us} / 1000);
     }
     push @o, '';
     return @o;
