@@ -56,6 +56,7 @@ void
 ngx_http_feed_stream_user_read(ngx_http_feed_stream_user_t *su)
 {
     ngx_int_t                   rc;
+    ngx_str_t                   known;
     ngx_uint_t                  tracked;
     ngx_queue_t                *q;
     ngx_http_feed_page_t        page;
@@ -125,7 +126,15 @@ ngx_http_feed_stream_user_read(ngx_http_feed_stream_user_t *su)
                    "feed stream: reading \"%s\", tracked %ui",
                    su->user.data, tracked);
 
-    rc = ngx_http_feed_timeline_cache_fresh(fmcf, &page, tracked,
+    /*
+     * the JSON of the entries it has is not read again: a change costs
+     * Redis the posts it brings, not the window's
+     */
+
+    known.data = su->ids;
+    known.len = (su->ready && !su->broken) ? su->nids * 24 : 0;
+
+    rc = ngx_http_feed_timeline_cache_fresh(fmcf, &page, tracked, &known,
              ngx_http_feed_stream_user_window_done, su);
 
     if (rc == NGX_OK) {
@@ -168,7 +177,7 @@ ngx_http_feed_stream_user_backlog(ngx_http_feed_stream_user_t *su,
     ngx_memcpy(page.since_id, s->since, 25);
 
     rc = ngx_http_feed_timeline_cache_fresh(ngx_http_feed_stream_users->fmcf,
-             &page, 0, ngx_http_feed_stream_user_backlog_done, b);
+             &page, 0, NULL, ngx_http_feed_stream_user_backlog_done, b);
     if (rc != NGX_OK) {
         return NGX_ERROR;
     }
@@ -362,8 +371,10 @@ ngx_http_feed_stream_user_diff(ngx_http_feed_stream_user_t *su)
 
         if (ngx_http_feed_stream_has(su->ids, su->nids, id)
             || (su->full && ngx_memcmp(id, su->floor, 24) <= 0)
-            || ngx_http_feed_track_is_deleted(id))
+            || ngx_http_feed_track_is_deleted(id)
+            || p->items[i].len == 0)
         {
+            /* (no JSON: one it had, deleted while the read was out) */
             continue;
         }
 
@@ -483,7 +494,11 @@ ngx_http_feed_stream_user_resume(ngx_http_feed_stream_user_t *su,
             break;
         }
 
-        if (!ngx_http_feed_stream_has(c->ids.data, c->nitems, id)) {
+        /* (one the reader had, its JSON not read: in the backlog too) */
+
+        if (p->items[i].len
+            && !ngx_http_feed_stream_has(c->ids.data, c->nitems, id))
+        {
             entries[n].id = id;
             entries[n].json = &p->items[i];
             n++;

@@ -523,7 +523,7 @@ ngx_http_feed_stream_user_due(ngx_http_feed_stream_user_t *su)
     if (!su->ready
         || ngx_current_msec - su->kept_alive
            >= ngx_http_feed_stream_keep_alive(fmcf)
-        || !ngx_http_feed_timeline_watch_tracks(&su->user, &su->mark))
+        || !ngx_http_feed_timeline_watch_tracks(&su->user, &su->mark, 0))
     {
         return 1;
     }

@@ -427,7 +427,8 @@ ngx_http_feed_timeline_local_hit(ngx_http_feed_timeline_ctx_t *ctx,
         || (ctx->unread && !t->counted)
         || ngx_current_msec - t->refreshed >= ngx_http_feed_timeline_refresh(
                                                    ctx->fmcf)
-        || !ngx_http_feed_timeline_watch_tracks(&ctx->page.user, &t->mark))
+        || !ngx_http_feed_timeline_watch_tracks(&ctx->page.user, &t->mark,
+                                                1))
     {
         return NGX_DECLINED;
     }

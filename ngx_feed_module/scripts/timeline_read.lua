@@ -48,6 +48,11 @@
                           kept one (a live stream's read, which needs each
                           post's JSON and id); tracked, it leaves the
                           list's TTL alone too
+    ARGV[15] known        of a fresh read: the ids (24 hex digits each,
+                          one after another) whose JSON the caller has: an
+                          entry among them is answered with '' for its
+                          JSON, which is then not read (but by a reader
+                          with filters, who needs it to tell what to skip)
 
   Output, the first element the kind of reply:
     {0, locked}           MISSING: no timeline; locked 1 while being
@@ -242,6 +247,11 @@ local seen = ARGV[11] == '1' and key_seen(key_timeline_parts(tl))
 -- @include seen
 -- @include unread
 -- @include merge
+-- the ids whose JSON the caller has (a live stream's reader)
+local known = {}
+if ARGV[14] == '1' and ARGV[15] then
+  for i = 1, #ARGV[15], 24 do known[string.sub(ARGV[15], i, i + 23)] = true end
+end
 local chunk = limit + 1
 local part = redis.call('lrange', tl, 0, chunk - 1)
 if #part == 0 then
@@ -294,11 +304,14 @@ while true do
     if deleting then dead = deleted(ARGV[9], ids) end
     if filtered then hid = hidden_posts(KEYS[6], ids) end
     if seen then seen_drop(seen, dead, ids) end
-    local live, keys = {}, {}
+    local live, keys, at = {}, {}, {}
     for i = 1, #ids do
       if not dead[i] and not hid[i] then
         live[#live + 1] = i
-        keys[#keys + 1] = key_post_json(ids[i])
+        if not (known[ids[i]] and not filtered) then
+          keys[#keys + 1] = key_post_json(ids[i])
+          at[i] = #keys
+        end
       end
     end
     local posts = {}
@@ -308,10 +321,12 @@ while true do
     for j = 1, #live do
       local i = live[j]
       local json
-      if embed then
+      if known[ids[i]] and not filtered then
+        json = ''
+      elseif embed then
         json = string.sub(entries[i], 25)
       else
-        json = posts[j]
+        json = posts[at[i]]
         if not json then
           redis.call('del', tl, KEYS[3])
           return {MISSING, 0}

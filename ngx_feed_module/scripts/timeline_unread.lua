@@ -32,6 +32,7 @@
                           is not in Redis): '-' for no marker, or its id
     ARGV[13] tracked      unused ('')
     ARGV[14] fresh        unused ('')
+    ARGV[15] known        unused ('')
 
   Output:
     {0, locked}           MISSING: no timeline, as timeline_read.lua's

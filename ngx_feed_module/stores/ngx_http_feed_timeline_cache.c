@@ -338,7 +338,8 @@ ngx_http_feed_timeline_cache_quiet(ngx_str_t *key)
 /*
  * A page read from the list itself, each post's JSON and id, never a page
  * kept as answered: a live stream's (ngx_http_feed_stream_users.c), for
- * the worker, not for a request.  tracked: Redis tracks the keys it reads
+ * the worker, not for a request.  known: ids whose JSON the caller has
+ * (24 hex digits each), answered with an empty JSON, not read.  tracked: Redis tracks the keys it reads
  * for the watch of the user's node (CLIENT CACHING yes first), and the
  * read leaves the list's TTL alone, as a local hit's does; an untracked
  * one keeps the list alive as every read does.
@@ -346,7 +347,7 @@ ngx_http_feed_timeline_cache_quiet(ngx_str_t *key)
 
 ngx_int_t
 ngx_http_feed_timeline_cache_fresh(ngx_http_feed_main_conf_t *fmcf,
-    ngx_http_feed_page_t *page, ngx_uint_t tracked,
+    ngx_http_feed_page_t *page, ngx_uint_t tracked, ngx_str_t *known,
     ngx_http_feed_redis_pt handler, void *data)
 {
     ngx_str_t                           none, have;
@@ -361,6 +362,12 @@ ngx_http_feed_timeline_cache_fresh(ngx_http_feed_main_conf_t *fmcf,
 
     ngx_http_feed_redis_call_lit(&rc_call.call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_FRESH, "1");
+
+    if (known) {
+        ngx_http_feed_redis_call_arg(&rc_call.call,
+            NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_KNOWN, known->data,
+            known->len);
+    }
 
     if (tracked) {
         ngx_http_feed_timeline_cache_caching(fmcf, &rc_call);
@@ -525,6 +532,8 @@ ngx_http_feed_timeline_cache_read_call(ngx_http_feed_main_conf_t *fmcf,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_TRACKED, "", 0);
     ngx_http_feed_redis_call_arg(call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_FRESH, "", 0);
+    ngx_http_feed_redis_call_arg(call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_KNOWN, "", 0);
 }
 
 

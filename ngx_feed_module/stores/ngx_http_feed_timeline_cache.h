@@ -152,7 +152,7 @@ ngx_int_t ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
     ngx_http_feed_redis_pt handler, void *data);
 ngx_uint_t ngx_http_feed_timeline_cache_quiet(ngx_str_t *key);
 ngx_int_t ngx_http_feed_timeline_cache_fresh(ngx_http_feed_main_conf_t *fmcf,
-    ngx_http_feed_page_t *page, ngx_uint_t tracked,
+    ngx_http_feed_page_t *page, ngx_uint_t tracked, ngx_str_t *known,
     ngx_http_feed_redis_pt handler, void *data);
 ngx_int_t ngx_http_feed_timeline_cache_unread(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
@@ -238,7 +238,7 @@ ngx_int_t ngx_http_feed_timeline_watch_status(bson_t *doc);
 ngx_uint_t ngx_http_feed_timeline_watch_track(ngx_http_feed_user_t *user,
     ngx_http_feed_watch_mark_t *m);
 ngx_uint_t ngx_http_feed_timeline_watch_tracks(ngx_http_feed_user_t *user,
-    ngx_http_feed_watch_mark_t *m);
+    ngx_http_feed_watch_mark_t *m, ngx_uint_t fresh);
 
 ngx_int_t ngx_http_feed_track_init(ngx_cycle_t *cycle);
 void ngx_http_feed_track_exit(void);

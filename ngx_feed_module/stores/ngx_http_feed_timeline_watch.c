@@ -981,19 +981,23 @@ ngx_http_feed_timeline_watch_invalidated(ngx_http_feed_watch_t *w,
 
 /*
  * Whether a copy found current by a read with this mark is still: the
- * watch tracked for that read, heard a heartbeat lately, and heard
+ * watch tracked for that read, heard a heartbeat lately (fresh: a copy
+ * answered without Redis; a live stream's reader only needs the watch
+ * to be the one that tracked, as a late message still comes), and heard
  * nothing of its user since.
  */
 
 ngx_uint_t
 ngx_http_feed_watch_tracks(ngx_http_feed_watch_t *w,
-    ngx_http_feed_user_t *user, ngx_http_feed_watch_mark_t *m)
+    ngx_http_feed_user_t *user, ngx_http_feed_watch_mark_t *m,
+    ngx_uint_t fresh)
 {
     if (!w->tracking || m->era != w->era || m->stamp <= w->tracking_stamp
         || w->tracking_lost != ngx_http_feed_track_lost()
         || w->channels < NGX_HTTP_FEED_WATCH_CHANNELS || !w->heard
-        || (ngx_msec_int_t) (ngx_current_msec - w->echo)
-           > NGX_HTTP_FEED_WATCH_FRESH)
+        || (fresh
+            && (ngx_msec_int_t) (ngx_current_msec - w->echo)
+               > NGX_HTTP_FEED_WATCH_FRESH))
     {
         return 0;
     }

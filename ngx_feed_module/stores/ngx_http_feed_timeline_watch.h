@@ -57,7 +57,8 @@ size_t ngx_http_feed_watch_deletes_channel(ngx_str_t *copy, u_char *buf);
 ngx_uint_t ngx_http_feed_watch_track(ngx_http_feed_watch_t *w,
     ngx_http_feed_watch_mark_t *m);
 ngx_uint_t ngx_http_feed_watch_tracks(ngx_http_feed_watch_t *w,
-    ngx_http_feed_user_t *user, ngx_http_feed_watch_mark_t *m);
+    ngx_http_feed_user_t *user, ngx_http_feed_watch_mark_t *m,
+    ngx_uint_t fresh);
 
 
 #endif /* _NGX_HTTP_FEED_TIMELINE_WATCH_H_INCLUDED_ */

@@ -326,7 +326,7 @@ ngx_http_feed_timeline_watch_track(ngx_http_feed_user_t *user,
 
 ngx_uint_t
 ngx_http_feed_timeline_watch_tracks(ngx_http_feed_user_t *user,
-    ngx_http_feed_watch_mark_t *m)
+    ngx_http_feed_watch_mark_t *m, ngx_uint_t fresh)
 {
     ngx_uint_t              n;
     ngx_http_feed_watch_t  *w;
@@ -341,7 +341,7 @@ ngx_http_feed_timeline_watch_tracks(ngx_http_feed_user_t *user,
         return 0;
     }
 
-    return ngx_http_feed_watch_tracks(w, user, m);
+    return ngx_http_feed_watch_tracks(w, user, m, fresh);
 }
 
 
