@@ -49,6 +49,9 @@ static void ngx_http_feed_fanout_stop(ngx_http_feed_redis_t *rd,
 static void ngx_http_feed_fanout_tick(ngx_event_t *ev);
 static void ngx_http_feed_fanout_next(ngx_http_feed_fanout_t *fo);
 static void ngx_http_feed_fanout_read(ngx_http_feed_fanout_t *fo);
+static void ngx_http_feed_fanout_read_args(ngx_http_feed_fanout_t *fo,
+    ngx_http_feed_redis_args_t *args, u_char *count, u_char *block,
+    const char *id);
 static void ngx_http_feed_fanout_read_own(ngx_http_feed_fanout_t *fo);
 static void ngx_http_feed_fanout_retry_own(ngx_http_feed_fanout_t *fo);
 static void ngx_http_feed_fanout_claim(ngx_http_feed_fanout_t *fo);
@@ -437,6 +440,42 @@ ngx_http_feed_fanout_next(ngx_http_feed_fanout_t *fo)
 }
 
 
+/*
+ * XREADGROUP of the consumer's partition from id: ">" new entries,
+ * blocking (count and block hold the numbers), "0" its own pending ones
+ */
+
+static void
+ngx_http_feed_fanout_read_args(ngx_http_feed_fanout_t *fo,
+    ngx_http_feed_redis_args_t *args, u_char *count, u_char *block,
+    const char *id)
+{
+    ngx_http_feed_main_conf_t  *fmcf = fo->fmcf;
+
+    ngx_http_feed_redis_args_lit(args, "XREADGROUP");
+    ngx_http_feed_redis_args_lit(args, "GROUP");
+    ngx_http_feed_redis_args_add(args, fmcf->fanout_group.data,
+                                 fmcf->fanout_group.len);
+    ngx_http_feed_redis_args_add(args, fo->consumer, fo->consumer_len);
+    ngx_http_feed_redis_args_lit(args, "COUNT");
+    ngx_http_feed_redis_args_add(args, count,
+                                 ngx_sprintf(count, "%ui", fmcf->fanout_batch)
+                                 - count);
+
+    if (block) {
+        ngx_http_feed_redis_args_lit(args, "BLOCK");
+        ngx_http_feed_redis_args_add(args, block,
+                                     ngx_sprintf(block, "%M",
+                                                 fmcf->fanout_block)
+                                     - block);
+    }
+
+    ngx_http_feed_redis_args_lit(args, "STREAMS");
+    ngx_http_feed_redis_args_key(args, fo->stream->data, fo->stream->len);
+    ngx_http_feed_redis_args_add(args, (u_char *) id, ngx_strlen(id));
+}
+
+
 static void
 ngx_http_feed_fanout_read(ngx_http_feed_fanout_t *fo)
 {
@@ -449,22 +488,7 @@ ngx_http_feed_fanout_read(ngx_http_feed_fanout_t *fo)
     fmcf = fo->fmcf;
 
     ngx_http_feed_redis_args_init(&args, argv, argvlen);
-    ngx_http_feed_redis_args_lit(&args, "XREADGROUP");
-    ngx_http_feed_redis_args_lit(&args, "GROUP");
-    ngx_http_feed_redis_args_add(&args, fmcf->fanout_group.data,
-                                 fmcf->fanout_group.len);
-    ngx_http_feed_redis_args_add(&args, fo->consumer, fo->consumer_len);
-    ngx_http_feed_redis_args_lit(&args, "COUNT");
-    ngx_http_feed_redis_args_add(&args, count,
-                                 ngx_sprintf(count, "%ui", fmcf->fanout_batch)
-                                 - count);
-    ngx_http_feed_redis_args_lit(&args, "BLOCK");
-    ngx_http_feed_redis_args_add(&args, block,
-                                 ngx_sprintf(block, "%M", fmcf->fanout_block)
-                                 - block);
-    ngx_http_feed_redis_args_lit(&args, "STREAMS");
-    ngx_http_feed_redis_args_key(&args, fo->stream->data, fo->stream->len);
-    ngx_http_feed_redis_args_lit(&args, ">");
+    ngx_http_feed_fanout_read_args(fo, &args, count, block, ">");
 
     if (ngx_http_feed_redis_send_timeout(fo->rd,
                                          fmcf->fanout_block
@@ -495,23 +519,9 @@ ngx_http_feed_fanout_read_own(ngx_http_feed_fanout_t *fo)
     size_t                      argvlen[9];
     const char                 *argv[9];
     ngx_http_feed_redis_args_t  args;
-    ngx_http_feed_main_conf_t  *fmcf;
-
-    fmcf = fo->fmcf;
 
     ngx_http_feed_redis_args_init(&args, argv, argvlen);
-    ngx_http_feed_redis_args_lit(&args, "XREADGROUP");
-    ngx_http_feed_redis_args_lit(&args, "GROUP");
-    ngx_http_feed_redis_args_add(&args, fmcf->fanout_group.data,
-                                 fmcf->fanout_group.len);
-    ngx_http_feed_redis_args_add(&args, fo->consumer, fo->consumer_len);
-    ngx_http_feed_redis_args_lit(&args, "COUNT");
-    ngx_http_feed_redis_args_add(&args, count,
-                                 ngx_sprintf(count, "%ui", fmcf->fanout_batch)
-                                 - count);
-    ngx_http_feed_redis_args_lit(&args, "STREAMS");
-    ngx_http_feed_redis_args_key(&args, fo->stream->data, fo->stream->len);
-    ngx_http_feed_redis_args_lit(&args, "0");
+    ngx_http_feed_fanout_read_args(fo, &args, count, NULL, "0");
 
     if (ngx_http_feed_redis_send(fo->rd, ngx_http_feed_fanout_got, fo, &args)
         == NULL)
