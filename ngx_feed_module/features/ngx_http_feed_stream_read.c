@@ -256,7 +256,8 @@ ngx_http_feed_stream_user_replied(ngx_http_feed_stream_user_t *su)
          * missing: a read of the timeline makes them again.  The streams
          * are told to read it, once; the reader asks again after a
          * second, then twice as long each time up to half a minute (a
-         * client that never reads must not cost a read a second).
+         * client that never reads must not cost a read a second), the
+         * list's rebuild waking it at once.
          */
 
         if (!su->broken) {
@@ -269,9 +270,16 @@ ngx_http_feed_stream_user_replied(ngx_http_feed_stream_user_t *su)
 
         su->broken = 1;
         su->failed_at = ngx_current_msec;
-        su->backoff = su->backoff ? ngx_min(2 * su->backoff,
-                                            NGX_HTTP_FEED_STREAM_BACKOFF)
-                                  : NGX_HTTP_FEED_STREAM_RETRY;
+
+        /*
+         * only a read Redis tracked hears the list made again: an
+         * untracked one (the watch of a node just promoted, tracking
+         * off) asks again each second
+         */
+
+        su->backoff = (su->backoff && su->next.stamp)
+                      ? ngx_min(2 * su->backoff, NGX_HTTP_FEED_STREAM_BACKOFF)
+                      : NGX_HTTP_FEED_STREAM_RETRY;
 
         /* long polls read the timeline themselves, and rebuild it */
         ngx_http_feed_stream_user_wake(su, NULL);
