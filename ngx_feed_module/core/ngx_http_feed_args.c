@@ -377,3 +377,44 @@ ngx_http_feed_reader(ngx_http_request_t *r, ngx_http_feed_user_t *user)
 
     return NGX_OK;
 }
+
+
+/* the last request header of this name, and how many there are in *n */
+
+ngx_table_elt_t *
+ngx_http_feed_header(ngx_http_request_t *r, const char *name, ngx_uint_t *n)
+{
+    size_t            len;
+    ngx_uint_t        i;
+    ngx_list_part_t  *part;
+    ngx_table_elt_t  *h, *found;
+
+    *n = 0;
+    found = NULL;
+    len = ngx_strlen(name);
+
+    part = &r->headers_in.headers.part;
+    h = part->elts;
+
+    for (i = 0; /* void */; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        if (h[i].key.len == len
+            && ngx_strncasecmp(h[i].key.data, (u_char *) name, len) == 0)
+        {
+            found = &h[i];
+            (*n)++;
+        }
+    }
+
+    return found;
+}

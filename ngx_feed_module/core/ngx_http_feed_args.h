@@ -72,6 +72,8 @@ ngx_int_t ngx_http_feed_authorize(ngx_http_request_t *r,
 ngx_int_t ngx_http_feed_pair_args(ngx_http_request_t *r,
     ngx_http_feed_user_t *src, ngx_http_feed_user_t *dst,
     const ngx_http_feed_error_t *self, const ngx_http_feed_error_t **err);
+ngx_table_elt_t *ngx_http_feed_header(ngx_http_request_t *r,
+    const char *name, ngx_uint_t *n);
 ngx_int_t ngx_http_feed_reader(ngx_http_request_t *r,
     ngx_http_feed_user_t *user);
 

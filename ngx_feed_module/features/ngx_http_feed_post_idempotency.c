@@ -34,8 +34,6 @@ typedef struct {
 } ngx_http_feed_post_member_t;
 
 
-static ngx_table_elt_t *ngx_http_feed_post_key_header(ngx_http_request_t *r,
-    ngx_uint_t *n);
 static ngx_int_t ngx_http_feed_post_key_valid(ngx_str_t *key);
 static ngx_int_t ngx_http_feed_post_hash_value(ngx_sha1_t *sha1,
     const bson_iter_t *it, ngx_log_t *log);
@@ -68,7 +66,7 @@ ngx_http_feed_post_key(ngx_http_request_t *r, ngx_http_feed_post_new_t *np,
     ngx_uint_t        n;
     ngx_table_elt_t  *h;
 
-    h = ngx_http_feed_post_key_header(r, &n);
+    h = ngx_http_feed_header(r, "Idempotency-Key", &n);
 
     if (n == 0) {
         return NGX_OK;
@@ -87,47 +85,6 @@ ngx_http_feed_post_key(ngx_http_request_t *r, ngx_http_feed_post_new_t *np,
                    "feed post: idempotency key \"%V\"", &h->value);
 
     return NGX_OK;
-}
-
-
-/* the last Idempotency-Key header, and how many there are in *n */
-
-static ngx_table_elt_t *
-ngx_http_feed_post_key_header(ngx_http_request_t *r, ngx_uint_t *n)
-{
-    ngx_uint_t        i;
-    ngx_list_part_t  *part;
-    ngx_table_elt_t  *h, *found;
-
-    *n = 0;
-    found = NULL;
-
-    part = &r->headers_in.headers.part;
-    h = part->elts;
-
-    for (i = 0; /* void */; i++) {
-
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                break;
-            }
-
-            part = part->next;
-            h = part->elts;
-            i = 0;
-        }
-
-        if (h[i].key.len == sizeof("Idempotency-Key") - 1
-            && ngx_strncasecmp(h[i].key.data, (u_char *) "Idempotency-Key",
-                               sizeof("Idempotency-Key") - 1)
-               == 0)
-        {
-            found = &h[i];
-            (*n)++;
-        }
-    }
-
-    return found;
 }
 
 

@@ -73,9 +73,8 @@ ngx_http_feed_stream_args(ngx_http_request_t *r, void *data,
 {
     ngx_http_feed_stream_t  *s = data;
 
-    ngx_uint_t            i;
     ngx_int_t             rc;
-    ngx_list_part_t      *part;
+    ngx_uint_t            n;
     ngx_table_elt_t      *h;
     bson_oid_t            oid;
     ngx_http_feed_page_t  page;
@@ -93,34 +92,15 @@ ngx_http_feed_stream_args(ngx_http_request_t *r, void *data,
         ngx_memcpy(s->since, page.since_id, 25);
     }
 
-    part = &r->headers_in.headers.part;
-    h = part->elts;
+    h = ngx_http_feed_header(r, "Last-Event-ID", &n);
 
-    for (i = 0; /* void */; i++) {
-
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                break;
-            }
-
-            part = part->next;
-            h = part->elts;
-            i = 0;
-        }
-
-        if (h[i].key.len != sizeof("Last-Event-ID") - 1
-            || ngx_strncasecmp(h[i].key.data, (u_char *) "Last-Event-ID",
-                               h[i].key.len) != 0)
-        {
-            continue;
-        }
-
-        if (ngx_http_feed_post_id(&h[i].value, &oid) != NGX_OK) {
+    if (h) {
+        if (ngx_http_feed_post_id(&h->value, &oid) != NGX_OK) {
             *err = &ngx_http_feed_err_event_id;
             return NGX_DECLINED;
         }
 
-        ngx_memcpy(s->since, h[i].value.data, 24);
+        ngx_memcpy(s->since, h->value.data, 24);
         s->since[24] = '\0';
     }
 

@@ -100,7 +100,6 @@ void ngx_http_feed_stream_reset(ngx_http_feed_stream_t *s,
     const char *reason);
 ngx_uint_t ngx_http_feed_stream_count(void);
 void ngx_http_feed_stream_tick(void);
-void ngx_http_feed_stream_exit(void);
 
 /* ngx_http_feed_stream_users.c */
 ngx_int_t ngx_http_feed_stream_users_init(ngx_http_feed_main_conf_t *fmcf);
