@@ -21,17 +21,32 @@
  * in the worker (ngx_http_feed_stream_users.c), once for all the user's
  * streams.
  *
- * The request is held for as long as the client stays.  Its output goes
- * out in buffers of its own, allocated for each event and freed once
- * sent, so that its pool does not grow with what it is sent; a client
- * that leaves more than feed_stream_buffer unread is closed (it resumes
- * with Last-Event-ID).  A worker that shuts down ends its streams at its
- * next tick: clients reconnect to the new workers.
+ * A stream's output goes out in buffers of its own, allocated for each
+ * event and freed once sent, so that nothing it holds grows with what it
+ * is sent; a client that leaves more than feed_stream_buffer unread is
+ * closed (it resumes with Last-Event-ID).  A worker that shuts down ends
+ * its streams at its next tick: clients reconnect to the new workers.
+ *
+ * An HTTP/1.x stream lets its request go once it is live and its header
+ * sent (ngx_http_feed_stream_detach), as nginx does for a keepalive
+ * connection: a request and its pools are some 10k, the stream then
+ * holds its connection and its own small struct.  It writes to the
+ * connection itself from then on, chunked when its header said so, and
+ * reads only to see the client go.  The access log line is written at
+ * that moment.  An HTTP/2 stream, or a subrequest, stays the request's.
  */
 
 
 #include "ngx_http_feed_stream.h"
 #include "ngx_http_feed_json.h"
+
+
+/* the request's context: the stream lives apart from the request */
+typedef struct {
+    ngx_http_request_t           *request;
+    ngx_http_feed_main_conf_t    *fmcf;
+    ngx_http_feed_stream_t       *stream;
+} ngx_http_feed_stream_ctx_t;
 
 
 static ngx_int_t ngx_http_feed_stream_args(ngx_http_request_t *r,
@@ -41,19 +56,32 @@ static ngx_int_t ngx_http_feed_stream_start(ngx_http_request_t *r,
 static ngx_int_t ngx_http_feed_stream_header(ngx_http_request_t *r);
 static void ngx_http_feed_stream_write(ngx_http_feed_stream_t *s,
     ngx_str_t *parts, ngx_uint_t n);
-static void ngx_http_feed_stream_sent(ngx_http_feed_stream_t *s,
-    ngx_chain_t *out, ngx_int_t rc);
+static ngx_chain_t *ngx_http_feed_stream_alloc(ngx_http_feed_stream_t *s,
+    size_t len);
+static ngx_int_t ngx_http_feed_stream_send(ngx_http_feed_stream_t *s,
+    ngx_chain_t *cl);
 static void ngx_http_feed_stream_writer(ngx_http_request_t *r);
+static ngx_uint_t ngx_http_feed_stream_detachable(ngx_http_feed_stream_t *s);
+static void ngx_http_feed_stream_detach(ngx_http_request_t *r);
+static void ngx_http_feed_stream_free_header(ngx_connection_t *c,
+    ngx_http_connection_t *hc);
+static void ngx_http_feed_stream_free_bufs(ngx_connection_t *c,
+    ngx_chain_t *cl);
+static void ngx_http_feed_stream_read_handler(ngx_event_t *rev);
+static void ngx_http_feed_stream_write_handler(ngx_event_t *wev);
 static void ngx_http_feed_stream_end(ngx_http_feed_stream_t *s,
     ngx_int_t rc);
-static void ngx_http_feed_stream_finish(ngx_http_request_t *r);
+static void ngx_http_feed_stream_finish_request(ngx_http_request_t *r);
+static void ngx_http_feed_stream_finish(ngx_http_feed_stream_t *s);
+static void ngx_http_feed_stream_close(ngx_http_feed_stream_t *s);
 static void ngx_http_feed_stream_unlink(ngx_http_feed_stream_t *s);
+static void ngx_http_feed_stream_free(ngx_http_feed_stream_t *s);
 static void ngx_http_feed_stream_cleanup(void *data);
 
 
 ngx_http_feed_handler_t  ngx_http_feed_stream_handler = {
     NGX_HTTP_GET, "GET", 0,
-    sizeof(ngx_http_feed_stream_t),
+    sizeof(ngx_http_feed_stream_ctx_t),
     ngx_http_feed_stream_args,
     ngx_http_feed_stream_start,
     NULL
@@ -65,19 +93,42 @@ static ngx_queue_t  ngx_http_feed_streams;
 static ngx_uint_t   ngx_http_feed_nstreams;
 
 
-/* the user, and where to resume: Last-Event-ID, else since_id */
+/*
+ * The stream, made apart from the request (it may outlive it) and freed
+ * with it unless it detached; the user, and where to resume:
+ * Last-Event-ID, else since_id
+ */
 
 static ngx_int_t
 ngx_http_feed_stream_args(ngx_http_request_t *r, void *data,
     const ngx_http_feed_error_t **err)
 {
-    ngx_http_feed_stream_t  *s = data;
+    ngx_http_feed_stream_ctx_t  *ctx = data;
 
-    ngx_int_t             rc;
-    ngx_uint_t            n;
-    ngx_table_elt_t      *h;
-    bson_oid_t            oid;
-    ngx_http_feed_page_t  page;
+    ngx_int_t                rc;
+    ngx_uint_t               n;
+    bson_oid_t               oid;
+    ngx_table_elt_t         *h;
+    ngx_pool_cleanup_t      *cln;
+    ngx_http_feed_page_t     page;
+    ngx_http_feed_stream_t  *s;
+
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (cln == NULL) {
+        return NGX_ERROR;
+    }
+
+    s = ngx_calloc(sizeof(ngx_http_feed_stream_t), r->connection->log);
+    if (s == NULL) {
+        return NGX_ERROR;
+    }
+
+    s->connection = r->connection;
+    s->request = r;
+    ctx->stream = s;
+
+    cln->handler = ngx_http_feed_stream_cleanup;
+    cln->data = s;
 
     ngx_memzero(&page, sizeof(ngx_http_feed_page_t));
 
@@ -111,13 +162,13 @@ ngx_http_feed_stream_args(ngx_http_request_t *r, void *data,
 static ngx_int_t
 ngx_http_feed_stream_start(ngx_http_request_t *r, void *data)
 {
-    ngx_http_feed_stream_t  *s = data;
+    ngx_http_feed_stream_ctx_t  *ctx = data;
 
     ngx_int_t                  rc;
-    ngx_pool_cleanup_t        *cln;
+    ngx_http_feed_stream_t    *s = ctx->stream;
     ngx_http_feed_loc_conf_t  *flcf;
 
-    if (ngx_http_feed_nstreams >= s->fmcf->stream_max) {
+    if (ngx_http_feed_nstreams >= ctx->fmcf->stream_max) {
         ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
                       "feed stream refused: %ui streams in this worker, "
                       "feed_stream_max", ngx_http_feed_nstreams);
@@ -127,20 +178,16 @@ ngx_http_feed_stream_start(ngx_http_request_t *r, void *data)
         return ngx_http_feed_error(r, &ngx_http_feed_err_streams_full);
     }
 
-    if (s->fmcf->redis_client == NULL) {
+    if (ctx->fmcf->redis_client == NULL) {
         return ngx_http_feed_error(r, &ngx_http_feed_err_stream_down);
     }
 
     flcf = ngx_http_get_module_loc_conf(r, ngx_http_feed_module);
 
+    s->clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
     s->buffer = flcf->stream_buffer;
     s->heartbeat = flcf->stream_heartbeat;
     s->written = ngx_current_msec;
-
-    cln = ngx_pool_cleanup_add(r->pool, 0);
-    if (cln == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
 
     rc = ngx_http_feed_stream_header(r);
     if (rc == NGX_ERROR || rc > NGX_OK) {
@@ -151,9 +198,6 @@ ngx_http_feed_stream_start(ngx_http_request_t *r, void *data)
     if (rc != NGX_OK) {
         return NGX_ERROR;
     }
-
-    cln->handler = ngx_http_feed_stream_cleanup;
-    cln->data = s;
 
     if (ngx_http_feed_nstreams++ == 0) {
         ngx_queue_init(&ngx_http_feed_streams);
@@ -315,7 +359,7 @@ ngx_http_feed_stream_reset(ngx_http_feed_stream_t *s, const char *reason)
 {
     ngx_str_t  parts[3];
 
-    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, s->request->connection->log, 0,
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, s->connection->log, 0,
                    "feed stream of \"%s\": reset, %s", s->user.data, reason);
 
     ngx_str_set(&parts[0], "event: reset\ndata: {\"reason\":\"");
@@ -330,20 +374,18 @@ ngx_http_feed_stream_reset(ngx_http_feed_stream_t *s, const char *reason)
 
 /*
  * An event in a buffer of its own, sent at once, freed once sent; a
- * client that leaves too much unread is let go.
+ * client that leaves too much unread is let go.  A detached stream
+ * frames it as a chunk when its header said "chunked": the request's
+ * chunked filter did, before.
  */
 
 static void
 ngx_http_feed_stream_write(ngx_http_feed_stream_t *s, ngx_str_t *parts,
     ngx_uint_t n)
 {
-    size_t               len;
-    u_char              *p;
-    ngx_int_t            rc;
-    ngx_uint_t           i;
-    ngx_buf_t           *b;
-    ngx_chain_t         *cl;
-    ngx_http_request_t  *r = s->request;
+    size_t        len, size;
+    ngx_uint_t    i;
+    ngx_chain_t  *cl;
 
     if (s->ended) {
         return;
@@ -355,8 +397,14 @@ ngx_http_feed_stream_write(ngx_http_feed_stream_t *s, ngx_str_t *parts,
         len += parts[i].len;
     }
 
-    if (s->unsent + len > s->buffer) {
-        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+    size = len;
+
+    if (s->chunked) {
+        size += NGX_SIZE_T_LEN + 2 * (sizeof(CRLF) - 1);
+    }
+
+    if (s->unsent + size > s->buffer) {
+        ngx_log_error(NGX_LOG_INFO, s->connection->log, 0,
                       "feed stream of \"%s\" closed: the client left "
                       "%uz bytes unread, feed_stream_buffer",
                       s->user.data, s->unsent);
@@ -367,95 +415,144 @@ ngx_http_feed_stream_write(ngx_http_feed_stream_t *s, ngx_str_t *parts,
         return;
     }
 
-    cl = ngx_chain_get_free_buf(r->pool, &s->free);
+    cl = ngx_http_feed_stream_alloc(s, size);
     if (cl == NULL) {
         ngx_http_feed_stream_end(s, NGX_ERROR);
         return;
     }
 
-    b = cl->buf;
-    ngx_memzero(b, sizeof(ngx_buf_t));
-
-    b->start = ngx_alloc(len, r->connection->log);
-    if (b->start == NULL) {
-        ngx_http_feed_stream_end(s, NGX_ERROR);
-        return;
+    if (s->chunked) {
+        cl->buf->last = ngx_sprintf(cl->buf->last, "%xz" CRLF, len);
     }
-
-    p = b->start;
 
     for (i = 0; i < n; i++) {
-        p = ngx_cpymem(p, parts[i].data, parts[i].len);
+        cl->buf->last = ngx_cpymem(cl->buf->last, parts[i].data,
+                                   parts[i].len);
     }
 
-    b->pos = b->start;
-    b->last = p;
-    b->end = p;
-    b->temporary = 1;
-    b->flush = 1;
-    b->tag = (ngx_buf_tag_t) &ngx_http_feed_module;
+    if (s->chunked) {
+        *cl->buf->last++ = CR;
+        *cl->buf->last++ = LF;
+    }
 
     s->written = ngx_current_msec;
     s->opened = 1;
 
-    rc = ngx_http_output_filter(r, cl);
+    (void) ngx_http_feed_stream_send(s, cl);
+}
 
-    ngx_http_feed_stream_sent(s, cl, rc);
+
+/* one allocation: the link, the buffer, len bytes; freed once sent */
+
+static ngx_chain_t *
+ngx_http_feed_stream_alloc(ngx_http_feed_stream_t *s, size_t len)
+{
+    ngx_buf_t    *b;
+    ngx_chain_t  *cl;
+
+    cl = ngx_alloc(sizeof(ngx_chain_t) + sizeof(ngx_buf_t) + len,
+                   s->connection->log);
+    if (cl == NULL) {
+        return NULL;
+    }
+
+    b = (ngx_buf_t *) (cl + 1);
+    ngx_memzero(b, sizeof(ngx_buf_t));
+
+    b->start = (u_char *) (b + 1);
+    b->pos = b->start;
+    b->last = b->start;
+    b->end = b->start + len;
+    b->temporary = 1;
+    b->flush = 1;
+    b->tag = (ngx_buf_tag_t) &ngx_http_feed_module;
+
+    cl->buf = b;
+    cl->next = NULL;
+
+    return cl;
 }
 
 
 /*
- * What went out: buffers sent are freed (kept for the next events), what
- * is left is counted; the client has feed_stream_buffer and send_timeout
- * to read it.
+ * The one way out, cl added to what waits (NULL: what waits only): by
+ * the request's filters while it has one, by the connection once
+ * detached.  Buffers sent are freed, what is left is counted; the client
+ * has feed_stream_buffer and send_timeout to read it.  NGX_AGAIN: bytes
+ * wait.  A stream whose header and all went out lets its request go.
  */
 
-static void
-ngx_http_feed_stream_sent(ngx_http_feed_stream_t *s, ngx_chain_t *out,
-    ngx_int_t rc)
+static ngx_int_t
+ngx_http_feed_stream_send(ngx_http_feed_stream_t *s, ngx_chain_t *cl)
 {
-    ngx_chain_t               *cl;
-    ngx_http_request_t        *r = s->request;
-    ngx_http_core_loc_conf_t  *clcf;
+    ngx_int_t          rc;
+    ngx_chain_t       *ln, **ll, *out;
+    ngx_connection_t  *c = s->connection;
 
-    ngx_chain_update_chains(r->pool, &s->free, &s->busy, &out,
-                            (ngx_buf_tag_t) &ngx_http_feed_module);
+    if (cl) {
+        for (ll = &s->busy; *ll; ll = &(*ll)->next) { /* void */ }
+        *ll = cl;
+    }
 
-    for (cl = s->free; cl; cl = cl->next) {
-        if (cl->buf->start) {
-            ngx_free(cl->buf->start);
-            ngx_memzero(cl->buf, sizeof(ngx_buf_t));
-        }
+    if (s->request) {
+        rc = ngx_http_output_filter(s->request, cl);
+
+    } else {
+        out = c->send_chain(c, s->busy, 0);
+        rc = (out == NGX_CHAIN_ERROR) ? NGX_ERROR : NGX_OK;
+    }
+
+    /* in order: the first not sent holds the ones after it */
+
+    while (s->busy && ngx_buf_size(s->busy->buf) == 0) {
+        ln = s->busy;
+        s->busy = ln->next;
+        ngx_free(ln);
     }
 
     s->unsent = 0;
 
-    for (cl = s->busy; cl; cl = cl->next) {
-        s->unsent += ngx_buf_size(cl->buf);
+    for (ln = s->busy; ln; ln = ln->next) {
+        s->unsent += ngx_buf_size(ln->buf);
     }
 
     if (rc == NGX_ERROR) {
         ngx_http_feed_stream_end(s, NGX_ERROR);
-        return;
+        return NGX_ERROR;
     }
 
-    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+    if (s->busy || c->buffered) {
+        ngx_add_timer(c->write, s->clcf->send_timeout);
 
-    if (s->busy || r->connection->buffered) {
-        ngx_add_timer(r->connection->write, clcf->send_timeout);
-
-        if (ngx_handle_write_event(r->connection->write, clcf->send_lowat)
-            != NGX_OK)
+        if (ngx_handle_write_event(c->write, s->clcf->send_lowat) != NGX_OK)
         {
             ngx_http_feed_stream_end(s, NGX_ERROR);
+            return NGX_ERROR;
         }
 
-        return;
+        return NGX_AGAIN;
     }
 
-    if (r->connection->write->timer_set) {
-        ngx_del_timer(r->connection->write);
+    if (c->write->timer_set) {
+        ngx_del_timer(c->write);
     }
+
+#if (NGX_HTTP_SSL)
+
+    /* an idle TLS stream holds no write buffer, as a keepalive one */
+
+    if (s->detached && c->ssl) {
+        ngx_ssl_free_buffer(c);
+    }
+
+#endif
+
+    if (ngx_http_feed_stream_detachable(s)) {
+        s->request->write_event_handler = ngx_http_feed_stream_detach;
+        ngx_post_event(c->write, &ngx_posted_events);
+    }
+
+    return NGX_OK;
 }
 
 
@@ -464,10 +561,11 @@ ngx_http_feed_stream_sent(ngx_http_feed_stream_t *s, ngx_chain_t *out,
 static void
 ngx_http_feed_stream_writer(ngx_http_request_t *r)
 {
-    ngx_int_t                rc;
-    ngx_http_feed_stream_t  *s;
+    ngx_http_feed_stream_t      *s;
+    ngx_http_feed_stream_ctx_t  *ctx;
 
-    s = ngx_http_get_module_ctx(r, ngx_http_feed_module);
+    ctx = ngx_http_get_module_ctx(r, ngx_http_feed_module);
+    s = ctx->stream;
 
     if (r->connection->write->timedout) {
         r->connection->write->timedout = 0;
@@ -482,9 +580,274 @@ ngx_http_feed_stream_writer(ngx_http_request_t *r)
         return;
     }
 
-    rc = ngx_http_output_filter(r, NULL);
+    (void) ngx_http_feed_stream_send(s, NULL);
+}
 
-    ngx_http_feed_stream_sent(s, NULL, rc);
+
+/*
+ * Whether the request can go: HTTP/1.x, the main request held by the
+ * stream alone, live, everything it was given sent, its body not encoded
+ * by a filter (the stream writes past the filters from then on)
+ */
+
+static ngx_uint_t
+ngx_http_feed_stream_detachable(ngx_http_feed_stream_t *s)
+{
+    ngx_http_request_t  *r = s->request;
+
+    if (r == NULL || !s->live || !s->opened || s->ended) {
+        return 0;
+    }
+
+#if (NGX_HTTP_V2)
+    if (r->stream) {
+        return 0;
+    }
+#endif
+
+    if (r != r->main || r->count != 1 || r->blocked || r->discard_body
+        || r->postponed || r->out || r->buffered
+        || s->busy || s->connection->buffered || s->connection->write->delayed
+        || (r->headers_out.content_encoding
+            && r->headers_out.content_encoding->hash))
+    {
+        return 0;
+    }
+
+    return 1;
+}
+
+
+/*
+ * The request goes, as ngx_http_set_keepalive() lets a request go and
+ * keeps its connection: freed (its access log line written: status 200,
+ * the bytes sent so far), the client's header buffers freed, the
+ * connection's events the stream's.  Its stub_status "writing" stays
+ * counted until the stream ends.
+ */
+
+static void
+ngx_http_feed_stream_detach(ngx_http_request_t *r)
+{
+    ngx_connection_t            *c;
+    ngx_http_connection_t       *hc;
+    ngx_http_feed_stream_t      *s;
+    ngx_http_feed_stream_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_feed_module);
+    s = ctx->stream;
+    c = r->connection;
+
+    r->write_event_handler = ngx_http_feed_stream_writer;
+
+    if (!ngx_http_feed_stream_detachable(s)) {
+        /* more came meanwhile: sent first, the next chance detaches */
+        ngx_http_feed_stream_writer(r);
+        return;
+    }
+
+    hc = r->http_connection;
+
+    s->chunked = r->chunked;
+    s->detached = 1;
+    s->request = NULL;
+
+#if (NGX_STAT_STUB)
+    s->writing = r->stat_writing;
+    r->stat_writing = 0;
+#endif
+
+    r->keepalive = 0;
+
+    ngx_http_free_request(r, 0);
+
+    c->data = s;
+    c->log->action = "streaming live timeline";
+
+    ngx_http_feed_stream_free_header(c, hc);
+
+    c->read->handler = ngx_http_feed_stream_read_handler;
+    c->write->handler = ngx_http_feed_stream_write_handler;
+
+    /* nginx closes idle connections first when it shuts down */
+    c->idle = 1;
+
+    ngx_log_debug4(NGX_LOG_DEBUG_HTTP, c->log, 0,
+                   "feed stream of \"%s\" detached, %s, "
+                   "%uz bytes free in its connection's pool, %O sent",
+                   s->user.data, s->chunked ? "chunked" : "close-delimited",
+                   (size_t) (c->pool->current->d.end
+                             - c->pool->current->d.last),
+                   c->sent);
+
+    if (c->read->timer_set) {
+        ngx_del_timer(c->read);
+    }
+
+    if (s->clcf->tcp_nodelay && ngx_tcp_nodelay(c) != NGX_OK) {
+        ngx_http_feed_stream_end(s, NGX_ERROR);
+        return;
+    }
+
+    if (ngx_handle_read_event(c->read, 0) != NGX_OK) {
+        ngx_http_feed_stream_end(s, NGX_ERROR);
+        return;
+    }
+
+    if (c->read->ready) {
+        ngx_post_event(c->read, &ngx_posted_events);
+    }
+}
+
+
+/*
+ * The client's header buffers go, as in ngx_http_set_keepalive(): the
+ * stream reads no request again; bytes pipelined after its own are
+ * dropped with them
+ */
+
+static void
+ngx_http_feed_stream_free_header(ngx_connection_t *c,
+    ngx_http_connection_t *hc)
+{
+    if (c->buffer && c->buffer->start) {
+        if (ngx_pfree(c->pool, c->buffer->start) == NGX_OK) {
+            c->buffer->start = NULL;
+            c->buffer->end = NULL;
+        }
+
+        c->buffer->pos = c->buffer->start;
+        c->buffer->last = c->buffer->start;
+    }
+
+    ngx_http_feed_stream_free_bufs(c, hc->free);
+    ngx_http_feed_stream_free_bufs(c, hc->busy);
+
+    hc->free = NULL;
+    hc->busy = NULL;
+    hc->nbusy = 0;
+}
+
+
+/* large header buffers and their links: the connection's pool's */
+
+static void
+ngx_http_feed_stream_free_bufs(ngx_connection_t *c, ngx_chain_t *cl)
+{
+    ngx_chain_t  *ln;
+
+    while (cl) {
+        ln = cl;
+        cl = cl->next;
+        ngx_pfree(c->pool, ln->buf->start);
+        ngx_free_chain(c->pool, ln);
+    }
+}
+
+
+/*
+ * A detached stream reads only to see its client go (end of file, an
+ * error); what the client sends is dropped.  A worker shutting down
+ * closes idle connections through here (c->close): the stream ends, its
+ * last chunk sent.
+ */
+
+static void
+ngx_http_feed_stream_read_handler(ngx_event_t *rev)
+{
+    u_char                   buf[NGX_HTTP_DISCARD_BUFFER_SIZE];
+    ssize_t                  n;
+    ngx_connection_t        *c;
+    ngx_http_feed_stream_t  *s;
+
+    c = rev->data;
+    s = c->data;
+
+    if (c->close) {
+        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, c->log, 0,
+                       "feed stream of \"%s\": the worker shuts down",
+                       s->user.data);
+
+        ngx_http_feed_stream_end(s, NGX_OK);
+        return;
+    }
+
+    for ( ;; ) {
+        n = c->recv(c, buf, sizeof(buf));
+
+        if (n == NGX_AGAIN) {
+            if (ngx_handle_read_event(rev, 0) != NGX_OK) {
+                break;
+            }
+
+            return;
+        }
+
+        if (n == NGX_ERROR || n == 0) {
+            break;
+        }
+
+        ngx_log_debug2(NGX_LOG_DEBUG_HTTP, c->log, 0,
+                       "feed stream of \"%s\": %z bytes of the client "
+                       "dropped", s->user.data, n);
+    }
+
+    ngx_log_error(NGX_LOG_INFO, c->log, 0,
+                  "feed stream of \"%s\" closed by the client",
+                  s->user.data);
+
+    c->error = 1;
+
+    if (s->closing) {
+        ngx_http_feed_stream_close(s);
+        return;
+    }
+
+    ngx_http_feed_stream_end(s, NGX_ERROR);
+}
+
+
+/*
+ * A detached stream's writes: what waits goes out; a stream that ended
+ * sends its end, then its connection closes
+ */
+
+static void
+ngx_http_feed_stream_write_handler(ngx_event_t *wev)
+{
+    ngx_int_t                rc;
+    ngx_connection_t        *c;
+    ngx_http_feed_stream_t  *s;
+
+    c = wev->data;
+    s = c->data;
+
+    if (wev->timedout) {
+        wev->timedout = 0;
+
+        ngx_log_error(NGX_LOG_INFO, c->log, NGX_ETIMEDOUT,
+                      "feed stream of \"%s\" closed: the client read "
+                      "nothing for send_timeout", s->user.data);
+
+        if (!s->closing) {
+            ngx_http_feed_stat(stream_dropped, 1);
+        }
+
+        c->timedout = 1;
+        ngx_http_feed_stream_close(s);
+        return;
+    }
+
+    if (s->ended && !s->closing) {
+        ngx_http_feed_stream_finish(s);
+        return;
+    }
+
+    rc = ngx_http_feed_stream_send(s, NULL);
+
+    if (s->closing && rc != NGX_AGAIN) {
+        ngx_http_feed_stream_close(s);
+    }
 }
 
 
@@ -524,16 +887,15 @@ ngx_http_feed_stream_tick(void)
 
 /*
  * A stream ends: it is sent nothing more; it leaves its reader and the
- * worker's streams, and its request is finished, at the next turn of the
- * event loop (whoever ended it may be walking them).  NGX_OK: the end of
- * the response is sent, the connection may be kept; else it is closed.
+ * worker's streams, and its request is finished or its connection
+ * closed, at the next turn of the event loop (whoever ended it may be
+ * walking them).  NGX_OK: the end of the response is sent first; else
+ * the connection is closed.
  */
 
 static void
 ngx_http_feed_stream_end(ngx_http_feed_stream_t *s, ngx_int_t rc)
 {
-    ngx_http_request_t  *r = s->request;
-
     if (s->ended) {
         return;
     }
@@ -541,35 +903,105 @@ ngx_http_feed_stream_end(ngx_http_feed_stream_t *s, ngx_int_t rc)
     s->ended = 1;
     s->end_rc = rc;
 
-    r->write_event_handler = ngx_http_feed_stream_finish;
-    ngx_post_event(r->connection->write, &ngx_posted_events);
+    if (s->request) {
+        s->request->write_event_handler = ngx_http_feed_stream_finish_request;
+    }
+
+    ngx_post_event(s->connection->write, &ngx_posted_events);
 }
 
 
 static void
-ngx_http_feed_stream_finish(ngx_http_request_t *r)
+ngx_http_feed_stream_finish_request(ngx_http_request_t *r)
 {
-    ngx_int_t                rc;
-    ngx_http_feed_stream_t  *s;
-
-    s = ngx_http_get_module_ctx(r, ngx_http_feed_module);
-
-    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                   "feed stream of \"%s\" ends, %i", s->user.data,
-                   s->end_rc);
+    ngx_http_feed_stream_ctx_t  *ctx;
 
     r->write_event_handler = ngx_http_request_empty_handler;
 
+    ctx = ngx_http_get_module_ctx(r, ngx_http_feed_module);
+
+    ngx_http_feed_stream_finish(ctx->stream);
+}
+
+
+/*
+ * The end of the response: the request's last buffer through its
+ * filters, or, detached, the last chunk written by the stream and the
+ * connection closed once it went out (send_timeout at most)
+ */
+
+static void
+ngx_http_feed_stream_finish(ngx_http_feed_stream_t *s)
+{
+    ngx_int_t            rc;
+    ngx_chain_t         *cl;
+    ngx_http_request_t  *r = s->request;
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, s->connection->log, 0,
+                   "feed stream of \"%s\" ends, %i", s->user.data,
+                   s->end_rc);
+
     ngx_http_feed_stream_unlink(s);
 
-    if (s->end_rc != NGX_OK) {
-        ngx_http_finalize_request(r, NGX_ERROR);
+    if (r) {
+        if (s->end_rc != NGX_OK) {
+            ngx_http_finalize_request(r, NGX_ERROR);
+            return;
+        }
+
+        rc = ngx_http_send_special(r, NGX_HTTP_LAST);
+
+        ngx_http_finalize_request(r, rc == NGX_ERROR ? NGX_ERROR : NGX_OK);
         return;
     }
 
-    rc = ngx_http_send_special(r, NGX_HTTP_LAST);
+    s->closing = 1;
 
-    ngx_http_finalize_request(r, rc == NGX_ERROR ? NGX_ERROR : NGX_OK);
+    if (s->end_rc != NGX_OK) {
+        ngx_http_feed_stream_close(s);
+        return;
+    }
+
+    cl = NULL;
+
+    if (s->chunked) {
+        cl = ngx_http_feed_stream_alloc(s, sizeof("0" CRLF CRLF) - 1);
+        if (cl == NULL) {
+            ngx_http_feed_stream_close(s);
+            return;
+        }
+
+        cl->buf->last = ngx_cpymem(cl->buf->last, "0" CRLF CRLF,
+                                   sizeof("0" CRLF CRLF) - 1);
+    }
+
+    if (ngx_http_feed_stream_send(s, cl) != NGX_AGAIN) {
+        ngx_http_feed_stream_close(s);
+    }
+}
+
+
+/* a detached stream is over: its connection closes, as a keepalive one */
+
+static void
+ngx_http_feed_stream_close(ngx_http_feed_stream_t *s)
+{
+    ngx_connection_t  *c = s->connection;
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, c->log, 0,
+                   "feed stream of \"%s\" closed", s->user.data);
+
+    ngx_http_feed_stream_unlink(s);
+
+#if (NGX_STAT_STUB)
+    if (s->writing) {
+        (void) ngx_atomic_fetch_add(ngx_stat_writing, -1);
+    }
+#endif
+
+    ngx_http_feed_stream_free(s);
+
+    ngx_http_close_connection(c);
 }
 
 
@@ -590,21 +1022,39 @@ ngx_http_feed_stream_unlink(ngx_http_feed_stream_t *s)
 }
 
 
-/* the request is gone: nothing is sent from its buffers any more */
+/* the stream and what it did not send */
+
+static void
+ngx_http_feed_stream_free(ngx_http_feed_stream_t *s)
+{
+    ngx_chain_t  *cl, *ln;
+
+    for (cl = s->busy; cl; /* void */) {
+        ln = cl;
+        cl = cl->next;
+        ngx_free(ln);
+    }
+
+    ngx_free(s);
+}
+
+
+/*
+ * The request is gone: nothing is sent from the stream's buffers any
+ * more, and the stream goes with it, unless it detached (it lives on)
+ */
 
 static void
 ngx_http_feed_stream_cleanup(void *data)
 {
     ngx_http_feed_stream_t  *s = data;
 
-    ngx_chain_t  *cl;
+    if (s->detached) {
+        return;
+    }
 
     ngx_http_feed_stream_unlink(s);
-
-    for (cl = s->busy; cl; cl = cl->next) {
-        ngx_free(cl->buf->start);
-        cl->buf->start = NULL;
-    }
+    ngx_http_feed_stream_free(s);
 }
 
 

@@ -34,10 +34,16 @@
 typedef struct ngx_http_feed_stream_user_s  ngx_http_feed_stream_user_t;
 
 
-/* a live stream: the request's context */
+/*
+ * A live stream, allocated apart from its request: on HTTP/1.x the
+ * request is freed once the stream is live and its header sent, and the
+ * stream keeps only its connection (ngx_http_feed_stream.c, "detached");
+ * on HTTP/2 it stays the request's to its end
+ */
 typedef struct {
-    ngx_http_request_t           *request;
-    ngx_http_feed_main_conf_t    *fmcf;
+    ngx_connection_t             *connection;
+    ngx_http_request_t           *request;    /* NULL once detached */
+    ngx_http_core_loc_conf_t     *clcf;       /* send_timeout, send_lowat */
 
     ngx_http_feed_user_t          user;
 
@@ -57,8 +63,10 @@ typedef struct {
     /* what resuming it read, until it is sent (its user's read's pool) */
     void                         *backlog;
 
-    /* output: buffers in flight and free, bytes not yet sent */
-    ngx_chain_t                  *free;
+    /*
+     * output: the events not sent yet, oldest first, each one allocation
+     * (link, buffer, bytes) freed once sent; their bytes
+     */
     ngx_chain_t                  *busy;
     size_t                        unsent;
     size_t                        buffer;
@@ -70,6 +78,10 @@ typedef struct {
     unsigned                      opened:1;   /* its header went out */
     unsigned                      joined:1;
     unsigned                      ended:1;
+    unsigned                      detached:1; /* its request freed */
+    unsigned                      chunked:1;  /* framed by the stream */
+    unsigned                      closing:1;  /* its last bytes going */
+    unsigned                      writing:1;  /* in stub_status writing */
 } ngx_http_feed_stream_t;
 
 
