@@ -311,6 +311,7 @@ ngx_http_feed_redis_cmd_get(ngx_http_feed_redis_t *rd)
     if (!ngx_queue_empty(&rd->free)) {
         q = ngx_queue_head(&rd->free);
         ngx_queue_remove(q);
+        rd->nfree--;
         cmd = ngx_queue_data(q, ngx_http_feed_redis_cmd_t, queue);
 
     } else {
@@ -353,7 +354,19 @@ ngx_http_feed_redis_cmd_put(ngx_http_feed_redis_cmd_t *cmd)
         cmd->formatted = NULL;
     }
 
+    /*
+     * A few are kept for the next commands, not all of a burst: 10,000
+     * streams' readers reading at once would leave 10,000 held for the
+     * worker's life, each pinning a page among what the burst freed
+     */
+
+    if (cmd->rd->nfree >= NGX_HTTP_FEED_REDIS_FREE) {
+        ngx_free(cmd);
+        return;
+    }
+
     ngx_queue_insert_head(&cmd->rd->free, &cmd->queue);
+    cmd->rd->nfree++;
 }
 
 

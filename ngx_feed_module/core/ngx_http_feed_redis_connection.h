@@ -22,6 +22,9 @@
 #define NGX_HTTP_FEED_REDIS_BACKOFF_MAX  2000
 #define NGX_HTTP_FEED_REDIS_READY_MAX    4
 
+/* commands' structs kept free for reuse, per connection */
+#define NGX_HTTP_FEED_REDIS_FREE         64
+
 
 typedef struct {
     ngx_http_feed_redis_ready_pt  handler;
@@ -43,8 +46,9 @@ struct ngx_http_feed_redis_s {
     ngx_connection_t              dummy;
 
     ngx_queue_t                   pending;
-    ngx_queue_t                   free;
+    ngx_queue_t                   free;       /* NGX_HTTP_FEED_REDIS_FREE */
     ngx_uint_t                    npending;
+    ngx_uint_t                    nfree;
 
     unsigned                      connected_once:1;
     unsigned                      counted:1;     /* in the node's gauge */

@@ -13,6 +13,7 @@
 
 #include "ngx_http_feed_conf.h"
 #include "ngx_http_feed_redis.h"
+#include "ngx_http_feed_slots.h"
 #include "ngx_http_feed_util.h"
 #include "ngx_http_feed_timeline_cache.h"
 
@@ -73,6 +74,20 @@ typedef struct {
     ngx_msec_t                    written;
     ngx_msec_t                    heartbeat;
     ngx_int_t                     end_rc;
+
+    /*
+     * Once detached, what its connection needs of its pool, which goes
+     * (ngx_http_feed_stream_own): nothing else there is used again
+     */
+    ngx_log_t                     log;
+    ngx_http_log_ctx_t            log_ctx;
+#if (NGX_HAVE_INET6)
+    struct sockaddr_in6           sockaddr;
+    u_char                        addr_text[NGX_INET6_ADDRSTRLEN];
+#else
+    struct sockaddr_in            sockaddr;
+    u_char                        addr_text[NGX_INET_ADDRSTRLEN];
+#endif
 
     unsigned                      live:1;     /* past its backlog */
     unsigned                      opened:1;   /* its header went out */

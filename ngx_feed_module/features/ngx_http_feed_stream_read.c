@@ -69,7 +69,17 @@ ngx_http_feed_stream_user_read(ngx_http_feed_stream_user_t *su)
     }
 
     su->pool = ngx_create_pool(NGX_HTTP_FEED_STREAM_POOL, ngx_cycle->log);
-    if (su->pool == NULL) {
+
+    su->page = su->pool ? ngx_pcalloc(su->pool,
+                                      sizeof(ngx_http_feed_cached_t))
+                        : NULL;
+
+    if (su->page == NULL) {
+        if (su->pool) {
+            ngx_destroy_pool(su->pool);
+            su->pool = NULL;
+        }
+
         su->failed = 1;
         su->failed_at = ngx_current_msec;
         return;
@@ -212,7 +222,7 @@ ngx_http_feed_stream_user_window_done(void *data, redisReply *reply)
 {
     ngx_http_feed_stream_user_t  *su = data;
 
-    if (ngx_http_feed_timeline_cache_parse(su->pool, reply, &su->page)
+    if (ngx_http_feed_timeline_cache_parse(su->pool, reply, su->page)
         == NGX_OK)
     {
         su->window_ok = 1;
@@ -228,7 +238,7 @@ ngx_http_feed_stream_user_window_done(void *data, redisReply *reply)
 static void
 ngx_http_feed_stream_user_replied(ngx_http_feed_stream_user_t *su)
 {
-    ngx_http_feed_cached_t  *p = &su->page;
+    ngx_http_feed_cached_t  *p = su->page;
 
     if (su->pending) {
         return;
@@ -365,7 +375,7 @@ ngx_http_feed_stream_user_diff(ngx_http_feed_stream_user_t *su)
                              come[NGX_HTTP_FEED_STREAM_WINDOW];
     ngx_queue_t             *q, *next;
     ngx_http_feed_stream_t  *s;
-    ngx_http_feed_cached_t  *p = &su->page;
+    ngx_http_feed_cached_t  *p = su->page;
 
     ids = p->ids.data;
     n = ngx_min(p->nitems, NGX_HTTP_FEED_STREAM_WINDOW);
@@ -464,7 +474,7 @@ ngx_http_feed_stream_user_resume(ngx_http_feed_stream_user_t *su,
 {
     u_char                          *id;
     ngx_uint_t                       i, n;
-    ngx_http_feed_cached_t          *c, *p = &su->page;
+    ngx_http_feed_cached_t          *c, *p = su->page;
     ngx_http_feed_stream_entry_t     entries[NGX_HTTP_FEED_STREAM_BACKLOG
                                              + NGX_HTTP_FEED_STREAM_WINDOW];
     ngx_http_feed_stream_backlog_t  *b;
@@ -533,7 +543,7 @@ ngx_http_feed_stream_user_keep(ngx_http_feed_stream_user_t *su)
 {
     u_char                  *lists;
     ngx_uint_t               n;
-    ngx_http_feed_cached_t  *p = &su->page;
+    ngx_http_feed_cached_t  *p = su->page;
 
     n = ngx_min(p->nitems, NGX_HTTP_FEED_STREAM_WINDOW);
 
@@ -587,7 +597,7 @@ ngx_http_feed_stream_user_done(ngx_http_feed_stream_user_t *su)
         su->pool = NULL;
     }
 
-    ngx_memzero(&su->page, sizeof(ngx_http_feed_cached_t));
+    su->page = NULL;
 
     su->reading = 0;
 
@@ -635,7 +645,7 @@ ngx_http_feed_stream_user_free(ngx_http_feed_stream_user_t *su)
     }
 
     ngx_free(su->lists);
-    ngx_free(su);
+    ngx_http_feed_slots_free(su);
 }
 
 

@@ -67,6 +67,10 @@ static void ngx_http_feed_stream_hook_author(u_char *author, size_t len);
 
 ngx_http_feed_stream_users_t  *ngx_http_feed_stream_users;
 
+/* a reader lives as long as its streams: packed with the others' */
+ngx_http_feed_slots_t  ngx_http_feed_stream_user_slots =
+    ngx_http_feed_slots(sizeof(ngx_http_feed_stream_user_t));
+
 static ngx_http_feed_track_hooks_t  ngx_http_feed_stream_hooks = {
     ngx_http_feed_stream_hook_changed,
     ngx_http_feed_stream_hook_all,
@@ -142,12 +146,7 @@ ngx_http_feed_stream_users_exit(void)
 
         ngx_queue_remove(q);
 
-        if (su->pool) {
-            ngx_destroy_pool(su->pool);
-        }
-
-        ngx_free(su->lists);
-        ngx_free(su);
+        ngx_http_feed_stream_user_free(su);
     }
 
     ngx_http_feed_stream_users = NULL;
@@ -317,7 +316,8 @@ ngx_http_feed_stream_user_get(ngx_http_feed_user_t *user)
         return su;
     }
 
-    su = ngx_calloc(sizeof(ngx_http_feed_stream_user_t), ngx_cycle->log);
+    su = ngx_http_feed_slots_alloc(&ngx_http_feed_stream_user_slots,
+                                   ngx_cycle->log);
     if (su == NULL) {
         return NULL;
     }

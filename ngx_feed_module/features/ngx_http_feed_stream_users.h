@@ -55,10 +55,13 @@ struct ngx_http_feed_stream_user_s {
     ngx_msec_t                    backoff;    /* while its list is missing */
     ngx_msec_t                    wanted_at;
 
-    /* the round trip under way: its pool, replies awaited, the window */
+    /*
+     * the round trip under way: its pool, replies awaited, the window (in
+     * that pool: a reader is held for hours, its reads last a moment)
+     */
     ngx_pool_t                   *pool;
     ngx_uint_t                    pending;
-    ngx_http_feed_cached_t        page;
+    ngx_http_feed_cached_t       *page;
 
     unsigned                      full:1;     /* more entries than ids */
     unsigned                      ready:1;    /* read once */
@@ -88,6 +91,7 @@ typedef struct {
 
 
 extern ngx_http_feed_stream_users_t  *ngx_http_feed_stream_users;
+extern ngx_http_feed_slots_t          ngx_http_feed_stream_user_slots;
 
 
 void ngx_http_feed_stream_user_want(ngx_http_feed_stream_user_t *su);
