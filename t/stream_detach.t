@@ -15,6 +15,8 @@
 #   - stub_status still counts a live stream as writing;
 #   - HTTP/2 (h2c, prior knowledge, curl): the request-bound path, events
 #     arrive;
+#   - TLS (HTTP/1.1): the same chunked bytes through ngx_ssl_send_chain,
+#     and its last chunk on the reload;
 #   - a graceful stop with live streams: no alert.
 
 use strict;
@@ -33,10 +35,21 @@ plan(skip_all => 'the MongoDB stand-in needed: a fresh database')
     if FeedTest::real_mongo();
 
 my $t = FeedTest->new;
+my $dir = $t->dir;
+
+# TLS when there is what it takes: a self-signed certificate
+my $TLS = -x '/usr/bin/openssl' && eval { require IO::Socket::SSL; 1 }
+    && system("/usr/bin/openssl req -x509 -newkey rsa:2048 -nodes -days 2 "
+        . "-subj /CN=localhost -keyout $dir/key.pem -out $dir/cert.pem "
+        . "2> $dir/openssl.out") == 0;
+my $TLS_LISTEN = $TLS ? "listen 127.0.0.1:%%PORT_TLS%% ssl;\n"
+    . "        ssl_certificate $dir/cert.pem;\n"
+    . "        ssl_certificate_key $dir/key.pem;" : '';
+
 $t->start_redis;
 $t->start_mongo;
 
-$t->write_conf(<<'EOF2')->run('h2');
+(my $conf = <<'EOF2') =~ s/%%TLS_LISTEN%%/$TLS_LISTEN/;
 worker_processes 1;
 thread_pool feedtp threads=4;
 events { worker_connections 1024; }
@@ -52,6 +65,7 @@ http {
     server {
         listen 127.0.0.1:%%PORT_HTTP%%;
         listen 127.0.0.1:%%PORT_H2%% http2;
+        %%TLS_LISTEN%%
         location ~ ^/users/([^/]+)/following/([^/]+)$ { feed_follow $1 $2; }
         location ~ ^/users/([^/]+)/posts$ { feed_posts $1; }
         location ~ ^/users/([^/]+)/timeline/stream$ {
@@ -64,6 +78,7 @@ http {
     }
 }
 EOF2
+$t->write_conf($conf)->run('h2', $TLS ? 'tls' : ());
 
 ok($t->wait_for(10, sub {
     my $j = $t->get('/status')->{json} or return 0;
@@ -83,11 +98,16 @@ sub post {
 }
 sub streams { $t->get('/status')->{json}{streams}{streams} // -1 }
 
-# a raw client: the request as given, then the bytes as they come
+# a raw client: the request as given, then the bytes as they come;
+# tls => 1: through TLS, on the TLS port
 sub raw_open {
-    my ($req) = @_;
-    my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port",
-        Proto => 'tcp') or die "connect: $!\n";
+    my ($req, %o) = @_;
+    my $s = $o{tls}
+        ? IO::Socket::SSL->new(PeerAddr => '127.0.0.1:' . $t->port('tls'),
+            SSL_verify_mode => 0)
+        : IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port",
+            Proto => 'tcp');
+    $s or die "connect: $!\n";
     syswrite($s, $req);
     return { sock => $s, bytes => '', eof => 0 };
 }
@@ -98,7 +118,9 @@ sub raw_until {
     while ($c->{bytes} !~ $re) {
         my $left = $end - time;
         return 0 if $left <= 0 || $c->{eof};
-        next unless IO::Select->new($c->{sock})->can_read($left);
+        # (TLS: what the socket's buffer holds is not seen by select)
+        next unless ($c->{sock}->can('pending') && $c->{sock}->pending)
+            || IO::Select->new($c->{sock})->can_read($left);
         my $n = sysread($c->{sock}, my $b, 65536);
         if (!$n) {
             $c->{eof} = 1;
@@ -171,9 +193,20 @@ like($h11->{bytes}, qr/^Transfer-Encoding: chunked\r$/mi,
     'HTTP/1.1: chunked');
 sleep 0.3;
 
+my $tls;
+if ($TLS) {
+    $tls = raw_open("GET /users/ann/timeline/stream HTTP/1.1\r\n"
+        . "Host: x\r\n\r\n", tls => 1);
+    ok(raw_until($tls, qr/\r\n\r\n.*:\n\n\r\n/s),
+        'TLS: the header, then ":"');
+    sleep 0.3;
+}
+
 # the access log line is there once the stream is live: its request went
-my @log = access_lines(qr{"GET /users/ann/timeline/stream HTTP/1\.[01]" 200 });
-is(scalar @log, 2, 'the access log has both live streams, status 200')
+my @log = access_lines(
+    qr{"GET /users/ann/timeline/stream HTTP/1\.[01]" 200 });
+is(scalar @log, $TLS ? 3 : 2,
+    'the access log has the live streams, status 200')
     or diag(join '', @log);
 
 my @p = map { post('bob', "live $_") } 1 .. 3;
@@ -200,33 +233,49 @@ ok(!$last, 'no last chunk yet');
 is(scalar(() = $body11 =~ /^event: update$/mg), 4, 'HTTP/1.1: 4 updates');
 unlike($body11, qr/HTTP|nonsense/, 'nothing of the extra bytes sent back');
 
-is(streams(), 2, 'status: 2 streams');
+SKIP: {
+    skip 'no openssl or IO::Socket::SSL', 3 unless $TLS;
+
+    ok(raw_until($tls, qr/live 4/), 'TLS: the events arrive');
+    syswrite($tls->{sock}, "nonsense\r\n\r\n");
+    sleep 0.3;
+    push @p, post('bob', 'live 5');
+    ok(raw_until($tls, qr/live 5/), 'TLS: bytes sent after: dropped');
+    my ($body, $last, $err)
+        = dechunk((split /\r\n\r\n/, $tls->{bytes}, 2)[1]);
+    ok(!defined $err && !$last && $body =~ /live 5/,
+        'TLS: valid chunked framing') or diag($err);
+}
+ok(raw_until($h11, qr/live 5/), 'HTTP/1.1: and the next');
+
+my $n = $TLS ? 3 : 2;
+is(streams(), $n, "status: $n streams");
 
 # stub_status: the live streams are counted as writing (and the request
 # asking for it)
 my $stub = $t->get('/stub')->{body} // '';
-like($stub, qr/Writing: 3 /, 'stub_status: the streams are writing')
-    or diag($stub);
+like($stub, qr/Writing: @{[ $n + 1 ]} /,
+    'stub_status: the streams are writing') or diag($stub);
 
 # ---------------------------------------------- a client that goes --
 
 my $h3 = raw_open("GET /users/dan/timeline/stream HTTP/1.1\r\n"
     . "Host: x\r\n\r\n");
-ok(raw_until($h3, qr/:\n\n\r\n/), 'a third stream');
+ok(raw_until($h3, qr/:\n\n\r\n/), 'one more stream');
 sleep 0.3;
-ok($t->wait_for(3, sub { streams() == 3 }), 'status: 3 streams');
+ok($t->wait_for(3, sub { streams() == $n + 1 }), 'status: one more');
 close $h3->{sock};
-ok($t->wait_for(3, sub { streams() == 2 }),
+ok($t->wait_for(3, sub { streams() == $n }),
     'a client that closed its end: its stream gone');
 $stub = $t->get('/stub')->{body} // '';
-like($stub, qr/Active connections: 3 .*Writing: 3 /s,
+like($stub, qr/Active connections: @{[ $n + 1 ]} .*Writing: @{[ $n + 1 ]} /s,
     'stub_status: its connection gone, not writing')
     or diag($stub);
 
 # ------------------------------------------------------------ HTTP/2 --
 
 SKIP: {
-    skip 'no curl with HTTP/2', 4
+    skip 'no curl with HTTP/2', 7
         unless `curl -V 2>/dev/null` =~ /^Features:.*\bHTTP2\b/m;
 
     my $out = $t->dir . '/h2.out';
@@ -246,10 +295,15 @@ SKIP: {
     my $id = post('bob', 'live h2');
     ok($t->wait_for(5, sub { $slurp->($out) =~ /^id: $id$/m }),
         'HTTP/2: the event arrives') or diag($slurp->($out));
-    is(streams(), 3, 'status: the HTTP/2 stream counted');
+    is(streams(), $n + 1, 'status: the HTTP/2 stream counted');
+    my $h2log = qr{"GET /users/dan/timeline/stream HTTP/2\.0" 200 };
+    is(scalar(access_lines($h2log)), 0,
+        'HTTP/2: request-bound, no access log line while it lives');
     kill 'TERM', $pid;
     waitpid($pid, 0);
-    ok($t->wait_for(3, sub { streams() == 2 }), 'HTTP/2: gone with curl');
+    ok($t->wait_for(3, sub { streams() == $n }), 'HTTP/2: gone with curl');
+    ok($t->wait_for(3, sub { access_lines($h2log) == 1 }),
+        'HTTP/2: its access log line when it ends');
 }
 
 # ---------------------------------------------------- reload: the end --
@@ -260,6 +314,14 @@ ok(raw_closed($h11), 'HTTP/1.1: closed after the reload');
 ok(!defined $err && $last, 'HTTP/1.1: ended by the last chunk')
     or diag($err // 'no last chunk');
 ok(raw_closed($h10), 'HTTP/1.0: closed after the reload');
+SKIP: {
+    skip 'no openssl or IO::Socket::SSL', 2 unless $TLS;
+    ok(raw_closed($tls), 'TLS: closed after the reload');
+    my ($body, $last, $err)
+        = dechunk((split /\r\n\r\n/, $tls->{bytes}, 2)[1]);
+    ok(!defined $err && $last, 'TLS: ended by the last chunk')
+        or diag($err // 'no last chunk');
+}
 ($head10, $body10) = split /\r\n\r\n/, $h10->{bytes}, 2;
 unlike($body10, qr/^0\r$/m, 'HTTP/1.0: no last chunk');
 

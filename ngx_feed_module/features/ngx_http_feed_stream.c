@@ -516,9 +516,12 @@ ngx_http_feed_stream_send(ngx_http_feed_stream_t *s, ngx_chain_t *cl)
     if (s->request) {
         rc = ngx_http_output_filter(s->request, cl);
 
-    } else {
+    } else if (s->busy || c->buffered) {
         out = c->send_chain(c, s->busy, 0);
         rc = (out == NGX_CHAIN_ERROR) ? NGX_ERROR : NGX_OK;
+
+    } else {
+        rc = NGX_OK;
     }
 
     /* in order: the first not sent holds the ones after it */
@@ -956,8 +959,9 @@ ngx_http_feed_stream_tick(void)
 /*
  * Requests let go by the hundred (streams opening together, clients
  * coming back after a reload), and streams closed so, leave their memory
- * free in the heap, and resident: glibc gives back only the top of its heap by itself, and the
- * streams' own memory sits apart (ngx_http_feed_slots.c), not among it.
+ * free in the heap, and resident: glibc gives back only the top of its
+ * heap by itself, and the streams' own memory sits apart
+ * (ngx_http_feed_slots.c), not among it.
  * Past NGX_HTTP_FEED_STREAM_TRIM of them, once a second at most, the
  * free pages go back to the system (0.1 to 4 ms a time with 10,000
  * streams opening, bench part 13).
