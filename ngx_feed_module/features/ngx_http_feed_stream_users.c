@@ -4,20 +4,27 @@
  *
  * A user with streams in the worker has one reader, whatever the number
  * of their streams.  It keeps the ids of the newest entries of the user's
- * timeline as it last read them (NGX_HTTP_FEED_STREAM_WINDOW), and reads
- * them again (ngx_http_feed_timeline_cache_fresh) when something may have
- * changed:
+ * timeline as it last knew them (NGX_HTTP_FEED_STREAM_WINDOW).  A post the
+ * fanout delivered to the user is told to it, with the post, while the
+ * worker streams (ngx_http_feed_stream_told.c): it is sent without a
+ * read.  The reader reads its window (ngx_http_feed_timeline_cache_fresh)
+ * when only a read can tell what changed:
  *
- *   - Redis said a key of the user changed: the read is tracked (CLIENT
+ *   - Redis said a key of the user changed: the read has Redis track the
+ *     keys that move when the list changes other than by a delivery (its
+ *     version, the follows', the filters, the pull authors: CLIENT
  *     TRACKING, by the watch of the user's node), and the watch tells
  *     (ngx_http_feed_timeline_track.c's hooks);
  *   - a pull author the user follows posted, or deleted (the watch's
  *     channel);
  *   - the worker cannot vouch for the last read any more (a connection
- *     made again, tracking off or refused, a stalled watch): it reads each
+ *     made again, tracking off or refused, a stalled watch, the node's
+ *     live mark not set before the read or lapsed since): it reads each
  *     second meanwhile;
- *   - a minute passed (feed_cache_ttl / 4 when shorter): an untracked read
- *     keeps the list alive, as the fanout delivers only to lists that are.
+ *   - a delivery was told and the user has filters, or the reader could
+ *     not keep it;
+ *   - a minute passed (feed_cache_ttl / 4 when shorter): a read keeps the
+ *     list alive, as the fanout delivers only to lists that are.
  *
  * What the new read has and the last did not is sent to every stream as
  * an update, oldest first; what the last had and the new one has not, as
@@ -53,8 +60,6 @@ static ngx_http_feed_stream_user_t *ngx_http_feed_stream_user_get(
     ngx_http_feed_user_t *user);
 static void ngx_http_feed_stream_user_release(
     ngx_http_feed_stream_user_t *su);
-static ngx_http_feed_stream_user_t *ngx_http_feed_stream_user_find(
-    ngx_http_feed_user_t *user);
 static void ngx_http_feed_stream_users_settled(ngx_event_t *ev);
 static void ngx_http_feed_stream_users_timer(ngx_event_t *ev);
 static ngx_uint_t ngx_http_feed_stream_user_due(
@@ -71,7 +76,8 @@ static ngx_http_feed_track_hooks_t  ngx_http_feed_stream_hooks = {
     ngx_http_feed_stream_hook_changed,
     ngx_http_feed_stream_hook_all,
     ngx_http_feed_stream_hook_deleted,
-    ngx_http_feed_stream_hook_author
+    ngx_http_feed_stream_hook_author,
+    ngx_http_feed_stream_told
 };
 
 
@@ -146,6 +152,7 @@ ngx_http_feed_stream_users_exit(void)
             ngx_destroy_pool(su->pool);
         }
 
+        ngx_http_feed_stream_user_drop_told(su);
         ngx_free(su->lists);
         ngx_free(su);
     }
@@ -333,7 +340,14 @@ ngx_http_feed_stream_user_get(ngx_http_feed_user_t *user)
     ngx_rbtree_insert(&us->rbtree, &su->sn.node);
     ngx_queue_insert_tail(&us->all, &su->all);
 
-    us->users++;
+    /*
+     * the first reader: the nodes' live marks are set now, before its
+     * read, so that every delivery after that read is told
+     */
+
+    if (us->users++ == 0) {
+        ngx_http_feed_timeline_watch_streaming(1);
+    }
 
     ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
                    "feed stream: reader of \"%s\" made", su->user.data);
@@ -363,7 +377,10 @@ ngx_http_feed_stream_user_release(ngx_http_feed_stream_user_t *su)
 
     ngx_rbtree_delete(&us->rbtree, &su->sn.node);
     ngx_queue_remove(&su->all);
-    us->users--;
+
+    if (--us->users == 0) {
+        ngx_http_feed_timeline_watch_streaming(0);
+    }
 
     if (su->queued) {
         ngx_queue_remove(&su->wanted);
@@ -379,7 +396,7 @@ ngx_http_feed_stream_user_release(ngx_http_feed_stream_user_t *su)
 }
 
 
-static ngx_http_feed_stream_user_t *
+ngx_http_feed_stream_user_t *
 ngx_http_feed_stream_user_find(ngx_http_feed_user_t *user)
 {
     ngx_str_t                      name;
@@ -399,14 +416,29 @@ ngx_http_feed_stream_user_find(ngx_http_feed_user_t *user)
 void
 ngx_http_feed_stream_user_want(ngx_http_feed_stream_user_t *su)
 {
-    ngx_http_feed_stream_users_t  *us = ngx_http_feed_stream_users;
+    su->stale = 1;
 
     if (su->reading) {
         su->again = 1;
         return;
     }
 
-    if (su->queued) {
+    ngx_http_feed_stream_user_settle(su);
+}
+
+
+/*
+ * To send what it was told NGX_HTTP_FEED_STREAM_SETTLE ms from now (the
+ * batches of a post, and of posts fanned out at once, come in any order),
+ * or to read then when something else changed; after its read under way
+ */
+
+void
+ngx_http_feed_stream_user_settle(ngx_http_feed_stream_user_t *su)
+{
+    ngx_http_feed_stream_users_t  *us = ngx_http_feed_stream_users;
+
+    if (su->reading || su->queued) {
         return;
     }
 
@@ -445,7 +477,12 @@ ngx_http_feed_stream_users_settled(ngx_event_t *ev)
         ngx_queue_remove(q);
         su->queued = 0;
 
-        ngx_http_feed_stream_user_read(su);
+        if (su->stale || !su->ready) {
+            ngx_http_feed_stream_user_read(su);
+
+        } else {
+            ngx_http_feed_stream_user_send_told(su);
+        }
     }
 }
 
@@ -523,7 +560,7 @@ ngx_http_feed_stream_user_due(ngx_http_feed_stream_user_t *su)
     if (!su->ready
         || ngx_current_msec - su->kept_alive
            >= ngx_http_feed_stream_keep_alive(fmcf)
-        || !ngx_http_feed_timeline_watch_tracks(&su->user, &su->mark, 0))
+        || !ngx_http_feed_timeline_watch_live(&su->user, &su->mark))
     {
         return 1;
     }
