@@ -49,11 +49,19 @@
 
 
 /*
- * ms a reader waits after a change before it reads: the fanout delivers a
- * batch of posts concurrently, not in order, and the posts that land
- * meanwhile are read (and sent, in order) at once
+ * ms a reader waits after a change before it reads, or sends what it was
+ * told: the fanout delivers the batches of a post, and posts fanned out
+ * at once, concurrently, not in order, and what lands meanwhile is read
+ * or sent (in order) at once
  */
-#define NGX_HTTP_FEED_STREAM_SETTLE   50
+#define NGX_HTTP_FEED_STREAM_SETTLE   20
+
+/*
+ * readers that read or send at once, at most, before the worker's other
+ * events (the fanout's replies among them) are handled: a post to 10,000
+ * streaming followers is sent to them in slices, and delivered meanwhile
+ */
+#define NGX_HTTP_FEED_STREAM_SLICE    256
 
 
 static ngx_http_feed_stream_user_t *ngx_http_feed_stream_user_get(
@@ -138,6 +146,10 @@ ngx_http_feed_stream_users_exit(void)
 
     if (us->settle.timer_set) {
         ngx_del_timer(&us->settle);
+    }
+
+    if (us->settle.posted) {
+        ngx_delete_posted_event(&us->settle);
     }
 
     /* the streams ended before: what is left waits for a reply */
@@ -452,17 +464,30 @@ ngx_http_feed_stream_user_settle(ngx_http_feed_stream_user_t *su)
 }
 
 
-/* the readers whose wait is over read, in the order they were wanted */
+/*
+ * The readers whose wait is over read, or send what they were told, in
+ * the order they were wanted, a slice at a time
+ */
 
 static void
 ngx_http_feed_stream_users_settled(ngx_event_t *ev)
 {
+    ngx_uint_t                     n;
     ngx_msec_int_t                 left;
     ngx_queue_t                   *q;
     ngx_http_feed_stream_user_t   *su;
     ngx_http_feed_stream_users_t  *us = ngx_http_feed_stream_users;
 
-    while (!ngx_queue_empty(&us->wanted)) {
+    for (n = 0; !ngx_queue_empty(&us->wanted); n++) {
+
+        if (n == NGX_HTTP_FEED_STREAM_SLICE) {
+            ngx_log_debug0(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                           "feed stream: the next slice of readers");
+
+            ngx_post_event(&us->settle, &ngx_posted_next_events);
+            return;
+        }
+
         q = ngx_queue_head(&us->wanted);
         su = ngx_queue_data(q, ngx_http_feed_stream_user_t, wanted);
 
