@@ -12,7 +12,9 @@
 #   - hits: wrk on a reader's first page (a LOCAL hit) with and without
 #     the N streams open on the same worker, alternately, two rounds;
 #   - delivery: star posts while the N streams are open: for each stream,
-#     the time from the post's 201 to its update event (p50, p99, max);
+#     the time from the post's 201 to its update event (p50, p99, max),
+#     and to its delivery into the first and the last follower's list
+#     (the fanout's own pace: reading 10,000 followers from the stand-in);
 #   - fanout: the module's own delivery rate for that post (its first batch
 #     to its last reply, /status) with the N streams open and without,
 #     alternately, two rounds each.
@@ -161,13 +163,15 @@ sub st_close {
     return \%first;
 }
 
-# star's post, and what the fanout says of it
+# star's post, and what the fanout says of it; $vis: when it was in the
+# first and the last follower's list (polled every 2 ms from the 201)
 sub st_post_fanout {
-    my ($t, $body) = @_;
+    my ($t, $body, $vis) = @_;
     my $d0 = st_worker($t)->{fanout}{deliveries} // 0;
     my $id = st_post($t, $body);
     my $t201 = time;
     my $n = $t->{st_n};
+    st_visible($t, $id, $t201, $vis) if $vis;
     $t->wait_for(120, sub {
         (st_worker($t)->{fanout}{deliveries} // 0) - $d0 >= $n
     }) or die "part 13: the fanout did not deliver\n";
@@ -175,6 +179,27 @@ sub st_post_fanout {
     my $ms = $fs->{last_post_ms} || 1;
     return { id => $id, t201 => $t201,
              rate => ($fs->{last_post_deliveries} // 0) / ($ms / 1000) };
+}
+
+sub st_visible {
+    my ($t, $id, $t201, $vis) = @_;
+    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:'
+        . $t->port('redis')) or die "redis: $!\n";
+    my %seen;
+    my @keys = ('feed:tl:{f1}', "feed:tl:{f$t->{st_n}}");
+    while (keys(%seen) < @keys && time < $t201 + 30) {
+        for my $k (@keys) {
+            next if $seen{$k};
+            print $s "*3\r\n\$6\r\nLINDEX\r\n\$" . length($k)
+                . "\r\n$k\r\n\$1\r\n0\r\n";
+            my $v = FeedTest::_resp_read($s) // '';
+            $seen{$k} = time if substr($v, 0, 24) eq $id;
+        }
+        sleep 0.002;
+    }
+    my @at = sort { $a <=> $b } values %seen;
+    $vis->{first} = $at[0];
+    $vis->{last} = $at[-1];
 }
 
 sub st_post {
@@ -265,7 +290,8 @@ sub bench_stream {
         # the clients note each stream's first update: this post's
         st_note('posting');
         my $r0 = st_redis($t);
-        my $p = st_post_fanout($t, "live $round");
+        my %vis;
+        my $p = st_post_fanout($t, "live $round", \%vis);
         st_note('posted');
         push @{ $r{fanout_with} }, $p->{rate};
         $t->wait_for(30, sub {
@@ -281,7 +307,9 @@ sub bench_stream {
         my @d = sort { $a <=> $b }
             map { max(0, ($first->{$_} - $p->{t201}) * 1000) } keys %$first;
         push @{ $r{delivery} }, { got => scalar(@d), p50 => st_pct(\@d, 0.5),
-            p99 => st_pct(\@d, 0.99), max => $d[-1] };
+            p99 => st_pct(\@d, 0.99), max => $d[-1],
+            visible => [map { defined $_ ? ($_ - $p->{t201}) * 1000 : -1 }
+                            @vis{qw(first last)}] };
     }
 
     $r{reads} = st_worker($t)->{streams}{reads};
@@ -303,21 +331,24 @@ sub stream_report {
 
     push @o, '| round | memory per idle stream (RSS / PSS / private dirty) '
         . '| hits without / with the streams | ratio | fanout without / '
-        . 'with (deliveries/s) | ratio | 201 → event p50 / p99 / max '
+        . 'with (deliveries/s) | ratio | 201 → in the first / last '
+        . 'list | 201 → event p50 / p99 / max '
         . '| streams that got it | Redis for the post: EVALSHA, CPU |',
-        '|---|---|---|---|---|---|---|---|---|';
+        '|---|---|---|---|---|---|---|---|---|---|';
     for my $i (0 .. $#{ $r->{mem} }) {
         my $m = $r->{mem}[$i];
         my $d = $r->{delivery}[$i];
         my $rd = $r->{redis}[$i];
         push @o, sprintf('| %d | %.0f / %.0f / %.0f B | %.0f / %.0f req/s '
-            . '| %.2f× | %.0f / %.0f | %.2f× | %.0f / %.0f / %.0f ms '
+            . '| %.2f× | %.0f / %.0f | %.2f× | %.0f / %.0f ms '
+            . '| %.0f / %.0f / %.0f ms '
             . '| %d of %d | %d, %.0f ms |', $i + 1, $m->{rss}, $m->{pss},
             $m->{dirty},
             $r->{hits_without}[$i], $r->{hits_with}[$i],
             $r->{hits_with}[$i] / ($r->{hits_without}[$i] || 1),
             $r->{fanout_without}[$i], $r->{fanout_with}[$i],
             $r->{fanout_with}[$i] / ($r->{fanout_without}[$i] || 1),
+            @{ $d->{visible} || [-1, -1] },
             $d->{p50} // -1, $d->{p99} // -1, $d->{max} // -1, $d->{got},
             $n, $rd->{reads}, $rd->{us} / 1000);
     }

@@ -247,11 +247,11 @@ start_nginx('link', 800);
         my @c = grep { !/cmd=client\|list/ } split /\n/, $list;
         $n = @c;
         $blocked = grep { /flags=\S*b/ && /cmd=xreadgroup/ } @c;
-        $subs = grep { /cmd=subscribe/ && /sub=4 / } @c;
+        $subs = grep { /cmd=subscribe/ && /sub=5 / } @c;
         $n == 9 && $blocked == 3 && $subs == 3;
     });
     is($n, 9, 'CLIENT LIST: 3 Redis connections per worker') or diag($list);
-    is($subs, 3, 'CLIENT LIST: one per worker subscribed to 4 channels')
+    is($subs, 3, 'CLIENT LIST: one per worker subscribed to 5 channels')
         or diag($list);
     is($blocked, 3, 'CLIENT LIST: one per worker blocked in XREADGROUP')
         or diag($list);

@@ -13,7 +13,8 @@
 #     one more per read, and 50 of them run no SMEMBERS and no MGET in
 #     Redis (INFO commandstats); pull.watch subscribed, heard_ms_ago within
 #     0..300, authors >= 3; CLIENT LIST has the worker's subscription
-#     (sub=4: the lists, its own, invalidations, deletes), one;
+#     (sub=5: the lists, its own, invalidations, deletes, deliveries
+#     told), one;
 #   - 10 posts of the pull authors: each first on the reader's page within
 #     1 s of its 201, every page read before it the page before the post,
 #     every page after it as the model has it; the same for a post of the
@@ -142,9 +143,9 @@ sub calls {
     return \%c;
 }
 
-# the Redis clients subscribed to 4 channels (CLIENT LIST sub=4)
+# the Redis clients subscribed to 5 channels (CLIENT LIST sub=5)
 sub subscribed_clients {
-    return scalar grep { /\bsub=4\b/ }
+    return scalar grep { /\bsub=5\b/ }
         split /\n/, $t->redis('CLIENT', 'LIST');
 }
 

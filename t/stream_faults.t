@@ -403,14 +403,14 @@ my $NOSCRIPT_POST;
             or diag('events: ' . desc(@l));
     }
 
-    # the reader's own read answered NOSCRIPT: a key of ann's touched
-    # right after the flush, before any other script call, makes the
-    # reader read first
+    # the reader's own read answered NOSCRIPT: a key of ann's that her
+    # reader tracks (the list's version) touched right after the flush,
+    # before any other script call, makes the reader read first
     $n = '5. NOSCRIPT, the reader';
     my $reads = $t->get('/status')->{json}{streams}{reads};
     is($t->redis('SCRIPT', 'FLUSH'), 'OK', "$n: SCRIPT FLUSH");
-    my $ttl = $t->redis('PTTL', 'feed:tl:{ann}');
-    $t->redis('PEXPIRE', 'feed:tl:{ann}', $ttl > 0 ? $ttl : 600000);
+    my $ttl = $t->redis('PTTL', 'feed:tln:{ann}');
+    $t->redis('PEXPIRE', 'feed:tln:{ann}', $ttl > 0 ? $ttl : 600000);
     ($beats, $open, @ev) = beats($s, 1.5);
     ok($t->get('/status')->{json}{streams}{reads} > $reads,
         "$n: the reader read after the flush");

@@ -103,7 +103,8 @@ typedef struct {
     /*
      * Live timelines: events sent (updates, deletes, resets), streams
      * refused (feed_stream_max) and let go (a client too slow), the
-     * readers' round trips
+     * readers' round trips, and the entries they sent as told by the
+     * fanout, without a read
      */
     ngx_atomic_t                  stream_updates;
     ngx_atomic_t                  stream_deletes;
@@ -111,6 +112,7 @@ typedef struct {
     ngx_atomic_t                  stream_refused;
     ngx_atomic_t                  stream_dropped;
     ngx_atomic_t                  stream_reads;
+    ngx_atomic_t                  stream_told;
 
     ngx_atomic_t                  responses[NGX_HTTP_FEED_ENDPOINTS]
                                       [NGX_HTTP_FEED_CODES];

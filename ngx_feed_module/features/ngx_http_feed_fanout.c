@@ -966,6 +966,17 @@ ngx_http_feed_fanout_post_cache(ngx_http_feed_fanout_entry_t *fe)
         fe->entry.data = (u_char *) fe->page.post_id;
         fe->entry.len = 24;
 
+        /* told with each batch while streams are live */
+
+        fe->json.data = ngx_pnalloc(fe->pool, fe->page.json_len);
+        if (fe->json.data == NULL) {
+            fe->failed = 1;
+            return;
+        }
+
+        fe->json.len = fe->page.json_len;
+        ngx_memcpy(fe->json.data, fe->page.json, fe->page.json_len);
+
         if (ngx_http_feed_timeline_cache_post(fmcf, fe->page.post_id,
                                               fe->page.json,
                                               fe->page.json_len,
@@ -1216,7 +1227,7 @@ ngx_http_feed_fanout_send(ngx_http_feed_fanout_entry_t *fe)
 
         if (fe->kind == 'p') {
             rc = ngx_http_feed_timeline_cache_deliver(fmcf, fe->pool,
-                     fe->users + fe->next, n, &fe->entry,
+                     fe->users + fe->next, n, &fe->entry, &fe->json,
                      (fe->page.pull == NGX_HTTP_FEED_PULL_TURN)
                      ? &fe->page.author : NULL,
                      ngx_http_feed_fanout_delivered, fe);

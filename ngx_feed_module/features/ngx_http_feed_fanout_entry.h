@@ -74,6 +74,9 @@ struct ngx_http_feed_fanout_entry_s {
     /* a post of a pull author: its entry in the author's list */
     ngx_str_t                     pull_entry;
 
+    /* the post's JSON in link mode, where the entry is its id only */
+    ngx_str_t                     json;
+
     /* this post turned its author to pull (not another one first) */
     ngx_uint_t                    turn_changed;
 

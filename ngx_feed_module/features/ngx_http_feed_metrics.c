@@ -195,6 +195,9 @@ static ngx_http_feed_metric_t  ngx_http_feed_metrics_counters[] = {
     ngx_http_feed_metric("feed_stream_reads_total", "counter",
         "Reads of streamed timelines, one for all streams and long polls of "
         "a user in a worker.", stream_reads),
+    ngx_http_feed_metric("feed_stream_told_total", "counter",
+        "Entries of streamed timelines sent as the fanout told them, with "
+        "no read.", stream_told),
     ngx_http_feed_metric("feed_posts_created_total", "counter",
         "Posts stored.", posts_created),
     ngx_http_feed_metric("feed_posts_deleted_total", "counter",

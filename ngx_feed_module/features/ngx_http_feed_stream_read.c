@@ -57,7 +57,7 @@ ngx_http_feed_stream_user_read(ngx_http_feed_stream_user_t *su)
 {
     ngx_int_t                   rc;
     ngx_str_t                   known;
-    ngx_uint_t                  tracked;
+    ngx_uint_t                  tracked, keep;
     ngx_queue_t                *q;
     ngx_http_feed_page_t        page;
     ngx_http_feed_stream_t     *s;
@@ -90,6 +90,14 @@ ngx_http_feed_stream_user_read(ngx_http_feed_stream_user_t *su)
     su->window_ok = 0;
     su->pending = 0;
 
+    /*
+     * what it was told is in the list before this read: the read has it;
+     * what it is told while the read is out is sent after it
+     */
+
+    su->stale = 0;
+    ngx_http_feed_stream_user_drop_told(su);
+
     ngx_http_feed_stream_users->reads++;
     ngx_http_feed_stat(stream_reads, 1);
 
@@ -116,17 +124,13 @@ ngx_http_feed_stream_user_read(ngx_http_feed_stream_user_t *su)
               && ngx_http_feed_timeline_watch_track(&su->user, &su->next);
 
     /*
-     * A read that keeps the list alive is not tracked (its EXPIRE would
-     * tell the watch of itself): the next one is, at once
+     * the list is kept alive now and then, as the fanout delivers only to
+     * lists that are; its EXPIRE changes no key the reader tracks
      */
 
-    if (tracked
-        && ngx_current_msec - su->kept_alive
-           >= ngx_http_feed_stream_keep_alive(fmcf))
-    {
-        tracked = 0;
-        su->again = 1;
-    }
+    keep = !tracked
+           || ngx_current_msec - su->kept_alive
+              >= ngx_http_feed_stream_keep_alive(fmcf);
 
     if (!tracked) {
         su->next.stamp = 0;
@@ -144,13 +148,13 @@ ngx_http_feed_stream_user_read(ngx_http_feed_stream_user_t *su)
     known.data = su->ids;
     known.len = (su->ready && !su->broken) ? su->nids * 24 : 0;
 
-    rc = ngx_http_feed_timeline_cache_fresh(fmcf, &page, tracked, &known,
-             ngx_http_feed_stream_user_window_done, su);
+    rc = ngx_http_feed_timeline_cache_fresh(fmcf, &page, tracked, keep,
+             &known, ngx_http_feed_stream_user_window_done, su);
 
     if (rc == NGX_OK) {
         su->pending++;
 
-        if (!tracked) {
+        if (keep) {
             su->kept_alive = ngx_current_msec;
         }
 
@@ -187,7 +191,7 @@ ngx_http_feed_stream_user_backlog(ngx_http_feed_stream_user_t *su,
     ngx_memcpy(page.since_id, s->since, 25);
 
     rc = ngx_http_feed_timeline_cache_fresh(ngx_http_feed_stream_users->fmcf,
-             &page, 0, NULL, ngx_http_feed_stream_user_backlog_done, b);
+             &page, 0, 1, NULL, ngx_http_feed_stream_user_backlog_done, b);
     if (rc != NGX_OK) {
         return NGX_ERROR;
     }
@@ -299,6 +303,9 @@ ngx_http_feed_stream_user_replied(ngx_http_feed_stream_user_t *su)
     }
 
     su->broken = 0;
+
+    /* a user with filters is read at each delivery told: they apply */
+    su->filtered = (p->filters.n > 0);
 
     ngx_http_feed_stream_user_diff(su);
     ngx_http_feed_stream_user_keep(su);
@@ -633,6 +640,9 @@ ngx_http_feed_stream_user_done(ngx_http_feed_stream_user_t *su)
     if (su->again) {
         su->again = 0;
         ngx_http_feed_stream_user_want(su);
+
+    } else if (su->ntold) {
+        ngx_http_feed_stream_user_settle(su);
     }
 }
 
@@ -644,6 +654,7 @@ ngx_http_feed_stream_user_free(ngx_http_feed_stream_user_t *su)
         ngx_destroy_pool(su->pool);
     }
 
+    ngx_http_feed_stream_user_drop_told(su);
     ngx_free(su->lists);
     ngx_http_feed_slots_free(su);
 }

@@ -4,20 +4,27 @@
  *
  * A user with streams in the worker has one reader, whatever the number
  * of their streams.  It keeps the ids of the newest entries of the user's
- * timeline as it last read them (NGX_HTTP_FEED_STREAM_WINDOW), and reads
- * them again (ngx_http_feed_timeline_cache_fresh) when something may have
- * changed:
+ * timeline as it last knew them (NGX_HTTP_FEED_STREAM_WINDOW).  A post the
+ * fanout delivered to the user is told to it, with the post, while the
+ * worker streams (ngx_http_feed_stream_told.c): it is sent without a
+ * read.  The reader reads its window (ngx_http_feed_timeline_cache_fresh)
+ * when only a read can tell what changed:
  *
- *   - Redis said a key of the user changed: the read is tracked (CLIENT
+ *   - Redis said a key of the user changed: the read has Redis track the
+ *     keys that move when the list changes other than by a delivery (its
+ *     version, the follows', the filters, the pull authors: CLIENT
  *     TRACKING, by the watch of the user's node), and the watch tells
  *     (ngx_http_feed_timeline_track.c's hooks);
  *   - a pull author the user follows posted, or deleted (the watch's
  *     channel);
  *   - the worker cannot vouch for the last read any more (a connection
- *     made again, tracking off or refused, a stalled watch): it reads each
+ *     made again, tracking off or refused, a stalled watch, the node's
+ *     live mark not set before the read or lapsed since): it reads each
  *     second meanwhile;
- *   - a minute passed (feed_cache_ttl / 4 when shorter): an untracked read
- *     keeps the list alive, as the fanout delivers only to lists that are.
+ *   - a delivery was told and the user has filters, or the reader could
+ *     not keep it;
+ *   - a minute passed (feed_cache_ttl / 4 when shorter): a read keeps the
+ *     list alive, as the fanout delivers only to lists that are.
  *
  * What the new read has and the last did not is sent to every stream as
  * an update, oldest first; what the last had and the new one has not, as
@@ -42,19 +49,25 @@
 
 
 /*
- * ms a reader waits after a change before it reads: the fanout delivers a
- * batch of posts concurrently, not in order, and the posts that land
- * meanwhile are read (and sent, in order) at once
+ * ms a reader waits after a change before it reads, or sends what it was
+ * told: the fanout delivers the batches of a post, and posts fanned out
+ * at once, concurrently, not in order, and what lands meanwhile is read
+ * or sent (in order) at once
  */
-#define NGX_HTTP_FEED_STREAM_SETTLE   50
+#define NGX_HTTP_FEED_STREAM_SETTLE   20
+
+/*
+ * readers that read or send at once, at most, before the worker's other
+ * events (the fanout's replies among them) are handled: a post to 10,000
+ * streaming followers is sent to them in slices, and delivered meanwhile
+ */
+#define NGX_HTTP_FEED_STREAM_SLICE    256
 
 
 static ngx_http_feed_stream_user_t *ngx_http_feed_stream_user_get(
     ngx_http_feed_user_t *user);
 static void ngx_http_feed_stream_user_release(
     ngx_http_feed_stream_user_t *su);
-static ngx_http_feed_stream_user_t *ngx_http_feed_stream_user_find(
-    ngx_http_feed_user_t *user);
 static void ngx_http_feed_stream_users_settled(ngx_event_t *ev);
 static void ngx_http_feed_stream_users_timer(ngx_event_t *ev);
 static ngx_uint_t ngx_http_feed_stream_user_due(
@@ -75,7 +88,8 @@ static ngx_http_feed_track_hooks_t  ngx_http_feed_stream_hooks = {
     ngx_http_feed_stream_hook_changed,
     ngx_http_feed_stream_hook_all,
     ngx_http_feed_stream_hook_deleted,
-    ngx_http_feed_stream_hook_author
+    ngx_http_feed_stream_hook_author,
+    ngx_http_feed_stream_told
 };
 
 
@@ -136,6 +150,10 @@ ngx_http_feed_stream_users_exit(void)
 
     if (us->settle.timer_set) {
         ngx_del_timer(&us->settle);
+    }
+
+    if (us->settle.posted) {
+        ngx_delete_posted_event(&us->settle);
     }
 
     /* the streams ended before: what is left waits for a reply */
@@ -333,7 +351,14 @@ ngx_http_feed_stream_user_get(ngx_http_feed_user_t *user)
     ngx_rbtree_insert(&us->rbtree, &su->sn.node);
     ngx_queue_insert_tail(&us->all, &su->all);
 
-    us->users++;
+    /*
+     * the first reader: the nodes' live marks are set now, before its
+     * read, so that every delivery after that read is told
+     */
+
+    if (us->users++ == 0) {
+        ngx_http_feed_timeline_watch_streaming(1);
+    }
 
     ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
                    "feed stream: reader of \"%s\" made", su->user.data);
@@ -363,7 +388,10 @@ ngx_http_feed_stream_user_release(ngx_http_feed_stream_user_t *su)
 
     ngx_rbtree_delete(&us->rbtree, &su->sn.node);
     ngx_queue_remove(&su->all);
-    us->users--;
+
+    if (--us->users == 0) {
+        ngx_http_feed_timeline_watch_streaming(0);
+    }
 
     if (su->queued) {
         ngx_queue_remove(&su->wanted);
@@ -379,7 +407,7 @@ ngx_http_feed_stream_user_release(ngx_http_feed_stream_user_t *su)
 }
 
 
-static ngx_http_feed_stream_user_t *
+ngx_http_feed_stream_user_t *
 ngx_http_feed_stream_user_find(ngx_http_feed_user_t *user)
 {
     ngx_str_t                      name;
@@ -399,14 +427,29 @@ ngx_http_feed_stream_user_find(ngx_http_feed_user_t *user)
 void
 ngx_http_feed_stream_user_want(ngx_http_feed_stream_user_t *su)
 {
-    ngx_http_feed_stream_users_t  *us = ngx_http_feed_stream_users;
+    su->stale = 1;
 
     if (su->reading) {
         su->again = 1;
         return;
     }
 
-    if (su->queued) {
+    ngx_http_feed_stream_user_settle(su);
+}
+
+
+/*
+ * To send what it was told NGX_HTTP_FEED_STREAM_SETTLE ms from now (the
+ * batches of a post, and of posts fanned out at once, come in any order),
+ * or to read then when something else changed; after its read under way
+ */
+
+void
+ngx_http_feed_stream_user_settle(ngx_http_feed_stream_user_t *su)
+{
+    ngx_http_feed_stream_users_t  *us = ngx_http_feed_stream_users;
+
+    if (su->reading || su->queued) {
         return;
     }
 
@@ -420,17 +463,30 @@ ngx_http_feed_stream_user_want(ngx_http_feed_stream_user_t *su)
 }
 
 
-/* the readers whose wait is over read, in the order they were wanted */
+/*
+ * The readers whose wait is over read, or send what they were told, in
+ * the order they were wanted, a slice at a time
+ */
 
 static void
 ngx_http_feed_stream_users_settled(ngx_event_t *ev)
 {
+    ngx_uint_t                     n;
     ngx_msec_int_t                 left;
     ngx_queue_t                   *q;
     ngx_http_feed_stream_user_t   *su;
     ngx_http_feed_stream_users_t  *us = ngx_http_feed_stream_users;
 
-    while (!ngx_queue_empty(&us->wanted)) {
+    for (n = 0; !ngx_queue_empty(&us->wanted); n++) {
+
+        if (n == NGX_HTTP_FEED_STREAM_SLICE) {
+            ngx_log_debug0(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                           "feed stream: the next slice of readers");
+
+            ngx_post_event(&us->settle, &ngx_posted_next_events);
+            return;
+        }
+
         q = ngx_queue_head(&us->wanted);
         su = ngx_queue_data(q, ngx_http_feed_stream_user_t, wanted);
 
@@ -445,7 +501,12 @@ ngx_http_feed_stream_users_settled(ngx_event_t *ev)
         ngx_queue_remove(q);
         su->queued = 0;
 
-        ngx_http_feed_stream_user_read(su);
+        if (su->stale || !su->ready) {
+            ngx_http_feed_stream_user_read(su);
+
+        } else {
+            ngx_http_feed_stream_user_send_told(su);
+        }
     }
 }
 
@@ -523,7 +584,7 @@ ngx_http_feed_stream_user_due(ngx_http_feed_stream_user_t *su)
     if (!su->ready
         || ngx_current_msec - su->kept_alive
            >= ngx_http_feed_stream_keep_alive(fmcf)
-        || !ngx_http_feed_timeline_watch_tracks(&su->user, &su->mark, 0))
+        || !ngx_http_feed_timeline_watch_live(&su->user, &su->mark))
     {
         return 1;
     }

@@ -22,6 +22,21 @@
 #define NGX_HTTP_FEED_STREAM_BACKOFF  30000
 
 
+/* deliveries told and not sent yet, past which the reader reads */
+#define NGX_HTTP_FEED_STREAM_TOLD     8
+
+
+/*
+ * A delivery told (ngx_http_feed_stream_told.c): the post, "<id><JSON>",
+ * shared by the readers of the users it reached
+ */
+typedef struct {
+    ngx_uint_t                    refs;
+    size_t                        len;
+    u_char                        data[1];
+} ngx_http_feed_stream_told_t;
+
+
 /* a since_id read of a stream that resumes, in its reader's round trip */
 typedef struct {
     ngx_http_feed_stream_user_t  *su;
@@ -55,6 +70,10 @@ struct ngx_http_feed_stream_user_s {
     ngx_msec_t                    backoff;    /* while its list is missing */
     ngx_msec_t                    wanted_at;
 
+    /* deliveries told since the last read, sent at the next settle */
+    ngx_http_feed_stream_told_t **told;
+    ngx_uint_t                    ntold;
+
     /*
      * the round trip under way: its pool, replies awaited, the window (in
      * that pool: a reader is held for hours, its reads last a moment)
@@ -72,6 +91,8 @@ struct ngx_http_feed_stream_user_s {
     unsigned                      broken:1;   /* its list is missing */
     unsigned                      window_ok:1;
     unsigned                      gone:1;     /* no stream left */
+    unsigned                      stale:1;    /* only a read tells */
+    unsigned                      filtered:1; /* the user has filters */
 };
 
 
@@ -95,6 +116,9 @@ extern ngx_http_feed_slots_t          ngx_http_feed_stream_user_slots;
 
 
 void ngx_http_feed_stream_user_want(ngx_http_feed_stream_user_t *su);
+void ngx_http_feed_stream_user_settle(ngx_http_feed_stream_user_t *su);
+ngx_http_feed_stream_user_t *ngx_http_feed_stream_user_find(
+    ngx_http_feed_user_t *user);
 void ngx_http_feed_stream_user_wake(ngx_http_feed_stream_user_t *su,
     u_char *newest);
 ngx_msec_t ngx_http_feed_stream_keep_alive(ngx_http_feed_main_conf_t *fmcf);
@@ -103,6 +127,11 @@ ngx_msec_t ngx_http_feed_stream_keep_alive(ngx_http_feed_main_conf_t *fmcf);
 void ngx_http_feed_stream_user_read(ngx_http_feed_stream_user_t *su);
 void ngx_http_feed_stream_user_free(ngx_http_feed_stream_user_t *su);
 ngx_uint_t ngx_http_feed_stream_has(u_char *ids, ngx_uint_t n, u_char *id);
+
+/* ngx_http_feed_stream_told.c */
+void ngx_http_feed_stream_told(u_char *msg, size_t len);
+void ngx_http_feed_stream_user_send_told(ngx_http_feed_stream_user_t *su);
+void ngx_http_feed_stream_user_drop_told(ngx_http_feed_stream_user_t *su);
 
 
 #endif /* _NGX_HTTP_FEED_STREAM_USERS_H_INCLUDED_ */

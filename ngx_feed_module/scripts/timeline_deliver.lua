@@ -40,12 +40,25 @@
                               a cluster, its copy on the batch's node)
     ARGV[8] copy              the copy's mark for its node's run, '~<run>'
                               (lib/deleted.lua); '' on a single Redis
-    ARGV[9...]                the followers' timelines, feed:tl:{user}
+    ARGV[9] live              the live mark of the batch's node,
+                              feed:live<copy>: while it is set, some worker
+                              streams timelines, and the delivery is told
+    ARGV[10] channel          where it is told, feed:tlc<copy>
+    ARGV[11] json             the post's JSON in link mode ('' in embed
+                              mode, where the entry has it)
+    ARGV[12...]               the followers' timelines, feed:tl:{user}
 
   A follower's other keys: their kept pages feed:tlp:{user}, rebuild lock
   feed:lock:{user} and queue feed:tlq:{user}, list's nonce
   feed:tln:{user}, pull authors feed:tla:{user}, follows' version
   feed:tlv:{user}.
+
+  Told, while the live mark is set: one message per batch on the
+  channel, "<user> <user> ...\n<id><JSON>", the users whose timelines got
+  the post (pushed, or inserted further down), so that their streams'
+  readers send it without reading their timelines (the worker's
+  ngx_http_feed_stream_push.c).  Without the mark, nothing is told, and a
+  delivery costs what it did before streams.
 
   Output:
     how many timelines got it
@@ -59,12 +72,15 @@
 local entry, cap, n = ARGV[1], tonumber(ARGV[2]), 0
 local id = string.sub(entry, 1, 24)
 local member = ARGV[6]
+-- the users told, while the mark is set (one call per batch)
+local live = redis.call('exists', ARGV[9]) == 1
+local told = {}
 if deleting_any(ARGV[7], ARGV[8]) and redis.call('zscore', ARGV[7], id)
 then
   if member == '' then return 0 end
   entry = nil
 end
-for i = 9, #ARGV do
+for i = 12, #ARGV do
   local tl = ARGV[i]
   local user = key_timeline_parts(tl)
   local head = redis.call('lindex', tl, 0)
@@ -111,9 +127,11 @@ for i = 9, #ARGV do
       end
       redis.call('del', key_kept_pages(user))
       n = n + 1
+      if live then told[n] = user end
     elseif hid ~= id and insert(tl, entry, cap) == 1 then
       changed(key_timeline_nonce(user), ARGV[4], ARGV[5])
       n = n + 1
+      if live then told[n] = user end
     end
   else
     if redis.call('exists', key_rebuild_lock(user)) == 1 then
@@ -122,5 +140,9 @@ for i = 9, #ARGV do
       redis.call('pexpire', q, ARGV[3])
     end
   end
+end
+if live and n > 0 then
+  local post = ARGV[11] == '' and entry or id .. ARGV[11]
+  redis.call('publish', ARGV[10], table.concat(told, ' ') .. '\n' .. post)
 end
 return n

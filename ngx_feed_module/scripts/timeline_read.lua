@@ -47,7 +47,9 @@
     ARGV[14] fresh        '1': the page is read from the list, never a
                           kept one (a live stream's read, which needs each
                           post's JSON and id); tracked, it leaves the
-                          list's TTL alone too
+                          list's TTL alone too (its reader has Redis track
+                          the keys that change when the list changes in
+                          other ways than by a delivery, not these)
     ARGV[15] known        of a fresh read: the ids (24 hex digits each,
                           one after another) whose JSON the caller has: an
                           entry among them is answered with '' for its
@@ -66,7 +68,9 @@
                           merged and their lists' versions, {a1, v1, ...};
                           filters: when the page goes on past the end of
                           a trimmed list (deep), the authors the rest must
-                          leave out, {a1, a2, ...}; unread: the count
+                          leave out, {a1, a2, ...}, and of a fresh read
+                          never empty when the user has filters; unread:
+                          the count
                           ("<n>" or "<n>+", lib/unread.lua) or false
     {3, version, false, lists}
                           KEPT: the first page kept as answered (read by the
@@ -264,6 +268,9 @@ end
 local out, got, n, pos = {PAGE, 0, 1, '',
                           ver .. ':' .. string.sub(part[1], 1, 24),
                           '', 0, 0, lists, {}, false}, {}, 0, 0
+-- a live stream's reader is told whether the user has filters: it sends
+-- the posts told to it without a read only when not
+if ARGV[14] == '1' and filtered then out[10] = {'*'} end
 -- (not kept for an empty timeline: its list lives feed_cache_empty_ttl,
 -- and nothing of it outlives that)
 if first and ARGV[12] == '1' then

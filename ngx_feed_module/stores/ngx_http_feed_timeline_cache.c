@@ -33,6 +33,7 @@
 
 
 #include "ngx_http_feed_timeline_watch.h"
+#include "ngx_http_feed_timeline_live.h"
 #include "ngx_http_feed_json.h"
 #include "ngx_http_feed_scripts.h"
 #include "ngx_http_feed_keys.h"
@@ -144,6 +145,8 @@ typedef struct {
 } ngx_http_feed_timeline_cache_mark_t;
 
 
+static void ngx_http_feed_timeline_cache_caching_yes(
+    ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_timeline_read_call_t *rc);
 static void ngx_http_feed_timeline_cache_caching(
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_timeline_read_call_t *rc);
 static void ngx_http_feed_timeline_cache_read_call(
@@ -198,6 +201,9 @@ static ngx_int_t ngx_http_feed_timeline_cache_lists(ngx_pool_t *pool,
     redisReply *reply, size_t i, ngx_str_t *lists);
 static ngx_int_t ngx_http_feed_timeline_cache_filters(ngx_pool_t *pool,
     redisReply *e, ngx_http_feed_filter_set_t *filters);
+static void ngx_http_feed_timeline_cache_watched(
+    ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_timeline_read_call_t *rc,
+    ngx_http_feed_user_t *user);
 static ngx_int_t ngx_http_feed_timeline_cache_copy(ngx_pool_t *pool,
     redisReply *e, ngx_str_t *to);
 static size_t ngx_http_feed_timeline_cache_key(
@@ -309,8 +315,10 @@ ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
 
 
 /*
- * Whether a change of this key leaves the user's entries as they were: a
- * kept page, the rebuild lock, the read marker's copy
+ * Whether a change of this key tells a stream's reader nothing: a kept
+ * page, the rebuild lock, the read marker's copy leave the user's entries
+ * as they were; a change of the list itself comes with one of another key
+ * the reader tracks, or is told with its post (a delivery)
  */
 
 ngx_uint_t
@@ -319,6 +327,7 @@ ngx_http_feed_timeline_cache_quiet(ngx_str_t *key)
     ngx_uint_t  i;
 
     static ngx_str_t  quiet[] = {
+        ngx_string(NGX_HTTP_FEED_KEY_TIMELINE),
         ngx_string(NGX_HTTP_FEED_KEY_KEPT_PAGES),
         ngx_string(NGX_HTTP_FEED_KEY_REBUILD_LOCK)
     };
@@ -339,16 +348,22 @@ ngx_http_feed_timeline_cache_quiet(ngx_str_t *key)
  * A page read from the list itself, each post's JSON and id, never a page
  * kept as answered: a live stream's (ngx_http_feed_stream_users.c), for
  * the worker, not for a request.  known: ids whose JSON the caller has
- * (24 hex digits each), answered with an empty JSON, not read.  tracked: Redis tracks the keys it reads
- * for the watch of the user's node (CLIENT CACHING yes first), and the
- * read leaves the list's TTL alone, as a local hit's does; an untracked
- * one keeps the list alive as every read does.
+ * (24 hex digits each), answered with an empty JSON, not read.
+ *
+ * tracked: Redis tracks, for the watch of the user's node, the keys that
+ * move when the list changes in another way than by a delivery (which is
+ * told with its post, ngx_http_feed_timeline_live.c): its version, the
+ * follows' version, the filters, the pull authors.  Not the list: each
+ * delivery would cost Redis an invalidation per streaming follower.  They
+ * are read, tracked, just before the page, so that a change after that
+ * read is heard and one before it is in the page.  keep: the read keeps
+ * the list alive (EXPIRE), as a local hit's does now and then.
  */
 
 ngx_int_t
 ngx_http_feed_timeline_cache_fresh(ngx_http_feed_main_conf_t *fmcf,
-    ngx_http_feed_page_t *page, ngx_uint_t tracked, ngx_str_t *known,
-    ngx_http_feed_redis_pt handler, void *data)
+    ngx_http_feed_page_t *page, ngx_uint_t tracked, ngx_uint_t keep,
+    ngx_str_t *known, ngx_http_feed_redis_pt handler, void *data)
 {
     ngx_str_t                           none, have;
     ngx_http_feed_timeline_read_call_t  rc_call;
@@ -370,11 +385,56 @@ ngx_http_feed_timeline_cache_fresh(ngx_http_feed_main_conf_t *fmcf,
     }
 
     if (tracked) {
-        ngx_http_feed_timeline_cache_caching(fmcf, &rc_call);
+        ngx_http_feed_timeline_cache_watched(fmcf, &rc_call, &page->user);
+    }
+
+    if (!keep) {
+        ngx_http_feed_redis_call_lit(&rc_call.call,
+            NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_TRACKED, "1");
     }
 
     return ngx_http_feed_redis_call(NULL, fmcf->redis_client, &rc_call.call,
                                     handler, data);
+}
+
+
+/*
+ * A stream's read: CLIENT CACHING yes, then an EXISTS of the keys its
+ * reader must hear of, which Redis then tracks, on the connection to the
+ * user's node; their replies are not needed
+ */
+
+static void
+ngx_http_feed_timeline_cache_watched(ngx_http_feed_main_conf_t *fmcf,
+    ngx_http_feed_timeline_read_call_t *rc, ngx_http_feed_user_t *user)
+{
+    char                        follows[NGX_HTTP_FEED_USER_KEY_LEN];
+    size_t                      argvlen[5];
+    ngx_uint_t                  k;
+    const char                 *argv[5];
+    ngx_http_feed_redis_args_t  args;
+
+    static ngx_uint_t  keys[] = {
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_VERSION,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_FILTERS,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_PULL
+    };
+
+    ngx_http_feed_timeline_cache_caching_yes(fmcf, rc);
+
+    ngx_http_feed_redis_args_init(&args, argv, argvlen);
+    ngx_http_feed_redis_args_lit(&args, "EXISTS");
+
+    for (k = 0; k < sizeof(keys) / sizeof(ngx_uint_t); k++) {
+        ngx_http_feed_redis_args_key(&args, rc->keys[keys[k]],
+                                     rc->call.argvlen[3 + keys[k]]);
+    }
+
+    ngx_http_feed_redis_args_key(&args, follows,
+        ngx_http_feed_timeline_cache_user_key(follows,
+            NGX_HTTP_FEED_KEY_FOLLOWS_VERSION, user));
+
+    (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, &args);
 }
 
 
@@ -386,6 +446,19 @@ ngx_http_feed_timeline_cache_fresh(ngx_http_feed_main_conf_t *fmcf,
 
 static void
 ngx_http_feed_timeline_cache_caching(ngx_http_feed_main_conf_t *fmcf,
+    ngx_http_feed_timeline_read_call_t *rc)
+{
+    ngx_http_feed_timeline_cache_caching_yes(fmcf, rc);
+
+    ngx_http_feed_redis_call_lit(&rc->call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_TRACKED, "1");
+}
+
+
+/* CLIENT CACHING yes, on the connection to the read's user's node */
+
+static void
+ngx_http_feed_timeline_cache_caching_yes(ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_timeline_read_call_t *rc)
 {
     size_t                      argvlen[3];
@@ -403,9 +476,6 @@ ngx_http_feed_timeline_cache_caching(ngx_http_feed_main_conf_t *fmcf,
                                    rc->call.argvlen[3 + i]);
 
     (void) ngx_http_feed_redis_send(fmcf->redis_client, NULL, NULL, &args);
-
-    ngx_http_feed_redis_call_lit(&rc->call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_TRACKED, "1");
 }
 
 
@@ -1530,19 +1600,21 @@ ngx_http_feed_timeline_cache_post(ngx_http_feed_main_conf_t *fmcf,
 
 /*
  * Fanout of one entry (the id, and the JSON in embed mode) to a batch of
- * users: one script call, one round trip.
+ * users: one script call, one round trip.  json: the post's in link mode,
+ * told with the delivery while streams are live.
  */
 
 ngx_int_t
 ngx_http_feed_timeline_cache_deliver(ngx_http_feed_main_conf_t *fmcf,
     ngx_pool_t *pool, ngx_http_feed_user_t *users, ngx_uint_t n,
-    ngx_str_t *entry, ngx_http_feed_user_t *member,
+    ngx_str_t *entry, ngx_str_t *json, ngx_http_feed_user_t *member,
     ngx_http_feed_redis_pt handler, void *data)
 {
     u_char                      cap[NGX_INT_T_LEN], ms[NGX_INT_T_LEN],
                                 ttl[NGX_INT_T_LEN],
                                 nonce[NGX_HTTP_FEED_NONCE_LEN],
-                                deleting[NGX_HTTP_FEED_DELETING_ARGS_LEN];
+                                deleting[NGX_HTTP_FEED_DELETING_ARGS_LEN],
+                                live[NGX_HTTP_FEED_LIVE_ARGS_LEN];
     ngx_http_feed_redis_call_t *call;
 
     call = ngx_http_feed_timeline_cache_batch(pool->log,
@@ -1555,6 +1627,13 @@ ngx_http_feed_timeline_cache_deliver(ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_timeline_cache_deleting_args(fmcf, call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_ARG_DELETING, deleting,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_KEY_ROUTE);
+    ngx_http_feed_timeline_live_args(fmcf, call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_ARG_LIVE, live,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_KEY_ROUTE);
+    ngx_http_feed_redis_call_arg(call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_ARG_JSON,
+        (json && json->len) ? json->data : (u_char *) "",
+        json ? json->len : 0);
 
     ngx_http_feed_redis_call_arg(call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_DELIVER_ARG_ENTRY,

@@ -130,13 +130,15 @@ typedef struct {
  * What the watches heard, told to whoever asked (the live streams'
  * readers, a layer above): a key of a user that holds or hides entries
  * changed (not a kept page, a lock or a read marker), everything may
- * have, a post was deleted (its id), a pull author's list changed
+ * have, a post was deleted (its id), a pull author's list changed, a
+ * delivery into timelines was told (ngx_http_feed_timeline_live.c)
  */
 typedef struct {
     void                        (*changed)(u_char *user, size_t len);
     void                        (*all)(const char *why);
     void                        (*deleted)(u_char *id);
     void                        (*author)(u_char *author, size_t len);
+    void                        (*told)(u_char *msg, size_t len);
 } ngx_http_feed_track_hooks_t;
 
 
@@ -152,8 +154,8 @@ ngx_int_t ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
     ngx_http_feed_redis_pt handler, void *data);
 ngx_uint_t ngx_http_feed_timeline_cache_quiet(ngx_str_t *key);
 ngx_int_t ngx_http_feed_timeline_cache_fresh(ngx_http_feed_main_conf_t *fmcf,
-    ngx_http_feed_page_t *page, ngx_uint_t tracked, ngx_str_t *known,
-    ngx_http_feed_redis_pt handler, void *data);
+    ngx_http_feed_page_t *page, ngx_uint_t tracked, ngx_uint_t keep,
+    ngx_str_t *known, ngx_http_feed_redis_pt handler, void *data);
 ngx_int_t ngx_http_feed_timeline_cache_unread(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
     ngx_str_t *marker, ngx_http_feed_redis_pt handler, void *data);
@@ -190,8 +192,8 @@ ngx_int_t ngx_http_feed_timeline_cache_post(ngx_http_feed_main_conf_t *fmcf,
 ngx_int_t ngx_http_feed_timeline_cache_deliver(
     ngx_http_feed_main_conf_t *fmcf, ngx_pool_t *pool,
     ngx_http_feed_user_t *users, ngx_uint_t n, ngx_str_t *entry,
-    ngx_http_feed_user_t *member, ngx_http_feed_redis_pt handler,
-    void *data);
+    ngx_str_t *json, ngx_http_feed_user_t *member,
+    ngx_http_feed_redis_pt handler, void *data);
 ngx_int_t ngx_http_feed_timeline_cache_delete(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, const char *id,
     ngx_http_feed_redis_pt handler, void *data, ngx_uint_t *sent);
@@ -239,6 +241,9 @@ ngx_uint_t ngx_http_feed_timeline_watch_track(ngx_http_feed_user_t *user,
     ngx_http_feed_watch_mark_t *m);
 ngx_uint_t ngx_http_feed_timeline_watch_tracks(ngx_http_feed_user_t *user,
     ngx_http_feed_watch_mark_t *m, ngx_uint_t fresh);
+void ngx_http_feed_timeline_watch_streaming(ngx_uint_t on);
+ngx_uint_t ngx_http_feed_timeline_watch_live(ngx_http_feed_user_t *user,
+    ngx_http_feed_watch_mark_t *m);
 
 ngx_int_t ngx_http_feed_track_init(ngx_cycle_t *cycle);
 void ngx_http_feed_track_exit(void);
@@ -246,6 +251,8 @@ uint64_t ngx_http_feed_track_stamp(void);
 void ngx_http_feed_track_hook(ngx_http_feed_track_hooks_t *hooks);
 void ngx_http_feed_track_changed(u_char *user, size_t len, ngx_str_t *key);
 void ngx_http_feed_track_author(u_char *author, size_t len);
+void ngx_http_feed_track_told(u_char *msg, size_t len);
+void ngx_http_feed_track_streams(const char *why);
 ngx_uint_t ngx_http_feed_track_is_deleted(u_char *id);
 void ngx_http_feed_track_all(const char *why);
 void ngx_http_feed_track_deleted(u_char *id);

@@ -122,7 +122,11 @@ ngx_http_feed_track_changed(u_char *user, size_t len, ngx_str_t *key)
     /*
      * Kept pages, the rebuild lock and the read marker change no entry:
      * a read that keeps a page would otherwise make every reader of the
-     * user's streams read again
+     * user's streams read again.  Nor does the list itself tell the
+     * readers anything: a delivery into it is told to them with the post
+     * (ngx_http_feed_timeline_live.c), any other change moves a key they
+     * track (its version, the follows' version, the filters); tracked
+     * for a copy of a page, it would make them read at each delivery.
      */
 
     if (ngx_http_feed_track_hooks
@@ -138,8 +142,8 @@ ngx_http_feed_track_changed(u_char *user, size_t len, ngx_str_t *key)
     t->slots[ngx_crc32_short(user, len) & (NGX_HTTP_FEED_TRACK_SLOTS - 1)] =
         ++t->now;
 
-    ngx_log_debug2(NGX_LOG_DEBUG_CORE, ngx_cycle->log, 0,
-                   "feed track: \"%*s\" changed", len, user);
+    ngx_log_debug1(NGX_LOG_DEBUG_CORE, ngx_cycle->log, 0,
+                   "feed track: \"%V\" changed", key);
 }
 
 
@@ -162,6 +166,28 @@ ngx_http_feed_track_all(const char *why)
 
     ngx_log_debug1(NGX_LOG_DEBUG_CORE, ngx_cycle->log, 0,
                    "feed track: everything changed, %s", why);
+}
+
+
+/* a delivery told ("<user> <user> ...\n<id><JSON>"): for the streams */
+
+void
+ngx_http_feed_track_told(u_char *msg, size_t len)
+{
+    if (ngx_http_feed_track_hooks) {
+        ngx_http_feed_track_hooks->told(msg, len);
+    }
+}
+
+
+/* deliveries may have gone untold: every stream's reader reads again */
+
+void
+ngx_http_feed_track_streams(const char *why)
+{
+    if (ngx_http_feed_track_hooks) {
+        ngx_http_feed_track_hooks->all(why);
+    }
 }
 
 

@@ -56,8 +56,11 @@
 /* the authors of the last messages passed over, for learn() */
 #define NGX_HTTP_FEED_WATCH_SKIPPED    256
 
-/* its channels: the pull lists', its own, invalidations, deletes */
-#define NGX_HTTP_FEED_WATCH_CHANNELS   4
+/*
+ * its channels: the pull lists', its own, invalidations, deletes, and
+ * deliveries told while streams are live
+ */
+#define NGX_HTTP_FEED_WATCH_CHANNELS   5
 
 #define NGX_HTTP_FEED_WATCH_INVALIDATE  "__redis__:invalidate"
 
@@ -144,6 +147,12 @@ struct ngx_http_feed_watch_s {
 
     ngx_uint_t                    invalidations;
     ngx_uint_t                    deleted;
+
+    /* deliveries told: the channel, and the node's live mark */
+    u_char                        told[NGX_HTTP_FEED_LIVE_KEY_LEN];
+    size_t                        told_len;
+    ngx_http_feed_live_t         *live;
+    ngx_uint_t                    deliveries;
 };
 
 
@@ -175,6 +184,8 @@ static void ngx_http_feed_timeline_watch_tracking(void *data,
     redisReply *reply);
 static void ngx_http_feed_timeline_watch_invalidated(ngx_http_feed_watch_t *w,
     redisReply *payload);
+static ngx_uint_t ngx_http_feed_timeline_watch_hears(ngx_http_feed_watch_t *w,
+    ngx_http_feed_watch_mark_t *m, ngx_uint_t fresh);
 static ngx_int_t ngx_http_feed_timeline_watch_line(u_char **pos,
     u_char *last, ngx_str_t *author, ngx_str_t *version);
 
@@ -260,6 +271,13 @@ ngx_http_feed_watch_create(ngx_cycle_t *cycle,
 
     w->channel_len = ngx_http_feed_watch_channel(copy, w->channel);
     w->deletes_len = ngx_http_feed_watch_deletes_channel(copy, w->deletes);
+    w->told_len = ngx_http_feed_timeline_live_channel(copy, w->told);
+
+    w->live = ngx_http_feed_timeline_live_create(copy, cycle->log);
+    if (w->live == NULL) {
+        ngx_free(w);
+        return NULL;
+    }
     w->client = -1;
     w->own_len = ngx_sprintf(w->own,
                              NGX_HTTP_FEED_KEY_WATCH_HEARTBEAT "%P-%M%V",
@@ -276,6 +294,7 @@ ngx_http_feed_watch_create(ngx_cycle_t *cycle,
             ngx_http_feed_redis_destroy(w->rd);
         }
 
+        ngx_http_feed_timeline_live_destroy(w->live);
         ngx_free(w);
         return NULL;
     }
@@ -301,6 +320,7 @@ ngx_http_feed_watch_destroy(ngx_http_feed_watch_t *w)
     }
 
     ngx_http_feed_redis_destroy(w->rd);
+    ngx_http_feed_timeline_live_destroy(w->live);
     ngx_free(w);
 }
 
@@ -354,6 +374,7 @@ ngx_http_feed_timeline_watch_ready(ngx_http_feed_redis_t *rd, void *data)
     ngx_http_feed_redis_args_add(&args, w->own, w->own_len);
     ngx_http_feed_redis_args_lit(&args, NGX_HTTP_FEED_WATCH_INVALIDATE);
     ngx_http_feed_redis_args_add(&args, w->deletes, w->deletes_len);
+    ngx_http_feed_redis_args_add(&args, w->told, w->told_len);
 
     if (ngx_http_feed_redis_subscribe(rd, ngx_http_feed_timeline_watch_message,
                                       w, &args)
@@ -435,6 +456,14 @@ ngx_http_feed_timeline_watch_message(void *data, redisReply *reply)
             ngx_http_feed_track_all("a post deleted");
         }
 
+        return;
+    }
+
+    if ((size_t) channel->len == w->told_len
+        && ngx_strncmp(channel->str, w->told, w->told_len) == 0)
+    {
+        w->deliveries++;
+        ngx_http_feed_track_told((u_char *) payload->str, payload->len);
         return;
     }
 
@@ -712,6 +741,7 @@ ngx_http_feed_watch_count(ngx_http_feed_watch_t *w,
     c->tracking += w->tracking;
     c->invalidations += w->invalidations;
     c->deleted += w->deleted;
+    c->deliveries += w->deliveries;
 }
 
 
@@ -768,6 +798,12 @@ ngx_http_feed_watch_beat(ngx_http_feed_watch_t *w)
         ngx_http_feed_timeline_watch_track_on(w);
     }
 
+    /* the node's live mark, renewed once subscribed to what it tells */
+
+    if (w->channels >= NGX_HTTP_FEED_WATCH_CHANNELS) {
+        ngx_http_feed_timeline_live_beat(w->live, w->fmcf, 0);
+    }
+
     if (w->channels >= NGX_HTTP_FEED_WATCH_CHANNELS) {
         ngx_http_feed_redis_args_init(&args, argv, argvlen);
         ngx_http_feed_redis_args_lit(&args, "PUBLISH");
@@ -779,6 +815,35 @@ ngx_http_feed_watch_beat(ngx_http_feed_watch_t *w)
         (void) ngx_http_feed_redis_send(w->fmcf->redis_client, NULL, NULL,
                                         &args);
     }
+}
+
+
+/* the worker began to stream: the node's live mark is set now */
+
+void
+ngx_http_feed_watch_live(ngx_http_feed_watch_t *w)
+{
+    if (w->channels >= NGX_HTTP_FEED_WATCH_CHANNELS) {
+        ngx_http_feed_timeline_live_beat(w->live, w->fmcf, 1);
+    }
+}
+
+
+/*
+ * Whether a stream's read of this mark misses nothing since: the watch
+ * heard all its node told, deliveries included (the live mark was set
+ * before the read).  Not whether the user's keys changed, as for a copy
+ * of a page: the watch tells the streams' readers of each change
+ * (ngx_http_feed_timeline_track.c's hooks), and a change of the list
+ * itself that a copy hears is a delivery they are told.
+ */
+
+ngx_uint_t
+ngx_http_feed_watch_live_vouch(ngx_http_feed_watch_t *w,
+    ngx_http_feed_watch_mark_t *m)
+{
+    return ngx_http_feed_timeline_watch_hears(w, m, 0)
+           && ngx_http_feed_timeline_live_vouch(w->live, m->stamp);
 }
 
 
@@ -992,17 +1057,27 @@ ngx_http_feed_watch_tracks(ngx_http_feed_watch_t *w,
     ngx_http_feed_user_t *user, ngx_http_feed_watch_mark_t *m,
     ngx_uint_t fresh)
 {
-    if (!w->tracking || m->era != w->era || m->stamp <= w->tracking_stamp
-        || w->tracking_lost != ngx_http_feed_track_lost()
-        || w->channels < NGX_HTTP_FEED_WATCH_CHANNELS || !w->heard
-        || (fresh
-            && (ngx_msec_int_t) (ngx_current_msec - w->echo)
-               > NGX_HTTP_FEED_WATCH_FRESH))
-    {
-        return 0;
-    }
+    return ngx_http_feed_timeline_watch_hears(w, m, fresh)
+           && ngx_http_feed_track_current(user, m->stamp);
+}
 
-    return ngx_http_feed_track_current(user, m->stamp);
+
+/*
+ * Whether the watch has heard all its node told since the read of this
+ * mark: tracking on since before it, subscribed all along, a heartbeat
+ * heard (lately, when fresh)
+ */
+
+static ngx_uint_t
+ngx_http_feed_timeline_watch_hears(ngx_http_feed_watch_t *w,
+    ngx_http_feed_watch_mark_t *m, ngx_uint_t fresh)
+{
+    return w->tracking && m->era == w->era && m->stamp > w->tracking_stamp
+           && w->tracking_lost == ngx_http_feed_track_lost()
+           && w->channels >= NGX_HTTP_FEED_WATCH_CHANNELS && w->heard
+           && !(fresh
+                && (ngx_msec_int_t) (ngx_current_msec - w->echo)
+                   > NGX_HTTP_FEED_WATCH_FRESH);
 }
 
 

@@ -11,6 +11,7 @@
 
 
 #include "ngx_http_feed_timeline_cache.h"
+#include "ngx_http_feed_timeline_live.h"
 
 
 /* the channel a copy's changes are published on, and its copy's suffix */
@@ -34,6 +35,7 @@ typedef struct {
     ngx_uint_t                    tracking;
     ngx_uint_t                    invalidations;
     ngx_uint_t                    deleted;
+    ngx_uint_t                    deliveries;
 } ngx_http_feed_watch_counts_t;
 
 
@@ -45,6 +47,9 @@ void ngx_http_feed_watch_destroy(ngx_http_feed_watch_t *w);
 ngx_str_t *ngx_http_feed_watch_copy(ngx_http_feed_watch_t *w);
 ngx_str_t *ngx_http_feed_watch_addr(ngx_http_feed_watch_t *w);
 void ngx_http_feed_watch_beat(ngx_http_feed_watch_t *w);
+void ngx_http_feed_watch_live(ngx_http_feed_watch_t *w);
+ngx_uint_t ngx_http_feed_watch_live_vouch(ngx_http_feed_watch_t *w,
+    ngx_http_feed_watch_mark_t *m);
 ngx_uint_t ngx_http_feed_watch_vouch(ngx_http_feed_watch_t *w,
     ngx_str_t *lists);
 void ngx_http_feed_watch_mark(ngx_http_feed_watch_t *w,

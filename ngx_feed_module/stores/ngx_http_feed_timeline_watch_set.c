@@ -33,6 +33,8 @@ static void ngx_http_feed_timeline_watch_beat(ngx_event_t *ev);
 static void ngx_http_feed_timeline_watch_sync(ngx_http_feed_watch_set_t *ws);
 static ngx_http_feed_watch_t *ngx_http_feed_timeline_watch_of(
     ngx_http_feed_user_t *user, ngx_uint_t *n);
+static ngx_http_feed_watch_t *ngx_http_feed_timeline_watch_of_mark(
+    ngx_http_feed_user_t *user, ngx_http_feed_watch_mark_t *m);
 
 
 static ngx_http_feed_watch_set_t  *ngx_http_feed_watch_set;
@@ -328,20 +330,72 @@ ngx_uint_t
 ngx_http_feed_timeline_watch_tracks(ngx_http_feed_user_t *user,
     ngx_http_feed_watch_mark_t *m, ngx_uint_t fresh)
 {
+    ngx_http_feed_watch_t  *w;
+
+    w = ngx_http_feed_timeline_watch_of_mark(user, m);
+
+    return w ? ngx_http_feed_watch_tracks(w, user, m, fresh) : 0;
+}
+
+
+/* the watch of a tracked read's mark, if it still watches the user */
+
+static ngx_http_feed_watch_t *
+ngx_http_feed_timeline_watch_of_mark(ngx_http_feed_user_t *user,
+    ngx_http_feed_watch_mark_t *m)
+{
     ngx_uint_t              n;
     ngx_http_feed_watch_t  *w;
 
     if (m->stamp == 0) {
-        return 0;
+        return NULL;
     }
 
     w = ngx_http_feed_timeline_watch_of(user, &n);
 
-    if (w == NULL || n != m->node) {
-        return 0;
+    return (w && n == m->node) ? w : NULL;
+}
+
+
+/*
+ * The worker streams timelines (on), or stopped: while it does, each
+ * watch keeps its node's live mark set, from now on
+ */
+
+void
+ngx_http_feed_timeline_watch_streaming(ngx_uint_t on)
+{
+    ngx_uint_t                  n;
+    ngx_http_feed_watch_set_t  *ws = ngx_http_feed_watch_set;
+
+    ngx_http_feed_timeline_live_streaming(on);
+
+    if (!on || ws == NULL) {
+        return;
     }
 
-    return ngx_http_feed_watch_tracks(w, user, m, fresh);
+    for (n = 0; n <= NGX_HTTP_FEED_REDIS_NODES_MAX; n++) {
+        if (ws->watches[n]) {
+            ngx_http_feed_watch_live(ws->watches[n]);
+        }
+    }
+}
+
+
+/*
+ * Whether a stream's read of this mark misses nothing its node told since,
+ * deliveries included (ngx_http_feed_watch_live_vouch)
+ */
+
+ngx_uint_t
+ngx_http_feed_timeline_watch_live(ngx_http_feed_user_t *user,
+    ngx_http_feed_watch_mark_t *m)
+{
+    ngx_http_feed_watch_t  *w;
+
+    w = ngx_http_feed_timeline_watch_of_mark(user, m);
+
+    return w ? ngx_http_feed_watch_live_vouch(w, m) : 0;
 }
 
 
@@ -405,6 +459,7 @@ ngx_http_feed_timeline_watch_status(bson_t *doc)
                      c.watches > 0 && c.tracking == c.watches);
     BSON_APPEND_INT64(&sub, "invalidations", (int64_t) c.invalidations);
     BSON_APPEND_INT64(&sub, "deletes", (int64_t) c.deleted);
+    BSON_APPEND_INT64(&sub, "deliveries", (int64_t) c.deliveries);
 
     if (ws->fmcf->redis.cluster) {
         BSON_APPEND_INT64(&sub, "watches", (int64_t) c.watches);
