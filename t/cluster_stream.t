@@ -55,7 +55,8 @@ my $server = FeedCluster::server_conf();
 my $more = 'location ~ ^/users/([^/]+)/timeline/stream$ {
             feed_timeline_stream $1;
         }
-        location ~ ^/users/([^/]+)/mutes/([^/]+)$ { feed_mute $1 $2; }';
+        location ~ ^/users/([^/]+)/mutes/([^/]+)$ { feed_mute $1 $2; }
+        location = /metrics { feed_metrics; }';
 $server =~ s{^(\s*)(location = /status .*)$}{$1$2\n$1$more}m
     or die "no /status in server_conf()\n";
 
@@ -200,7 +201,13 @@ sub wait_all {
 
 # ------------------------------------------------- posts, three masters --
 
+sub told {
+    my $m = $t->get('/metrics')->{body} // '';
+    return $m =~ /^feed_stream_told_total (\d+)/m ? $1 : 0;
+}
+
 my $start = time;
+my $told = told();
 my @live = map { post($t, 'a', "live $_") } 1 .. 3;
 my $at = wait_all(5, $live[-1]);
 for my $k (sort keys %S) {
@@ -208,6 +215,10 @@ for my $k (sort keys %S) {
         . "$node->{ $S{$k}{user} }): the three posts, in order, once")
         or diag(brief(@{ $S{$k}{events} }));
 }
+# each master told its batches: every reader (one per user and worker
+# with streams of theirs) sent the three posts as told
+ok(told() - $told >= 3 * @U, 'the posts told on every master, not read: '
+    . (told() - $told) . ' entries sent as told');
 push @posts, @live;
 
 # ------------------------------ a pull author, a delete, a mute --
