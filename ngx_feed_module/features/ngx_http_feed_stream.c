@@ -767,8 +767,13 @@ ngx_http_feed_stream_own(ngx_http_feed_stream_t *s, ngx_connection_t *c)
 {
     ngx_pool_t  *pool;
 
-    if (c->ssl
-        || c->proxy_protocol
+#if (NGX_SSL)
+    if (c->ssl) {
+        return;
+    }
+#endif
+
+    if (c->proxy_protocol
         || c->socklen > (socklen_t) sizeof(s->sockaddr)
         || c->addr_text.len > sizeof(s->addr_text)
         || c->local_sockaddr != c->listening->sockaddr
