@@ -16,7 +16,9 @@
 #   - the live mark deleted under the streams (a lapse): a post delivered
 #     meanwhile is untold, and still sent once the worker sees the lapse
 #     (the readers read again);
-#   - the data of a told post is the post as the timeline's page has it.
+#   - the data of a told post is the post as the timeline's page has it;
+#   - the streams gone and the mark expired, a new stream's mark is a new
+#     era, not a lapse.
 
 use strict;
 use warnings;
@@ -216,7 +218,24 @@ EOF2
         "$mode: the lapse in the error log");
     is($t->redis('EXISTS', 'feed:live'), 1, "$mode: the mark set again");
 
+    # the streams gone, the worker forgets the mark's era: one made again
+    # later (the mark expired meanwhile) is a first, not a lapse
     $_->close for values(%s), $sm;
+    ok($t->wait_for(5, sub {
+        $t->get('/status')->{json}{streams}{readers} == 0 }),
+        "$mode: the streams gone, no reader left");
+    $t->redis('DEL', 'feed:live');
+    my $s1 = FeedTest::SSE->open(port => $port,
+        path => '/users/f1/timeline/stream');
+    ok($t->wait_for(5, sub { $t->redis('EXISTS', 'feed:live') == 1 }),
+        "$mode: a new stream sets the mark");
+    sleep 1;
+    my $p4 = $post->('bob', 'after');
+    my $e4 = $s1->next_event(timeout => 5);
+    is($e4 && $e4->{id}, $p4, "$mode: the new stream gets the next post");
+    my @lapsed = $t->error_log =~ /feed live mark "feed:live" lapsed/g;
+    is(scalar @lapsed, 1, "$mode: no lapse told for the new era");
+    $s1->close;
     close $sub;
     $t->finish;
 }

@@ -115,6 +115,19 @@ ngx_http_feed_timeline_live_streaming(ngx_uint_t on)
 }
 
 
+/*
+ * The worker stopped streaming: the era is forgotten, as the mark may
+ * lapse now without a reader missing anything; the next is a first one
+ */
+
+void
+ngx_http_feed_timeline_live_forget(ngx_http_feed_live_t *l)
+{
+    l->era_len = 0;
+    l->since = 0;
+}
+
+
 ngx_uint_t
 ngx_http_feed_timeline_live_on(void)
 {

@@ -31,6 +31,7 @@ void ngx_http_feed_timeline_live_beat(ngx_http_feed_live_t *l,
 ngx_uint_t ngx_http_feed_timeline_live_vouch(ngx_http_feed_live_t *l,
     uint64_t stamp);
 void ngx_http_feed_timeline_live_streaming(ngx_uint_t on);
+void ngx_http_feed_timeline_live_forget(ngx_http_feed_live_t *l);
 ngx_uint_t ngx_http_feed_timeline_live_on(void);
 size_t ngx_http_feed_timeline_live_channel(ngx_str_t *copy, u_char *buf);
 void ngx_http_feed_timeline_live_args(ngx_http_feed_main_conf_t *fmcf,

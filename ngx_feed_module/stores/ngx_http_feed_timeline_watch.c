@@ -818,11 +818,19 @@ ngx_http_feed_watch_beat(ngx_http_feed_watch_t *w)
 }
 
 
-/* the worker began to stream: the node's live mark is set now */
+/*
+ * The worker began to stream: the node's live mark is set now; or it
+ * stopped: the mark's era is forgotten
+ */
 
 void
-ngx_http_feed_watch_live(ngx_http_feed_watch_t *w)
+ngx_http_feed_watch_live(ngx_http_feed_watch_t *w, ngx_uint_t on)
 {
+    if (!on) {
+        ngx_http_feed_timeline_live_forget(w->live);
+        return;
+    }
+
     if (w->channels >= NGX_HTTP_FEED_WATCH_CHANNELS) {
         ngx_http_feed_timeline_live_beat(w->live, w->fmcf, 1);
     }

@@ -47,7 +47,7 @@ void ngx_http_feed_watch_destroy(ngx_http_feed_watch_t *w);
 ngx_str_t *ngx_http_feed_watch_copy(ngx_http_feed_watch_t *w);
 ngx_str_t *ngx_http_feed_watch_addr(ngx_http_feed_watch_t *w);
 void ngx_http_feed_watch_beat(ngx_http_feed_watch_t *w);
-void ngx_http_feed_watch_live(ngx_http_feed_watch_t *w);
+void ngx_http_feed_watch_live(ngx_http_feed_watch_t *w, ngx_uint_t on);
 ngx_uint_t ngx_http_feed_watch_live_vouch(ngx_http_feed_watch_t *w,
     ngx_http_feed_watch_mark_t *m);
 ngx_uint_t ngx_http_feed_watch_vouch(ngx_http_feed_watch_t *w,

@@ -359,7 +359,8 @@ ngx_http_feed_timeline_watch_of_mark(ngx_http_feed_user_t *user,
 
 /*
  * The worker streams timelines (on), or stopped: while it does, each
- * watch keeps its node's live mark set, from now on
+ * watch keeps its node's live mark set, from now on; once it stopped,
+ * the mark may lapse, and the worker forgets its era
  */
 
 void
@@ -370,13 +371,13 @@ ngx_http_feed_timeline_watch_streaming(ngx_uint_t on)
 
     ngx_http_feed_timeline_live_streaming(on);
 
-    if (!on || ws == NULL) {
+    if (ws == NULL) {
         return;
     }
 
     for (n = 0; n <= NGX_HTTP_FEED_REDIS_NODES_MAX; n++) {
         if (ws->watches[n]) {
-            ngx_http_feed_watch_live(ws->watches[n]);
+            ngx_http_feed_watch_live(ws->watches[n], on);
         }
     }
 }
