@@ -17,6 +17,7 @@
 #     meanwhile is untold, and still sent once the worker sees the lapse
 #     (the readers read again);
 #   - the data of a told post is the post as the timeline's page has it;
+#   - a malformed message on feed:tlc: a warning, nothing sent;
 #   - the streams gone and the mark expired, a new stream's mark is a new
 #     era, not a lapse.
 
@@ -217,6 +218,15 @@ EOF2
     like($t->error_log, qr/feed live mark "feed:live" lapsed/,
         "$mode: the lapse in the error log");
     is($t->redis('EXISTS', 'feed:live'), 1, "$mode: the mark set again");
+
+    # a message not made by the fanout: left in the log, nothing sent
+    ok($t->redis('PUBLISH', 'feed:tlc', "f1 f2 no post") >= 1,
+        "$mode: a malformed message published");
+    ok($t->wait_for(3, sub {
+        $t->error_log =~ /a delivery told malformed, ignored/ }),
+        "$mode: ignored, with a warning");
+    is($s{f2}->next_event(timeout => 0.5), undef,
+        "$mode: nothing sent for it");
 
     # the streams gone, the worker forgets the mark's era: one made again
     # later (the mark expired meanwhile) is a first, not a lapse
