@@ -8,7 +8,8 @@
 #   - the stream's reader reads once for two streams of the same user;
 #   - a delete: "delete" with the id, on every stream of the user;
 #   - a block, a mute, an unfollow, a hidden post: "delete" of each post
-#     that went, a reset past 10 at once;
+#     that went (an unfollow, a block's too, hides the posts in place), a
+#     reset past 10 at once; a follow: reset, the list dropped;
 #   - resuming with Last-Event-ID (and since_id): the entries missed,
 #     oldest first, then live; a point older than the list: "reset";
 #   - heartbeats each feed_stream_heartbeat;
@@ -104,6 +105,14 @@ sub events {
     return @e;
 }
 
+# the next n events are the deletes of these ids, in any order
+sub deletes_are {
+    my ($s, $ids, $name) = @_;
+    my @e = events($s, scalar @$ids);
+    is(join(' ', sort map { "$_->{event} $_->{data}" } @e),
+        join(' ', sort map { "delete $_" } @$ids), $name);
+}
+
 for my $f ('bob', 'cat') {
     is($t->http('PUT', "/users/ann/following/$f")->{status}, 204,
         "ann follows $f");
@@ -186,9 +195,7 @@ is("$e[0]{event} $e[0]{data}", "delete $h", 'hidden: delete');
 # mute cat: cat's posts of the window go
 my @cats = grep { $_ % 2 == 0 } 1 .. 6;
 is($t->http('PUT', '/users/ann/mutes/cat')->{status}, 204, 'cat muted');
-@e = events($s, 3);
-is(join(' ', sort map { "$_->{event} $_->{data}" } @e),
-    join(' ', sort map { "delete $p[$_ - 1]" } @cats),
+deletes_are($s, [map { $p[$_ - 1] } @cats],
     'mute: a delete per post of cat');
 
 is($t->http('DELETE', '/users/ann/mutes/cat')->{status}, 204, 'unmuted');
@@ -201,6 +208,49 @@ is(join(' ', sort map {
 ok(!grep({ defined $_->{id} } @e),
     'without id: older than what the stream sent');
 is($s->last_id, $hw, 'Last-Event-ID stays the newest sent');
+
+# ------------------------------------------- unfollow, follow, block --
+
+# an unfollow hides the author's posts in place: a delete each, no reset
+sub misses {
+    my ($n) = $t->get('/metrics')->{body}
+        =~ /^feed_timeline_reads_total\{cache="MISS"\} (\d+)$/m;
+    return $n // -1;
+}
+my $miss0 = misses();
+ok($miss0 > 0, 'misses counted');
+is($t->http('DELETE', '/users/ann/following/cat')->{status}, 204,
+    'ann unfollows cat');
+deletes_are($s, [map { $p[$_ - 1] } @cats],
+    'unfollow: a delete per post of cat, no reset');
+my @tl = items('ann', 40);
+ok(@tl && !grep({ $_->{author} eq 'cat' } @tl),
+    'cat\'s posts out of the timeline');
+is(misses(), $miss0, 'and no rebuild for it');
+
+# a follow drops the list: the stream is told to read the timeline again
+is($t->http('PUT', '/users/ann/following/dan')->{status}, 204,
+    'ann follows dan');
+@e = events($s, 1);
+is("$e[0]{event} $e[0]{data}", 'reset {"reason":"gone"}',
+    'follow: reset, gone');
+ok(scalar items('ann', 5), 'the timeline read: made again');
+my @dans = map { post('dan', "dan $_") } 1 .. 2;
+@e = events($s, 2, 5);
+is(join(' ', sort map { FeedTest::json_decode($_->{data})->{id} } @e),
+    join(' ', sort @dans), 'then dan\'s posts');
+
+# a block takes its unfollow in place too: deletes, no reset
+is($t->http('PUT', '/users/ann/blocks/dan')->{status}, 204,
+    'ann blocks dan');
+deletes_are($s, \@dans, 'block: a delete per post of dan, no reset');
+is($t->http('DELETE', '/users/ann/blocks/dan')->{status}, 204,
+    'unblocked');
+@e = events($s, 1, 1.5);
+is(scalar @e, 0, 'dan\'s posts stay out: ann does not follow dan');
+@tl = items('ann', 40);
+ok(@tl && !grep({ $_->{author} eq 'dan' } @tl),
+    'nor in the timeline');
 
 # ---------------------------------------------------------- heartbeat --
 
@@ -258,6 +308,17 @@ is($e[0]{data}, '{"reason":"gap"}', 'data: {"reason":"gap"}');
 my $p3 = post('bob', 'after the reset');
 @e = events($s, 1);
 is($e[0]{id}, $p3, 'then live');
+$s->close;
+
+# more than 10 posts of the window gone at once: reset
+$s = stream('ann');
+sleep 0.5;
+is($t->http('DELETE', '/users/ann/following/bob')->{status}, 204,
+    'ann unfollows bob, all the window\'s posts');
+@e = events($s, 1);
+is("$e[0]{event} $e[0]{data}", 'reset {"reason":"changed"}',
+    'past 10 deletes: reset, changed');
+is(scalar items('ann', 5), 0, 'the timeline: empty');
 $s->close;
 
 # ------------------------------------------------------- bad input --

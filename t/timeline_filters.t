@@ -170,11 +170,20 @@ for my $mode (qw(link embed)) {
 
     is(put("/users/$r/blocks/$a[2]"), 204, "$mode: block");
     my @f = firsts($r, 1);
-    is($f[0][1], 'MISS', "$mode: block: its unfollow rebuilds");
+    like($f[0][1], $HIT, "$mode: block: its unfollow applied in place too");
     firsts_are($r, visible(\@posts, $a[1], $celeb, $a[2]), $HIT,
         "$mode: block");
+    is(rd($t, 'HGET', "feed:tlf:{$r}", $a[2]), 1 + 16,
+        "$mode: block: reasons 'b' and 'u' (unfollowed) in the filter set");
+
+    # made again: without the author's posts, and 'u' not loaded
+    rd($t, 'DEL', "feed:tl:{$r}");
+    ok($t->wait_for(5, sub { (firsts($r, 1))[0][1] eq 'MISS' }),
+        "$mode: block: the list dropped, rebuilt");
+    firsts_are($r, visible(\@posts, $a[1], $celeb, $a[2]), $HIT,
+        "$mode: block: rebuilt");
     is(rd($t, 'HGET', "feed:tlf:{$r}", $a[2]), 1,
-        "$mode: block: loaded with the rebuild");
+        "$mode: block: loaded with the rebuild, 'b' only");
 
     # ---------------------------------------------- blocked by an author --
 
@@ -183,8 +192,8 @@ for my $mode (qw(link embed)) {
         "$mode: x's post delivered");
     is(put("/users/$x/blocks/$r"), 204, "$mode: x blocks the reader");
     firsts($r, 1);
-    is(rd($t, 'HGET', "feed:tlf:{$r}", $x), 4,
-        "$mode: blocked by x: in the reader's filter set");
+    is(rd($t, 'HGET', "feed:tlf:{$r}", $x), 4 + 16,
+        "$mode: blocked by x: in the reader's filter set, with its unfollow");
 
     # a delivery that raced the block: x's post in the list after all
     my $json = $t->get("/posts/$xid")->{body};

@@ -7,6 +7,8 @@
 # delivered for the follows of before, and the next rebuild would merge
 # them, showing the unfollowed author's post to the reader (seen by
 # make chaos as stale-unfollowed, after Redis faults had delayed fanout).
+# An unfollow moves the follows version even when its reason is in the
+# filter set already (a follow since left it there).
 
 use strict;
 use warnings;
@@ -81,5 +83,26 @@ ok(!(grep { $_ eq $gone } @$ids), 'the unfollowed author\'s post is not')
 
 $ids = tl_ids($t->get("/users/$r/timeline"));
 ok(!(grep { $_ eq $gone } @$ids), 'nor in the cache the read warmed');
+
+# An unfollow hides the author in place (the filter set's reason 'u'); a
+# follow drops the list but leaves that hash as it was.  Unfollowed again,
+# the reason is there already: the follows version must move all the
+# same, or a rebuild begun after the follow (with the author followed)
+# would be cached.
+my $tlf = "feed:tlf:{$r}";
+is($t->http('PUT', "/users/$r/following/$a")->{status}, 204, 'follow');
+ok(scalar @{ tl_ids($t->get("/users/$r/timeline")) }, 'rebuilt');
+is($t->http('DELETE', "/users/$r/following/$a")->{status}, 204,
+    'unfollow');
+is($t->redis('HGET', $tlf, $a), 16, 'the unfollow: reason u in place');
+is($t->http('PUT', "/users/$r/following/$a")->{status}, 204,
+    'followed again: 204');
+is($t->redis('EXISTS', "feed:tl:{$r}"), 0, 'the follow dropped the list');
+is($t->redis('HGET', $tlf, $a), 16, 'not the filter set');
+my $v = $t->redis('GET', "feed:tlv:{$r}");
+is($t->http('DELETE', "/users/$r/following/$a")->{status}, 204,
+    'unfollowed again: 204');
+ok($t->redis('GET', "feed:tlv:{$r}") > $v,
+    'the follows version moved, the reason set already');
 
 $t->done;

@@ -26,6 +26,7 @@
 #include "ngx_http_feed_counts.h"
 #include "ngx_http_feed_timeline_cache.h"
 #include "ngx_http_feed_model.h"
+#include "ngx_http_feed_filters_store.h"
 
 
 /* the entries a write's last step clears, or hands to the sweeper */
@@ -41,6 +42,8 @@ typedef struct {
 
 static ngx_uint_t ngx_http_feed_effects_mask(ngx_http_feed_effects_t *fx,
     ngx_uint_t effects);
+static ngx_uint_t ngx_http_feed_effects_same(ngx_http_feed_user_t *a,
+    ngx_http_feed_user_t *b);
 static ngx_int_t ngx_http_feed_effects_find(ngx_http_feed_effects_t *fx,
     ngx_http_feed_user_t *user);
 static int64_t ngx_http_feed_effects_now(void);
@@ -129,8 +132,11 @@ ngx_http_feed_effects_owe(ngx_http_feed_effects_t *fx,
 
 
 /*
- * A read filter of user changed: the cached timeline learns it in place
- * (scripts/timeline_filter.lua), unless it is owed a drop anyway
+ * A read filter of user changed, or user unfollowed author: the cached
+ * timeline learns it in place (scripts/timeline_filter.lua), unless it is
+ * owed a drop anyway.  Two changes of the same author's reasons, the same
+ * way (a block and the unfollow it made), go in one call; any other second
+ * change drops the timeline.
  */
 
 void
@@ -138,7 +144,8 @@ ngx_http_feed_effects_owe_filter(ngx_http_feed_effects_t *fx,
     ngx_http_feed_user_t *user, ngx_http_feed_user_t *author, u_char kind,
     ngx_uint_t add)
 {
-    ngx_int_t  i;
+    ngx_int_t                        i;
+    ngx_http_feed_effects_filter_t  *f;
 
     i = ngx_http_feed_effects_find(fx, user);
 
@@ -148,16 +155,36 @@ ngx_http_feed_effects_owe_filter(ngx_http_feed_effects_t *fx,
         return;
     }
 
-    if ((fx->need[i] & NGX_HTTP_FEED_EFFECT_TIMELINE)
-        && fx->filter[i].author == NULL)
-    {
+    f = &fx->filter[i];
+
+    if (fx->need[i] & NGX_HTTP_FEED_EFFECT_TIMELINE) {
+
+        if (f->author != NULL && f->add == add
+            && f->nkinds < NGX_HTTP_FEED_EFFECTS_KINDS
+            && ngx_http_feed_effects_same(f->author, author)
+            && kind != NGX_HTTP_FEED_FILTER_HIDDEN
+            && f->kinds[0] != NGX_HTTP_FEED_FILTER_HIDDEN)
+        {
+            f->kinds[f->nkinds++] = kind;
+            return;
+        }
+
+        f->author = NULL;
         return;
     }
 
     fx->need[i] |= NGX_HTTP_FEED_EFFECT_TIMELINE;
-    fx->filter[i].author = author;
-    fx->filter[i].kind = kind;
-    fx->filter[i].add = add;
+    f->author = author;
+    f->kinds[0] = kind;
+    f->nkinds = 1;
+    f->add = add;
+}
+
+
+static ngx_uint_t
+ngx_http_feed_effects_same(ngx_http_feed_user_t *a, ngx_http_feed_user_t *b)
+{
+    return a->len == b->len && ngx_strncmp(a->data, b->data, a->len) == 0;
 }
 
 
@@ -364,15 +391,18 @@ ngx_http_feed_effects_send(ngx_http_request_t *r,
     ngx_http_feed_redis_pt handler, void *data)
 {
     ngx_int_t  rc, sent, unsent;
+    ngx_str_t  kinds;
 
     sent = 0;
     unsent = 0;
 
     if (effects & NGX_HTTP_FEED_EFFECT_TIMELINE) {
         if (filter) {
+            kinds.data = filter->kinds;
+            kinds.len = filter->nkinds;
+
             rc = ngx_http_feed_timeline_cache_filter(r, fmcf, user,
-                                                     filter->author,
-                                                     filter->kind,
+                                                     filter->author, &kinds,
                                                      filter->add, handler,
                                                      data);
         } else {

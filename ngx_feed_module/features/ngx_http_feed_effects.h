@@ -30,10 +30,18 @@ typedef struct ngx_http_feed_effects_s  ngx_http_feed_effects_t;
 typedef void (*ngx_http_feed_effects_done_pt)(ngx_http_feed_effects_t *fx);
 
 
-/* a read filter changed: sent in place of the drop of a user's timeline */
+/* a block's reason and its unfollow's, changed together */
+#define NGX_HTTP_FEED_EFFECTS_KINDS    2
+
+
+/*
+ * A read filter changed, or an unfollow hides the followee's posts: sent
+ * in place of the drop of a user's timeline
+ */
 typedef struct {
     ngx_http_feed_user_t         *author;
-    u_char                        kind;
+    u_char                        kinds[NGX_HTTP_FEED_EFFECTS_KINDS];
+    ngx_uint_t                    nkinds;
     ngx_uint_t                    add;
 } ngx_http_feed_effects_filter_t;
 

@@ -346,7 +346,7 @@ ngx_http_feed_filter_write(mongoc_client_t *client, const char *database,
 /*
  * The filter sets: a mute of t by u is u's reason 'm' for t; a block, u's
  * reason 'b' for t and t's reason 'B' for u.  The follows a block removed
- * owe what unfollows owe: their followers' timelines are dropped instead.
+ * owe what unfollows owe, the reason 'u', sent with the block's.
  */
 
 static void

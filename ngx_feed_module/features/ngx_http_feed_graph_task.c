@@ -9,6 +9,7 @@
 
 #include "ngx_http_feed_graph.h"
 #include "ngx_http_feed_filters_store.h"
+#include "ngx_http_feed_timeline_cache.h"
 
 
 /* a list page being made */
@@ -92,7 +93,12 @@ ngx_http_feed_graph_effects(ngx_http_feed_effects_t *fx,
 }
 
 
-/* what it did, after it: only a change is owed anything */
+/*
+ * What it did, after it: only a change is owed anything.  A follow drops
+ * the follower's timeline (the followee's posts are merged by a rebuild);
+ * an unfollow hides the followee's posts in it, as a mute does, so that a
+ * stream of it is sent their deletes and reads stay hits.
+ */
 
 void
 ngx_http_feed_graph_owe(ngx_http_feed_effects_t *fx,
@@ -102,7 +108,18 @@ ngx_http_feed_graph_owe(ngx_http_feed_effects_t *fx,
         return;
     }
 
-    ngx_http_feed_effects_owe(fx, &op->src, NGX_HTTP_FEED_EFFECTS_ALL);
+    if (op->want) {
+        ngx_http_feed_effects_owe(fx, &op->src, NGX_HTTP_FEED_EFFECTS_ALL);
+
+    } else {
+        ngx_http_feed_effects_owe(fx, &op->src,
+                                  NGX_HTTP_FEED_EFFECTS_ALL
+                                  & ~NGX_HTTP_FEED_EFFECT_TIMELINE);
+        ngx_http_feed_effects_owe_filter(fx, &op->src, &op->dst,
+                                         NGX_HTTP_FEED_TIMELINE_UNFOLLOWED,
+                                         1);
+    }
+
     ngx_http_feed_effects_owe(fx, &op->dst, NGX_HTTP_FEED_EFFECT_COUNTS);
 }
 

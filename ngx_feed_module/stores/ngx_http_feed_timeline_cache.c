@@ -1499,15 +1499,16 @@ ngx_http_feed_timeline_cache_drop(ngx_http_request_t *r,
 
 
 /*
- * A read filter of the user changed (a block or a mute, given or taken
- * back, in MongoDB already): the next read applies it, without a rebuild
- * (scripts/timeline_filter.lua).
+ * A read filter of the user changed (a block, a mute or a hidden post,
+ * given or taken back, or an unfollow, in MongoDB already): the next read
+ * applies it, without a rebuild (scripts/timeline_filter.lua).  kinds:
+ * the reasons changed together, such as a block's and its unfollow's.
  */
 
 ngx_int_t
 ngx_http_feed_timeline_cache_filter(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
-    ngx_http_feed_user_t *author, u_char kind, ngx_uint_t add,
+    ngx_http_feed_user_t *author, ngx_str_t *kinds, ngx_uint_t add,
     ngx_http_feed_redis_pt handler, void *data)
 {
     char                        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_FILTER_NKEYS]
@@ -1520,8 +1521,8 @@ ngx_http_feed_timeline_cache_filter(ngx_http_request_t *r,
     ngx_http_feed_redis_call_t  call;
 
     ngx_log_debug4(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                   "feed timeline filter of \"%s\": %c%s \"%s\"",
-                   user->data, kind, add ? "+" : "-", author->data);
+                   "feed timeline filter of \"%s\": %V%s \"%s\"",
+                   user->data, kinds, add ? "+" : "-", author->data);
 
     ngx_http_feed_redis_call_init(&call,
                                   &ngx_http_feed_script_timeline_filter,
@@ -1545,12 +1546,17 @@ ngx_http_feed_timeline_cache_filter(ngx_http_request_t *r,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_FILTER_KEY_VERSION,
         keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_FILTER_KEY_VERSION],
         NGX_HTTP_FEED_KEY_TIMELINE_NONCE, user);
+    ngx_http_feed_timeline_cache_key(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_FILTER_KEY_QUEUE,
+        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_FILTER_KEY_QUEUE],
+        NGX_HTTP_FEED_KEY_REBUILD_QUEUE, user);
 
     ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_FILTER_ARG_AUTHOR,
         author->data, author->len);
     ngx_http_feed_redis_call_arg(&call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_FILTER_ARG_KIND, &kind, 1);
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_FILTER_ARG_KIND, kinds->data,
+        kinds->len);
     ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_FILTER_ARG_ADD, add ? "1" : "0", 1);
     ngx_http_feed_redis_call_arg(&call,

@@ -26,6 +26,13 @@
  */
 #define NGX_HTTP_FEED_PULL_COPY_LEN  NGX_HTTP_FEED_REDIS_TAG_COPY_LEN("")
 
+/*
+ * The reason of the read filters kept only in the cache: the user
+ * unfollowed the author.  The posts already in the list are hidden until
+ * the list is made again, by then without them (scripts/lib/filter_bits).
+ */
+#define NGX_HTTP_FEED_TIMELINE_UNFOLLOWED  'u'
+
 /* a value no other node or worker ever makes: versions, lock tokens */
 #define NGX_HTTP_FEED_NONCE_LEN    (3 * NGX_INT64_LEN)
 
@@ -183,7 +190,7 @@ ngx_int_t ngx_http_feed_timeline_cache_drop(ngx_http_request_t *r,
     ngx_http_feed_redis_pt handler, void *data);
 ngx_int_t ngx_http_feed_timeline_cache_filter(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
-    ngx_http_feed_user_t *author, u_char kind, ngx_uint_t add,
+    ngx_http_feed_user_t *author, ngx_str_t *kinds, ngx_uint_t add,
     ngx_http_feed_redis_pt handler, void *data);
 
 ngx_int_t ngx_http_feed_timeline_cache_post(ngx_http_feed_main_conf_t *fmcf,
