@@ -77,6 +77,8 @@ ngx_http_feed_checked_oid_to_string(const bson_oid_t *oid, char *str)
 
 
 typedef struct ngx_http_feed_redis_s  ngx_http_feed_redis_t;
+typedef struct ngx_http_feed_redis_sentinel_s
+    ngx_http_feed_redis_sentinel_t;
 typedef struct ngx_http_feed_mongo_s  ngx_http_feed_mongo_t;
 typedef struct ngx_http_feed_handler_s  ngx_http_feed_handler_t;
 
@@ -98,6 +100,18 @@ typedef struct {
     /* a Redis Cluster: its seed nodes (this conf among them) */
     ngx_flag_t                    cluster;
     ngx_array_t                  *seeds;
+
+    /*
+     * Redis Sentinel: the primary's name; seeds are then the sentinels.
+     * The worker's view of them is made with its first connection and
+     * shared by every connection made from this conf or a copy of it.
+     */
+    ngx_str_t                     sentinel;
+    ngx_str_t                     sentinel_password;
+    ngx_http_feed_redis_sentinel_t *sentinels;
+
+    /* a sentinel's own connection: no SELECT, scripts or ROLE */
+    unsigned                      plain:1;
 } ngx_http_feed_redis_conf_t;
 
 

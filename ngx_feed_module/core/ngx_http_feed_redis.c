@@ -46,6 +46,7 @@ static void ngx_http_feed_redis_on_disconnect(const redisAsyncContext *ac,
 static void ngx_http_feed_redis_login(ngx_http_feed_redis_t *rd);
 static void ngx_http_feed_redis_auth_reply(void *data, redisReply *reply);
 static void ngx_http_feed_redis_select_reply(void *data, redisReply *reply);
+static void ngx_http_feed_redis_role_reply(void *data, redisReply *reply);
 static void ngx_http_feed_redis_script_reply(void *data, redisReply *reply);
 static void ngx_http_feed_redis_login_reply(ngx_http_feed_redis_t *rd,
     redisReply *reply, const char *step);
@@ -57,11 +58,33 @@ ngx_http_feed_redis_t *
 ngx_http_feed_redis_create(ngx_cycle_t *cycle,
     ngx_http_feed_redis_conf_t *conf)
 {
+    ngx_http_feed_redis_t  *rd;
+
     if (conf->cluster) {
         return ngx_http_feed_redis_create_router(cycle, conf);
     }
 
-    return ngx_http_feed_redis_alloc(cycle, conf);
+    rd = ngx_http_feed_redis_alloc(cycle, conf);
+
+    if (rd == NULL || conf->sentinel.len == 0) {
+        return rd;
+    }
+
+    /* the worker's sentinels, made with its first connection */
+
+    if (conf->sentinels == NULL) {
+        conf->sentinels = ngx_http_feed_redis_sentinel_create(cycle, conf);
+    }
+
+    if (conf->sentinels == NULL
+        || ngx_http_feed_redis_sentinel_follow(conf->sentinels, rd)
+           != NGX_OK)
+    {
+        ngx_free(rd);
+        return NULL;
+    }
+
+    return rd;
 }
 
 
@@ -122,6 +145,9 @@ ngx_http_feed_redis_alloc(ngx_cycle_t *cycle,
 
     rd->conf = conf;
     rd->log = cycle->log;
+    rd->host = conf->host;
+    rd->port = conf->port;
+    rd->addr_text = &conf->addr_text;
     rd->state = NGX_HTTP_FEED_REDIS_DOWN;
     rd->backoff = NGX_HTTP_FEED_REDIS_BACKOFF_MIN;
 
@@ -187,6 +213,10 @@ ngx_http_feed_redis_destroy(ngx_http_feed_redis_t *rd)
         ngx_http_feed_redis_cluster_destroy(rd->cluster);
         ngx_free(rd);
         return;
+    }
+
+    if (rd->conf->sentinels) {
+        ngx_http_feed_redis_sentinel_unfollow(rd);
     }
 
     /* gone from the worker's gauges: exiting is no connection's state there */
@@ -437,17 +467,24 @@ ngx_http_feed_redis_connect(ngx_http_feed_redis_t *rd)
 
     conf = rd->conf;
 
+    if (rd->pick && rd->pick(rd) != NGX_OK) {
+        ngx_cpystrn((u_char *) rd->error, (u_char *) "primary not known yet",
+                    sizeof(rd->error));
+        ngx_http_feed_redis_schedule(rd);
+        return;
+    }
+
     if (conf->unix_path) {
         ac = redisAsyncConnectUnix(conf->unix_path);
 
     } else {
-        ac = redisAsyncConnect(conf->host, conf->port);
+        ac = redisAsyncConnect(rd->host, rd->port);
     }
 
     if (ac == NULL) {
         ngx_log_error(NGX_LOG_ERR, rd->log, 0,
                       "redis connect to %V failed: out of memory",
-                      &conf->addr_text);
+                      rd->addr_text);
         ngx_http_feed_redis_schedule(rd);
         return;
     }
@@ -455,7 +492,7 @@ ngx_http_feed_redis_connect(ngx_http_feed_redis_t *rd)
     if (ac->err) {
         ngx_log_error(ngx_http_feed_redis_log_level(rd), rd->log, 0,
                       "redis connect to %V failed: %s",
-                      &conf->addr_text, ac->errstr);
+                      rd->addr_text, ac->errstr);
         ngx_cpystrn((u_char *) rd->error, (u_char *) ac->errstr,
                     sizeof(rd->error));
         redisAsyncFree(ac);
@@ -482,7 +519,7 @@ ngx_http_feed_redis_connect(ngx_http_feed_redis_t *rd)
     /* rd tells the worker's connections apart in the debug log */
 
     ngx_log_debug2(NGX_LOG_DEBUG_EVENT, rd->log, 0,
-                   "feed redis %p connecting to %V", rd, &conf->addr_text);
+                   "feed redis %p connecting to %V", rd, rd->addr_text);
 
     rd->ac = ac;
     ngx_http_feed_redis_move(rd, NGX_HTTP_FEED_REDIS_CONNECTING);
@@ -524,6 +561,14 @@ ngx_http_feed_redis_login(ngx_http_feed_redis_t *rd)
                                         rd, &args);
     }
 
+    if (conf->sentinels) {
+        ngx_http_feed_redis_args_init(&args, argv, argvlen);
+        ngx_http_feed_redis_args_lit(&args, "ROLE");
+
+        (void) ngx_http_feed_redis_send(rd, ngx_http_feed_redis_role_reply,
+                                        rd, &args);
+    }
+
     if (conf->db > 0) {
         p = ngx_sprintf(db, "%i", conf->db);
 
@@ -535,7 +580,10 @@ ngx_http_feed_redis_login(ngx_http_feed_redis_t *rd)
                                         rd, &args);
     }
 
-    ngx_http_feed_redis_scripts_load(rd, ngx_http_feed_redis_script_reply, rd);
+    if (!conf->plain) {
+        ngx_http_feed_redis_scripts_load(rd, ngx_http_feed_redis_script_reply,
+                                         rd);
+    }
 
     /*
      * Its answer proves the connection healthy and resets the backoff, and
@@ -698,6 +746,19 @@ ngx_http_feed_redis_select_reply(void *data, redisReply *reply)
 }
 
 
+/* a sentinel's primary must be one still: else the sentinels are asked */
+
+static void
+ngx_http_feed_redis_role_reply(void *data, redisReply *reply)
+{
+    ngx_http_feed_redis_t  *rd = data;
+
+    if (reply != NULL) {
+        ngx_http_feed_redis_sentinel_role(rd, reply);
+    }
+}
+
+
 static void
 ngx_http_feed_redis_script_reply(void *data, redisReply *reply)
 {
@@ -723,7 +784,7 @@ ngx_http_feed_redis_login_reply(ngx_http_feed_redis_t *rd,
     }
 
     ngx_log_error(NGX_LOG_ERR, rd->log, 0, "redis login to %V failed: %*s",
-                  &rd->conf->addr_text, (size_t) reply->len, reply->str);
+                  rd->addr_text, (size_t) reply->len, reply->str);
 
     ngx_http_feed_redis_drop(rd, "login failed");
 }
@@ -746,7 +807,7 @@ ngx_http_feed_redis_on_connect(const redisAsyncContext *ac, int status)
         /* hiredis frees the context right after we return */
         ngx_log_error(ngx_http_feed_redis_log_level(rd), rd->log, 0,
                       "redis connect to %V failed: %s",
-                      &rd->conf->addr_text, ac->errstr);
+                      rd->addr_text, ac->errstr);
         ngx_cpystrn((u_char *) rd->error, (u_char *) ac->errstr,
                     sizeof(rd->error));
         rd->ac = NULL;
@@ -758,12 +819,12 @@ ngx_http_feed_redis_on_connect(const redisAsyncContext *ac, int status)
     if (rd->connected_once) {
         ngx_http_feed_stat(redis_reconnects, 1);
         ngx_log_error(NGX_LOG_NOTICE, rd->log, 0,
-                      "redis reconnected to %V", &rd->conf->addr_text);
+                      "redis reconnected to %V", rd->addr_text);
     }
 
     ngx_log_debug2(NGX_LOG_DEBUG_EVENT, rd->log, 0,
                    "feed redis %p connected to %V", rd,
-                   &rd->conf->addr_text);
+                   rd->addr_text);
 
     /* the backoff is reset by the first good reply, not by a connect */
 
@@ -785,7 +846,7 @@ ngx_http_feed_redis_on_disconnect(const redisAsyncContext *ac, int status)
     }
 
     ngx_log_error(NGX_LOG_ERR, rd->log, 0, "redis connection to %V lost: %s",
-                  &rd->conf->addr_text,
+                  rd->addr_text,
                   ac->errstr[0] ? ac->errstr : "closed");
 
     ngx_log_debug2(NGX_LOG_DEBUG_EVENT, rd->log, 0,
@@ -900,9 +961,36 @@ ngx_http_feed_redis_connect_timeout(ngx_event_t *ev)
     rd = ngx_queue_data(ev, ngx_http_feed_redis_t, connect_timer);
 
     ngx_log_error(ngx_http_feed_redis_log_level(rd), rd->log, NGX_ETIMEDOUT,
-                  "redis connect to %V timed out", &rd->conf->addr_text);
+                  "redis connect to %V timed out", rd->addr_text);
 
     ngx_http_feed_redis_drop(rd, "connect timed out");
+}
+
+
+/*
+ * The address changed (a sentinel told of a new primary): the connection,
+ * if any, is closed and made again soon, to the address pick() gives
+ */
+
+void
+ngx_http_feed_redis_retarget(ngx_http_feed_redis_t *rd, const char *why)
+{
+    if (rd->state == NGX_HTTP_FEED_REDIS_EXITING || ngx_exiting) {
+        return;
+    }
+
+    ngx_log_debug2(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                   "feed redis %p retargeted: %s", rd, why);
+
+    ngx_http_feed_redis_drop(rd, why);
+
+    rd->backoff = NGX_HTTP_FEED_REDIS_BACKOFF_MIN;
+
+    if (rd->reconnect.timer_set) {
+        ngx_del_timer(&rd->reconnect);
+    }
+
+    ngx_add_timer(&rd->reconnect, 1);
 }
 
 

@@ -205,6 +205,8 @@ ngx_http_feed_redis_state_e ngx_http_feed_redis_state(
 ngx_uint_t ngx_http_feed_redis_pending(ngx_http_feed_redis_t *rd);
 const char *ngx_http_feed_redis_last_error(ngx_http_feed_redis_t *rd);
 const char *ngx_http_feed_redis_run_id(ngx_http_feed_redis_t *rd);
+ngx_str_t *ngx_http_feed_redis_sentinel_primary(ngx_http_feed_redis_t *rd,
+    ngx_uint_t *moves);
 ngx_uint_t ngx_http_feed_redis_masters(ngx_http_feed_redis_t *rd,
     ngx_uint_t *up);
 ngx_uint_t ngx_http_feed_redis_nodes(ngx_http_feed_redis_t *rd);

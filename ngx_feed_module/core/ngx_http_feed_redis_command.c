@@ -198,6 +198,13 @@ ngx_http_feed_redis_reply(redisAsyncContext *ac, void *r, void *privdata)
         ngx_http_feed_redis_drop(rd, "scripts flushed");
     }
 
+    if (reply && reply->type == REDIS_REPLY_ERROR && rd->conf->sentinels
+        && ngx_strncmp(reply->str, "READONLY", 8) == 0 && ac == rd->ac)
+    {
+        /* the primary was made a replica: the sentinels know which is */
+        ngx_http_feed_redis_sentinel_readonly(rd);
+    }
+
     if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
         ngx_http_feed_stat(redis_errors, 1);
 
@@ -269,7 +276,7 @@ ngx_http_feed_redis_cmd_timeout(ngx_event_t *ev)
 
     ngx_log_error(NGX_LOG_ERR, rd->log, NGX_ETIMEDOUT,
                   "redis command %s to %V timed out", cmd->name,
-                  &rd->conf->addr_text);
+                  rd->addr_text);
 
     ngx_http_feed_redis_drop(rd, "command timed out");
 

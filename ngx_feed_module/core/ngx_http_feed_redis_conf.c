@@ -10,7 +10,9 @@
 
 
 static ngx_int_t ngx_http_feed_redis_parse_addr(ngx_conf_t *cf,
-    ngx_http_feed_redis_conf_t *rcf, ngx_str_t *addr);
+    ngx_http_feed_redis_conf_t *rcf, ngx_str_t *addr, in_port_t port);
+static ngx_int_t ngx_http_feed_redis_sentinel_check(ngx_conf_t *cf,
+    ngx_http_feed_redis_conf_t *rcf);
 static ngx_int_t ngx_http_feed_redis_cluster_check(ngx_conf_t *cf,
     ngx_http_feed_redis_conf_t *rcf);
 static ngx_int_t ngx_http_feed_redis_parse_param(ngx_conf_t *cf,
@@ -19,7 +21,8 @@ static ngx_int_t ngx_http_feed_redis_parse_param(ngx_conf_t *cf,
 
 /*
  * feed_redis: one address (host:port or unix:path), or a cluster's seed
- * nodes, then password=, db= and cluster.
+ * nodes, or the sentinels of sentinel=<name>; then password=, db=,
+ * sentinel_password= and cluster.
  */
 
 char *
@@ -37,6 +40,18 @@ ngx_http_feed_redis_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     value = cf->args->elts;
 
+    /* the sentinels' default port is theirs: known before the addresses */
+
+    for (i = 1; i < cf->args->nelts; i++) {
+        if (ngx_strncmp(value[i].data, "sentinel=", 9) == 0) {
+            if (ngx_http_feed_redis_parse_param(cf, rcf, &value[i])
+                != NGX_OK)
+            {
+                return NGX_CONF_ERROR;
+            }
+        }
+    }
+
     rcf->seeds = ngx_array_create(cf->pool, 3,
                                   sizeof(ngx_http_feed_redis_conf_t));
     if (rcf->seeds == NULL) {
@@ -46,7 +61,10 @@ ngx_http_feed_redis_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     for (i = 1; i < cf->args->nelts; i++) {
 
         if (ngx_strlchr(value[i].data, value[i].data + value[i].len, '=')) {
-            if (ngx_http_feed_redis_parse_param(cf, rcf, &value[i]) != NGX_OK) {
+            if (ngx_strncmp(value[i].data, "sentinel=", 9) != 0
+                && ngx_http_feed_redis_parse_param(cf, rcf, &value[i])
+                   != NGX_OK)
+            {
                 return NGX_CONF_ERROR;
             }
 
@@ -67,7 +85,10 @@ ngx_http_feed_redis_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
         ngx_memzero(seed, sizeof(ngx_http_feed_redis_conf_t));
 
-        if (ngx_http_feed_redis_parse_addr(cf, seed, &value[i]) != NGX_OK) {
+        if (ngx_http_feed_redis_parse_addr(cf, seed, &value[i],
+                                           rcf->sentinel.len ? 26379 : 6379)
+            != NGX_OK)
+        {
             return NGX_CONF_ERROR;
         }
     }
@@ -83,6 +104,15 @@ ngx_http_feed_redis_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     rcf->port = seed[0].port;
     rcf->unix_path = seed[0].unix_path;
 
+    if (rcf->sentinel.len) {
+        return (ngx_http_feed_redis_sentinel_check(cf, rcf) == NGX_OK)
+               ? NGX_CONF_OK : NGX_CONF_ERROR;
+    }
+
+    if (rcf->sentinel_password.len) {
+        return "has \"sentinel_password=\" without \"sentinel=\"";
+    }
+
     if (rcf->seeds->nelts > 1) {
         rcf->cluster = 1;
     }
@@ -92,6 +122,54 @@ ngx_http_feed_redis_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     return NGX_CONF_OK;
+}
+
+
+/*
+ * Sentinels are asked for the primary by name: TCP addresses, no
+ * cluster.  The address text of the connections to the primary is the
+ * name's until a sentinel tells the primary.
+ */
+
+static ngx_int_t
+ngx_http_feed_redis_sentinel_check(ngx_conf_t *cf,
+    ngx_http_feed_redis_conf_t *rcf)
+{
+    u_char                      *p;
+    ngx_uint_t                   i;
+    ngx_http_feed_redis_conf_t  *seed;
+
+    if (rcf->cluster) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"feed_redis\" cannot be both \"cluster\" and "
+                           "\"sentinel=\"");
+        return NGX_ERROR;
+    }
+
+    seed = rcf->seeds->elts;
+
+    for (i = 0; i < rcf->seeds->nelts; i++) {
+        if (seed[i].unix_path) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"feed_redis\" sentinels need TCP "
+                               "addresses, not \"%V\"", &seed[i].addr_text);
+            return NGX_ERROR;
+        }
+    }
+
+    p = ngx_pnalloc(cf->pool, sizeof("sentinel=") + rcf->sentinel.len);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    rcf->addr_text.data = p;
+    rcf->addr_text.len = ngx_sprintf(p, "sentinel=%V%Z", &rcf->sentinel)
+                         - p - 1;
+    rcf->host = NULL;
+    rcf->port = 0;
+    rcf->unix_path = NULL;
+
+    return NGX_OK;
 }
 
 
@@ -133,7 +211,7 @@ ngx_http_feed_redis_cluster_check(ngx_conf_t *cf,
 
 static ngx_int_t
 ngx_http_feed_redis_parse_addr(ngx_conf_t *cf,
-    ngx_http_feed_redis_conf_t *rcf, ngx_str_t *addr)
+    ngx_http_feed_redis_conf_t *rcf, ngx_str_t *addr, in_port_t port)
 {
     size_t               len;
     ngx_url_t            u;
@@ -146,7 +224,7 @@ ngx_http_feed_redis_parse_addr(ngx_conf_t *cf,
     ngx_memzero(&u, sizeof(ngx_url_t));
 
     u.url = *addr;
-    u.default_port = 6379;
+    u.default_port = port;
 
     if (ngx_parse_url(cf->pool, &u) != NGX_OK) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
@@ -203,6 +281,22 @@ ngx_http_feed_redis_parse_param(ngx_conf_t *cf,
     {
         rcf->password.data = param->data + 9;
         rcf->password.len = param->len - 9;
+        return NGX_OK;
+    }
+
+    if (ngx_strncmp(param->data, "sentinel_password=", 18) == 0
+        && param->len > 18)
+    {
+        rcf->sentinel_password.data = param->data + 18;
+        rcf->sentinel_password.len = param->len - 18;
+        return NGX_OK;
+    }
+
+    /* a primary's name, as in the sentinels' "sentinel monitor" */
+
+    if (ngx_strncmp(param->data, "sentinel=", 9) == 0 && param->len > 9) {
+        rcf->sentinel.data = param->data + 9;
+        rcf->sentinel.len = param->len - 9;
         return NGX_OK;
     }
 

@@ -83,6 +83,17 @@ struct ngx_http_feed_redis_s {
     /* a node: the router it works for */
     ngx_http_feed_redis_t        *router;
     unsigned                      exit_told:1;
+
+    /*
+     * Where it connects: the conf's address, or the one pick() sets
+     * before each connect (a sentinel's, the primary a sentinel told);
+     * NGX_DECLINED from pick(): none known yet, tried again later
+     */
+    const char                   *host;
+    int                           port;
+    ngx_str_t                    *addr_text;
+    ngx_int_t                   (*pick)(ngx_http_feed_redis_t *rd);
+    void                         *pick_data;
 };
 
 
@@ -121,6 +132,18 @@ struct ngx_http_feed_redis_cmd_s {
 
 /* ngx_http_feed_redis.c */
 void ngx_http_feed_redis_drop(ngx_http_feed_redis_t *rd, const char *why);
+void ngx_http_feed_redis_retarget(ngx_http_feed_redis_t *rd,
+    const char *why);
+
+/* ngx_http_feed_redis_sentinel.c */
+ngx_http_feed_redis_sentinel_t *ngx_http_feed_redis_sentinel_create(
+    ngx_cycle_t *cycle, ngx_http_feed_redis_conf_t *conf);
+ngx_int_t ngx_http_feed_redis_sentinel_follow(
+    ngx_http_feed_redis_sentinel_t *s, ngx_http_feed_redis_t *rd);
+void ngx_http_feed_redis_sentinel_unfollow(ngx_http_feed_redis_t *rd);
+void ngx_http_feed_redis_sentinel_role(ngx_http_feed_redis_t *rd,
+    redisReply *reply);
+void ngx_http_feed_redis_sentinel_readonly(ngx_http_feed_redis_t *rd);
 
 /* ngx_http_feed_redis_event.c */
 ngx_int_t ngx_http_feed_redis_event_attach(ngx_http_feed_redis_t *rd,

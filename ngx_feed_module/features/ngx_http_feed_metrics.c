@@ -153,6 +153,9 @@ static ngx_http_feed_metric_t  ngx_http_feed_metrics_counters[] = {
     ngx_http_feed_metric("feed_redis_reconnects_total", "counter",
         "Redis connections made again after being lost.",
         redis_reconnects),
+    ngx_http_feed_metric("feed_redis_primary_moves_total", "counter",
+        "Moves of a worker to the new primary a sentinel told, summed "
+        "over the workers.", redis_primary_moves),
     ngx_http_feed_metric("feed_redis_moved_total", "counter",
         "Redis Cluster MOVED redirections followed.", redis_moved),
     ngx_http_feed_metric("feed_redis_asked_total", "counter",

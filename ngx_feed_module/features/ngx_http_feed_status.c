@@ -62,6 +62,8 @@ static ngx_int_t ngx_http_feed_status_redis(ngx_http_feed_status_ctx_t *ctx,
     bson_t *doc);
 static ngx_int_t ngx_http_feed_status_mongo(ngx_http_feed_status_ctx_t *ctx,
     bson_t *doc);
+static ngx_int_t ngx_http_feed_status_sentinel(ngx_http_feed_main_conf_t *fmcf,
+    ngx_http_feed_redis_t *rd, bson_t *doc);
 
 
 static const char  *ngx_http_feed_redis_states[] = {
@@ -289,6 +291,10 @@ ngx_http_feed_status_redis(ngx_http_feed_status_ctx_t *ctx, bson_t *doc)
         BSON_APPEND_INT64(&sub, "reconnects",
                           (int64_t) st->redis_reconnects);
 
+        if (ngx_http_feed_status_sentinel(fmcf, rd, &sub) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
         err = ngx_http_feed_redis_last_error(rd);
 
         if (err) {
@@ -303,6 +309,54 @@ ngx_http_feed_status_redis(ngx_http_feed_status_ctx_t *ctx, bson_t *doc)
         {
             return NGX_ERROR;
         }
+    }
+
+    return bson_append_document_end(doc, &sub) ? NGX_OK : NGX_ERROR;
+}
+
+
+/*
+ * this worker's view of the sentinels: the primary they told (null while
+ * none answered yet), and how often this worker moved to a new one
+ */
+
+static ngx_int_t
+ngx_http_feed_status_sentinel(ngx_http_feed_main_conf_t *fmcf,
+    ngx_http_feed_redis_t *rd, bson_t *doc)
+{
+    bson_t      sub;
+    ngx_str_t  *primary;
+    ngx_uint_t  moves;
+
+    if (fmcf->redis.sentinel.len == 0) {
+        return NGX_OK;
+    }
+
+    moves = 0;
+    primary = ngx_http_feed_redis_sentinel_primary(rd, &moves);
+
+    if (!BSON_APPEND_DOCUMENT_BEGIN(doc, "sentinel", &sub)
+        || !bson_append_utf8(&sub, "name", -1,
+                             (const char *) fmcf->redis.sentinel.data,
+                             (int) fmcf->redis.sentinel.len))
+    {
+        return NGX_ERROR;
+    }
+
+    if (primary) {
+        if (!bson_append_utf8(&sub, "primary", -1,
+                              (const char *) primary->data,
+                              (int) primary->len))
+        {
+            return NGX_ERROR;
+        }
+
+    } else if (!BSON_APPEND_NULL(&sub, "primary")) {
+        return NGX_ERROR;
+    }
+
+    if (!BSON_APPEND_INT64(&sub, "moves", (int64_t) moves)) {
+        return NGX_ERROR;
     }
 
     return bson_append_document_end(doc, &sub) ? NGX_OK : NGX_ERROR;
