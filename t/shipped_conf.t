@@ -6,7 +6,10 @@
 # request nginx itself rejects (a malformed request line, bad headers, a
 # URI or headers too large) is answered with its 4xx and the JSON error
 # body, never nginx's HTML page or a 500; its rate limits answer 429 with
-# the JSON error and Retry-After past their bursts.
+# the JSON error and Retry-After past their bursts to any address but
+# this host's and the trusted ones, a proxied client's real address
+# included (the configuration as behind a proxy on this host: requests
+# with X-Forwarded-For come from the address they name there).
 
 use strict;
 use warnings;
@@ -17,13 +20,17 @@ use Test::More;
 use FeedTest;
 use FeedTest::SSE;
 use FeedTest::Util qw(short is_error follow_each none_failed post parallel
-    tl_ids read_state_is);
+    tl_ids read_state_is behind_proxy);
 use Time::HiRes qw(time sleep);
 
 my $t = FeedTest->new;
 
+# a client of another host (TEST-NET-3), and one made trusted
+my $OTHER = '203.0.113.7';
+my $TRUSTED = '203.0.113.9';
+
 $t->start_backends;
-$t->write_conf($t->shipped_conf)->run;
+$t->write_conf(behind_proxy($t->shipped_conf, $TRUSTED))->run;
 
 # ------------------------------------------------------------ the API works --
 
@@ -146,33 +153,74 @@ sub statuses_of {
     return join ', ', map { "$n{$_} x $_" } sort keys %n;
 }
 
-sleep 2.1;
-my $t0 = time;
-my @res = parallel($t, 50, map { [ 'GET', '/users/sa/timeline' ] } 1 .. 200);
-my $took = time - $t0;
+# $n requests of $method $uri$i (a post's body for POST), all at once
+# from $from (this host without it); the responses and the seconds taken
+sub burst {
+    my ($from, $n, $method, $uri) = @_;
+    my $body = $method eq 'POST' ? '{"body": "burst"}' : undef;
+    my $h = $from ? { 'X-Forwarded-For' => $from } : {};
+    my $t0 = time;
+    my @res = parallel($t, 50,
+        map { [ $method, $uri . ($method eq 'PUT' ? $_ : ''), $body, $h ] }
+            1 .. $n);
+    return (time - $t0, @res);
+}
+
+# every answer of a burst is $status: none limited
+sub none_limited {
+    my ($status, $name, $took, @res) = @_;
+    local $Test::Builder::Level = $Test::Builder::Level + 1;
+    ok(!grep({ $_->{status} != $status } @res),
+        "$name: all $status, " . statuses_of(@res)
+        . sprintf(' in %.2f s', $took));
+}
+
+# this host: far past the bursts and the rates, nothing refused
+none_limited(200, '300 reads from 127.0.0.1',
+    burst(undef, 300, 'GET', '/users/sa/timeline'));
+none_limited(201, '300 posts from 127.0.0.1',
+    burst(undef, 300, 'POST', '/users/lo/posts'));
+none_limited(204, '300 follows from 127.0.0.1',
+    burst(undef, 300, 'PUT', '/users/lo/following/lo'));
+
+# a trusted address, behind the proxy
+none_limited(200, "300 reads from $TRUSTED (trusted)",
+    burst($TRUSTED, 300, 'GET', '/users/sa/timeline'));
+none_limited(204, "100 follows from $TRUSTED (trusted)",
+    burst($TRUSTED, 100, 'PUT', '/users/tr/following/tr'));
+
+# any other address, behind the proxy: limited by it
+my ($took, @res) = burst($OTHER, 200, 'GET', '/users/sa/timeline');
 my @limited = grep { $_->{status} == 429 } @res;
 my @other = grep { $_->{status} != 429 && $_->{status} != 200 } @res;
-ok(!@other, '200 reads at once: 200 or 429') or diag(statuses_of(@res));
+ok(!@other, "200 reads at once from $OTHER: 200 or 429")
+    or diag(statuses_of(@res));
 ok(@res - @limited <= 100 + 50 * $took + 2,
     'no more than the burst and the rate answered: ' . statuses_of(@res)
     . sprintf(' in %.2f s', $took));
 ok(@limited, 'past them, 429');
 is_error($limited[0] || {}, 429, 'too_many_requests', 'a limited read');
 is($limited[0] && $limited[0]{headers}{'retry-after'}, 1, 'with Retry-After');
+is($t->get('/users/sa/timeline')->{status}, 200,
+    'meanwhile 127.0.0.1 reads: its own limit, none');
 
 sleep 2.1;
 # at once, as the reads above: one at a time, a follow slower than the
 # rate (a busy machine, MongoDB's few round trips) would never meet it
-$t0 = time;
-@res = parallel($t, 40, map { [ 'PUT', "/users/rl/following/rl$_" ] }
-    1 .. 40);
-$took = time - $t0;
+($took, @res) = burst($OTHER, 40, 'PUT', '/users/rl/following/rl');
 @limited = grep { $_->{status} == 429 } @res;
 @other = grep { $_->{status} != 429 && $_->{status} != 204 } @res;
 ok(@limited && !@other && @res - @limited <= 20 + 10 * $took + 2,
-    '40 follows at once: past 20, 429: ' . statuses_of(@res)
+    "40 follows at once from $OTHER: past 20, 429: " . statuses_of(@res)
     . sprintf(' in %.2f s', $took));
-is($t->get('/users/sa/timeline')->{status}, 200,
+is_error($limited[0] || {}, 429, 'too_many_requests', 'a limited write');
+is($t->get('/users/sa/timeline',
+    headers => { 'X-Forwarded-For' => $OTHER })->{status}, 200,
     'a read is not limited by the writes');
+
+# limit_req names the address it limited: the real one, never this host
+my @log = $t->error_log =~ /limiting requests, [^\n]*client: (\S+),/g;
+my %by = map { $_ => 1 } @log;
+is(join(' ', sort keys %by), $OTHER, "requests limited: of $OTHER only");
 
 $t->done;

@@ -26,7 +26,7 @@ our @EXPORT_OK = qw(
     rd tl_key copies copies_summary all_n group_info wait_settled
     tl_ids tl_walk tl_walk_is tl_firsts tl_firsts_are
     node_counts node_moved node_moved_is node_acked
-    workers_up server_conf metrics_scrape metrics_val seen_held
+    workers_up server_conf behind_proxy metrics_scrape metrics_val seen_held
     read_state_is
 );
 
@@ -346,6 +346,24 @@ sub tl_firsts_are {
             . substr($bad[0][3] // '', 0, 300));
 }
 
+# a configuration of conf/ as behind a proxy on this host: nginx takes the
+# client's address from the X-Forwarded-For of requests from 127.0.0.1
+# (the realip module), so that a test's request comes from the address it
+# names there; each of @trusted added to the trusted addresses of the
+# rate limits' geo block
+sub behind_proxy {
+    my ($conf, @trusted) = @_;
+    my $realip = "    set_real_ip_from 127.0.0.1;\n"
+        . "    real_ip_header X-Forwarded-For;\n";
+    $conf =~ s/^(http \{\n)/$1$realip/m
+        or die "behind_proxy: no http block\n";
+    for my $addr (@trusted) {
+        $conf =~ s/^([ \t]*)(# trusted\n)/$1$2$1$addr 0;\n/m
+            or die "behind_proxy: no trusted addresses in the geo block\n";
+    }
+    return $conf;
+}
+
 # the http server most tests run: the graph, posts, timelines (with
 # X-Feed-Cache), the fallback (internal unless open => 1) and /status
 sub server_conf {
@@ -530,16 +548,19 @@ sub metrics_val {
 
 # --------------------------------------------------- requests in parallel --
 
-# requests, $batch at a time: [method, uri, body]; the responses in order
+# requests, $batch at a time: [method, uri, body, {headers}] (a body is
+# JSON); the responses in order
 sub parallel {
     my ($t, $batch, @reqs) = @_;
     my @res;
     while (my @b = splice(@reqs, 0, $batch)) {
         my @h = map {
-            $t->http_start($_->[0], $_->[1], defined $_->[2]
-                ? (body => $_->[2],
-                    headers => { 'Content-Type' => 'application/json' })
-                : ())
+            $t->http_start($_->[0], $_->[1],
+                defined $_->[2] ? (body => $_->[2]) : (),
+                headers => {
+                    defined $_->[2]
+                        ? ('Content-Type' => 'application/json') : (),
+                    %{$_->[3] || {}} })
         } @b;
         push @res, map { $t->http_end($_) } @h;
     }
