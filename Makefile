@@ -1,7 +1,10 @@
 # ngx_feed_module
 #
 #   make run     install what is missing, build, start Redis, the MongoDB
-#                stand-in and nginx with conf/nginx.conf on 127.0.0.1:8080
+#                stand-in and nginx with conf/nginx.conf on 127.0.0.1:8080;
+#                FEED_REDIS_CLUSTER=1 on a local Redis Cluster,
+#                FEED_REDIS_SENTINEL=1 on a local primary, replica and
+#                three sentinels (tools/run)
 #   make test    install what is missing, build, run the suite in t/
 #   make test-asan  the same suite, the module built with AddressSanitizer
 #                and UndefinedBehaviorSanitizer (docs/testing.md)
