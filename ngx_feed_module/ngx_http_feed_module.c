@@ -1187,12 +1187,23 @@ ngx_http_feed_init_main_conf(ngx_conf_t *cf, void *conf)
 {
     ngx_http_feed_main_conf_t  *fmcf = conf;
 
+    ngx_http_core_loc_conf_t   *clcf;
+
     fmcf->stats_zone = ngx_http_feed_stats_zone(cf, &ngx_http_feed_module);
     if (fmcf->stats_zone == NULL) {
         return NGX_CONF_ERROR;
     }
 
     fmcf->redis_enabled = (fmcf->redis.seeds != NULL);
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+
+    if (ngx_http_feed_redis_conf_names(cf, &fmcf->redis, clcf->resolver,
+                                       clcf->resolver_timeout)
+        != NGX_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
 
     /* before the defaults: a cluster's cache mode defaults otherwise */
 

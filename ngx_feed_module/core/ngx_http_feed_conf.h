@@ -79,6 +79,7 @@ ngx_http_feed_checked_oid_to_string(const bson_oid_t *oid, char *str)
 typedef struct ngx_http_feed_redis_s  ngx_http_feed_redis_t;
 typedef struct ngx_http_feed_redis_sentinel_s
     ngx_http_feed_redis_sentinel_t;
+typedef struct ngx_http_feed_redis_name_s  ngx_http_feed_redis_name_t;
 typedef struct ngx_http_feed_mongo_s  ngx_http_feed_mongo_t;
 typedef struct ngx_http_feed_handler_s  ngx_http_feed_handler_t;
 
@@ -109,6 +110,17 @@ typedef struct {
     ngx_str_t                     sentinel;
     ngx_str_t                     sentinel_password;
     ngx_http_feed_redis_sentinel_t *sentinels;
+
+    /*
+     * A host name (a single Redis): with nginx's resolver configured, it
+     * is resolved again through it before each connect and when its
+     * answer expires (ngx_http_feed_redis_name.c); host is then NULL
+     * until it was.  The worker's view is made with its first connection.
+     */
+    ngx_str_t                     name;
+    ngx_resolver_t               *resolver;
+    ngx_msec_t                    resolver_timeout;
+    ngx_http_feed_redis_name_t   *named;
 
     /* a sentinel's own connection: no SELECT, scripts or ROLE */
     unsigned                      plain:1;

@@ -28,6 +28,9 @@ ngx_uint_t  ngx_http_feed_redis_resends;
 
 static ngx_http_feed_redis_t *ngx_http_feed_redis_alloc(ngx_cycle_t *cycle,
     ngx_http_feed_redis_conf_t *conf);
+static ngx_http_feed_redis_t *ngx_http_feed_redis_create_named(
+    ngx_cycle_t *cycle, ngx_http_feed_redis_conf_t *conf,
+    ngx_http_feed_redis_t *rd);
 static ngx_http_feed_redis_t *ngx_http_feed_redis_create_router(
     ngx_cycle_t *cycle, ngx_http_feed_redis_conf_t *conf);
 static void ngx_http_feed_redis_node_exit(ngx_http_feed_redis_t *rd,
@@ -66,7 +69,15 @@ ngx_http_feed_redis_create(ngx_cycle_t *cycle,
 
     rd = ngx_http_feed_redis_alloc(cycle, conf);
 
-    if (rd == NULL || conf->sentinel.len == 0) {
+    if (rd == NULL) {
+        return NULL;
+    }
+
+    if (conf->resolver) {
+        return ngx_http_feed_redis_create_named(cycle, conf, rd);
+    }
+
+    if (conf->sentinel.len == 0) {
         return rd;
     }
 
@@ -79,6 +90,27 @@ ngx_http_feed_redis_create(ngx_cycle_t *cycle,
     if (conf->sentinels == NULL
         || ngx_http_feed_redis_sentinel_follow(conf->sentinels, rd)
            != NGX_OK)
+    {
+        ngx_free(rd);
+        return NULL;
+    }
+
+    return rd;
+}
+
+
+/* a host name resolved again at run time: the worker's view of it */
+
+static ngx_http_feed_redis_t *
+ngx_http_feed_redis_create_named(ngx_cycle_t *cycle,
+    ngx_http_feed_redis_conf_t *conf, ngx_http_feed_redis_t *rd)
+{
+    if (conf->named == NULL) {
+        conf->named = ngx_http_feed_redis_name_create(cycle, conf);
+    }
+
+    if (conf->named == NULL
+        || ngx_http_feed_redis_name_follow(conf->named, rd) != NGX_OK)
     {
         ngx_free(rd);
         return NULL;
@@ -217,6 +249,10 @@ ngx_http_feed_redis_destroy(ngx_http_feed_redis_t *rd)
 
     if (rd->conf->sentinels) {
         ngx_http_feed_redis_sentinel_unfollow(rd);
+    }
+
+    if (rd->conf->named) {
+        ngx_http_feed_redis_name_unfollow(rd);
     }
 
     /* gone from the worker's gauges: exiting is no connection's state there */
@@ -462,16 +498,24 @@ ngx_http_feed_redis_last_error(ngx_http_feed_redis_t *rd)
 static void
 ngx_http_feed_redis_connect(ngx_http_feed_redis_t *rd)
 {
+    ngx_int_t                    rc;
     redisAsyncContext           *ac;
     ngx_http_feed_redis_conf_t  *conf;
 
     conf = rd->conf;
 
-    if (rd->pick && rd->pick(rd) != NGX_OK) {
-        ngx_cpystrn((u_char *) rd->error, (u_char *) "primary not known yet",
-                    sizeof(rd->error));
-        ngx_http_feed_redis_schedule(rd);
-        return;
+    if (rd->pick) {
+        rd->picking = 1;
+        rc = rd->pick(rd);
+        rd->picking = 0;
+
+        if (rc != NGX_OK) {
+            /* its answer (a sentinel's, the resolver's) retargets it */
+            ngx_cpystrn((u_char *) rd->error, (u_char *) "address not known yet",
+                        sizeof(rd->error));
+            ngx_http_feed_redis_schedule(rd);
+            return;
+        }
     }
 
     if (conf->unix_path) {
@@ -991,6 +1035,50 @@ ngx_http_feed_redis_retarget(ngx_http_feed_redis_t *rd, const char *why)
     }
 
     ngx_add_timer(&rd->reconnect, 1);
+}
+
+
+/* rd connects where pick() says, one of those f moves together */
+
+ngx_int_t
+ngx_http_feed_redis_follow(ngx_http_feed_redis_followers_t *f,
+    ngx_http_feed_redis_t *rd, ngx_int_t (*pick)(ngx_http_feed_redis_t *rd),
+    void *data)
+{
+    if (f->n == NGX_HTTP_FEED_REDIS_FOLLOWERS) {
+        ngx_log_error(NGX_LOG_ALERT, rd->log, 0,
+                      "too many redis connections of one address");
+        return NGX_ERROR;
+    }
+
+    f->rd[f->n++] = rd;
+
+    rd->pick = pick;
+    rd->pick_data = data;
+
+    return NGX_OK;
+}
+
+
+/* rd gone from f: how many are left */
+
+ngx_uint_t
+ngx_http_feed_redis_unfollow(ngx_http_feed_redis_followers_t *f,
+    ngx_http_feed_redis_t *rd)
+{
+    ngx_uint_t  i;
+
+    for (i = 0; i < f->n; i++) {
+        if (f->rd[i] == rd) {
+            f->rd[i] = f->rd[--f->n];
+            break;
+        }
+    }
+
+    rd->pick = NULL;
+    rd->pick_data = NULL;
+
+    return f->n;
 }
 
 

@@ -159,6 +159,9 @@ extern ngx_uint_t  ngx_http_feed_redis_resends;
 
 char *ngx_http_feed_redis_conf(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+ngx_int_t ngx_http_feed_redis_conf_names(ngx_conf_t *cf,
+    ngx_http_feed_redis_conf_t *rcf, ngx_resolver_t *resolver,
+    ngx_msec_t timeout);
 
 ngx_http_feed_redis_t *ngx_http_feed_redis_create(ngx_cycle_t *cycle,
     ngx_http_feed_redis_conf_t *conf);
@@ -206,6 +209,8 @@ ngx_uint_t ngx_http_feed_redis_pending(ngx_http_feed_redis_t *rd);
 const char *ngx_http_feed_redis_last_error(ngx_http_feed_redis_t *rd);
 const char *ngx_http_feed_redis_run_id(ngx_http_feed_redis_t *rd);
 ngx_str_t *ngx_http_feed_redis_sentinel_primary(ngx_http_feed_redis_t *rd,
+    ngx_uint_t *moves);
+ngx_str_t *ngx_http_feed_redis_name_address(ngx_http_feed_redis_t *rd,
     ngx_uint_t *moves);
 ngx_uint_t ngx_http_feed_redis_masters(ngx_http_feed_redis_t *rd,
     ngx_uint_t *up);

@@ -13,6 +13,8 @@ static ngx_int_t ngx_http_feed_redis_parse_addr(ngx_conf_t *cf,
     ngx_http_feed_redis_conf_t *rcf, ngx_str_t *addr, in_port_t port);
 static ngx_int_t ngx_http_feed_redis_sentinel_check(ngx_conf_t *cf,
     ngx_http_feed_redis_conf_t *rcf);
+static ngx_int_t ngx_http_feed_redis_parse_name(ngx_conf_t *cf,
+    ngx_http_feed_redis_conf_t *rcf, ngx_url_t *u, ngx_str_t *addr);
 static ngx_int_t ngx_http_feed_redis_cluster_check(ngx_conf_t *cf,
     ngx_http_feed_redis_conf_t *rcf);
 static ngx_int_t ngx_http_feed_redis_parse_param(ngx_conf_t *cf,
@@ -103,6 +105,7 @@ ngx_http_feed_redis_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     rcf->host = seed[0].host;
     rcf->port = seed[0].port;
     rcf->unix_path = seed[0].unix_path;
+    rcf->name = seed[0].name;
 
     if (rcf->sentinel.len) {
         return (ngx_http_feed_redis_sentinel_check(cf, rcf) == NGX_OK)
@@ -205,8 +208,11 @@ ngx_http_feed_redis_cluster_check(ngx_conf_t *cf,
 
 
 /*
- * Names are resolved here, once: hiredis would resolve them with a
- * blocking getaddrinfo() on every reconnect, on the event loop.
+ * Names are resolved here: hiredis would resolve them with a blocking
+ * getaddrinfo() on every reconnect, on the event loop.  A name is kept
+ * too, for nginx's resolver to resolve again at run time when one is
+ * configured; one that does not resolve here is left to it (the module's
+ * conf checks that there is one, ngx_http_feed_redis_conf_names()).
  */
 
 static ngx_int_t
@@ -225,15 +231,41 @@ ngx_http_feed_redis_parse_addr(ngx_conf_t *cf,
 
     u.url = *addr;
     u.default_port = port;
+    u.no_resolve = 1;
 
-    if (ngx_parse_url(cf->pool, &u) != NGX_OK) {
+    if (ngx_parse_url(cf->pool, &u) != NGX_OK || u.uri.len) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "%s in \"feed_redis\" address \"%V\"",
                            u.err ? u.err : "invalid address", addr);
         return NGX_ERROR;
     }
 
-    if (u.naddrs == 0 || u.uri.len) {
+    if (u.naddrs == 0 && u.host.len) {
+        if (u.host.data[0] != '['
+            && ngx_inet_addr(u.host.data, u.host.len) == INADDR_NONE
+            && ngx_http_feed_redis_parse_name(cf, rcf, &u, addr) != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        if (ngx_inet_resolve_host(cf->pool, &u) != NGX_OK
+            || u.naddrs == 0)
+        {
+            if (rcf->name.len == 0) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "invalid \"feed_redis\" address \"%V\"",
+                                   addr);
+                return NGX_ERROR;
+            }
+
+            /* left to the resolver: no address until it answers */
+            rcf->addr_text = *addr;
+            rcf->port = u.port;
+            return NGX_OK;
+        }
+    }
+
+    if (u.naddrs == 0) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "invalid \"feed_redis\" address \"%V\"", addr);
         return NGX_ERROR;
@@ -267,6 +299,79 @@ ngx_http_feed_redis_parse_addr(ngx_conf_t *cf,
 
     ngx_memcpy(rcf->host, text, len);
     rcf->port = u.port;
+
+    return NGX_OK;
+}
+
+
+/* a host name, kept NUL-terminated for the log and the resolver */
+
+static ngx_int_t
+ngx_http_feed_redis_parse_name(ngx_conf_t *cf,
+    ngx_http_feed_redis_conf_t *rcf, ngx_url_t *u, ngx_str_t *addr)
+{
+    rcf->name.data = ngx_pnalloc(cf->pool, u->host.len + 1);
+    if (rcf->name.data == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(rcf->name.data, u->host.data, u->host.len);
+    rcf->name.data[u->host.len] = '\0';
+    rcf->name.len = u->host.len;
+
+    return NGX_OK;
+}
+
+
+/*
+ * At the end of the http block: a name is resolved again at run time
+ * only through the resolver of the http block; one that did not resolve
+ * when read needs one.  Names of a cluster's seeds or of sentinels are
+ * resolved once (their nodes tell addresses, not names).
+ */
+
+ngx_int_t
+ngx_http_feed_redis_conf_names(ngx_conf_t *cf,
+    ngx_http_feed_redis_conf_t *rcf, ngx_resolver_t *resolver,
+    ngx_msec_t timeout)
+{
+    ngx_uint_t                   i;
+    ngx_http_feed_redis_conf_t  *seed;
+
+    if (rcf->seeds == NULL) {
+        return NGX_OK;
+    }
+
+    if (resolver && resolver->connections.nelts == 0) {
+        resolver = NULL;
+    }
+
+    seed = rcf->seeds->elts;
+
+    for (i = 0; i < rcf->seeds->nelts; i++) {
+        if (seed[i].name.len && seed[i].host == NULL
+            && (resolver == NULL || rcf->cluster || rcf->sentinel.len))
+        {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "host not found in \"feed_redis\" address "
+                               "\"%V\"%s", &seed[i].addr_text,
+                               resolver ? "" : " (without a \"resolver\")");
+            return NGX_ERROR;
+        }
+    }
+
+    if (resolver == NULL || rcf->cluster || rcf->sentinel.len
+        || rcf->name.len == 0)
+    {
+        ngx_str_null(&rcf->name);
+        return NGX_OK;
+    }
+
+    rcf->resolver = resolver;
+
+    /* not merged yet at this point: nginx's own default is 30 s */
+    rcf->resolver_timeout = (timeout == NGX_CONF_UNSET_MSEC) ? 30000
+                                                              : timeout;
 
     return NGX_OK;
 }

@@ -26,10 +26,21 @@
 #define NGX_HTTP_FEED_REDIS_FREE         64
 
 
+/* the connections a worker made from one conf: its client, fanout, watch */
+#define NGX_HTTP_FEED_REDIS_FOLLOWERS    8
+
+
 typedef struct {
     ngx_http_feed_redis_ready_pt  handler;
     void                         *data;
 } ngx_http_feed_redis_ready_t;
+
+
+/* the connections whose address comes from the sentinels, or a name */
+typedef struct {
+    ngx_http_feed_redis_t        *rd[NGX_HTTP_FEED_REDIS_FOLLOWERS];
+    ngx_uint_t                    n;
+} ngx_http_feed_redis_followers_t;
 
 
 struct ngx_http_feed_redis_s {
@@ -94,6 +105,11 @@ struct ngx_http_feed_redis_s {
     ngx_str_t                    *addr_text;
     ngx_int_t                   (*pick)(ngx_http_feed_redis_t *rd);
     void                         *pick_data;
+
+    /* a name's follower: waits for, or got, an answer of the resolver */
+    unsigned                      resolving:1;
+    unsigned                      resolved:1;
+    unsigned                      picking:1;
 };
 
 
@@ -134,6 +150,11 @@ struct ngx_http_feed_redis_cmd_s {
 void ngx_http_feed_redis_drop(ngx_http_feed_redis_t *rd, const char *why);
 void ngx_http_feed_redis_retarget(ngx_http_feed_redis_t *rd,
     const char *why);
+ngx_int_t ngx_http_feed_redis_follow(ngx_http_feed_redis_followers_t *f,
+    ngx_http_feed_redis_t *rd, ngx_int_t (*pick)(ngx_http_feed_redis_t *rd),
+    void *data);
+ngx_uint_t ngx_http_feed_redis_unfollow(ngx_http_feed_redis_followers_t *f,
+    ngx_http_feed_redis_t *rd);
 
 /* ngx_http_feed_redis_sentinel.c */
 ngx_http_feed_redis_sentinel_t *ngx_http_feed_redis_sentinel_create(
@@ -144,6 +165,13 @@ void ngx_http_feed_redis_sentinel_unfollow(ngx_http_feed_redis_t *rd);
 void ngx_http_feed_redis_sentinel_role(ngx_http_feed_redis_t *rd,
     redisReply *reply);
 void ngx_http_feed_redis_sentinel_readonly(ngx_http_feed_redis_t *rd);
+
+/* ngx_http_feed_redis_name.c */
+ngx_http_feed_redis_name_t *ngx_http_feed_redis_name_create(
+    ngx_cycle_t *cycle, ngx_http_feed_redis_conf_t *conf);
+ngx_int_t ngx_http_feed_redis_name_follow(ngx_http_feed_redis_name_t *n,
+    ngx_http_feed_redis_t *rd);
+void ngx_http_feed_redis_name_unfollow(ngx_http_feed_redis_t *rd);
 
 /* ngx_http_feed_redis_event.c */
 ngx_int_t ngx_http_feed_redis_event_attach(ngx_http_feed_redis_t *rd,

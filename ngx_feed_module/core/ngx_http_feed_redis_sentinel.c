@@ -18,9 +18,6 @@
 /* while no primary is known, or after a READONLY: asked again this often */
 #define NGX_HTTP_FEED_SENTINEL_AGAIN      1000
 
-/* the worker's connections to the primary: its client, fanout, watch */
-#define NGX_HTTP_FEED_SENTINEL_FOLLOWERS  8
-
 #define NGX_HTTP_FEED_SENTINEL_ASK        0
 #define NGX_HTTP_FEED_SENTINEL_HEAR       1
 
@@ -61,9 +58,7 @@ struct ngx_http_feed_redis_sentinel_s {
     ngx_uint_t                       known;
     ngx_uint_t                       moves;
 
-    ngx_http_feed_redis_t           *followers[
-                                         NGX_HTTP_FEED_SENTINEL_FOLLOWERS];
-    ngx_uint_t                       nfollowers;
+    ngx_http_feed_redis_followers_t  followers;
 };
 
 
@@ -200,18 +195,8 @@ ngx_int_t
 ngx_http_feed_redis_sentinel_follow(ngx_http_feed_redis_sentinel_t *s,
     ngx_http_feed_redis_t *rd)
 {
-    if (s->nfollowers == NGX_HTTP_FEED_SENTINEL_FOLLOWERS) {
-        ngx_log_error(NGX_LOG_ALERT, s->log, 0,
-                      "too many redis connections to follow sentinels");
-        return NGX_ERROR;
-    }
-
-    s->followers[s->nfollowers++] = rd;
-
-    rd->pick = ngx_http_feed_sentinel_pick_primary;
-    rd->pick_data = s;
-
-    return NGX_OK;
+    return ngx_http_feed_redis_follow(&s->followers, rd,
+                                      ngx_http_feed_sentinel_pick_primary, s);
 }
 
 
@@ -220,7 +205,6 @@ ngx_http_feed_redis_sentinel_follow(ngx_http_feed_redis_sentinel_t *s,
 void
 ngx_http_feed_redis_sentinel_unfollow(ngx_http_feed_redis_t *rd)
 {
-    ngx_uint_t                       i;
     ngx_http_feed_redis_sentinel_t  *s;
 
     s = rd->pick_data;
@@ -229,17 +213,7 @@ ngx_http_feed_redis_sentinel_unfollow(ngx_http_feed_redis_t *rd)
         return;
     }
 
-    for (i = 0; i < s->nfollowers; i++) {
-        if (s->followers[i] == rd) {
-            s->followers[i] = s->followers[--s->nfollowers];
-            break;
-        }
-    }
-
-    rd->pick = NULL;
-    rd->pick_data = NULL;
-
-    if (s->nfollowers == 0) {
+    if (ngx_http_feed_redis_unfollow(&s->followers, rd) == 0) {
         s->conf->sentinels = NULL;
         ngx_http_feed_sentinel_destroy(s);
     }
@@ -531,8 +505,8 @@ ngx_http_feed_sentinel_told(ngx_http_feed_redis_sentinel_t *s,
 
     s->known = 1;
 
-    for (i = 0; i < s->nfollowers; i++) {
-        ngx_http_feed_redis_retarget(s->followers[i], "primary moved");
+    for (i = 0; i < s->followers.n; i++) {
+        ngx_http_feed_redis_retarget(s->followers.rd[i], "primary moved");
     }
 }
 

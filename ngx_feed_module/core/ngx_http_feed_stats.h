@@ -76,6 +76,7 @@ typedef struct {
     ngx_atomic_t                  redis_timeouts;
     ngx_atomic_t                  redis_reconnects;
     ngx_atomic_t                  redis_primary_moves;  /* per worker */
+    ngx_atomic_t                  redis_name_moves;     /* per worker */
     ngx_atomic_t                  redis_moved;
     ngx_atomic_t                  redis_asked;
     ngx_atomic_t                  redis_retried

@@ -156,6 +156,9 @@ static ngx_http_feed_metric_t  ngx_http_feed_metrics_counters[] = {
     ngx_http_feed_metric("feed_redis_primary_moves_total", "counter",
         "Moves of a worker to the new primary a sentinel told, summed "
         "over the workers.", redis_primary_moves),
+    ngx_http_feed_metric("feed_redis_name_moves_total", "counter",
+        "Moves of a worker to the new address its resolver gave the Redis "
+        "host name, summed over the workers.", redis_name_moves),
     ngx_http_feed_metric("feed_redis_moved_total", "counter",
         "Redis Cluster MOVED redirections followed.", redis_moved),
     ngx_http_feed_metric("feed_redis_asked_total", "counter",

@@ -62,8 +62,10 @@ static ngx_int_t ngx_http_feed_status_redis(ngx_http_feed_status_ctx_t *ctx,
     bson_t *doc);
 static ngx_int_t ngx_http_feed_status_mongo(ngx_http_feed_status_ctx_t *ctx,
     bson_t *doc);
-static ngx_int_t ngx_http_feed_status_sentinel(ngx_http_feed_main_conf_t *fmcf,
+static ngx_int_t ngx_http_feed_status_moving(ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_redis_t *rd, bson_t *doc);
+static ngx_int_t ngx_http_feed_status_moves(bson_t *doc, const char *key,
+    ngx_str_t *name, const char *field, ngx_str_t *at, ngx_uint_t moves);
 
 
 static const char  *ngx_http_feed_redis_states[] = {
@@ -291,7 +293,7 @@ ngx_http_feed_status_redis(ngx_http_feed_status_ctx_t *ctx, bson_t *doc)
         BSON_APPEND_INT64(&sub, "reconnects",
                           (int64_t) st->redis_reconnects);
 
-        if (ngx_http_feed_status_sentinel(fmcf, rd, &sub) != NGX_OK) {
+        if (ngx_http_feed_status_moving(fmcf, rd, &sub) != NGX_OK) {
             return NGX_ERROR;
         }
 
@@ -316,42 +318,63 @@ ngx_http_feed_status_redis(ngx_http_feed_status_ctx_t *ctx, bson_t *doc)
 
 
 /*
- * this worker's view of the sentinels: the primary they told (null while
- * none answered yet), and how often this worker moved to a new one
+ * This worker's view of where its Redis moves: with sentinel=, the primary
+ * the sentinels told (null while none answered yet); with a host name and
+ * a resolver, the address it resolved to.  And how often this worker
+ * moved to a new one.
  */
 
 static ngx_int_t
-ngx_http_feed_status_sentinel(ngx_http_feed_main_conf_t *fmcf,
+ngx_http_feed_status_moving(ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_redis_t *rd, bson_t *doc)
 {
-    bson_t      sub;
-    ngx_str_t  *primary;
-    ngx_uint_t  moves;
+    ngx_str_t   *at, *name;
+    ngx_uint_t   moves;
+    const char  *key, *field;
 
-    if (fmcf->redis.sentinel.len == 0) {
+    moves = 0;
+
+    if (fmcf->redis.sentinel.len) {
+        key = "sentinel";
+        field = "primary";
+        name = &fmcf->redis.sentinel;
+        at = ngx_http_feed_redis_sentinel_primary(rd, &moves);
+
+    } else if (fmcf->redis.resolver) {
+        key = "resolved";
+        field = "address";
+        name = &fmcf->redis.name;
+        at = ngx_http_feed_redis_name_address(rd, &moves);
+
+    } else {
         return NGX_OK;
     }
 
-    moves = 0;
-    primary = ngx_http_feed_redis_sentinel_primary(rd, &moves);
+    return ngx_http_feed_status_moves(doc, key, name, field, at, moves);
+}
 
-    if (!BSON_APPEND_DOCUMENT_BEGIN(doc, "sentinel", &sub)
-        || !bson_append_utf8(&sub, "name", -1,
-                             (const char *) fmcf->redis.sentinel.data,
-                             (int) fmcf->redis.sentinel.len))
+
+static ngx_int_t
+ngx_http_feed_status_moves(bson_t *doc, const char *key, ngx_str_t *name,
+    const char *field, ngx_str_t *at, ngx_uint_t moves)
+{
+    bson_t  sub;
+
+    if (!BSON_APPEND_DOCUMENT_BEGIN(doc, key, &sub)
+        || !bson_append_utf8(&sub, "name", -1, (const char *) name->data,
+                             (int) name->len))
     {
         return NGX_ERROR;
     }
 
-    if (primary) {
-        if (!bson_append_utf8(&sub, "primary", -1,
-                              (const char *) primary->data,
-                              (int) primary->len))
+    if (at) {
+        if (!bson_append_utf8(&sub, field, -1, (const char *) at->data,
+                              (int) at->len))
         {
             return NGX_ERROR;
         }
 
-    } else if (!BSON_APPEND_NULL(&sub, "primary")) {
+    } else if (!bson_append_null(&sub, field, -1)) {
         return NGX_ERROR;
     }
 

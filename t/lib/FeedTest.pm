@@ -191,10 +191,12 @@ sub redis {
         $self->{redis_password}, @cmd);
 }
 
+# $port: a port on 127.0.0.1, or "host:port"
 sub redis_cmd_port {
     my ($self, $port, $password, @cmd) = @_;
 
-    my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port",
+    my $peer = $port =~ /:/ ? $port : "127.0.0.1:$port";
+    my $s = IO::Socket::INET->new(PeerAddr => $peer,
         Proto => 'tcp', Timeout => 5) or die "redis connect: $!\n";
 
     my @out;
