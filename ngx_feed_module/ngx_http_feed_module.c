@@ -1400,6 +1400,19 @@ ngx_http_feed_init_process(ngx_cycle_t *cycle)
         ngx_http_feed_redis_start(fmcf->redis_client);
     }
 
+    /*
+     * A replica promoted by the sentinels has only what was replicated:
+     * the outbox forgets an entry once a replica has it
+     */
+
+    if (fmcf->redis_client && fmcf->redis.sentinel.len) {
+        fmcf->redis_barrier = ngx_http_feed_redis_barrier_create(cycle,
+                                                                &fmcf->redis);
+        if (fmcf->redis_barrier == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
     if (ngx_http_feed_fanout_init(cycle, fmcf) != NGX_OK) {
         return NGX_ERROR;
     }
@@ -1431,6 +1444,9 @@ ngx_http_feed_exit_process(ngx_cycle_t *cycle)
     ngx_http_feed_stream_users_exit();
     ngx_http_feed_timeline_watch_exit();
     ngx_http_feed_timeline_local_exit();
+
+    ngx_http_feed_redis_barrier_destroy(fmcf->redis_barrier);
+    fmcf->redis_barrier = NULL;
 
     ngx_http_feed_redis_destroy(fmcf->redis_client);
     fmcf->redis_client = NULL;

@@ -13,7 +13,10 @@
 #     and the timeline is exactly the author's posts (nothing stale);
 #   - a sentinel down: a failover through another is followed;
 #   - every sentinel down: the workers keep the last primary (posts and
-#     reads go on); the sentinels back, the next failover is followed.
+#     reads go on); the sentinels back, the next failover is followed;
+#   - a post the replica never got (stopped), the primary killed: the
+#     outbox writes its entry again on the new primary (it waited for a
+#     replica to have it: WAIT), and it reaches the timeline.
 
 use strict;
 use warnings;
@@ -116,6 +119,9 @@ is($t->http('PUT', "/users/$r/following/$a")->{status}, 204, 'follow');
 my @posts = grep { defined } map { post_ok("before $_") } 1 .. 3;
 is(scalar @posts, 3, 'three posts: 201');
 ok($t->wait_for(5, sub { in_timeline(@posts) }), 'in the timeline');
+sleep 1.5;
+unlike($t->error_log, qr/outbox: enqueueing/,
+    'the replica has them: the outbox let them go (nothing sent again)');
 
 # ------------------------------------------------- a failover by hand --
 
@@ -269,5 +275,28 @@ ok(moves() >= $moves1 + 2, 'each moved');
 ok($t->wait_for(5, sub { my $i = post_ok('the end'); push @posts, $i if $i;
     $i }), 'posts go on');
 ok($t->wait_for(5, sub { in_timeline(@posts) }), 'and are read');
+
+# ------------------------------- a write the replica never got --
+
+# The replica stopped (SIGSTOP) behind 32 MB the kernel's buffers cannot
+# hold: the primary answers a post's XADD, the replica never gets it, and
+# the primary dies.  The outbox kept the entry (its replication barrier
+# timed out): it is written again on the new primary.
+ok($sn->wait_ready(40), 'redis2 a replica again, in sync');
+$t->signal('redis2', 'STOP');
+$t->redis_cmd_port($t->port('redis'), undef, 'SET', 'filler',
+    'x' x (32 << 20));
+my $unreplicated = post_ok('never replicated');
+ok($unreplicated, 'a post while the replica is stopped: 201');
+sleep 1.2;
+my $was = $sn->primary_port;
+$t->stop_proc('redis', 'KILL');
+$t->signal('redis2', 'CONT');
+is($sn->wait_moved($was, 30), $t->port('redis2'),
+    'the primary killed, the replica promoted');
+ok($t->wait_for(15, sub { in_timeline($unreplicated) }),
+    'the post the dead primary took with it reaches the timeline');
+push @posts, $unreplicated if $unreplicated;
+ok($t->wait_for(5, sub { in_timeline(@posts) }), 'with all the others');
 
 $t->done;

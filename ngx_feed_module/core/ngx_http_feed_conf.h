@@ -206,6 +206,9 @@ typedef struct {
 
     /* runtime, per worker: created in init_process */
     ngx_http_feed_redis_t        *redis_client;
+
+    /* with sentinel=: writes waited for until a replica has them */
+    struct ngx_http_feed_redis_barrier_s  *redis_barrier;
     ngx_http_feed_mongo_t        *mongo_client;
 } ngx_http_feed_main_conf_t;
 

@@ -212,6 +212,16 @@ ngx_str_t *ngx_http_feed_redis_sentinel_primary(ngx_http_feed_redis_t *rd,
     ngx_uint_t *moves);
 ngx_str_t *ngx_http_feed_redis_name_address(ngx_http_feed_redis_t *rd,
     ngx_uint_t *moves);
+
+typedef struct ngx_http_feed_redis_barrier_s  ngx_http_feed_redis_barrier_t;
+typedef void (*ngx_http_feed_redis_barrier_pt)(void *data,
+    ngx_uint_t replicated);
+
+ngx_http_feed_redis_barrier_t *ngx_http_feed_redis_barrier_create(
+    ngx_cycle_t *cycle, ngx_http_feed_redis_conf_t *conf);
+void ngx_http_feed_redis_barrier_destroy(ngx_http_feed_redis_barrier_t *b);
+ngx_int_t ngx_http_feed_redis_barrier_wait(ngx_http_feed_redis_barrier_t *b,
+    ngx_http_feed_redis_barrier_pt handler, void *data);
 ngx_uint_t ngx_http_feed_redis_masters(ngx_http_feed_redis_t *rd,
     ngx_uint_t *up);
 ngx_uint_t ngx_http_feed_redis_nodes(ngx_http_feed_redis_t *rd);

@@ -26,8 +26,11 @@
 #define NGX_HTTP_FEED_REDIS_FREE         64
 
 
-/* the connections a worker made from one conf: its client, fanout, watch */
-#define NGX_HTTP_FEED_REDIS_FOLLOWERS    8
+/*
+ * the connections a worker makes from one conf: its client, a fanout one
+ * per partition, the watch, the replication barrier
+ */
+#define NGX_HTTP_FEED_REDIS_FOLLOWERS    (NGX_HTTP_FEED_PARTITIONS_MAX + 8)
 
 
 typedef struct {

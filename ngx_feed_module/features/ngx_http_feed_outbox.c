@@ -60,7 +60,17 @@ typedef struct {
 } ngx_http_feed_outbox_clear_t;
 
 
+/* an entry in the stream, until a replica has it */
+typedef struct {
+    ngx_http_feed_main_conf_t    *fmcf;
+    bson_oid_t                    id;
+    const char                   *kind;
+} ngx_http_feed_outbox_durable_t;
+
+
 static void ngx_http_feed_outbox_joined(void *data, redisReply *reply);
+static void ngx_http_feed_outbox_replicated(void *data,
+    ngx_uint_t replicated);
 static void ngx_http_feed_outbox_clear(ngx_http_feed_main_conf_t *fmcf,
     const bson_oid_t *id, const char *kind);
 static void ngx_http_feed_outbox_clear_run(ngx_http_feed_mongo_task_t *t,
@@ -191,18 +201,64 @@ ngx_http_feed_outbox_joined(void *data, redisReply *reply)
 }
 
 
-/* the entry is in the stream: the post no longer awaits it */
+/*
+ * The entry is in the stream: the post no longer awaits it.  With
+ * sentinels, once a replica has it too: a primary lost before would take
+ * the entry with it, and the sweeper must enqueue it again.
+ */
 
 void
 ngx_http_feed_outbox_sent(ngx_http_feed_main_conf_t *fmcf,
     const bson_oid_t *id, const char *kind)
 {
+    ngx_http_feed_outbox_durable_t  *d;
+
     ngx_log_debug1(NGX_LOG_DEBUG_CORE, ngx_cycle->log, 0,
                    "feed outbox: %s entry in the stream, dequeueing", kind);
 
-    /* if this fails, the sweeper enqueues the entry once more: harmless */
+    if (fmcf->redis_barrier == NULL) {
 
-    ngx_http_feed_outbox_clear(fmcf, id, kind);
+        /* if this fails, the sweeper enqueues the entry again: harmless */
+
+        ngx_http_feed_outbox_clear(fmcf, id, kind);
+        return;
+    }
+
+    /* out of memory: kept for the sweeper, as a write that failed */
+
+    d = ngx_alloc(sizeof(ngx_http_feed_outbox_durable_t), ngx_cycle->log);
+    if (d == NULL) {
+        return;
+    }
+
+    d->fmcf = fmcf;
+    d->kind = kind;
+    bson_oid_copy(id, &d->id);
+
+    if (ngx_http_feed_redis_barrier_wait(fmcf->redis_barrier,
+                                         ngx_http_feed_outbox_replicated, d)
+        != NGX_OK)
+    {
+        ngx_free(d);
+    }
+}
+
+
+static void
+ngx_http_feed_outbox_replicated(void *data, ngx_uint_t replicated)
+{
+    ngx_http_feed_outbox_durable_t  *d = data;
+
+    ngx_log_debug2(NGX_LOG_DEBUG_CORE, ngx_cycle->log, 0,
+                   "feed outbox: %s entry %s", d->kind,
+                   replicated ? "on a replica, dequeueing"
+                              : "not known on a replica, kept");
+
+    if (replicated && !ngx_exiting) {
+        ngx_http_feed_outbox_clear(d->fmcf, &d->id, d->kind);
+    }
+
+    ngx_free(d);
 }
 
 

@@ -129,16 +129,16 @@ sub wait_ready {
     return 0;
 }
 
-# the primary has a replica whose offset is the primary's own
+# the primary has a replica online that acknowledged its stream within
+# the last second (replicas acknowledge each second; nginx's workers
+# write each second, so the offsets are rarely equal)
 sub in_sync {
     my ($self) = @_;
     my $p = $self->primary_port or return 0;
     my $info = eval { $self->{t}->redis_cmd_port($p, undef, 'INFO',
         'replication') } // '';
-    my ($off) = $info =~ /^master_repl_offset:(\d+)/m;
-    return 0 unless defined $off;
-    return scalar grep { /state=online,offset=(\d+)/ && $1 == $off }
-        $info =~ /^slave\d+:(.*)$/mg;
+    return scalar grep { /state=online,offset=(\d+),lag=(\d+)/
+        && $1 > 0 && $2 <= 1 } $info =~ /^slave\d+:(.*)$/mg;
 }
 
 # SENTINEL FAILOVER by hand, through sentinel $s: the new primary's port.
