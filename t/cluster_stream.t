@@ -145,6 +145,13 @@ for my $u (@U) {
 }
 is(join(' ', map { $S{$_}{sse}->status } sort keys %S),
     join(' ', ('200') x keys %S), 'every stream: 200');
+
+# each master's live mark set (the watches renew it each second): before
+# it is, a delivery is not told, and the readers read instead (a loaded
+# machine took more than the second this test used to wait)
+ok($t->wait_for(10, sub { !grep {
+    !@{ $c->cmd($_, 'KEYS', 'feed:live*') || [] } } $c->masters }),
+    'the live mark on every master');
 sleep 1;
 
 sub ev_id {

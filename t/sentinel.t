@@ -16,7 +16,9 @@
 #     reads go on); the sentinels back, the next failover is followed;
 #   - a post the replica never got (stopped), the primary killed: the
 #     outbox writes its entry again on the new primary (it waited for a
-#     replica to have it: WAIT), and it reaches the timeline.
+#     replica to have it: WAIT), and it reaches the timeline; the same for
+#     an unfollow's cache side effect (its journal entry is applied
+#     again).
 
 use strict;
 use warnings;
@@ -298,5 +300,37 @@ ok($t->wait_for(15, sub { in_timeline($unreplicated) }),
     'the post the dead primary took with it reaches the timeline');
 push @posts, $unreplicated if $unreplicated;
 ok($t->wait_for(5, sub { in_timeline(@posts) }), 'with all the others');
+
+# ------------------------ an unfollow the replica never got --
+
+# The same for a cache side effect: the unfollow's change of the reader's
+# cached timeline is answered 204 by the primary, which dies before the
+# replica has it.  Its journal entry stayed (the barrier timed out): the
+# sweeper applies it again on the new primary, and a's posts go.
+$t->start_redis(args => ['--replicaof', '127.0.0.1', $t->port('redis2')]);
+ok($sn->wait_ready(40), 'redis back, a replica of redis2, in sync');
+ok(@{ tl_ids($t->get("/users/$r/timeline")) }, 'the reader\'s timeline');
+$t->signal('redis', 'STOP');
+$t->redis_cmd_port($t->port('redis2'), undef, 'SET', 'filler',
+    'x' x (32 << 20));
+is($t->http('DELETE', "/users/$r/following/$a")->{status}, 204,
+    'an unfollow while the replica is stopped: 204');
+is(scalar @{ tl_ids($t->get("/users/$r/timeline")) }, 0,
+    'read at once: none of a\'s posts');
+sleep 1.2;
+$was = $sn->primary_port;
+$t->stop_proc('redis2', 'KILL');
+$t->signal('redis', 'CONT');
+is($sn->wait_moved($was, 30), $t->port('redis'),
+    'the primary killed, the replica promoted');
+note('after the failover: ' . join(' ', map {
+    my $res = $t->get("/users/$r/timeline");
+    ($res->{headers}{'x-feed-cache'} // '-') . '/' . scalar @{ tl_ids($res) }
+    } 1 .. 3));
+ok($t->wait_for(15, sub {
+    my $res = $t->get("/users/$r/timeline");
+    $res->{status} == 200 && !@{ tl_ids($res) } }),
+    'the unfollow the dead primary took with it holds: none of a\'s posts')
+    or diag(scalar @{ tl_ids($t->get("/users/$r/timeline")) } . ' items');
 
 $t->done;

@@ -511,7 +511,8 @@ ngx_http_feed_redis_connect(ngx_http_feed_redis_t *rd)
 
         if (rc != NGX_OK) {
             /* its answer (a sentinel's, the resolver's) retargets it */
-            ngx_cpystrn((u_char *) rd->error, (u_char *) "address not known yet",
+            ngx_cpystrn((u_char *) rd->error,
+                        (u_char *) "address not known yet",
                         sizeof(rd->error));
             ngx_http_feed_redis_schedule(rd);
             return;

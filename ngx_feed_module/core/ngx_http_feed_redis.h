@@ -222,6 +222,9 @@ ngx_http_feed_redis_barrier_t *ngx_http_feed_redis_barrier_create(
 void ngx_http_feed_redis_barrier_destroy(ngx_http_feed_redis_barrier_t *b);
 ngx_int_t ngx_http_feed_redis_barrier_wait(ngx_http_feed_redis_barrier_t *b,
     ngx_http_feed_redis_barrier_pt handler, void *data);
+ngx_int_t ngx_http_feed_redis_barrier_wait_r(ngx_http_request_t *r,
+    ngx_http_feed_redis_barrier_t *b, ngx_http_feed_redis_barrier_pt handler,
+    void *data);
 ngx_uint_t ngx_http_feed_redis_masters(ngx_http_feed_redis_t *rd,
     ngx_uint_t *up);
 ngx_uint_t ngx_http_feed_redis_nodes(ngx_http_feed_redis_t *rd);

@@ -4,7 +4,8 @@
  * replicas asynchronously: a write a primary acknowledged and had not sent
  * on is lost when a replica is promoted (Sentinel).  A caller that must
  * not forget a write before a replica has it (the outbox clearing a post's
- * queue entry) waits here: on a connection of its own, the worker sends
+ * queue entry, the effects journal a write's cache side effects) waits
+ * here: on a connection of its own, the worker sends
  * INCR feed:barrier after the writes were answered, then WAIT 1 <ms> and
  * ROLE: when a replica has the INCR, it has every write before it.  One
  * round at a time, for every waiter that came before it; waiters that come
@@ -23,6 +24,9 @@ struct ngx_http_feed_barrier_waiter_s {
     ngx_http_feed_barrier_waiter_t   *next;
     ngx_http_feed_redis_barrier_pt    handler;
     void                             *data;
+
+    /* a request's: its end takes the handler away (wait_r()) */
+    ngx_pool_cleanup_t               *cleanup;
 };
 
 
@@ -40,6 +44,9 @@ struct ngx_http_feed_redis_barrier_s {
     ngx_int_t                         acked;
     ngx_int_t                         replicas;
 
+    /* the worker's exit: a request's handler is not called any more */
+    ngx_uint_t                        exiting;
+
     u_char                            wait_ms[NGX_INT_T_LEN];
     size_t                            wait_len;
 };
@@ -51,6 +58,10 @@ static void ngx_http_feed_barrier_send(ngx_http_feed_redis_barrier_t *b,
 static void ngx_http_feed_barrier_replied(void *data, redisReply *reply);
 static void ngx_http_feed_barrier_end(ngx_http_feed_redis_barrier_t *b,
     ngx_uint_t replicated);
+static void ngx_http_feed_barrier_cleanup(void *data);
+static ngx_http_feed_barrier_waiter_t *ngx_http_feed_barrier_add(
+    ngx_http_feed_redis_barrier_t *b, ngx_http_feed_redis_barrier_pt handler,
+    void *data);
 
 
 ngx_http_feed_redis_barrier_t *
@@ -96,6 +107,7 @@ ngx_http_feed_redis_barrier_destroy(ngx_http_feed_redis_barrier_t *b)
     }
 
     b->next = NULL;
+    b->exiting = 1;
     ngx_http_feed_barrier_end(b, 0);
 
     ngx_http_feed_redis_destroy(b->rd);
@@ -120,6 +132,56 @@ ngx_int_t
 ngx_http_feed_redis_barrier_wait(ngx_http_feed_redis_barrier_t *b,
     ngx_http_feed_redis_barrier_pt handler, void *data)
 {
+    if (ngx_http_feed_barrier_add(b, handler, data) == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (b->round == NULL) {
+        ngx_http_feed_barrier_round(b);
+    }
+
+    return NGX_OK;
+}
+
+
+/* the same for a request: its handler is not called once it is over */
+
+ngx_int_t
+ngx_http_feed_redis_barrier_wait_r(ngx_http_request_t *r,
+    ngx_http_feed_redis_barrier_t *b, ngx_http_feed_redis_barrier_pt handler,
+    void *data)
+{
+    ngx_pool_cleanup_t              *cln;
+    ngx_http_feed_barrier_waiter_t  *w;
+
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (cln == NULL) {
+        return NGX_ERROR;
+    }
+
+    w = ngx_http_feed_barrier_add(b, handler, data);
+    if (w == NULL) {
+        return NGX_ERROR;
+    }
+
+    w->cleanup = cln;
+    cln->handler = ngx_http_feed_barrier_cleanup;
+    cln->data = w;
+
+    if (b->round == NULL) {
+        ngx_http_feed_barrier_round(b);
+    }
+
+    return NGX_OK;
+}
+
+
+/* a waiter for the next round */
+
+static ngx_http_feed_barrier_waiter_t *
+ngx_http_feed_barrier_add(ngx_http_feed_redis_barrier_t *b,
+    ngx_http_feed_redis_barrier_pt handler, void *data)
+{
     ngx_http_feed_barrier_waiter_t  *w;
 
     w = b->free;
@@ -130,20 +192,27 @@ ngx_http_feed_redis_barrier_wait(ngx_http_feed_redis_barrier_t *b,
     } else {
         w = ngx_alloc(sizeof(ngx_http_feed_barrier_waiter_t), b->log);
         if (w == NULL) {
-            return NGX_ERROR;
+            return NULL;
         }
     }
 
     w->handler = handler;
     w->data = data;
+    w->cleanup = NULL;
     w->next = b->next;
     b->next = w;
 
-    if (b->round == NULL) {
-        ngx_http_feed_barrier_round(b);
-    }
+    return w;
+}
 
-    return NGX_OK;
+
+static void
+ngx_http_feed_barrier_cleanup(void *data)
+{
+    ngx_http_feed_barrier_waiter_t  *w = data;
+
+    w->handler = NULL;
+    w->cleanup = NULL;
 }
 
 
@@ -259,7 +328,18 @@ ngx_http_feed_barrier_end(ngx_http_feed_redis_barrier_t *b,
         w = round;
         round = w->next;
 
-        w->handler(w->data, replicated);
+        if (w->cleanup) {
+            w->cleanup->handler = NULL;
+            w->cleanup = NULL;
+
+            if (b->exiting) {
+                w->handler = NULL;
+            }
+        }
+
+        if (w->handler) {
+            w->handler(w->data, replicated);
+        }
 
         w->next = b->free;
         b->free = w;

@@ -54,6 +54,8 @@ static ngx_http_feed_effects_end_t *ngx_http_feed_effects_end_make(
 static void ngx_http_feed_effects_end_run(ngx_http_feed_mongo_task_t *t,
     mongoc_client_t *client);
 static void ngx_http_feed_effects_cleared(ngx_http_feed_mongo_task_t *t);
+static void ngx_http_feed_effects_replicated(void *data,
+    ngx_uint_t replicated);
 
 
 void
@@ -344,6 +346,7 @@ ngx_http_feed_effects_apply(ngx_http_feed_effects_t *fx,
     fx->done = done;
     fx->waiting = 0;
     fx->failed = 0;
+    fx->replicated = 0;
 
     for (i = 0; i < fx->n; i++) {
         filter = (fx->users[i].earlier || fx->filter[i].author == NULL)
@@ -460,6 +463,36 @@ ngx_http_feed_effects_replied(void *data, redisReply *reply)
 
 
 /*
+ * Not known on a replica: the entries stay, and the sweeper applies the
+ * effects again once their lease ends (on the new primary, if this one is
+ * lost meanwhile).  The answer is the same: Redis has them now.
+ */
+
+static void
+ngx_http_feed_effects_replicated(void *data, ngx_uint_t replicated)
+{
+    ngx_http_feed_effects_t  *fx = data;
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, fx->request->connection->log, 0,
+                   "feed effects %s", replicated ? "on a replica"
+                                     : "not known on a replica, kept");
+
+    if (replicated) {
+        fx->replicated = 1;
+
+        if (ngx_http_feed_effects_end(fx) != NGX_OK) {
+            return;
+        }
+
+    } else {
+        ngx_http_feed_stat(effects_applied, 1);
+    }
+
+    fx->done(fx);
+}
+
+
+/*
  * The entries go once their effects are applied, before the answer: the
  * next write of the same users must not take them for an earlier try's
  * (it would drop a timeline its filter change could have kept).  If the
@@ -471,6 +504,7 @@ ngx_http_feed_effects_replied(void *data, redisReply *reply)
 static ngx_int_t
 ngx_http_feed_effects_end(ngx_http_feed_effects_t *fx)
 {
+    ngx_int_t                     rc;
     ngx_uint_t                    i;
     ngx_http_feed_mongo_task_t   *t;
     ngx_http_feed_effects_end_t  *end;
@@ -505,6 +539,20 @@ ngx_http_feed_effects_end(ngx_http_feed_effects_t *fx)
         (void) ngx_http_feed_mongo_post_bg(t);
 
         return NGX_OK;
+    }
+
+    /*
+     * With sentinels, the entries go once a replica has the effects too:
+     * a primary lost before takes them along, and the sweeper applies
+     * them again where the sentinels moved
+     */
+
+    if (fx->fmcf->redis_barrier && !fx->replicated) {
+        rc = ngx_http_feed_redis_barrier_wait_r(fx->request,
+                 fx->fmcf->redis_barrier, ngx_http_feed_effects_replicated,
+                 fx);
+
+        return (rc == NGX_OK) ? NGX_DONE : NGX_OK;
     }
 
     ngx_http_feed_stat(effects_applied, 1);

@@ -65,6 +65,7 @@ struct ngx_http_feed_effects_s {
     ngx_http_feed_main_conf_t      *fmcf;
     ngx_uint_t                      waiting;
     ngx_uint_t                      failed;
+    ngx_uint_t                      replicated;  /* with sentinel= */
     ngx_http_feed_effects_done_pt   done;
 };
 

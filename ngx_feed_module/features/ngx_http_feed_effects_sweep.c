@@ -66,6 +66,8 @@ static void ngx_http_feed_effects_sweep_claimed(void *data,
     ngx_http_feed_effect_due_t *due);
 static void ngx_http_feed_effects_sweep_done(ngx_http_feed_mongo_task_t *t);
 static void ngx_http_feed_effects_sweep_sent(void *data, redisReply *reply);
+static void ngx_http_feed_effects_sweep_kept(void *data,
+    ngx_uint_t replicated);
 static void ngx_http_feed_effects_sweep_end(
     ngx_http_feed_effects_sweeper_t *s);
 static void ngx_http_feed_effects_sweep_clear(
@@ -332,10 +334,37 @@ ngx_http_feed_effects_sweep_sent(void *data, redisReply *reply)
 }
 
 
+/*
+ * With sentinels, the entries go once a replica has what was applied: a
+ * primary lost before takes it along (ngx_http_feed_effects.c)
+ */
+
 static void
 ngx_http_feed_effects_sweep_end(ngx_http_feed_effects_sweeper_t *s)
 {
-    ngx_http_feed_effects_sweep_clear(s);
+    if (s->nitems && s->fmcf->redis_barrier
+        && ngx_http_feed_redis_barrier_wait(s->fmcf->redis_barrier,
+                                            ngx_http_feed_effects_sweep_kept,
+                                            s)
+           == NGX_OK)
+    {
+        return;
+    }
+
+    ngx_http_feed_effects_sweep_kept(s, 1);
+}
+
+
+/* not known on a replica: the entries stay, applied again at their time */
+
+static void
+ngx_http_feed_effects_sweep_kept(void *data, ngx_uint_t replicated)
+{
+    ngx_http_feed_effects_sweeper_t  *s = data;
+
+    if (replicated) {
+        ngx_http_feed_effects_sweep_clear(s);
+    }
 
     ngx_http_feed_effects_sweep_rearm(s, s->nitems
                                          ? NGX_HTTP_FEED_EFFECTS_SWEEP_AGAIN
