@@ -26,7 +26,7 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 use FeedTest;
 use FeedTest::Util qw(short statuses tl_ids follow_each read_each
-    none_failed post read_state_is);
+    none_failed post read_state_is parallel);
 use FeedCluster;
 
 my $t = FeedTest->new;
@@ -104,5 +104,13 @@ for my $m (sort keys %$per) {
     my ($f) = grep { $node->{$_} eq $m } @F;
     read_state_is($t, $f, \@ids, "read state of $f, on $m");
 }
+
+# this host is not rate-limited (geo): a burst of writes past the
+# burst of 20, none refused
+my @burst = parallel($t, 30,
+    map { ['PUT', "/users/burst$_/following/cauthor"] } 1 .. 60);
+is(scalar(grep { $_->{status} == 429 } @burst), 0,
+    'loopback: 60 follows at once, none answered 429')
+    or diag(join ' ', map { $_->{status} } @burst);
 
 $t->done;

@@ -32,7 +32,8 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
 use FeedTest;
-use FeedTest::Util qw(short tag tl_ids tl_walk summary post read_state_is);
+use FeedTest::Util qw(short tag tl_ids tl_walk summary post read_state_is
+    parallel);
 
 my $t = FeedTest->new;
 my $APP_LOG = $t->dir . '/app.out';
@@ -178,5 +179,13 @@ $r = $t->get('/users/reader/timeline?limit=3');
 like("$r->{status} " . ($r->{headers}{'x-feed-cache'} // ''),
     qr/^200 (?:HIT|LOCAL)\z/, 'a hit answered all the same')
     or diag(short($r));
+
+# this host is not rate-limited (geo): a burst of writes past the
+# burst of 20, none refused
+my @burst = parallel($t, 30,
+    map { ['PUT', "/users/burst$_/following/fauthor"] } 1 .. 60);
+is(scalar(grep { $_->{status} == 429 } @burst), 0,
+    'loopback: 60 follows at once, none answered 429')
+    or diag(join ' ', map { $_->{status} } @burst);
 
 $t->done;
