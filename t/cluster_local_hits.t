@@ -605,7 +605,7 @@ $c->cmd($deaf, 'CONFIG', 'RESETSTAT');
 sleep 2;
 my ($calls, $rejected) = ($c->cmd($deaf, 'INFO', 'commandstats') // '')
     =~ /cmdstat_client\|tracking:calls=(\d+),.*?rejected_calls=(\d+)/;
-my $tries = ($calls // 0) + ($rejected // 0);
+$tries = ($calls // 0) + ($rejected // 0);
 ok($tries > 0 && $tries <= 40, "refused: CLIENT TRACKING asked again "
     . "about once a second per worker ($tries in 2 s)");
 

@@ -213,12 +213,28 @@ sub told {
     return $m =~ /^feed_stream_told_total (\d+)/m ? $1 : 0;
 }
 
+# The told path at work before it is checked: the turn above made celeb a
+# pull author, so a reader may have to wait for a read of its timeline
+# (poll() reads on reset) before it is told again; a loaded machine took
+# longer than the second waited above (0 told in 3 of 4 full runs)
+my $warm;
+for my $i (1 .. 10) {
+    my $t0 = told();
+    my $w = post($t, 'a', "warm $i");
+    wait_all(5, $w);
+    push @posts, $w;
+    $warm = $i, last if told() - $t0 >= @U;
+    sleep 0.5;
+}
+ok($warm, 'posts told on every master after ' . ($warm // 10)
+    . ' warm-up posts');
+
 my $start = time;
 my $told = told();
 my @live = map { post($t, 'a', "live $_") } 1 .. 3;
 my $at = wait_all(5, $live[-1]);
 for my $k (sort keys %S) {
-    is(join(' ', updates($k)), "@live", "$k ($S{$k}{user}, on "
+    is(join(' ', updates($k, $start)), "@live", "$k ($S{$k}{user}, on "
         . "$node->{ $S{$k}{user} }): the three posts, in order, once")
         or diag(brief(@{ $S{$k}{events} }));
 }
