@@ -90,15 +90,6 @@ sub primary_port {
     return undef;
 }
 
-# which of redis and redis2 is on a port
-sub name_of_port {
-    my ($self, $port) = @_;
-    for my $n (qw(redis redis2)) {
-        return $n if $self->{t}->port($n) == ($port // -1);
-    }
-    return undef;
-}
-
 # every sentinel knows a replica that is connected and in sync and the
 # two other sentinels, and a failover could be authorized; the replica
 # has every write of the primary (a failover of a replica still loading
