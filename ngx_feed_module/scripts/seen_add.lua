@@ -68,13 +68,20 @@ end
 -- seen from then on as long as that generation lives) is not taken
 -- again; past a rotation within the call, the new generation takes all
 -- the rest: an id tested against the older one would live a generation
--- less than it should
+-- less than it should.  A generation full when the call begins is not
+-- asked at all, for the same reason: the first id starts the next one,
+-- and an id it seemed to hold would go with it at the rotation after.
 local m, k, h = gen_size(g)
-local has = seen_bits(key_seen_bits(g, user), ids, m, k, 'GET', h)
+local has = {}
+if n < cap then
+  has = seen_bits(key_seen_bits(g, user), ids, m, k, 'GET', h)
+end
 local add, rotated = {}, false
 for i = 1, #ids do
   if rotated or not has[i] then
-    if n == cap then
+    -- at or past capacity: feed_seen_capacity may have been lowered
+    -- since this generation began
+    if n >= cap then
       seen_bits(key_seen_bits(g, user), add, m, k, 'SET', h)
       add, g, n, rotated = {}, 1 - g, 0, true
       start(g)
