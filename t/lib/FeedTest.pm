@@ -356,7 +356,10 @@ from bson import json_util
 from pymongo import MongoClient
 uri, coll, flt = sys.argv[1], sys.argv[2], sys.argv[3]
 db = MongoClient(uri, serverSelectionTimeoutMS=5000).get_default_database('feed')
-print(json_util.dumps(list(db[coll].find(json_util.loads(flt)))))
+try:
+    print(json_util.dumps(list(db[coll].find(json_util.loads(flt)))))
+except Exception as e:
+    sys.exit('mongo_find: %s' % e)
 PY
 
     open(my $fh, '-|', $PYTHON, '-c', $py, $self->mongo_uri, $coll,
