@@ -262,6 +262,12 @@ ok($s->comments - $c0 >= 1, 'but heartbeats')
 
 # ----------------------------------------------------------- resume --
 
+# the point: a post made after the blocks above (reconnecting at a point
+# before them is told reset, changed: t/stream_resume.t)
+sleep 0.2;
+my $p1 = post('bob', 'before the client goes away');
+@e = events($s, 1);
+is($e[0]{id} // '', $p1, 'a post before the client goes away');
 my $last = $s->last_id;
 $s->close;
 $s2->close;
@@ -292,10 +298,17 @@ is(join(' ', map { $_->{id} } @e), "$missed[2] $p2",
 $s->close;
 
 my @all = map { $_->{id} } items('ann', 100);
-$s = stream('ann', 'Last-Event-ID' => '000000000000000000000001');
+$s = stream('ann', query => '?since_id=000000000000000000000001');
 @e = events($s, scalar @all);
 is(join(' ', map { $_->{id} } @e), join(' ', reverse @all),
     'a point older than all: the whole timeline, the list holding it all');
+$s->close;
+
+# the same as a Last-Event-ID: the list changed since (the blocks)
+$s = stream('ann', 'Last-Event-ID' => '000000000000000000000001');
+@e = events($s, 1);
+is($e[0] ? "$e[0]{event} $e[0]{data}" : '', 'reset {"reason":"changed"}',
+    'a reconnect at a point older than all: reset, changed');
 $s->close;
 
 my @more = map { post('bob', "more $_") } 1 .. 40;

@@ -87,7 +87,7 @@ sub items { @{ $t->get("/users/$_[0]/timeline?limit=$_[1]")->{json}{items}
     || [] } }
 sub newest_is {
     my ($u, $id) = @_;
-    return $t->wait_for(5, sub { ((items($u, 5))[0] // {})->{id} // ''
+    return $t->wait_for(5, sub { (((items($u, 5))[0] // {})->{id} // '')
         eq $id });
 }
 

@@ -441,7 +441,16 @@ for my $k (sort grep { $S{$_}{reader} ne 'r3' } keys %S) {
 }
 reads_right('after the unmute', 'r3');
 
-# a stream of node A closed, resumed on node B with its Last-Event-ID
+# a stream of node A closed, resumed on node B with its Last-Event-ID:
+# first a post it gets a while after the changes above (a reconnect at a
+# point before them is told reset, t/stream_resume.t)
+sleep 0.2;
+my $pre = mypost($A, 'a1', 'a1 before r2 goes away');
+push @made, $pre;
+$got = collect(5, sub { my ($k, $ev) = @_;
+    $k ne 'A:r2' || grep { $_ eq $pre } update_ids($ev) });
+ok(grep({ $_ eq $pre } update_ids($got->{'A:r2'})),
+    'A:r2 got a post before going away');
 my $leid = $S{'A:r2'}{sse}->last_id;
 ok($leid, "A:r2's Last-Event-ID: $leid");
 $S{'A:r2'}{sse}->close;

@@ -69,7 +69,7 @@ sub ids { return map { $_->{id} } @{ $_[0]{json}{items} || [] } }
 is($t->http('PUT', '/users/ann/following/bob')->{status}, 204, 'follow');
 my $p0 = post('bob', 'first');
 ok($t->wait_for(5, sub {
-    (ids($t->get('/users/ann/timeline')))[0] // '' eq $p0 }),
+    ((ids($t->get('/users/ann/timeline')))[0] // '') eq $p0 }),
     'in ann\'s timeline');
 
 # ------------------------------------------------------- at once --

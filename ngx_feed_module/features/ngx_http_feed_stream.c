@@ -172,6 +172,7 @@ ngx_http_feed_stream_args(ngx_http_request_t *r, void *data,
 
         ngx_memcpy(s->since, h->value.data, 24);
         s->since[24] = '\0';
+        s->reconnect = 1;
     }
 
     return NGX_OK;

@@ -97,6 +97,7 @@ typedef struct {
     unsigned                      chunked:1;  /* framed by the stream */
     unsigned                      closing:1;  /* its last bytes going */
     unsigned                      writing:1;  /* in stub_status writing */
+    unsigned                      reconnect:1; /* since is a Last-Event-ID */
 } ngx_http_feed_stream_t;
 
 

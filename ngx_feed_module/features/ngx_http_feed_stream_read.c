@@ -18,6 +18,12 @@
  */
 #define NGX_HTTP_FEED_STREAM_POOL  2048
 
+/*
+ * ms the clocks of two nodes may differ by (NTP keeps a LAN's within a
+ * few): a change that close before a resume point counts as after it
+ */
+#define NGX_HTTP_FEED_STREAM_SKEW  100
+
 
 /* an entry of a backlog: its id and JSON */
 typedef struct {
@@ -42,6 +48,8 @@ static ngx_int_t ngx_http_feed_stream_entry_cmp(const void *one,
     const void *two);
 static void ngx_http_feed_stream_user_resume(ngx_http_feed_stream_user_t *su,
     ngx_http_feed_stream_t *s);
+static ngx_uint_t ngx_http_feed_stream_changed(ngx_str_t *version,
+    char *since);
 static void ngx_http_feed_stream_user_keep(ngx_http_feed_stream_user_t *su);
 static void ngx_http_feed_stream_user_done(ngx_http_feed_stream_user_t *su);
 
@@ -504,6 +512,15 @@ ngx_http_feed_stream_user_resume(ngx_http_feed_stream_user_t *su,
         return;
     }
 
+    if (s->reconnect
+        && (ngx_http_feed_stream_changed(&c->version, s->since)
+            || (p->version.len
+                && ngx_http_feed_stream_changed(&p->version, s->since))))
+    {
+        ngx_http_feed_stream_reset(s, "changed");
+        return;
+    }
+
     n = 0;
 
     for (i = 0; i < c->nitems; i++) {
@@ -540,6 +557,56 @@ ngx_http_feed_stream_user_resume(ngx_http_feed_stream_user_t *su,
     for (i = 0; i < n && !s->ended; i++) {
         ngx_http_feed_stream_update(s, entries[i].id, entries[i].json);
     }
+}
+
+
+/*
+ * A client back with its Last-Event-ID (an EventSource reconnecting): the
+ * list changed otherwise than by a newer post (a delete, a hidden post, a
+ * filter, a rebuild) after the post of its point was made, or maybe did
+ * (within a clock's skew of it), and whether the client was there to be
+ * sent the change cannot be told: it reads again.  A change before the
+ * post was made came before the client had it.  A post delivered after a
+ * newer one keeps the time of the change before it (scripts/lib/
+ * changed.lua): newer than the point, it is sent with the backlog.  (A
+ * since_id is what a read gave the client, as of that read: it resumes
+ * as a since_id read does, or a client that muted someone after its
+ * newest post would be told to read again at every stream it opens.)
+ * The post's time is its id's: seconds, then milliseconds in the next 10
+ * bits of the module's ids (ngx_http_feed_post_oid); an id made elsewhere
+ * has other bits there, taken for milliseconds only below 1000.
+ */
+
+static ngx_uint_t
+ngx_http_feed_stream_changed(ngx_str_t *version, char *since)
+{
+    int64_t    ms, at;
+    ngx_int_t  sec, sub;
+
+    if (ngx_http_feed_timeline_cache_version_time(version, &ms) != NGX_OK) {
+        /*
+         * a version of the form before times, last changed before this
+         * version of the module ran: a reset at each reconnect until it
+         * changes (every client at once after a reload) would cost more
+         * than the changes made before the upgrade it might miss
+         */
+        return 0;
+    }
+
+    sec = ngx_hextoi((u_char *) since, 8);
+    sub = ngx_hextoi((u_char *) since + 8, 3);
+
+    if (sec == NGX_ERROR || sub == NGX_ERROR) {
+        return 1;
+    }
+
+    /* the 12 bits after the seconds: 10 of milliseconds, 2 of sequence */
+
+    sub >>= 2;
+
+    at = (int64_t) sec * 1000 + (sub < 1000 ? sub : 0);
+
+    return ms + NGX_HTTP_FEED_STREAM_SKEW >= at;
 }
 
 

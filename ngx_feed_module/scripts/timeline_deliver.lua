@@ -129,7 +129,7 @@ for i = 12, #ARGV do
       n = n + 1
       if live then told[n] = user end
     elseif hid ~= id and insert(tl, entry, cap) == 1 then
-      changed(key_timeline_nonce(user), ARGV[4], ARGV[5])
+      changed(key_timeline_nonce(user), ARGV[4], ARGV[5], true)
       n = n + 1
       if live then told[n] = user end
     end

@@ -2387,19 +2387,72 @@ ngx_http_feed_timeline_pull_copy(ngx_http_feed_main_conf_t *fmcf,
 
 /*
  * A version no other change of any list ever had, on any node: 64 random
- * bits drawn once per worker, and a count.
+ * bits drawn once per worker, and a count; then the time it is made, in
+ * milliseconds of the wall clock, which says when a list last changed
+ * otherwise than by a newer post (a stream that resumes needs to know).
  */
 
 u_char *
 ngx_http_feed_timeline_cache_nonce(u_char *buf)
 {
+    uint64_t         ms;
+    ngx_time_t      *tp;
     static uint64_t  seed, n;
 
     while (seed == 0) {
         ngx_http_feed_random((u_char *) &seed, sizeof(seed));
     }
 
-    return ngx_sprintf(buf, "%xL-%uL", seed, ++n);
+    tp = ngx_timeofday();
+    ms = (uint64_t) tp->sec * 1000 + tp->msec;
+
+    return ngx_sprintf(buf, "%xL-%uL-%uL", seed, ++n, ms);
+}
+
+
+/*
+ * The time a list's version was made, "[run/]seed-count-ms[PN]", or that
+ * of the list a kept page was made from, "version:head:token":
+ * NGX_DECLINED for a version made before versions said it, or none
+ */
+
+ngx_int_t
+ngx_http_feed_timeline_cache_version_time(ngx_str_t *version, int64_t *ms)
+{
+    u_char  *p, *last, *q;
+
+    p = version->data;
+    last = ngx_strlchr(p, p + version->len, ':');
+
+    if (last == NULL) {
+        last = p + version->len;
+    }
+
+    if (last > p && (last[-1] == 'P' || last[-1] == 'N')) {
+        last--;
+    }
+
+    for (q = last; q > p && q[-1] >= '0' && q[-1] <= '9'; q--) {
+        /* void */
+    }
+
+    if (q == last || q - p < 4 || q[-1] != '-') {
+        return NGX_DECLINED;
+    }
+
+    /* the count before it, and its dash: the older form has one dash */
+
+    for (p = q - 1; p > version->data && p[-1] >= '0' && p[-1] <= '9'; p--) {
+        /* void */
+    }
+
+    if (p == q - 1 || p == version->data || p[-1] != '-') {
+        return NGX_DECLINED;
+    }
+
+    *ms = ngx_atoof(q, last - q);
+
+    return *ms == NGX_ERROR ? NGX_DECLINED : NGX_OK;
 }
 
 

@@ -214,6 +214,8 @@ void ngx_http_feed_timeline_cache_removed(ngx_http_feed_main_conf_t *fmcf,
     const char *id);
 
 u_char *ngx_http_feed_timeline_cache_nonce(u_char *buf);
+ngx_int_t ngx_http_feed_timeline_cache_version_time(ngx_str_t *version,
+    int64_t *ms);
 size_t ngx_http_feed_timeline_cache_user_key(char *buf, const char *prefix,
     ngx_http_feed_user_t *user);
 
