@@ -265,9 +265,9 @@ ok($s->comments - $c0 >= 1, 'but heartbeats')
 # the point: a post made after the blocks above (reconnecting at a point
 # before them is told reset, changed: t/stream_resume.t)
 sleep 0.2;
-my $p1 = post('bob', 'before the client goes away');
+my $pre = post('bob', 'before the client goes away');
 @e = events($s, 1);
-is($e[0]{id} // '', $p1, 'a post before the client goes away');
+is($e[0]{id} // '', $pre, 'a post before the client goes away');
 my $last = $s->last_id;
 $s->close;
 $s2->close;

@@ -203,6 +203,50 @@ my $b9 = post($t, 'bob', 'bob 9');
 is(brief(@e), "update $b9", 'then live');
 $s->close;
 
+# a burst past what a reader is told (8) and past its window (20): 25
+# entries come between two of its reads (written here straight into the
+# list, as the fanout writes them, then the version moved, so that the
+# reader reads): the stream catches up from what it was sent last, as a
+# resume does, and is sent all 25, oldest first; before, it was sent the
+# newest 20, the others lost without a word (t/stream_faults.t's normal
+# stream, 60 posts in a burst, missed some); 120, past what a resume
+# sends (100): reset (gap)
+{
+    my $s = stream('gus');
+    sleep 0.5;
+    my $b = post($t, 'bob', 'before the burst');
+    is(brief(events($s, 1, 5)), "update $b", 'burst: the stream live');
+    my $head = $t->redis('LINDEX', 'feed:tl:{gus}', 0) // '';
+    is($head, $b, 'burst: a list entry is the post id (link mode)');
+    # ids of the second of the post $after, after it (its 12 bits after
+    # the seconds are milliseconds, below 0xfa0), before the posts of the
+    # next seconds
+    my $burst = sub {
+        my ($after, $from, $n) = @_;
+        my $sec = hex(substr($after, 0, 8));
+        my @ids = map { sprintf('%08xfff%013x', $sec, $_) }
+            $from .. $from + $n - 1;
+        for my $id (@ids) {
+            $t->redis('SET', "feed:p:$id", qq({ "id" : "$id", "author" : )
+                . qq("bob", "body" : "burst", "ts" : ${sec}999 }), 'EX',
+                600);
+            $t->redis('LPUSH', 'feed:tl:{gus}', $id);
+        }
+        $t->redis('SET', 'feed:tln:{gus}', "b0057-$from-0N", 'EX', 600);
+        return @ids;
+    };
+    my @ids = $burst->($b, 1, 25);
+    is(brief(events($s, 25, 5)), join(', ', map { "update $_" } @ids),
+        'burst: 25 entries between two reads: all sent, oldest first');
+    sleep 1;
+    my $b2 = post($t, 'bob', 'after the burst');
+    is(brief(events($s, 1, 5)), "update $b2", 'burst: then live');
+    $burst->($b2, 100, 120);
+    is(brief(events($s, 1, 3)), 'reset {"reason":"gap"}',
+        'burst: 120 entries between two reads: reset, gap');
+    $s->close;
+}
+
 # a post delivered after a newer one (the fanout's batches land in any
 # order) moves the version, and keeps its time: newer than a resume
 # point, it is sent with the others, no reset; scripts/lib/changed.lua

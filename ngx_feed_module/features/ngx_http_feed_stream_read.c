@@ -386,7 +386,7 @@ ngx_http_feed_stream_user_diff(ngx_http_feed_stream_user_t *su)
 {
     u_char                  *ids, *id, *floor,
                             *gone[NGX_HTTP_FEED_STREAM_WINDOW];
-    ngx_uint_t               i, j, n, ngone, ncome,
+    ngx_uint_t               i, j, n, ngone, ncome, gap,
                              come[NGX_HTTP_FEED_STREAM_WINDOW];
     ngx_queue_t             *q, *next;
     ngx_http_feed_stream_t  *s;
@@ -426,9 +426,19 @@ ngx_http_feed_stream_user_diff(ngx_http_feed_stream_user_t *su)
         gone[ngone++] = id;
     }
 
-    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
-                   "feed stream: \"%s\" read, %ui come, %ui gone",
-                   su->user.data, ncome, ngone);
+    /*
+     * Every entry of the window came since the last read, and the list
+     * goes on below it: more may have come than the window shows (a
+     * burst past what a reader is told, NGX_HTTP_FEED_STREAM_TOLD), and
+     * those would be lost without a word; the streams catch up instead
+     */
+
+    gap = su->ready && n && ncome == n && p->more && su->nids
+          && ngx_memcmp(su->ids, floor, 24) < 0;
+
+    ngx_log_debug4(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "feed stream: \"%s\" read, %ui come, %ui gone, gap %ui",
+                   su->user.data, ncome, ngone, gap);
 
     for (q = ngx_queue_head(&su->streams);
          q != ngx_queue_sentinel(&su->streams);
@@ -446,6 +456,25 @@ ngx_http_feed_stream_user_diff(ngx_http_feed_stream_user_t *su)
 
             ngx_http_feed_stream_user_resume(su, s);
             ngx_http_feed_stream_opened(s);
+            continue;
+        }
+
+        if (gap) {
+            if (s->since[0] == '\0') {
+                ngx_http_feed_stream_reset(s, "gap");
+                continue;
+            }
+
+            /*
+             * it catches up as a stream that resumes at what it was sent
+             * last: a since_id read at the next round, then live again
+             */
+
+            ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                           "feed stream: \"%s\" catches up", su->user.data);
+
+            s->live = 0;
+            su->again = 1;
             continue;
         }
 
@@ -488,7 +517,7 @@ ngx_http_feed_stream_user_resume(ngx_http_feed_stream_user_t *su,
     ngx_http_feed_stream_t *s)
 {
     u_char                          *id;
-    ngx_uint_t                       i, n;
+    ngx_uint_t                       i, n, reconnect;
     ngx_http_feed_cached_t          *c, *p = su->page;
     ngx_http_feed_stream_entry_t     entries[NGX_HTTP_FEED_STREAM_BACKLOG
                                              + NGX_HTTP_FEED_STREAM_WINDOW];
@@ -497,6 +526,11 @@ ngx_http_feed_stream_user_resume(ngx_http_feed_stream_user_t *su,
     b = s->backlog;
     s->backlog = NULL;
     s->live = 1;
+
+    /* a stream catching up later was here all along (the gap of a diff) */
+
+    reconnect = s->reconnect;
+    s->reconnect = 0;
 
     if (!s->since[0]) {
         return;
@@ -512,7 +546,7 @@ ngx_http_feed_stream_user_resume(ngx_http_feed_stream_user_t *su,
         return;
     }
 
-    if (s->reconnect
+    if (reconnect
         && (ngx_http_feed_stream_changed(&c->version, s->since)
             || (p->version.len
                 && ngx_http_feed_stream_changed(&p->version, s->since))))
