@@ -172,6 +172,7 @@ sub st_post_fanout {
     my $w0 = st_worker($t);
     my $d0 = $w0->{fanout}{deliveries} // 0;
     my ($r0, $c0) = (st_redis($t), st_cpu($w0->{pid}));
+    my $k0 = st_clients_cpu($t);
     my $id = st_post($t, $body);
     my $t201 = time;
     my $n = $t->{st_n};
@@ -182,18 +183,59 @@ sub st_post_fanout {
     my $fs = st_worker($t)->{fanout};
     my $ms = $fs->{last_post_ms} || 1;
     my ($r1, $c1) = (st_redis($t), st_cpu($w0->{pid}));
-    st_note(sprintf('%s: %d ms, redis %.1f ms, worker %.1f ms', $body, $ms,
-        ($r1->{cpu} - $r0->{cpu}) * 1000, ($c1 - $c0) * 1000));
+    st_note(sprintf('%s: %d ms, redis %.1f ms, worker %.1f ms, clients '
+        . '%.1f ms', $body, $ms, ($r1->{cpu} - $r0->{cpu}) * 1000,
+        ($c1 - $c0) * 1000, (st_clients_cpu($t) - $k0) * 1000));
+    st_note('  ' . join(' ', map { sprintf('%s %d/%dus', $_,
+        $r1->{cmd}{$_}[0] - ($r0->{cmd}{$_}[0] // 0),
+        $r1->{cmd}{$_}[1] - ($r0->{cmd}{$_}[1] // 0)) }
+        grep { $r1->{cmd}{$_}[0] != ($r0->{cmd}{$_}[0] // 0) }
+        sort keys %{ $r1->{cmd} })) if $ENV{FEED_BENCH_DEBUG};
     return { id => $id, t201 => $t201,
              rate => ($fs->{last_post_deliveries} // 0) / ($ms / 1000) };
 }
 
-# a process's CPU seconds so far
+# FEED_BENCH_PERF=<dir>: the worker's profile during a post, in
+# <dir>/perf-<round>.<post>
+# (perf report -i <that file>)
+sub st_perf {
+    my ($pid, $post) = @_;
+    return undef unless $ENV{FEED_BENCH_PERF};
+    my $file = "$ENV{FEED_BENCH_PERF}/perf-$post";
+    my $p = fork() // return undef;
+    if ($p == 0) {
+        open STDOUT, '>', '/dev/null';
+        open STDERR, '>', '/dev/null';
+        { exec('perf', 'record', '-g', '-F', '20000', '-o', $file,
+               '-p', $pid) }
+        POSIX::_exit(1);
+    }
+    sleep 0.5;
+    return $p;
+}
+
+sub st_perf_end {
+    my ($p) = @_;
+    return unless $p;
+    kill 'INT', $p;
+    waitpid($p, 0);
+}
+
+# the stream clients' CPU seconds so far
+sub st_clients_cpu {
+    my ($t) = @_;
+    my $c = 0;
+    $c += st_cpu($_->{pid}) for @{ $t->{st_clients} || [] };
+    return $c;
+}
+
+# a process's CPU seconds so far (the scheduler's nanoseconds: /proc's
+# stat counts in ticks of 10 ms)
 sub st_cpu {
     my ($pid) = @_;
-    open my $fh, '<', "/proc/$pid/stat" or return 0;
-    my @f = split ' ', (<$fh> =~ s/^.*\) //r);
-    return ($f[11] + $f[12]) / POSIX::sysconf(POSIX::_SC_CLK_TCK());
+    open my $fh, '<', "/proc/$pid/schedstat" or return 0;
+    my ($ns) = split ' ', <$fh> // '';
+    return ($ns // 0) / 1e9;
 }
 
 sub st_visible {
@@ -231,9 +273,13 @@ sub st_redis {
     my ($t) = @_;
     my $s = $t->redis('INFO', 'cpu', 'commandstats');
     my ($e) = $s =~ /^cmdstat_evalsha:calls=(\d+)/m;
+    my %cmd = map { $_->[0] => [$_->[1], $_->[2]] }
+        map { [/^cmdstat_(\S+?):calls=(\d+),usec=(\d+)/] }
+        grep { /^cmdstat_/ } split /\r?\n/, $s;
     my ($u) = $s =~ /^used_cpu_user:([\d.]+)/m;
     my ($y) = $s =~ /^used_cpu_sys:([\d.]+)/m;
-    return { evalsha => $e // 0, cpu => ($u // 0) + ($y // 0) };
+    return { evalsha => $e // 0, cpu => ($u // 0) + ($y // 0),
+             cmd => \%cmd };
 }
 
 sub st_pct {
@@ -251,7 +297,11 @@ sub bench_stream {
     # every follower's timeline cached (the fanout only delivers to them)
     # as a rebuild leaves it: the list (here its end alone), its version
     # (a nonce, "N": no pull author) and its filters (none), 20 posts each
-    # once star posted; and a reader's first page a LOCAL hit
+    # once star posted; and a reader's first page a LOCAL hit.  With their
+    # times to live (feed_cache_ttl, 7 days, the version and filters twice
+    # that): without them, Redis looks no written key up in its table of
+    # expiries, and the fanout without streams, before any stream's read
+    # set one, was up to 25% faster than it can be in production
 
     my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:'
         . $t->port('redis')) or die "redis: $!\n";
@@ -263,11 +313,14 @@ sub bench_stream {
     };
     for my $i (1 .. $n) {
         $req .= $cmd->('RPUSH', "feed:tl:{f$i}", '0' x 24)
-            . $cmd->('SET', "feed:tln:{f$i}", "bench$i" . 'N')
-            . $cmd->('HSET', "feed:tlf:{f$i}", '', '1');
+            . $cmd->('EXPIRE', "feed:tl:{f$i}", 7 * 86400)
+            . $cmd->('SET', "feed:tln:{f$i}", "bench$i" . 'N',
+                     'EX', 14 * 86400)
+            . $cmd->('HSET', "feed:tlf:{f$i}", '', '1')
+            . $cmd->('EXPIRE', "feed:tlf:{f$i}", 14 * 86400);
     }
     print $s $req;
-    <$s> for 1 .. 3 * $n;
+    <$s> for 1 .. 5 * $n;
 
     st_post_fanout($t, "warm $_") for 1 .. 20;
 
@@ -290,6 +343,8 @@ sub bench_stream {
         $t->redis('DEL', $_) for @{ $t->redis('KEYS', 'feed:live*') || [] };
         $t->get($url) for 1 .. 3;
         $pid = st_worker($t)->{pid};
+        st_note('tracked keys: '
+            . ($t->redis('INFO', 'stats') =~ /tracking_total_keys:(\d+)/)[0]);
         sleep 1;
         my $m0 = st_mem($pid);
         push @{ $r{hits_without} }, main::wrk($url, %$o)->{rps};
@@ -297,7 +352,7 @@ sub bench_stream {
             st_post_fanout($t, "plain $round.$_", {})->{rate} } 1 .. 5);
 
         st_note('opening the streams');
-        my $c = st_open($t, $dir, $n);
+        my $c = $t->{st_clients} = st_open($t, $dir, $n);
         st_note('open');
         sleep 2;
         my $m1 = st_mem($pid);
@@ -327,11 +382,14 @@ sub bench_stream {
             # events (on their own machines, they would cost this one
             # nothing)
             sleep 1;
+            my $perf = st_perf($pid, "$round.$i");
             push @rates, st_post_fanout($t, "live $round.$i", {})->{rate};
+            st_perf_end($perf);
             $sent = st_sent($t, $sent + $n);
         }
         push @{ $r{fanout_with} }, st_median(@rates);
         my $first = st_close($t, $c, $n);
+        $t->{st_clients} = [];
         my @d = sort { $a <=> $b }
             map { max(0, ($first->{$_} - $p->{t201}) * 1000) } keys %$first;
         push @{ $r{delivery} }, { got => scalar(@d), p50 => st_pct(\@d, 0.5),

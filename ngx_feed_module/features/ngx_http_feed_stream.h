@@ -14,6 +14,7 @@
 #include "ngx_http_feed_conf.h"
 #include "ngx_http_feed_redis.h"
 #include "ngx_http_feed_slots.h"
+#include "ngx_http_feed_str_hash.h"
 #include "ngx_http_feed_util.h"
 #include "ngx_http_feed_timeline_cache.h"
 

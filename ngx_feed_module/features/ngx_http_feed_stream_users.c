@@ -64,6 +64,9 @@
  */
 #define NGX_HTTP_FEED_STREAM_SLICE    256
 
+/* the users' table at first: it doubles as they come */
+#define NGX_HTTP_FEED_STREAM_USERS_HASH  256
+
 
 static ngx_http_feed_stream_user_t *ngx_http_feed_stream_user_get(
     ngx_http_feed_user_t *user);
@@ -110,7 +113,14 @@ ngx_http_feed_stream_users_init(ngx_http_feed_main_conf_t *fmcf)
 
     us->fmcf = fmcf;
 
-    ngx_rbtree_init(&us->rbtree, &us->sentinel, ngx_str_rbtree_insert_value);
+    if (ngx_http_feed_str_hash_init(&us->by_name,
+                                    NGX_HTTP_FEED_STREAM_USERS_HASH,
+                                    ngx_cycle->log)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
     ngx_queue_init(&us->all);
     ngx_queue_init(&us->wanted);
 
@@ -167,6 +177,8 @@ ngx_http_feed_stream_users_exit(void)
 
         ngx_http_feed_stream_user_free(su);
     }
+
+    ngx_http_feed_str_hash_free(&us->by_name);
 
     ngx_http_feed_stream_users = NULL;
 }
@@ -342,14 +354,14 @@ ngx_http_feed_stream_user_get(ngx_http_feed_user_t *user)
     }
 
     su->user = *user;
-    su->sn.str.data = (u_char *) su->user.data;
-    su->sn.str.len = user->len;
-    su->sn.node.key = ngx_crc32_short(su->sn.str.data, user->len);
+    su->hn.str.data = (u_char *) su->user.data;
+    su->hn.str.len = user->len;
+    su->hn.hash = ngx_crc32_short(su->hn.str.data, user->len);
 
     ngx_queue_init(&su->streams);
     ngx_queue_init(&su->waiters);
     ngx_queue_init(&su->wanted);
-    ngx_rbtree_insert(&us->rbtree, &su->sn.node);
+    ngx_http_feed_str_hash_insert(&us->by_name, &su->hn, ngx_cycle->log);
     ngx_queue_insert_tail(&us->all, &su->all);
 
     /*
@@ -387,7 +399,7 @@ ngx_http_feed_stream_user_release(ngx_http_feed_stream_user_t *su)
     ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
                    "feed stream: reader of \"%s\" gone", su->user.data);
 
-    ngx_rbtree_delete(&us->rbtree, &su->sn.node);
+    ngx_http_feed_str_hash_delete(&us->by_name, &su->hn);
     ngx_queue_remove(&su->all);
 
     if (--us->users == 0) {
@@ -411,15 +423,16 @@ ngx_http_feed_stream_user_release(ngx_http_feed_stream_user_t *su)
 ngx_http_feed_stream_user_t *
 ngx_http_feed_stream_user_find(ngx_http_feed_user_t *user)
 {
-    ngx_str_t                      name;
-    ngx_http_feed_stream_users_t  *us = ngx_http_feed_stream_users;
+    ngx_http_feed_str_hash_node_t  *hn;
 
-    name.data = (u_char *) user->data;
-    name.len = user->len;
+    hn = ngx_http_feed_str_hash_find(&ngx_http_feed_stream_users->by_name,
+                                     (u_char *) user->data, user->len,
+                                     ngx_crc32_short((u_char *) user->data,
+                                                     user->len));
 
-    return (ngx_http_feed_stream_user_t *)
-               ngx_str_rbtree_lookup(&us->rbtree, &name,
-                                     ngx_crc32_short(name.data, name.len));
+    return hn ? (ngx_http_feed_stream_user_t *)
+                    ((u_char *) hn - offsetof(ngx_http_feed_stream_user_t, hn))
+              : NULL;
 }
 
 

@@ -47,7 +47,7 @@ typedef struct {
 
 
 struct ngx_http_feed_stream_user_s {
-    ngx_str_node_t                sn;         /* by the user's name */
+    ngx_http_feed_str_hash_node_t  hn;        /* by the user's name */
     ngx_http_feed_user_t          user;
     ngx_queue_t                   streams;
     ngx_queue_t                   waiters;    /* long polls */
@@ -98,8 +98,7 @@ struct ngx_http_feed_stream_user_s {
 
 typedef struct {
     ngx_http_feed_main_conf_t    *fmcf;
-    ngx_rbtree_t                  rbtree;
-    ngx_rbtree_node_t             sentinel;
+    ngx_http_feed_str_hash_t      by_name;
     ngx_queue_t                   all;
     ngx_queue_t                   wanted;
     ngx_event_t                   settle;
