@@ -221,6 +221,19 @@ sub st_perf_end {
     waitpid($p, 0);
 }
 
+# FEED_BENCH_PIN=1: while posts fan out, redis-server has the first core
+# to itself, and the rest (nginx, the stand-in, the clients, this
+# process) the second, as if Redis ran on a machine of its own
+sub st_pin {
+    my ($t, $on) = @_;
+    return unless $ENV{FEED_BENCH_PIN};
+    my @rest = (st_worker($t)->{pid}, $$, grep { defined }
+        $t->pid('mongostr'), map { $_->{pid} } @{ $t->{st_clients} || [] });
+    system("taskset -a -p " . ($on ? 1 : 3) . " " . $t->pid('redis')
+        . " >/dev/null");
+    system("taskset -a -p " . ($on ? 2 : 3) . " $_ >/dev/null") for @rest;
+}
+
 # the stream clients' CPU seconds so far
 sub st_clients_cpu {
     my ($t) = @_;
@@ -348,8 +361,10 @@ sub bench_stream {
         sleep 1;
         my $m0 = st_mem($pid);
         push @{ $r{hits_without} }, main::wrk($url, %$o)->{rps};
+        st_pin($t, 1);
         push @{ $r{fanout_without} }, st_median(map {
             st_post_fanout($t, "plain $round.$_", {})->{rate} } 1 .. 5);
+        st_pin($t, 0);
 
         st_note('opening the streams');
         my $c = $t->{st_clients} = st_open($t, $dir, $n);
@@ -363,6 +378,7 @@ sub bench_stream {
 
         # the clients note each stream's first update: this post's
         st_note('posting');
+        st_pin($t, 1);
         my $r0 = st_redis($t);
         my $u0 = st_sent($t);
         my %vis;
@@ -387,6 +403,7 @@ sub bench_stream {
             st_perf_end($perf);
             $sent = st_sent($t, $sent + $n);
         }
+        st_pin($t, 0);
         push @{ $r{fanout_with} }, st_median(@rates);
         my $first = st_close($t, $c, $n);
         $t->{st_clients} = [];
