@@ -58,6 +58,10 @@ http {
         location ~ ^/users/([^/]+)/timeline/stream$ {
             feed_timeline_stream $1;
         }
+        location ~ ^/hb/users/([^/]+)/timeline/stream$ {
+            feed_stream_heartbeat 8s;
+            feed_timeline_stream $1;
+        }
         location ~ ^/users/([^/]+)/timeline$ {
             feed_timeline $1;
             add_header X-Feed-Cache $feed_cache_status always;
@@ -259,6 +263,41 @@ my $c0 = $s->comments;
 is(scalar @e, 0, 'no event when nothing changes');
 ok($s->comments - $c0 >= 1, 'but heartbeats')
     or diag('comments: ' . ($s->comments - $c0));
+
+# ------------------------------------------------ heartbeats spread --
+
+{
+    # twenty streams sent the same post at once, feed_stream_heartbeat 8s:
+    # each takes a period of 6 to 8 s, so they do not all beat in the same
+    # tick (the worker checks them each second); they did, all at 8 s
+    my @hb = map { FeedTest::SSE->open(port => $port,
+        path => '/hb/users/ann/timeline/stream') } 1 .. 20;
+    sleep 0.5;
+    my $p = post('bob', 'the heartbeats\' mark');
+    my $t0 = time;
+    my $got = grep { $_->events_until(sub { $_[0]{event} eq 'update'
+        && ($_[0]{id} // '') eq $p }, timeout => 5); $_->matched } @hb;
+    is($got, 20, 'heartbeats spread: 20 streams sent a post');
+    my @c0 = map { $_->comments } @hb;
+    my %first;
+    while (keys(%first) < @hb && time < $t0 + 14) {
+        for my $i (0 .. $#hb) {
+            next if defined $first{$i};
+            $hb[$i]->pending_events;
+            $first{$i} = time - $t0 if $hb[$i]->comments > $c0[$i];
+        }
+        sleep 0.05;
+    }
+    my @at = sort { $a <=> $b } values %first;
+    is(scalar(@at), 20, 'heartbeats spread: each of the 20 beat after it');
+    ok(@at && $at[0] >= 5.5, sprintf('heartbeats spread: none before 6 s '
+        . '(first at %.1f s)', $at[0] // -1));
+    ok(@at && $at[-1] - $at[0] >= 0.5, sprintf('heartbeats spread: not all '
+        . 'in the same tick (%.1f to %.1f s)', $at[0] // -1, $at[-1] // -1));
+    $_->close for @hb;
+    # ann's first stream was sent it too
+    $s->events_until(sub { ($_[0]{id} // '') eq $p }, timeout => 3);
+}
 
 # ----------------------------------------------------------- resume --
 

@@ -206,7 +206,13 @@ ngx_http_feed_stream_start(ngx_http_request_t *r, void *data)
 
     s->clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
     s->buffer = flcf->stream_buffer;
-    s->heartbeat = flcf->stream_heartbeat;
+    /*
+     * a period of its own, up to a quarter shorter: streams opened or
+     * sent to together do not all beat in the same tick
+     */
+    s->heartbeat = flcf->stream_heartbeat
+                   - (ngx_msec_t) ngx_random()
+                     % (flcf->stream_heartbeat / 4 + 1);
     s->written = ngx_current_msec;
 
     rc = ngx_http_feed_stream_header(r);
