@@ -16,10 +16,12 @@
 #     and to its delivery into the first and the last follower's list
 #     (the fanout's own pace: reading 10,000 followers from the stand-in);
 #   - fanout: the module's own delivery rate for a post (its first batch
-#     to its last reply, /status), the median of five posts with the N
+#     to its last reply, /status), the median of seven posts with the N
 #     streams open (each once the last was sent to every stream) and of
-#     five without, two rounds; the lists polled as for the delivery in
-#     both.
+#     seven without, two rounds; the lists polled as for the delivery in
+#     both.  Then seven more each way with redis-server alone on the first
+#     core, everything else on the second (taskset), as when Redis has a
+#     machine of its own.
 
 use strict;
 use warnings;
@@ -221,12 +223,14 @@ sub st_perf_end {
     waitpid($p, 0);
 }
 
-# FEED_BENCH_PIN=1: while posts fan out, redis-server has the first core
-# to itself, and the rest (nginx, the stand-in, the clients, this
+# the posts whose fanout rates' median is taken, each way
+my $RATES = 7;
+
+# while the second series of posts fans out, redis-server has the first
+# core to itself, and the rest (nginx, the stand-in, the clients, this
 # process) the second, as if Redis ran on a machine of its own
 sub st_pin {
     my ($t, $on) = @_;
-    return unless $ENV{FEED_BENCH_PIN};
     my @rest = (st_worker($t)->{pid}, $$, grep { defined }
         $t->pid('mongostr'), map { $_->{pid} } @{ $t->{st_clients} || [] });
     system("taskset -a -p " . ($on ? 1 : 3) . " " . $t->pid('redis')
@@ -361,9 +365,12 @@ sub bench_stream {
         sleep 1;
         my $m0 = st_mem($pid);
         push @{ $r{hits_without} }, main::wrk($url, %$o)->{rps};
-        st_pin($t, 1);
-        push @{ $r{fanout_without} }, st_median(map {
-            st_post_fanout($t, "plain $round.$_", {})->{rate} } 1 .. 5);
+        for my $pin (0, 1) {
+            st_pin($t, $pin);
+            push @{ $r{"fanout_without$pin"} }, st_median(map {
+                st_post_fanout($t, "plain $round.$pin.$_", {})->{rate}
+            } 1 .. $RATES);
+        }
         st_pin($t, 0);
 
         st_note('opening the streams');
@@ -378,7 +385,6 @@ sub bench_stream {
 
         # the clients note each stream's first update: this post's
         st_note('posting');
-        st_pin($t, 1);
         my $r0 = st_redis($t);
         my $u0 = st_sent($t);
         my %vis;
@@ -390,21 +396,25 @@ sub bench_stream {
             reads => $r1->{evalsha} - $r0->{evalsha},
             us => ($r1->{cpu} - $r0->{cpu}) * 1e6 };
 
-        # four more posts, each once the last was sent to every stream: the
-        # fanout's rate is the median of five, as without the streams
-        my @rates = ($p->{rate});
-        for my $i (2 .. 5) {
-            # the clients, on this machine, done reading the last post's
-            # events (on their own machines, they would cost this one
-            # nothing)
-            sleep 1;
-            my $perf = st_perf($pid, "$round.$i");
-            push @rates, st_post_fanout($t, "live $round.$i", {})->{rate};
-            st_perf_end($perf);
-            $sent = st_sent($t, $sent + $n);
+        # more posts, each once the last was sent to every stream: the
+        # fanout's rate is their median, as without the streams
+        for my $pin (0, 1) {
+            st_pin($t, $pin);
+            my @rates;
+            for my $i (1 .. $RATES) {
+                # the clients, on this machine, done reading the last
+                # post's events (on their own machines, they would cost
+                # this one nothing)
+                sleep 1;
+                my $perf = st_perf($pid, "$round.$pin.$i");
+                push @rates,
+                    st_post_fanout($t, "live $round.$pin.$i", {})->{rate};
+                st_perf_end($perf);
+                $sent = st_sent($t, $sent + $n);
+            }
+            push @{ $r{"fanout_with$pin"} }, st_median(@rates);
         }
         st_pin($t, 0);
-        push @{ $r{fanout_with} }, st_median(@rates);
         my $first = st_close($t, $c, $n);
         $t->{st_clients} = [];
         my @d = sort { $a <=> $b }
@@ -452,24 +462,27 @@ sub stream_report {
 
     push @o, '| round | memory per idle stream (RSS / PSS / private dirty) '
         . '| hits without / with the streams | ratio | fanout without / '
-        . 'with (deliveries/s, median of 5 posts) | ratio '
+        . "with (deliveries/s, median of $RATES posts) | ratio "
+        . '| the same, Redis on a core of its own | ratio '
         . '| 201 → in the first / last '
         . 'list | 201 → event p50 / p99 / max '
         . '| streams that got it | Redis for the post: EVALSHA, CPU |',
-        '|---|---|---|---|---|---|---|---|---|---|';
+        '|---|---|---|---|---|---|---|---|---|---|---|---|';
     for my $i (0 .. $#{ $r->{mem} }) {
         my $m = $r->{mem}[$i];
         my $d = $r->{delivery}[$i];
         my $rd = $r->{redis}[$i];
         push @o, sprintf('| %d | %.0f / %.0f / %.0f B | %.0f / %.0f req/s '
-            . '| %.2f× | %.0f / %.0f | %.2f× | %.0f / %.0f ms '
+            . '| %.2f× | %.0f / %.0f | %.2f× | %.0f / %.0f | %.2f× '
+            . '| %.0f / %.0f ms '
             . '| %.0f / %.0f / %.0f ms '
             . '| %d of %d | %d, %.0f ms |', $i + 1, $m->{rss}, $m->{pss},
             $m->{dirty},
             $r->{hits_without}[$i], $r->{hits_with}[$i],
             $r->{hits_with}[$i] / ($r->{hits_without}[$i] || 1),
-            $r->{fanout_without}[$i], $r->{fanout_with}[$i],
-            $r->{fanout_with}[$i] / ($r->{fanout_without}[$i] || 1),
+            (map { ($r->{"fanout_without$_"}[$i], $r->{"fanout_with$_"}[$i],
+                    $r->{"fanout_with$_"}[$i]
+                    / ($r->{"fanout_without$_"}[$i] || 1)) } 0, 1),
             @{ $d->{visible} || [-1, -1] },
             $d->{p50} // -1, $d->{p99} // -1, $d->{max} // -1, $d->{got},
             $n, $rd->{reads}, $rd->{us} / 1000);
