@@ -149,6 +149,11 @@ my $s1 = stream('eve');
 @e = events($s1, 1, 5);
 is(brief(@e), 'reset {"reason":"gone"}', 'the first stream of eve: reset '
     . '(gone)');
+# a client whose read failed (or that did not read) is told again, a
+# second later, while the list is still missing: its stream stayed silent
+@e = events($s1, 1, 4);
+is(brief(@e), 'reset {"reason":"gone"}', 'the first stream of eve: told '
+    . 'again while the list is missing');
 my $s2 = stream('eve');
 my @e2 = events($s2, 1, 3);
 my $d = post($t, 'dan', 'while eve has no list');

@@ -39,8 +39,6 @@ static void ngx_http_feed_stream_user_backlog_done(void *data,
 static void ngx_http_feed_stream_user_window_done(void *data,
     redisReply *reply);
 static void ngx_http_feed_stream_user_replied(ngx_http_feed_stream_user_t *su);
-static void ngx_http_feed_stream_user_resets_new(
-    ngx_http_feed_stream_user_t *su, const char *reason);
 static void ngx_http_feed_stream_user_resets(
     ngx_http_feed_stream_user_t *su, const char *reason);
 static void ngx_http_feed_stream_user_diff(ngx_http_feed_stream_user_t *su);
@@ -276,19 +274,20 @@ ngx_http_feed_stream_user_replied(ngx_http_feed_stream_user_t *su)
         /*
          * No list (expired, evicted, flushed), or pull authors' lists
          * missing: a read of the timeline makes them again.  The streams
-         * are told to read it, once; the reader asks again after a
-         * second, then twice as long each time up to half a minute (a
-         * client that never reads must not cost a read a second), the
-         * list's rebuild waking it at once.
+         * are told to read it; the reader asks again after a second, then
+         * twice as long each time up to half a minute (a client that
+         * never reads must not cost a read a second), the list's rebuild
+         * waking it at once.  Told again at each of those reads while the
+         * list is missing: a client whose read could not make it (MongoDB
+         * down, a failover under way) reads again, where its stream would
+         * have stayed silent until another read made the list.
          */
 
         if (!su->broken) {
-            ngx_http_feed_stream_user_resets(su, "gone");
             su->backoff = 0;
-
-        } else {
-            ngx_http_feed_stream_user_resets_new(su, "gone");
         }
+
+        ngx_http_feed_stream_user_resets(su, "gone");
 
         su->broken = 1;
         su->failed_at = ngx_current_msec;
@@ -323,29 +322,6 @@ ngx_http_feed_stream_user_replied(ngx_http_feed_stream_user_t *su)
     }
 
     ngx_http_feed_stream_user_done(su);
-}
-
-
-/* the streams that joined since, not live yet, are told too */
-
-static void
-ngx_http_feed_stream_user_resets_new(ngx_http_feed_stream_user_t *su,
-    const char *reason)
-{
-    ngx_queue_t             *q;
-    ngx_http_feed_stream_t  *s;
-
-    for (q = ngx_queue_head(&su->streams);
-         q != ngx_queue_sentinel(&su->streams);
-         q = ngx_queue_next(q))
-    {
-        s = ngx_queue_data(q, ngx_http_feed_stream_t, queue);
-
-        if (!s->live) {
-            s->live = 1;
-            ngx_http_feed_stream_reset(s, reason);
-        }
-    }
 }
 
 
