@@ -533,8 +533,30 @@ if (phase(5)) {
             ? $t->redis('MEMORY', 'USAGE', 'feed:p:' . substr($first, 0, 24))
             : 0;
 
+        # an active user's every key after the usual reads: first pages
+        # of 20 and 100 (kept, page stored after the answer), a deep page
+        body('/users/mem/timeline?limit=20') for 1 .. 2;
+        my $p100 = FeedTest::json_decode(body('/users/mem/timeline?limit=100'));
+        body('/users/mem/timeline?limit=100');
+        my $last = $p100->{items}[-1]{id};
+        body("/users/mem/timeline?limit=20&max_id=$last") if $last;
+        sleep 0.5;
+        my %keys;
+        my $cursor = 0;
+        do {
+            my $r = $t->redis('SCAN', $cursor, 'MATCH', '*{mem}*',
+                'COUNT', 1000);
+            $cursor = $r->[0];
+            $keys{$_} = $t->redis('MEMORY', 'USAGE', $_, 'SAMPLES', '0')
+                for @{ $r->[1] };
+        } while ($cursor);
+        my $all = 0;
+        $all += $_ for values %keys;
+
         $result{"mem$mode"} = { entries => $len, bytes => $bytes,
-            per => $bytes / $len, post => $post };
+            per => $bytes / $len, post => $post, user => $all,
+            pages => $keys{'feed:tlp:{mem}'} // 0,
+            nkeys => scalar(keys %keys) };
     }
 }
 
@@ -1363,19 +1385,32 @@ if (phase(4)) {
 }
 
 if (phase(5)) {
+    my $cmd = $ALL ? 'make bench' : "FEED_BENCH_PHASES=$ENV{FEED_BENCH_PHASES}"
+        . ($ENV{FEED_BENCH_WRITE} ? ' FEED_BENCH_WRITE=1' : '') . ' make bench';
     push @out, "## 5. Memory", '',
-        '`MEMORY USAGE` of a full cached timeline, divided by its entries.', '',
-        '| mode | entries | bytes | bytes per entry | post copy (link) |',
-        '|---|---|---|---|---|';
+        ($ALL ? '' : "Measured $date by `$cmd`. ")
+        . '`MEMORY USAGE` of a full cached timeline, divided by its entries; '
+        . 'then of every key of its user (`SCAN` of `*{mem}*`) once first '
+        . 'pages of 20 and 100 and a deep page were read: the list, its '
+        . 'version, filters, the kept first pages (`feed:tlp`).', '',
+        '| mode | entries | list bytes | bytes per entry | post copy (link) '
+        . '| the user\'s keys | their bytes | of which kept pages '
+        . '| × the list |',
+        '|---|---|---|---|---|---|---|---|---|';
 
     for my $mode (qw(link embed)) {
         my $r = $result{"mem$mode"};
-        push @out, sprintf('| %s | %d | %d | **%.1f** | %s |', $mode,
+        push @out, sprintf('| %s | %d | %d | **%.1f** | %s | %d | %d | %d '
+            . '| **%.2f×** |', $mode,
             $r->{entries}, $r->{bytes}, $r->{per},
-            $mode eq 'link' ? "$r->{post} B once per post" : 'in the entry');
+            $mode eq 'link' ? "$r->{post} B once per post" : 'in the entry',
+            $r->{nkeys}, $r->{user}, $r->{pages},
+            $r->{user} / ($r->{bytes} || 1));
     }
 
-    push @out, '', 'Target: ≤ 64 B per entry in link mode.', '';
+    push @out, '', 'Targets: ≤ 64 B per entry in link mode (issue 4); '
+        . '≤ 16 B per entry and a user\'s keys ≤ 1.1× the list (issue 33).',
+        '';
 }
 
 if (phase(6)) {
