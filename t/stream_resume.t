@@ -241,6 +241,16 @@ $s->close;
     sleep 1;
     my $b2 = post($t, 'bob', 'after the burst');
     is(brief(events($s, 1, 5)), "update $b2", 'burst: then live');
+    # a stream sent nothing yet has no point to catch up from: told to
+    # read its timeline (reset, gap), while the other catches up
+    my $fresh = stream('gus');
+    sleep 0.5;
+    @ids = $burst->($b2, 50, 25);
+    is(brief(events($s, 25, 5)), join(', ', map { "update $_" } @ids),
+        'burst: the stream sent before catches up');
+    is(brief(events($fresh, 1, 3)), 'reset {"reason":"gap"}',
+        'burst: a stream sent nothing yet: reset, gap');
+    $fresh->close;
     $burst->($b2, 100, 120);
     is(brief(events($s, 1, 3)), 'reset {"reason":"gap"}',
         'burst: 120 entries between two reads: reset, gap');
