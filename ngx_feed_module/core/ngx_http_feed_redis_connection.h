@@ -56,6 +56,9 @@ struct ngx_http_feed_redis_s {
     ngx_event_t                   reconnect;
     ngx_msec_t                    backoff;
 
+    /* logins in a row whose ROLE said a replica (sentinel mode) */
+    ngx_uint_t                    not_primary;
+
     /* timer events need a connection-like object for debug logging */
     ngx_connection_t              dummy;
 

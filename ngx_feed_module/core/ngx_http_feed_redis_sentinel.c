@@ -517,6 +517,7 @@ void
 ngx_http_feed_redis_sentinel_role(ngx_http_feed_redis_t *rd,
     redisReply *reply)
 {
+    ngx_uint_t                       level;
     ngx_http_feed_redis_sentinel_t  *s;
 
     s = rd->conf->sentinels;
@@ -533,16 +534,33 @@ ngx_http_feed_redis_sentinel_role(ngx_http_feed_redis_t *rd,
     {
         ngx_log_debug1(NGX_LOG_DEBUG_EVENT, rd->log, 0,
                        "feed redis %V is the primary", rd->addr_text);
+        rd->not_primary = 0;
         return;
     }
 
-    ngx_log_error(NGX_LOG_WARN, rd->log, 0,
+    /* said once, then quietly retried, as a Redis that stays down is */
+
+    level = rd->not_primary ? NGX_LOG_INFO : NGX_LOG_WARN;
+
+    ngx_log_error(level, rd->log, 0,
                   "redis %V is a %*s, not the primary of \"%V\"",
                   rd->addr_text, (int) reply->element[0]->len,
                   reply->element[0]->str, &s->conf->sentinel);
 
     ngx_http_feed_sentinel_ask(s);
     ngx_http_feed_sentinel_later(s);
+
+    /*
+     * The ROLE reply, a good one, reset the backoff: a node the sentinels
+     * keep naming though it is a replica was logged into again every
+     * 50 ms (three connections a worker).  Twice as long each time, up to
+     * the backoff's most, until the sentinels name another.
+     */
+
+    rd->not_primary++;
+    rd->backoff = ngx_min(NGX_HTTP_FEED_REDIS_BACKOFF_MIN
+                          << ngx_min(rd->not_primary, 8),
+                          NGX_HTTP_FEED_REDIS_BACKOFF_MAX);
 
     ngx_http_feed_redis_drop(rd, "not the primary");
 }
