@@ -6,8 +6,10 @@
 #
 #   - a replica (a real redis-server, --replicaof the primary): the
 #     worker's ROLE at login says "slave", it logs that this is not the
-#     primary, drops the connection and asks again; Redis is not up,
-#     reads answer from MongoDB (BYPASS), nothing is written there;
+#     primary, drops the connection and asks again, and logs into it
+#     again after twice as long each time (it was every 50 ms), the
+#     warning once a connection; Redis is not up, reads answer from
+#     MongoDB (BYPASS), nothing is written there;
 #   - then the primary: the worker moves to it, Redis up, hits;
 #   - then an invalid address (port 0): logged, the last primary kept;
 #   - then an error reply: logged as not known, the last primary kept.
