@@ -12,7 +12,9 @@
 #     MongoDB (BYPASS), nothing is written there;
 #   - then the primary: the worker moves to it, Redis up, hits;
 #   - then an invalid address (port 0): logged, the last primary kept;
-#   - then an error reply: logged as not known, the last primary kept.
+#   - then an error reply: logged as not known, the last primary kept;
+#   - +switch-master to an invalid address, or of another name: the last
+#     primary kept.
 # The error paths of ngx_http_feed_redis_sentinel.c's ROLE check and its
 # address check, which real sentinels do not take.
 
@@ -57,10 +59,18 @@ sub fake_sentinel {
     my $l = IO::Socket::INET->new(LocalAddr => "127.0.0.1:$port",
         Listen => 16, ReuseAddr => 1) or POSIX::_exit(1);
     my $sel = IO::Select->new($l);
-    my %buf;
+    my (%buf, %sub);
     my $parent = getppid();
     while (getppid() == $parent) {
-        for my $s ($sel->can_read(0.2)) {
+        # a failover told: "$answer.push" to every subscriber, once
+        if (open my $pf, '<', "$answer.push") {
+            my $m = <$pf> // '';
+            close $pf;
+            unlink "$answer.push";
+            syswrite($_, "*3\r\n\$7\r\nmessage\r\n\$14\r\n+switch-master"
+                . "\r\n\$" . length($m) . "\r\n$m\r\n") for values %sub;
+        }
+        for my $s ($sel->can_read(0.1)) {
             if ($s == $l) {
                 my $c = $l->accept or next;
                 $sel->add($c);
@@ -69,6 +79,7 @@ sub fake_sentinel {
             }
             my $n = sysread($s, my $b, 65536);
             if (!$n) {
+                delete $sub{fileno $s};
                 delete $buf{fileno $s};
                 $sel->remove($s);
                 close $s;
@@ -92,6 +103,7 @@ sub fake_sentinel {
                             . length($p) . "\r\n$p\r\n";
                     }
                 } elsif ($cmd eq 'SUBSCRIBE') {
+                    $sub{fileno $s} = $s;
                     $out = "*3\r\n\$9\r\nsubscribe\r\n\$" . length($a[1])
                         . "\r\n$a[1]\r\n:1\r\n";
                 } elsif ($cmd eq 'PING') {
@@ -201,6 +213,30 @@ ok($t->wait_for(10, sub { $t->error_log =~ /\Q$unknown\E/ }),
     'an error told: the log says so');
 ok($t->wait_for(10, sub { ((status()->{redis} // {})->{state} // '') eq 'up' }),
     'an error told: the last primary kept, redis up');
+
+# a failover heard (+switch-master) to an invalid address, then one of
+# another name: neither followed
+my $invalid = sub {
+    scalar(() = $t->error_log =~ /told an invalid primary "127\.0\.0\.1:0"/g) };
+my $n0 = $invalid->();
+sub push_switch {
+    open my $f, '>', "$answer.push.tmp" or die "$answer: $!\n";
+    print $f $_[0];
+    close $f;
+    rename "$answer.push.tmp", "$answer.push" or die "$answer: $!\n";
+}
+push_switch("liar 127.0.0.1 $p1 127.0.0.1 0");
+ok($t->wait_for(5, sub { $invalid->() > $n0 }),
+    '+switch-master to port 0: the log says it is invalid');
+push_switch("other 127.0.0.1 $p1 127.0.0.1 $p2");
+ok($t->wait_for(5, sub { !-e "$answer.push" }),
+    'another name\'s failover told');
+sleep 1;
+is(status()->{redis}{sentinel}{primary}, "127.0.0.1:$p1",
+    '+switch-master: the last primary kept');
+is(status()->{redis}{state}, 'up', '+switch-master: redis up');
+unlike($t->error_log, qr/moved from 127\.0\.0\.1:$p1/,
+    '+switch-master: no move logged');
 
 $t->done;
 kill 'TERM', $fake;
