@@ -198,8 +198,8 @@ sub st_post_fanout {
 }
 
 # FEED_BENCH_PERF=<dir>: the worker's profile during a post, in
-# <dir>/perf-<round>.<post>
-# (perf report -i <that file>)
+# <dir>/perf-<round>.<post> (perf report -i <that file>); needs Debian's
+# linux-perf, which the bench does not install
 sub st_perf {
     my ($pid, $post) = @_;
     return undef unless $ENV{FEED_BENCH_PERF};

@@ -1029,6 +1029,8 @@ ngx_http_feed_redis_retarget(ngx_http_feed_redis_t *rd, const char *why)
 
     ngx_http_feed_redis_drop(rd, why);
 
+    /* a new address: a replica there is warned of again */
+    rd->not_primary = 0;
     rd->backoff = NGX_HTTP_FEED_REDIS_BACKOFF_MIN;
 
     if (rd->reconnect.timer_set) {
