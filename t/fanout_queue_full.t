@@ -31,6 +31,10 @@ events { worker_connections 1024; }
 http {
     %%FEED_BACKENDS%%
     feed_mongo_timeout 2s;
+    # the fans' timelines are empty until the first post: cached as such
+    # for 30 s by default, which a slow run (ASan at abb141d) outlived,
+    # and a list gone gets no delivery ("no list")
+    feed_cache_empty_ttl 10m;
     feed_fanout on;
     feed_fanout_page 1;
     feed_fanout_claim_idle 1s;
