@@ -7,7 +7,14 @@
 
 local redis = require "nginx.redis"
 
-local END = "000000000000000000000000"
+-- ids in the lists are the ObjectId's 12 bytes; the API's are hex
+local END = string.rep("\0", 12)
+
+local function hex(id)
+    return (id:gsub(".", function(c)
+        return string.format("%02x", c:byte())
+    end))
+end
 
 local uid = ngx.var.feed_uid
 local limit = tonumber(ngx.var.arg_limit) or 20
@@ -38,7 +45,7 @@ end
 
 local ids = {}
 for i = 1, #entries do
-    local id = entries[i]:sub(1, 24)
+    local id = entries[i]:sub(1, 12)
     if id == END then
         break
     end
@@ -52,7 +59,12 @@ local dead, posts = {}, {}
 if #ids > 0 and (deleting > 0 or not embed) then
     red:init_pipeline()
     if deleting > 0 then
-        red:zmscore("feed:deleting", unpack(ids))
+        -- the deleted set holds hex ids
+        local hexes = {}
+        for i = 1, #ids do
+            hexes[i] = hex(ids[i])
+        end
+        red:zmscore("feed:deleting", unpack(hexes))
     end
     if not embed then
         local keys = {}
@@ -80,13 +92,14 @@ for i = 1, #ids do
             more = true
             break
         end
-        items[#items + 1] = embed and entries[i]:sub(25) or posts[i]
+        items[#items + 1] = embed and entries[i]:sub(13) or posts[i]
         last = ids[i]
     end
 end
 
 local next = "null"
 if more then
+    last = hex(last)
     next = '"' .. last .. '"'
     ngx.header["Link"] = "<" .. ngx.var.uri .. "?limit=" .. limit
                          .. "&max_id=" .. last .. '>; rel="next"'

@@ -59,7 +59,10 @@ elseif res[1] == 1 then
         items[#items + 1] = res[i]
     end
 
-    last = res[4]
+    -- the last post's id as the list holds it, 12 bytes: in hex
+    last = res[4]:gsub(".", function(c)
+        return string.format("%02x", c:byte())
+    end)
     more = res[2] == 1 and #items > 0
     body = '{"items": [' .. table.concat(items, ", ") .. '], "next": '
            .. (more and ('"' .. last .. '"') or "null") .. '}\n'

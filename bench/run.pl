@@ -430,7 +430,7 @@ if (phase(4)) {
         for my $i (1 .. $f) {
             my $k = "feed:tl:{f$i}";
             $req .= "*3\r\n\$5\r\nRPUSH\r\n\$" . length($k) . "\r\n$k\r\n"
-                . "\$24\r\n000000000000000000000000\r\n";
+                . "\$12\r\n" . ("\0" x 12) . "\r\n";
         }
         print $s $req;
         <$s> for 1 .. $f;
@@ -459,7 +459,8 @@ if (phase(4)) {
                 print $s $q;
                 for my $i (@left) {
                     my $r = FeedTest::_resp_read($s);
-                    $seen{$i} = time if defined $r && $r eq $id;
+                    $seen{$i} = time if defined $r
+                        && unpack('H24', substr($r, 0, 12)) eq $id;
                 }
             }
 
@@ -530,7 +531,7 @@ if (phase(5)) {
         my $bytes = $t->redis('MEMORY', 'USAGE', $key, 'SAMPLES', '0');
         my $first = $t->redis('LINDEX', $key, 0);
         my $post = $mode eq 'link'
-            ? $t->redis('MEMORY', 'USAGE', 'feed:p:' . substr($first, 0, 24))
+            ? $t->redis('MEMORY', 'USAGE', 'feed:p:' . substr($first, 0, 12))
             : 0;
 
         # an active user's every key after the usual reads: first pages
@@ -909,7 +910,7 @@ if (phase(6)) {
             for my $u ($i .. min($i + 9_999, $max)) {
                 my $k = "feed:tl:{f$u}";
                 $req .= "*3\r\n\$5\r\nRPUSH\r\n\$" . length($k) . "\r\n$k\r\n"
-                    . "\$24\r\n000000000000000000000000\r\n";
+                    . "\$12\r\n" . ("\0" x 12) . "\r\n";
                 $n++;
             }
             print $s $req;
@@ -1024,7 +1025,7 @@ sub cache_lists {
         my $k = "feed:tl:{f$i}";
         my $port = $port_of->($k);
         $req{$port} .= "*3\r\n\$5\r\nRPUSH\r\n\$" . length($k)
-            . "\r\n$k\r\n\$24\r\n000000000000000000000000\r\n";
+            . "\r\n$k\r\n\$12\r\n" . ("\0" x 12) . "\r\n";
         $count{$port}++;
     }
     for my $port (keys %req) {

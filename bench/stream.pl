@@ -267,7 +267,7 @@ sub st_visible {
             print $s "*3\r\n\$6\r\nLINDEX\r\n\$" . length($k)
                 . "\r\n$k\r\n\$1\r\n0\r\n";
             my $v = FeedTest::_resp_read($s) // '';
-            $seen{$k} = time if substr($v, 0, 24) eq $id;
+            $seen{$k} = time if unpack('H24', substr($v, 0, 12)) eq $id;
         }
         sleep 0.002;
     }
@@ -329,7 +329,7 @@ sub bench_stream {
         return $c;
     };
     for my $i (1 .. $n) {
-        $req .= $cmd->('RPUSH', "feed:tl:{f$i}", '0' x 24)
+        $req .= $cmd->('RPUSH', "feed:tl:{f$i}", "\0" x 12)
             . $cmd->('EXPIRE', "feed:tl:{f$i}", 7 * 86400)
             . $cmd->('SET', "feed:tln:{f$i}", "bench$i" . 'N',
                      'EX', 14 * 86400)

@@ -33,6 +33,7 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 use Time::HiRes qw(time sleep);
 use FeedTest;
+use FeedTest::Util qw(entry_id entry_json entry_of post_key);
 use FeedTest::Util qw(short statuses fsum tl_ids follow_each parallel
     none_failed post tl_walk node_counts $HIT);
 use FeedCluster;
@@ -93,7 +94,7 @@ sub copies {
     for my $m ($c->masters) {
         for my $k (@{ $c->cmd($m, 'KEYS', 'feed:pl{*}:{celeb}') }) {
             next unless $c->master_of($k) eq $m;
-            $l{$m} = [ map { substr($_, 0, 24) }
+            $l{$m} = [ map { entry_id($_) }
                 @{ $c->cmd($m, 'LRANGE', $k, 0, -1) } ];
         }
     }
@@ -292,7 +293,7 @@ ok($t->wait_for(5, sub {
         for my $k (@{ $c->cmd($m, 'KEYS', 'feed:pl{*}:{celeb}') }) {
             my $head = $c->cmd($m, 'LINDEX', $k, 0) // '';
             return 0 if $k eq $old
-                || substr($head, 0, 24) ne $posts[-1];
+                || entry_id($head) ne $posts[-1];
             $n++;
         }
     }

@@ -28,6 +28,7 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 use Time::HiRes qw(time sleep);
 use FeedTest;
+use FeedTest::Util qw(entry_id entry_json entry_of post_key);
 use FeedTest::Util qw(statuses follow_each read_each none_failed post
     node_counts tl_ids);
 use FeedCluster;
@@ -129,7 +130,7 @@ sub taken_out {
     my ($l) = layout();
     for my $m (keys %$l) {
         my $k = 'feed:pl{' . tag_of($l->{$m}) . '}:{celeb}';
-        return 0 if grep { substr($_, 0, 24) eq $id }
+        return 0 if grep { entry_id($_) eq $id }
             @{ $c->cmd($m, 'LRANGE', $k, 0, -1) };
     }
     my $score = $c->key_cmd('feed:deleting', 'ZSCORE', 'feed:deleting', $id);

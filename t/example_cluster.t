@@ -25,6 +25,7 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
 use FeedTest;
+use FeedTest::Util qw(entry_id entry_json entry_of post_key);
 use FeedTest::Util qw(short statuses tl_ids follow_each read_each
     none_failed post read_state_is parallel);
 use FeedCluster;
@@ -84,8 +85,10 @@ my $p2 = post($t, 'cauthor', 'fanned out') // 'none';
 ok($t->wait_for(10, sub { !grep { $c->in_list($_, $p2) != 1 } @F }),
     'a new post in every follower\'s cached timeline, once')
     or diag(join ' ', map { "$_=" . $c->in_list($_, $p2) } @F);
-ok($c->cmd($c->master_of("feed:tl:{$F[0]}"), 'LINDEX', "feed:tl:{$F[0]}",
-    0) =~ /^\Q$p2\E\{/, 'embed mode: the entry holds the post');
+my $e0 = $c->cmd($c->master_of("feed:tl:{$F[0]}"), 'LINDEX', "feed:tl:{$F[0]}",
+    0);
+ok(entry_id($e0) eq $p2 && entry_json($e0) =~ /^\{/,
+    'embed mode: the entry holds the post');
 @r = reads();
 is(summary_of(@r), "12 x 200 HIT [$p2 $p1]", 'read: HIT, both posts');
 

@@ -26,6 +26,7 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
 use FeedTest;
+use FeedTest::Util qw(entry_id entry_json entry_of post_key);
 use FeedTest::Util qw(statuses tl_ids follow_each read_each none_failed
     post);
 use FeedSentinel;
@@ -91,7 +92,7 @@ sub in_list {
     my ($port, $user, $id) = @_;
     my $l = eval { $t->redis_cmd_port($port, undef, 'LRANGE',
         "feed:tl:{$user}", 0, -1) } || [];
-    return scalar grep { substr($_, 0, 24) eq $id } @$l;
+    return scalar grep { entry_id($_) eq $id } @$l;
 }
 
 sub fanned_out {

@@ -39,6 +39,7 @@ use Time::HiRes qw(time sleep);
 use JSON::PP ();
 use Sys::Hostname ();
 use FeedTest;
+use FeedTest::Util qw(entry_id entry_json entry_of post_key);
 use FeedTest::Util qw($STREAM $GROUP short rd tl_key copies copies_summary
     all_n follow_each read_each none_failed post group_info wait_settled
     statuses fsum $HIT);
@@ -317,12 +318,13 @@ for my $round (1 .. 3) {
     my @bad;
     for my $u (@ACTIVE[0, 57, 199], $STAR) {
         my $l = rd($t, 'LRANGE', tl_key($u), 0, -1) // [];
-        push @bad, "$u: @$l" unless "@$l" eq "@want";
+        my @ids = map { length($_) == 12 ? entry_id($_) : "($_)" } @$l;
+        push @bad, "$u: @ids" unless "@ids" eq "@want";
     }
     ok(!@bad, 'star: lists hold the 3 posts newest first, then the end '
         . 'mark, entries are bare ids (link mode)') or diag(join "\n", @bad);
 
-    my @json = grep { !defined rd($t, 'GET', "feed:p:$_") } @SP;
+    my @json = grep { !defined rd($t, 'GET', post_key($_)) } @SP;
     ok(!@json, 'star: each post\'s JSON in feed:p:<id>') or diag("@json");
 
     # reads: HIT, the posts as created
@@ -383,7 +385,7 @@ for my $round (1 .. 3) {
     ok(all_n($c, 1), 'redelivery of star post 3: one copy')
         or diag(copies_summary($c));
     my $l = rd($t, 'LRANGE', tl_key($ACTIVE[0]), 0, -1) // [];
-    is("@$l", join(' ', reverse(@SP), $END),
+    is(join(' ', map { entry_id($_) } @$l), join(' ', reverse(@SP), $END),
         'redelivery: the list unchanged, in order');
 }
 
@@ -510,7 +512,7 @@ for my $round (1 .. 3) {
     $cc = copies($t, $SP[0], @ACTIVE, $STAR);
     ok(all_n($cc, 1), 'delete: the other posts stay')
         or diag(copies_summary($cc));
-    is(rd($t, 'EXISTS', "feed:p:$gone"), 0, 'delete: feed:p:<id> dropped');
+    is(rd($t, 'EXISTS', post_key($gone)), 0, 'delete: feed:p:<id> dropped');
     @SP = grep { $_ ne $gone } @SP;
 
     # a redelivered post entry of the deleted post does not bring it back
@@ -756,7 +758,7 @@ start_nginx('embed', 5,
         1 .. 8;
     read_all('cap', $r);
     my $l = rd($t, 'LRANGE', tl_key($r), 0, -1) // [];
-    is(join(' ', map { substr($_, 0, 24) } @$l),
+    is(join(' ', map { entry_id($_) } @$l),
         join(' ', reverse @old[3 .. 7]),
         'cap: the rebuilt list holds the 5 newest, no end mark');
 
@@ -769,13 +771,13 @@ start_nginx('embed', 5,
     wait_settled($t, 'cap');
     $l = rd($t, 'LRANGE', tl_key($r), 0, -1) // [];
     my @want = (reverse(@new), reverse(@old[6, 7]));
-    is(join(' ', map { substr($_, 0, 24) } @$l), join(' ', @want),
+    is(join(' ', map { entry_id($_) } @$l), join(' ', @want),
         'cap: 3 deliveries: still 5 entries, the newest first');
 
     my @bad;
     for my $e (@$l) {
-        my $id = substr($e, 0, 24);
-        my $d = eval { FeedTest::json_decode(substr($e, 24)) };
+        my $id = entry_id($e);
+        my $d = eval { FeedTest::json_decode(entry_json($e)) };
         push @bad, "$id: '" . substr($e, 0, 100) . "'"
             unless $d && $POST{$id} && $JSON->encode($d) eq
                 $JSON->encode($POST{$id});
@@ -790,7 +792,7 @@ start_nginx('embed', 5,
         'ts', $POST{$old[0]}{ts});
     wait_settled($t, 'cap: redelivery');
     $l = rd($t, 'LRANGE', tl_key($r), 0, -1) // [];
-    is(join(' ', map { substr($_, 0, 24) } @$l), join(' ', @want),
+    is(join(' ', map { entry_id($_) } @$l), join(' ', @want),
         'cap: a redelivery and an old post leave the list as it was');
 
     my $x = $t->get("/users/$r/timeline");

@@ -21,6 +21,7 @@ use Test::More;
 use Time::HiRes qw(time sleep);
 use POSIX ();
 use FeedTest;
+use FeedTest::Util qw(entry_id entry_json entry_of post_key);
 use FeedTest::Util qw(post);
 
 my $t = FeedTest->new;
@@ -76,7 +77,7 @@ is($t->get("/users/$reader/timeline")->{status}, 200, 'reader has a cache');
 sub delivered {
     my ($id) = @_;
     return $t->wait_for(5, sub {
-        ($t->redis('LINDEX', "feed:tl:{$reader}", 0) // '') eq $id
+        entry_id($t->redis('LINDEX', "feed:tl:{$reader}", 0)) eq $id
     });
 }
 
@@ -143,7 +144,7 @@ $t->wait_for(5, sub {
 });
 is($pending->[0], 0, 'its entry acknowledged by a worker');
 is(scalar(grep { $_ eq $id }
-        map { substr($_, 0, 24) }
+        map { entry_id($_) }
         @{ $t->redis('LRANGE', "feed:tl:{$reader}", 0, -1) }), 1,
     'the post is in the cache once');
 

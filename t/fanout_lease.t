@@ -22,6 +22,7 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 use Time::HiRes qw(time sleep);
 use FeedTest;
+use FeedTest::Util qw(entry_id entry_json entry_of post_key);
 use FeedTest::Util qw(post statuses fsum follow_each read_each
     none_failed);
 
@@ -79,7 +80,7 @@ sub copies {
     my $n = 0;
     for my $u (@F) {
         my $l = $t->redis('LRANGE', "feed:tl:{$u}", 0, -1) || [];
-        $n++ if grep { index($_, $id) >= 0 } @$l;
+        $n++ if grep { entry_id($_) eq $id } @$l;
     }
     return $n;
 }

@@ -25,6 +25,7 @@ use Test::More;
 use Time::HiRes qw(time sleep);
 use Compress::Zlib ();
 use FeedTest;
+use FeedTest::Util qw(entry_id entry_json entry_of post_key);
 use FeedTest::Util qw(short statuses follow_each read_each none_failed
     post rd server_conf);
 
@@ -79,7 +80,7 @@ my @F = map { "f$_" } 1 .. 10;
 sub in_list {
     my ($user, $id) = @_;
     my $l = rd($t, 'LRANGE', "feed:tl:{$user}", 0, -1) || [];
-    return scalar grep { substr($_, 0, 24) eq $id } @$l;
+    return scalar grep { entry_id($_) eq $id } @$l;
 }
 
 sub all_once {

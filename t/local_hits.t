@@ -60,6 +60,7 @@ use Test::More;
 use Time::HiRes qw(time sleep);
 use JSON::PP ();
 use FeedTest;
+use FeedTest::Util qw(entry_id entry_json entry_of post_key);
 use FeedTest::Util qw(short summary tl_page_problems tl_ids post
     follow_each none_failed statuses wait_settled rd
     metrics_scrape metrics_val);
@@ -374,7 +375,7 @@ sub post_is {
         mypost($t, $au, $name) }, %o,
         landed => sub {
             my $l = rd($t, 'LRANGE', $key, 0, 9);
-            ref $l eq 'ARRAY' && grep { substr($_, 0, 24) eq $_[0] } @$l;
+            ref $l eq 'ARRAY' && grep { entry_id($_) eq $_[0] } @$l;
         });
 }
 

@@ -46,6 +46,7 @@ use Test::More;
 use Time::HiRes qw(time sleep);
 use JSON::PP ();
 use FeedTest;
+use FeedTest::Util qw(entry_id entry_json entry_of post_key);
 use FeedTest::Util qw(short summary tl_uri tl_page_problems post_start
     post_end_tagged parallel follow_each read_each none_failed copies
     copies_summary all_n wait_settled tl_walk tl_ids node_counts node_moved
@@ -496,8 +497,8 @@ read_all('setup', $R, @F);
     remove('delete old', $PA, $old);
     walk_ok('delete old', $R, 7, deep => 1);
     wait_settled($t, 'delete');
-    my @left = grep { my $e = $_; grep { index($e, $_) == 0 } $gone, $old }
-        @{ $t->redis('LRANGE', "feed:pl:{$PA}", 0, -1) };
+    my @left = grep { my $e = $_; grep { $e eq $_ } $gone, $old }
+        map { entry_id($_) } @{ $t->redis('LRANGE', "feed:pl:{$PA}", 0, -1) };
     ok(!@left, 'delete: both out of pbig\'s list once fanned out')
         or diag("@left");
     my @bad = first_pages_bad(@F, $R);
@@ -677,7 +678,7 @@ read_all('cache 800', $R, @F[0, 1, 99]);
     $c = copies($t, $old, $R, @F[0, 99]);
     ok(all_n($c, 0), 'cache 800: the deleted post gone from those lists')
         or diag(copies_summary($c));
-    ok(!grep({ index($_, $old) == 0 }
+    ok(!grep({ entry_id($_) eq $old }
         @{ $t->redis('LRANGE', "feed:pl:{$PA}", 0, -1) }),
         'cache 800: and from pbig\'s');
 

@@ -25,6 +25,7 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 use Time::HiRes qw(time sleep);
 use FeedTest;
+use FeedTest::Util qw(entry_id entry_json entry_of post_key);
 use FeedTest::Util qw(statuses tl_ids);
 
 my $DNSMASQ = (grep { -x } '/usr/sbin/dnsmasq', '/usr/bin/dnsmasq')[0];
@@ -201,8 +202,8 @@ my $p2;
 ok($t->wait_for(5, sub { $p2 = post_ok('on the second') }), 'a post: 201');
 ok($t->wait_for(5, sub { first_ids() =~ /^\Q$p2 $p1\E/ }),
     'read from the second');
-is($t->redis_cmd_port("127.0.0.1:$P", undef, 'LINDEX', "feed:tl:{$r}", 0),
-    $p1, 'the first did not get it');
+is(entry_id($t->redis_cmd_port("127.0.0.1:$P", undef, 'LINDEX',
+    "feed:tl:{$r}", 0)), $p1, 'the first did not get it');
 
 # ------------------------------------------------- the DNS server down --
 

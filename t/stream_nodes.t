@@ -38,6 +38,7 @@ use Test::More;
 use Time::HiRes qw(time sleep);
 use FeedTest;
 use FeedTest::SSE;
+use FeedTest::Util qw(entry_id entry_json entry_of post_key);
 use FeedTest::Util qw(post statuses summary tl_ids);
 
 plan(skip_all => 'the MongoDB stand-in needed: a fresh database')
@@ -160,7 +161,7 @@ for my $r (sort keys %FOL) {
 my $c0 = mypost($B, 'celeb', 'celeb 0');
 ok($A->wait_for(5, sub {
     my $l = eval { $A->redis('LRANGE', 'feed:pl:{celeb}', 0, -1) } || [];
-    grep { substr($_, 0, 24) eq $c0 } @$l }),
+    grep { entry_id($_) eq $c0 } @$l }),
     'celeb: a pull author, its post in its own list (feed:pl:{celeb})');
 
 # a post of each pushed author before the streams, and every first page

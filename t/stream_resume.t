@@ -30,6 +30,7 @@ use Test::More;
 use Time::HiRes qw(time sleep);
 use FeedTest;
 use FeedTest::SSE;
+use FeedTest::Util qw(entry_id entry_json entry_of post_key);
 use FeedTest::Util qw(post);
 
 plan(skip_all => 'the MongoDB stand-in needed: a fresh database')
@@ -217,7 +218,8 @@ $s->close;
     my $b = post($t, 'bob', 'before the burst');
     is(brief(events($s, 1, 5)), "update $b", 'burst: the stream live');
     my $head = $t->redis('LINDEX', 'feed:tl:{gus}', 0) // '';
-    is($head, $b, 'burst: a list entry is the post id (link mode)');
+    is(entry_id($head), $b, 'burst: a list entry is the post id (link mode)');
+    is(length($head), 12, 'burst: its 12 bytes');
     # ids of the second of the post $after, after it (its 12 bits after
     # the seconds are milliseconds, below 0xfa0), before the posts of the
     # next seconds
@@ -227,10 +229,9 @@ $s->close;
         my @ids = map { sprintf('%08xfff%013x', $sec, $_) }
             $from .. $from + $n - 1;
         for my $id (@ids) {
-            $t->redis('SET', "feed:p:$id", qq({ "id" : "$id", "author" : )
-                . qq("bob", "body" : "burst", "ts" : ${sec}999 }), 'EX',
-                600);
-            $t->redis('LPUSH', 'feed:tl:{gus}', $id);
+            $t->redis('SET', post_key($id), qq({"id":"$id","author":)
+                . qq("bob","body":"burst","ts":${sec}999}), 'EX', 600);
+            $t->redis('LPUSH', 'feed:tl:{gus}', entry_of($id));
         }
         $t->redis('SET', 'feed:tln:{gus}', "b0057-$from-0N", 'EX', 600);
         return @ids;

@@ -30,6 +30,7 @@ use JSON::PP ();
 use Test::More;
 use Time::HiRes qw(time sleep);
 use FeedTest;
+use FeedTest::Util qw(entry_id entry_json entry_of post_key);
 use FeedTest::Util qw(short enc is_str tag summary post_problems tl_uri
     tl_page_problems status_all tl_key);
 
@@ -322,7 +323,7 @@ sub tl_keys {
     return ref $k eq 'ARRAY' ? @$k : ();
 }
 
-sub cache_ids { [ map { substr($_, 0, 24) } @{cache_entries($_[0])} ] }
+sub cache_ids { [ map { entry_id($_) } @{cache_entries($_[0])} ] }
 
 sub live { [ grep { $_ ne $END && !$DELETED{$_} } @{$_[0]} ] }
 
@@ -331,7 +332,7 @@ sub live { [ grep { $_ ne $END && !$DELETED{$_} } @{$_[0]} ] }
 sub cache_is {
     my ($u, $want, $complete, $name) = @_;
     my $e = cache_entries($u);
-    my @ids = map { substr($_, 0, 24) } @$e;
+    my @ids = map { entry_id($_) } @$e;
     my @w = (@$want, $complete ? ($END) : ());
     is_deeply(\@ids, \@w, "$name: feed:tl:{$u} holds the "
         . scalar(@$want) . ' newest posts, newest first'
@@ -342,15 +343,15 @@ sub cache_is {
 
     my @bad;
     for my $x (@$e) {
-        my $id = substr($x, 0, 24);
+        my $id = entry_id($x);
         next if $id eq $END || !$TAG{$id};
         my $json;
         if ($MODE eq 'embed') {
-            $json = substr($x, 24);
+            $json = entry_json($x);
         } else {
             push @bad, "entry $id is not just the id (" . length($x)
-                . ' bytes)' if length($x) != 24;
-            $json = eval { $t->redis('GET', "feed:p:$id") };
+                . ' bytes)' if length($x) != 12;
+            $json = eval { $t->redis('GET', post_key($id)) };
         }
         my $d = defined $json ? eval { FeedTest::json_decode($json) } : undef;
         my $tg = tag($d);
@@ -803,7 +804,7 @@ for my $mode (qw(link embed)) {
         my $wl = expected($u);
         page_is($u, { limit => 100 }, $wl, 0, "$mode: lost, cold",
             cache => 'MISS');
-        eval { $t->redis('DEL', "feed:p:$wl->[3]") };
+        eval { $t->redis('DEL', post_key($wl->[3])) };
         page_is($u, { limit => 100 }, $wl, 0, "$mode: feed:p:<id> of a "
             . 'cached post gone: still the whole timeline');
         page_is($u, { limit => 100 }, $wl, 0, "$mode: and after");

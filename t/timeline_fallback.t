@@ -29,6 +29,7 @@ use JSON::PP ();
 use Test::More;
 use Time::HiRes qw(time sleep);
 use FeedTest;
+use FeedTest::Util qw(entry_id entry_json entry_of post_key);
 use FeedTest::Util qw(short enc is_str tag summary post_problems tl_uri
     tl_page_problems status_all tl_key is_hit $HIT);
 
@@ -281,7 +282,7 @@ sub unavailable_problems {
 
 sub cache_ids {
     my $l = eval { $t->redis('LRANGE', tl_key($_[0]), 0, -1) };
-    return [ map { substr($_, 0, 24) } @{ ref $l eq 'ARRAY' ? $l : [] } ];
+    return [ map { entry_id($_) } @{ ref $l eq 'ARRAY' ? $l : [] } ];
 }
 
 my %TIMING;

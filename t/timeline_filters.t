@@ -36,6 +36,7 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 use Time::HiRes qw(time sleep);
 use FeedTest;
+use FeedTest::Util qw(entry_id entry_json entry_of post_key);
 use FeedTest::Util qw(short rd post server_conf tl_walk tl_walk_is tl_firsts
     tl_firsts_are tl_ids parallel
     first_diff $HIT);
@@ -199,10 +200,10 @@ for my $mode (qw(link embed)) {
     my $json = $t->get("/posts/$xid")->{body};
     like($json, qr/^\{.*"author"/, "$mode: x's post");
     if ($mode eq 'embed') {
-        rd($t, 'LPUSH', "feed:tl:{$r}", $xid . $json);
+        rd($t, 'LPUSH', "feed:tl:{$r}", entry_of($xid, $json));
     } else {
-        rd($t, 'SET', "feed:p:$xid", $json);
-        rd($t, 'LPUSH', "feed:tl:{$r}", $xid);
+        rd($t, 'SET', post_key($xid), $json);
+        rd($t, 'LPUSH', "feed:tl:{$r}", entry_of($xid));
     }
     rd($t, 'DEL', "feed:tlp:{$r}");
     firsts_are($r, visible(\@posts, $a[1], $celeb, $a[2]), $HIT,

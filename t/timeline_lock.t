@@ -24,6 +24,7 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 use Time::HiRes qw(time sleep);
 use FeedTest;
+use FeedTest::Util qw(entry_id entry_json entry_of post_key);
 use FeedTest::Util qw(short);
 
 my $t = FeedTest->new;
@@ -123,7 +124,7 @@ is($r->{status}, 201, 'a post while the follower is being rebuilt')
 my $id = ref $r->{json} eq 'HASH' ? $r->{json}{id} // '' : '';
 
 ok($t->wait_for(5, sub {
-    grep { substr($_, 0, 24) eq $id }
+    grep { entry_id($_) eq $id }
         @{ $t->redis('LRANGE', "feed:tlq:{$qu}", 0, -1) || [] }
 }), 'fanout queued it for the rebuild');
 my $pttl = $t->redis('PTTL', "feed:tlq:{$qu}");

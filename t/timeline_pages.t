@@ -34,6 +34,7 @@ use Time::HiRes qw(time sleep);
 use JSON::PP ();
 use IO::Select;
 use FeedTest;
+use FeedTest::Util qw(entry_id entry_json entry_of post_key);
 use FeedTest::Util qw(short rd post server_conf statuses);
 
 my $t = FeedTest->new;
@@ -75,7 +76,7 @@ sub ids {
 sub read_tl { $t->get("/users/$_[0]/timeline?limit=20") }
 
 # the head of the user's list, as fanout left it
-sub head { substr(rd($t, 'LINDEX', "feed:tl:{$_[0]}", 0) // '', 0, 24) }
+sub head { entry_id(rd($t, 'LINDEX', "feed:tl:{$_[0]}", 0)) }
 
 sub delivered {
     my ($uid, $id, $what) = @_;
@@ -197,7 +198,8 @@ for my $mode (qw(link embed)) {
     # out of the list behind the module's back, then redelivered: fanout
     # puts it back where it belongs, in the middle
     rd($t, 'LREM', "feed:tl:{$reader}", 0,
-        $mode eq 'link' ? $old : rd($t, 'LINDEX', "feed:tl:{$reader}", 3));
+        $mode eq 'link' ? entry_of($old)
+                        : rd($t, 'LINDEX', "feed:tl:{$reader}", 3));
     my $n0 = rd($t, 'GET', "feed:tln:{$reader}") // '';
     rd($t, 'XADD', 'feed:posts', '*', 'type', 'post', 'id', $old,
         'author', $author);
@@ -218,7 +220,7 @@ for my $mode (qw(link embed)) {
     $r = $t->http('DELETE', "/users/$author/posts/$gone");
     is($r->{status}, 204, "$mode: delete") or diag(short($r));
     ok($t->wait_for(5, sub {
-        !grep { substr($_, 0, 24) eq $gone }
+        !grep { entry_id($_) eq $gone }
             @{ $t->redis('LRANGE', "feed:tl:{$reader}", 0, -1) }
     }), "$mode: delete fanned out");
     $r = read_tl($reader);

@@ -18,6 +18,7 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 use Time::HiRes qw(time sleep);
 use FeedTest;
+use FeedTest::Util qw(entry_id entry_json entry_of post_key);
 use FeedTest::Util qw(post tl_ids);
 
 my $t = FeedTest->new;
@@ -75,7 +76,7 @@ is($t->redis('EXISTS', "feed:tlq:{$r}"), 0,
 $t->redis('DEL', "feed:lock:{$r}");
 
 my $first = $t->get("/users/$r/timeline");
-note("first read: " . ($first->{headers}{"x-feed-cache"} // "?") . " list: " . join(" ", @{ $t->redis("LRANGE", "feed:tl:{$r}", 0, -1) || [] }));
+note("first read: " . ($first->{headers}{"x-feed-cache"} // "?") . " list: " . join(" ", map { entry_id($_) } @{ $t->redis("LRANGE", "feed:tl:{$r}", 0, -1) || [] }));
 my $ids = tl_ids($first);
 ok((grep { $_ eq $kept } @$ids), 'the followed author\'s post is there');
 ok(!(grep { $_ eq $gone } @$ids), 'the unfollowed author\'s post is not')

@@ -17,7 +17,8 @@
     ARGV[4] channel           where the workers hear of new versions
     ARGV[5] copy              the copy's mark for its node's run, '~<run>'
                               (lib/deleted.lua); '' on a single Redis
-    ARGV[6] entry             the id, then the JSON
+    ARGV[6] entry             the id in hex, then the JSON: the list gets
+                              the id's 12 bytes (lib/ids.lua)
 
   Output:
     1 when it went in, 0 when it was there (or deleted, or older than the
@@ -25,18 +26,27 @@
 ]]
 
 -- @include keys
+-- @include ids
 -- @include insert
 -- @include deleted
 -- @include pull_changed
 
-if redis.call('exists', KEYS[1]) == 0 then
+local head = redis.call('lindex', KEYS[1], 0)
+if head and id_old(head) then
+  -- written before ids were bytes: loaded again, as a missing one
+  redis.call('del', KEYS[1])
+  pull_forgotten(KEYS[1], ARGV[4])
+  head = nil
+end
+if not head then
   return -1
 end
 deleting_any(KEYS[3], ARGV[5])
 if redis.call('zscore', KEYS[3], string.sub(ARGV[6], 1, 24)) then
   return 0
 end
-local n = insert(KEYS[1], ARGV[6], tonumber(ARGV[1]))
+local n = insert(KEYS[1], id_bin(ARGV[6]) .. string.sub(ARGV[6], 25),
+                 tonumber(ARGV[1]))
 if n == 1 then
   pull_changed(KEYS[2], ARGV[2], ARGV[3], ARGV[4])
   redis.call('expire', KEYS[1], 2 * tonumber(ARGV[2]))

@@ -17,7 +17,9 @@
     ARGV[5] complete          '1': the posts are the author's whole history
     ARGV[6] copy              the copy's mark for its node's run, '~<run>'
                               (lib/deleted.lua); '' on a single Redis
-    ARGV[7...]                entries (id, then JSON), newest first
+    ARGV[7...]                entries (id in hex, then JSON), newest
+                              first: the list gets the id's 12 bytes
+                              (lib/ids.lua)
 
   Output:
     1, or 0 when nothing could be made (every post was being deleted)
@@ -25,6 +27,7 @@
 
 -- @include keys
 -- @include end
+-- @include ids
 -- @include deleted
 -- @include pull_changed
 
@@ -40,7 +43,9 @@ if deleting_any(KEYS[3], ARGV[6]) and #ids > 0 then
   dead = deleted(KEYS[3], ids)
 end
 for j = 1, #ids do
-  if not dead[j] then entries[#entries + 1] = ARGV[6 + j] end
+  if not dead[j] then
+    entries[#entries + 1] = id_bin(ids[j]) .. string.sub(ARGV[6 + j], 25)
+  end
 end
 if ARGV[5] == '1' then entries[#entries + 1] = END end
 if #entries == 0 then return 0 end

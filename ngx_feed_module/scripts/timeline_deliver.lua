@@ -29,7 +29,9 @@
   Input:
     KEYS[1] route             the first follower's timeline
 
-    ARGV[1] entry             the id, then the JSON in embed mode
+    ARGV[1] entry             the id (hex), then the JSON in embed mode:
+                              the lists get the id's 12 bytes
+                              (lib/ids.lua)
     ARGV[2] cap               feed_cache_size
     ARGV[3] queue_ms          how long a queued entry waits for a rebuild
     ARGV[4] ttl               seconds
@@ -65,12 +67,15 @@
 ]]
 
 -- @include keys
+-- @include ids
 -- @include deleted
 -- @include insert
 -- @include changed
 
-local entry, cap, n = ARGV[1], tonumber(ARGV[2]), 0
-local id = string.sub(entry, 1, 24)
+local cap, n = tonumber(ARGV[2]), 0
+local id = string.sub(ARGV[1], 1, 24)
+local bid = id_bin(id)
+local entry, idn = bid .. string.sub(ARGV[1], 25), id_n(bid)
 local member = ARGV[6]
 -- the users told, while the mark is set (one call per batch)
 local live = redis.call('exists', ARGV[9]) == 1
@@ -84,6 +89,11 @@ for i = 12, #ARGV do
   local tl = ARGV[i]
   local user = key_timeline_parts(tl)
   local head = redis.call('lindex', tl, 0)
+  if head and id_old(head) then
+    -- written before ids were bytes: made again at the next read
+    drop_old(tl, key_kept_pages(user), ARGV[11] == '')
+    head = nil
+  end
   if head and member ~= '' and user ~= member then
     -- the author's own timeline gets their posts pushed: not merged; the
     -- version's mark says the user follows pull authors now
@@ -120,15 +130,15 @@ for i = 12, #ARGV do
   if not entry then
     -- deleted meanwhile: the turn goes on, the post goes nowhere
   elseif head then
-    local hid = string.sub(head, 1, 24)
-    if hid < id then
+    local hid = string.sub(head, 1, 12)
+    if id_lt_n(hid, idn) then
       if redis.call('lpush', tl, entry) > cap then
         redis.call('rpop', tl)
       end
       redis.call('del', key_kept_pages(user))
       n = n + 1
       if live then told[n] = user end
-    elseif hid ~= id and insert(tl, entry, cap) == 1 then
+    elseif hid ~= bid and insert(tl, entry, cap) == 1 then
       changed(key_timeline_nonce(user), ARGV[4], ARGV[5], true)
       n = n + 1
       if live then told[n] = user end
@@ -142,7 +152,7 @@ for i = 12, #ARGV do
   end
 end
 if live and n > 0 then
-  local post = ARGV[11] == '' and entry or id .. ARGV[11]
+  local post = ARGV[11] == '' and ARGV[1] or id .. ARGV[11]
   redis.call('publish', ARGV[10], table.concat(told, ' ') .. '\n' .. post)
 end
 return n

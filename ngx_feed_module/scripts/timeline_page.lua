@@ -32,9 +32,12 @@
 
 -- @include keys
 -- @include end
+-- @include ids
 -- @include pulled
 
 local head = redis.call('lindex', KEYS[3], 0) or ''
+-- a list written before ids were bytes is made again at the next read
+if head == '' or id_old(head) then return 1 end
 local nonce = redis.call('get', KEYS[2]) or '0'
 local pull = {}
 if string.sub(nonce, -1) == 'P' then
@@ -45,9 +48,9 @@ if #pull > 0 then
   if not sig then return 1 end
   nonce = nonce .. '.' .. sig
 end
-local cur = nonce .. ':' .. string.sub(head, 1, 24) .. ':'
+local cur = nonce .. ':' .. id_hex(head) .. ':'
 if string.sub(ARGV[4], 1, #cur) == cur
-   and string.sub(head, 1, 24) ~= END
+   and string.sub(head, 1, 12) ~= END
 then
   redis.call('hset', KEYS[1], ARGV[1], ARGV[2],
              'v' .. ARGV[1], ARGV[4], 'i' .. ARGV[1], ARGV[5])

@@ -15,8 +15,8 @@
     KEYS[7] marker        the user's read marker's copy, feed:mk:{user}
 
     ARGV[1] limit         posts per page
-    ARGV[2] max_id        only older posts ('' for none)
-    ARGV[3] since_id      only newer posts ('' for none)
+    ARGV[2] max_id        only older posts ('' for none), in hex
+    ARGV[3] since_id      only newer posts ('' for none), in hex
     ARGV[4] ttl           seconds a read keeps the list alive
     ARGV[5] mode          'e': the JSON is in the entry, else in the
                           post's key (link mode), feed:p:<id>
@@ -62,7 +62,9 @@
     {1, more, deep, last, version, ids, pulled, usec, lists, filters,
      unread, JSON...}
                           PAGE: the page, each post's JSON; last: the id of
-                          its last post, ids: theirs concatenated; pulled:
+                          its last post, ids: theirs concatenated, each as
+                          the lists hold it, 12 bytes (lib/ids.lua: the
+                          worker turns them into hex); pulled:
                           how many came from pull authors' lists, usec: the
                           time their merge took; lists: the pull authors
                           merged and their lists' versions, {a1, v1, ...};
@@ -205,6 +207,7 @@ end
 
 -- @include keys
 -- @include end
+-- @include ids
 -- @include pulled
 
 local limit, max, since = tonumber(ARGV[1]), ARGV[2], ARGV[3]
@@ -254,10 +257,21 @@ local seen = ARGV[11] == '1' and key_seen(key_timeline_parts(tl))
 -- the ids whose JSON the caller has (a live stream's reader)
 local known = {}
 if ARGV[14] == '1' and ARGV[15] then
-  for i = 1, #ARGV[15], 24 do known[string.sub(ARGV[15], i, i + 23)] = true end
+  for i = 1, #ARGV[15], 24 do
+    known[id_bin(string.sub(ARGV[15], i, i + 23))] = true
+  end
 end
+-- the cursors as ids are in the list, and their numbers to compare with
+local since_b = since ~= '' and id_bin(since)
+local since_n = since_b and id_n(since_b)
+local max_n = max ~= '' and id_n(id_bin(max))
 local chunk = limit + 1
 local part = redis.call('lrange', tl, 0, chunk - 1)
+if #part > 0 and id_old(part[1]) then
+  -- written by a version before ids were bytes: made again, once
+  drop_old(tl, KEYS[3], embed)
+  part = {}
+end
 if #part == 0 then
   local l = redis.call('get', KEYS[2])
   return {MISSING, l and (l == 'failed' and 2 or 1) or 0}
@@ -266,7 +280,7 @@ if part[1] ~= END and not (ARGV[14] == '1' and ARGV[13] == '1') then
   redis.call('expire', tl, ARGV[4])
 end
 local out, got, n, pos = {PAGE, 0, 1, '',
-                          ver .. ':' .. string.sub(part[1], 1, 24),
+                          ver .. ':' .. id_hex(part[1]),
                           '', 0, 0, lists, {}, false}, {}, 0, 0
 -- a live stream's reader is told whether the user has filters: it sends
 -- the posts told to it without a read only when not
@@ -296,11 +310,12 @@ end
 while true do
   local ids, entries, stop = {}, {}, false
   for i = 1, #part do
-    local id = string.sub(part[i], 1, 24)
-    if id == END or (since ~= '' and id <= since) then
+    local id = string.sub(part[i], 1, 12)
+    if id == END or (since_b and (id == since_b or id_lt_n(id, since_n)))
+    then
       stop = true break
     end
-    if max == '' or id < max then
+    if not max_n or id_lt_n(id, max_n) then
       ids[#ids + 1] = id
       entries[#entries + 1] = part[i]
     end
@@ -308,9 +323,12 @@ while true do
   local n0 = n
   if #ids > 0 then
     local dead, hid = {}, {}
-    if deleting then dead = deleted(ARGV[9], ids) end
-    if filtered then hid = hidden_posts(KEYS[6], ids) end
-    if seen then seen_drop(seen, dead, ids) end
+    -- the sets of deleted and hidden posts, and the filters of posts
+    -- seen, hold ids as the worker gives them: hex
+    local hex = (deleting or filtered or seen) and ids_hex(ids)
+    if deleting then dead = deleted(ARGV[9], hex) end
+    if filtered then hid = hidden_posts(KEYS[6], hex) end
+    if seen then seen_drop(seen, dead, hex) end
     local live, keys, at = {}, {}, {}
     for i = 1, #ids do
       if not dead[i] and not hid[i] then
@@ -331,7 +349,7 @@ while true do
       if known[ids[i]] and not filtered then
         json = ''
       elseif embed then
-        json = string.sub(entries[i], 25)
+        json = string.sub(entries[i], 13)
       else
         json = posts[at[i]]
         if not json then

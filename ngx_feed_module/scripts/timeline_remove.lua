@@ -7,7 +7,8 @@
   Input:
     KEYS[1] route             the first timeline
 
-    ARGV[1] id                the post's
+    ARGV[1] id                the post's, hex (the lists hold its 12
+                              bytes, lib/ids.lua)
     ARGV[2] ttl               seconds
     ARGV[3] nonce             a new version for a list that changes
     ARGV[4] channel           '' for timelines, whose versions are
@@ -22,10 +23,12 @@
 ]]
 
 -- @include keys
+-- @include ids
 -- @include changed
 -- @include pull_changed
 
-local id, n = ARGV[1], 0
+local id, n = id_bin(ARGV[1]), 0
+local idn = id_n(id)
 for i = 5, #ARGV do
   if ARGV[4] ~= '' and redis.call('exists', ARGV[i]) == 0 then
     -- a pull author's list gone (expired, evicted): pages merged from it
@@ -36,8 +39,19 @@ for i = 5, #ARGV do
   while not done do
     local part = redis.call('lrange', ARGV[i], pos, pos + 63)
     if #part == 0 then break end
+    if pos == 0 and id_old(part[1]) then
+      -- written before ids were bytes: made again at the next read
+      if ARGV[4] == '' then
+        drop_old(ARGV[i], key_kept_pages(key_timeline_parts(ARGV[i])),
+                 false)
+      else
+        redis.call('del', ARGV[i])
+        pull_forgotten(ARGV[i], ARGV[4])
+      end
+      break
+    end
     for j = 1, #part do
-      local eid = string.sub(part[j], 1, 24)
+      local eid = string.sub(part[j], 1, 12)
       if eid == id then
         n = n + redis.call('lrem', ARGV[i], 1, part[j])
         if ARGV[4] == '' then
@@ -49,7 +63,7 @@ for i = 5, #ARGV do
         end
         done = true break
       end
-      if eid < id then done = true break end
+      if id_lt_n(eid, idn) then done = true break end
     end
     pos = pos + #part
   end

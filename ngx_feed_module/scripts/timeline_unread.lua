@@ -46,6 +46,7 @@
 local MISSING, PULL, UNREAD = 0, 5, 6
 -- @include keys
 -- @include end
+-- @include ids
 -- @include deleted
 -- @include pulled
 
@@ -75,6 +76,11 @@ then
   ver, pull = nil, {}
 end
 local head = redis.call('lindex', tl, 0)
+if head and id_old(head) then
+  -- written before ids were bytes: made again
+  drop_old(tl, KEYS[3], embed)
+  head = nil
+end
 if not head then
   local l = redis.call('get', KEYS[2])
   return {MISSING, l and (l == 'failed' and 2 or 1) or 0}

@@ -35,7 +35,9 @@
                               the posts: "<kind><author>" separated by
                               spaces, kind b, m or B, and "h<post id>"
                               for a hidden post (lib/filtered.lua)
-    ARGV[12...]               id, JSON pairs, newest first
+    ARGV[12...]               id, JSON pairs, newest first: the ids in
+                              hex, the list gets their 12 bytes
+                              (lib/ids.lua)
 
   Output:
     1, or 0 when the follows changed
@@ -43,6 +45,7 @@
 
 -- @include keys
 -- @include end
+-- @include ids
 -- @include deleted
 -- @include insert
 -- @include changed
@@ -70,11 +73,12 @@ if redis.call('exists', tl) == 0 then
   for j = 1, #ids do
     local i = 10 + 2 * j
     if not dead[j] then
+      local bid = id_bin(ARGV[i])
       if ARGV[3] == 'e' then
-        entries[#entries + 1] = ARGV[i] .. ARGV[i + 1]
+        entries[#entries + 1] = bid .. ARGV[i + 1]
       else
-        entries[#entries + 1] = ARGV[i]
-        redis.call('set', key_post_json(ARGV[i]), ARGV[i + 1],
+        entries[#entries + 1] = bid
+        redis.call('set', key_post_json(bid), ARGV[i + 1],
                    'EX', 2 * tonumber(ARGV[1]))
       end
     end
@@ -93,6 +97,10 @@ if redis.call('exists', tl) == 0 then
   if #entries > 0 then
     redis.call('ltrim', tl, 0, cap - 1)
     for _, e in ipairs(redis.call('lrange', KEYS[4], 0, -1)) do
+      -- queued by a version before ids were bytes
+      if id_old(e) then
+        e = id_bin(string.sub(e, 1, 24)) .. string.sub(e, 25)
+      end
       insert(tl, e, cap)
     end
     redis.call('expire', tl, ARGV[1])

@@ -3,11 +3,13 @@
  * ngx_feed_module: the home timeline cache in Redis.
  *
  * A list per user, "feed:tl:{user}", newest first, capped at
- * feed_cache_size: each entry is the post id (24 hex digits, so entries
- * compare as ids do) followed, in embed mode, by the post's JSON; in link
- * mode the JSON is in "feed:p:<id>" instead.  An entry of all zeroes ends a
+ * feed_cache_size: each entry is the post id's 12 bytes (half its hex
+ * digits' room; the scripts compare them as numbers, scripts/lib/ids.lua)
+ * followed, in embed mode, by the post's JSON; in link mode the JSON is in
+ * "feed:p:<id's 12 bytes>" instead.  An entry of all zero bytes ends a
  * timeline that holds the user's whole history: without it the list was
- * trimmed, and pages past its end continue from the fallback.
+ * trimmed, and pages past its end continue from the fallback.  The worker
+ * gives the scripts ids in hex, and reads a page's ids back as bytes.
  *
  * The first pages, as answered, are kept in "feed:tlp:{user}" with the
  * version of the list they were made from: a read whose page is there and
@@ -56,6 +58,9 @@
     (sizeof(NGX_HTTP_FEED_KEY_REBUILD_LOCK) + NGX_HTTP_FEED_USER_MAX + 1)
 #define NGX_HTTP_FEED_POST_KEY_LEN                                           \
     (sizeof(NGX_HTTP_FEED_KEY_POST_JSON) + 24)
+
+/* an id as the lists hold it */
+#define NGX_HTTP_FEED_ID_BYTES       12
 
 
 /*
@@ -206,10 +211,14 @@ static void ngx_http_feed_timeline_cache_watched(
     ngx_http_feed_user_t *user);
 static ngx_int_t ngx_http_feed_timeline_cache_copy(ngx_pool_t *pool,
     redisReply *e, ngx_str_t *to);
+static ngx_int_t ngx_http_feed_timeline_cache_ids(ngx_pool_t *pool,
+    redisReply *e, ngx_str_t *to);
 static size_t ngx_http_feed_timeline_cache_key(
     ngx_http_feed_redis_call_t *call, ngx_uint_t i, char *buf,
     const char *prefix, ngx_http_feed_user_t *user);
 static size_t ngx_http_feed_timeline_cache_post_key(u_char *buf,
+    const char *id);
+static size_t ngx_http_feed_timeline_cache_old_post_key(u_char *buf,
     const char *id);
 
 
@@ -792,14 +801,15 @@ ngx_http_feed_timeline_cache_parse(ngx_pool_t *pool, redisReply *reply,
         }
     }
 
+    /* the last post's id, as bytes (none for an empty page) */
+
     e = reply->element[NGX_HTTP_FEED_TIMELINE_READ_LAST];
 
-    if (e->len > 24) {
+    if (e->len != 0 && e->len != NGX_HTTP_FEED_ID_BYTES) {
         return NGX_DECLINED;
     }
 
-    ngx_memcpy(cached->last, e->str, e->len);
-    cached->last[e->len] = '\0';
+    *ngx_hex_dump((u_char *) cached->last, (u_char *) e->str, e->len) = '\0';
 
     cached->found = 1;
     cached->more = ngx_http_feed_timeline_cache_flag(
@@ -815,7 +825,7 @@ ngx_http_feed_timeline_cache_parse(ngx_pool_t *pool, redisReply *reply,
             reply->element[NGX_HTTP_FEED_TIMELINE_READ_VERSION],
             &cached->version)
         != NGX_OK
-        || ngx_http_feed_timeline_cache_copy(pool,
+        || ngx_http_feed_timeline_cache_ids(pool,
                reply->element[NGX_HTTP_FEED_TIMELINE_READ_IDS], &cached->ids)
            != NGX_OK
         || ngx_http_feed_timeline_cache_lists(pool, reply,
@@ -1192,6 +1202,27 @@ ngx_http_feed_timeline_cache_copy(ngx_pool_t *pool, redisReply *e,
 {
     to->len = e->len;
     to->data = (u_char *) e->str;
+
+    return NGX_OK;
+}
+
+
+/* a page's ids, their bytes one after another, in hex as the worker uses */
+
+static ngx_int_t
+ngx_http_feed_timeline_cache_ids(ngx_pool_t *pool, redisReply *e,
+    ngx_str_t *to)
+{
+    if (e->len % NGX_HTTP_FEED_ID_BYTES) {
+        return NGX_DECLINED;
+    }
+
+    to->data = ngx_pnalloc(pool, 2 * e->len + 1);
+    if (to->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    to->len = ngx_hex_dump(to->data, (u_char *) e->str, e->len) - to->data;
 
     return NGX_OK;
 }
@@ -1679,9 +1710,10 @@ ngx_http_feed_timeline_cache_delete(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, const char *id,
     ngx_http_feed_redis_pt handler, void *data, ngx_uint_t *sent)
 {
-    u_char                               key[NGX_HTTP_FEED_POST_KEY_LEN];
-    size_t                               argvlen[2];
-    const char                          *argv[2];
+    u_char                               key[NGX_HTTP_FEED_POST_KEY_LEN],
+                                         old[NGX_HTTP_FEED_POST_KEY_LEN];
+    size_t                               argvlen[3];
+    const char                          *argv[3];
     ngx_http_feed_redis_args_t           args;
     ngx_http_feed_timeline_cache_mark_t  mark;
 
@@ -1698,6 +1730,16 @@ ngx_http_feed_timeline_cache_delete(ngx_http_request_t *r,
     ngx_http_feed_redis_args_key(&args, key,
                                  ngx_http_feed_timeline_cache_post_key(key,
                                                                        id));
+
+    /*
+     * And the copy a version before ids were bytes may have left, in link
+     * mode, which a cluster refuses (a DEL there is of one slot)
+     */
+
+    if (!fmcf->redis.cluster) {
+        ngx_http_feed_redis_args_key(&args, old,
+            ngx_http_feed_timeline_cache_old_post_key(old, id));
+    }
 
     ngx_http_feed_timeline_cache_mark_send(&mark, &args);
 
@@ -2472,10 +2514,28 @@ ngx_http_feed_timeline_cache_key(ngx_http_feed_redis_call_t *call,
 }
 
 
-/* a post's key in link mode, feed:p:<id> */
+/* a post's key in link mode, feed:p:<the id's 12 bytes> (id: valid hex) */
 
 static size_t
 ngx_http_feed_timeline_cache_post_key(u_char *buf, const char *id)
+{
+    u_char      *p;
+    bson_oid_t   oid;
+
+    bson_oid_init_from_string(&oid, id);
+
+    p = ngx_cpymem(buf, NGX_HTTP_FEED_KEY_POST_JSON,
+                   sizeof(NGX_HTTP_FEED_KEY_POST_JSON) - 1);
+    p = ngx_cpymem(p, oid.bytes, NGX_HTTP_FEED_ID_BYTES);
+
+    return p - buf;
+}
+
+
+/* the key of versions before ids were bytes, feed:p:<id in hex> */
+
+static size_t
+ngx_http_feed_timeline_cache_old_post_key(u_char *buf, const char *id)
 {
     return ngx_sprintf(buf, "%s%*s", NGX_HTTP_FEED_KEY_POST_JSON, (size_t) 24,
                        id)

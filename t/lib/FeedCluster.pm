@@ -230,7 +230,7 @@ sub in_list {
     my ($self, $user, $id) = @_;
     my $l = eval { $self->key_cmd("feed:tl:{$user}", 'LRANGE',
         "feed:tl:{$user}", 0, -1) } || [];
-    return scalar grep { substr($_, 0, 24) eq $id } @$l;
+    return scalar grep { FeedTest::Util::entry_id($_) eq $id } @$l;
 }
 
 # the master of each user's timeline (user => name), and how many users

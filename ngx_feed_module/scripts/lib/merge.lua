@@ -5,6 +5,8 @@
 -- END: the page stops at the first post older than the end of a list that
 -- is not whole (deep: the rest comes from the fallback), as the plain read
 -- does at the end of the user's list.  Fills "out" as the plain read does.
+-- Entries hold ids as bytes (lib/ids.lua): each entry's id is turned into
+-- hex once, when it is looked at, and the merge compares those.
 local function merge(out, part, pull)
   local t0 = redis.call('time')
   local lists = {{key = tl, buf = part, pos = #part, i = 1,
@@ -34,7 +36,7 @@ local function merge(out, part, pull)
       local lo, hi = 0, redis.call('llen', s.key)
       while lo < hi do
         local mid = math.floor((lo + hi) / 2)
-        if string.sub(redis.call('lindex', s.key, mid), 1, 24) < max then
+        if id_hex(redis.call('lindex', s.key, mid)) < max then
           hi = mid
         else
           lo = mid + 1
@@ -42,7 +44,7 @@ local function merge(out, part, pull)
       end
       s.buf, s.i, s.pos, s.eof = {}, 1, lo, false
       if lo > 0 then
-        s.last = string.sub(redis.call('lindex', s.key, lo - 1), 1, 24)
+        s.last = id_hex(redis.call('lindex', s.key, lo - 1))
       end
     end
   end
@@ -55,13 +57,20 @@ local function merge(out, part, pull)
         if s.eof then return nil end
         s.buf = redis.call('lrange', s.key, s.pos, s.pos + s.chunk - 1)
         if #s.buf == 0 and s.pos == 0 and s.pulled then return false end
+        if s.pulled and #s.buf > 0 and id_old(s.buf[1]) then
+          -- written before ids were bytes: loaded again
+          redis.call('del', s.key)
+          return false
+        end
         s.pos, s.i = s.pos + #s.buf, 1
         s.eof = #s.buf < s.chunk
         s.chunk = math.min(s.chunk * 2, 1000)
         if #s.buf == 0 then return nil end
       end
-      local id = string.sub(s.buf[s.i], 1, 24)
-      if id == END or (since ~= '' and id <= since) then
+      local e = s.buf[s.i]
+      if s.at ~= e then s.at, s.id = e, id_hex(e) end
+      local id = s.id
+      if id == END_HEX or (since ~= '' and id <= since) then
         s.whole, s.eof, s.buf = true, true, {}
         return nil
       end
@@ -123,7 +132,7 @@ local function merge(out, part, pull)
     if not embed then
       for i = 1, #c do
         if not dead[i] and not c[i][3] then
-          keys[#keys + 1] = key_post_json(c[i][1])
+          keys[#keys + 1] = key_post_json(string.sub(c[i][2], 1, 12))
         end
       end
       if #keys > 0 then posts = redis.call('mget', unpack(keys)) end
@@ -133,7 +142,7 @@ local function merge(out, part, pull)
       if not dead[i] then
         local json
         if c[i][3] or embed then
-          json = string.sub(c[i][2], 25)
+          json = string.sub(c[i][2], 13)
         else
           k = k + 1
           json = posts[k]
@@ -153,8 +162,8 @@ local function merge(out, part, pull)
           end
           n = n + 1
           out[ITEMS + n] = json
-          out[4] = c[i][1]
-          got[n] = c[i][1]
+          out[4] = string.sub(c[i][2], 1, 12)
+          got[n] = out[4]
           if c[i][3] then pulled_n = pulled_n + 1 end
         end
       end

@@ -20,8 +20,15 @@ local function unread_list(key, m, seen, hide, emb, counted)
     if #part == 0 and pos == 0 then return nil end
     local ids, ents, stop = {}, {}, false
     for i = 1, #part do
-      local id = string.sub(part[i], 1, 24)
-      if id == END or id <= m then stop = true break end
+      if key ~= tl and i == 1 and pos == 0 and id_old(part[1]) then
+        -- a pull author's list written before ids were bytes: loaded
+        -- again (a user's own was checked by the caller)
+        redis.call('del', key)
+        return nil
+      end
+      if string.sub(part[i], 1, 12) == END then stop = true break end
+      local id = id_hex(part[i])
+      if id <= m then stop = true break end
       if not seen[id] then
         seen[id] = true
         ids[#ids + 1], ents[#ents + 1] = id, part[i]
@@ -33,11 +40,13 @@ local function unread_list(key, m, seen, hide, emb, counted)
       if filtered then hid = hidden_posts(KEYS[6], ids) end
       if hide and not emb then
         local keys = {}
-        for i = 1, #ids do keys[i] = key_post_json(ids[i]) end
+        for i = 1, #ids do
+          keys[i] = key_post_json(string.sub(ents[i], 1, 12))
+        end
         posts = redis.call('mget', unpack(keys))
       end
       for i = 1, #ids do
-        local json = emb and string.sub(ents[i], 25) or posts[i]
+        local json = emb and string.sub(ents[i], 13) or posts[i]
         if not dead[i] and not hid[i]
            and not (hide and json and hide(json))
         then

@@ -27,7 +27,7 @@ our @EXPORT_OK = qw(
     tl_ids tl_walk tl_walk_is tl_firsts tl_firsts_are
     node_counts node_moved node_moved_is node_acked
     workers_up server_conf behind_proxy metrics_scrape metrics_val seen_held
-    read_state_is
+    read_state_is entry_id entry_json entry_of post_key
 );
 
 # the posts' stream and the fanout's consumer group (the defaults)
@@ -735,6 +735,16 @@ EOF
     return { map { $_ => 1 } @{ $held || [] } };
 }
 
+# A timeline list's entry (feed:tl, feed:pl, feed:tlq): the post id's 12
+# bytes, then its JSON in embed mode; the end mark is 12 zero bytes.
+# entry_id gives the id in hex as the API does (24 zeroes for the end).
+sub entry_id { unpack('H24', substr($_[0] // '', 0, 12)) }
+sub entry_json { length($_[0] // '') > 12 ? substr($_[0], 12) : '' }
+sub entry_of { pack('H24', $_[0]) . ($_[1] // '') }
+
+# a post's JSON key in link mode, feed:p:<the id's 12 bytes>
+sub post_key { 'feed:p:' . pack('H24', $_[0]) }
+
 # a Redis command's reply; undef on any error
 sub rd { my $t = shift; my @r = eval { $t->redis(@_) }; $@ ? undef : $r[0] }
 
@@ -750,7 +760,7 @@ for i = 1, #KEYS do
   else
     local n = 0
     for _, e in ipairs(redis.call('lrange', KEYS[i], 0, -1)) do
-      if string.sub(e, 1, 24) == ARGV[1] then n = n + 1 end
+      if string.sub(e, 1, 12) == ARGV[1] then n = n + 1 end
     end
     out[i] = n
   end
@@ -765,7 +775,7 @@ sub copies {
     my %c;
     while (my @b = splice(@users, 0, 500)) {
         my $r = rd($t, 'EVAL', $COPIES_LUA, scalar @b,
-            (map { tl_key($_) } @b), $id);
+            (map { tl_key($_) } @b), pack('H24', $id));
         return undef unless ref $r eq 'ARRAY';
         @c{@b} = @$r;
     }
