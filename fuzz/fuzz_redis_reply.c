@@ -5,7 +5,8 @@
  * context uses) makes of arbitrary RESP bytes.  Each reply goes to:
  *
  *   ngx_http_feed_timeline_cache_parse   the timeline read script's reply,
- *                                        then the kept page in it
+ *                                        then, when it says the worker's
+ *                                        copy is current, a copy gone
  *                                        (ngx_http_feed_timeline_cache_kept);
  *   ngx_http_feed_counts_parse           HMGET of a cached count;
  *   ngx_http_feed_redis_info_reply       INFO server (the run_id);
@@ -121,12 +122,9 @@ ngx_http_feed_fuzz_reply(ngx_http_feed_redis_t *rd, redisReply *reply)
     if (ngx_http_feed_timeline_cache_parse(r->pool, reply, &cached) == NGX_OK
         && cached.kept)
     {
-        /*
-         * The page in the reply, else the one the HGET before got: here
-         * none, as when the HGET's answer was nil.
-         */
+        /* the worker's copy, here gone, as when another read replaced it */
 
-        kept = cached.page;
+        ngx_str_null(&kept);
 
         (void) ngx_http_feed_timeline_cache_kept(&kept, &cached);
     }

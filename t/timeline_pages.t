@@ -6,8 +6,10 @@
 # the kept pages; every other change (an older post put in its place, a
 # delete fanned out) moves the nonce.  With 2 workers, link and embed mode:
 #
-#   - a read keeps its page; the next read answers it as kept (shown by
-#     marking the kept bytes in Redis);
+#   - a read keeps its page: its version, its span in the list, not its
+#     bytes (the workers' copies hold them); the next reads, by either
+#     worker, answer it under the same version, none stored again (a
+#     worker without a copy reads it again under the kept version);
 #   - a new post, once delivered, is in the next read: the kept page is
 #     gone, never answered again;
 #   - an older post delivered into the middle, and a delete fanned out,
@@ -35,7 +37,7 @@ use JSON::PP ();
 use IO::Select;
 use FeedTest;
 use FeedTest::Util qw(entry_id entry_json entry_of post_key);
-use FeedTest::Util qw(short rd post server_conf statuses);
+use FeedTest::Util qw(short rd post server_conf statuses $HIT);
 
 my $t = FeedTest->new;
 
@@ -64,7 +66,6 @@ $CONF =~ s/\@\@SERVER\@\@\n/server_conf()/e;
 
 my $JSON = JSON::PP->new->utf8->canonical;
 my $RUN = $$ . int(time);
-my $MARK = 'kept-page-mark';
 
 sub ids {
     my ($r) = @_;
@@ -87,18 +88,8 @@ sub delivered {
 # its own, as every page store has, so that the workers' copies of the
 # page before are not current): a read that answers the kept page then
 # shows the mark
-sub mark_kept {
-    my ($uid) = @_;
-    my $k = "feed:tlp:{$uid}";
-    my $page = rd($t, 'HGET', $k, '20') // return 0;
-    $page =~ s/("body"\s*:\s*")/$1$MARK /
-        or return 0;
-    $page =~ s/^([^\n]+)/$1m/;
-    rd($t, 'HSET', $k, '20', $page, 'v20', rd($t, 'HGET', $k, 'v20') . 'm');
-    return 1;
-}
-
-sub marked { index($_[0]{body} // '', $MARK) >= 0 }
+# the version of the first page of 20 kept
+sub kept_v { rd($t, 'HGET', "feed:tlp:{$_[0]}", 'v20') }
 
 sub sent {
     my ($stats) = $t->redis('INFO', 'stats');
@@ -172,11 +163,17 @@ for my $mode (qw(link embed)) {
     is((split /:/, $kv // '')[1], head($reader),
         "$mode: the kept page's head is the list's");
 
-    ok(mark_kept($reader), "$mode: kept page marked");
-    $r = read_tl($reader);
-    ok(marked($r), "$mode: the next read answers the kept page")
-        or diag(short($r));
-    is($r->{headers}{'x-feed-cache'}, 'HIT', "$mode: HIT");
+    is(rd($t, 'HGET', "feed:tlp:{$reader}", '20'), undef,
+        "$mode: not the page's bytes: the workers' copies hold them");
+    is(rd($t, 'HGET', "feed:tlp:{$reader}", 'n20'), 5,
+        "$mode: its span: the list's first 5 entries");
+    my @again = map { read_tl($reader) } 1 .. 12;
+    is(join(' ', map { $_->{headers}{'x-feed-cache'} =~ $HIT ? 'hit' : 'no' }
+        @again), join(' ', ('hit') x 12), "$mode: the next reads hit");
+    ok(!grep({ "@{[ ids($_) ]}" ne "@{[ reverse @posts ]}" } @again),
+        "$mode: each the page");
+    is(kept_v($reader), $kv, "$mode: the kept page answered: its version "
+        . 'kept, none stored again');
 
     # ------------------------------------ a new post: the page goes --
 
@@ -185,14 +182,13 @@ for my $mode (qw(link embed)) {
     is(rd($t, 'EXISTS', "feed:tlp:{$reader}"), 0,
         "$mode: delivery deleted the kept pages");
     $r = read_tl($reader);
-    ok(!marked($r), "$mode: stale page not answered") or diag(short($r));
     is((ids($r))[0], $id, "$mode: the new post first");
     unshift @posts, $id;
 
     # ------------------------- an older post in its place: nonce moves --
 
-    $t->wait_for(3, sub { rd($t, 'HGET', "feed:tlp:{$reader}", 'v20') });
-    ok(mark_kept($reader), "$mode: kept again, marked");
+    $kv = $t->wait_for(3, sub { kept_v($reader) });
+    ok($kv, "$mode: kept again");
     my $old = $posts[-3];
 
     # out of the list behind the module's back, then redelivered: fanout
@@ -207,15 +203,15 @@ for my $mode (qw(link embed)) {
         sub { (rd($t, 'GET', "feed:tln:{$reader}") // '') ne $n0 }),
         "$mode: older post put back, nonce moved");
     $r = read_tl($reader);
-    ok(!marked($r), "$mode: stale page not answered after an insert")
-        or diag(short($r));
     is_deeply([ ids($r) ], [ reverse sort @posts ],
         "$mode: every post, in order");
+    ok($t->wait_for(3, sub { (kept_v($reader) // $kv) ne $kv }),
+        "$mode: the stale page not answered after an insert: kept anew");
 
     # ------------------------------------ a delete fanned out: stale --
 
-    $t->wait_for(3, sub { rd($t, 'HGET', "feed:tlp:{$reader}", 'v20') });
-    ok(mark_kept($reader), "$mode: kept again, marked");
+    $kv = $t->wait_for(3, sub { kept_v($reader) });
+    ok($kv, "$mode: kept again");
     my $gone = $posts[1];
     $r = $t->http('DELETE', "/users/$author/posts/$gone");
     is($r->{status}, 204, "$mode: delete") or diag(short($r));
@@ -224,8 +220,8 @@ for my $mode (qw(link embed)) {
             @{ $t->redis('LRANGE', "feed:tl:{$reader}", 0, -1) }
     }), "$mode: delete fanned out");
     $r = read_tl($reader);
-    ok(!marked($r), "$mode: stale page not answered after a delete")
-        or diag(short($r));
+    ok($t->wait_for(3, sub { (kept_v($reader) // $kv) ne $kv }),
+        "$mode: the stale page not answered after a delete: kept anew");
     @posts = grep { $_ ne $gone } @posts;
     is_deeply([ ids($r) ], [ reverse sort @posts ],
         "$mode: the deleted post is not there");
@@ -303,6 +299,17 @@ for my $mode (qw(link embed)) {
                 json => eval { $JSON->decode($_) } }) ] } @$bodies ],
             [ [ reverse sort @posts ] ],
             "$tm: one answer, every other post");
+
+        # the page kept since skips the deleted post, which the list keeps
+        # (fanout off): its span holds it, the delete does not make it
+        # stale (else every read would keep a page again)
+        my $kv = $t->wait_for(3, sub { kept_v($reader) });
+        like(rd($t, 'HGET', "feed:tlp:{$reader}", 's20') // '',
+            qr/^\Q${\ entry_of($x)}\E\z/s,
+            "$tm: the kept page says it skipped the post being deleted");
+        reads($reader, 20);
+        is(kept_v($reader), $kv, "$tm: and stays kept: 20 reads, none "
+            . 'stored again');
     }
 
     # a worker's memory for copies, tiny: they come and go, answers stay

@@ -85,7 +85,6 @@ static void ngx_http_feed_timeline_local_found(
 static ngx_msec_t ngx_http_feed_timeline_refresh(
     ngx_http_feed_main_conf_t *fmcf);
 static void ngx_http_feed_timeline_lookup(ngx_http_feed_timeline_ctx_t *ctx);
-static void ngx_http_feed_timeline_kept(void *data, redisReply *reply);
 static ngx_int_t ngx_http_feed_timeline_kept_page(
     ngx_http_feed_timeline_ctx_t *ctx);
 static void ngx_http_feed_timeline_read_done(void *data, redisReply *reply);
@@ -565,7 +564,6 @@ ngx_http_feed_timeline_lookup(ngx_http_feed_timeline_ctx_t *ctx)
                                                &ctx->page, &ctx->have,
                                                ctx->vouched, ctx->unread,
                                                ctx->mark.stamp != 0,
-                                               ngx_http_feed_timeline_kept,
                                                ngx_http_feed_timeline_read_done,
                                                ctx);
     }
@@ -580,31 +578,9 @@ ngx_http_feed_timeline_lookup(ngx_http_feed_timeline_ctx_t *ctx)
 }
 
 
-/* the HGET of the first page kept as answered: copied, checked after */
-
-static void
-ngx_http_feed_timeline_kept(void *data, redisReply *reply)
-{
-    ngx_http_feed_timeline_ctx_t  *ctx = data;
-
-    if (reply == NULL || reply->type != REDIS_REPLY_STRING
-        || ngx_http_feed_redis_hold_reply(ctx->request->pool, reply)
-           != NGX_OK)
-    {
-        return;
-    }
-
-    /* the answer is sent from the reply itself */
-
-    ctx->kept.data = (u_char *) reply->str;
-    ctx->kept.len = reply->len;
-}
-
-
 /*
- * The kept page the script found current: the worker's own copy (taken
- * into the request: the copy may go while the answer is being sent), or
- * the one in the reply, which the worker then keeps a copy of.
+ * The kept page the script found current: the worker's own copy, taken
+ * into the request (the copy may go while the answer is being sent).
  */
 
 static ngx_int_t
@@ -612,30 +588,13 @@ ngx_http_feed_timeline_kept_page(ngx_http_feed_timeline_ctx_t *ctx)
 {
     ngx_str_t  copy;
 
-    if (ctx->cached.local) {
-        copy = ngx_http_feed_timeline_local_get(&ctx->page.user,
-                                                ctx->page.limit, NULL, NULL);
-        if (copy.len == 0) {
-            return NGX_DECLINED;
-        }
-
-        return ngx_http_feed_timeline_kept_copy(ctx, &copy);
-    }
-
-    if (ctx->cached.page.len) {
-        ctx->kept = ctx->cached.page;
-    }
-
-    if (ngx_http_feed_timeline_cache_kept(&ctx->kept, &ctx->cached)
-        != NGX_OK)
-    {
+    copy = ngx_http_feed_timeline_local_get(&ctx->page.user, ctx->page.limit,
+                                            NULL, NULL);
+    if (copy.len == 0) {
         return NGX_DECLINED;
     }
 
-    ngx_http_feed_timeline_local_put(&ctx->page.user, ctx->page.limit,
-                                     &ctx->kept, &ctx->cached.lists);
-
-    return NGX_OK;
+    return ngx_http_feed_timeline_kept_copy(ctx, &copy);
 }
 
 

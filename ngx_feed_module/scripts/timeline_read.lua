@@ -74,18 +74,19 @@
                           never empty when the user has filters; unread:
                           the count
                           ("<n>" or "<n>+", lib/unread.lua) or false
-    {3, version, false, lists}
-                          KEPT: the first page kept as answered (read by the
-                          HGET sent just before this, in the same round
-                          trip) is current: its bytes never go through here
-    {3, version, page, lists}
-                          KEPT: the worker's copy is not current, this is
+    {8, more, deep, last, version, ids, ...}
+                          AGAIN: a PAGE as above, of the first page kept
+                          (its version, span and pulled ids in
+                          feed:tlp, not its bytes), which is current but
+                          which the worker has no copy of: read again
+                          from the lists, under the kept version, so that
+                          every worker's copy has the same; the worker
+                          keeps a copy of it and stores nothing
     {4, version, false, lists}
                           LOCAL: the worker's own copy is current
     {4, version}          LOCAL: the same, on the worker's word (vouched)
-                          KEPT and LOCAL end with the unread count when
-                          asked and known: {3|4, version, page|false,
-                          lists|false, unread}
+                          LOCAL ends with the unread count when asked and
+                          known: {4, version, false, lists|false, unread}
     {7, version, unread}  LOCAL with the unread count and no lists: as
                           short a reply as can be, as for a plain user
     {5, author...}        PULL: these pull authors' lists are missing (a
@@ -118,7 +119,7 @@
   version).
 ]]
 
-local MISSING, PAGE, KEPT, LOCAL, PULL, COUNTED = 0, 1, 3, 4, 5, 7
+local MISSING, PAGE, LOCAL, PULL, COUNTED, AGAIN = 0, 1, 4, 5, 7, 8
 local ITEMS = 11
 -- only what the hot path needs comes first: every function a script
 -- defines is made again at each call, before it runs (about 0.1 µs each)
@@ -144,13 +145,28 @@ if ver and ARGV[10] ~= '' then
 end
 local mark = ver and string.sub(ver, -1)
 
--- a first page kept as answered is current (kv: its version) when none of
--- its posts is being deleted; its list lives on
+-- A first page kept (kv: its version) is current when none of the posts
+-- it shows is being deleted: the list's first n entries (n: the kept
+-- span; while kv is current the list's head is as it was), less those it
+-- skipped that were being deleted already (s), and its posts merged from
+-- pull authors' lists (p), ids as bytes.  Its list lives on.
 local function current(kv)
   if deleting then
-    local ids = {}
-    local s = redis.call('hget', KEYS[3], 'i' .. ARGV[1]) or ''
-    for i = 1, #s, 24 do ids[#ids + 1] = string.sub(s, i, i + 23) end
+    local f = redis.call('hmget', KEYS[3], 'n' .. ARGV[1], 's' .. ARGV[1],
+                         'p' .. ARGV[1])
+    if not f[1] or not f[2] or not f[3] then return false end
+    local skip, ids, hex = {}, {}, '%08x%08x%08x'
+    for i = 1, #f[2], 12 do skip[string.sub(f[2], i, i + 11)] = true end
+    if tonumber(f[1]) > 0 then
+      for _, e in ipairs(redis.call('lrange', tl, 0, tonumber(f[1]) - 1)) do
+        if not skip[string.sub(e, 1, 12)] then
+          ids[#ids + 1] = string.format(hex, struct.unpack('>I4I4I4', e))
+        end
+      end
+    end
+    for i = 1, #f[3], 12 do
+      ids[#ids + 1] = string.format(hex, struct.unpack('>I4I4I4', f[3], i))
+    end
     if #ids > 0 then
       local d = deleted(ARGV[9], ids)
       for i = 1, #d do if d[i] then return false end end
@@ -168,7 +184,9 @@ end
 -- the worker's copy (ARGV[6]) is current when it is kv.  A user who
 -- follows pull authors has their lists' versions in lv: only a copy the
 -- worker vouches for answers here (its own word for the lists), else the
--- lists are read below.  Answers, or nil to read on.
+-- lists are read below.  Answers, or nil to read on: with again set when
+-- the kept page is current but the worker has no copy of it.
+local again
 local function kept(lv, kv, u, lists)
   if not kv or string.sub(kv, 1, #lv + 1) ~= lv .. ':' then return nil end
   if mark == 'P' and not lists and ARGV[6] ~= kv then return nil end
@@ -185,12 +203,8 @@ local function kept(lv, kv, u, lists)
     if u then return {COUNTED, kv, u} end
     return {LOCAL, kv}
   end
-  -- a plain user's replies stay as short as they were
-  if ARGV[6] == '' then
-    if lists or u then return {KEPT, kv, false, lists or {}, u} end
-    return {KEPT, kv}
-  end
-  return {KEPT, kv, redis.call('hget', KEYS[3], ARGV[1]), lists or {}, u}
+  again = {kv, u}
+  return nil
 end
 
 local h
@@ -276,7 +290,10 @@ if #part == 0 then
   local l = redis.call('get', KEYS[2])
   return {MISSING, l and (l == 'failed' and 2 or 1) or 0}
 end
-if part[1] ~= END and not (ARGV[14] == '1' and ARGV[13] == '1') then
+-- (a kept page found current kept the list alive already)
+if part[1] ~= END and not (ARGV[14] == '1' and ARGV[13] == '1')
+   and not again
+then
   redis.call('expire', tl, ARGV[4])
 end
 local out, got, n, pos = {PAGE, 0, 1, '',
@@ -287,7 +304,9 @@ local out, got, n, pos = {PAGE, 0, 1, '',
 if ARGV[14] == '1' and filtered then out[10] = {'*'} end
 -- (not kept for an empty timeline: its list lives feed_cache_empty_ttl,
 -- and nothing of it outlives that)
-if first and ARGV[12] == '1' then
+if again then
+  out[1], out[5], out[11] = AGAIN, again[1], again[2]
+elseif first and ARGV[12] == '1' then
   out[11] = unread_first(ver, pull, part[1] ~= END)
 end
 

@@ -11,10 +11,13 @@
  * trimmed, and pages past its end continue from the fallback.  The worker
  * gives the scripts ids in hex, and reads a page's ids back as bytes.
  *
- * The first pages, as answered, are kept in "feed:tlp:{user}" with the
- * version of the list they were made from: a read whose page is there and
- * current gets it whole, a single string, instead of each post through the
- * script.  A version is the list's nonce, "feed:tln:{user}", which every
+ * The first pages, as answered, are kept by each worker (a copy, answered
+ * with no Redis command while Redis tracks its keys); "feed:tlp:{user}"
+ * keeps what says such a copy is current, not the page's bytes: the
+ * version of the list it was made from, its span in the list and the ids
+ * it merged from pull authors' lists (timeline_page.lua).  A worker
+ * without a copy of a current page reads it again from the list, under
+ * that version.  A version is the list's nonce, "feed:tln:{user}", which every
  * change but one moves, and its head.  The exception is the common one,
  * a delivery of a post newer than the head: it deletes the kept pages
  * instead (cheaper than a new nonce per follower), and the new head keeps
@@ -82,7 +85,6 @@ typedef struct {
     ngx_http_feed_redis_call_t    call;
     char                          keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_NKEYS]
                                       [NGX_HTTP_FEED_USER_KEY_LEN];
-    size_t                        pages_len;
     u_char                        limit[NGX_INT_T_LEN];
     size_t                        limit_len;
     u_char                        ttl[NGX_INT_T_LEN];
@@ -99,11 +101,11 @@ typedef struct {
 typedef enum {
     NGX_HTTP_FEED_TIMELINE_READ_MISSING = 0,
     NGX_HTTP_FEED_TIMELINE_READ_PAGE = 1,
-    NGX_HTTP_FEED_TIMELINE_READ_KEPT = 3,
     NGX_HTTP_FEED_TIMELINE_READ_LOCAL = 4,
     NGX_HTTP_FEED_TIMELINE_READ_PULL = 5,
     NGX_HTTP_FEED_TIMELINE_READ_UNREAD = 6,     /* timeline_unread.lua */
-    NGX_HTTP_FEED_TIMELINE_READ_COUNTED = 7     /* LOCAL, with the count */
+    NGX_HTTP_FEED_TIMELINE_READ_COUNTED = 7,    /* LOCAL, with the count */
+    NGX_HTTP_FEED_TIMELINE_READ_AGAIN = 8       /* PAGE, of a kept version */
 } ngx_http_feed_timeline_read_e;
 
 
@@ -111,8 +113,7 @@ typedef enum {
 enum {
     NGX_HTTP_FEED_TIMELINE_READ_LOCKED = 1,        /* MISSING */
 
-    NGX_HTTP_FEED_TIMELINE_READ_KEPT_VERSION = 1,  /* KEPT, LOCAL */
-    NGX_HTTP_FEED_TIMELINE_READ_KEPT_PAGE = 2,
+    NGX_HTTP_FEED_TIMELINE_READ_KEPT_VERSION = 1,  /* LOCAL */
     NGX_HTTP_FEED_TIMELINE_READ_KEPT_LISTS = 3,
     NGX_HTTP_FEED_TIMELINE_READ_KEPT_UNREAD = 4,
 
@@ -220,6 +221,8 @@ static size_t ngx_http_feed_timeline_cache_post_key(u_char *buf,
     const char *id);
 static size_t ngx_http_feed_timeline_cache_old_post_key(u_char *buf,
     const char *id);
+static void ngx_http_feed_timeline_cache_local(ngx_http_feed_page_t *page,
+    ngx_http_feed_cached_t *cached, ngx_str_t *kept, size_t vlen);
 
 
 /* the set of posts being deleted, for the pull authors' lists too */
@@ -254,23 +257,17 @@ ngx_http_feed_timeline_cache_init(ngx_http_feed_main_conf_t *fmcf)
 
 
 /*
- * The read script, preceded for a first page by a plain HGET of the page
- * kept as answered: both in one round trip; kept() gets the HGET's reply.
- * unread: the first page answers the user's unread count too.
+ * The read script: one round trip.  unread: the first page answers the
+ * user's unread count too.
  */
 
 ngx_int_t
 ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_page_t *page,
     ngx_str_t *have, ngx_uint_t vouched, ngx_uint_t unread,
-    ngx_uint_t tracked, ngx_http_feed_redis_pt kept,
-    ngx_http_feed_redis_pt handler, void *data)
+    ngx_uint_t tracked, ngx_http_feed_redis_pt handler, void *data)
 {
-    size_t                              hgetlen[3];
-    ngx_int_t                           rc;
     ngx_str_t                           arg;
-    const char                         *hget[3];
-    ngx_http_feed_redis_args_t          args;
     ngx_http_feed_timeline_read_call_t  rc_call;
 
     ngx_str_set(&arg, "1");
@@ -282,29 +279,6 @@ ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
     ngx_http_feed_timeline_cache_read_call(fmcf, &rc_call,
                                            &ngx_http_feed_script_timeline_read,
                                            page, have, vouched, &arg);
-
-    /*
-     * with a copy of its own, the worker needs the page only if it
-     * changed; a page of unseen posts is never one kept
-     */
-
-    if (!page->has_max && !page->has_since && have->len == 0
-        && !page->unseen)
-    {
-        ngx_http_feed_redis_args_init(&args, hget, hgetlen);
-        ngx_http_feed_redis_args_lit(&args, "HGET");
-        ngx_http_feed_redis_args_key(&args,
-            rc_call.keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_PAGES],
-            rc_call.pages_len);
-        ngx_http_feed_redis_args_add(&args, rc_call.limit,
-                                     rc_call.limit_len);
-
-        rc = ngx_http_feed_redis_send_r(r, fmcf->redis_client, kept, data,
-                                        &args);
-        if (rc != NGX_OK) {
-            return rc;
-        }
-    }
 
     /*
      * Redis tracks the keys of the script that comes next on the same
@@ -545,7 +519,7 @@ ngx_http_feed_timeline_cache_read_call(ngx_http_feed_main_conf_t *fmcf,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_LOCK,
         rc->keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_LOCK],
         NGX_HTTP_FEED_KEY_REBUILD_LOCK, &page->user);
-    rc->pages_len = ngx_http_feed_timeline_cache_key(call,
+    ngx_http_feed_timeline_cache_key(call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_PAGES,
         rc->keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_KEY_PAGES],
         NGX_HTTP_FEED_KEY_KEPT_PAGES, &page->user);
@@ -618,7 +592,10 @@ ngx_http_feed_timeline_cache_read_call(ngx_http_feed_main_conf_t *fmcf,
 
 /*
  * A first page as the read answered it, kept for the next reads while the
- * list stays as it is: "version\nnext\nJSON".  Fire and forget.
+ * list stays as it is: the worker's copy, "version\nnext\nJSON", and in
+ * Redis what says it is current (timeline_page.lua: fire and forget).  A
+ * page read again under the version kept (cached->again) is copied under
+ * that version, and nothing is stored.
  */
 
 void
@@ -628,7 +605,8 @@ ngx_http_feed_timeline_cache_page(ngx_http_request_t *r,
 {
     u_char                     *p, *value, limit[NGX_INT_T_LEN],
                                 ttl[NGX_INT_T_LEN],
-                                copy[NGX_HTTP_FEED_PULL_COPY_LEN];
+                                copy[NGX_HTTP_FEED_PULL_COPY_LEN],
+                                deleting[NGX_HTTP_FEED_DELETING_ARGS_LEN];
     char                        keys[NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_NKEYS]
                                     [NGX_HTTP_FEED_USER_KEY_LEN];
     size_t                      argvlen[
@@ -637,7 +615,6 @@ ngx_http_feed_timeline_cache_page(ngx_http_request_t *r,
     ngx_str_t                   kept;
     const char                 *argv[NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_ARGC];
     ngx_http_feed_redis_call_t  call;
-    ngx_http_feed_local_track_t track;
 
     len = cached->version.len + 1 + NGX_HTTP_FEED_NONCE_LEN + body->len
           + 24 + 2;
@@ -650,8 +627,12 @@ ngx_http_feed_timeline_cache_page(ngx_http_request_t *r,
     /* the version the page is stored under: the list's, and a token */
 
     p = ngx_cpymem(value, cached->version.data, cached->version.len);
-    *p++ = ':';
-    p = ngx_http_feed_timeline_cache_nonce(p);
+
+    if (!cached->again) {
+        *p++ = ':';
+        p = ngx_http_feed_timeline_cache_nonce(p);
+    }
+
     vlen = p - value;
     *p++ = '\n';
 
@@ -661,6 +642,17 @@ ngx_http_feed_timeline_cache_page(ngx_http_request_t *r,
 
     *p++ = '\n';
     p = ngx_cpymem(p, body->data, body->len);
+
+    kept.data = value;
+    kept.len = p - value;
+
+    if (cached->again) {
+        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "feed timeline of \"%s\": kept version read again",
+                       page->user.data);
+        ngx_http_feed_timeline_cache_local(page, cached, &kept, vlen);
+        return;
+    }
 
     ngx_http_feed_redis_call_init(&call, &ngx_http_feed_script_timeline_page,
                                   argv, argvlen,
@@ -692,8 +684,6 @@ ngx_http_feed_timeline_cache_page(ngx_http_request_t *r,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_ARG_LIMIT,
         limit, ngx_sprintf(limit, "%ui", page->limit) - limit);
     ngx_http_feed_redis_call_arg(&call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_ARG_PAGE, value, p - value);
-    ngx_http_feed_redis_call_arg(&call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_ARG_TTL,
         ttl, ngx_sprintf(ttl, "%T", fmcf->cache_ttl) - ttl);
     ngx_http_feed_redis_call_arg(&call,
@@ -703,6 +693,9 @@ ngx_http_feed_timeline_cache_page(ngx_http_request_t *r,
         cached->ids.data, cached->ids.len);
     ngx_http_feed_timeline_cache_copy_arg(fmcf, &call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_ARG_PULL_COPY, copy,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_KEY_TIMELINE);
+    ngx_http_feed_timeline_cache_deleting_args(fmcf, &call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_ARG_DELETING, deleting,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_PAGE_KEY_TIMELINE);
 
     (void) ngx_http_feed_redis_call(NULL, fmcf->redis_client, &call, NULL,
@@ -714,19 +707,30 @@ ngx_http_feed_timeline_cache_page(ngx_http_request_t *r,
      * answered.
      */
 
-    kept.data = value;
-    kept.len = p - value;
+    ngx_http_feed_timeline_cache_local(page, cached, &kept, vlen);
+}
 
-    ngx_http_feed_timeline_local_put(&page->user, page->limit, &kept,
+
+/* the worker's copy of a page, "version\nnext\nJSON" (vlen: the version) */
+
+static void
+ngx_http_feed_timeline_cache_local(ngx_http_feed_page_t *page,
+    ngx_http_feed_cached_t *cached, ngx_str_t *kept, size_t vlen)
+{
+    ngx_str_t                    version;
+    ngx_http_feed_local_track_t  track;
+
+    ngx_http_feed_timeline_local_put(&page->user, page->limit, kept,
                                      &cached->lists);
 
     /* the read that made the page kept its list alive */
 
     ngx_memzero(&track, sizeof(ngx_http_feed_local_track_t));
     track.refreshed = ngx_current_msec;
-    kept.len = vlen;
+    version.data = kept->data;
+    version.len = vlen;
 
-    ngx_http_feed_timeline_local_track(&page->user, page->limit, &kept,
+    ngx_http_feed_timeline_local_track(&page->user, page->limit, &version,
                                        &track);
 }
 
@@ -763,7 +767,6 @@ ngx_http_feed_timeline_cache_parse(ngx_pool_t *pool, redisReply *reply,
         cached->locked = e->integer;
         return NGX_OK;
 
-    case NGX_HTTP_FEED_TIMELINE_READ_KEPT:
     case NGX_HTTP_FEED_TIMELINE_READ_LOCAL:
     case NGX_HTTP_FEED_TIMELINE_READ_COUNTED:
         return ngx_http_feed_timeline_cache_parse_kept(pool, reply, cached);
@@ -777,8 +780,15 @@ ngx_http_feed_timeline_cache_parse(ngx_pool_t *pool, redisReply *reply,
         return ngx_http_feed_timeline_cache_unread_count(pool, reply,
                    NGX_HTTP_FEED_TIMELINE_READ_COUNT, cached);
 
-    default:
+    case NGX_HTTP_FEED_TIMELINE_READ_AGAIN:
+        cached->again = 1;
         break;
+
+    case NGX_HTTP_FEED_TIMELINE_READ_PAGE:
+        break;
+
+    default:
+        return NGX_DECLINED;
     }
 
     if (reply->elements < NGX_HTTP_FEED_TIMELINE_READ_ITEMS) {
@@ -868,14 +878,12 @@ ngx_http_feed_timeline_cache_parse(ngx_pool_t *pool, redisReply *reply,
 }
 
 
-/* a page kept as answered is current: the worker's own copy, or this */
+/* a page kept as answered is current: the worker's own copy */
 
 static ngx_int_t
 ngx_http_feed_timeline_cache_parse_kept(ngx_pool_t *pool,
     redisReply *reply, ngx_http_feed_cached_t *cached)
 {
-    redisReply  *page;
-
     if (reply->element[NGX_HTTP_FEED_TIMELINE_READ_KEPT_VERSION]->type
         != REDIS_REPLY_STRING
         || ngx_http_feed_redis_hold_reply(pool, reply) != NGX_OK)
@@ -885,8 +893,7 @@ ngx_http_feed_timeline_cache_parse_kept(ngx_pool_t *pool,
 
     cached->found = 1;
     cached->kept = 1;
-    cached->local = (reply->element[0]->integer
-                     != NGX_HTTP_FEED_TIMELINE_READ_KEPT);
+    cached->local = 1;
 
     /* the worker's copy is current, and the count is all there is to it */
 
@@ -901,14 +908,6 @@ ngx_http_feed_timeline_cache_parse_kept(ngx_pool_t *pool,
         return ngx_http_feed_timeline_cache_copy(pool,
                    reply->element[NGX_HTTP_FEED_TIMELINE_READ_KEPT_VERSION],
                    &cached->version);
-    }
-
-    if (reply->elements > NGX_HTTP_FEED_TIMELINE_READ_KEPT_PAGE) {
-        page = reply->element[NGX_HTTP_FEED_TIMELINE_READ_KEPT_PAGE];
-
-        if (page->type == REDIS_REPLY_STRING) {
-            (void) ngx_http_feed_timeline_cache_copy(pool, page, &cached->page);
-        }
     }
 
     if (ngx_http_feed_timeline_cache_lists(pool, reply,
@@ -1051,8 +1050,8 @@ ngx_http_feed_timeline_cache_copy_arg(ngx_http_feed_main_conf_t *fmcf,
 
 
 /*
- * The page the HGET got, "version\nnext\nJSON", if it is the version the
- * script found current: its JSON is the answer as it is.
+ * The worker's copy of a page, "version\nnext\nJSON", if it is the version
+ * the script found current: its JSON is the answer as it is.
  */
 
 ngx_int_t
@@ -1061,7 +1060,7 @@ ngx_http_feed_timeline_cache_kept(ngx_str_t *page,
 {
     u_char  *p, *last, *nl;
 
-    /* none: the HGET before the script found none (nil), or went away */
+    /* none: the copy went away */
 
     if (page->len == 0) {
         return NGX_DECLINED;

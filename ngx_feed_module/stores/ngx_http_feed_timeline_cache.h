@@ -96,15 +96,16 @@ typedef struct {
     ngx_str_t                     version;    /* the version of the list
                                                  read, or of the kept page */
     ngx_str_t                     ids;        /* the page's post ids,
-                                                 concatenated, stored with
-                                                 the page when it is kept */
+                                                 concatenated: their span is
+                                                 stored when it is kept */
 
     ngx_uint_t                    kept;       /* the answer is a first page
                                                  kept as answered before */
     ngx_uint_t                    local;      /* the worker's own copy of
                                                  that page is current */
-    ngx_str_t                     page;       /* that page as stored, when
-                                                 the reply holds it */
+    ngx_uint_t                    again;      /* the page kept, read again
+                                                 for a worker without a
+                                                 copy: under its version */
     ngx_str_t                     body;       /* its JSON, sent as it is */
 
     ngx_uint_t                    pulled;     /* posts of the page merged
@@ -157,8 +158,7 @@ ngx_int_t ngx_http_feed_timeline_cache_init(ngx_http_feed_main_conf_t *fmcf);
 ngx_int_t ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_page_t *page,
     ngx_str_t *have, ngx_uint_t vouched, ngx_uint_t unread,
-    ngx_uint_t tracked, ngx_http_feed_redis_pt kept,
-    ngx_http_feed_redis_pt handler, void *data);
+    ngx_uint_t tracked, ngx_http_feed_redis_pt handler, void *data);
 ngx_uint_t ngx_http_feed_timeline_cache_quiet(ngx_str_t *key);
 ngx_int_t ngx_http_feed_timeline_cache_fresh(ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_page_t *page, ngx_uint_t tracked, ngx_uint_t keep,
