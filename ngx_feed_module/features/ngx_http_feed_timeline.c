@@ -1593,10 +1593,10 @@ ngx_http_feed_timeline_send(ngx_http_feed_timeline_ctx_t *ctx)
                                        ctx->cached.body.len);
     }
 
-    len = sizeof("{\"items\": [], \"next\": \"\"}\n") + 24;
+    len = sizeof("{\"items\":[],\"next\":\"\"}\n") + 24;
 
     for (i = 0; i < ctx->cached.nitems; i++) {
-        len += ctx->cached.items[i].len + 2;
+        len += ctx->cached.items[i].len + 1;
     }
 
     body.data = ngx_pnalloc(r->pool, len);
@@ -1604,12 +1604,11 @@ ngx_http_feed_timeline_send(ngx_http_feed_timeline_ctx_t *ctx)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    p = ngx_cpymem(body.data, "{\"items\": [", sizeof("{\"items\": [") - 1);
+    p = ngx_cpymem(body.data, "{\"items\":[", sizeof("{\"items\":[") - 1);
 
     for (i = 0; i < ctx->cached.nitems; i++) {
         if (i) {
             *p++ = ',';
-            *p++ = ' ';
         }
 
         p = ngx_cpymem(p, ctx->cached.items[i].data,
@@ -1617,11 +1616,11 @@ ngx_http_feed_timeline_send(ngx_http_feed_timeline_ctx_t *ctx)
     }
 
     if (ctx->cached.more && ctx->cached.nitems) {
-        p = ngx_sprintf(p, "], \"next\": \"%s\"}\n", ctx->cached.last);
+        p = ngx_sprintf(p, "],\"next\":\"%s\"}\n", ctx->cached.last);
 
     } else {
-        p = ngx_cpymem(p, "], \"next\": null}\n",
-                       sizeof("], \"next\": null}\n") - 1);
+        p = ngx_cpymem(p, "],\"next\":null}\n",
+                       sizeof("],\"next\":null}\n") - 1);
     }
 
     body.len = p - body.data;

@@ -153,7 +153,7 @@ ngx_http_feed_timeline_source_run(ngx_http_feed_mongo_task_t *t,
     if (rc == NGX_OK) {
         BSON_APPEND_ARRAY(&doc, "items", &items);
 
-        op->json = bson_as_relaxed_extended_json(&doc, &op->json_len);
+        op->json = ngx_http_feed_json_text(&doc, &op->json_len);
         t->rc = op->json ? NGX_OK : NGX_ERROR;
     }
 
