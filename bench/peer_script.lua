@@ -61,7 +61,7 @@ elseif res[1] == 1 then
 
     last = res[4]
     more = res[2] == 1 and #items > 0
-    body = '{"items": [' .. table.concat(items, ", ") .. '], "next": '
+    body = '{"items":[' .. table.concat(items, ",") .. '],"next":'
            .. (more and ('"' .. last .. '"') or "null") .. '}\n'
 
 else
