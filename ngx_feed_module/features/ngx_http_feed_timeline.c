@@ -1551,8 +1551,9 @@ ngx_http_feed_timeline_answer_now(ngx_http_feed_timeline_ctx_t *ctx)
 
 
 /*
- * {"items": [...], "next": ...}: the items' JSON as the cache had it, or
- * the whole page as it was answered before.
+ * {"items":[...],"next":...}: the items' JSON as the cache had it, or the
+ * whole page as it was answered before.  Compact as the items are, which
+ * were squeezed when written: nothing is squeezed on a hit.
  */
 
 static ngx_int_t
