@@ -105,7 +105,7 @@ if more then
                          .. "&max_id=" .. last .. '>; rel="next"'
 end
 
-local body = '{"items": [' .. table.concat(items, ", ") .. '], "next": '
+local body = '{"items":[' .. table.concat(items, ",") .. '],"next":'
              .. next .. '}\n'
 
 ngx.header["Content-Type"] = "application/json"

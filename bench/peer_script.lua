@@ -47,7 +47,7 @@ if res[1] == 1 or res[1] == 8 then
         return string.format("%02x", c:byte())
     end)
     more = res[2] == 1 and #items > 0
-    body = '{"items": [' .. table.concat(items, ", ") .. '], "next": '
+    body = '{"items":[' .. table.concat(items, ",") .. '],"next":'
            .. (more and ('"' .. last .. '"') or "null") .. '}\n'
 
 else

@@ -10,7 +10,7 @@
 # and the targets with libFuzzer, AddressSanitizer and UBSan.
 
 FUZZ_TARGETS  ?= post_input cursor timeline_args fallback redis_reply \
-                 redis_cluster str_hash
+                 redis_cluster str_hash json_squeeze
 FUZZ_SECONDS  ?= 300
 FUZZ_DIR      := $(BUILD)/fuzz
 FUZZ_BIN      := $(FUZZ_DIR)/bin

@@ -15,7 +15,7 @@ use Test::More;
 my $root = "$FindBin::Bin/..";
 my $seconds = $ENV{FUZZ_TEST_SECONDS} || 3;
 my @targets = qw(post_input cursor timeline_args fallback redis_reply
-    redis_cluster str_hash);
+    redis_cluster str_hash json_squeeze);
 
 my $out = `make -C $root -s fuzz-build 2>&1`;
 is($?, 0, 'the fuzz targets build') or diag($out);

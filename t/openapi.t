@@ -594,7 +594,7 @@ my %code = map { $_ => 1 }
         =~ /ngx_http_feed_err\(\w+,\s*\w+,\s*"(\w+)"/g,
     slurp('ngx_feed_module/core/ngx_http_feed_errors.h')
         =~ /#define\s+\w+_CODE\s+"(\w+)"/g,
-    $conf_text =~ /'\{"error": "(\w+)"/g;
+    $conf_text =~ /'\{"error":"(\w+)"/g;
 my %spec_code = map { $_ => 1 } @{$check->{codes}};
 is_deeply([ sort keys %spec_code ], [ sort keys %code ],
     'the error codes documented are those of the code and the shipped conf')

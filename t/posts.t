@@ -43,7 +43,7 @@ http {
         client_max_body_size 64k;
         client_body_buffer_size 64k;
         error_page 413 @too_large;
-        location @too_large { default_type application/json; return 413 '{"error": "too_large", "message": "request body too large"}'; }
+        location @too_large { default_type application/json; return 413 '{"error":"too_large","message":"request body too large"}'; }
 
         location ~ ^/users/([^/]+)/posts$ { feed_posts $1; }
         location ~ ^/users/([^/]+)/posts/([^/]+)$ { feed_user_post $1 $2; }

@@ -3,7 +3,8 @@
  * ngx_feed_module: JSON responses, written by libbson.
  *
  * Every response of the module is application/json, errors included:
- * {"error": "<code>", "message": "<text>"}.
+ * {"error":"<code>","message":"<text>"}.  Every JSON the module writes,
+ * answered or stored in Redis, is compact: no whitespace outside strings.
  */
 
 
@@ -22,9 +23,7 @@ ngx_http_feed_send_json(ngx_http_request_t *r, ngx_uint_t status,
     size_t      len;
     u_char     *p;
 
-    /* relaxed extended JSON of plain types is plain JSON */
-
-    json = bson_as_relaxed_extended_json(doc, &len);
+    json = ngx_http_feed_json_text(doc, &len);
     if (json == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
@@ -41,6 +40,76 @@ ngx_http_feed_send_json(ngx_http_request_t *r, ngx_uint_t status,
     bson_free(json);
 
     return ngx_http_feed_send_body(r, status, p, len + 1);
+}
+
+
+/*
+ * A document's JSON, compact, in memory of libbson's (bson_free()): what
+ * every JSON the module writes is made of, in a request or in a thread.
+ * Relaxed extended JSON of plain types is plain JSON.
+ */
+
+char *
+ngx_http_feed_json_text(const bson_t *doc, size_t *len)
+{
+    char  *json;
+
+    json = bson_as_relaxed_extended_json(doc, len);
+    if (json == NULL) {
+        return NULL;
+    }
+
+    *len = ngx_http_feed_json_squeeze((u_char *) json, *len);
+    json[*len] = '\0';
+
+    return json;
+}
+
+
+/*
+ * JSON without its whitespace outside strings, in place; the new length.
+ * libbson 1.23 writes { "id" : "...", "author" : "bob" } and has no
+ * compact mode: the spaces were 13% of a short post, in Redis and on the
+ * wire.  In a string, a backslash escapes the byte after it, so that \"
+ * does not end the string and \\" does.  Squeezing compact JSON changes
+ * nothing.
+ */
+
+size_t
+ngx_http_feed_json_squeeze(u_char *json, size_t len)
+{
+    u_char      c, *p, *q, *last;
+    ngx_uint_t  in_string, escaped;
+
+    in_string = 0;
+    escaped = 0;
+    last = json + len;
+
+    for (p = json, q = json; p < last; p++) {
+        c = *p;
+
+        if (in_string) {
+            if (escaped) {
+                escaped = 0;
+
+            } else if (c == '\\') {
+                escaped = 1;
+
+            } else if (c == '"') {
+                in_string = 0;
+            }
+
+        } else if (c == ' ' || c == '\n' || c == '\t' || c == '\r') {
+            continue;
+
+        } else if (c == '"') {
+            in_string = 1;
+        }
+
+        *q++ = c;
+    }
+
+    return q - json;
 }
 
 
@@ -152,7 +221,7 @@ ngx_http_feed_json_copy(ngx_pool_t *pool, const bson_t *doc, ngx_str_t *json)
     char    *text;
     size_t   len;
 
-    text = bson_as_relaxed_extended_json(doc, &len);
+    text = ngx_http_feed_json_text(doc, &len);
     if (text == NULL) {
         return NGX_ERROR;
     }

@@ -1,7 +1,7 @@
 
 /*
- * ngx_feed_module: JSON responses, written by libbson, and the posts of
- * a JSON answer read back.
+ * ngx_feed_module: JSON responses, written by libbson and made compact,
+ * and the posts of a JSON answer read back.
  */
 
 
@@ -14,6 +14,8 @@
 #include <bson.h>
 
 
+char *ngx_http_feed_json_text(const bson_t *doc, size_t *len);
+size_t ngx_http_feed_json_squeeze(u_char *json, size_t len);
 ngx_int_t ngx_http_feed_send_json(ngx_http_request_t *r, ngx_uint_t status,
     const bson_t *doc);
 ngx_int_t ngx_http_feed_send_error(ngx_http_request_t *r, ngx_uint_t status,

@@ -519,9 +519,10 @@ ngx_http_feed_marker_dropped(void *data, redisReply *reply)
 
 
 /*
- * {"last_read_id": "...", "updated_at": "2026-11-27T06:50:18.123Z",
- * "version": 3}: the answer, and the copy Redis keeps of it (also filled
- * by unread counts, ngx_http_feed_timeline_unread.c)
+ * {"last_read_id":"...","updated_at":"2026-11-27T06:50:18.123Z",
+ * "version":3}: the answer, and the copy Redis keeps of it (also filled
+ * by unread counts, ngx_http_feed_timeline_unread.c), compact as every
+ * JSON the module writes
  */
 
 ngx_int_t
@@ -538,9 +539,9 @@ ngx_http_feed_marker_json(ngx_http_request_t *r, ngx_http_feed_marker_t *m,
     ngx_gmtime((time_t) (m->updated_at / 1000), &tm);
     ms = (ngx_uint_t) (m->updated_at % 1000);
 
-    p = ngx_pnalloc(r->pool, sizeof("{\"last_read_id\": \"\", "
-                                    "\"updated_at\": \"\", "
-                                    "\"version\": }")
+    p = ngx_pnalloc(r->pool, sizeof("{\"last_read_id\":\"\","
+                                    "\"updated_at\":\"\","
+                                    "\"version\":}")
                              + 24 + sizeof("2026-11-27T06:50:18.123Z")
                              + NGX_INT64_LEN);
     if (p == NULL) {
@@ -549,9 +550,9 @@ ngx_http_feed_marker_json(ngx_http_request_t *r, ngx_http_feed_marker_t *m,
 
     json->data = p;
 
-    p = ngx_sprintf(p, "{\"last_read_id\": \"%s\", "
-                       "\"updated_at\": \"%4d-%02d-%02dT%02d:%02d:%02d"
-                       ".%03uiZ\", \"version\": %L}",
+    p = ngx_sprintf(p, "{\"last_read_id\":\"%s\","
+                       "\"updated_at\":\"%4d-%02d-%02dT%02d:%02d:%02d"
+                       ".%03uiZ\",\"version\":%L}",
                     id, tm.ngx_tm_year, tm.ngx_tm_mon, tm.ngx_tm_mday,
                     tm.ngx_tm_hour, tm.ngx_tm_min, tm.ngx_tm_sec, ms,
                     m->version);

@@ -8,6 +8,7 @@
 
 #include "ngx_http_feed_post.h"
 #include "ngx_http_feed_filters_store.h"
+#include "ngx_http_feed_json.h"
 
 
 void
@@ -80,7 +81,7 @@ ngx_http_feed_post_list_run(ngx_http_feed_mongo_task_t *t,
             BSON_APPEND_NULL(&doc, "next");
         }
 
-        op->json = bson_as_relaxed_extended_json(&doc, &op->json_len);
+        op->json = ngx_http_feed_json_text(&doc, &op->json_len);
         t->rc = op->json ? NGX_OK : NGX_ERROR;
     }
 

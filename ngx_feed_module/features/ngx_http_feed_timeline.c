@@ -1510,8 +1510,9 @@ ngx_http_feed_timeline_answer_now(ngx_http_feed_timeline_ctx_t *ctx)
 
 
 /*
- * {"items": [...], "next": ...}: the items' JSON as the cache had it, or
- * the whole page as it was answered before.
+ * {"items":[...],"next":...}: the items' JSON as the cache had it, or the
+ * whole page as it was answered before.  Compact as the items are, which
+ * were squeezed when written: nothing is squeezed on a hit.
  */
 
 static ngx_int_t
@@ -1552,10 +1553,10 @@ ngx_http_feed_timeline_send(ngx_http_feed_timeline_ctx_t *ctx)
                                        ctx->cached.body.len);
     }
 
-    len = sizeof("{\"items\": [], \"next\": \"\"}\n") + 24;
+    len = sizeof("{\"items\":[],\"next\":\"\"}\n") + 24;
 
     for (i = 0; i < ctx->cached.nitems; i++) {
-        len += ctx->cached.items[i].len + 2;
+        len += ctx->cached.items[i].len + 1;
     }
 
     body.data = ngx_pnalloc(r->pool, len);
@@ -1563,12 +1564,11 @@ ngx_http_feed_timeline_send(ngx_http_feed_timeline_ctx_t *ctx)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    p = ngx_cpymem(body.data, "{\"items\": [", sizeof("{\"items\": [") - 1);
+    p = ngx_cpymem(body.data, "{\"items\":[", sizeof("{\"items\":[") - 1);
 
     for (i = 0; i < ctx->cached.nitems; i++) {
         if (i) {
             *p++ = ',';
-            *p++ = ' ';
         }
 
         p = ngx_cpymem(p, ctx->cached.items[i].data,
@@ -1576,11 +1576,11 @@ ngx_http_feed_timeline_send(ngx_http_feed_timeline_ctx_t *ctx)
     }
 
     if (ctx->cached.more && ctx->cached.nitems) {
-        p = ngx_sprintf(p, "], \"next\": \"%s\"}\n", ctx->cached.last);
+        p = ngx_sprintf(p, "],\"next\":\"%s\"}\n", ctx->cached.last);
 
     } else {
-        p = ngx_cpymem(p, "], \"next\": null}\n",
-                       sizeof("], \"next\": null}\n") - 1);
+        p = ngx_cpymem(p, "],\"next\":null}\n",
+                       sizeof("],\"next\":null}\n") - 1);
     }
 
     body.len = p - body.data;

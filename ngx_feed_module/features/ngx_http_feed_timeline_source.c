@@ -7,7 +7,7 @@
  *
  *     GET <fallback>?user=U&limit=N[&max_id=ID][&since_id=ID]
  *
- * and it answers {"items": [post, ...]}: the newest N posts of U and of
+ * and it answers {"items":[post,...]}: the newest N posts of U and of
  * everyone U follows, with max_id > id > since_id, deleted ones left out.
  * Any location answering that contract can stand in for it, proxy_pass to
  * an application included.
@@ -31,7 +31,7 @@ typedef struct {
     ngx_http_feed_main_conf_t    *fmcf;
     ngx_http_feed_page_t          page;
 
-    /* the answer, {"items": [...]}, as the thread made it */
+    /* the answer, {"items":[...]}, as the thread made it */
     char                         *json;
     size_t                        json_len;
 } ngx_http_feed_timeline_source_op_t;
@@ -153,7 +153,7 @@ ngx_http_feed_timeline_source_run(ngx_http_feed_mongo_task_t *t,
     if (rc == NGX_OK) {
         BSON_APPEND_ARRAY(&doc, "items", &items);
 
-        op->json = bson_as_relaxed_extended_json(&doc, &op->json_len);
+        op->json = ngx_http_feed_json_text(&doc, &op->json_len);
         t->rc = op->json ? NGX_OK : NGX_ERROR;
     }
 

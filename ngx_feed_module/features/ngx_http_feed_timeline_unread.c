@@ -217,13 +217,13 @@ ngx_http_feed_timeline_unread_send(ngx_http_feed_timeline_ctx_t *ctx)
     }
 
     body.data = ngx_pnalloc(ctx->request->pool,
-                            sizeof("{\"count\": , \"more\": false}\n")
+                            sizeof("{\"count\":,\"more\":false}\n")
                             + NGX_INT_T_LEN);
     if (body.data == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    p = ngx_sprintf(body.data, "{\"count\": %i, \"more\": %s}\n", n,
+    p = ngx_sprintf(body.data, "{\"count\":%i,\"more\":%s}\n", n,
                     more ? "true" : "false");
     body.len = p - body.data;
 

@@ -18,6 +18,7 @@
 
 
 #include "ngx_http_feed_posts_store.h"
+#include "ngx_http_feed_json.h"
 
 
 #define NGX_HTTP_FEED_POSTS         "posts"
@@ -201,7 +202,7 @@ ngx_http_feed_posts_get(mongoc_client_t *client, const char *database,
     p = NULL;
 
     if (ngx_http_feed_posts_json(&doc, &out) == NGX_OK) {
-        p = bson_as_relaxed_extended_json(&out, len);
+        p = ngx_http_feed_json_text(&out, len);
     }
 
     bson_destroy(&out);
