@@ -25,7 +25,7 @@ use Test::More;
 use Time::HiRes qw(sleep);
 use FeedTest;
 use FeedTest::SSE;
-use FeedTest::Util qw(short enc follow_each none_failed post tl_ids);
+use FeedTest::Util qw(short enc follow_each none_failed post tl_ids entry_json);
 
 # the offsets of the whitespace outside the strings of a JSON text: a
 # backslash in a string escapes the byte after it
@@ -230,9 +230,9 @@ for my $mode (qw(link embed)) {
 
     # what Redis keeps: posts (feed:p: in link mode, the timeline's
     # entries in embed mode), the pull author's list (read from MongoDB,
-    # then a post added), a kept first page, the marker's copy; an entry
-    # of a list is the id, then the JSON, and END (the mark of a whole
-    # list) an id alone
+    # then a post added), the marker's copy; an entry of a list is the
+    # id's 12 bytes, then the JSON, and END (the mark of a whole list) an
+    # id alone; kept first pages hold no JSON (their version and span)
     post($t, $p, "a pulled post of $p, added to its list");
     $t->get("/users/$r/timeline?limit=2") for 1, 2;
     my @posts;
@@ -246,24 +246,23 @@ for my $mode (qw(link embed)) {
         } while ($cur);
         @posts = map { [ $_, $t->redis('GET', $_) ] } @keys;
     } else {
-        @posts = map { [ "feed:tl:{$r}", substr($_, 24) ] }
-            grep { length > 24 }
+        @posts = map { [ "feed:tl:{$r}", entry_json($_) ] }
+            grep { length > 12 }
                 @{ $t->redis('LRANGE', "feed:tl:{$r}", 0, -1) };
     }
-    my @pull = map { [ "feed:pl:{$p}", substr($_, 24) ] }
-        grep { length > 24 }
+    my @pull = map { [ "feed:pl:{$p}", entry_json($_) ] }
+        grep { length > 12 }
             @{ $t->redis('LRANGE', "feed:pl:{$p}", 0, -1) };
     my %pages = @{ $t->redis('HGETALL', "feed:tlp:{$r}") || [] };
-    my @pages = map { [ "feed:tlp:{$r} $_", (split /\n/, $pages{$_}, 3)[2] ] }
-        grep { /^\d+$/ } keys %pages;
     my @marker = ([ "feed:mk:{$r} j",
         $t->redis('HGET', "feed:mk:{$r}", 'j') ]);
     is(join(' ', scalar(@posts) >= 3 ? 'posts' : scalar(@posts),
         scalar(@pull) >= 2 ? 'pull' : scalar(@pull),
-        scalar(@pages) ? 'page' : 0),
+        (grep { /^v\d+$/ } keys %pages) ? 'page' : 0),
         'posts pull page', "$mode: what Redis keeps, to read")
         or diag(join ' ', @{ $t->redis('KEYS', 'feed:*') });
-    compact_ok($_->[1], "$mode: $_->[0]") for @posts, @pull, @pages, @marker;
+    ok(!grep({ /^\d+$/ } keys %pages), "$mode: no page's JSON kept");
+    compact_ok($_->[1], "$mode: $_->[0]") for @posts, @pull, @marker;
 
     next unless $mode eq 'link';
     ok($t->stop, "$mode: nginx stopped gracefully");
