@@ -1,7 +1,8 @@
 #!/usr/bin/perl
 # Post ids in Redis lists as the ObjectId's 12 bytes (issue 33), with
 # redis-server in a locale whose collation is not byte order
-# (en_US.UTF-8: Lua's "<" on strings follows it), in link and embed mode:
+# (en_US.UTF-8: Lua's "<" on strings follows it; every test's Redis runs
+# in it, t/lib/FeedTest.pm), in link and embed mode:
 #
 #   - the locale is in effect: Lua's "<" says 'a' < 'B', bytes say not;
 #   - a list of ids that differ in bytes whose collation and numbers
@@ -22,7 +23,6 @@ use warnings;
 
 use FindBin;
 use lib "$FindBin::Bin/lib";
-use File::Temp ();
 use Test::More;
 use Time::HiRes qw(time sleep);
 use FeedTest;
@@ -32,19 +32,9 @@ use FeedTest::Util qw(rd post entry_id entry_json entry_of post_key
 plan(skip_all => 'the MongoDB stand-in needed: a fresh database')
     if FeedTest::real_mongo();
 
-# a locale whose collation is not byte order, made for redis-server alone
-my $LOC = File::Temp->newdir;
-my $made = system('localedef', '-i', 'en_US', '-f', 'UTF-8',
-    "$LOC/en_US.UTF-8") >> 8;
-plan(skip_all => 'localedef cannot make en_US.UTF-8 (Debian: locales)')
-    if $made > 1 || !-d "$LOC/en_US.UTF-8";
-
+# redis-server runs in en_US.UTF-8, as every test's (FeedTest::spawn)
 my $t = FeedTest->new;
-{
-    local $ENV{LOCPATH} = "$LOC";
-    local $ENV{LC_ALL} = 'en_US.UTF-8';
-    $t->start_redis;
-}
+$t->start_redis;
 $t->start_mongo;
 
 my $CONF = <<'EOF' . server_conf() . "}\n";

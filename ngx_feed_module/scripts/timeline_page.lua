@@ -108,8 +108,10 @@ if string.sub(ARGV[3], 1, #cur) == cur
    and string.sub(head, 1, 12) ~= END
 then
   local n, skipped, p = span(KEYS[3], ARGV[4])
-  redis.call('hset', KEYS[1], 'v' .. ARGV[1], ARGV[3], 'n' .. ARGV[1], n,
-             's' .. ARGV[1], skipped, 'p' .. ARGV[1], p)
+  -- the version without the list's, which reads know (timeline_read.lua)
+  redis.call('hset', KEYS[1],
+             'v' .. ARGV[1], string.sub(ARGV[3], #nonce + 2),
+             'n' .. ARGV[1], n, 's' .. ARGV[1], skipped, 'p' .. ARGV[1], p)
   -- a list that takes new posts keeps its version (and its mark)
   redis.call('expire', KEYS[2], 2 * tonumber(ARGV[2]))
   redis.call('expire', KEYS[5], 2 * tonumber(ARGV[2]))

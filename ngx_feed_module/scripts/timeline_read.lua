@@ -207,6 +207,9 @@ local function kept(lv, kv, u, lists)
   return nil
 end
 
+-- A kept page's version is kept without the list's (lv), which the read
+-- knows: "<head>:<token>", under the 64 bytes of a hash's listpack.  The
+-- version of a pull user's lists is the copy's, on the worker's word.
 local h
 if first and (mark == 'N'
               or (mark == 'P' and ARGV[8] == '1'
@@ -214,8 +217,8 @@ if first and (mark == 'N'
                   and redis.call('exists', KEYS[5]) == 1))
 then
   h = redis.call('hmget', KEYS[3], 'v' .. ARGV[1], 'u')
-  local res = kept(mark == 'N' and ver
-                   or string.match(h[1] or '', '^[^:]*'), h[1], h[2])
+  local lv = mark == 'N' and ver or string.match(ARGV[6], '^[^:]*')
+  local res = kept(lv, h[1] and lv .. ':' .. h[1], h[2])
   if res then return res end
 end
 
@@ -251,7 +254,7 @@ end
 -- was asked above)
 if first and #pull > 0 then
   h = h or redis.call('hmget', KEYS[3], 'v' .. ARGV[1], 'u')
-  local res = kept(ver, h[1], h[2], lists)
+  local res = kept(ver, h[1] and ver .. ':' .. h[1], h[2], lists)
   if res then return res end
 end
 -- a list without its filters (evicted on their own, or made by an older

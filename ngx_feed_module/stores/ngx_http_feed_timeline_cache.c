@@ -223,6 +223,7 @@ static size_t ngx_http_feed_timeline_cache_old_post_key(u_char *buf,
     const char *id);
 static void ngx_http_feed_timeline_cache_local(ngx_http_feed_page_t *page,
     ngx_http_feed_cached_t *cached, ngx_str_t *kept, size_t vlen);
+static u_char *ngx_http_feed_timeline_cache_token(u_char *buf);
 
 
 /* the set of posts being deleted, for the pull authors' lists too */
@@ -630,7 +631,7 @@ ngx_http_feed_timeline_cache_page(ngx_http_request_t *r,
 
     if (!cached->again) {
         *p++ = ':';
-        p = ngx_http_feed_timeline_cache_nonce(p);
+        p = ngx_http_feed_timeline_cache_token(p);
     }
 
     vlen = p - value;
@@ -2436,18 +2437,35 @@ ngx_http_feed_timeline_pull_copy(ngx_http_feed_main_conf_t *fmcf,
 u_char *
 ngx_http_feed_timeline_cache_nonce(u_char *buf)
 {
-    uint64_t         ms;
-    ngx_time_t      *tp;
+    uint64_t     ms;
+    ngx_time_t  *tp;
+
+    tp = ngx_timeofday();
+    ms = (uint64_t) tp->sec * 1000 + tp->msec;
+
+    buf = ngx_http_feed_timeline_cache_token(buf);
+
+    return ngx_sprintf(buf, "-%uL", ms);
+}
+
+
+/*
+ * A value no other one ever was, on any node: 64 random bits drawn once
+ * per worker, and a count.  A kept page's token, short enough that its
+ * version in feed:tlp, "<head>:<token>", stays within a listpack's 64
+ * bytes (timeline_page.lua).
+ */
+
+static u_char *
+ngx_http_feed_timeline_cache_token(u_char *buf)
+{
     static uint64_t  seed, n;
 
     while (seed == 0) {
         ngx_http_feed_random((u_char *) &seed, sizeof(seed));
     }
 
-    tp = ngx_timeofday();
-    ms = (uint64_t) tp->sec * 1000 + tp->msec;
-
-    return ngx_sprintf(buf, "%xL-%uL-%uL", seed, ++n, ms);
+    return ngx_sprintf(buf, "%xL-%uL", seed, ++n);
 }
 
 

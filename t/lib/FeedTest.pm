@@ -14,7 +14,7 @@ use warnings;
 
 use Exporter qw(import);
 use File::Temp qw(tempdir);
-use File::Path qw(make_path);
+use File::Path qw(make_path remove_tree);
 use IO::Socket::INET;
 use IO::Select;
 use POSIX qw(WNOHANG);
@@ -93,16 +93,41 @@ sub spawn {
     my $pid = fork();
     die "fork: $!\n" unless defined $pid;
 
+    my %env = $cmd[0] eq '/usr/bin/redis-server' ? redis_locale() : ();
+
     if ($pid == 0) {
         open STDIN, '<', '/dev/null';
         open STDOUT, '>>', $log;
         open STDERR, '>&', \*STDOUT;
         setpgrp(0, 0);
+        @ENV{keys %env} = values %env;
         exec @cmd or POSIX::_exit(127);
     }
 
     $self->{procs}{$name} = $pid;
     return $pid;
+}
+
+# Every redis-server runs in a locale whose collation is not byte order,
+# en_US.UTF-8 (made once for the tests, in build/locale): Redis's Lua
+# compares strings by it, and the module's scripts must not order ids
+# with "<" (scripts/lib/ids.lua; t/timeline_ids.t checks the locale is in
+# effect).  Without localedef's sources (Debian's locales), the C locale.
+sub redis_locale {
+    my $dir = "$ROOT/build/locale";
+    my $loc = "$dir/en_US.UTF-8";
+    unless (-f "$loc/LC_COLLATE") {
+        my $tmp = "$dir/tmp.$$";
+        make_path($tmp);
+        system("localedef -i en_US -f UTF-8 $tmp/en_US.UTF-8 "
+            . '>/dev/null 2>&1');
+        # another test may have made it meanwhile: theirs stays
+        rename("$tmp/en_US.UTF-8", $loc)
+            if -f "$tmp/en_US.UTF-8/LC_COLLATE" && !-e $loc;
+        remove_tree($tmp);
+    }
+    return -f "$loc/LC_COLLATE" ? (LOCPATH => $dir, LC_ALL => 'en_US.UTF-8')
+                                : ();
 }
 
 sub pid { $_[0]{procs}{$_[1]} }
