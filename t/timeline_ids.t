@@ -27,7 +27,7 @@ use Test::More;
 use Time::HiRes qw(time sleep);
 use FeedTest;
 use FeedTest::Util qw(rd post entry_id entry_json entry_of post_key
-    server_conf);
+    server_conf wait_settled);
 
 plan(skip_all => 'the MongoDB stand-in needed: a fresh database')
     if FeedTest::real_mongo();
@@ -95,6 +95,8 @@ for my $mode (qw(link embed)) {
         "$mode: follow");
     my @real = map { post($t, $au, "post $_", quiet => 1) } 1 .. 12;
     is(tl($r)->{status}, 200, "$mode: list made");
+    # no delivery of those posts may come after the list is replaced
+    wait_settled($t, "$mode: the posts fanned out");
     my @bytes = (0x42, 0x61, 0x7f, 0x80, 0x41, 0x62, 0x5a, 0x7a, 0x30,
                  0xe9, 0x45, 0x65);
     my $sec = hex(substr($real[0], 0, 8));
