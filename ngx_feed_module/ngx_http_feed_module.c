@@ -48,6 +48,8 @@ static char *ngx_http_feed_location(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_feed_stream_conf(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static char *ngx_http_feed_timeline_window(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
 static char *ngx_http_feed_pull_threshold(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
 static ngx_int_t ngx_http_feed_stream_partitions(ngx_conf_t *cf,
@@ -442,6 +444,13 @@ static ngx_command_t  ngx_http_feed_commands[] = {
       offsetof(ngx_http_feed_main_conf_t, timeline_store),
       &ngx_http_feed_timeline_stores },
 
+    { ngx_string("feed_timeline_window"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_feed_timeline_window,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("feed_timeline_bucket_time"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_conf_set_sec_slot,
@@ -734,6 +743,43 @@ ngx_http_feed_location(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     flcf->handler = cmd->post;
     flcf->endpoint = ngx_http_feed_metrics_endpoint(&cmd->name);
     clcf->handler = ngx_http_feed_handler;
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * feed_timeline_window <time> | 0 | off: a rebuild reads the posts of that
+ * last time first, older ones only for a page they do not fill
+ */
+
+static char *
+ngx_http_feed_timeline_window(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_feed_main_conf_t  *fmcf = conf;
+
+    ngx_str_t  *value;
+
+    if (fmcf->timeline_window != NGX_CONF_UNSET) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (ngx_strcmp(value[1].data, "off") == 0) {
+        fmcf->timeline_window = 0;
+        return NGX_CONF_OK;
+    }
+
+    fmcf->timeline_window = ngx_parse_time(&value[1], 1);
+
+    if (fmcf->timeline_window == (time_t) NGX_ERROR) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid feed_timeline_window \"%V\": a time "
+                           "(30d), 0 or off", &value[1]);
+        return NGX_CONF_ERROR;
+    }
 
     return NGX_CONF_OK;
 }
@@ -1091,6 +1137,7 @@ ngx_http_feed_main_conf_unset(ngx_http_feed_main_conf_t *fmcf)
     fmcf->cache_empty_ttl = NGX_CONF_UNSET;
     fmcf->cache_embed = NGX_CONF_UNSET_UINT;
     fmcf->timeline_store = NGX_CONF_UNSET_UINT;
+    fmcf->timeline_window = NGX_CONF_UNSET;
     fmcf->timeline_bucket_time = NGX_CONF_UNSET;
     fmcf->timeline_bucket_size = NGX_CONF_UNSET_UINT;
     fmcf->timeline_capped_size = NGX_CONF_UNSET_UINT;
@@ -1139,6 +1186,7 @@ ngx_http_feed_main_conf_defaults(ngx_http_feed_main_conf_t *fmcf)
 
     ngx_conf_init_uint_value(fmcf->cache_embed, 0);
     ngx_conf_init_uint_value(fmcf->timeline_store, NGX_HTTP_FEED_MODEL_READ);
+    ngx_conf_init_value(fmcf->timeline_window, 30 * 24 * 3600);
     ngx_conf_init_value(fmcf->timeline_bucket_time, 24 * 3600);
     ngx_conf_init_uint_value(fmcf->timeline_bucket_size, 100);
     ngx_conf_init_uint_value(fmcf->timeline_bucket_keep, 0);

@@ -98,6 +98,12 @@ for my $v ('off', '1', '250000') {
     ok($ok, "feed_pull_threshold $v accepted") or diag($out);
 }
 
+for my $v ('off', '0', '30d', '1h', '90s') {
+    $t->write_conf(conf('', "feed_timeline_window $v;"));
+    ($ok, $out) = $t->test_conf;
+    ok($ok, "feed_timeline_window $v accepted") or diag($out);
+}
+
 $t->write_conf(conf());
 ($ok, $out) = $t->test_conf;
 ok($ok, 'module loads with no feed configuration') or diag($out);
@@ -168,6 +174,10 @@ my @bad = (
     [ 'feed_pull_threshold -5;',              qr/invalid feed_pull_threshold "-5"/ ],
     [ "feed_pull_threshold 5;\n    feed_pull_threshold 6;",
                                               qr/"feed_pull_threshold" directive is duplicate/ ],
+    [ 'feed_timeline_window soon;',           qr/invalid feed_timeline_window "soon": a time \(30d\), 0 or off/ ],
+    [ 'feed_timeline_window -1d;',            qr/invalid feed_timeline_window "-1d"/ ],
+    [ "feed_timeline_window 1d;\n    feed_timeline_window 2d;",
+                                              qr/"feed_timeline_window" directive is duplicate/ ],
     (map { [ "feed_seen_error $_;",           qr/"feed_seen_error" must be a rate from 0.0082 \(at most 10 bits per id\) to 0.5, or 0.82% to 50%, not "\Q$_\E"/ ] }
         '0.001', '0.8', 'x', '1', '0.5%', '%'),
     [ "feed_seen_error 1%;\n    feed_seen_error 2%;",

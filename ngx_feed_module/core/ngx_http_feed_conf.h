@@ -170,6 +170,7 @@ typedef struct {
     ngx_uint_t                    timeline_store;   /* feed_timeline_store:
                                                        ngx_http_feed_store_e
                                                        */
+    time_t                        timeline_window;  /* 0: none */
     time_t                        timeline_bucket_time;
     ngx_uint_t                    timeline_bucket_size;
     ngx_uint_t                    timeline_capped_size;

@@ -121,6 +121,13 @@ typedef struct {
     ngx_atomic_t                  timeline_reads
                                       [NGX_HTTP_FEED_CACHE_STATUSES];
     ngx_atomic_t                  rebuild_failures;
+
+    /*
+     * feed_timeline_source's reads with feed_timeline_window, and those
+     * that read posts past it (a page the window did not fill, or deeper)
+     */
+    ngx_atomic_t                  window_reads;
+    ngx_atomic_t                  window_older;
     ngx_atomic_t                  posts_created;
     ngx_atomic_t                  posts_deleted;
 

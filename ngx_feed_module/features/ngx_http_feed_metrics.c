@@ -143,6 +143,13 @@ static ngx_http_feed_metric_t  ngx_http_feed_metrics_counters[] = {
     ngx_http_feed_metric("feed_timeline_rebuild_failures_total", "counter",
         "Timeline rebuilds (cache misses) that failed.",
         rebuild_failures),
+    ngx_http_feed_metric("feed_timeline_window_reads_total", "counter",
+        "Timeline pages read from MongoDB by feed_timeline_source with "
+        "feed_timeline_window.", window_reads),
+    ngx_http_feed_metric("feed_timeline_window_older_total", "counter",
+        "Of those, pages that read posts older than the window: the "
+        "window's posts did not fill them, or they are deeper.",
+        window_older),
     ngx_http_feed_metric("feed_redis_commands_total", "counter",
         "Redis commands sent.", redis_commands),
     ngx_http_feed_metric("feed_redis_errors_total", "counter",

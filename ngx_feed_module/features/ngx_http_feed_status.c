@@ -60,6 +60,8 @@ static void ngx_http_feed_status_finish(ngx_http_feed_status_ctx_t *ctx);
 static ngx_int_t ngx_http_feed_status_send(ngx_http_feed_status_ctx_t *ctx);
 static ngx_int_t ngx_http_feed_status_redis(ngx_http_feed_status_ctx_t *ctx,
     bson_t *doc);
+static ngx_int_t ngx_http_feed_status_window(bson_t *doc,
+    ngx_http_feed_stats_t *st);
 static ngx_int_t ngx_http_feed_status_mongo(ngx_http_feed_status_ctx_t *ctx,
     bson_t *doc);
 static ngx_int_t ngx_http_feed_status_moving(ngx_http_feed_main_conf_t *fmcf,
@@ -468,6 +470,10 @@ ngx_http_feed_status_mongo(ngx_http_feed_status_ctx_t *ctx, bson_t *doc)
         BSON_APPEND_INT64(&sub, "tasks", (int64_t) st->mongo_tasks);
         BSON_APPEND_INT64(&sub, "errors", (int64_t) st->mongo_errors);
 
+        if (ngx_http_feed_status_window(&sub, st) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
         if (ctx->mongo_error[0]) {
             BSON_APPEND_UTF8(&sub, "last_error", ctx->mongo_error);
 
@@ -477,6 +483,25 @@ ngx_http_feed_status_mongo(ngx_http_feed_status_ctx_t *ctx, bson_t *doc)
     }
 
     return bson_append_document_end(doc, &sub) ? NGX_OK : NGX_ERROR;
+}
+
+
+/*
+ * Pages feed_timeline_source read with feed_timeline_window, and those of
+ * them that read past it: many of those, the window is short for readers
+ */
+
+static ngx_int_t
+ngx_http_feed_status_window(bson_t *doc, ngx_http_feed_stats_t *st)
+{
+    if (!BSON_APPEND_INT64(doc, "window_reads", (int64_t) st->window_reads)
+        || !BSON_APPEND_INT64(doc, "window_older",
+                              (int64_t) st->window_older))
+    {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
 }
 
 
@@ -589,6 +614,11 @@ ngx_http_feed_status_node(bson_t *doc)
     BSON_APPEND_DOCUMENT_BEGIN(&sub, "mongo", &part);
     BSON_APPEND_INT64(&part, "tasks", (int64_t) st->mongo_tasks);
     BSON_APPEND_INT64(&part, "errors", (int64_t) st->mongo_errors);
+
+    if (ngx_http_feed_status_window(&part, st) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
     bson_append_document_end(&sub, &part);
 
     BSON_APPEND_DOCUMENT_BEGIN(&sub, "fanout", &part);

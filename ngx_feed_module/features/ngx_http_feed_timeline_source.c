@@ -13,7 +13,8 @@
  * an application included.
  *
  * In a thread: whom U follows (the follows store), then the newest posts
- * of U and those authors (the posts store).
+ * of U and those authors (the posts store), those of feed_timeline_window
+ * first.
  */
 
 
@@ -30,6 +31,10 @@ typedef struct {
     ngx_http_request_t           *request;
     ngx_http_feed_main_conf_t    *fmcf;
     ngx_http_feed_page_t          page;
+
+    /* feed_timeline_window's, from the time the request was started */
+    time_t                        edge;
+    ngx_http_feed_posts_window_t  window;
 
     /* the answer, {"items":[...]}, as the thread made it */
     char                         *json;
@@ -87,18 +92,48 @@ ngx_http_feed_timeline_source_start(ngx_http_request_t *r, void *data)
                    "feed timeline source of \"%s\": %ui posts",
                    op->page.user.data, op->page.limit);
 
+    /*
+     * The edge is taken here, as the thread must not read nginx's cached
+     * time; a window longer than the epoch's age holds every post.
+     */
+
+    op->edge = 0;
+
+    if (op->fmcf->timeline_window
+        && ngx_time() > op->fmcf->timeline_window)
+    {
+        op->edge = ngx_time() - op->fmcf->timeline_window;
+    }
+
     return ngx_http_feed_mongo_request(r, ngx_http_feed_timeline_source_run,
                                        ngx_http_feed_timeline_source_answer,
                                        op, &op->json);
 }
 
 
-/* the answer as the thread wrote it: the timeline reads it as it is */
+/*
+ * The answer as the thread wrote it: the timeline reads it as it is.
+ * Reads that went past the window are counted, so that operators see
+ * whether it is too short for their readers.
+ */
 
 static ngx_int_t
 ngx_http_feed_timeline_source_answer(ngx_http_request_t *r, void *data)
 {
     ngx_http_feed_timeline_source_op_t  *op = data;
+
+    if (op->edge) {
+        ngx_http_feed_stat(window_reads, 1);
+
+        if (op->window.older) {
+            ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                           "feed timeline source of \"%s\": read past "
+                           "its window, at %T", op->page.user.data,
+                           op->edge);
+
+            ngx_http_feed_stat(window_older, 1);
+        }
+    }
 
     return ngx_http_feed_mongo_send(r, op->json, op->json_len, 0);
 }
@@ -125,6 +160,12 @@ ngx_http_feed_timeline_source_run(ngx_http_feed_mongo_task_t *t,
     range.max_id = NULL;
     range.since_id = NULL;
     range.limit = op->page.limit;
+    range.window = NULL;
+
+    if (op->edge) {
+        ngx_http_feed_posts_window_init(&op->window, op->edge);
+        range.window = &op->window;
+    }
 
     if (op->page.has_max) {
         bson_oid_init_from_string(&max_id, op->page.max_id);

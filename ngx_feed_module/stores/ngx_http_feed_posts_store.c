@@ -49,11 +49,15 @@ static ngx_int_t ngx_http_feed_posts_one(mongoc_client_t *client,
 static ngx_int_t ngx_http_feed_posts_page(mongoc_collection_t *posts,
     ngx_http_feed_user_t *author, ngx_http_feed_posts_range_t *range,
     bson_t *items, char *next, bson_error_t *error);
+static ngx_int_t ngx_http_feed_posts_chunks(mongoc_collection_t *posts,
+    char **authors, size_t n, ngx_http_feed_posts_range_t *range,
+    ngx_uint_t limit, bson_t *items, ngx_uint_t *got, bson_error_t *error);
 static mongoc_cursor_t *ngx_http_feed_posts_chunk(
     mongoc_collection_t *posts, char **authors, size_t n,
     ngx_http_feed_posts_range_t *range);
 static ngx_int_t ngx_http_feed_posts_merge(ngx_http_feed_posts_stream_t *s,
-    size_t ns, ngx_uint_t limit, bson_t *items, bson_error_t *error);
+    size_t ns, ngx_uint_t limit, bson_t *items, ngx_uint_t *got,
+    bson_error_t *error);
 static ngx_int_t ngx_http_feed_posts_next(ngx_http_feed_posts_stream_t *s,
     bson_error_t *error);
 static ngx_int_t ngx_http_feed_posts_update(mongoc_client_t *client,
@@ -295,9 +299,42 @@ ngx_http_feed_posts_page(mongoc_collection_t *posts,
 
 
 /*
- * The newest posts of all these authors, in range: each chunk of authors
- * read newest first by the {author, _id} index, the chunks merged here as
- * they stream in.
+ * The window of a timeline's reads, from edge (s) on: ids at or below the
+ * edge's are past it.  A post id begins with its creation time in
+ * seconds, big-endian: the edge's is that second with all other bytes
+ * zero, and the lowest id above it ends with a one.
+ */
+
+void
+ngx_http_feed_posts_window_init(ngx_http_feed_posts_window_t *window,
+    time_t edge)
+{
+    uint8_t  data[12];
+
+    ngx_memzero(data, sizeof(data));
+
+    data[0] = (uint8_t) (edge >> 24);
+    data[1] = (uint8_t) (edge >> 16);
+    data[2] = (uint8_t) (edge >> 8);
+    data[3] = (uint8_t) edge;
+
+    bson_oid_init_from_data(&window->edge, data);
+
+    data[11] = 1;
+    bson_oid_init_from_data(&window->above, data);
+
+    window->older = 0;
+}
+
+
+/*
+ * The newest posts of all these authors, in range.  With a window whose
+ * edge is inside the range, those newer than the edge are read first, and
+ * the older ones only when these did not fill the page: a reader of many
+ * authors who have not posted for long has the {author, _id} index read
+ * past the edge only for a short page.  The two reads together are the
+ * range's newest posts exactly: every post newer than the edge comes
+ * before any older one, and no post is on both sides.
  */
 
 ngx_int_t
@@ -305,33 +342,108 @@ ngx_http_feed_posts_timeline(mongoc_client_t *client, const char *database,
     char **authors, size_t n, ngx_http_feed_posts_range_t *range,
     bson_t *items, bson_error_t *error)
 {
+    ngx_int_t                       rc;
+    ngx_uint_t                      got;
+    mongoc_collection_t            *posts;
+    ngx_http_feed_posts_range_t     newer, older;
+    ngx_http_feed_posts_window_t   *w;
+
+    w = range->window;
+    got = 0;
+
+    posts = mongoc_client_get_collection(client, database,
+                                         NGX_HTTP_FEED_POSTS);
+
+    if (w == NULL
+        || (range->since_id
+            && bson_oid_compare(range->since_id, &w->edge) >= 0))
+    {
+        /* no window, or all of the range is inside it */
+
+        rc = ngx_http_feed_posts_chunks(posts, authors, n, range,
+                                        range->limit, items, &got, error);
+        goto done;
+    }
+
+    if (range->max_id && bson_oid_compare(range->max_id, &w->above) <= 0) {
+
+        /* all of the range is past the edge: a page deeper than it */
+
+        w->older = 1;
+        rc = ngx_http_feed_posts_chunks(posts, authors, n, range,
+                                        range->limit, items, &got, error);
+        goto done;
+    }
+
+    newer = *range;
+    newer.since_id = &w->edge;
+
+    rc = ngx_http_feed_posts_chunks(posts, authors, n, &newer, range->limit,
+                                    items, &got, error);
+
+    if (rc != NGX_OK || got == range->limit) {
+        goto done;
+    }
+
+    /*
+     * Each chunk read up to limit posts newer than the edge, and all of
+     * them together fewer: every such post is in the page.  The rest of
+     * it is the newest posts at the edge or older.
+     */
+
+    w->older = 1;
+
+    older = *range;
+    older.max_id = &w->above;
+
+    rc = ngx_http_feed_posts_chunks(posts, authors, n, &older, range->limit,
+                                    items, &got, error);
+
+done:
+
+    mongoc_collection_destroy(posts);
+
+    return rc;
+}
+
+
+/*
+ * One query per chunk of authors, their posts in range merged into items
+ * after the got ones there, until limit in all
+ */
+
+static ngx_int_t
+ngx_http_feed_posts_chunks(mongoc_collection_t *posts, char **authors,
+    size_t n, ngx_http_feed_posts_range_t *range, ngx_uint_t limit,
+    bson_t *items, ngx_uint_t *got, bson_error_t *error)
+{
     size_t                          ns, i;
     ngx_int_t                       rc;
-    mongoc_collection_t            *posts;
+    ngx_http_feed_posts_range_t     chunk;
     ngx_http_feed_posts_stream_t   *streams;
 
     ns = (n + NGX_HTTP_FEED_POSTS_CHUNK - 1) / NGX_HTTP_FEED_POSTS_CHUNK;
 
+    chunk = *range;
+    chunk.limit = limit - *got;
+
     streams = bson_malloc0(ns * sizeof(ngx_http_feed_posts_stream_t));
-    posts = mongoc_client_get_collection(client, database,
-                                         NGX_HTTP_FEED_POSTS);
 
     for (i = 0; i < ns; i++) {
         streams[i].cursor = ngx_http_feed_posts_chunk(posts,
                                 authors + i * NGX_HTTP_FEED_POSTS_CHUNK,
                                 ngx_min(NGX_HTTP_FEED_POSTS_CHUNK,
                                         n - i * NGX_HTTP_FEED_POSTS_CHUNK),
-                                range);
+                                &chunk);
     }
 
-    rc = ngx_http_feed_posts_merge(streams, ns, range->limit, items, error);
+    rc = ngx_http_feed_posts_merge(streams, ns, limit, items, got, error);
 
     for (i = 0; i < ns; i++) {
         mongoc_cursor_destroy(streams[i].cursor);
     }
 
     bson_free(streams);
-    mongoc_collection_destroy(posts);
 
     return rc;
 }
@@ -351,6 +463,7 @@ ngx_http_feed_posts_by_ids(mongoc_client_t *client, const char *database,
     size_t                         i;
     bson_t                         filter, in, list, opts;
     ngx_int_t                      rc;
+    ngx_uint_t                     got;
     const char                    *k;
     mongoc_collection_t           *posts;
     ngx_http_feed_posts_range_t    range;
@@ -381,7 +494,8 @@ ngx_http_feed_posts_by_ids(mongoc_client_t *client, const char *database,
     stream.cursor = mongoc_collection_find_with_opts(posts, &filter, &opts,
                                                      NULL);
 
-    rc = ngx_http_feed_posts_merge(&stream, 1, n, items, error);
+    got = 0;
+    rc = ngx_http_feed_posts_merge(&stream, 1, n, items, &got, error);
 
     mongoc_cursor_destroy(stream.cursor);
     mongoc_collection_destroy(posts);
@@ -510,16 +624,18 @@ ngx_http_feed_posts_chunk(mongoc_collection_t *posts, char **authors,
 }
 
 
-/* the newest of the chunks' next posts, until limit: a k-way merge */
+/*
+ * The newest of the chunks' next posts, appended to the got items already
+ * there until limit: a k-way merge
+ */
 
 static ngx_int_t
 ngx_http_feed_posts_merge(ngx_http_feed_posts_stream_t *s, size_t ns,
-    ngx_uint_t limit, bson_t *items, bson_error_t *error)
+    ngx_uint_t limit, bson_t *items, ngx_uint_t *got, bson_error_t *error)
 {
     char         key[16];
     size_t       i, best;
     bson_t       item;
-    ngx_uint_t   n;
     const char  *k;
 
     for (i = 0; i < ns; i++) {
@@ -528,7 +644,7 @@ ngx_http_feed_posts_merge(ngx_http_feed_posts_stream_t *s, size_t ns,
         }
     }
 
-    for (n = 0; n < limit; n++) {
+    for ( /* void */ ; *got < limit; (*got)++) {
         best = ns;
 
         for (i = 0; i < ns; i++) {
@@ -543,7 +659,7 @@ ngx_http_feed_posts_merge(ngx_http_feed_posts_stream_t *s, size_t ns,
             break;
         }
 
-        bson_uint32_to_string(n, &k, key, sizeof(key));
+        bson_uint32_to_string(*got, &k, key, sizeof(key));
 
         BSON_APPEND_DOCUMENT_BEGIN(items, k, &item);
         (void) ngx_http_feed_posts_json(s[best].doc, &item);

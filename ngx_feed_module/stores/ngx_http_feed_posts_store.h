@@ -18,11 +18,27 @@
 #define NGX_HTTP_FEED_OUTBOX_GRACE  3000
 
 
+/*
+ * A timeline's time window (feed_timeline_window): its posts are read
+ * newer than the edge first, older ones only for a page not full yet.
+ * Ranges copied from one another share it, so that every read of a page
+ * says in "older" whether it went past the edge.
+ */
+typedef struct {
+    bson_oid_t                    edge;       /* its second, then zeros */
+    bson_oid_t                    above;      /* the lowest id above it */
+    ngx_uint_t                    older;      /* set: read past the edge */
+} ngx_http_feed_posts_window_t;
+
+
 /* posts newest first, their ids below max_id and above since_id */
 typedef struct {
     const bson_oid_t             *max_id;     /* NULL: from the newest */
     const bson_oid_t             *since_id;   /* NULL: back to the oldest */
     ngx_uint_t                    limit;
+
+    /* a timeline's reads only (ngx_http_feed_posts_timeline), NULL: none */
+    ngx_http_feed_posts_window_t *window;
 } ngx_http_feed_posts_range_t;
 
 
@@ -62,6 +78,8 @@ ngx_int_t ngx_http_feed_posts_list(mongoc_client_t *client,
     const char *database, ngx_http_feed_user_t *author,
     ngx_http_feed_posts_range_t *range, bson_t *items, char *next,
     bson_error_t *error);
+void ngx_http_feed_posts_window_init(ngx_http_feed_posts_window_t *window,
+    time_t edge);
 ngx_int_t ngx_http_feed_posts_timeline(mongoc_client_t *client,
     const char *database, char **authors, size_t n,
     ngx_http_feed_posts_range_t *range, bson_t *items, bson_error_t *error);
