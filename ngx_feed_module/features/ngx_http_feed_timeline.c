@@ -453,7 +453,6 @@ ngx_http_feed_timeline_local_hit(ngx_http_feed_timeline_ctx_t *ctx,
 
     ctx->cached.found = 1;
     ctx->cached.kept = 1;
-    ctx->cached.local = 1;
     ctx->cached.version = *version;
     ctx->cached.lists.len = 0;
     ctx->cached.unread.len = 0;

@@ -812,11 +812,14 @@ ngx_http_feed_timeline_cache_parse(ngx_pool_t *pool, redisReply *reply,
         }
     }
 
-    /* the last post's id, as bytes (none for an empty page) */
+    /* the last post's id and the page's, as bytes (none: an empty page) */
 
     e = reply->element[NGX_HTTP_FEED_TIMELINE_READ_LAST];
 
-    if (e->len != 0 && e->len != NGX_HTTP_FEED_ID_BYTES) {
+    if ((e->len != 0 && e->len != NGX_HTTP_FEED_ID_BYTES)
+        || reply->element[NGX_HTTP_FEED_TIMELINE_READ_IDS]->len
+           % NGX_HTTP_FEED_ID_BYTES)
+    {
         return NGX_DECLINED;
     }
 
@@ -894,7 +897,6 @@ ngx_http_feed_timeline_cache_parse_kept(ngx_pool_t *pool,
 
     cached->found = 1;
     cached->kept = 1;
-    cached->local = 1;
 
     /* the worker's copy is current, and the count is all there is to it */
 
@@ -1213,10 +1215,6 @@ static ngx_int_t
 ngx_http_feed_timeline_cache_ids(ngx_pool_t *pool, redisReply *e,
     ngx_str_t *to)
 {
-    if (e->len % NGX_HTTP_FEED_ID_BYTES) {
-        return NGX_DECLINED;
-    }
-
     to->data = ngx_pnalloc(pool, 2 * e->len + 1);
     if (to->data == NULL) {
         return NGX_ERROR;

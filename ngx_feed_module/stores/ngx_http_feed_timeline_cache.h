@@ -99,10 +99,9 @@ typedef struct {
                                                  concatenated: their span is
                                                  stored when it is kept */
 
-    ngx_uint_t                    kept;       /* the answer is a first page
-                                                 kept as answered before */
-    ngx_uint_t                    local;      /* the worker's own copy of
-                                                 that page is current */
+    ngx_uint_t                    kept;       /* the answer is the
+                                                 worker's own copy of a
+                                                 first page, current */
     ngx_uint_t                    again;      /* the page kept, read again
                                                  for a worker without a
                                                  copy: under its version */

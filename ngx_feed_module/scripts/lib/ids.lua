@@ -29,11 +29,6 @@ local function id_lt_n(a, n)
   return a3 < n[3]
 end
 
-local function id_lt(a, b)
-  if a == b then return false end
-  return id_lt_n(a, id_n(b))
-end
-
 -- an entry written by a version before ids were bytes: 24 hex digits,
 -- then the JSON in embed mode ("{" follows the 12 bytes of an entry now)
 local function id_old(entry)
