@@ -97,6 +97,10 @@ static ngx_conf_enum_t  ngx_http_feed_timeline_stores[] = {
 };
 
 /* a bucket of embedded posts stays far below MongoDB's 16 MB */
+static ngx_conf_num_bounds_t  ngx_http_feed_parallel_bounds = {
+    ngx_conf_check_num_bounds, 1, 64
+};
+
 static ngx_conf_num_bounds_t  ngx_http_feed_bucket_size_bounds = {
     ngx_conf_check_num_bounds, 1, 1000
 };
@@ -450,6 +454,20 @@ static ngx_command_t  ngx_http_feed_commands[] = {
       NGX_HTTP_MAIN_CONF_OFFSET,
       0,
       NULL },
+
+    { ngx_string("feed_timeline_rebuild_deadline"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_feed_main_conf_t, timeline_deadline),
+      NULL },
+
+    { ngx_string("feed_timeline_rebuild_parallel"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_feed_main_conf_t, timeline_parallel),
+      &ngx_http_feed_parallel_bounds },
 
     { ngx_string("feed_timeline_bucket_time"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
@@ -1138,6 +1156,8 @@ ngx_http_feed_main_conf_unset(ngx_http_feed_main_conf_t *fmcf)
     fmcf->cache_embed = NGX_CONF_UNSET_UINT;
     fmcf->timeline_store = NGX_CONF_UNSET_UINT;
     fmcf->timeline_window = NGX_CONF_UNSET;
+    fmcf->timeline_deadline = NGX_CONF_UNSET_MSEC;
+    fmcf->timeline_parallel = NGX_CONF_UNSET_UINT;
     fmcf->timeline_bucket_time = NGX_CONF_UNSET;
     fmcf->timeline_bucket_size = NGX_CONF_UNSET_UINT;
     fmcf->timeline_capped_size = NGX_CONF_UNSET_UINT;
@@ -1202,6 +1222,16 @@ ngx_http_feed_main_conf_defaults(ngx_http_feed_main_conf_t *fmcf)
                              2 * fmcf->cache_size);
     ngx_conf_init_msec_value(fmcf->cache_lock_timeout,
                              2 * fmcf->mongo.timeout + 1000);
+
+    /*
+     * A rebuild answers with what it has a little before MongoDB's own
+     * timeout would fail it: a second before, or at half of it
+     */
+    ngx_conf_init_msec_value(fmcf->timeline_deadline,
+                             fmcf->mongo.timeout > 2000
+                             ? fmcf->mongo.timeout - 1000
+                             : fmcf->mongo.timeout / 2);
+    ngx_conf_init_uint_value(fmcf->timeline_parallel, 4);
     ngx_conf_init_size_value(fmcf->cache_local, 16 * 1024 * 1024);
     ngx_conf_init_value(fmcf->cache_tracking, 1);
     ngx_conf_init_uint_value(fmcf->stream_max, 10000);

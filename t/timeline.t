@@ -48,6 +48,9 @@ http {
     %%FEED_BACKENDS%%
     feed_redis_timeout 1s;
     feed_mongo_timeout 800ms;
+    # the stand-in's latency below must not cut rebuilds short: the
+    # deadline is t/timeline_deadline.t's
+    feed_timeline_rebuild_deadline 0;
     feed_cache_size @@SIZE@@;
     feed_cache_ttl 7d;
     feed_cache_mode @@MODE@@;

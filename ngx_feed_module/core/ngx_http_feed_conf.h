@@ -171,6 +171,8 @@ typedef struct {
                                                        ngx_http_feed_store_e
                                                        */
     time_t                        timeline_window;  /* 0: none */
+    ngx_msec_t                    timeline_deadline;  /* 0: none */
+    ngx_uint_t                    timeline_parallel;
     time_t                        timeline_bucket_time;
     ngx_uint_t                    timeline_bucket_size;
     ngx_uint_t                    timeline_capped_size;

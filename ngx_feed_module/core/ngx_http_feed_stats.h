@@ -30,6 +30,7 @@ typedef enum {
     NGX_HTTP_FEED_CACHE_DEEP,
     NGX_HTTP_FEED_CACHE_BYPASS,
     NGX_HTTP_FEED_CACHE_LOCAL,            /* a hit with no Redis command */
+    NGX_HTTP_FEED_CACHE_PARTIAL,          /* a rebuild without some posts */
     NGX_HTTP_FEED_CACHE_STATUSES          /* how many, not a status */
 } ngx_http_feed_cache_status_e;
 
@@ -128,6 +129,13 @@ typedef struct {
      */
     ngx_atomic_t                  window_reads;
     ngx_atomic_t                  window_older;
+
+    /*
+     * Its pages made at feed_timeline_rebuild_deadline without some
+     * chunks of authors, and the chunks missing from them
+     */
+    ngx_atomic_t                  rebuild_partial;
+    ngx_atomic_t                  rebuild_late_chunks;
     ngx_atomic_t                  posts_created;
     ngx_atomic_t                  posts_deleted;
 

@@ -118,7 +118,7 @@ static ngx_str_t  ngx_http_feed_metrics_endpoints[NGX_HTTP_FEED_ENDPOINTS] = {
 /* indexed by ngx_http_feed_cache_status_e, NONE (0) not printed */
 
 static char  *ngx_http_feed_metrics_caches[NGX_HTTP_FEED_CACHE_STATUSES] = {
-    NULL, "HIT", "MISS", "DEEP", "BYPASS", "LOCAL"
+    NULL, "HIT", "MISS", "DEEP", "BYPASS", "LOCAL", "PARTIAL"
 };
 
 
@@ -150,6 +150,13 @@ static ngx_http_feed_metric_t  ngx_http_feed_metrics_counters[] = {
         "Of those, pages that read posts older than the window: the "
         "window's posts did not fill them, or they are deeper.",
         window_older),
+    ngx_http_feed_metric("feed_timeline_rebuild_partial_total", "counter",
+        "Timeline pages feed_timeline_source answered partial: some "
+        "chunks of authors had not answered by "
+        "feed_timeline_rebuild_deadline.", rebuild_partial),
+    ngx_http_feed_metric("feed_timeline_rebuild_late_chunks_total",
+        "counter", "Chunks of authors missing from those pages.",
+        rebuild_late_chunks),
     ngx_http_feed_metric("feed_redis_commands_total", "counter",
         "Redis commands sent.", redis_commands),
     ngx_http_feed_metric("feed_redis_errors_total", "counter",

@@ -488,7 +488,9 @@ ngx_http_feed_status_mongo(ngx_http_feed_status_ctx_t *ctx, bson_t *doc)
 
 /*
  * Pages feed_timeline_source read with feed_timeline_window, and those of
- * them that read past it: many of those, the window is short for readers
+ * them that read past it: many of those, the window is short for readers.
+ * Pages answered partial at feed_timeline_rebuild_deadline, and the
+ * chunks of authors missing from them: a slow part of MongoDB.
  */
 
 static ngx_int_t
@@ -496,7 +498,11 @@ ngx_http_feed_status_window(bson_t *doc, ngx_http_feed_stats_t *st)
 {
     if (!BSON_APPEND_INT64(doc, "window_reads", (int64_t) st->window_reads)
         || !BSON_APPEND_INT64(doc, "window_older",
-                              (int64_t) st->window_older))
+                              (int64_t) st->window_older)
+        || !BSON_APPEND_INT64(doc, "rebuild_partial",
+                              (int64_t) st->rebuild_partial)
+        || !BSON_APPEND_INT64(doc, "rebuild_late_chunks",
+                              (int64_t) st->rebuild_late_chunks))
     {
         return NGX_ERROR;
     }

@@ -100,6 +100,8 @@ static void ngx_http_feed_timeline_members_done(
     ngx_http_feed_mongo_task_t *t);
 static void ngx_http_feed_timeline_lead(ngx_http_feed_timeline_ctx_t *ctx);
 static void ngx_http_feed_timeline_rebuilt(ngx_http_feed_timeline_ctx_t *ctx);
+static void ngx_http_feed_timeline_partial(
+    ngx_http_feed_timeline_ctx_t *ctx);
 static void ngx_http_feed_timeline_warm(ngx_http_feed_timeline_ctx_t *ctx);
 static ngx_int_t ngx_http_feed_timeline_shrink(
     ngx_http_feed_timeline_ctx_t *ctx);
@@ -161,7 +163,8 @@ static ngx_str_t  ngx_http_feed_cache_statuses[] = {
     ngx_string("MISS"),
     ngx_string("DEEP"),
     ngx_string("BYPASS"),
-    ngx_string("LOCAL")
+    ngx_string("LOCAL"),
+    ngx_string("PARTIAL")
 };
 
 
@@ -848,6 +851,10 @@ ngx_http_feed_timeline_poll(ngx_event_t *ev)
     if (rc != NGX_OK) {
         ngx_http_feed_timeline_fail(ctx, rc);
 
+    } else if (ctx->fb_partial) {
+        /* the page its leader rebuilt partial, as the leader answered */
+        ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_REBUILT);
+
     } else {
         ngx_http_feed_timeline_read(ctx);
     }
@@ -1077,7 +1084,58 @@ ngx_http_feed_timeline_rebuilt(ngx_http_feed_timeline_ctx_t *ctx)
         return;
     }
 
+    if (ctx->fb_partial) {
+        ngx_http_feed_timeline_partial(ctx);
+        return;
+    }
+
     ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_WARM);
+}
+
+
+/*
+ * The rebuild's page lacks some authors' posts (the fallback's deadline
+ * passed): it is answered, and not cached, so that the next read rebuilds
+ * it whole.  The requests waiting for it in this worker get it too,
+ * rather than rebuilding one after another; an unread count cannot be
+ * told from it.
+ */
+
+static void
+ngx_http_feed_timeline_partial(ngx_http_feed_timeline_ctx_t *ctx)
+{
+    ngx_queue_t                   *q;
+    ngx_http_feed_timeline_ctx_t  *w;
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
+                   "feed timeline of \"%s\": rebuilt partial, not cached",
+                   ctx->page.user.data);
+
+    while (ctx->is_leader && !ngx_queue_empty(&ctx->waiters)) {
+        q = ngx_queue_head(&ctx->waiters);
+        ngx_queue_remove(q);
+
+        w = ngx_queue_data(q, ngx_http_feed_timeline_ctx_t, queue);
+        w->leader = NULL;
+
+        ngx_http_feed_timeline_share_filters(ctx, w);
+
+        if (!w->counting && w->filter_set.loaded && w->fb_doc == NULL) {
+            w->fb_doc = bson_copy(ctx->fb_doc);
+            w->fb_status = NGX_HTTP_OK;
+            w->fb_limit = ctx->fb_limit;
+            w->fb_partial = (w->fb_doc != NULL);
+        }
+
+        ngx_post_event(&w->poll, &ngx_posted_events);
+    }
+
+    if (ctx->counting) {
+        ngx_http_feed_timeline_fail(ctx, NGX_HTTP_SERVICE_UNAVAILABLE);
+        return;
+    }
+
+    ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_REBUILT);
 }
 
 

@@ -24,6 +24,7 @@ static ngx_int_t ngx_http_feed_timeline_fallback_done(ngx_http_request_t *sr,
     void *data, ngx_int_t rc);
 static ngx_int_t ngx_http_feed_timeline_fallback_broke(
     ngx_http_feed_timeline_ctx_t *ctx, ngx_http_request_t *sr);
+static ngx_uint_t ngx_http_feed_timeline_fallback_partial(bson_t *doc);
 static void ngx_http_feed_timeline_fallback_wake(ngx_http_request_t *r);
 static ngx_int_t ngx_http_feed_timeline_fallback_range(
     ngx_http_feed_timeline_ctx_t *ctx, ngx_str_t *id);
@@ -172,6 +173,7 @@ ngx_http_feed_timeline_fallback_ask(ngx_http_feed_timeline_ctx_t *ctx,
     ctx->fb_limit = page->limit;
     ctx->fb_fit = 0;
     ctx->fb_broke = 0;
+    ctx->fb_partial = 0;
     ctx->fb_done = 0;
     ctx->items_ready = 0;
     ctx->fb_seen_ready = 0;
@@ -241,9 +243,24 @@ ngx_http_feed_timeline_fallback_done(ngx_http_request_t *sr, void *data,
 
     if (ctx->fb_doc == NULL) {
         ctx->fb_status = NGX_HTTP_BAD_GATEWAY;
+        return rc;
     }
 
+    ctx->fb_partial = ngx_http_feed_timeline_fallback_partial(ctx->fb_doc);
+
     return rc;
+}
+
+
+/* "partial": true, a page without some authors' posts (a deadline) */
+
+static ngx_uint_t
+ngx_http_feed_timeline_fallback_partial(bson_t *doc)
+{
+    bson_iter_t  it;
+
+    return bson_iter_init_find(&it, doc, "partial")
+           && BSON_ITER_HOLDS_BOOL(&it) && bson_iter_bool(&it);
 }
 
 
@@ -350,6 +367,12 @@ ngx_http_feed_timeline_fallback_items(ngx_http_feed_timeline_ctx_t *ctx)
     ctx->fb_items = data;
     ctx->fb_items_len = len;
     ctx->items_ready = 1;
+
+    /* a page with posts missing says so, however the rest was answered */
+
+    if (ctx->fb_partial) {
+        ctx->status = NGX_HTTP_FEED_CACHE_PARTIAL;
+    }
 
     return NGX_OK;
 }

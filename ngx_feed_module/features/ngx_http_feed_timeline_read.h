@@ -195,6 +195,12 @@ struct ngx_http_feed_timeline_ctx_s {
     /* the answer overflowed the fallback location's subrequest buffer */
     unsigned                        fb_broke:1;
 
+    /*
+     * The answer said "partial": some authors' posts are missing (a
+     * deadline passed), it is not cached
+     */
+    unsigned                        fb_partial:1;
+
     /* an unread count (feed_timeline_unread), not a page */
     unsigned                        counting:1;
 

@@ -12,9 +12,17 @@
  * Any location answering that contract can stand in for it, proxy_pass to
  * an application included.
  *
- * In a thread: whom U follows (the follows store), then the newest posts
- * of U and those authors (the posts store), those of feed_timeline_window
- * first.
+ * In a thread, whom U follows (the follows store); then the newest posts
+ * of U and those authors (the posts store), by chunks of authors read in
+ * parallel under feed_timeline_rebuild_deadline, those of
+ * feed_timeline_window first (ngx_http_feed_timeline_chunks.c).  Past the
+ * deadline the page is made of the chunks that answered and says so:
+ *
+ *     {"items":[post,...],"partial":true}
+ *
+ * and the timeline does not keep it (a fallback that is an application
+ * may answer so too).  The models of the MongoDB timelines read in one
+ * thread, their fanout on read included.
  */
 
 
@@ -23,6 +31,7 @@
 #include "ngx_http_feed_posts_store.h"
 #include "ngx_http_feed_model.h"
 #include "ngx_http_feed_json.h"
+#include "ngx_http_feed_timeline_chunks.h"
 
 
 /* the request's context, which the thread reads too */
@@ -35,6 +44,11 @@ typedef struct {
     /* feed_timeline_window's, from the time the request was started */
     time_t                        edge;
     ngx_http_feed_posts_window_t  window;
+
+    /* fanout on read: when it began, and the authors the thread read */
+    ngx_msec_t                    started;
+    char                        **authors;
+    size_t                        nauthors;
 
     /* the answer, {"items":[...]}, as the thread made it */
     char                         *json;
@@ -56,6 +70,12 @@ static ngx_int_t ngx_http_feed_timeline_source_start(ngx_http_request_t *r,
     void *data);
 static ngx_int_t ngx_http_feed_timeline_source_answer(ngx_http_request_t *r,
     void *data);
+static ngx_int_t ngx_http_feed_timeline_source_chunks(ngx_http_request_t *r,
+    ngx_http_feed_timeline_source_op_t *op);
+static void ngx_http_feed_timeline_source_merged(ngx_http_feed_chunks_t *ch);
+static ngx_int_t ngx_http_feed_timeline_source_page(ngx_http_request_t *r,
+    ngx_http_feed_chunks_t *ch);
+static void ngx_http_feed_timeline_source_cleanup(void *data);
 static char **ngx_http_feed_timeline_source_authors(mongoc_client_t *client,
     const char *database, ngx_http_feed_user_t *user, size_t *n,
     bson_error_t *error);
@@ -88,6 +108,8 @@ ngx_http_feed_timeline_source_start(ngx_http_request_t *r, void *data)
 {
     ngx_http_feed_timeline_source_op_t  *op = data;
 
+    ngx_pool_cleanup_t  *cln;
+
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "feed timeline source of \"%s\": %ui posts",
                    op->page.user.data, op->page.limit);
@@ -98,12 +120,21 @@ ngx_http_feed_timeline_source_start(ngx_http_request_t *r, void *data)
      */
 
     op->edge = 0;
+    op->started = ngx_current_msec;
 
     if (op->fmcf->timeline_window
         && ngx_time() > op->fmcf->timeline_window)
     {
         op->edge = ngx_time() - op->fmcf->timeline_window;
     }
+
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (cln == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    cln->handler = ngx_http_feed_timeline_source_cleanup;
+    cln->data = op;
 
     return ngx_http_feed_mongo_request(r, ngx_http_feed_timeline_source_run,
                                        ngx_http_feed_timeline_source_answer,
@@ -114,13 +145,18 @@ ngx_http_feed_timeline_source_start(ngx_http_request_t *r, void *data)
 /*
  * The answer as the thread wrote it: the timeline reads it as it is.
  * Reads that went past the window are counted, so that operators see
- * whether it is too short for their readers.
+ * whether it is too short for their readers.  Fanout on read goes on with
+ * the authors the thread read.
  */
 
 static ngx_int_t
 ngx_http_feed_timeline_source_answer(ngx_http_request_t *r, void *data)
 {
     ngx_http_feed_timeline_source_op_t  *op = data;
+
+    if (op->fmcf->timeline_store == NGX_HTTP_FEED_MODEL_READ) {
+        return ngx_http_feed_timeline_source_chunks(r, op);
+    }
 
     if (op->edge) {
         ngx_http_feed_stat(window_reads, 1);
@@ -136,6 +172,131 @@ ngx_http_feed_timeline_source_answer(ngx_http_request_t *r, void *data)
     }
 
     return ngx_http_feed_mongo_send(r, op->json, op->json_len, 0);
+}
+
+
+/* the authors' posts, by chunks read in parallel */
+
+static ngx_int_t
+ngx_http_feed_timeline_source_chunks(ngx_http_request_t *r,
+    ngx_http_feed_timeline_source_op_t *op)
+{
+    ngx_http_feed_chunks_t      *ch;
+    ngx_http_feed_chunks_ask_t   ask;
+
+    ask.authors = op->authors;
+    ask.nauthors = op->nauthors;
+    ask.limit = op->page.limit;
+    ask.max_id = op->page.has_max ? op->page.max_id : NULL;
+    ask.since_id = op->page.has_since ? op->page.since_id : NULL;
+    ask.edge = op->edge;
+    ask.started = op->started;
+
+    ch = ngx_http_feed_chunks_start(r, op->fmcf, &ask,
+                                    ngx_http_feed_timeline_source_merged,
+                                    op);
+    if (ch == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    op->authors = NULL;
+
+    if (ch->finished) {
+        return ngx_http_feed_timeline_source_page(r, ch);
+    }
+
+    return NGX_DONE;
+}
+
+
+static void
+ngx_http_feed_timeline_source_merged(ngx_http_feed_chunks_t *ch)
+{
+    ngx_int_t            rc;
+    ngx_connection_t    *c;
+    ngx_http_request_t  *r;
+
+    r = ch->request;
+    c = r->connection;
+
+    ngx_http_set_log_request(c->log, r);
+
+    rc = ngx_http_feed_timeline_source_page(r, ch);
+
+    ngx_http_finalize_request(r, rc);
+    ngx_http_run_posted_requests(c);
+}
+
+
+/*
+ * {"items":[...]}, with "partial":true when chunks are missing: each
+ * post's JSON as its chunk's thread wrote it
+ */
+
+static ngx_int_t
+ngx_http_feed_timeline_source_page(ngx_http_request_t *r,
+    ngx_http_feed_chunks_t *ch)
+{
+    size_t      len;
+    u_char     *body, *p;
+    ngx_int_t   rc;
+    ngx_uint_t  i;
+
+    if (ch->windowed) {
+        ngx_http_feed_stat(window_reads, 1);
+        ngx_http_feed_stat(window_older, ch->older ? 1 : 0);
+    }
+
+    ngx_http_feed_stat(rebuild_late_chunks, ch->late);
+
+    if (ch->rc != NGX_OK) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "timeline rebuild: no chunk of %ui answered: %s",
+                      ch->nchunks, ch->error.message);
+
+        rc = ngx_http_feed_db_failed(r, &ch->error);
+        ngx_http_feed_chunks_release(ch);
+        return rc;
+    }
+
+    len = sizeof("{\"items\":[],\"partial\":true}");
+
+    for (i = 0; i < ch->npage; i++) {
+        len += ch->page[i].len + 1;
+    }
+
+    body = ngx_pnalloc(r->pool, len);
+    if (body == NULL) {
+        ngx_http_feed_chunks_release(ch);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    p = ngx_cpymem(body, "{\"items\":[", sizeof("{\"items\":[") - 1);
+
+    for (i = 0; i < ch->npage; i++) {
+        if (i) {
+            *p++ = ',';
+        }
+
+        p = ngx_cpymem(p, ch->page[i].json, ch->page[i].len);
+    }
+
+    *p++ = ']';
+
+    if (ch->partial) {
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                      "timeline rebuild partial: %ui of %ui chunks of "
+                      "authors missing", ch->late, ch->nchunks);
+
+        ngx_http_feed_stat(rebuild_partial, 1);
+        p = ngx_cpymem(p, ",\"partial\":true", sizeof(",\"partial\":true") - 1);
+    }
+
+    *p++ = '}';
+
+    ngx_http_feed_chunks_release(ch);
+
+    return ngx_http_feed_send_body(r, NGX_HTTP_OK, body, p - body);
 }
 
 
@@ -177,19 +338,24 @@ ngx_http_feed_timeline_source_run(ngx_http_feed_mongo_task_t *t,
         range.since_id = &since_id;
     }
 
+    if (op->fmcf->timeline_store == NGX_HTTP_FEED_MODEL_READ) {
+
+        /* the posts are read by chunks, in parallel, on the way back */
+
+        op->authors = ngx_http_feed_timeline_source_authors(client,
+                          t->database, &op->page.user, &op->nauthors,
+                          &t->error);
+
+        t->rc = op->authors ? NGX_OK : NGX_ERROR;
+        return;
+    }
+
     bson_init(&doc);
     bson_init(&items);
 
-    if (op->fmcf->timeline_store == NGX_HTTP_FEED_MODEL_READ) {
-        rc = ngx_http_feed_timeline_source_read(client, t->database,
-                                                &op->page.user, &range,
-                                                &items, &t->error);
-
-    } else {
-        rc = ngx_http_feed_timeline_model(client, t->database, op->fmcf,
-                                          &op->page.user, &range, &items,
-                                          &t->error);
-    }
+    rc = ngx_http_feed_timeline_model(client, t->database, op->fmcf,
+                                      &op->page.user, &range, &items,
+                                      &t->error);
 
     if (rc == NGX_OK) {
         BSON_APPEND_ARRAY(&doc, "items", &items);
@@ -200,6 +366,20 @@ ngx_http_feed_timeline_source_run(ngx_http_feed_mongo_task_t *t,
 
     bson_destroy(&items);
     bson_destroy(&doc);
+}
+
+
+/* authors the thread read that no chunk read took */
+
+static void
+ngx_http_feed_timeline_source_cleanup(void *data)
+{
+    ngx_http_feed_timeline_source_op_t  *op = data;
+
+    if (op->authors) {
+        ngx_http_feed_chunks_free_authors(op->authors, op->nauthors);
+        op->authors = NULL;
+    }
 }
 
 

@@ -23,12 +23,6 @@
 
 #define NGX_HTTP_FEED_POSTS         "posts"
 
-/*
- * MongoDB merges index scans for at most 200 values of an $in, beyond
- * that it sorts in memory: a timeline's authors are read in such chunks
- */
-#define NGX_HTTP_FEED_POSTS_CHUNK   200
-
 
 /* one chunk of a timeline's authors, its next post first */
 typedef struct {
@@ -54,7 +48,9 @@ static ngx_int_t ngx_http_feed_posts_chunks(mongoc_collection_t *posts,
     ngx_uint_t limit, bson_t *items, ngx_uint_t *got, bson_error_t *error);
 static mongoc_cursor_t *ngx_http_feed_posts_chunk(
     mongoc_collection_t *posts, char **authors, size_t n,
-    ngx_http_feed_posts_range_t *range);
+    ngx_http_feed_posts_range_t *range, int64_t max_time_ms);
+static ngx_int_t ngx_http_feed_posts_found_add(
+    ngx_http_feed_posts_found_t *found, const bson_t *doc);
 static ngx_int_t ngx_http_feed_posts_merge(ngx_http_feed_posts_stream_t *s,
     size_t ns, ngx_uint_t limit, bson_t *items, ngx_uint_t *got,
     bson_error_t *error);
@@ -434,7 +430,7 @@ ngx_http_feed_posts_chunks(mongoc_collection_t *posts, char **authors,
                                 authors + i * NGX_HTTP_FEED_POSTS_CHUNK,
                                 ngx_min(NGX_HTTP_FEED_POSTS_CHUNK,
                                         n - i * NGX_HTTP_FEED_POSTS_CHUNK),
-                                &chunk);
+                                &chunk, 0);
     }
 
     rc = ngx_http_feed_posts_merge(streams, ns, limit, items, got, error);
@@ -589,9 +585,115 @@ ngx_http_feed_posts_in_flight(mongoc_client_t *client, const char *database,
 }
 
 
+/*
+ * The newest posts in range of a chunk of authors, at most range->limit,
+ * for a rebuild that reads its chunks in parallel and merges them itself
+ * (ngx_http_feed_timeline_chunks.c).  max_time_ms, when not 0: MongoDB
+ * stops the query then, when nobody waits for it any more.
+ */
+
+ngx_int_t
+ngx_http_feed_posts_chunk_read(mongoc_client_t *client, const char *database,
+    char **authors, size_t n, ngx_http_feed_posts_range_t *range,
+    int64_t max_time_ms, ngx_http_feed_posts_found_t *found,
+    bson_error_t *error)
+{
+    ngx_int_t             rc;
+    const bson_t         *doc;
+    mongoc_cursor_t      *cursor;
+    mongoc_collection_t  *posts;
+
+    posts = mongoc_client_get_collection(client, database,
+                                         NGX_HTTP_FEED_POSTS);
+
+    cursor = ngx_http_feed_posts_chunk(posts, authors, n, range,
+                                       max_time_ms);
+
+    rc = NGX_OK;
+
+    while (mongoc_cursor_next(cursor, &doc)) {
+        if (ngx_http_feed_posts_found_add(found, doc) == NGX_ERROR) {
+            bson_set_error(error, MONGOC_ERROR_BSON,
+                           MONGOC_ERROR_BSON_INVALID,
+                           "a post could not be written as JSON");
+            rc = NGX_ERROR;
+            break;
+        }
+    }
+
+    if (rc == NGX_OK && mongoc_cursor_error(cursor, error)) {
+        rc = NGX_ERROR;
+    }
+
+    mongoc_cursor_destroy(cursor);
+    mongoc_collection_destroy(posts);
+
+    return rc;
+}
+
+
+/* a post found, as its id and JSON; one without an id is skipped */
+
+static ngx_int_t
+ngx_http_feed_posts_found_add(ngx_http_feed_posts_found_t *found,
+    const bson_t *doc)
+{
+    char                              *json;
+    size_t                             len;
+    bson_t                             post;
+    bson_iter_t                        it;
+    ngx_http_feed_posts_found_item_t  *item;
+
+    if (!bson_iter_init_find(&it, doc, "_id") || !BSON_ITER_HOLDS_OID(&it)) {
+        return NGX_DECLINED;
+    }
+
+    bson_init(&post);
+    (void) ngx_http_feed_posts_json(doc, &post);
+    json = ngx_http_feed_json_text(&post, &len);
+    bson_destroy(&post);
+
+    if (json == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (found->n % 64 == 0) {
+        found->items = bson_realloc(found->items, (found->n + 64)
+                                    * sizeof(ngx_http_feed_posts_found_item_t));
+    }
+
+    if (found->len + len > found->size) {
+        found->size = ngx_max(2 * found->size, found->len + len + 4096);
+        found->buf = bson_realloc(found->buf, found->size);
+    }
+
+    item = &found->items[found->n++];
+
+    bson_oid_to_string(bson_iter_oid(&it), item->id);
+    item->off = found->len;
+    item->len = len;
+
+    ngx_memcpy(found->buf + found->len, json, len);
+    found->len += len;
+
+    bson_free(json);
+
+    return NGX_OK;
+}
+
+
+void
+ngx_http_feed_posts_found_free(ngx_http_feed_posts_found_t *found)
+{
+    bson_free(found->items);
+    bson_free(found->buf);
+    ngx_memzero(found, sizeof(ngx_http_feed_posts_found_t));
+}
+
+
 static mongoc_cursor_t *
 ngx_http_feed_posts_chunk(mongoc_collection_t *posts, char **authors,
-    size_t n, ngx_http_feed_posts_range_t *range)
+    size_t n, ngx_http_feed_posts_range_t *range, int64_t max_time_ms)
 {
     char              key[16];
     size_t            i;
@@ -614,6 +716,10 @@ ngx_http_feed_posts_chunk(mongoc_collection_t *posts, char **authors,
     ngx_http_feed_posts_newest(&filter, &opts, range, range->limit);
     BSON_APPEND_INT32(&opts, "batchSize",
                       (int32_t) ngx_min(range->limit, 1000));
+
+    if (max_time_ms > 0) {
+        BSON_APPEND_INT64(&opts, "maxTimeMS", max_time_ms);
+    }
 
     cursor = mongoc_collection_find_with_opts(posts, &filter, &opts, NULL);
 

@@ -14,6 +14,12 @@
 #include "ngx_http_feed_util.h"
 
 
+/*
+ * MongoDB merges index scans for at most 200 values of an $in, beyond
+ * that it sorts in memory: a timeline's authors are read in such chunks
+ */
+#define NGX_HTTP_FEED_POSTS_CHUNK   200
+
 /* how long the request that stored a post has to enqueue it itself */
 #define NGX_HTTP_FEED_OUTBOX_GRACE  3000
 
@@ -40,6 +46,28 @@ typedef struct {
     /* a timeline's reads only (ngx_http_feed_posts_timeline), NULL: none */
     ngx_http_feed_posts_window_t *window;
 } ngx_http_feed_posts_range_t;
+
+
+/* a post found, its JSON in its list's buf */
+typedef struct {
+    char                          id[25];     /* hex: compares as the id */
+    size_t                        off;
+    size_t                        len;
+} ngx_http_feed_posts_found_item_t;
+
+
+/*
+ * Posts found, newest first, each as its id and its JSON as the API shows
+ * it (ngx_http_feed_posts_chunk_read()); bson_malloc()ed, freed by
+ * ngx_http_feed_posts_found_free()
+ */
+typedef struct {
+    ngx_http_feed_posts_found_item_t *items;
+    ngx_uint_t                    n;
+    char                         *buf;
+    size_t                        len;
+    size_t                        size;
+} ngx_http_feed_posts_found_t;
 
 
 /* a post whose queue entries are overdue, claimed for the sweeper */
@@ -83,6 +111,11 @@ void ngx_http_feed_posts_window_init(ngx_http_feed_posts_window_t *window,
 ngx_int_t ngx_http_feed_posts_timeline(mongoc_client_t *client,
     const char *database, char **authors, size_t n,
     ngx_http_feed_posts_range_t *range, bson_t *items, bson_error_t *error);
+ngx_int_t ngx_http_feed_posts_chunk_read(mongoc_client_t *client,
+    const char *database, char **authors, size_t n,
+    ngx_http_feed_posts_range_t *range, int64_t max_time_ms,
+    ngx_http_feed_posts_found_t *found, bson_error_t *error);
+void ngx_http_feed_posts_found_free(ngx_http_feed_posts_found_t *found);
 ngx_int_t ngx_http_feed_posts_by_ids(mongoc_client_t *client,
     const char *database, const bson_oid_t *ids, size_t n, bson_t *items,
     bson_error_t *error);
