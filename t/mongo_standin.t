@@ -375,5 +375,114 @@ tap_passes('failpoint: times, skip, errorCode, closeConnection, '
         'helper: a fail point with nothing to do is refused');
 }
 
+# The stand-in's own fail point feedDelayAuthors, through the helpers: the
+# finds of posts naming a delayed author, as a string, in $in, in $and or
+# $or, are held (others, and other collections, not), each on its own
+# connection while the others are answered; a shorter maxTimeMS fails the
+# find at it; its modes and waitForFailPoint count the finds held.
+{
+    my $ft = FeedTest->new;
+    $ft->{ports}{mongo} = $port;
+    $ft->mongo_insert('posts', map { qq({"author": "$_", "body": "b"}) }
+        qw(d1 d2 x));
+    $ft->mongo_insert('notposts', '{"author": "d1"}');
+
+    for my $bad ([authors => [], ms => 100], [authors => ['d1']],
+                 [authors => ['d1'], ms => -1], [authors => [1], ms => 100],
+                 [authors => 'd1', ms => 100])
+    {
+        my %o = @$bad;
+        ok(!eval { $ft->mongo_delay_authors(%o); 1 },
+            'delay: refused: ' . JSON::PP->new->canonical->encode(\%o));
+    }
+    ok(!eval { $ft->mongo_admin_command(undef, ['configureFailPoint',
+        'feedDelayAuthors', 'mode', 'alwaysOn', 'data',
+        {authors => ['d1'], blockTimeMs => 100}]); 1 },
+        'delay: refused: a misspelt field');
+
+    my $n0 = $ft->mongo_delay_authors(ms => 800, authors => [qw(d1 d2)]);
+    is($n0, 0, 'delay: set, held no find before');
+    my $r = timed_finds($port, 0,
+        ['posts', {author => 'd1'}],
+        ['posts', {author => {'$in' => [qw(x d2)]}}],
+        ['posts', {'$and' => [{author => {'$in' => ['d2']}}]}],
+        ['posts', {'$or' => [{author => 'x'}, {author => 'd1'}]}],
+        ['posts', {author => 'x'}],
+        ['posts', {author => {'$in' => [qw(x y)]}}],
+        ['notposts', {author => 'd1'}],
+        ['posts', {author => 'd1'}, 200]);
+    my @held = map { !/^error/ && $_ >= 0.75 ? 'held' : $_ } @$r[0 .. 3];
+    is("@held", 'held held held held',
+        'delay: a string, $in, $and, $or: held 800 ms') or diag("@$r");
+    ok((grep { !/^error/ && $_ < 0.4 } @$r[4 .. 6]) == 3,
+        'delay: other authors, another collection: not held')
+        or diag("@$r");
+    is($r->[7], 'error 50', 'delay: maxTimeMS 200: MaxTimeMSExpired');
+    ok($ft->mongo_wait_delay_authors($n0 + 5, 1),
+        'delay: waitForFailPoint counted 5 finds held');
+    ok(!$ft->mongo_wait_delay_authors($n0 + 6, 0.2),
+        'delay: a sixth not yet');
+
+    $r = timed_finds($port, 1, ['posts', {author => 'd1'}],
+        map { ['posts', {author => 'x'}] } 1 .. 3);
+    ok($r->[0] >= 0.75 && !(grep { $_ >= 0.4 } @$r[1 .. 3]),
+        'delay: a held find does not hold up finds on another connection')
+        or diag("@$r");
+
+    $ft->mongo_delay_authors(ms => 800, authors => ['d1'],
+        mode => {times => 1});
+    $r = timed_finds($port, 0, map { ['posts', {author => 'd1'}] } 1 .. 2);
+    ok($r->[0] >= 0.75 && $r->[1] < 0.4, 'delay: {times: 1}: the first')
+        or diag("@$r");
+    $ft->mongo_delay_authors(ms => 800, authors => ['d1'],
+        mode => {skip => 1});
+    $r = timed_finds($port, 0, map { ['posts', {author => 'd1'}] } 1 .. 2);
+    ok($r->[0] < 0.4 && $r->[1] >= 0.75, 'delay: {skip: 1}: the second')
+        or diag("@$r");
+    is($ft->mongo_delay_authors_off, $n0 + 8, 'delay: off, 8 held in all');
+    $r = timed_finds($port, 0, ['posts', {author => 'd1'}]);
+    ok($r->[0] < 0.4, 'delay: off: not held') or diag("@$r");
+}
+
+# finds timed in one process, each [collection, filter, maxTimeMS]: one
+# after another, or ($beside) the first on a connection of its own and the
+# others 0.1 s later on another; their seconds, or "error <code>"
+sub timed_finds {
+    my ($port, $beside, @finds) = @_;
+    my $py = <<'PY';
+import json, sys, threading, time
+from pymongo import MongoClient
+from pymongo.errors import OperationFailure
+uri, beside, finds = sys.argv[1], sys.argv[2] == '1', json.loads(sys.argv[3])
+clients = [MongoClient(uri), MongoClient(uri)]
+for c in clients:
+    c.admin.command('ping')             # connected before the clock
+def timed(i, c):
+    coll, flt = finds[i][:2]
+    t0 = time.monotonic()
+    try:
+        list(c.feed[coll].find(flt, max_time_ms=(finds[i] + [None])[2]))
+        out[i] = round(time.monotonic() - t0, 3)
+    except OperationFailure as e:
+        out[i] = 'error %s' % e.code
+out = [None] * len(finds)
+first = threading.Thread(target=timed, args=(0, clients[0]))
+first.start()
+if beside:
+    time.sleep(0.1)
+else:
+    first.join()
+for i in range(1, len(finds)):
+    timed(i, clients[1])
+first.join()
+print(json.dumps(out))
+PY
+    open(my $fh, '-|', '/usr/bin/python3', '-c', $py, uri($port), $beside,
+        encode_json(\@finds)) or die "python3: $!\n";
+    my $out = do { local $/; <$fh> };
+    close $fh;
+    return eval { decode_json($out) } // [];
+}
+
 stop_standin($pid, 'main-restarted');
 done_testing();

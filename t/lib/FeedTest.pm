@@ -422,9 +422,7 @@ sub mongo_fail_point {
         ? ($data->{$_} ? JSON::PP::true : JSON::PP::false) : $data->{$_} }
         keys %$data };
 
-    my $r = $self->mongo_admin_command($name, ['configureFailPoint',
-        'failCommand', 'mode', $mode, $mode eq 'off' ? () : ('data', $data)]);
-    return $r->{count};
+    return $self->mongo_set_point($name, 'failCommand', $mode, $data);
 }
 
 sub mongo_fail_point_off {
@@ -436,8 +434,53 @@ sub mongo_fail_point_off {
 # mongo_fail_point returns, plus the hits awaited); false after $timeout s
 sub mongo_wait_fail_point {
     my ($self, $times, $timeout, $name) = @_;
+    return $self->mongo_wait_point($name, 'failCommand', $times, $timeout);
+}
+
+# the stand-in's own fail point feedDelayAuthors (docs/mongo-standin.md
+# #fail-points): every find of posts naming one of the authors (author:
+# "u" or {$in: [...]}) is held ms before it runs, as a slow shard would;
+# mode as mongo_fail_point's, alwaysOn by default.  A real MongoDB has no
+# such fail point: a test using it skips there.
+#
+#   my $n = $t->mongo_delay_authors(ms => 2000, authors => [qw(u1 u2)]);
+#   $t->mongo_wait_delay_authors($n + 1, 5);    # one find held since
+#   $t->mongo_delay_authors_off;
+#
+# returns the number of finds it held before this call; mongo => 'name'
+# for another stand-in than 'mongo'
+sub mongo_delay_authors {
+    my ($self, %o) = @_;
+    my $mode = $o{mode} // 'alwaysOn';
+    return $self->mongo_set_point($o{mongo}, 'feedDelayAuthors', $mode,
+        { authors => $o{authors}, blockTimeMS => $o{ms} });
+}
+
+sub mongo_delay_authors_off {
+    my ($self, $name) = @_;
+    return $self->mongo_delay_authors(mode => 'off', mongo => $name);
+}
+
+# waits until feedDelayAuthors held $times finds in all; false after
+# $timeout s
+sub mongo_wait_delay_authors {
+    my ($self, $times, $timeout, $name) = @_;
+    return $self->mongo_wait_point($name, 'feedDelayAuthors', $times,
+        $timeout);
+}
+
+# configureFailPoint $point: its count before
+sub mongo_set_point {
+    my ($self, $name, $point, $mode, $data) = @_;
+    my $r = $self->mongo_admin_command($name, ['configureFailPoint',
+        $point, 'mode', $mode, $mode eq 'off' ? () : ('data', $data)]);
+    return $r->{count};
+}
+
+sub mongo_wait_point {
+    my ($self, $name, $point, $times, $timeout) = @_;
     my $r = eval { $self->mongo_admin_command($name, ['waitForFailPoint',
-        'failCommand', 'timesEntered', $times,
+        $point, 'timesEntered', $times,
         'maxTimeMS', int(($timeout // 10) * 1000)]) };
     return $r && $r->{ok};
 }

@@ -1,0 +1,216 @@
+#!/usr/bin/perl
+# tools/fallback-app's chunks in parallel under one deadline (issue 34),
+# against the MongoDB stand-in: a reader of 640 authors (four chunks of
+# the $in: the reader and 199, 200, 200, 41), each with a post of the
+# last hour and one two hours old, a window of one hour, --deadline 500;
+# the stand-in's fail point feedDelayAuthors holds the finds of one
+# chunk's authors 2 s (a slow shard).
+#
+#   - every chunk answering: the whole page, no "partial";
+#   - one chunk held: the answer within the deadline (0.5 s, well under
+#     the 2 s), "partial": true, exactly the other chunks' newest posts,
+#     once each; the command log shows the four chunks' queries received
+#     before the held one could answer (in parallel), each find with the
+#     time left as its maxTimeMS; the next page by max_id too;
+#   - the window's second step under the same deadline: the held chunk's
+#     older posts missing, its recent ones there;
+#   - the fail point off: the same pages whole, without "partial";
+#   - --parallel 1: the held chunk alone is asked before the deadline;
+#   - --deadline 0: the held chunk waited for, the whole page.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use Test::More;
+use Time::HiRes qw(time sleep);
+use FeedTest;
+use FeedTest::Util qw(summary);
+
+plan(skip_all => 'the stand-in\'s fail point and command log needed')
+    if FeedTest::real_mongo();
+
+my $t = FeedTest->new;
+$t->start_mongo;
+
+my $now = int time;
+my @authors = map { "da$_" } 1 .. 640;
+$t->mongo_insert('follows', map { qq({"src": "dr", "dst": "$_", )
+    . qq("status": 1, "created": {"\$date": 0}}) } @authors);
+
+# each author (the reader too) a post 1 to 50 minutes old, interleaved
+# across the chunks, and one two hours old; ids made of the time and a
+# count.  %by: id -> author
+my ($n, @docs, %by) = (0);
+for my $i (0 .. @authors) {
+    my $author = $i ? $authors[$i - 1] : 'dr';
+    for my $age (60 + ($i * 37) % 3000, 7200 + $i) {
+        my $id = sprintf('%08x%016x', $now - $age, ++$n);
+        $by{$id} = $author;
+        push @docs, qq({"_id": {"\$oid": "$id"}, "author": "$author", )
+            . qq("body": "p$n", "ts": ${\ (($now - $age) * 1000)}});
+    }
+}
+$t->mongo_insert('posts', @docs);
+my @all = sort { $b cmp $a } keys %by;
+is(scalar @all, 1282, '1282 posts, 641 within the hour');
+
+sub start_app {
+    my (@opts) = @_;
+    $t->stop_proc('app', 'TERM') if $t->pid('app');
+    $t->spawn('app', $FeedTest::PYTHON, $t->root . '/tools/fallback-app',
+        '--port', $t->port('app'), '--mongo-uri', $t->mongo_uri,
+        '--window', 3600, @opts);
+    ok($t->wait_port($t->port('app'), 20), "app listens, @opts");
+}
+
+# the answer, its ids and the seconds it took
+sub app {
+    my $t0 = time;
+    my $r = $t->get("/internal/timeline?user=dr&$_[0]",
+                    port => $t->port('app'));
+    return ($r, [ map { $_->{id} } @{ $r->{json}{items} || [] } ],
+            time - $t0);
+}
+
+sub partial_is {
+    my ($r, $want, $name) = @_;
+    my $p = $r->{json}{partial};
+    my $got = !defined $p ? 'none' : JSON::PP::is_bool($p) && $p ? 'true'
+            : "$p";
+    is("$r->{status} $got", '200 ' . ($want ? 'true' : 'none'),
+        "$name: " . ($want ? '"partial": true' : 'no "partial"'));
+}
+
+# the posts finds logged since command $n0
+sub finds {
+    my ($n0) = @_;
+    my @c = $t->mongo_commands;
+    return grep { ($_->{cmd} // '') eq 'find' && ($_->{coll} // '') eq 'posts' }
+        @c[$n0 .. $#c];
+}
+
+sub log_size { scalar(my @c = $t->mongo_commands) }
+
+sub once { my %s; !grep { $s{$_}++ } @{ $_[0] } }
+
+sub page {
+    my ($ids, $limit, $max) = @_;
+    my @p = grep { !defined $max || $_ lt $max } @$ids;
+    return [ @p[0 .. ($limit < @p ? $limit : @p) - 1] ];
+}
+
+start_app('--deadline', 500);
+
+# --------------------------------------------------- the chunks, whole --
+
+my $n0 = log_size();
+my ($r, $ids) = app('limit=30');
+is_deeply($ids, page(\@all, 30), 'all answering: the 30 newest');
+partial_is($r, 0, 'all answering');
+my @chunks = map { $_->{filter}{author}{'$in'} } finds($n0);
+is(join(' ', sort { $b <=> $a } map { scalar @$_ } @chunks),
+    '200 200 200 41', 'four chunks, one query each');
+my ($slow) = grep { grep { $_ eq 'dr' } @$_ } @chunks;
+my %slow = map { $_ => 1 } @$slow;
+is(scalar keys %slow, 200, 'the reader\'s chunk: 200 authors');
+
+my @rest = grep { !$slow{ $by{$_} } } @all;
+my @recent = @all[0 .. 640];
+isnt("@{ page(\@rest, 30) }", "@{ page(\@all, 30) }",
+    'the reader\'s chunk has posts among the 30 newest');
+
+# ------------------------------------------------ one chunk held 2 s --
+
+my $held0 = $t->mongo_delay_authors(ms => 2000, authors => $slow);
+$n0 = log_size();
+my $dt;
+($r, $ids, $dt) = app('limit=30');
+partial_is($r, 1, 'a chunk held');
+is_deeply($ids, page(\@rest, 30),
+    'a chunk held: the 30 newest posts of the others')
+    or diag(summary($ids, page(\@rest, 30)));
+ok(once($ids), 'no post twice');
+ok($dt >= 0.45 && $dt < 1.5, sprintf('answered at the deadline: %.2f s '
+    . '(held 2 s)', $dt));
+my @f = finds($n0);
+is(scalar @f, 4, 'four queries');
+my ($held) = grep { grep { $_ eq 'dr' } @{ $_->{filter}{author}{'$in'} } }
+    @f;
+my $spread = $f[-1]{ts} - $f[0]{ts};
+my $answer = $held ? $held->{ts} + $held->{maxTimeMS} / 1000 : 0;
+ok(@f == 4 && !grep({ $_->{ts} >= $answer } @f), sprintf('in parallel: '
+    . 'the four received within %.3f s, before the held one could answer',
+    $spread));
+ok(!grep({ !$_->{maxTimeMS} || $_->{maxTimeMS} > 500 } @f),
+    'each find has the time left as its maxTimeMS: '
+    . join(' ', map { $_->{maxTimeMS} // 'none' } @f));
+
+my $max = $ids->[-1];
+($r, $ids) = app("limit=30&max_id=$max");
+partial_is($r, 1, 'the next page, held');
+is_deeply($ids, page(\@rest, 30, $max),
+    'the next page by max_id: the others\' 30 next')
+    or diag(summary($ids, page(\@rest, 30, $max)));
+
+# ----------------------- the window's second step, under the deadline --
+
+# the held chunk's first find (the recent posts) let through, its second
+# (the older ones) held
+$t->mongo_delay_authors(ms => 2000, authors => $slow, mode => {skip => 1});
+$n0 = log_size();
+($r, $ids, $dt) = app('limit=700');
+my @want = (@recent, grep { $_ lt $recent[-1] } @rest)[0 .. 699];
+partial_is($r, 1, 'the older step held');
+is_deeply($ids, \@want, 'the older step held: every recent post, then '
+    . 'the others\' older ones') or diag(summary($ids, \@want));
+ok($dt < 1.5, sprintf('answered within the one deadline: %.2f s', $dt));
+@f = finds($n0);
+my @newer = grep { !exists $_->{filter}{_id}{'$lte'} } @f;
+my @older = grep { exists $_->{filter}{_id}{'$lte'} } @f;
+is(scalar(@newer) . ' ' . scalar(@older), '4 4',
+    'four queries newer than the edge, then four at or below it');
+my ($least) = sort { $a <=> $b } map { $_->{maxTimeMS} } @newer;
+ok(!grep({ $_->{maxTimeMS} >= $least } @older),
+    'the older step has what the newer one left of the 500 ms: '
+    . join(' ', map { $_->{maxTimeMS} } @newer, @older));
+
+# ------------------------------------------------------ the delay off --
+
+is($t->mongo_delay_authors_off, $held0 + 3, 'held 3 finds in all');
+($r, $ids) = app('limit=30');
+partial_is($r, 0, 'the delay off');
+is_deeply($ids, page(\@all, 30), 'the delay off: the whole page');
+($r, $ids) = app("limit=30&max_id=$max");
+partial_is($r, 0, 'the delay off, by max_id');
+is_deeply($ids, page(\@all, 30, $max),
+    'the delay off: the page after the partial one\'s last, whole')
+    or diag(summary($ids, page(\@all, 30, $max)));
+
+# ------------------------------------------------------- --parallel 1 --
+
+start_app('--deadline', 500, '--parallel', 1);
+$t->mongo_delay_authors(ms => 2000, authors => $slow);
+$n0 = log_size();
+($r, $ids, $dt) = app('limit=30');
+partial_is($r, 1, '--parallel 1');
+is(scalar @$ids, 0, '--parallel 1: the reader\'s chunk first, held: '
+    . 'nothing by the deadline');
+sleep 0.3;
+is(scalar(finds($n0)), 1, '--parallel 1: the others never asked');
+
+# -------------------------------------------------------- --deadline 0 --
+
+start_app('--deadline', 0);
+$n0 = log_size();
+($r, $ids, $dt) = app('limit=30');
+partial_is($r, 0, '--deadline 0');
+is_deeply($ids, page(\@all, 30), '--deadline 0: the whole page');
+ok($dt >= 1.9, sprintf('--deadline 0: the held chunk waited for, %.2f s',
+    $dt));
+ok(!grep({ exists $_->{maxTimeMS} } finds($n0)),
+    '--deadline 0: no maxTimeMS');
+$t->mongo_delay_authors_off;
+
+$t->done;
