@@ -15,6 +15,10 @@
 #include <mongoc.h>
 
 
+/* MongoDB's error code of a query stopped at its maxTimeMS */
+#define NGX_HTTP_FEED_MONGO_MAX_TIME_EXPIRED  50
+
+
 typedef struct ngx_http_feed_mongo_task_s  ngx_http_feed_mongo_task_t;
 
 /* runs in a thread: must touch no nginx pool, request, or log */

@@ -61,6 +61,7 @@ ngx_http_feed_post_list_run(ngx_http_feed_mongo_task_t *t,
     range.since_id = op->has_since ? &op->since_id : NULL;
     range.limit = op->limit;
     range.window = NULL;
+    range.cut = NULL;
 
     bson_init(&doc);
     bson_init(&items);

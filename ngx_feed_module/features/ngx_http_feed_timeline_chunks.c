@@ -251,6 +251,7 @@ ngx_http_feed_chunks_range(ngx_http_feed_chunks_in_t *in, time_t edge)
     range->since_id = in->has_since ? &in->since_id : NULL;
     range->limit = in->limit;
     range->window = NULL;
+    range->cut = NULL;
 
     if (edge == 0) {
         return;

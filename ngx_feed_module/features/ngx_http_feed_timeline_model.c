@@ -423,6 +423,14 @@ ngx_http_feed_timeline_model_make(mongoc_client_t *client,
      * cannot be filled is left to be made again
      */
 
+    /* a page without some chunks' posts makes no document */
+
+    if (mine && range->cut && range->cut->late) {
+        (void) ngx_http_feed_model_abandon(client, database, &mc, user, now,
+                                           &err);
+        return NGX_OK;
+    }
+
     if (mine
         && ngx_http_feed_model_fill(client, database, &mc, user, items,
                                     bson_count_keys(items) < range->limit,

@@ -45,8 +45,12 @@ typedef struct {
     time_t                        edge;
     ngx_http_feed_posts_window_t  window;
 
-    /* fanout on read: when it began, and the authors the thread read */
+    /*
+     * fanout on read: when it began, and the authors the thread read; in
+     * the models' thread, its deadline
+     */
     ngx_msec_t                    started;
+    ngx_http_feed_posts_cut_t     cut;
     char                        **authors;
     size_t                        nauthors;
 
@@ -122,6 +126,10 @@ ngx_http_feed_timeline_source_start(ngx_http_request_t *r, void *data)
     op->edge = 0;
     op->started = ngx_current_msec;
 
+    if (op->fmcf->timeline_deadline) {
+        op->cut.at = ngx_http_feed_now_ms() + op->fmcf->timeline_deadline;
+    }
+
     if (op->fmcf->timeline_window
         && ngx_time() > op->fmcf->timeline_window)
     {
@@ -156,6 +164,15 @@ ngx_http_feed_timeline_source_answer(ngx_http_request_t *r, void *data)
 
     if (op->fmcf->timeline_store == NGX_HTTP_FEED_MODEL_READ) {
         return ngx_http_feed_timeline_source_chunks(r, op);
+    }
+
+    if (op->cut.late) {
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                      "timeline rebuild partial: %ui chunks of authors "
+                      "missing", op->cut.late);
+
+        ngx_http_feed_stat(rebuild_partial, 1);
+        ngx_http_feed_stat(rebuild_late_chunks, op->cut.late);
     }
 
     if (op->edge) {
@@ -322,6 +339,11 @@ ngx_http_feed_timeline_source_run(ngx_http_feed_mongo_task_t *t,
     range.since_id = NULL;
     range.limit = op->page.limit;
     range.window = NULL;
+    range.cut = NULL;
+
+    if (op->cut.at) {
+        range.cut = &op->cut;
+    }
 
     if (op->edge) {
         ngx_http_feed_posts_window_init(&op->window, op->edge);
@@ -359,6 +381,10 @@ ngx_http_feed_timeline_source_run(ngx_http_feed_mongo_task_t *t,
 
     if (rc == NGX_OK) {
         BSON_APPEND_ARRAY(&doc, "items", &items);
+
+        if (op->cut.late) {
+            BSON_APPEND_BOOL(&doc, "partial", true);
+        }
 
         op->json = ngx_http_feed_json_text(&doc, &op->json_len);
         t->rc = op->json ? NGX_OK : NGX_ERROR;

@@ -54,6 +54,9 @@ static ngx_int_t ngx_http_feed_posts_found_add(
 static ngx_int_t ngx_http_feed_posts_merge(ngx_http_feed_posts_stream_t *s,
     size_t ns, ngx_uint_t limit, bson_t *items, ngx_uint_t *got,
     bson_error_t *error);
+static ngx_int_t ngx_http_feed_posts_open(mongoc_collection_t *posts,
+    ngx_http_feed_posts_stream_t *s, char **authors, size_t n,
+    ngx_http_feed_posts_range_t *range, bson_error_t *error);
 static ngx_int_t ngx_http_feed_posts_next(ngx_http_feed_posts_stream_t *s,
     bson_error_t *error);
 static ngx_int_t ngx_http_feed_posts_update(mongoc_client_t *client,
@@ -425,23 +428,69 @@ ngx_http_feed_posts_chunks(mongoc_collection_t *posts, char **authors,
 
     streams = bson_malloc0(ns * sizeof(ngx_http_feed_posts_stream_t));
 
-    for (i = 0; i < ns; i++) {
-        streams[i].cursor = ngx_http_feed_posts_chunk(posts,
-                                authors + i * NGX_HTTP_FEED_POSTS_CHUNK,
-                                ngx_min(NGX_HTTP_FEED_POSTS_CHUNK,
-                                        n - i * NGX_HTTP_FEED_POSTS_CHUNK),
-                                &chunk, 0);
+    rc = NGX_OK;
+
+    for (i = 0; i < ns && rc == NGX_OK; i++) {
+        rc = ngx_http_feed_posts_open(posts, &streams[i],
+                                      authors + i * NGX_HTTP_FEED_POSTS_CHUNK,
+                                      ngx_min(NGX_HTTP_FEED_POSTS_CHUNK,
+                                          n - i * NGX_HTTP_FEED_POSTS_CHUNK),
+                                      &chunk, error);
     }
 
-    rc = ngx_http_feed_posts_merge(streams, ns, limit, items, got, error);
+    if (rc == NGX_OK) {
+        rc = ngx_http_feed_posts_merge(streams, ns, limit, items, got, error);
+    }
 
     for (i = 0; i < ns; i++) {
-        mongoc_cursor_destroy(streams[i].cursor);
+        if (streams[i].cursor) {
+            mongoc_cursor_destroy(streams[i].cursor);
+        }
     }
 
     bson_free(streams);
 
     return rc;
+}
+
+
+/*
+ * A chunk's query, run now for its first post.  Under a deadline, each
+ * query is given the time left (maxTimeMS), and a chunk whose time is up,
+ * before or while it runs, is left out of the page, which is then partial.
+ */
+
+static ngx_int_t
+ngx_http_feed_posts_open(mongoc_collection_t *posts,
+    ngx_http_feed_posts_stream_t *s, char **authors, size_t n,
+    ngx_http_feed_posts_range_t *range, bson_error_t *error)
+{
+    int64_t  left;
+
+    left = 0;
+
+    if (range->cut) {
+        left = range->cut->at - ngx_http_feed_now_ms();
+
+        if (left <= 0) {
+            range->cut->late++;
+            return NGX_OK;
+        }
+    }
+
+    s->cursor = ngx_http_feed_posts_chunk(posts, authors, n, range, left);
+
+    if (ngx_http_feed_posts_next(s, error) == NGX_OK) {
+        return NGX_OK;
+    }
+
+    if (range->cut && error->code == NGX_HTTP_FEED_MONGO_MAX_TIME_EXPIRED) {
+        range->cut->late++;
+        s->doc = NULL;
+        return NGX_OK;
+    }
+
+    return NGX_ERROR;
 }
 
 
@@ -491,7 +540,11 @@ ngx_http_feed_posts_by_ids(mongoc_client_t *client, const char *database,
                                                      NULL);
 
     got = 0;
-    rc = ngx_http_feed_posts_merge(&stream, 1, n, items, &got, error);
+    rc = ngx_http_feed_posts_next(&stream, error);
+
+    if (rc == NGX_OK) {
+        rc = ngx_http_feed_posts_merge(&stream, 1, n, items, &got, error);
+    }
 
     mongoc_cursor_destroy(stream.cursor);
     mongoc_collection_destroy(posts);
@@ -731,8 +784,8 @@ ngx_http_feed_posts_chunk(mongoc_collection_t *posts, char **authors,
 
 
 /*
- * The newest of the chunks' next posts, appended to the got items already
- * there until limit: a k-way merge
+ * The newest of the chunks' next posts (each read its first already),
+ * appended to the got items already there until limit: a k-way merge
  */
 
 static ngx_int_t
@@ -743,12 +796,6 @@ ngx_http_feed_posts_merge(ngx_http_feed_posts_stream_t *s, size_t ns,
     size_t       i, best;
     bson_t       item;
     const char  *k;
-
-    for (i = 0; i < ns; i++) {
-        if (ngx_http_feed_posts_next(&s[i], error) != NGX_OK) {
-            return NGX_ERROR;
-        }
-    }
 
     for ( /* void */ ; *got < limit; (*got)++) {
         best = ns;

@@ -37,6 +37,17 @@ typedef struct {
 } ngx_http_feed_posts_window_t;
 
 
+/*
+ * The deadline of a timeline's reads in one thread (the models' fanout on
+ * read): a chunk not read by then is left out, and the page is partial.
+ * Ranges copied from one another share it.
+ */
+typedef struct {
+    int64_t                       at;         /* ms since the epoch */
+    ngx_uint_t                    late;       /* chunks left out */
+} ngx_http_feed_posts_cut_t;
+
+
 /* posts newest first, their ids below max_id and above since_id */
 typedef struct {
     const bson_oid_t             *max_id;     /* NULL: from the newest */
@@ -45,6 +56,7 @@ typedef struct {
 
     /* a timeline's reads only (ngx_http_feed_posts_timeline), NULL: none */
     ngx_http_feed_posts_window_t *window;
+    ngx_http_feed_posts_cut_t    *cut;
 } ngx_http_feed_posts_range_t;
 
 

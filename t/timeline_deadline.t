@@ -1,0 +1,302 @@
+#!/usr/bin/perl
+
+# A rebuild's chunks of authors in parallel under one deadline (issue 34):
+# feed_timeline_rebuild_deadline 500ms, feed_timeline_rebuild_parallel 4,
+# feed_timeline_window 1h.  A reader of 640 authors (four chunks: the
+# reader and 199, 200, 200, 41), each with a post of the last hour and one
+# two hours old; the stand-in's fail point feedDelayAuthors holds the
+# finds of the reader's chunk 2 s (a slow shard of posts).
+#
+#   - one chunk held: the first page within the deadline (0.5 s, well
+#     under the 2 s), 200, X-Feed-Cache: PARTIAL, exactly the newest posts
+#     of the other chunks, once each; the four chunks' finds received
+#     before the held one could answer (in parallel); not cached
+#     (feed:tl:{reader} absent); the next page by max_id exact and
+#     partial too; /status and /metrics count the partial pages and the
+#     late chunks, and feed_timeline_reads_total{cache="PARTIAL"};
+#   - three readers at once while it is held: one rebuild (one read of
+#     the follows), the same partial page for all three;
+#   - the delay off: the next read rebuilds the whole page (MISS), cached,
+#     then HIT; the page after the partial page's last, whole;
+#   - a reader of one chunk, held 1 s: no chunk answered by the deadline,
+#     so the page waits for it (a page of nothing tells nothing), whole;
+#   - feed_timeline_rebuild_parallel 1 (a reload): the held chunk alone is
+#     asked; past the deadline the page is made as soon as it answers,
+#     partial (the others were not asked); the next read is whole.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use Test::More;
+use Time::HiRes qw(time sleep);
+use FeedTest;
+use FeedTest::Util qw(summary short tl_ids metrics_scrape metrics_val);
+
+plan(skip_all => 'the stand-in\'s fail point and command log needed')
+    if FeedTest::real_mongo();
+
+my $t = FeedTest->new;
+$t->start_redis;
+$t->start_mongo;
+
+my $CONF = <<'EOF';
+worker_processes 1;
+%%FEED_THREAD_POOL%%
+events { worker_connections 256; }
+http {
+    %%FEED_BACKENDS%%
+    feed_mongo_timeout 5s;
+    feed_cache_size 50;
+    feed_timeline_window 1h;
+    feed_timeline_rebuild_deadline 500ms;
+    feed_timeline_rebuild_parallel @@PARALLEL@@;
+    feed_timeline_store @@STORE@@;
+
+    server {
+        listen 127.0.0.1:%%PORT_HTTP%%;
+        location ~ ^/users/([^/]+)/timeline$ {
+            feed_timeline $1;
+            add_header X-Feed-Cache $feed_cache_status always;
+        }
+        location /_feed/timeline {
+            internal;
+            subrequest_output_buffer_size 4m;
+            feed_timeline_source;
+        }
+        location = /status { feed_status; }
+        location = /metrics { feed_metrics; }
+    }
+}
+EOF
+
+(my $conf = $CONF) =~ s/\@\@PARALLEL\@\@/4/;
+$conf =~ s/\@\@STORE\@\@/read/;
+$t->write_conf($conf)->run;
+
+my $now = int time;
+my $P = 'd' . int(rand 1e6);
+my @readers = map { "$P$_" } qw(r q s t u);
+my @authors = map { "${P}a$_" } 1 .. 640;
+$t->mongo_insert('follows', map { my $r = $_; map { qq({"src": "$r", )
+    . qq("dst": "$_", "status": 1, "created": {"\$date": 0}}) } @authors }
+    @readers[0 .. 1]);
+$t->mongo_insert('follows', map { qq({"src": "$readers[2]", "dst": "$_", )
+    . qq("status": 1, "created": {"\$date": 0}}) } @authors[0 .. 9]);
+$t->mongo_insert('follows', map { my $r = $_; map { qq({"src": "$r", )
+    . qq("dst": "$_", "status": 1, "created": {"\$date": 0}}) } @authors }
+    @readers[3 .. 4]);
+
+# each author a post 1 to 50 minutes old, interleaved across the chunks,
+# and one two hours old; ids of the time and a count.  %by: id -> author
+my ($n, @docs, %by) = (0);
+for my $i (0 .. @authors) {
+    my $author = $i ? $authors[$i - 1] : $readers[0];
+    for my $age (60 + ($i * 37) % 3000, 7200 + $i) {
+        my $id = sprintf('%08x%08x%08x', $now - $age, $$ & 0xffffff, ++$n);
+        $by{$id} = $author;
+        push @docs, qq({"_id": {"\$oid": "$id"}, "author": "$author", )
+            . qq("body": "p$n", "ts": ${\ (($now - $age) * 1000)}});
+    }
+}
+$t->mongo_insert('posts', @docs);
+my @all = sort { $b cmp $a } keys %by;
+is(scalar @all, 1282, '1282 posts, 641 within the hour');
+
+sub log_size { scalar(my @c = $t->mongo_commands) }
+
+# the finds of $coll logged since command $n0; of posts, the chunks'
+# (by authors), not the rebuild's other reads
+sub finds {
+    my ($n0, $coll) = @_;
+    my @c = $t->mongo_commands;
+    return grep { ($_->{cmd} // '') eq 'find'
+        && ($_->{coll} // '') eq ($coll // 'posts')
+        && ($coll || ref(($_->{filter} || {})->{author}) eq 'HASH') }
+        @c[$n0 .. $#c];
+}
+
+sub page {
+    my ($ids, $limit, $max) = @_;
+    my @p = grep { !defined $max || $_ lt $max } @$ids;
+    return [ @p[0 .. ($limit < @p ? $limit : @p) - 1] ];
+}
+
+sub once { my %s; !grep { $s{$_}++ } @{ $_[0] } }
+
+sub read_tl {
+    my ($user, $args) = @_;
+    my $t0 = time;
+    my $r = $t->get("/users/$user/timeline?limit=20"
+        . ($args ? "&$args" : ''), timeout => 15);
+    return ($r, tl_ids($r), time - $t0, $r->{headers}{'x-feed-cache'} // '');
+}
+
+sub cached { $t->redis('EXISTS', "feed:tl:{$_[0]}") }
+
+# ---------------------------------------------- the chunks, held one --
+
+my $R = $readers[0];
+my $held0 = $t->mongo_delay_authors(ms => 2000, authors => [ $R ]);
+my $n0 = log_size();
+my ($r, $ids, $dt, $cache) = read_tl($R);
+
+my @f = finds($n0);
+my @chunks = map { $_->{filter}{author}{'$in'} || [] } @f;
+is(join(' ', sort { $b <=> $a } map { scalar @$_ } @chunks),
+    '200 200 200 41', 'four chunks, one find each');
+my ($slow) = grep { grep { $_ eq $R } @$_ } @chunks;
+my %slow = map { $_ => 1 } @{ $slow || [] };
+my @rest = grep { !$slow{ $by{$_} } } @all;
+isnt("@{ page(\@rest, 20) }", "@{ page(\@all, 20) }",
+    'the held chunk has posts among the 20 newest');
+
+is("$r->{status} $cache", '200 PARTIAL', 'a chunk held: 200, PARTIAL')
+    or diag(short($r));
+is_deeply($ids, page(\@rest, 20),
+    'a chunk held: the 20 newest posts of the others')
+    or diag(summary($ids, page(\@rest, 20)));
+ok(once($ids), 'no post twice');
+ok($dt >= 0.45 && $dt < 1.5, sprintf('answered at the deadline: %.2f s '
+    . '(held 2 s)', $dt));
+
+my ($held) = grep { grep { $_ eq $R } @{ $_->{filter}{author}{'$in'} } } @f;
+my $spread = @f ? $f[-1]{ts} - $f[0]{ts} : 99;
+ok(@f == 4 && $held && !grep({ $_->{ts} >= $held->{ts} + 2 } @f),
+    sprintf('in parallel: the four finds received within %.3f s, before '
+        . 'the held one could answer', $spread));
+ok(!grep({ !$_->{maxTimeMS} || $_->{maxTimeMS} > 5000 } @f),
+    'each find stops at feed_mongo_timeout: maxTimeMS '
+    . join(' ', map { $_->{maxTimeMS} // 'none' } @f));
+is(cached($R), 0, 'the partial page not cached');
+
+my $max = $ids->[-1];
+($r, $ids, $dt, $cache) = read_tl($R, "max_id=$max");
+is("$r->{status} $cache", '200 PARTIAL', 'the next page, held: PARTIAL');
+is_deeply($ids, page(\@rest, 20, $max),
+    'the next page by max_id: the others\' 20 next')
+    or diag(summary($ids, page(\@rest, 20, $max)));
+
+my $m = metrics_scrape($t);
+is(metrics_val($m, 'feed_timeline_reads_total', cache => 'PARTIAL'), 2,
+    'feed_timeline_reads_total{cache="PARTIAL"} 2');
+is(metrics_val($m, 'feed_timeline_rebuild_partial_total'), 2,
+    'feed_timeline_rebuild_partial_total 2');
+is(metrics_val($m, 'feed_timeline_rebuild_late_chunks_total'), 2,
+    'feed_timeline_rebuild_late_chunks_total 2');
+my $st = $t->get('/status')->{json} || {};
+is(($st->{node}{mongo}{rebuild_partial} // 'none') . ' '
+    . ($st->{node}{mongo}{rebuild_late_chunks} // 'none'), '2 2',
+    '/status: mongo.rebuild_partial 2, rebuild_late_chunks 2');
+
+# --------------------------------------------- three readers at once --
+
+my $Q = $readers[1];
+$t->mongo_delay_authors(ms => 2000, authors => [ $Q ]);
+$n0 = log_size();
+my @h = map { $t->http_start('GET', "/users/$Q/timeline?limit=20",
+    timeout => 15) } 1 .. 3;
+my @res = map { $t->http_end($_) } @h;
+is(join(' ', map { "$_->{status} " . ($_->{headers}{'x-feed-cache'} // '')
+    } @res), join(' ', ('200 PARTIAL') x 3), 'three at once: each PARTIAL');
+my ($qslow) = grep { grep { $_ eq $Q } @$_ }
+    map { $_->{filter}{author}{'$in'} || [] } finds($n0);
+my %qslow = map { $_ => 1 } @{ $qslow || [] };
+my @qrest = grep { $by{$_} ne $R && !$qslow{ $by{$_} } } @all;
+is_deeply([ map { tl_ids($_) } @res ], [ (page(\@qrest, 20)) x 3 ],
+    'three at once: the same page, the others\' 20 newest');
+is(scalar(finds($n0, 'follows')), 1, 'three at once: one rebuild');
+
+# ---------------------------------------------------- the delay off --
+
+ok($t->mongo_delay_authors_off > $held0, 'the delay off');
+sleep 2;
+
+($r, $ids, $dt, $cache) = read_tl($R);
+is("$r->{status} $cache", '200 MISS', 'the delay off: rebuilt, MISS');
+is_deeply($ids, page(\@all, 20), 'the delay off: the whole page')
+    or diag(summary($ids, page(\@all, 20)));
+is(cached($R), 1, 'the delay off: cached');
+($r, $ids, $dt, $cache) = read_tl($R);
+like("$r->{status} $cache", qr/^200 (HIT|LOCAL)$/, 'and read from it');
+is_deeply($ids, page(\@all, 20), 'the same page');
+($r, $ids) = read_tl($R, "max_id=$max");
+is_deeply($ids, page(\@all, 20, $max),
+    'the page after the partial one\'s last, whole')
+    or diag(summary($ids, page(\@all, 20, $max)));
+
+# ------------------------------------ one chunk, none by the deadline --
+
+my $S = $readers[2];
+$t->mongo_delay_authors(ms => 1000, authors => [ $S ]);
+($r, $ids, $dt, $cache) = read_tl($S);
+$t->mongo_delay_authors_off;
+my %ten = map { $_ => 1 } @authors[0 .. 9];
+my @mine = grep { $ten{ $by{$_} } } @all;
+is("$r->{status} $cache", '200 MISS',
+    'one chunk held past the deadline: waited for, MISS');
+is_deeply($ids, page(\@mine, 20), 'one chunk held: the whole page');
+ok($dt >= 0.95, sprintf('one chunk held: waited %.2f s', $dt));
+is(cached($S), 1, 'one chunk held: cached');
+
+# --------------------------------- feed_timeline_rebuild_parallel 1 --
+
+($conf = $CONF) =~ s/\@\@PARALLEL\@\@/1/;
+$conf =~ s/\@\@STORE\@\@/read/;
+$t->write_conf($conf)->reload;
+
+my $T = $readers[3];
+$t->mongo_delay_authors(ms => 1000, authors => [ $T ]);
+$n0 = log_size();
+($r, $ids, $dt, $cache) = read_tl($T);
+$t->mongo_delay_authors_off;
+sleep 0.3;
+@f = finds($n0);
+my %first = map { $_ => 1 } @{ $f[0]{filter}{author}{'$in'} || [] };
+is(scalar(@f) . ' ' . ($first{$T} ? 'held' : 'other'), '1 held',
+    'parallel 1: the held chunk asked alone, first');
+is("$r->{status} $cache", '200 PARTIAL',
+    'parallel 1: past the deadline, made once it answered: PARTIAL');
+ok($dt >= 0.95 && $dt < 1.8, sprintf('parallel 1: %.2f s', $dt));
+my @theirs = grep { $by{$_} ne $R } @all;
+is_deeply($ids, page([ grep { $first{ $by{$_} } } @theirs ], 20),
+    'parallel 1: the held chunk\'s posts');
+($r, $ids, $dt, $cache) = read_tl($T);
+is("$r->{status} $cache", '200 MISS', 'parallel 1: the next read, whole');
+is_deeply($ids, page(\@theirs, 20), 'parallel 1: the whole page')
+    or diag(summary($ids, page(\@theirs, 20)));
+
+# ------------------------- a model's fanout on read, in one thread --
+
+($conf = $CONF) =~ s/\@\@PARALLEL\@\@/4/;
+$conf =~ s/\@\@STORE\@\@/capped/;
+$t->write_conf($conf)->reload;
+
+my $U = $readers[4];
+$t->mongo_delay_authors(ms => 2000, authors => [ $U ]);
+$n0 = log_size();
+($r, $ids, $dt, $cache) = read_tl($U);
+@f = finds($n0);
+my %uslow = map { $_ => 1 } map { @{ $_->{filter}{author}{'$in'} } }
+    grep { grep { $_ eq $U } @{ $_->{filter}{author}{'$in'} } } @f;
+my @urest = grep { $by{$_} ne $R && !$uslow{ $by{$_} } } @all;
+is("$r->{status} $cache", '200 PARTIAL', 'capped, a chunk held: PARTIAL')
+    or diag(short($r));
+is_deeply($ids, page(\@urest, 20),
+    'capped, a chunk held: the others\' 20 newest')
+    or diag(summary($ids, page(\@urest, 20)));
+ok($dt < 1.5, sprintf('capped: answered at the deadline, %.2f s', $dt));
+my ($uheld) = grep { $uslow{ $_->{filter}{author}{'$in'}[0] } } @f;
+ok($uheld && $uheld->{maxTimeMS} && $uheld->{maxTimeMS} <= 500,
+    'capped: the held chunk\'s find had the time left, maxTimeMS '
+    . ($uheld ? $uheld->{maxTimeMS} // 'none' : 'no find'));
+$t->mongo_delay_authors_off;
+
+($r, $ids, $dt, $cache) = read_tl($U);
+is("$r->{status} $cache", '200 MISS',
+    'capped, the delay off: MISS (no document made of the partial page)');
+is_deeply($ids, page([ grep { $by{$_} ne $R } @all ], 20),
+    'capped, the delay off: the whole page');
+
+$t->done;
