@@ -11,6 +11,7 @@
 # FEED_BENCH_PHASES=12: local hits (bench/local_hits.pl, issue 30).
 # FEED_BENCH_PHASES=13: live timelines (bench/stream.pl, issue 31);
 # FEED_BENCH_STREAMS=10000: how many streams.
+# FEED_BENCH_PHASES=14: misses of a reader of 5,000 authors (issue 34).
 
 use strict;
 use warnings;
@@ -28,8 +29,8 @@ Test::More->builder->no_ending(1);
 
 my $QUICK = $ENV{FEED_BENCH_QUICK};
 my %PHASES = map { $_ => 1 } split /,/,
-    $ENV{FEED_BENCH_PHASES} || '1,2,3,4,5,6,7,8,9,10,11,12,13';
-my $ALL = keys %PHASES == 13;
+    $ENV{FEED_BENCH_PHASES} || '1,2,3,4,5,6,7,8,9,10,11,12,13,14';
+my $ALL = keys %PHASES == 14;
 my $ROOT = FeedTest->root;
 my $DUR = $QUICK ? 1 : 5;
 my $CONNS = 32;
@@ -1249,6 +1250,13 @@ if (phase(13)) {
     $t->stop_mongo('mongostr');
 }
 
+# ------------------------------------- 14. misses of many authors --
+
+if (phase(14)) {
+    require "$FindBin::Bin/misses_many.pl";
+    $result{misses_many} = bench_misses_many($t, $QUICK);
+}
+
 # nginx stops gracefully, with nothing alarming in its log over the run
 
 my $stopped = $t->stop;
@@ -1659,6 +1667,12 @@ if (phase(13)) {
     my $cmd = $ALL ? 'make bench' : "FEED_BENCH_PHASES=$ENV{FEED_BENCH_PHASES}"
         . ($ENV{FEED_BENCH_WRITE} ? ' FEED_BENCH_WRITE=1' : '') . ' make bench';
     push @out, stream_report($result{stream}, $cmd, $date);
+}
+
+if (phase(14)) {
+    my $cmd = $ALL ? 'make bench' : "FEED_BENCH_PHASES=$ENV{FEED_BENCH_PHASES}"
+        . ($ENV{FEED_BENCH_WRITE} ? ' FEED_BENCH_WRITE=1' : '') . ' make bench';
+    push @out, misses_many_report($result{misses_many}, $cmd, $date);
 }
 
 my $report = join("\n", @out) . "\n";
