@@ -1097,8 +1097,8 @@ ngx_http_feed_timeline_rebuilt(ngx_http_feed_timeline_ctx_t *ctx)
  * The rebuild's page lacks some authors' posts (the fallback's deadline
  * passed): it is answered, and not cached, so that the next read rebuilds
  * it whole.  The requests waiting for it in this worker get it too,
- * rather than rebuilding one after another; an unread count cannot be
- * told from it.
+ * rather than rebuilding one after another (an unread count cannot be
+ * told from it: ngx_http_feed_timeline_fallback_items() fails one).
  */
 
 static void
@@ -1128,11 +1128,6 @@ ngx_http_feed_timeline_partial(ngx_http_feed_timeline_ctx_t *ctx)
         }
 
         ngx_post_event(&w->poll, &ngx_posted_events);
-    }
-
-    if (ctx->counting) {
-        ngx_http_feed_timeline_fail(ctx, NGX_HTTP_SERVICE_UNAVAILABLE);
-        return;
     }
 
     ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_REBUILT);

@@ -16,8 +16,9 @@
  * posts, not the whole page.  Tasks still running then cannot be
  * cancelled: they hold the rebuild until they come back, their answers
  * thrown away; MongoDB itself stops a query at feed_mongo_timeout from
- * the rebuild's start (maxTimeMS), when nobody waits for it any more.  A chunk that fails is missing from the page as a late one
- * is; the page fails only when no chunk answered.
+ * the rebuild's start (maxTimeMS), when nobody waits for it any more.  A
+ * chunk that fails is missing from the page as a late one is; the page
+ * fails only when no chunk answered.
  */
 
 
@@ -566,19 +567,23 @@ ngx_http_feed_chunks_finish(ngx_http_feed_chunks_in_t *in,
         ngx_del_timer(&in->deadline);
     }
 
+    /* missing: a chunk late or failed, in either round */
+
     for (i = 0; i < in->ch.nchunks; i++) {
         chunk = &in->chunks[in->round * in->ch.nchunks + i];
 
-        if (chunk->state == NGX_HTTP_FEED_CHUNK_WAITING) {
+        if (in->chunks[i].state != NGX_HTTP_FEED_CHUNK_ANSWERED
+            || chunk->state != NGX_HTTP_FEED_CHUNK_ANSWERED)
+        {
             in->ch.late++;
         }
     }
 
     if (ngx_http_feed_chunks_answered(in) == 0) {
-        if (in->ch.late) {
+        if (in->ch.error.code == 0) {
             bson_set_error(&in->ch.error, MONGOC_ERROR_STREAM,
                            MONGOC_ERROR_STREAM_SOCKET,
-                           "no chunk of authors answered in time");
+                           "no chunk of authors answered");
         }
 
         in->ch.rc = NGX_ERROR;
@@ -591,7 +596,7 @@ ngx_http_feed_chunks_finish(ngx_http_feed_chunks_in_t *in,
 
     ngx_log_debug4(NGX_LOG_DEBUG_HTTP, in->log, 0,
                    "feed timeline chunks: %ui posts, %ui of %ui chunks "
-                   "late, partial: %ui", in->ch.npage, in->ch.late,
+                   "missing, partial: %ui", in->ch.npage, in->ch.late,
                    in->ch.nchunks, partial);
 
     if (in->ch.request && !in->starting) {

@@ -51,7 +51,7 @@ struct ngx_http_feed_chunks_s {
     ngx_http_feed_chunks_post_t  *page;
     ngx_uint_t                    npage;
 
-    /* chunks: how many, and those that did not answer in time */
+    /* chunks: how many, and those missing (late or failed) */
     ngx_uint_t                    nchunks;
     ngx_uint_t                    late;
 

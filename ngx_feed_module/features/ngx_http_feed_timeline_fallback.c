@@ -368,9 +368,18 @@ ngx_http_feed_timeline_fallback_items(ngx_http_feed_timeline_ctx_t *ctx)
     ctx->fb_items_len = len;
     ctx->items_ready = 1;
 
-    /* a page with posts missing says so, however the rest was answered */
+    /*
+     * A page with posts missing says so, however the rest was answered;
+     * an unread count cannot be told from it
+     */
 
     if (ctx->fb_partial) {
+        if (ctx->counting) {
+            ngx_log_error(NGX_LOG_ERR, ctx->request->connection->log, 0,
+                          "timeline fallback answered partial: no count");
+            return NGX_HTTP_SERVICE_UNAVAILABLE;
+        }
+
         ctx->status = NGX_HTTP_FEED_CACHE_PARTIAL;
     }
 

@@ -168,8 +168,8 @@ ngx_http_feed_timeline_source_answer(ngx_http_request_t *r, void *data)
 
     if (op->cut.late) {
         ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
-                      "timeline rebuild partial: %ui chunks of authors "
-                      "missing", op->cut.late);
+                      "timeline rebuild partial: %ui of %ui chunks of "
+                      "authors missing", op->cut.late, op->cut.chunks);
 
         ngx_http_feed_stat(rebuild_partial, 1);
         ngx_http_feed_stat(rebuild_late_chunks, op->cut.late);

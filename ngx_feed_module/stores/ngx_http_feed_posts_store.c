@@ -438,6 +438,11 @@ ngx_http_feed_posts_chunks(mongoc_collection_t *posts, char **authors,
                                       &chunk, error);
     }
 
+    if (rc == NGX_OK && range->cut && range->cut->read == 0) {
+        /* every chunk failed: the error of the last */
+        rc = NGX_ERROR;
+    }
+
     if (rc == NGX_OK) {
         rc = ngx_http_feed_posts_merge(streams, ns, limit, items, got, error);
     }
@@ -457,7 +462,9 @@ ngx_http_feed_posts_chunks(mongoc_collection_t *posts, char **authors,
 /*
  * A chunk's query, run now for its first post.  Under a deadline, each
  * query is given the time left (maxTimeMS), and a chunk whose time is up,
- * before or while it runs, is left out of the page, which is then partial.
+ * before or while it runs, or that fails, is left out of the page, which
+ * is then partial; past the deadline with no chunk read yet, a page of
+ * nothing would tell nothing: the next chunk is waited for.
  */
 
 static ngx_int_t
@@ -465,32 +472,43 @@ ngx_http_feed_posts_open(mongoc_collection_t *posts,
     ngx_http_feed_posts_stream_t *s, char **authors, size_t n,
     ngx_http_feed_posts_range_t *range, bson_error_t *error)
 {
-    int64_t  left;
+    int64_t                     left;
+    ngx_http_feed_posts_cut_t  *cut = range->cut;
 
     left = 0;
 
-    if (range->cut) {
-        left = range->cut->at - ngx_http_feed_now_ms();
+    if (cut) {
+        cut->chunks++;
+        left = cut->at - ngx_http_feed_now_ms();
 
         if (left <= 0) {
-            range->cut->late++;
-            return NGX_OK;
+            if (cut->read) {
+                cut->late++;
+                return NGX_OK;
+            }
+
+            left = 0;
         }
     }
 
     s->cursor = ngx_http_feed_posts_chunk(posts, authors, n, range, left);
 
     if (ngx_http_feed_posts_next(s, error) == NGX_OK) {
+        if (cut) {
+            cut->read++;
+        }
+
         return NGX_OK;
     }
 
-    if (range->cut && error->code == NGX_HTTP_FEED_MONGO_MAX_TIME_EXPIRED) {
-        range->cut->late++;
-        s->doc = NULL;
-        return NGX_OK;
+    if (cut == NULL) {
+        return NGX_ERROR;
     }
 
-    return NGX_ERROR;
+    cut->late++;
+    s->doc = NULL;
+
+    return NGX_OK;
 }
 
 
