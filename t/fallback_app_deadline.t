@@ -4,19 +4,34 @@
 # the $in: the reader and 199, 200, 200, 41), each with a post of the
 # last hour and one two hours old, a window of one hour, --deadline 500;
 # the stand-in's fail point feedDelayAuthors holds the finds of one
-# chunk's authors 2 s (a slow shard).
+# chunk's authors 2 s (a slow shard), or of all (a slow MongoDB), and
+# failCommand fails finds of posts.  As the module's rebuild
+# (ngx_http_feed_timeline_chunks.c): when no chunk has answered by the
+# deadline, the page is made when the first one answers; a chunk that fails
+# is missing as a late one is; 503 only when no chunk answered.
 #
 #   - every chunk answering: the whole page, no "partial";
 #   - one chunk held: the answer within the deadline (0.5 s, well under
 #     the 2 s), "partial": true, exactly the other chunks' newest posts,
 #     once each; the command log shows the four chunks' queries received
 #     before the held one could answer (in parallel), each find with the
-#     time left as its maxTimeMS; the next page by max_id too;
+#     time left of --timeout (5 s), not of the deadline, as its maxTimeMS;
+#     the next page by max_id too;
 #   - the window's second step under the same deadline: the held chunk's
 #     older posts missing, its recent ones there;
 #   - the fail point off: the same pages whole, without "partial";
-#   - --parallel 1: the held chunk alone is asked before the deadline;
-#   - --deadline 0: the held chunk waited for, the whole page.
+#   - --parallel 1: the held chunk, asked alone, waited for past the
+#     deadline: the page at 2 s is its posts, partial, the others never
+#     asked;
+#   - --deadline 0: the held chunk waited for, the whole page;
+#   - --deadline 0 --timeout 1000: the held find fails at its maxTimeMS
+#     (50 MaxTimeMSExpired), the page partial of the others at 1 s;
+#   - every chunk held 2 s, --deadline 500 --timeout 1000: all fail past
+#     the deadline, 503 at 1 s;
+#   - every chunk held 1 s, --deadline 500: no empty page at the deadline,
+#     the page at 1 s of the chunk(s) that answered first, exactly;
+#   - one chunk's find failing (failCommand): partial, exactly the others'
+#     newest, the older step asked of those three; every chunk's: 503.
 
 use strict;
 use warnings;
@@ -93,6 +108,22 @@ sub finds {
 
 sub log_size { scalar(my @c = $t->mongo_commands) }
 
+# $n finds, each with a maxTimeMS from $lo to $hi
+sub max_times_ok {
+    my ($f, $n, $lo, $hi, $name) = @_;
+    ok(@$f == $n && !grep({ !$_->{maxTimeMS} || $_->{maxTimeMS} < $lo
+        || $_->{maxTimeMS} > $hi } @$f),
+        "$name: " . join(' ', map { $_->{maxTimeMS} // 'none' } @$f));
+}
+
+# the app's stderr since byte $_[0]
+sub app_log {
+    open my $fh, '<', $t->dir . '/app.out' or return '';
+    seek $fh, $_[0] // 0, 0;
+    local $/;
+    return scalar <$fh>;
+}
+
 sub once { my %s; !grep { $s{$_}++ } @{ $_[0] } }
 
 sub page {
@@ -117,6 +148,16 @@ my %slow = map { $_ => 1 } @$slow;
 is(scalar keys %slow, 200, 'the reader\'s chunk: 200 authors');
 
 my @rest = grep { !$slow{ $by{$_} } } @all;
+my @slowp = grep { $slow{ $by{$_} } } @all;
+
+# each author's chunk (an index in @chunks), the chunks whose posts a
+# page has, and the posts (of a list) of given chunks
+my %chunk_of;
+for my $c (0 .. $#chunks) { $chunk_of{$_} = $c for @{ $chunks[$c] } }
+sub chunks_in { my %c = map { $chunk_of{ $by{$_} } => 1 } @{ $_[0] };
+    sort keys %c }
+sub of_chunks { my ($from, @c) = @_; my %c = map { $_ => 1 } @c;
+    [ grep { $c{ $chunk_of{ $by{$_} } } } @$from ] }
 my @recent = @all[0 .. 640];
 isnt("@{ page(\@rest, 30) }", "@{ page(\@all, 30) }",
     'the reader\'s chunk has posts among the 30 newest');
@@ -139,13 +180,12 @@ is(scalar @f, 4, 'four queries');
 my ($held) = grep { grep { $_ eq 'dr' } @{ $_->{filter}{author}{'$in'} } }
     @f;
 my $spread = $f[-1]{ts} - $f[0]{ts};
-my $answer = $held ? $held->{ts} + $held->{maxTimeMS} / 1000 : 0;
+my $answer = $held ? $held->{ts} + 2 : 0;
 ok(@f == 4 && !grep({ $_->{ts} >= $answer } @f), sprintf('in parallel: '
     . 'the four received within %.3f s, before the held one could answer',
     $spread));
-ok(!grep({ !$_->{maxTimeMS} || $_->{maxTimeMS} > 500 } @f),
-    'each find has the time left as its maxTimeMS: '
-    . join(' ', map { $_->{maxTimeMS} // 'none' } @f));
+max_times_ok(\@f, 4, 4000, 5000, 'each find has the time left of --timeout '
+    . '(5000 ms), not of the deadline, as its maxTimeMS');
 
 my $max = $ids->[-1];
 ($r, $ids) = app("limit=30&max_id=$max");
@@ -172,8 +212,8 @@ my @older = grep { exists $_->{filter}{_id}{'$lte'} } @f;
 is(scalar(@newer) . ' ' . scalar(@older), '4 4',
     'four queries newer than the edge, then four at or below it');
 my ($least) = sort { $a <=> $b } map { $_->{maxTimeMS} } @newer;
-ok(!grep({ $_->{maxTimeMS} >= $least } @older),
-    'the older step has what the newer one left of the 500 ms: '
+ok(@older && !grep({ $_->{maxTimeMS} >= $least || $_->{maxTimeMS} < 4000 }
+    @older), 'the older step has what the newer one left of the 5000 ms: '
     . join(' ', map { $_->{maxTimeMS} } @newer, @older));
 
 # ------------------------------------------------------ the delay off --
@@ -195,8 +235,11 @@ $t->mongo_delay_authors(ms => 2000, authors => $slow);
 $n0 = log_size();
 ($r, $ids, $dt) = app('limit=30');
 partial_is($r, 1, '--parallel 1');
-is(scalar @$ids, 0, '--parallel 1: the reader\'s chunk first, held: '
-    . 'nothing by the deadline');
+is_deeply($ids, page(\@slowp, 30), '--parallel 1: the reader\'s chunk, '
+    . 'asked first and held, waited for past the deadline: its 30 newest')
+    or diag(summary($ids, page(\@slowp, 30)));
+ok($dt >= 1.9 && $dt < 3, sprintf('--parallel 1: the page when it '
+    . 'answered, %.2f s (held 2 s, deadline 0.5 s)', $dt));
 sleep 0.3;
 is(scalar(finds($n0)), 1, '--parallel 1: the others never asked');
 
@@ -209,8 +252,78 @@ partial_is($r, 0, '--deadline 0');
 is_deeply($ids, page(\@all, 30), '--deadline 0: the whole page');
 ok($dt >= 1.9, sprintf('--deadline 0: the held chunk waited for, %.2f s',
     $dt));
-ok(!grep({ exists $_->{maxTimeMS} } finds($n0)),
-    '--deadline 0: no maxTimeMS');
+max_times_ok([ finds($n0) ], 4, 4000, 5000, '--deadline 0: each find has '
+    . 'the time left of --timeout as its maxTimeMS');
+
+# ------------------------------------- a find failing at its maxTimeMS --
+
+start_app('--deadline', 0, '--timeout', 1000);
+my $log0 = length app_log();
+$n0 = log_size();
+($r, $ids, $dt) = app('limit=30');
+partial_is($r, 1, '--timeout 1000, a chunk held 2 s');
+is_deeply($ids, page(\@rest, 30), '--timeout 1000: the held chunk failed, '
+    . 'missing: the 30 newest posts of the others')
+    or diag(summary($ids, page(\@rest, 30)));
+ok($dt >= 0.9 && $dt < 1.7, sprintf('--timeout 1000: the page when the held '
+    . 'find failed, %.2f s', $dt));
+max_times_ok([ finds($n0) ], 4, 800, 1000, '--timeout 1000: each find\'s '
+    . 'maxTimeMS the time left of it');
+like(app_log($log0),
+    qr/partial: 1 chunk\(s\) of dr missing, 1 failed \(mongodb: .*\b50\b/,
+    '--timeout 1000: the app logs the chunk failed, 50 MaxTimeMSExpired');
+
+# every chunk held past its maxTimeMS: waited for past the deadline, and
+# none answered
+start_app('--deadline', 500, '--timeout', 1000);
+$t->mongo_delay_authors(ms => 2000, authors => ['dr', @authors]);
+($r, $ids, $dt) = app('limit=30');
+is("$r->{status} " . ($r->{json}{error} // ''), '503 unavailable',
+    'every chunk failing at its maxTimeMS: 503');
+ok($dt >= 0.9 && $dt < 1.7, sprintf('every chunk held: waited for past the '
+    . 'deadline (0.5 s) until they failed (1 s): %.2f s', $dt));
+
+# ---------------------------------- every chunk held: MongoDB slow whole --
+
+start_app('--deadline', 500);
+$t->mongo_delay_authors(ms => 1000, authors => ['dr', @authors]);
+$n0 = log_size();
+($r, $ids, $dt) = app('limit=641');
+my @in = chunks_in($ids);
+is($r->{status}, 200, 'every chunk held 1 s: 200, not 503');
+ok(@in >= 1, 'every chunk held: not an empty page at the deadline: the '
+    . 'posts of ' . scalar(@in) . ' chunk(s)');
+is_deeply($ids, of_chunks(\@recent, @in), 'every chunk held: exactly the '
+    . 'recent posts of the chunk(s) that answered first')
+    or diag(summary($ids, of_chunks(\@recent, @in)));
+partial_is($r, @in < 4, 'every chunk held, ' . scalar(@in) . ' of 4 in it');
+ok($dt >= 0.95 && $dt < 1.7, sprintf('every chunk held 1 s: the page when '
+    . 'the first answered, %.2f s (deadline 0.5 s)', $dt));
+is(scalar(finds($n0)), 4, 'every chunk held: four finds, no older step');
 $t->mongo_delay_authors_off;
+
+# ------------------------------------------------------ a chunk failing --
+
+my $fp0 = $t->mongo_fail_point(mode => {times => 1}, failCommands => ['find'],
+    namespace => 'feed.posts', errorCode => 1);
+$n0 = log_size();
+($r, $ids) = app('limit=641');
+@in = chunks_in($ids);
+partial_is($r, 1, 'a chunk\'s find failing');
+is(scalar @in, 3, 'a chunk failing: the three others\' posts in the page');
+is_deeply($ids, page(of_chunks(\@all, @in), 641), 'a chunk failing: '
+    . 'exactly the newest posts of the three others, past the window too')
+    or diag(summary($ids, page(of_chunks(\@all, @in), 641)));
+@f = finds($n0);
+is(scalar(grep { exists $_->{filter}{_id}{'$lte'} } @f), 3,
+    'a chunk failing: the older step asks the three that answered');
+is($t->mongo_fail_point_off, $fp0 + 1, 'the fail point hit once');
+
+$t->mongo_fail_point(failCommands => ['find'], namespace => 'feed.posts',
+    errorCode => 1);
+($r) = app('limit=30');
+is("$r->{status} " . ($r->{json}{error} // ''), '503 unavailable',
+    'every chunk\'s find failing: 503');
+$t->mongo_fail_point_off;
 
 $t->done;
