@@ -74,8 +74,19 @@ my @bad = grep { until_ok('PUT', "/users/$_/following/$AUTHOR", 204)
     ->{status} != 204 } @FANS;
 ok(!@bad, 'twelve fans follow the author') or diag("failed: @bad");
 
-@bad = grep { until_ok('GET', "/users/$_/timeline", 200)->{status} != 200 }
-    @FANS, $AUTHOR;
+# cached, not only answered: with the queue full, a read may answer from
+# MongoDB without making the list (its members' task refused: BYPASS)
+sub cached {
+    my ($u) = @_;
+    for (1 .. 50) {
+        return 1 if until_ok('GET', "/users/$u/timeline", 200)->{status}
+            == 200 && $t->redis('EXISTS', "feed:tl:{$u}");
+        sleep 0.05;
+    }
+    return 0;
+}
+
+@bad = grep { !cached($_) } @FANS, $AUTHOR;
 ok(!@bad, 'their timelines and the author\'s are cached') or diag("failed: @bad");
 
 # cold reads, eight at a time, until told to stop: each a rebuild task

@@ -508,22 +508,24 @@ ngx_http_feed_chunks_count(ngx_http_feed_chunks_in_t *in, ngx_uint_t *got)
 
 /*
  * The deadline: the page is made of the chunks that answered.  When none
- * did yet, a page of nothing would tell the reader nothing (MongoDB is
- * slow as a whole, not one part of it): it is made as soon as one answers
- * while others are still out, and a round whose chunks all answered goes
- * on as before the deadline.
+ * of the round under way did yet, MongoDB is slow as a whole, not one
+ * part of it, and a page cut there would lack all of the round (nothing
+ * at all, or every post older than the window's edge): it is made as soon
+ * as one answers while others are still out, and a round whose chunks all
+ * answered goes on as before the deadline.
  */
 
 static void
 ngx_http_feed_chunks_expired(ngx_event_t *ev)
 {
+    ngx_uint_t                  got;
     ngx_http_feed_chunks_in_t  *in = ev->data;
 
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ev->log, 0,
                    "feed timeline chunks: deadline, %ui of %ui back",
                    in->back, in->ch.nchunks);
 
-    if (ngx_http_feed_chunks_answered(in) == 0) {
+    if (ngx_http_feed_chunks_count(in, &got) == in->ch.nchunks) {
         in->overdue = 1;
         return;
     }

@@ -80,6 +80,10 @@ static void ngx_http_feed_timeline_source_merged(ngx_http_feed_chunks_t *ch);
 static ngx_int_t ngx_http_feed_timeline_source_page(ngx_http_request_t *r,
     ngx_http_feed_chunks_t *ch);
 static void ngx_http_feed_timeline_source_cleanup(void *data);
+static ngx_int_t ngx_http_feed_timeline_source_fanout(
+    ngx_http_feed_mongo_task_t *t, mongoc_client_t *client,
+    ngx_http_feed_timeline_source_op_t *op,
+    ngx_http_feed_posts_range_t *range, bson_t *items);
 static char **ngx_http_feed_timeline_source_authors(mongoc_client_t *client,
     const char *database, ngx_http_feed_user_t *user, size_t *n,
     bson_error_t *error);
@@ -162,7 +166,7 @@ ngx_http_feed_timeline_source_answer(ngx_http_request_t *r, void *data)
 {
     ngx_http_feed_timeline_source_op_t  *op = data;
 
-    if (op->fmcf->timeline_store == NGX_HTTP_FEED_MODEL_READ) {
+    if (op->authors) {
         return ngx_http_feed_timeline_source_chunks(r, op);
     }
 
@@ -360,24 +364,22 @@ ngx_http_feed_timeline_source_run(ngx_http_feed_mongo_task_t *t,
         range.since_id = &since_id;
     }
 
-    if (op->fmcf->timeline_store == NGX_HTTP_FEED_MODEL_READ) {
-
-        /* the posts are read by chunks, in parallel, on the way back */
-
-        op->authors = ngx_http_feed_timeline_source_authors(client,
-                          t->database, &op->page.user, &op->nauthors,
-                          &t->error);
-
-        t->rc = op->authors ? NGX_OK : NGX_ERROR;
-        return;
-    }
-
     bson_init(&doc);
     bson_init(&items);
 
-    rc = ngx_http_feed_timeline_model(client, t->database, op->fmcf,
-                                      &op->page.user, &range, &items,
-                                      &t->error);
+    if (op->fmcf->timeline_store == NGX_HTTP_FEED_MODEL_READ) {
+        rc = ngx_http_feed_timeline_source_fanout(t, client, op, &range,
+                                                  &items);
+        if (rc == NGX_DONE) {
+            t->rc = NGX_OK;
+            goto done;
+        }
+
+    } else {
+        rc = ngx_http_feed_timeline_model(client, t->database, op->fmcf,
+                                          &op->page.user, &range, &items,
+                                          &t->error);
+    }
 
     if (rc == NGX_OK) {
         BSON_APPEND_ARRAY(&doc, "items", &items);
@@ -390,8 +392,48 @@ ngx_http_feed_timeline_source_run(ngx_http_feed_mongo_task_t *t,
         t->rc = op->json ? NGX_OK : NGX_ERROR;
     }
 
+done:
+
     bson_destroy(&items);
     bson_destroy(&doc);
+}
+
+
+/*
+ * Fanout on read: whom the user follows, then their posts.  A reader of
+ * one chunk of authors (most) has them read here, in the same thread;
+ * NGX_DONE: the authors are left in op for chunks read in parallel on the
+ * way back (ngx_http_feed_timeline_chunks.c).
+ */
+
+static ngx_int_t
+ngx_http_feed_timeline_source_fanout(ngx_http_feed_mongo_task_t *t,
+    mongoc_client_t *client, ngx_http_feed_timeline_source_op_t *op,
+    ngx_http_feed_posts_range_t *range, bson_t *items)
+{
+    ngx_int_t    rc;
+    char       **authors;
+    size_t       n;
+
+    authors = ngx_http_feed_timeline_source_authors(client, t->database,
+                                                    &op->page.user, &n,
+                                                    &t->error);
+    if (authors == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (n > NGX_HTTP_FEED_POSTS_CHUNK) {
+        op->authors = authors;
+        op->nauthors = n;
+        return NGX_DONE;
+    }
+
+    rc = ngx_http_feed_posts_timeline(client, t->database, authors, n, range,
+                                      items, &t->error);
+
+    ngx_http_feed_chunks_free_authors(authors, n);
+
+    return rc;
 }
 
 

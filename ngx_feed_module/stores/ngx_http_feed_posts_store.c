@@ -56,7 +56,8 @@ static ngx_int_t ngx_http_feed_posts_merge(ngx_http_feed_posts_stream_t *s,
     bson_error_t *error);
 static ngx_int_t ngx_http_feed_posts_open(mongoc_collection_t *posts,
     ngx_http_feed_posts_stream_t *s, char **authors, size_t n,
-    ngx_http_feed_posts_range_t *range, bson_error_t *error);
+    ngx_http_feed_posts_range_t *range, ngx_uint_t last,
+    bson_error_t *error);
 static ngx_int_t ngx_http_feed_posts_next(ngx_http_feed_posts_stream_t *s,
     bson_error_t *error);
 static ngx_int_t ngx_http_feed_posts_update(mongoc_client_t *client,
@@ -430,12 +431,16 @@ ngx_http_feed_posts_chunks(mongoc_collection_t *posts, char **authors,
 
     rc = NGX_OK;
 
+    if (range->cut) {
+        range->cut->round_read = 0;
+    }
+
     for (i = 0; i < ns && rc == NGX_OK; i++) {
         rc = ngx_http_feed_posts_open(posts, &streams[i],
                                       authors + i * NGX_HTTP_FEED_POSTS_CHUNK,
                                       ngx_min(NGX_HTTP_FEED_POSTS_CHUNK,
                                           n - i * NGX_HTTP_FEED_POSTS_CHUNK),
-                                      &chunk, error);
+                                      &chunk, i == ns - 1, error);
     }
 
     if (rc == NGX_OK && range->cut && range->cut->read == 0) {
@@ -463,14 +468,16 @@ ngx_http_feed_posts_chunks(mongoc_collection_t *posts, char **authors,
  * A chunk's query, run now for its first post.  Under a deadline, each
  * query is given the time left (maxTimeMS), and a chunk whose time is up,
  * before or while it runs, or that fails, is left out of the page, which
- * is then partial; past the deadline with no chunk read yet, a page of
- * nothing would tell nothing: the next chunk is waited for.
+ * is then partial.  As long as no chunk of this read was read, a page cut
+ * there would lack all of it (MongoDB is slow as a whole): past the
+ * deadline the next chunk is waited for, and the last one has none.
  */
 
 static ngx_int_t
 ngx_http_feed_posts_open(mongoc_collection_t *posts,
     ngx_http_feed_posts_stream_t *s, char **authors, size_t n,
-    ngx_http_feed_posts_range_t *range, bson_error_t *error)
+    ngx_http_feed_posts_range_t *range, ngx_uint_t last,
+    bson_error_t *error)
 {
     int64_t                     left;
     ngx_http_feed_posts_cut_t  *cut = range->cut;
@@ -481,12 +488,12 @@ ngx_http_feed_posts_open(mongoc_collection_t *posts,
         cut->chunks++;
         left = cut->at - ngx_http_feed_now_ms();
 
-        if (left <= 0) {
-            if (cut->read) {
-                cut->late++;
-                return NGX_OK;
-            }
+        if (left <= 0 && cut->round_read) {
+            cut->late++;
+            return NGX_OK;
+        }
 
+        if (left <= 0 || (last && cut->round_read == 0)) {
             left = 0;
         }
     }
@@ -496,6 +503,7 @@ ngx_http_feed_posts_open(mongoc_collection_t *posts,
     if (ngx_http_feed_posts_next(s, error) == NGX_OK) {
         if (cut) {
             cut->read++;
+            cut->round_read++;
         }
 
         return NGX_OK;

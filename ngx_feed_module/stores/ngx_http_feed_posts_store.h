@@ -40,13 +40,15 @@ typedef struct {
 /*
  * The deadline of a timeline's reads in one thread (the models' fanout on
  * read): a chunk not read by then, or that fails, is left out, and the
- * page is partial; as long as no chunk was read, the next one is waited
- * for.  Ranges copied from one another share it.
+ * page is partial; as long as no chunk of a read was, the next one is
+ * waited for, and its last one has no deadline.  Ranges copied from one
+ * another share it.
  */
 typedef struct {
     int64_t                       at;         /* ms since the epoch */
     ngx_uint_t                    chunks;     /* chunks asked */
     ngx_uint_t                    read;       /* chunks read */
+    ngx_uint_t                    round_read; /* of the read under way */
     ngx_uint_t                    late;       /* chunks left out */
 } ngx_http_feed_posts_cut_t;
 
