@@ -41,7 +41,7 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 use Time::HiRes qw(time sleep);
 use FeedTest;
-use FeedTest::Util qw(summary);
+use FeedTest::Util qw(summary seed_chunks ids_page ids_once);
 
 plan(skip_all => 'the stand-in\'s fail point and command log needed')
     if FeedTest::real_mongo();
@@ -54,21 +54,11 @@ my @authors = map { "da$_" } 1 .. 640;
 $t->mongo_insert('follows', map { qq({"src": "dr", "dst": "$_", )
     . qq("status": 1, "created": {"\$date": 0}}) } @authors);
 
-# each author (the reader too) a post 1 to 50 minutes old, interleaved
-# across the chunks, and one two hours old; ids made of the time and a
-# count.  %by: id -> author
-my ($n, @docs, %by) = (0);
-for my $i (0 .. @authors) {
-    my $author = $i ? $authors[$i - 1] : 'dr';
-    for my $age (60 + ($i * 37) % 3000, 7200 + $i) {
-        my $id = sprintf('%08x%016x', $now - $age, ++$n);
-        $by{$id} = $author;
-        push @docs, qq({"_id": {"\$oid": "$id"}, "author": "$author", )
-            . qq("body": "p$n", "ts": ${\ (($now - $age) * 1000)}});
-    }
-}
-$t->mongo_insert('posts', @docs);
-my @all = sort { $b cmp $a } keys %by;
+# each author (the reader too) a recent post and an old one; %by: id ->
+# author
+my ($by, $all) = seed_chunks($t, 'dr', \@authors, $now);
+my %by = %$by;
+my @all = @$all;
 is(scalar @all, 1282, '1282 posts, 641 within the hour');
 
 sub start_app {
@@ -124,13 +114,7 @@ sub app_log {
     return scalar <$fh>;
 }
 
-sub once { my %s; !grep { $s{$_}++ } @{ $_[0] } }
 
-sub page {
-    my ($ids, $limit, $max) = @_;
-    my @p = grep { !defined $max || $_ lt $max } @$ids;
-    return [ @p[0 .. ($limit < @p ? $limit : @p) - 1] ];
-}
 
 start_app('--deadline', 500);
 
@@ -138,7 +122,7 @@ start_app('--deadline', 500);
 
 my $n0 = log_size();
 my ($r, $ids) = app('limit=30');
-is_deeply($ids, page(\@all, 30), 'all answering: the 30 newest');
+is_deeply($ids, ids_page(\@all, 30), 'all answering: the 30 newest');
 partial_is($r, 0, 'all answering');
 my @chunks = map { $_->{filter}{author}{'$in'} } finds($n0);
 is(join(' ', sort { $b <=> $a } map { scalar @$_ } @chunks),
@@ -159,7 +143,7 @@ sub chunks_in { my %c = map { $chunk_of{ $by{$_} } => 1 } @{ $_[0] };
 sub of_chunks { my ($from, @c) = @_; my %c = map { $_ => 1 } @c;
     [ grep { $c{ $chunk_of{ $by{$_} } } } @$from ] }
 my @recent = @all[0 .. 640];
-isnt("@{ page(\@rest, 30) }", "@{ page(\@all, 30) }",
+isnt("@{ ids_page(\@rest, 30) }", "@{ ids_page(\@all, 30) }",
     'the reader\'s chunk has posts among the 30 newest');
 
 # ------------------------------------------------ one chunk held 2 s --
@@ -169,10 +153,10 @@ $n0 = log_size();
 my $dt;
 ($r, $ids, $dt) = app('limit=30');
 partial_is($r, 1, 'a chunk held');
-is_deeply($ids, page(\@rest, 30),
+is_deeply($ids, ids_page(\@rest, 30),
     'a chunk held: the 30 newest posts of the others')
-    or diag(summary($ids, page(\@rest, 30)));
-ok(once($ids), 'no post twice');
+    or diag(summary($ids, ids_page(\@rest, 30)));
+ok(ids_once($ids), 'no post twice');
 ok($dt >= 0.45 && $dt < 1.5, sprintf('answered at the deadline: %.2f s '
     . '(held 2 s)', $dt));
 my @f = finds($n0);
@@ -190,9 +174,9 @@ max_times_ok(\@f, 4, 4000, 5000, 'each find has the time left of --timeout '
 my $max = $ids->[-1];
 ($r, $ids) = app("limit=30&max_id=$max");
 partial_is($r, 1, 'the next page, held');
-is_deeply($ids, page(\@rest, 30, $max),
+is_deeply($ids, ids_page(\@rest, 30, $max),
     'the next page by max_id: the others\' 30 next')
-    or diag(summary($ids, page(\@rest, 30, $max)));
+    or diag(summary($ids, ids_page(\@rest, 30, $max)));
 
 # ----------------------- the window's second step, under the deadline --
 
@@ -221,12 +205,12 @@ ok(@older && !grep({ $_->{maxTimeMS} >= $least || $_->{maxTimeMS} < 4000 }
 is($t->mongo_delay_authors_off, $held0 + 3, 'held 3 finds in all');
 ($r, $ids) = app('limit=30');
 partial_is($r, 0, 'the delay off');
-is_deeply($ids, page(\@all, 30), 'the delay off: the whole page');
+is_deeply($ids, ids_page(\@all, 30), 'the delay off: the whole page');
 ($r, $ids) = app("limit=30&max_id=$max");
 partial_is($r, 0, 'the delay off, by max_id');
-is_deeply($ids, page(\@all, 30, $max),
+is_deeply($ids, ids_page(\@all, 30, $max),
     'the delay off: the page after the partial one\'s last, whole')
-    or diag(summary($ids, page(\@all, 30, $max)));
+    or diag(summary($ids, ids_page(\@all, 30, $max)));
 
 # ------------------------------------------------------- --parallel 1 --
 
@@ -235,9 +219,9 @@ $t->mongo_delay_authors(ms => 2000, authors => $slow);
 $n0 = log_size();
 ($r, $ids, $dt) = app('limit=30');
 partial_is($r, 1, '--parallel 1');
-is_deeply($ids, page(\@slowp, 30), '--parallel 1: the reader\'s chunk, '
+is_deeply($ids, ids_page(\@slowp, 30), '--parallel 1: the reader\'s chunk, '
     . 'asked first and held, waited for past the deadline: its 30 newest')
-    or diag(summary($ids, page(\@slowp, 30)));
+    or diag(summary($ids, ids_page(\@slowp, 30)));
 ok($dt >= 1.9 && $dt < 3, sprintf('--parallel 1: the page when it '
     . 'answered, %.2f s (held 2 s, deadline 0.5 s)', $dt));
 sleep 0.3;
@@ -249,7 +233,7 @@ start_app('--deadline', 0);
 $n0 = log_size();
 ($r, $ids, $dt) = app('limit=30');
 partial_is($r, 0, '--deadline 0');
-is_deeply($ids, page(\@all, 30), '--deadline 0: the whole page');
+is_deeply($ids, ids_page(\@all, 30), '--deadline 0: the whole page');
 ok($dt >= 1.9, sprintf('--deadline 0: the held chunk waited for, %.2f s',
     $dt));
 max_times_ok([ finds($n0) ], 4, 4000, 5000, '--deadline 0: each find has '
@@ -262,9 +246,9 @@ my $log0 = length app_log();
 $n0 = log_size();
 ($r, $ids, $dt) = app('limit=30');
 partial_is($r, 1, '--timeout 1000, a chunk held 2 s');
-is_deeply($ids, page(\@rest, 30), '--timeout 1000: the held chunk failed, '
+is_deeply($ids, ids_page(\@rest, 30), '--timeout 1000: the held chunk failed, '
     . 'missing: the 30 newest posts of the others')
-    or diag(summary($ids, page(\@rest, 30)));
+    or diag(summary($ids, ids_page(\@rest, 30)));
 ok($dt >= 0.9 && $dt < 1.7, sprintf('--timeout 1000: the page when the held '
     . 'find failed, %.2f s', $dt));
 max_times_ok([ finds($n0) ], 4, 800, 1000, '--timeout 1000: each find\'s '
@@ -311,9 +295,9 @@ $n0 = log_size();
 @in = chunks_in($ids);
 partial_is($r, 1, 'a chunk\'s find failing');
 is(scalar @in, 3, 'a chunk failing: the three others\' posts in the page');
-is_deeply($ids, page(of_chunks(\@all, @in), 641), 'a chunk failing: '
+is_deeply($ids, ids_page(of_chunks(\@all, @in), 641), 'a chunk failing: '
     . 'exactly the newest posts of the three others, past the window too')
-    or diag(summary($ids, page(of_chunks(\@all, @in), 641)));
+    or diag(summary($ids, ids_page(of_chunks(\@all, @in), 641)));
 @f = finds($n0);
 is(scalar(grep { exists $_->{filter}{_id}{'$lte'} } @f), 3,
     'a chunk failing: the older step asks the three that answered');

@@ -39,7 +39,8 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 use Time::HiRes qw(time sleep);
 use FeedTest;
-use FeedTest::Util qw(summary short tl_ids metrics_scrape metrics_val);
+use FeedTest::Util qw(summary short tl_ids metrics_scrape metrics_val
+    seed_chunks ids_page ids_once);
 
 plan(skip_all => 'the stand-in\'s fail point and command log needed')
     if FeedTest::real_mongo();
@@ -98,20 +99,11 @@ $t->mongo_insert('follows', map { my $r = $_; map { qq({"src": "$r", )
     . qq("dst": "$_", "status": 1, "created": {"\$date": 0}}) } @authors }
     @readers[3 .. 4]);
 
-# each author a post 1 to 50 minutes old, interleaved across the chunks,
-# and one two hours old; ids of the time and a count.  %by: id -> author
-my ($n, @docs, %by) = (0);
-for my $i (0 .. @authors) {
-    my $author = $i ? $authors[$i - 1] : $readers[0];
-    for my $age (60 + ($i * 37) % 3000, 7200 + $i) {
-        my $id = sprintf('%08x%08x%08x', $now - $age, $$ & 0xffffff, ++$n);
-        $by{$id} = $author;
-        push @docs, qq({"_id": {"\$oid": "$id"}, "author": "$author", )
-            . qq("body": "p$n", "ts": ${\ (($now - $age) * 1000)}});
-    }
-}
-$t->mongo_insert('posts', @docs);
-my @all = sort { $b cmp $a } keys %by;
+# each author (the reader too) a recent post and an old one; %by: id ->
+# author
+my ($by, $all) = seed_chunks($t, $readers[0], \@authors, $now);
+my %by = %$by;
+my @all = @$all;
 is(scalar @all, 1282, '1282 posts, 641 within the hour');
 
 sub log_size { scalar(my @c = $t->mongo_commands) }
@@ -127,13 +119,7 @@ sub finds {
         @c[$n0 .. $#c];
 }
 
-sub page {
-    my ($ids, $limit, $max) = @_;
-    my @p = grep { !defined $max || $_ lt $max } @$ids;
-    return [ @p[0 .. ($limit < @p ? $limit : @p) - 1] ];
-}
 
-sub once { my %s; !grep { $s{$_}++ } @{ $_[0] } }
 
 sub read_tl {
     my ($user, $args) = @_;
@@ -159,15 +145,15 @@ is(join(' ', sort { $b <=> $a } map { scalar @$_ } @chunks),
 my ($slow) = grep { grep { $_ eq $R } @$_ } @chunks;
 my %slow = map { $_ => 1 } @{ $slow || [] };
 my @rest = grep { !$slow{ $by{$_} } } @all;
-isnt("@{ page(\@rest, 20) }", "@{ page(\@all, 20) }",
+isnt("@{ ids_page(\@rest, 20) }", "@{ ids_page(\@all, 20) }",
     'the held chunk has posts among the 20 newest');
 
 is("$r->{status} $cache", '200 PARTIAL', 'a chunk held: 200, PARTIAL')
     or diag(short($r));
-is_deeply($ids, page(\@rest, 20),
+is_deeply($ids, ids_page(\@rest, 20),
     'a chunk held: the 20 newest posts of the others')
-    or diag(summary($ids, page(\@rest, 20)));
-ok(once($ids), 'no post twice');
+    or diag(summary($ids, ids_page(\@rest, 20)));
+ok(ids_once($ids), 'no post twice');
 ok($dt >= 0.45 && $dt < 1.5, sprintf('answered at the deadline: %.2f s '
     . '(held 2 s)', $dt));
 
@@ -184,9 +170,9 @@ is(cached($R), 0, 'the partial page not cached');
 my $max = $ids->[-1];
 ($r, $ids, $dt, $cache) = read_tl($R, "max_id=$max");
 is("$r->{status} $cache", '200 PARTIAL', 'the next page, held: PARTIAL');
-is_deeply($ids, page(\@rest, 20, $max),
+is_deeply($ids, ids_page(\@rest, 20, $max),
     'the next page by max_id: the others\' 20 next')
-    or diag(summary($ids, page(\@rest, 20, $max)));
+    or diag(summary($ids, ids_page(\@rest, 20, $max)));
 
 my $m = metrics_scrape($t);
 is(metrics_val($m, 'feed_timeline_reads_total', cache => 'PARTIAL'), 2,
@@ -214,7 +200,7 @@ my ($qslow) = grep { grep { $_ eq $Q } @$_ }
     map { $_->{filter}{author}{'$in'} || [] } finds($n0);
 my %qslow = map { $_ => 1 } @{ $qslow || [] };
 my @qrest = grep { $by{$_} ne $R && !$qslow{ $by{$_} } } @all;
-is_deeply([ map { tl_ids($_) } @res ], [ (page(\@qrest, 20)) x 3 ],
+is_deeply([ map { tl_ids($_) } @res ], [ (ids_page(\@qrest, 20)) x 3 ],
     'three at once: the same page, the others\' 20 newest');
 is(scalar(finds($n0, 'follows')), 1, 'three at once: one rebuild');
 
@@ -230,16 +216,16 @@ sleep 2;
 
 ($r, $ids, $dt, $cache) = read_tl($R);
 is("$r->{status} $cache", '200 MISS', 'the delay off: rebuilt, MISS');
-is_deeply($ids, page(\@all, 20), 'the delay off: the whole page')
-    or diag(summary($ids, page(\@all, 20)));
+is_deeply($ids, ids_page(\@all, 20), 'the delay off: the whole page')
+    or diag(summary($ids, ids_page(\@all, 20)));
 is(cached($R), 1, 'the delay off: cached');
 ($r, $ids, $dt, $cache) = read_tl($R);
 like("$r->{status} $cache", qr/^200 (HIT|LOCAL)$/, 'and read from it');
-is_deeply($ids, page(\@all, 20), 'the same page');
+is_deeply($ids, ids_page(\@all, 20), 'the same page');
 ($r, $ids) = read_tl($R, "max_id=$max");
-is_deeply($ids, page(\@all, 20, $max),
+is_deeply($ids, ids_page(\@all, 20, $max),
     'the page after the partial one\'s last, whole')
-    or diag(summary($ids, page(\@all, 20, $max)));
+    or diag(summary($ids, ids_page(\@all, 20, $max)));
 
 # ------------------------------------ one chunk, none by the deadline --
 
@@ -251,7 +237,7 @@ my %ten = map { $_ => 1 } @authors[0 .. 9];
 my @mine = grep { $ten{ $by{$_} } } @all;
 is("$r->{status} $cache", '200 MISS',
     'one chunk held past the deadline: waited for, MISS');
-is_deeply($ids, page(\@mine, 20), 'one chunk held: the whole page');
+is_deeply($ids, ids_page(\@mine, 20), 'one chunk held: the whole page');
 ok($dt >= 0.95, sprintf('one chunk held: waited %.2f s', $dt));
 is(cached($S), 1, 'one chunk held: cached');
 
@@ -275,12 +261,12 @@ is("$r->{status} $cache", '200 PARTIAL',
     'parallel 1: past the deadline, made once it answered: PARTIAL');
 ok($dt >= 0.95 && $dt < 1.8, sprintf('parallel 1: %.2f s', $dt));
 my @theirs = grep { $by{$_} ne $R } @all;
-is_deeply($ids, page([ grep { $first{ $by{$_} } } @theirs ], 20),
+is_deeply($ids, ids_page([ grep { $first{ $by{$_} } } @theirs ], 20),
     'parallel 1: the held chunk\'s posts');
 ($r, $ids, $dt, $cache) = read_tl($T);
 is("$r->{status} $cache", '200 MISS', 'parallel 1: the next read, whole');
-is_deeply($ids, page(\@theirs, 20), 'parallel 1: the whole page')
-    or diag(summary($ids, page(\@theirs, 20)));
+is_deeply($ids, ids_page(\@theirs, 20), 'parallel 1: the whole page')
+    or diag(summary($ids, ids_page(\@theirs, 20)));
 
 # ------------------------- a model's fanout on read, in one thread --
 
@@ -309,9 +295,9 @@ ok(@f >= 2 && @f < 4 || @f == 4 && $f[3]{ts} - $f[0]{ts} < 0.6,
     . 'more: ' . join(' ', map { sprintf('%.3f', $_->{ts} - $f[0]{ts}) } @f));
 ok(@f && grep({ $_ eq $U } @{ $f[0]{filter}{author}{'$in'} }),
     'capped: the held chunk asked first');
-is_deeply($ids, page(\@uwant, 20),
+is_deeply($ids, ids_page(\@uwant, 20),
     'capped, a chunk held: the newest 20 of the chunks read after it')
-    or diag(summary($ids, page(\@uwant, 20)));
+    or diag(summary($ids, ids_page(\@uwant, 20)));
 ok($dt < 1.5, sprintf('capped: answered after the deadline, %.2f s', $dt));
 ok(@f && $f[0]{maxTimeMS} && $f[0]{maxTimeMS} <= 500,
     'capped: the held chunk\'s find had the time left, maxTimeMS '
@@ -321,7 +307,7 @@ $t->mongo_delay_authors_off;
 ($r, $ids, $dt, $cache) = read_tl($U);
 is("$r->{status} $cache", '200 MISS',
     'capped, the delay off: MISS (no document made of the partial page)');
-is_deeply($ids, page([ grep { $by{$_} ne $R } @all ], 20),
+is_deeply($ids, ids_page([ grep { $by{$_} ne $R } @all ], 20),
     'capped, the delay off: the whole page');
 
 $t->done;

@@ -28,6 +28,7 @@ our @EXPORT_OK = qw(
     node_counts node_moved node_moved_is node_acked
     workers_up server_conf behind_proxy metrics_scrape metrics_val seen_held
     read_state_is entry_id entry_json entry_of post_key
+    seed_chunks ids_page ids_once
 );
 
 # the posts' stream and the fanout's consumer group (the defaults)
@@ -839,5 +840,37 @@ sub wait_settled {
                 rd($t, 'XPENDING', $STREAM, $GROUP, '-', '+', 20)));
     return $ok;
 }
+
+# A reader's chunks of authors for the rebuild's deadline (issue 34):
+# each author, the reader first, a post 1 to 50 minutes old, interleaved
+# across the chunks, and one two hours old, straight into the stand-in;
+# ids of the time, the run and a count.  Returns id -> author and the ids,
+# newest first.
+sub seed_chunks {
+    my ($t, $reader, $authors, $now) = @_;
+    my ($n, @docs, %by) = (0);
+    for my $i (0 .. @$authors) {
+        my $author = $i ? $authors->[$i - 1] : $reader;
+        for my $age (60 + ($i * 37) % 3000, 7200 + $i) {
+            my $id = sprintf('%08x%08x%08x', $now - $age, $$ & 0xffffff,
+                ++$n);
+            $by{$id} = $author;
+            push @docs, qq({"_id": {"\$oid": "$id"}, "author": "$author", )
+                . qq("body": "p$n", "ts": ${\ (($now - $age) * 1000)}});
+        }
+    }
+    $t->mongo_insert('posts', @docs);
+    return (\%by, [ sort { $b cmp $a } keys %by ]);
+}
+
+# the first $limit of ids (newest first) below $max, if given
+sub ids_page {
+    my ($ids, $limit, $max) = @_;
+    my @p = grep { !defined $max || $_ lt $max } @$ids;
+    return [ @p[0 .. ($limit < @p ? $limit : @p) - 1] ];
+}
+
+# no id twice
+sub ids_once { my %s; !grep { $s{$_}++ } @{ $_[0] } }
 
 1;
