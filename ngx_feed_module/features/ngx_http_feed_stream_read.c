@@ -620,18 +620,35 @@ ngx_http_feed_stream_changed(ngx_str_t *version, char *since)
 }
 
 
-/* the read is the reader's last: its ids, and how the worker vouches */
+/*
+ * The read is the reader's last: its ids, and how the worker vouches.  A
+ * post deleted while the read was out is not kept: its streams were told
+ * at the delete, and the next read, which has it no more, would tell them
+ * again.
+ */
 
 static void
 ngx_http_feed_stream_user_keep(ngx_http_feed_stream_user_t *su)
 {
-    u_char                  *lists;
-    ngx_uint_t               n;
+    u_char                  *lists, *id;
+    ngx_uint_t               i, n;
     ngx_http_feed_cached_t  *p = su->page;
 
-    n = ngx_min(p->nitems, NGX_HTTP_FEED_STREAM_WINDOW);
+    n = 0;
 
-    ngx_memcpy(su->ids, p->ids.data, n * 24);
+    for (i = 0; i < ngx_min(p->nitems, NGX_HTTP_FEED_STREAM_WINDOW); i++) {
+        id = p->ids.data + i * 24;
+
+        if (ngx_http_feed_track_is_deleted(id)) {
+            ngx_log_debug3(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                           "feed stream: \"%s\" read %*s, deleted since",
+                           su->user.data, (size_t) 24, id);
+            continue;
+        }
+
+        ngx_memcpy(su->ids + n++ * 24, id, 24);
+    }
+
     su->nids = n;
     su->full = p->more && n > 0;
 

@@ -270,7 +270,8 @@ sub _resp_read {
 
 # a TCP relay to a server: killing it cuts the server off while it runs on;
 # $mode "hold": subscribed connections stalled on SIGUSR1 to the proxy's
-# process group, relayed again on SIGUSR2 (t/lib/tcp_proxy.pl)
+# process group, relayed again on SIGUSR2 (t/lib/tcp_proxy.pl); "hold-
+# replies": the others' replies held so
 
 sub start_proxy {
     my ($self, $name, $target, $delay_ms, $mode) = @_;

@@ -11,6 +11,10 @@
 # relayed again, those held first, in order.  Each connection has a
 # process of its own, in the proxy's process group: signal the group
 # (kill -USR1, -PID); the listening process ignores both signals.
+#
+# MODE "hold-replies": the same, for the connections that did not send a
+# SUBSCRIBE: a client's commands reach the server, their replies are held
+# (a read out while a subscription hears of a change meanwhile).
 
 use strict;
 use warnings;
@@ -23,13 +27,15 @@ use POSIX qw(WNOHANG);
 my ($listen, $target, $delay, $mode) = @ARGV;
 $delay = ($delay || 0) / 1000;
 $mode //= '';
-die "unknown mode '$mode'\n" unless $mode eq '' || $mode eq 'hold';
+die "unknown mode '$mode'\n"
+    unless $mode eq '' || $mode eq 'hold' || $mode eq 'hold-replies';
+my $holds = $mode ne '';
 
 my ($holding, $subscriber) = (0, 0);
 
 $SIG{TERM} = sub { kill 'KILL', -$$; exit 0 };
 $SIG{CHLD} = sub { 1 while waitpid(-1, WNOHANG) > 0 };
-if ($mode eq 'hold') {
+if ($holds) {
     $SIG{USR1} = sub { $holding = 1 };
     $SIG{USR2} = sub { $holding = 0 };
 }
@@ -55,8 +61,10 @@ while (1) {
     my $sel = IO::Select->new($c, $u);
     my %held = ($c => [], $u => []);   # per destination: [due, bytes]
 
-    # the server's bytes to a subscribed client wait while holding
-    my $stalled = sub { $_[0] == $c && $subscriber && $holding };
+    # the server's bytes to a subscribed client (or to the others) wait
+    # while holding
+    my $stalled = sub { $_[0] == $c && $holding
+        && ($mode eq 'hold' ? $subscriber : !$subscriber) };
 
     while (1) {
         my $next;
@@ -73,7 +81,7 @@ while (1) {
         # a signal interrupts the wait: no more than 50 ms while holding
         my $wait = defined $next ? ($next - time > 0 ? $next - time : 0)
             : undef;
-        $wait = 0.05 if $mode eq 'hold' && (!defined $wait || $wait > 0.05);
+        $wait = 0.05 if $holds && (!defined $wait || $wait > 0.05);
         my @ready = $sel->can_read($wait);
 
         for my $from (@ready) {
@@ -85,7 +93,7 @@ while (1) {
                 }
                 exit 0;
             }
-            $subscriber = 1 if $mode eq 'hold' && $from == $c
+            $subscriber = 1 if $holds && $from == $c
                 && $buf =~ /\$9\r\nSUBSCRIBE\r\n/i;
             if ($delay || $stalled->($to) || @{ $held{$to} }) {
                 push @{ $held{$to} }, [ time + $delay, $buf ];
