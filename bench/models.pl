@@ -339,7 +339,9 @@ sub models_report {
         . "then a1 to a10 posted $o->{per} times each and the others "
         . 'once. Round trips and documents returned by MongoDB for the '
         . 'whole miss (every collection), the median time of '
-        . "$o->{tries}.", '',
+        . "$o->{tries}. A reader of 5,000 authors, with and without "
+        . '`feed_timeline_window`, and one chunk of them held 2 s: part '
+        . '14.', '',
         '| model | authors followed | posts of theirs | round trips | '
         . 'documents read | ms |', '|---|---|---|---|---|---|';
 
