@@ -24,6 +24,9 @@
 #   - feed_timeline_rebuild_parallel 1 (a reload): the held chunk alone is
 #     asked; past the deadline the page is made as soon as it answers,
 #     partial (the others were not asked); the next read is whole;
+#   - feed_mongo_timeout 300ms and no deadline, a chunk held 2 s: its find
+#     fails at its maxTimeMS, the page of the three others, PARTIAL, not
+#     cached (a failing chunk is missing as a late one is);
 #   - feed_timeline_store capped, a reader without a document: the model
 #     falls back to fanout on read in its thread, one chunk after another
 #     under the same deadline: the held chunk stopped at it (maxTimeMS),
@@ -309,5 +312,29 @@ is("$r->{status} $cache", '200 MISS',
     'capped, the delay off: MISS (no document made of the partial page)');
 is_deeply($ids, ids_page([ grep { $by{$_} ne $R } @all ], 20),
     'capped, the delay off: the whole page');
+
+# ------------------------------------------------- a chunk failing --
+
+# feed_mongo_timeout 300ms, no deadline: the held chunk's find fails at
+# its maxTimeMS (the stand-in answers 50, as mongod would), the others
+# answer: the page of the three others, PARTIAL, not cached
+
+($conf = $CONF) =~ s/\@\@PARALLEL\@\@/4/;
+$conf =~ s/\@\@STORE\@\@/read/;
+$conf =~ s/feed_mongo_timeout 5s/feed_mongo_timeout 300ms/;
+$conf =~ s/feed_timeline_rebuild_deadline 500ms/feed_timeline_rebuild_deadline 0/;
+$t->write_conf($conf)->reload;
+
+$t->mongo_delay_authors(ms => 2000, authors => [ $Q ]);
+$n0 = log_size();
+($r, $ids, $dt, $cache) = read_tl($Q);
+$t->mongo_delay_authors_off;
+is("$r->{status} $cache", '200 PARTIAL', 'a chunk failing: PARTIAL')
+    or diag(short($r));
+is_deeply($ids, ids_page(\@qrest, 20),
+    'a chunk failing: the three others\' 20 newest')
+    or diag(summary($ids, ids_page(\@qrest, 20)));
+ok($dt < 1.5, sprintf('a chunk failing: at its maxTimeMS, %.2f s', $dt));
+is(cached($Q), 0, 'a chunk failing: not cached');
 
 $t->done;

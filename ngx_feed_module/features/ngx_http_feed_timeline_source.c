@@ -459,7 +459,7 @@ ngx_http_feed_timeline_source_read(mongoc_client_t *client,
     ngx_http_feed_posts_range_t *range, bson_t *items, bson_error_t *error)
 {
     char       **authors;
-    size_t       n, i;
+    size_t       n;
     ngx_int_t    rc;
 
     authors = ngx_http_feed_timeline_source_authors(client, database, user,
@@ -471,11 +471,7 @@ ngx_http_feed_timeline_source_read(mongoc_client_t *client,
     rc = ngx_http_feed_posts_timeline(client, database, authors, n, range,
                                       items, error);
 
-    for (i = 0; i < n; i++) {
-        bson_free(authors[i]);
-    }
-
-    bson_free(authors);
+    ngx_http_feed_chunks_free_authors(authors, n);
 
     return rc;
 }
@@ -504,12 +500,9 @@ ngx_http_feed_timeline_source_authors(mongoc_client_t *client,
     if (ngx_http_feed_follows_page(client, database, &fp, error)
         == NGX_ERROR)
     {
-        while (a.n) {
-            bson_free(a.authors[--a.n]);
-        }
-
-        bson_free(a.authors);
+        ngx_http_feed_chunks_free_authors(a.authors, a.n);
         a.authors = NULL;
+        a.n = 0;
     }
 
     *n = a.n;
