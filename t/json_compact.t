@@ -233,8 +233,13 @@ for my $mode (qw(link embed)) {
     # then a post added), the marker's copy; an entry of a list is the
     # id's 12 bytes, then the JSON, and END (the mark of a whole list) an
     # id alone; kept first pages hold no JSON (their version and span)
+    # the consumer adds the post to the list after the 201: waited for
     post($t, $p, "a pulled post of $p, added to its list");
-    $t->get("/users/$r/timeline?limit=2") for 1, 2;
+    ok($t->wait_for(10, sub {
+        $t->get("/users/$r/timeline?limit=2");
+        grep({ length > 12 }
+            @{ $t->redis('LRANGE', "feed:pl:{$p}", 0, -1) || [] }) >= 2 }),
+        "$mode: the pulled post added to its list");
     my @posts;
     if ($mode eq 'link') {
         my ($cur, @keys) = (0);
