@@ -15,7 +15,7 @@
 #     the 2 s), "partial": true, exactly the other chunks' newest posts,
 #     once each; the command log shows the four chunks' queries received
 #     before the held one could answer (in parallel), each find with the
-#     time left of --timeout (5 s), not of the deadline, as its maxTimeMS;
+#     time left of --timeout (4.5 s), not of the deadline, as its maxTimeMS;
 #     the next page by max_id too;
 #   - the window's second step under the same deadline: the held chunk's
 #     older posts missing, its recent ones there;
@@ -168,8 +168,8 @@ my $answer = $held ? $held->{ts} + 2 : 0;
 ok(@f == 4 && !grep({ $_->{ts} >= $answer } @f), sprintf('in parallel: '
     . 'the four received within %.3f s, before the held one could answer',
     $spread));
-max_times_ok(\@f, 4, 4000, 5000, 'each find has the time left of --timeout '
-    . '(5000 ms), not of the deadline, as its maxTimeMS');
+max_times_ok(\@f, 4, 4000, 4500, 'each find has the time left of --timeout '
+    . '(4500 ms), not of the deadline, as its maxTimeMS');
 
 my $max = $ids->[-1];
 ($r, $ids) = app("limit=30&max_id=$max");
@@ -236,7 +236,7 @@ partial_is($r, 0, '--deadline 0');
 is_deeply($ids, ids_page(\@all, 30), '--deadline 0: the whole page');
 ok($dt >= 1.9, sprintf('--deadline 0: the held chunk waited for, %.2f s',
     $dt));
-max_times_ok([ finds($n0) ], 4, 4000, 5000, '--deadline 0: each find has '
+max_times_ok([ finds($n0) ], 4, 4000, 4500, '--deadline 0: each find has '
     . 'the time left of --timeout as its maxTimeMS');
 
 # ------------------------------------- a find failing at its maxTimeMS --
