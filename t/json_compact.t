@@ -232,14 +232,19 @@ for my $mode (qw(link embed)) {
     # entries in embed mode), the pull author's list (read from MongoDB,
     # then a post added), the marker's copy; an entry of a list is the
     # id's 12 bytes, then the JSON, and END (the mark of a whole list) an
-    # id alone; kept first pages hold no JSON (their version and span)
-    # the consumer adds the post to the list after the 201: waited for
+    # id alone; kept first pages hold no JSON (their version and span).
+    # The consumer adds the post to the list after the 201 (waited for),
+    # and its readers' kept pages go: the pages read after it are kept
     post($t, $p, "a pulled post of $p, added to its list");
     ok($t->wait_for(10, sub {
         $t->get("/users/$r/timeline?limit=2");
         grep({ length > 12 }
             @{ $t->redis('LRANGE', "feed:pl:{$p}", 0, -1) || [] }) >= 2 }),
         "$mode: the pulled post added to its list");
+    $t->wait_for(10, sub {
+        $t->get("/users/$r/timeline?limit=2");
+        my %kept = @{ $t->redis('HGETALL', "feed:tlp:{$r}") || [] };
+        grep { /^v\d+$/ } keys %kept });
     my @posts;
     if ($mode eq 'link') {
         my ($cur, @keys) = (0);
