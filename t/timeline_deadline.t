@@ -43,7 +43,7 @@ use Test::More;
 use Time::HiRes qw(time sleep);
 use FeedTest;
 use FeedTest::Util qw(summary short tl_ids metrics_scrape metrics_val
-    seed_chunks ids_page ids_once);
+    seed_chunks ids_page ids_once mongo_log_size chunk_finds);
 
 plan(skip_all => 'the stand-in\'s fail point and command log needed')
     if FeedTest::real_mongo();
@@ -109,18 +109,8 @@ my %by = %$by;
 my @all = @$all;
 is(scalar @all, 1282, '1282 posts, 641 within the hour');
 
-sub log_size { scalar(my @c = $t->mongo_commands) }
-
-# the finds of $coll logged since command $n0; of posts, the chunks'
-# (by authors), not the rebuild's other reads
-sub finds {
-    my ($n0, $coll) = @_;
-    my @c = $t->mongo_commands;
-    return grep { ($_->{cmd} // '') eq 'find'
-        && ($_->{coll} // '') eq ($coll // 'posts')
-        && ($coll || ref(($_->{filter} || {})->{author}) eq 'HASH') }
-        @c[$n0 .. $#c];
-}
+sub log_size { mongo_log_size($t) }
+sub finds { chunk_finds($t, @_) }
 
 
 

@@ -8,7 +8,9 @@
  *   miss    no cache: one request per user rebuilds it from the fallback
  *           (the others of this worker wait for it, those of other
  *           workers and nodes poll behind a Redis lock), warms the cache
- *           in one step, and every waiter reads the page from it;
+ *           in one step, and every waiter reads the page from it; a
+ *           partial page (the fallback's deadline) is not cached: every
+ *           waiter gets it, those that polled from the lock;
  *   bypass  Redis is unavailable: the page comes from the fallback.
  *
  * An unread count (feed_timeline_unread, ngx_http_feed_timeline_unread.c)
@@ -34,8 +36,9 @@
  *
  *   local, read -> kept | hit | deep | miss | pull | bypass | local, read
  *   pull -> local, read | bypass
- *   miss -> wait | poll | members | bypass
- *   wait, poll -> local, read
+ *   miss -> wait | poll | members | bypass | rebuilt (the partial page
+ *           a rebuild elsewhere left in the lock)
+ *   wait, poll -> local, read | rebuilt
  *   members -> lead | failed
  *   bypass -> filters (once) -> bypass | failed
  *   bypass (a count) -> marker (once) -> bypass
@@ -92,6 +95,7 @@ static void ngx_http_feed_timeline_reread(ngx_http_feed_timeline_ctx_t *ctx);
 static void ngx_http_feed_timeline_miss(ngx_http_feed_timeline_ctx_t *ctx);
 static void ngx_http_feed_timeline_locked(void *data, redisReply *reply);
 static void ngx_http_feed_timeline_poll(ngx_event_t *ev);
+static void ngx_http_feed_timeline_shared(ngx_http_feed_timeline_ctx_t *ctx);
 static void ngx_http_feed_timeline_pull(ngx_http_feed_timeline_ctx_t *ctx);
 static void ngx_http_feed_timeline_members(ngx_http_feed_timeline_ctx_t *ctx);
 static void ngx_http_feed_timeline_members_run(ngx_http_feed_mongo_task_t *t,
@@ -101,6 +105,8 @@ static void ngx_http_feed_timeline_members_done(
 static void ngx_http_feed_timeline_lead(ngx_http_feed_timeline_ctx_t *ctx);
 static void ngx_http_feed_timeline_rebuilt(ngx_http_feed_timeline_ctx_t *ctx);
 static void ngx_http_feed_timeline_partial(
+    ngx_http_feed_timeline_ctx_t *ctx);
+static void ngx_http_feed_timeline_unlock_partial(
     ngx_http_feed_timeline_ctx_t *ctx);
 static void ngx_http_feed_timeline_warm(ngx_http_feed_timeline_ctx_t *ctx);
 static ngx_int_t ngx_http_feed_timeline_shrink(
@@ -558,7 +564,7 @@ ngx_http_feed_timeline_lookup(ngx_http_feed_timeline_ctx_t *ctx)
 
     if (ctx->counting) {
         rc = ngx_http_feed_timeline_cache_unread(ctx->request, ctx->fmcf,
-                 &ctx->page.user, &ctx->marker,
+                 &ctx->page.user, &ctx->marker, ctx->polling,
                  ngx_http_feed_timeline_read_done, ctx);
 
     } else {
@@ -566,6 +572,7 @@ ngx_http_feed_timeline_lookup(ngx_http_feed_timeline_ctx_t *ctx)
                                                &ctx->page, &ctx->have,
                                                ctx->vouched, ctx->unread,
                                                ctx->mark.stamp != 0,
+                                               ctx->polling,
                                                ngx_http_feed_timeline_read_done,
                                                ctx);
     }
@@ -771,13 +778,18 @@ ngx_http_feed_timeline_miss(ngx_http_feed_timeline_ctx_t *ctx)
         ngx_queue_insert_tail(&ngx_http_feed_timeline_leaders, &ctx->queue);
     }
 
-    if (ctx->cached.locked == 2 && ctx->polling) {
+    if (ctx->cached.locked == NGX_HTTP_FEED_LOCK_FAILED && ctx->polling) {
         /* the rebuild waited for failed elsewhere: its answer is ours */
         ngx_http_feed_timeline_fail(ctx, NGX_HTTP_SERVICE_UNAVAILABLE);
         return;
     }
 
-    if (ctx->cached.locked == 1) {
+    if (ctx->cached.locked == NGX_HTTP_FEED_LOCK_PARTIAL && ctx->polling) {
+        ngx_http_feed_timeline_shared(ctx);
+        return;
+    }
+
+    if (ctx->cached.locked == NGX_HTTP_FEED_LOCK_HELD) {
         ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_POLL);
         return;
     }
@@ -860,6 +872,64 @@ ngx_http_feed_timeline_poll(ngx_event_t *ev)
     }
 
     ngx_http_run_posted_requests(c);
+}
+
+
+/*
+ * The rebuild this read polled for, elsewhere, answered a partial page and
+ * left it in the lock, with the filters it applied: the page is this
+ * read's answer, and its waiters', as a leader's waiters get its own
+ * (rather than rebuilding, up to a second deadline, while MongoDB is
+ * slow).  A read that did not poll for it rebuilds: the page is no cache.
+ */
+
+static void
+ngx_http_feed_timeline_shared(ngx_http_feed_timeline_ctx_t *ctx)
+{
+    ngx_http_feed_partial_t  *partial;
+
+    partial = &ctx->cached.partial;
+
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
+                   "feed timeline of \"%s\": partial page of %ui posts "
+                   "shared by the rebuild elsewhere, %uz bytes",
+                   ctx->page.user.data, partial->limit, partial->json.len);
+
+    if (partial->json.len == 0) {
+        /* a reply without the page: as a rebuild that failed */
+        ngx_http_feed_timeline_fail(ctx, NGX_HTTP_SERVICE_UNAVAILABLE);
+        return;
+    }
+
+    ctx->filters = partial->filters;
+
+    if (ngx_http_feed_filter_set_tokens(ctx->request->pool, &ctx->filters,
+                                        &ctx->filter_set)
+        != NGX_OK)
+    {
+        ngx_http_feed_timeline_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    if (ctx->fb_doc) {
+        bson_destroy(ctx->fb_doc);
+    }
+
+    ctx->fb_doc = bson_new_from_json(partial->json.data, partial->json.len,
+                                     NULL);
+    if (ctx->fb_doc == NULL) {
+        ngx_log_error(NGX_LOG_ERR, ctx->request->connection->log, 0,
+                      "timeline of \"%s\": partial page in the rebuild "
+                      "lock is not JSON", ctx->page.user.data);
+        ngx_http_feed_timeline_fail(ctx, NGX_HTTP_SERVICE_UNAVAILABLE);
+        return;
+    }
+
+    ctx->fb_status = NGX_HTTP_OK;
+    ctx->fb_limit = partial->limit;
+    ctx->fb_partial = 1;
+
+    ngx_http_feed_timeline_partial(ctx);
 }
 
 
@@ -1096,9 +1166,12 @@ ngx_http_feed_timeline_rebuilt(ngx_http_feed_timeline_ctx_t *ctx)
 /*
  * The rebuild's page lacks some authors' posts (the fallback's deadline
  * passed): it is answered, and not cached, so that the next read rebuilds
- * it whole.  The requests waiting for it in this worker get it too,
- * rather than rebuilding one after another (an unread count cannot be
- * told from it: ngx_http_feed_timeline_fallback_items() fails one).
+ * it whole.  The requests waiting for it in this worker get it too, and
+ * so do those polling for it elsewhere, from the lock, rather than
+ * rebuilding one after another (an unread count cannot be told from it:
+ * ngx_http_feed_timeline_fallback_items() fails a leader's, a poller's
+ * fails here).  A poller that found the page in the lock (shared) gives
+ * it to its own waiters the same way.
  */
 
 static void
@@ -1110,6 +1183,10 @@ ngx_http_feed_timeline_partial(ngx_http_feed_timeline_ctx_t *ctx)
     ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
                    "feed timeline of \"%s\": rebuilt partial, not cached",
                    ctx->page.user.data);
+
+    if (ctx->lock_held) {
+        ngx_http_feed_timeline_unlock_partial(ctx);
+    }
 
     while (ctx->is_leader && !ngx_queue_empty(&ctx->waiters)) {
         q = ngx_queue_head(&ctx->waiters);
@@ -1130,7 +1207,48 @@ ngx_http_feed_timeline_partial(ngx_http_feed_timeline_ctx_t *ctx)
         ngx_post_event(&w->poll, &ngx_posted_events);
     }
 
+    if (ctx->counting) {
+        ngx_http_feed_timeline_fail(ctx, NGX_HTTP_SERVICE_UNAVAILABLE);
+        return;
+    }
+
     ngx_http_feed_timeline_move(ctx, NGX_HTTP_FEED_TL_REBUILT);
+}
+
+
+/*
+ * The lock left holding the partial page, its JSON compact as every JSON
+ * the module writes, for the reads polling for it elsewhere.  Without
+ * memory for the JSON the lock stays held: the leader releases it when
+ * done, and those reads rebuild.
+ */
+
+static void
+ngx_http_feed_timeline_unlock_partial(ngx_http_feed_timeline_ctx_t *ctx)
+{
+    char                     *json;
+    size_t                    len;
+    ngx_http_feed_partial_t   partial;
+
+    json = ngx_http_feed_json_text(ctx->fb_doc, &len);
+    if (json == NULL) {
+        return;
+    }
+
+    partial.limit = ctx->fb_limit;
+    partial.filters = ctx->filters;
+    partial.json.data = (u_char *) json;
+    partial.json.len = len;
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
+                   "feed timeline of \"%s\": partial page left in the "
+                   "lock, %uz bytes", ctx->page.user.data, len);
+
+    ngx_http_feed_timeline_cache_unlock(ctx->fmcf, &ctx->page.user,
+                                        &ctx->token, 0, &partial);
+    ctx->lock_held = 0;
+
+    bson_free(json);
 }
 
 
@@ -1235,7 +1353,7 @@ ngx_http_feed_timeline_lead_done(ngx_http_feed_timeline_ctx_t *ctx,
     if (ctx->lock_held) {
         /* the rebuild did not warm the cache: another one may try */
         ngx_http_feed_timeline_cache_unlock(ctx->fmcf, &ctx->page.user,
-                                            &ctx->token, rc != NGX_OK);
+                                            &ctx->token, rc != NGX_OK, NULL);
         ctx->lock_held = 0;
     }
 

@@ -11,12 +11,15 @@
 
   Output:
     {1, follows_version}  the rebuild is ours (none runs; one that just
-                          failed is tried again)
+                          failed, or just answered a partial page, is
+                          tried again: a read that did not wait for it
+                          gets a page of its own, lib/locked.lua)
     {0}                   another one runs
 ]]
 
-local l = redis.call('get', KEYS[1])
-if not l or l == 'failed' then
+-- @include locked
+
+if locked(KEYS[1]) ~= 1 then
   redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return {1, redis.call('get', KEYS[2]) or ''}
 end

@@ -55,10 +55,16 @@
                           entry among them is answered with '' for its
                           JSON, which is then not read (but by a reader
                           with filters, who needs it to tell what to skip)
+    ARGV[16] polling      '1': the read polls for a rebuild elsewhere, and
+                          a partial page the rebuild left in its lock is
+                          its answer (lib/locked.lua)
 
   Output, the first element the kind of reply:
     {0, locked}           MISSING: no timeline; locked 1 while being
-                          rebuilt, 2 when a rebuild just failed
+                          rebuilt, 2 when a rebuild just failed, 3 when it
+                          just answered a partial page
+    {0, 3, page}          MISSING, to a read that polls: that page,
+                          "<limit>\n<filters>\n<JSON>" (timeline_unlock.lua)
     {1, more, deep, last, version, ids, pulled, usec, lists, filters,
      unread, JSON...}
                           PAGE: the page, each post's JSON; last: the id of
@@ -290,8 +296,8 @@ if #part > 0 and id_old(part[1]) then
   part = {}
 end
 if #part == 0 then
-  local l = redis.call('get', KEYS[2])
-  return {MISSING, l and (l == 'failed' and 2 or 1) or 0}
+-- @include locked
+  return {MISSING, locked(KEYS[2], ARGV[16] == '1')}
 end
 -- (a kept page found current kept the list alive already)
 if part[1] ~= END and not (ARGV[14] == '1' and ARGV[13] == '1')

@@ -33,9 +33,14 @@
     ARGV[13] tracked      unused ('')
     ARGV[14] fresh        unused ('')
     ARGV[15] known        unused ('')
+    ARGV[16] polling      as a read's: a count polling for a rebuild
+                          elsewhere gets the partial page it left, for
+                          the reads that wait for the count in its worker
 
   Output:
     {0, locked}           MISSING: no timeline, as timeline_read.lua's
+                          (and its {0, 3, page}: a partial page tells no
+                          count, but the page reads waiting for it do)
     {5, author...}        PULL: these pull authors' lists are missing (or
                           the one found gone while counting)
     {6, unread}           UNREAD: "<n>", or "<n>+" when a list is trimmed
@@ -82,8 +87,8 @@ if head and id_old(head) then
   head = nil
 end
 if not head then
-  local l = redis.call('get', KEYS[2])
-  return {MISSING, l and (l == 'failed' and 2 or 1) or 0}
+-- @include locked
+  return {MISSING, locked(KEYS[2], ARGV[16] == '1')}
 end
 if #pull > 0 then
   local sig, missing = pulled(pull, ARGV[7])

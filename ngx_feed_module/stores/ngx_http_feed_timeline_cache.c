@@ -65,6 +65,15 @@
 /* an id as the lists hold it */
 #define NGX_HTTP_FEED_ID_BYTES       12
 
+/*
+ * ms a rebuild's lock says how it ended, 'failed' or its partial page
+ * (timeline_unlock.lua): the reads that wait for it elsewhere poll every
+ * 20 ms (the timeline's NGX_HTTP_FEED_POLL), and each reads it within a
+ * poll, well under this even on a loaded node; a read that did not wait
+ * takes the lock and rebuilds meanwhile
+ */
+#define NGX_HTTP_FEED_LOCK_ENDED     1000
+
 
 /*
  * A tag no master has, whose copies are to go (copy_retire.lua): sent,
@@ -112,6 +121,7 @@ typedef enum {
 /* the other elements of each kind */
 enum {
     NGX_HTTP_FEED_TIMELINE_READ_LOCKED = 1,        /* MISSING */
+    NGX_HTTP_FEED_TIMELINE_READ_PARTIAL = 2,
 
     NGX_HTTP_FEED_TIMELINE_READ_KEPT_VERSION = 1,  /* LOCAL */
     NGX_HTTP_FEED_TIMELINE_READ_KEPT_LISTS = 3,
@@ -191,6 +201,8 @@ static void ngx_http_feed_timeline_cache_deleting(
     ngx_http_feed_timeline_cache_mark_t *m);
 static void ngx_http_feed_timeline_cache_mark_send(
     ngx_http_feed_timeline_cache_mark_t *m, ngx_http_feed_redis_args_t *args);
+static ngx_int_t ngx_http_feed_timeline_cache_parse_partial(
+    ngx_pool_t *pool, redisReply *reply, ngx_http_feed_cached_t *cached);
 static ngx_int_t ngx_http_feed_timeline_cache_parse_kept(
     ngx_pool_t *pool, redisReply *reply, ngx_http_feed_cached_t *cached);
 static ngx_int_t ngx_http_feed_timeline_cache_parse_pull(
@@ -259,14 +271,17 @@ ngx_http_feed_timeline_cache_init(ngx_http_feed_main_conf_t *fmcf)
 
 /*
  * The read script: one round trip.  unread: the first page answers the
- * user's unread count too.
+ * user's unread count too.  polling: the read waits for a rebuild
+ * elsewhere, and is answered the partial page it left in its lock, if it
+ * did (no other read carries that page).
  */
 
 ngx_int_t
 ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_page_t *page,
     ngx_str_t *have, ngx_uint_t vouched, ngx_uint_t unread,
-    ngx_uint_t tracked, ngx_http_feed_redis_pt handler, void *data)
+    ngx_uint_t tracked, ngx_uint_t polling, ngx_http_feed_redis_pt handler,
+    void *data)
 {
     ngx_str_t                           arg;
     ngx_http_feed_timeline_read_call_t  rc_call;
@@ -280,6 +295,11 @@ ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
     ngx_http_feed_timeline_cache_read_call(fmcf, &rc_call,
                                            &ngx_http_feed_script_timeline_read,
                                            page, have, vouched, &arg);
+
+    if (polling) {
+        ngx_http_feed_redis_call_lit(&rc_call.call,
+            NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_POLLING, "1");
+    }
 
     /*
      * Redis tracks the keys of the script that comes next on the same
@@ -466,13 +486,14 @@ ngx_http_feed_timeline_cache_caching_yes(ngx_http_feed_main_conf_t *fmcf,
 /*
  * The unread count of a user (timeline_unread.lua), whose keys and
  * arguments are the read's: marker '' for the copy in Redis, "-" for no
- * marker, or its id, as MongoDB has it.
+ * marker, or its id, as MongoDB has it; polling as a read's.
  */
 
 ngx_int_t
 ngx_http_feed_timeline_cache_unread(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
-    ngx_str_t *marker, ngx_http_feed_redis_pt handler, void *data)
+    ngx_str_t *marker, ngx_uint_t polling, ngx_http_feed_redis_pt handler,
+    void *data)
 {
     ngx_str_t                           none = ngx_string("");
     ngx_http_feed_page_t                page;
@@ -483,6 +504,11 @@ ngx_http_feed_timeline_cache_unread(ngx_http_request_t *r,
 
     ngx_http_feed_timeline_cache_read_call(fmcf, &rc_call,
         &ngx_http_feed_script_timeline_unread, &page, &none, 0, marker);
+
+    if (polling) {
+        ngx_http_feed_redis_call_lit(&rc_call.call,
+            NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_POLLING, "1");
+    }
 
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "feed unread of \"%s\": counting, marker \"%V\"",
@@ -588,6 +614,8 @@ ngx_http_feed_timeline_cache_read_call(ngx_http_feed_main_conf_t *fmcf,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_FRESH, "", 0);
     ngx_http_feed_redis_call_arg(call,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_KNOWN, "", 0);
+    ngx_http_feed_redis_call_arg(call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_READ_ARG_POLLING, "", 0);
 }
 
 
@@ -766,6 +794,14 @@ ngx_http_feed_timeline_cache_parse(ngx_pool_t *pool, redisReply *reply,
         }
 
         cached->locked = e->integer;
+
+        if (cached->locked == NGX_HTTP_FEED_LOCK_PARTIAL
+            && reply->elements > NGX_HTTP_FEED_TIMELINE_READ_PARTIAL)
+        {
+            return ngx_http_feed_timeline_cache_parse_partial(pool, reply,
+                                                              cached);
+        }
+
         return NGX_OK;
 
     case NGX_HTTP_FEED_TIMELINE_READ_LOCAL:
@@ -879,6 +915,56 @@ ngx_http_feed_timeline_cache_parse(ngx_pool_t *pool, redisReply *reply,
     }
 
     return NGX_OK;
+}
+
+
+/*
+ * The partial page a rebuild left in its lock, "<limit>\n<filters>\n<JSON>"
+ * (timeline_unlock.lua): the reply is held, the filters in memory being
+ * made of its bytes
+ */
+
+static ngx_int_t
+ngx_http_feed_timeline_cache_parse_partial(ngx_pool_t *pool,
+    redisReply *reply, ngx_http_feed_cached_t *cached)
+{
+    u_char                   *p, *nl, *last;
+    ngx_int_t                 limit;
+    redisReply               *e;
+    ngx_http_feed_partial_t  *partial;
+
+    e = reply->element[NGX_HTTP_FEED_TIMELINE_READ_PARTIAL];
+
+    if (e->type != REDIS_REPLY_STRING) {
+        return NGX_DECLINED;
+    }
+
+    p = (u_char *) e->str;
+    last = p + e->len;
+
+    nl = ngx_strlchr(p, last, '\n');
+    limit = nl ? ngx_atoi(p, nl - p) : NGX_ERROR;
+
+    if (limit <= 0) {
+        return NGX_DECLINED;
+    }
+
+    partial = &cached->partial;
+    partial->limit = limit;
+
+    p = nl + 1;
+    nl = ngx_strlchr(p, last, '\n');
+
+    if (nl == NULL) {
+        return NGX_DECLINED;
+    }
+
+    partial->filters.data = p;
+    partial->filters.len = nl - p;
+    partial->json.data = nl + 1;
+    partial->json.len = last - (nl + 1);
+
+    return ngx_http_feed_redis_hold_reply(pool, reply);
 }
 
 
@@ -1273,19 +1359,39 @@ ngx_http_feed_timeline_cache_lock(ngx_http_request_t *r,
 
 /*
  * A rebuild that did not warm releases its lock; one that failed leaves it
- * saying so for a moment, so that those waiting on it elsewhere give the
+ * saying so for a moment, and one that answered a partial page (partial)
+ * leaves that page in it, so that those waiting on it elsewhere give the
  * same answer instead of each rebuilding in turn.
  */
 
 void
 ngx_http_feed_timeline_cache_unlock(ngx_http_feed_main_conf_t *fmcf,
-    ngx_http_feed_user_t *user, ngx_str_t *token, ngx_uint_t failed)
+    ngx_http_feed_user_t *user, ngx_str_t *token, ngx_uint_t failed,
+    ngx_http_feed_partial_t *partial)
 {
     char                        lock[NGX_HTTP_FEED_USER_KEY_LEN];
+    u_char                      ms[NGX_INT_T_LEN], limit[NGX_INT_T_LEN];
     size_t                      argvlen[
                                     NGX_HTTP_FEED_SCRIPT_TIMELINE_UNLOCK_ARGC];
+    ngx_str_t                   ending, number, filters, json;
     const char                 *argv[NGX_HTTP_FEED_SCRIPT_TIMELINE_UNLOCK_ARGC];
     ngx_http_feed_redis_call_t  call;
+
+    ngx_str_null(&ending);
+    ngx_str_null(&number);
+    ngx_str_null(&filters);
+    ngx_str_null(&json);
+
+    if (failed) {
+        ngx_str_set(&ending, "failed");
+
+    } else if (partial) {
+        ngx_str_set(&ending, "partial");
+        number.data = limit;
+        number.len = ngx_sprintf(limit, "%ui", partial->limit) - limit;
+        filters = partial->filters;
+        json = partial->json;
+    }
 
     ngx_http_feed_redis_call_init(&call,
                                   &ngx_http_feed_script_timeline_unlock,
@@ -1301,8 +1407,20 @@ ngx_http_feed_timeline_cache_unlock(ngx_http_feed_main_conf_t *fmcf,
         NGX_HTTP_FEED_SCRIPT_TIMELINE_UNLOCK_ARG_TOKEN,
         token->data, token->len);
     ngx_http_feed_redis_call_arg(&call,
-        NGX_HTTP_FEED_SCRIPT_TIMELINE_UNLOCK_ARG_FAILED,
-        failed ? "1" : "0", 1);
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_UNLOCK_ARG_ENDING,
+        ending.len ? (char *) ending.data : "", ending.len);
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_UNLOCK_ARG_MS,
+        ms, ngx_sprintf(ms, "%d", NGX_HTTP_FEED_LOCK_ENDED) - ms);
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_UNLOCK_ARG_LIMIT,
+        number.len ? (char *) number.data : "", number.len);
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_UNLOCK_ARG_FILTERS,
+        filters.len ? (char *) filters.data : "", filters.len);
+    ngx_http_feed_redis_call_arg(&call,
+        NGX_HTTP_FEED_SCRIPT_TIMELINE_UNLOCK_ARG_PAGE,
+        json.len ? (char *) json.data : "", json.len);
 
     (void) ngx_http_feed_redis_call(NULL, fmcf->redis_client, &call, NULL,
                                     NULL);

@@ -78,12 +78,39 @@ typedef struct {
 #define NGX_HTTP_FEED_LOCAL_SETTLE  400
 
 
+/* what a timeline's rebuild lock says when the timeline is not cached */
+typedef enum {
+    NGX_HTTP_FEED_LOCK_NONE = 0,
+    NGX_HTTP_FEED_LOCK_HELD,        /* a rebuild runs */
+    NGX_HTTP_FEED_LOCK_FAILED,      /* one just failed */
+    NGX_HTTP_FEED_LOCK_PARTIAL      /* one just answered a partial page */
+} ngx_http_feed_lock_e;
+
+
+/*
+ * A partial page a rebuild left in its lock for the reads that polled for
+ * it elsewhere (ngx_http_feed_timeline_cache_unlock()), as the rebuild
+ * had it: they make their pages of it as its own waiters do
+ */
+typedef struct {
+    ngx_uint_t                    limit;      /* the posts the rebuild
+                                                 asked the fallback for */
+    ngx_str_t                     filters;    /* the filters it applied,
+                                                 as
+                                                 ngx_http_feed_filters_of()
+                                                 gives them */
+    ngx_str_t                     json;       /* the fallback's answer */
+} ngx_http_feed_partial_t;
+
+
 /* what the cache answered for a page */
 typedef struct {
     ngx_uint_t                    found;      /* the timeline is cached */
-    ngx_uint_t                    locked;     /* when not found: 1 while
-                                                 a rebuild holds the lock,
-                                                 2 when it failed */
+    ngx_uint_t                    locked;     /* when not found: what its
+                                                 lock says
+                                                 (ngx_http_feed_lock_e) */
+    ngx_http_feed_partial_t       partial;    /* LOCK_PARTIAL, to a read
+                                                 that polls: the page */
     ngx_uint_t                    more;       /* posts follow this page */
     ngx_uint_t                    deep;       /* the page runs past the
                                                  end of a trimmed cache */
@@ -157,14 +184,16 @@ ngx_int_t ngx_http_feed_timeline_cache_init(ngx_http_feed_main_conf_t *fmcf);
 ngx_int_t ngx_http_feed_timeline_cache_read(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_page_t *page,
     ngx_str_t *have, ngx_uint_t vouched, ngx_uint_t unread,
-    ngx_uint_t tracked, ngx_http_feed_redis_pt handler, void *data);
+    ngx_uint_t tracked, ngx_uint_t polling, ngx_http_feed_redis_pt handler,
+    void *data);
 ngx_uint_t ngx_http_feed_timeline_cache_quiet(ngx_str_t *key);
 ngx_int_t ngx_http_feed_timeline_cache_fresh(ngx_http_feed_main_conf_t *fmcf,
     ngx_http_feed_page_t *page, ngx_uint_t tracked, ngx_uint_t keep,
     ngx_str_t *known, ngx_http_feed_redis_pt handler, void *data);
 ngx_int_t ngx_http_feed_timeline_cache_unread(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
-    ngx_str_t *marker, ngx_http_feed_redis_pt handler, void *data);
+    ngx_str_t *marker, ngx_uint_t polling, ngx_http_feed_redis_pt handler,
+    void *data);
 ngx_int_t ngx_http_feed_timeline_cache_parse(ngx_pool_t *pool,
     redisReply *reply, ngx_http_feed_cached_t *cached);
 ngx_int_t ngx_http_feed_timeline_cache_kept(ngx_str_t *page,
@@ -177,7 +206,8 @@ ngx_int_t ngx_http_feed_timeline_cache_lock(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
     ngx_str_t *token, ngx_http_feed_redis_pt handler, void *data);
 void ngx_http_feed_timeline_cache_unlock(ngx_http_feed_main_conf_t *fmcf,
-    ngx_http_feed_user_t *user, ngx_str_t *token, ngx_uint_t failed);
+    ngx_http_feed_user_t *user, ngx_str_t *token, ngx_uint_t failed,
+    ngx_http_feed_partial_t *partial);
 ngx_int_t ngx_http_feed_timeline_cache_warm(ngx_http_request_t *r,
     ngx_http_feed_main_conf_t *fmcf, ngx_http_feed_user_t *user,
     ngx_str_t *version, ngx_str_t *token, ngx_str_t *pull, ngx_str_t *filters,

@@ -28,7 +28,7 @@ our @EXPORT_OK = qw(
     node_counts node_moved node_moved_is node_acked
     workers_up server_conf behind_proxy metrics_scrape metrics_val seen_held
     read_state_is entry_id entry_json entry_of post_key
-    seed_chunks ids_page ids_once
+    seed_chunks ids_page ids_once mongo_log_size chunk_finds
 );
 
 # the posts' stream and the fanout's consumer group (the defaults)
@@ -872,5 +872,19 @@ sub ids_page {
 
 # no id twice
 sub ids_once { my %s; !grep { $s{$_}++ } @{ $_[0] } }
+
+# how many commands the stand-in logged so far
+sub mongo_log_size { scalar(my @c = $_[0]->mongo_commands) }
+
+# the finds of $coll the stand-in logged since command $n0; of posts (no
+# $coll), a rebuild's chunks' (by authors), not its other reads
+sub chunk_finds {
+    my ($t, $n0, $coll) = @_;
+    my @c = $t->mongo_commands;
+    return grep { ($_->{cmd} // '') eq 'find'
+        && ($_->{coll} // '') eq ($coll // 'posts')
+        && ($coll || ref(($_->{filter} || {})->{author}) eq 'HASH') }
+        @c[$n0 .. $#c];
+}
 
 1;
