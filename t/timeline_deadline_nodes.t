@@ -2,9 +2,9 @@
 
 # A partial rebuild shared across nodes: two nginx nodes (one worker each)
 # on one Redis and one MongoDB stand-in, feed_timeline_rebuild_deadline
-# 800ms.  A reader of 640 authors (four chunks, as in
-# t/timeline_deadline.t) who mutes three of them; the stand-in's fail
-# point feedDelayAuthors holds the finds of the reader's chunk 3 s.
+# 1s.  A reader of 640 authors (four chunks, as in t/timeline_deadline.t)
+# who mutes three of them; the stand-in's fail point feedDelayAuthors
+# holds the finds of the reader's chunk 4 s.
 #
 #   - the first page read on node A, and, once A holds the rebuild lock,
 #     on node B twice (one read polls the lock, the other waits for it in
@@ -21,7 +21,8 @@
 #   - an unread count on node B polling while node A rebuilds: 503 once
 #     the rebuild is partial (a partial page tells no count), within a
 #     poll of node A's answer, no rebuild of its own; a page read of node
-#     B that waited for the count in the worker gets node A's page;
+#     B beside it gets node A's page (whichever of the two polls, the
+#     other waits for it in the worker);
 #   - the delay off: the next read on node B is whole (MISS), cached, and
 #     node A reads it from the cache.
 
@@ -47,7 +48,11 @@ $A->port('http');
 $B->set_port($_, $A->port($_)) for qw(redis mongo);
 $B->port('http') == $_ and die "port taken twice\n" for values %{$A->{ports}};
 
-my $DEADLINE = 0.8;
+my $DEADLINE = 1;
+# a read of node B that rebuilt on its own would end a deadline after
+# node A's; one that answered node A's page ends within a poll or so,
+# longer on a loaded machine
+my $AFTER = 0.7;
 
 my $CONF = <<'EOF';
 worker_processes 1;
@@ -58,7 +63,7 @@ http {
     feed_mongo_timeout 10s;
     feed_cache_size 50;
     feed_timeline_window 1h;
-    feed_timeline_rebuild_deadline 800ms;
+    feed_timeline_rebuild_deadline 1s;
     feed_timeline_rebuild_parallel 4;
 
     server {
@@ -135,7 +140,7 @@ sub cache { $_[0]->{status} . ' ' . ($_[0]->{headers}{'x-feed-cache'} // '') }
 
 # ------------------------------------------- one rebuild, two nodes --
 
-$A->mongo_delay_authors(ms => 3000, authors => [ $R ]);
+$A->mongo_delay_authors(ms => 4000, authors => [ $R ]);
 my $n0 = log_size();
 my $ha = start($A, "/users/$R/timeline?limit=20");
 ok(lock_held(), 'node A leads the rebuild: it holds the lock');
@@ -168,11 +173,12 @@ is_deeply(tl_ids($rb2), ids_page(\@rest, 10),
     or diag(summary(tl_ids($rb2), ids_page(\@rest, 10)));
 is(scalar(finds($n0, 'follows')), 1, 'one rebuild: one read of the follows');
 is(scalar(@f), 4, 'one rebuild: four chunk finds');
-ok($ra->{elapsed} >= $DEADLINE - 0.05 && $ra->{elapsed} < $DEADLINE + 1.2,
-    sprintf('node A at the deadline: %.2f s (held 3 s)', $ra->{elapsed}));
-ok($rb->{elapsed} < $DEADLINE + 1.2, sprintf('node B within the deadline '
+ok($ra->{elapsed} >= $DEADLINE - 0.05 && $ra->{elapsed} < $DEADLINE + 1.5,
+    sprintf('node A at the deadline: %.2f s (held 4 s)', $ra->{elapsed}));
+ok($rb->{elapsed} < $DEADLINE + 1.5, sprintf('node B within the deadline '
     . 'and a margin: %.2f s', $rb->{elapsed}));
-ok($rb->{ended} - $ra->{ended} < 0.5 && $rb2->{ended} - $ra->{ended} < 0.5,
+ok($rb->{ended} - $ra->{ended} < $AFTER
+    && $rb2->{ended} - $ra->{ended} < $AFTER,
     sprintf('node B within a poll of node A: %.3f s, %.3f s after it, not '
         . 'a deadline of its own', $rb->{ended} - $ra->{ended},
         $rb2->{ended} - $ra->{ended}));
@@ -213,7 +219,7 @@ $n0 = log_size();
 $ha = start($A, "/users/$R/timeline?limit=20");
 ok(lock_held(), 'node A rebuilds again: it holds the lock');
 my $hc = $B->http_start('GET', "/users/$R/timeline/unread", timeout => 20);
-# (a page read after it waits for it in node B's worker)
+# (a page read beside it: one polls, the other waits for it in the worker)
 sleep 0.1;
 $hb = start($B, "/users/$R/timeline?limit=20");
 $ra = end($A, $ha);
@@ -222,10 +228,9 @@ $rb = end($B, $hb);
 is(cache($ra), '200 PARTIAL', 'node A: PARTIAL');
 is($rc->{status}, 503, 'node B\'s unread count, polling: 503')
     or diag(short($rc));
-is(cache($rb), '200 PARTIAL', 'node B\'s page read waiting for the count: '
-    . 'PARTIAL');
+is(cache($rb), '200 PARTIAL', 'node B\'s page read beside it: PARTIAL');
 is($rb->{body}, $ra->{body}, 'the page of node A');
-ok($rc->{ended} - $ra->{ended} < 0.5, sprintf('node B\'s count within a '
+ok($rc->{ended} - $ra->{ended} < $AFTER, sprintf('node B\'s count within a '
     . 'poll of node A: %.3f s after it', $rc->{ended} - $ra->{ended}));
 is(scalar(finds($n0, 'follows')), 1, 'the count rebuilt nothing');
 
@@ -233,11 +238,16 @@ is(scalar(finds($n0, 'follows')), 1, 'the count rebuilt nothing');
 
 $A->mongo_delay_authors_off;
 # the held finds end
-sleep 3;
+sleep 4;
 $A->redis('DEL', "feed:lock:{$R}");
 
+# (a loaded machine may still answer a chunk past the deadline: that page
+# is partial, not cached, and the next read rebuilds again)
 my @whole = grep { !$muted{ $by{$_} } } @all;
-my $r = end($B, start($B, "/users/$R/timeline?limit=20"));
+my ($r, $tries) = (undef, 0);
+do {
+    $r = end($B, start($B, "/users/$R/timeline?limit=20"));
+} while (cache($r) eq '200 PARTIAL' && ++$tries < 5);
 is(cache($r), '200 MISS', 'the delay off: node B rebuilds, MISS');
 is_deeply(tl_ids($r), ids_page(\@whole, 20),
     'the delay off: the whole page, less the muted authors\'')

@@ -1170,8 +1170,8 @@ ngx_http_feed_timeline_rebuilt(ngx_http_feed_timeline_ctx_t *ctx)
  * so do those polling for it elsewhere, from the lock, rather than
  * rebuilding one after another (an unread count cannot be told from it:
  * ngx_http_feed_timeline_fallback_items() fails a leader's, a poller's
- * fails here).  A poller that found the page in the lock (shared) gives
- * it to its own waiters the same way.
+ * and a waiter's fail here).  A poller that found the page in the lock
+ * (shared) gives it to its own waiters the same way.
  */
 
 static void
@@ -1197,7 +1197,11 @@ ngx_http_feed_timeline_partial(ngx_http_feed_timeline_ctx_t *ctx)
 
         ngx_http_feed_timeline_share_filters(ctx, w);
 
-        if (!w->counting && w->filter_set.loaded && w->fb_doc == NULL) {
+        if (w->counting) {
+            /* as the leader's own count: not rebuilt again to be told so */
+            w->wake_rc = NGX_HTTP_SERVICE_UNAVAILABLE;
+
+        } else if (w->filter_set.loaded && w->fb_doc == NULL) {
             w->fb_doc = bson_copy(ctx->fb_doc);
             w->fb_status = NGX_HTTP_OK;
             w->fb_limit = ctx->fb_limit;
