@@ -9,8 +9,9 @@
 #   - the first page read on node A, and, once A holds the rebuild lock,
 #     on node B twice (one read polls the lock, the other waits for it in
 #     the worker): one rebuild (one read of the follows, four chunk
-#     finds), every answer PARTIAL with the others' newest posts less the
-#     muted authors' (node B's filters are the ones the rebuild shipped),
+#     finds), every answer PARTIAL with the newest posts of the chunks
+#     read (the others', on an idle machine) less the muted authors'
+#     (node B's filters are the ones the rebuild shipped),
 #     node A's and node B's first pages the same bytes, node B's page of
 #     10 the first 10 of them; node B answered within a poll of node A,
 #     not after a second deadline of its own;
@@ -60,6 +61,7 @@ worker_processes 1;
 events { worker_connections 256; }
 http {
     %%FEED_BACKENDS%%
+    feed_redis_timeout 5s;
     feed_mongo_timeout 10s;
     feed_cache_size 50;
     feed_timeline_window 1h;
@@ -156,6 +158,23 @@ my ($slow) = grep { grep { $_ eq $R } @$_ }
     map { $_->{filter}{author}{'$in'} || [] } @f;
 my %slow = map { $_ => 1 } @{ $slow || [] };
 my @rest = grep { !$slow{ $by{$_} } && !$muted{ $by{$_} } } @all;
+my %rest = map { $_ => 1 } @rest;
+
+# a partial page of the chunks read: 20 posts, newest first, once each,
+# none of the held chunk nor of the muted authors; on an idle machine
+# the others' 20 newest (a loaded one may miss another chunk too)
+sub page_of_rest_ok {
+    my ($name, $r) = @_;
+    my $ids = tl_ids($r);
+    my @bad = grep { !$rest{$_} } @$ids;
+    ok(@$ids == 20 && !@bad && ids_once($ids)
+        && join(' ', @$ids) eq join(' ', sort { $b cmp $a } @$ids),
+        "$name: 20 posts of the chunks read, newest first, once each, "
+        . 'none of the muted authors')
+        or diag(summary($ids, ids_page(\@rest, 20)));
+    note("$name: " . (join(' ', @$ids) eq join(' ', @{ ids_page(\@rest, 20) })
+        ? 'the others\' 20 newest' : 'a chunk more was late'));
+}
 ok(grep({ !$slow{$_} } @muted), 'a muted author among the chunks read: '
     . join(' ', map { $slow{$_} ? "$_ held" : $_ } @muted));
 
@@ -163,14 +182,11 @@ is(join(' ', map { cache($_) } $ra, $rb, $rb2),
     '200 PARTIAL 200 PARTIAL 200 PARTIAL',
     'node A and node B (twice): PARTIAL')
     or diag(join "\n", map { short($_) } $ra, $rb, $rb2);
-is_deeply(tl_ids($ra), ids_page(\@rest, 20),
-    'node A: the others\' 20 newest, less the muted authors\'')
-    or diag(summary(tl_ids($ra), ids_page(\@rest, 20)));
-ok(ids_once(tl_ids($ra)), 'no post twice');
+page_of_rest_ok('node A', $ra);
 is($rb->{body}, $ra->{body}, 'node B: the same page, byte for byte');
-is_deeply(tl_ids($rb2), ids_page(\@rest, 10),
+is_deeply(tl_ids($rb2), ids_page(tl_ids($ra), 10),
     'node B, limit 10, waiting in the worker: the first 10 of it')
-    or diag(summary(tl_ids($rb2), ids_page(\@rest, 10)));
+    or diag(summary(tl_ids($rb2), ids_page(tl_ids($ra), 10)));
 is(scalar(finds($n0, 'follows')), 1, 'one rebuild: one read of the follows');
 is(scalar(@f), 4, 'one rebuild: four chunk finds');
 ok($ra->{elapsed} >= $DEADLINE - 0.05 && $ra->{elapsed} < $DEADLINE + 1.5,
@@ -207,8 +223,7 @@ is(scalar(finds($n0, 'follows')), 1,
     'a new read: a rebuild of its own (a read of the follows)');
 ok($rn->{elapsed} >= $DEADLINE - 0.05, sprintf('a new read: waited its '
     . 'own deadline, %.2f s', $rn->{elapsed}));
-is_deeply(tl_ids($rn), ids_page(\@rest, 20), 'a new read: the same posts')
-    or diag(summary(tl_ids($rn), ids_page(\@rest, 20)));
+page_of_rest_ok('a new read', $rn);
 like(lock_of() // '', qr/^partial\n50\n/,
     'its own page in the lock now');
 $A->redis('DEL', "feed:lock:{$R}");
