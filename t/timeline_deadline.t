@@ -16,7 +16,8 @@
 #     late chunks, and feed_timeline_reads_total{cache="PARTIAL"};
 #   - three readers at once while it is held: one rebuild (one read of
 #     the follows), the same partial page for all three; an unread count
-#     then: 503, not a count of a partial page;
+#     then: 503, not a count of a partial page; a count that leads the
+#     rebuild: 503, and a page read waiting for it gets the partial page;
 #   - the delay off: the next read rebuilds the whole page (MISS), cached,
 #     then HIT; the page after the partial page's last, whole;
 #   - a reader of one chunk, held 1 s: no chunk answered by the deadline,
@@ -201,6 +202,22 @@ is(scalar(finds($n0, 'follows')), 1, 'three at once: one rebuild');
 $r = $t->get("/users/$Q/timeline/unread", timeout => 15);
 is($r->{status}, 503, 'an unread count, its rebuild partial: 503')
     or diag(short($r));
+
+# an unread count that leads the rebuild: 503, and a page read waiting
+# for it in the worker gets its partial page (not the count's 503)
+$n0 = log_size();
+my $hc = $t->http_start('GET', "/users/$Q/timeline/unread", timeout => 15);
+ok($t->wait_for(5, sub { finds($n0) >= 4 }), 'a count leads the rebuild');
+my $hp = $t->http_start('GET', "/users/$Q/timeline?limit=20", timeout => 15);
+my ($rc, $rp) = map { $t->http_end($_) } $hc, $hp;
+is($rc->{status}, 503, 'a count leading a partial rebuild: 503')
+    or diag(short($rc));
+is("$rp->{status} " . ($rp->{headers}{'x-feed-cache'} // ''),
+    '200 PARTIAL', 'the page read waiting for it: PARTIAL')
+    or diag(short($rp));
+is_deeply(tl_ids($rp), ids_page(\@qrest, 20),
+    'the page read waiting for it: the others\' 20 newest');
+is(scalar(finds($n0, 'follows')), 1, 'the count and the read: one rebuild');
 
 # ---------------------------------------------------- the delay off --
 

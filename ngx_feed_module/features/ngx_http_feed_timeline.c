@@ -1149,7 +1149,14 @@ ngx_http_feed_timeline_rebuilt(ngx_http_feed_timeline_ctx_t *ctx)
 
     rc = ngx_http_feed_timeline_fallback_items(ctx);
 
-    if (rc != NGX_OK) {
+    /*
+     * A count whose rebuild is partial answers 503, but the page reads
+     * waiting for it, here and elsewhere, get the page (_partial())
+     */
+
+    if (rc != NGX_OK
+        && !(ctx->counting && ctx->fb_partial && ctx->items_ready))
+    {
         ngx_http_feed_timeline_fail(ctx, rc);
         return;
     }
@@ -1168,10 +1175,10 @@ ngx_http_feed_timeline_rebuilt(ngx_http_feed_timeline_ctx_t *ctx)
  * passed): it is answered, and not cached, so that the next read rebuilds
  * it whole.  The requests waiting for it in this worker get it too, and
  * so do those polling for it elsewhere, from the lock, rather than
- * rebuilding one after another (an unread count cannot be told from it:
- * ngx_http_feed_timeline_fallback_items() fails a leader's, a poller's
- * and a waiter's fail here).  A poller that found the page in the lock
- * (shared) gives it to its own waiters the same way.
+ * rebuilding one after another.  An unread count cannot be told from it:
+ * a count that led the rebuild, or polled for it, shares the page and
+ * answers 503, and a count waiting here is told 503.  A poller that found
+ * the page in the lock (shared) gives it to its own waiters the same way.
  */
 
 static void
