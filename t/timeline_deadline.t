@@ -18,6 +18,8 @@
 #     the follows), the same partial page for all three; an unread count
 #     then: 503, not a count of a partial page; a count that leads the
 #     rebuild: 503, and a page read waiting for it gets the partial page;
+#     Redis out of memory as the rebuild ends: PARTIAL, and the lock gone
+#     (it could not hold the page), not held until it expires;
 #   - the delay off: the next read rebuilds the whole page (MISS), cached,
 #     then HIT; the page after the partial page's last, whole;
 #   - a reader of one chunk, held 1 s: no chunk answered by the deadline,
@@ -218,6 +220,23 @@ is("$rp->{status} " . ($rp->{headers}{'x-feed-cache'} // ''),
 is_deeply(tl_ids($rp), ids_page(\@qrest, 20),
     'the page read waiting for it: the others\' 20 newest');
 is(scalar(finds($n0, 'follows')), 1, 'the count and the read: one rebuild');
+
+# Redis out of memory while a rebuild runs: the lock cannot say how it
+# ended (a SET refused), so it goes, rather than holding the next reads
+# back until feed_cache_lock_timeout
+$t->redis('CONFIG', 'SET', 'maxmemory-policy', 'noeviction');
+my $ho = $t->http_start('GET', "/users/$Q/timeline?limit=20", timeout => 15);
+ok($t->wait_for(5, sub {
+    my $l = $t->redis('GET', "feed:lock:{$Q}");
+    defined $l && $l !~ /^(failed|partial\n)/ }), 'OOM: a rebuild runs');
+$t->redis('CONFIG', 'SET', 'maxmemory', '1');
+my $ro = $t->http_end($ho);
+my $lock = $t->redis('GET', "feed:lock:{$Q}");
+$t->redis('CONFIG', 'SET', 'maxmemory', '0');
+is("$ro->{status} " . ($ro->{headers}{'x-feed-cache'} // ''), '200 PARTIAL',
+    'OOM as the rebuild ends: PARTIAL') or diag(short($ro));
+ok(!defined $lock, 'OOM: the lock released, not left held')
+    or diag("the lock: $lock");
 
 # ---------------------------------------------------- the delay off --
 

@@ -25,13 +25,19 @@
 
 -- @include locked
 
+-- Redis out of memory refuses the SET (a DEL it allows): the lock goes
+-- then, so that the next reads rebuild rather than wait for a rebuild
+-- that is over until the lock expires (feed_cache_lock_timeout)
 if redis.call('get', KEYS[1]) == ARGV[1] then
+  local said
   if ARGV[2] == 'failed' then
-    redis.call('set', KEYS[1], LOCK_FAILED, 'PX', ARGV[3])
+    said = redis.pcall('set', KEYS[1], LOCK_FAILED, 'PX', ARGV[3])
   elseif ARGV[2] == 'partial' then
-    redis.call('set', KEYS[1], LOCK_PARTIAL .. ARGV[4] .. '\n' .. ARGV[5]
-                               .. '\n' .. ARGV[6], 'PX', ARGV[3])
-  else
+    said = redis.pcall('set', KEYS[1], LOCK_PARTIAL .. ARGV[4] .. '\n'
+                                       .. ARGV[5] .. '\n' .. ARGV[6],
+                       'PX', ARGV[3])
+  end
+  if not said or said.err then
     redis.call('del', KEYS[1])
   end
 end
