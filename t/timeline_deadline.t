@@ -29,7 +29,9 @@
 #     partial (the others were not asked); the next read is whole;
 #   - feed_mongo_timeout 300ms and no deadline, a chunk held 2 s: its find
 #     fails at its maxTimeMS, the page of the three others, PARTIAL, not
-#     cached (a failing chunk is missing as a late one is);
+#     cached (a failing chunk is missing as a late one is); every chunk
+#     failing while Redis is out of memory: 503, the lock gone (it could
+#     not say 'failed'), not held until it expires;
 #   - feed_timeline_store capped, a reader without a document: the model
 #     falls back to fanout on read in its thread, one chunk after another
 #     under the same deadline: the held chunk stopped at it (maxTimeMS),
@@ -225,18 +227,21 @@ is(scalar(finds($n0, 'follows')), 1, 'the count and the read: one rebuild');
 # ended (a SET refused), so it goes, rather than holding the next reads
 # back until feed_cache_lock_timeout
 $t->redis('CONFIG', 'SET', 'maxmemory-policy', 'noeviction');
+my ($token, $lock);
+sub rebuild_token {
+    $t->wait_for(5, sub {
+        my $l = $t->redis('GET', "feed:lock:{$Q}");
+        defined $l && $l !~ /^(failed|partial\n)/ ? $l : undef });
+}
 my $ho = $t->http_start('GET', "/users/$Q/timeline?limit=20", timeout => 15);
-ok($t->wait_for(5, sub {
-    my $l = $t->redis('GET', "feed:lock:{$Q}");
-    defined $l && $l !~ /^(failed|partial\n)/ }), 'OOM: a rebuild runs');
+ok($token = rebuild_token(), 'OOM: a rebuild runs');
 $t->redis('CONFIG', 'SET', 'maxmemory', '1');
 my $ro = $t->http_end($ho);
-my $lock = $t->redis('GET', "feed:lock:{$Q}");
+$lock = $t->redis('GET', "feed:lock:{$Q}") // 'none';
 $t->redis('CONFIG', 'SET', 'maxmemory', '0');
 is("$ro->{status} " . ($ro->{headers}{'x-feed-cache'} // ''), '200 PARTIAL',
     'OOM as the rebuild ends: PARTIAL') or diag(short($ro));
-ok(!defined $lock, 'OOM: the lock released, not left held')
-    or diag("the lock: $lock");
+isnt($lock, $token // 'no token', 'OOM: the lock released, not left held');
 
 # ---------------------------------------------------- the delay off --
 
@@ -362,5 +367,19 @@ is_deeply($ids, ids_page(\@qrest, 20),
     or diag(summary($ids, ids_page(\@qrest, 20)));
 ok($dt < 1.5, sprintf('a chunk failing: at its maxTimeMS, %.2f s', $dt));
 is(cached($Q), 0, 'a chunk failing: not cached');
+
+# every chunk failing, Redis out of memory as it does: 503, and the lock
+# gone (it could not say 'failed'), not held until it expires
+$t->mongo_delay_authors(ms => 2000, authors => [ $Q, @authors ]);
+my $hf = $t->http_start('GET', "/users/$Q/timeline?limit=20", timeout => 15);
+ok($token = rebuild_token(), 'OOM: a rebuild runs');
+$t->redis('CONFIG', 'SET', 'maxmemory', '1');
+my $rf = $t->http_end($hf);
+$lock = $t->redis('GET', "feed:lock:{$Q}") // 'none';
+$t->redis('CONFIG', 'SET', 'maxmemory', '0');
+$t->mongo_delay_authors_off;
+is($rf->{status}, 503, 'every chunk failing: 503') or diag(short($rf));
+isnt($lock, $token // 'no token', 'OOM as a rebuild fails: the lock '
+    . 'released, not left held');
 
 $t->done;
