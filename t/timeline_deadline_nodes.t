@@ -149,9 +149,12 @@ ok(lock_held(), 'node A leads the rebuild: it holds the lock');
 my $hb = start($B, "/users/$R/timeline?limit=20");
 my $hb2 = start($B, "/users/$R/timeline?limit=10");
 my $ra = end($A, $ha);
+# the page in the lock, read while it is there (a second from node A's
+# answer), not after node B's answers
+my $lock = '';
+$A->wait_for(3, sub { ($lock = lock_of() // '') =~ /^partial\n/ });
 my $rb = end($B, $hb);
 my $rb2 = end($B, $hb2);
-my $lock = lock_of() // '';
 
 my @f = finds($n0);
 my ($slow) = grep { grep { $_ eq $R } @$_ }
