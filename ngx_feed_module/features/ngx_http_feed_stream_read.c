@@ -631,12 +631,13 @@ static void
 ngx_http_feed_stream_user_keep(ngx_http_feed_stream_user_t *su)
 {
     u_char                  *lists, *id;
-    ngx_uint_t               i, n;
+    ngx_uint_t               i, n, last;
     ngx_http_feed_cached_t  *p = su->page;
 
     n = 0;
+    last = ngx_min(p->nitems, NGX_HTTP_FEED_STREAM_WINDOW);
 
-    for (i = 0; i < ngx_min(p->nitems, NGX_HTTP_FEED_STREAM_WINDOW); i++) {
+    for (i = 0; i < last; i++) {
         id = p->ids.data + i * 24;
 
         if (ngx_http_feed_track_is_deleted(id)) {
